@@ -1,0 +1,58 @@
+/* snapprof profile builder interface: receives samples, makes a profile.
+ *
+ * A builder is told when the profile starts, gets every sample on the
+ * sampling thread after the target has resumed, and is told when the
+ * profile completes (on the thread that called snapprof_profiler_stop(), or
+ * on the sampling thread when a duration or sample cap ended it). Callbacks
+ * of one builder never run concurrently. They must not call back into the
+ * profiler that drives them.
+ *
+ * The ops struct is versioned like SQLite's sqlite3_io_methods: version
+ * first, members grouped by the version that added them, append-only.
+ */
+#ifndef SNAPPROF_PROFILE_BUILDER_H
+#define SNAPPROF_PROFILE_BUILDER_H
+
+#include <snapprof/snapprof.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct snapprof_profile_info {
+    uint64_t start_time_ns; /* CLOCK_REALTIME at start, ns since the epoch */
+    uint64_t start_mono_ns; /* CLOCK_MONOTONIC at start (sample timestamps' clock) */
+    uint64_t duration_ns;   /* 0 in on_profile_started */
+    uint64_t period_ns;     /* sampling interval */
+    snapprof_mode_t mode;
+    const snapprof_stats_t *stats; /* final counters; NULL in on_profile_started */
+} snapprof_profile_info_t;
+
+#define SNAPPROF_BUILDER_OPS_VERSION 1
+
+typedef struct snapprof_builder_ops {
+    int version;      /* SNAPPROF_BUILDER_OPS_VERSION the implementation was built for */
+    const char *name; /* for statistics and debugging */
+    /* -- version 1 -- */
+    /* The profile starts. May be NULL. */
+    int (*xOnProfileStarted)(void *user_data, const snapprof_profile_info_t *info);
+    /* One sample. A negative return is counted as SNAPPROF_FAIL_BUILDER and
+     * sampling goes on. Required. */
+    int (*xOnSample)(void *user_data, const snapprof_sample_t *sample);
+    /* The profile is complete: write it out. The return value is what
+     * snapprof_profiler_stop() reports. May be NULL. */
+    int (*xOnProfileCompleted)(void *user_data, const snapprof_profile_info_t *info);
+    /* Frees user_data. May be NULL. */
+    void (*xDestroy)(void *user_data);
+} snapprof_builder_ops_t;
+
+/* Wraps ops and user_data into a builder. ops must outlive it. On failure
+ * xDestroy is not called. */
+SNAPPROF_API int snapprof_builder_create(const snapprof_builder_ops_t *ops, void *user_data,
+                                         snapprof_builder_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNAPPROF_PROFILE_BUILDER_H */

@@ -1,0 +1,330 @@
+/* snapprof: an in-process sampling CPU profiler for Linux.
+ *
+ * This is the one public header. It reads top to bottom: version and errors,
+ * forward typedefs, the shared value types (frames, modules, samples), then
+ * one section per object: threads, unwinders, builders, profilers.
+ *
+ * Conventions (as in libuv):
+ *   - Functions return int: 0 (or a non-negative count) on success, a
+ *     negative errno value (-EINVAL, -ENOMEM, -ESRCH, ...) or one of the
+ *     SNAPPROF_E* codes below on failure. snapprof_strerror() names them.
+ *   - A call that fails leaves nothing half-built and changes no state.
+ *   - Objects made by _create() are released by the matching _destroy();
+ *     _destroy(NULL) is a no-op.
+ *   - The library never aborts and never prints.
+ *
+ * Threads: unless a function says otherwise, it may be called from any
+ * thread, but not from a signal handler and not from inside a builder or
+ * unwinder callback.
+ */
+#ifndef SNAPPROF_SNAPPROF_H
+#define SNAPPROF_SNAPPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SNAPPROF_BUILDING) && defined(__GNUC__)
+#define SNAPPROF_API __attribute__((visibility("default")))
+#else
+#define SNAPPROF_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version and errors                                                       */
+/* ------------------------------------------------------------------------ */
+
+#define SNAPPROF_VERSION_MAJOR 0
+#define SNAPPROF_VERSION_MINOR 1
+#define SNAPPROF_VERSION_PATCH 0
+
+/* Library-specific error codes. They lie below -10000 so they never collide
+ * with a negated errno value. */
+enum {
+    SNAPPROF_ESTATE = -10001,   /* not valid in the object's current state */
+    SNAPPROF_ESIGNAL = -10002,  /* the sampling signal cannot be used */
+    SNAPPROF_EENCODE = -10003,  /* a profile could not be encoded */
+    SNAPPROF_EVERSION = -10004, /* an ops struct has an unsupported version */
+    SNAPPROF_ENOTHREAD = -10005 /* the thread is not (or no longer) there */
+};
+
+/* Returns a static, human-readable description of an error code.
+ * Thread-safe. Never returns NULL. */
+SNAPPROF_API const char *snapprof_strerror(int err);
+
+/* ------------------------------------------------------------------------ */
+/* Forward typedefs                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct snapprof_thread snapprof_thread_t;
+typedef struct snapprof_profiler snapprof_profiler_t;
+typedef struct snapprof_unwinder snapprof_unwinder_t;
+typedef struct snapprof_builder snapprof_builder_t;
+
+/* ------------------------------------------------------------------------ */
+/* Modules, frames, symbols                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    SNAPPROF_MODULE_NATIVE = 0, /* an ELF object mapped from a file (or vdso) */
+    SNAPPROF_MODULE_JIT = 1,    /* code generated at run time */
+    SNAPPROF_MODULE_ANON = 2    /* executable memory nobody described */
+} snapprof_module_kind_t;
+
+/* One executable range of a loaded module. Entries live in the process-wide
+ * module cache and stay valid (read-only) for the life of the process, even
+ * after the module is unloaded, so frames that point at them stay sound. */
+typedef struct snapprof_module {
+    uintptr_t start;          /* first address of the executable range */
+    uintptr_t limit;          /* one past the last address */
+    uint64_t file_offset;     /* file offset that maps to start */
+    uintptr_t load_bias;      /* runtime address - ELF virtual address */
+    const char *path;         /* file path, or "[vdso]", "[jit]", ... */
+    const char *build_id;     /* GNU build-id as lower-case hex, "" if none */
+    snapprof_module_kind_t kind;
+    int is_main_executable;   /* 1 for the program's own binary */
+    int is_loaded;            /* 0 once the module has been unloaded */
+} snapprof_module_t;
+
+typedef enum {
+    SNAPPROF_FRAME_NATIVE = 0, /* symbolized through the module cache */
+    SNAPPROF_FRAME_JIT = 1,    /* name given by the JIT unwinder */
+    SNAPPROF_FRAME_MARKER = 2  /* not code: "[truncated]", "[unknown]", ... */
+} snapprof_frame_kind_t;
+
+/* One stack frame. For the innermost frame pc is the interrupted
+ * instruction; for every caller it is the return address minus one, so it
+ * falls inside the call instruction. */
+typedef struct snapprof_frame {
+    uintptr_t pc;
+    const snapprof_module_t *module; /* NULL when no known module holds pc */
+    snapprof_frame_kind_t kind;
+    const char *name; /* JIT and marker frames: the name; else NULL */
+} snapprof_frame_t;
+
+/* One source-level function at an address. For inlined code several
+ * symbols describe one address: the innermost first, the outermost last. */
+typedef struct snapprof_symbol {
+    const char *name;        /* display name (demangled), never NULL */
+    const char *system_name; /* linkage name as in the ELF file */
+    const char *file;        /* source file, NULL when unknown */
+    int line;                /* 1-based line, 0 when unknown */
+    uintptr_t start;         /* runtime address of the function, 0 if unknown */
+} snapprof_symbol_t;
+
+/* Returns the module holding addr, refreshing the module cache once if it
+ * is not known, or NULL. The result stays valid for the life of the process.
+ * Not async-signal-safe (it may read /proc and take the loader lock). */
+SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
+
+/* Symbolizes one frame into out[0..max). Returns the number of symbols
+ * written (0 when the address has no known function), or a negative error.
+ * Strings belong to the module cache and live as long as the process.
+ * Results are cached per module. Not async-signal-safe. */
+SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symbol_t *out,
+                                    size_t max);
+
+/* ------------------------------------------------------------------------ */
+/* Samples and statistics                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    SNAPPROF_MODE_CPU = 0, /* sample threads that ran; weight by CPU time */
+    SNAPPROF_MODE_WALL = 1 /* sample every thread every tick, idle ones too */
+} snapprof_mode_t;
+
+/* A key/value attached to a sample: a string or a number, never both. */
+typedef struct snapprof_label {
+    const char *key;
+    const char *str;      /* NULL for a numeric label */
+    int64_t num;          /* used when str is NULL */
+    const char *num_unit; /* optional unit of num, e.g. "bytes"; may be NULL */
+} snapprof_label_t;
+
+/* Flags of a sample. */
+#define SNAPPROF_SAMPLE_REUSED 0x1u          /* idle thread: its previous stack again */
+#define SNAPPROF_SAMPLE_TRUNCATED_COPY 0x2u  /* the stack did not fit the buffer */
+#define SNAPPROF_SAMPLE_TRUNCATED_DEPTH 0x4u /* the frame cap was reached */
+#define SNAPPROF_SAMPLE_UNWIND_ABORTED 0x8u  /* an unwinder gave up mid-stack */
+
+/* One sample as builders receive it. Everything it points to is valid only
+ * during the on_sample call. */
+typedef struct snapprof_sample {
+    const snapprof_frame_t *frames; /* innermost first */
+    size_t frame_count;
+    uint64_t timestamp_ns;     /* CLOCK_MONOTONIC when the stack was taken */
+    uint64_t cpu_ns;           /* thread CPU time since its previous sample */
+    uint64_t wall_ns;          /* wall time this sample stands for (interval) */
+    pid_t tid;                 /* the sampled thread */
+    const char *thread_name;   /* its name at registration, never NULL */
+    const snapprof_label_t *labels;
+    size_t label_count;
+    unsigned flags;            /* SNAPPROF_SAMPLE_* */
+} snapprof_sample_t;
+
+/* Why a sample could not be taken. */
+typedef enum {
+    SNAPPROF_FAIL_THREAD_EXITED = 0, /* tgkill said ESRCH or the CPU clock is gone */
+    SNAPPROF_FAIL_TID_RECYCLED,      /* the tid now belongs to another thread */
+    SNAPPROF_FAIL_TIMEOUT,           /* the handler did not run in time (signal blocked?) */
+    SNAPPROF_FAIL_SP_OUT_OF_RANGE,   /* sp outside the thread's stack (sigaltstack, fiber) */
+    SNAPPROF_FAIL_SEND,              /* sending the signal failed otherwise */
+    SNAPPROF_FAIL_HANDLER_REPLACED,  /* someone replaced our signal handler */
+    SNAPPROF_FAIL_NO_FRAMES,         /* nothing could be unwound, not even the pc */
+    SNAPPROF_FAIL_BUILDER,           /* a builder's on_sample returned an error */
+    SNAPPROF_FAIL_COUNT
+} snapprof_fail_reason_t;
+
+/* Returns a short name such as "timeout" for a failure reason. */
+SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
+
+typedef struct snapprof_stats {
+    uint64_t ticks;                /* sampling intervals that fired */
+    uint64_t ticks_missed;         /* intervals skipped because the sampler was late */
+    uint64_t samples;              /* samples delivered to the builders */
+    uint64_t samples_signalled;    /* of those, stacks copied through the signal */
+    uint64_t samples_reused;       /* of those, idle threads' previous stacks (wall mode) */
+    uint64_t samples_skipped_idle; /* idle threads left alone in CPU mode */
+    uint64_t failed[SNAPPROF_FAIL_COUNT]; /* failures by reason */
+    uint64_t failed_total;
+    uint64_t truncated_copy;  /* stack larger than the buffer */
+    uint64_t truncated_depth; /* unwinding hit max_frames */
+    uint64_t unwind_aborted;  /* an unwinder aborted (bad frame) */
+    uint64_t unwind_complete; /* unwinders reported a complete stack */
+    uint64_t copy_bytes_total;
+    uint64_t copy_bytes_max;
+    /* Time the target spent in our signal handler (it was not running its
+     * own code): percentiles over all signalled samples, in ns. */
+    uint64_t pause_p50_ns, pause_p99_ns, pause_max_ns;
+    /* Sampler side: tgkill to handshake done, in ns. */
+    uint64_t roundtrip_p50_ns, roundtrip_p99_ns;
+    /* Sampler side: unwinding one sample, in ns. */
+    uint64_t unwind_p50_ns, unwind_p99_ns;
+    /* CPU time the sampling thread spent on this profiler, in ns. */
+    uint64_t sampler_cpu_ns;
+} snapprof_stats_t;
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Registers the calling thread as a sampling target and returns its token.
+ * Call it on the thread itself: the stack bounds are read there. The token
+ * notices when the thread exits (samples after that are counted as
+ * SNAPPROF_FAIL_THREAD_EXITED) and when its tid is recycled. Registering the
+ * same thread twice returns the same token with another reference.
+ * Release each token with snapprof_thread_release(). */
+SNAPPROF_API int snapprof_thread_register(snapprof_thread_t **out);
+
+/* Names a thread of this process by tid, from any thread. Its stack bounds
+ * are found from /proc/self/maps (the mapping that holds its stack pointer,
+ * or "[stack]" for the main thread). Returns -ESRCH when no such thread. */
+SNAPPROF_API int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out);
+
+/* Drops a reference. Profilers that sample the thread hold references of
+ * their own, so releasing a token in use is safe. NULL is a no-op. */
+SNAPPROF_API void snapprof_thread_release(snapprof_thread_t *thread);
+
+/* The tid a token stands for. */
+SNAPPROF_API pid_t snapprof_thread_tid(const snapprof_thread_t *thread);
+
+/* ------------------------------------------------------------------------ */
+/* Unwinders (the interface is in <snapprof/unwinder.h>)                    */
+/* ------------------------------------------------------------------------ */
+
+/* The frame-pointer unwinder: follows the chain of saved frame pointers
+ * through the stack copy. Fast; needs code built with frame pointers. */
+SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **out);
+
+/* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
+SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
+
+/* ------------------------------------------------------------------------ */
+/* Profile builders (the interface is in <snapprof/profile_builder.h>)      */
+/* ------------------------------------------------------------------------ */
+
+/* The pprof builder: aggregates samples and, when the profile completes,
+ * writes a gzip-compressed perftools.profiles.Profile to path, atomically
+ * (a temporary file in the same directory, then rename). The directory must
+ * exist and be writable: that is checked here, so a bad path fails early
+ * with a negative errno. */
+SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
+
+/* Destroys a builder not handed to a profiler. NULL is a no-op. */
+SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
+
+/* ------------------------------------------------------------------------ */
+/* Profilers                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct snapprof_params {
+    uint64_t interval_ns;       /* sampling interval; default 10 ms (100 Hz) */
+    uint64_t duration_ns;       /* stop by itself after this long; 0 = until stop */
+    uint64_t max_samples;       /* stop by itself after this many ticks; 0 = no cap */
+    uint64_t initial_delay_ns;  /* wait before the first sample; default 0 */
+    int signal;                 /* signal used to stop targets; default SIGURG */
+    uint64_t copy_timeout_ns;   /* longest wait for a target's handler; default 50 ms */
+    snapprof_mode_t mode;       /* default SNAPPROF_MODE_CPU */
+    size_t stack_buffer_size;   /* bytes of stack copied at most; default 8 MiB */
+    size_t max_frames;          /* unwinding depth cap; default 4096 */
+    uint64_t idle_threshold_ns; /* CPU time below which a thread counts as idle;
+                                   default 100 us */
+} snapprof_params_t;
+
+/* Fills params with the defaults. */
+SNAPPROF_API void snapprof_params_init(snapprof_params_t *params);
+
+/* Creates a profiler for the given threads (count may be 0; add more with
+ * snapprof_profiler_add_thread()). The profiler takes its own reference on
+ * each thread; params are copied. */
+SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
+                                          snapprof_thread_t *const *threads, size_t count,
+                                          snapprof_profiler_t **out);
+
+/* Adds or removes a target thread; allowed before and while running.
+ * Removing a thread the profiler does not sample returns -ENOENT. */
+SNAPPROF_API int snapprof_profiler_add_thread(snapprof_profiler_t *profiler,
+                                              snapprof_thread_t *thread);
+SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
+                                                 snapprof_thread_t *thread);
+
+/* Appends an unwinder to the chain (earlier ones are asked first). The
+ * profiler owns it from now on, also when this call fails. Only before
+ * start. With no unwinder added, the frame-pointer unwinder is used. */
+SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
+                                                snapprof_unwinder_t *unwinder);
+
+/* Adds a builder; every builder receives every sample. The profiler owns it
+ * from now on, also when this call fails. Only before start. */
+SNAPPROF_API int snapprof_profiler_add_builder(snapprof_profiler_t *profiler,
+                                               snapprof_builder_t *builder);
+
+/* Starts sampling on the shared sampling thread. A profiler starts once:
+ * a second start returns SNAPPROF_ESTATE. Fails with SNAPPROF_ESIGNAL when
+ * the signal cannot be installed. */
+SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
+
+/* Stops sampling and returns after every builder's on_profile_completed has
+ * run; returns the first error a builder reported, else 0. Stopping a
+ * profiler that already completed (duration or sample cap reached) waits for
+ * that completion and returns its result. Stop without start returns
+ * SNAPPROF_ESTATE. */
+SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
+
+/* Copies the counters so far. Allowed at any time. */
+SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler,
+                                             snapprof_stats_t *out);
+
+/* Stops the profiler if it runs (completing its builders) and frees it with
+ * its unwinders and builders. NULL is a no-op. */
+SNAPPROF_API void snapprof_profiler_destroy(snapprof_profiler_t *profiler);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNAPPROF_SNAPPROF_H */

@@ -1,0 +1,1 @@
+# Tests of the profile_builder component.

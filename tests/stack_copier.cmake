@@ -1,0 +1,1 @@
+# Tests of the stack_copier component.

@@ -1,0 +1,65 @@
+/* Typed assertions for snapprof's tests, in the manner of libuv's test/task.h.
+ * A failed assertion prints where and what, and exits 1. */
+#ifndef SNAPPROF_TESTS_TEST_H
+#define SNAPPROF_TESTS_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEST_SKIP 77
+
+#define TEST_FAIL(...)                                                                             \
+    do {                                                                                           \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        exit(1);                                                                                   \
+    } while (0)
+
+#define ASSERT(expr)                                                                               \
+    do {                                                                                           \
+        if (!(expr))                                                                               \
+            TEST_FAIL("assertion failed: %s", #expr);                                              \
+    } while (0)
+
+#define ASSERT_CMP_(a, op, b, fmt, type)                                                           \
+    do {                                                                                           \
+        type a_ = (type)(a), b_ = (type)(b);                                                       \
+        if (!(a_ op b_))                                                                           \
+            TEST_FAIL("assertion failed: %s %s %s (" fmt " vs " fmt ")", #a, #op, #b, a_, b_);     \
+    } while (0)
+
+#define ASSERT_EQ(a, b) ASSERT_CMP_(a, ==, b, "%" PRId64, int64_t)
+#define ASSERT_NE(a, b) ASSERT_CMP_(a, !=, b, "%" PRId64, int64_t)
+#define ASSERT_LT(a, b) ASSERT_CMP_(a, <, b, "%" PRId64, int64_t)
+#define ASSERT_LE(a, b) ASSERT_CMP_(a, <=, b, "%" PRId64, int64_t)
+#define ASSERT_GT(a, b) ASSERT_CMP_(a, >, b, "%" PRId64, int64_t)
+#define ASSERT_GE(a, b) ASSERT_CMP_(a, >=, b, "%" PRId64, int64_t)
+#define ASSERT_UEQ(a, b) ASSERT_CMP_(a, ==, b, "%" PRIu64, uint64_t)
+#define ASSERT_PTR_EQ(a, b) ASSERT_CMP_(a, ==, b, "%p", const void *)
+#define ASSERT_PTR_NE(a, b) ASSERT_CMP_(a, !=, b, "%p", const void *)
+#define ASSERT_NULL(a) ASSERT_PTR_EQ(a, NULL)
+#define ASSERT_NOT_NULL(a) ASSERT_PTR_NE(a, NULL)
+#define ASSERT_OK(expr)                                                                            \
+    do {                                                                                           \
+        int r_ = (expr);                                                                           \
+        if (r_ != 0)                                                                               \
+            TEST_FAIL("%s returned %d (%s)", #expr, r_, snapprof_strerror(r_));                    \
+    } while (0)
+#define ASSERT_STR_EQ(a, b)                                                                        \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                                       \
+            TEST_FAIL("assertion failed: %s == %s (\"%s\" vs \"%s\")", #a, #b, a_ ? a_ : "(null)", \
+                      b_ ? b_ : "(null)");                                                         \
+    } while (0)
+#define ASSERT_CONTAINS(haystack, needle)                                                          \
+    do {                                                                                           \
+        const char *h_ = (haystack), *n_ = (needle);                                               \
+        if (h_ == NULL || strstr(h_, n_) == NULL)                                                  \
+            TEST_FAIL("\"%s\" not found in %s:\n%s", n_, #haystack, h_ ? h_ : "(null)");           \
+    } while (0)
+
+#endif

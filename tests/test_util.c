@@ -1,0 +1,171 @@
+/* Helpers shared by snapprof's tests (see test_util.h). */
+#include "test_util.h"
+#include "test.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t tu_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tu_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int tu_sanitizer_build(void)
+{
+#ifdef SNAPPROF_SANITIZER_BUILD
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+char *tu_run(const char *cmd, int *status)
+{
+    size_t len = strlen(cmd) + 16;
+    char *full = malloc(len);
+    ASSERT_NOT_NULL(full);
+    snprintf(full, len, "(%s) 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    free(full);
+    ASSERT_NOT_NULL(p);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    ASSERT_NOT_NULL(buf);
+    for (;;) {
+        if (cap - n < 2048) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            ASSERT_NOT_NULL(buf);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, p);
+        if (got == 0)
+            break;
+        n += got;
+    }
+    buf[n] = '\0';
+    int st = pclose(p);
+    if (status)
+        *status = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+    return buf;
+}
+
+char *tu_pprof(const char *args, int *status)
+{
+    const char *go = SNAPPROF_GO;
+    if (go[0] == '\0' || strstr(go, "NOTFOUND") != NULL)
+        TEST_FAIL("go was not found at configure time; install golang-go (see README)");
+    char *home = tu_make_tmpdir("pprof-home");
+    size_t len = strlen(args) + strlen(home) * 3 + strlen(go) + 128;
+    char *cmd = malloc(len);
+    ASSERT_NOT_NULL(cmd);
+    snprintf(cmd, len, "HOME=%s PPROF_TMPDIR=%s GOCACHE=%s/cache %s tool pprof %s", home, home,
+             home, go, args);
+    char *out = tu_run(cmd, status);
+    free(cmd);
+    free(home);
+    return out;
+}
+
+/* Parses "1.50s" or "120ms" or "42" into a number in the given unit; we
+ * only compare values within one report, so the unit suffix is dropped. */
+static double parse_value(const char *s)
+{
+    return strtod(s, NULL);
+}
+
+int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "-top -nodecount=1000 %s '%s'", extra ? extra : "", profile);
+    int status = 0;
+    char *text = tu_pprof(args, &status);
+    if (status != 0)
+        TEST_FAIL("go tool pprof %s failed (%d):\n%s", args, status, text);
+    int cap = 64, n = 0;
+    tu_top_row_t *rows = calloc((size_t)cap, sizeof *rows);
+    ASSERT_NOT_NULL(rows);
+    int in_table = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!in_table) {
+            if (strstr(line, "flat%") && strstr(line, "cum%"))
+                in_table = 1;
+            continue;
+        }
+        char flat[64], cum[64];
+        double flat_pct, sum_pct, cum_pct;
+        int name_at = 0;
+        if (sscanf(line, " %63s %lf%% %lf%% %63s %lf%% %n", flat, &flat_pct, &sum_pct, cum,
+                   &cum_pct, &name_at) < 5 ||
+            name_at == 0)
+            continue;
+        if (n == cap) {
+            cap *= 2;
+            rows = realloc(rows, (size_t)cap * sizeof *rows);
+            ASSERT_NOT_NULL(rows);
+        }
+        tu_top_row_t *r = &rows[n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "%s", line + name_at);
+        size_t nl = strlen(r->name);
+        while (nl > 0 && (r->name[nl - 1] == ' ' || r->name[nl - 1] == '\r'))
+            r->name[--nl] = '\0';
+        r->flat = parse_value(flat);
+        r->cum = parse_value(cum);
+        r->flat_pct = flat_pct;
+        r->cum_pct = cum_pct;
+    }
+    if (raw) {
+        /* strtok cut the text; run once more for an intact copy. */
+        *raw = tu_pprof(args, NULL);
+    }
+    free(text);
+    *out = rows;
+    return n;
+}
+
+const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].name, name) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+char *tu_make_tmpdir(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    size_t len = strlen(base) + strlen(tag) + 32;
+    char *path = malloc(len);
+    ASSERT_NOT_NULL(path);
+    snprintf(path, len, "%s/snapprof-%s-XXXXXX", base, tag);
+    if (!mkdtemp(path))
+        TEST_FAIL("mkdtemp(%s): %s", path, strerror(errno));
+    return path;
+}
+
+void tu_burn_cpu_ns(uint64_t ns)
+{
+    uint64_t end = tu_thread_cpu_ns() + ns;
+    volatile uint64_t x = 1;
+    while (tu_thread_cpu_ns() < end) {
+        for (int i = 0; i < 1000; i++)
+            x = x * 6364136223846793005u + 1442695040888963407u;
+    }
+}

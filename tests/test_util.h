@@ -1,0 +1,44 @@
+/* Helpers shared by snapprof's tests: clocks, running commands, and reading
+ * profiles back through the real client, `go tool pprof`. */
+#ifndef SNAPPROF_TESTS_TEST_UTIL_H
+#define SNAPPROF_TESTS_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t tu_mono_ns(void);
+uint64_t tu_thread_cpu_ns(void);
+
+/* 1 when built with a sanitizer (SNAPPROF_SANITIZER_BUILD). */
+int tu_sanitizer_build(void);
+
+/* Runs a shell command; returns its combined stdout and stderr (malloc'd,
+ * never NULL) and stores the exit status (or -1) in *status if given. */
+char *tu_run(const char *cmd, int *status);
+
+/* Runs `go tool pprof ARGS` with a private HOME and temp dir. Exits the
+ * test (failure) when go is missing: pprof is the client we must satisfy. */
+char *tu_pprof(const char *args, int *status);
+
+/* One row of `go tool pprof -top` output. */
+typedef struct tu_top_row {
+    char name[512];
+    double flat, flat_pct, cum, cum_pct; /* flat and cum in the report's unit */
+} tu_top_row_t;
+
+/* Runs `go tool pprof -top -nodecount=1000 EXTRA PROFILE` and parses the
+ * rows; returns the row count (exits on failure). *out is malloc'd. The
+ * raw text is stored in *raw when raw is not NULL (malloc'd). */
+int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw);
+
+/* The row named name (exact match), or NULL. */
+const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
+
+/* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
+ * (malloc'd). */
+char *tu_make_tmpdir(const char *tag);
+
+/* Spins on the CPU for about ns of thread CPU time. */
+void tu_burn_cpu_ns(uint64_t ns);
+
+#endif

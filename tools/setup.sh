@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages snapprof needs to build, test and read its
+# profiles, skipping the ones already there. Runs as root, without a prompt.
+set -euo pipefail
+pkgs=(cmake make gcc g++ pkg-config git
+      libunwind-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
+      libdw-dev libelf-dev golang-go python3 binutils)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# README command (b): set up, build with -Werror, run the whole ctest suite.
+# With --sanitizers it then also builds and runs the suite under ASan+UBSan
+# and under TSan (what .ci/run does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+jobs=$(nproc)
+
+run_suite() { # dir, extra cmake args..., then -- ctest args...
+  local dir=$1; shift
+  local cmake_args=() ctest_args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do cmake_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  ctest_args=("$@")
+  cmake -S . -B "$dir" -DSNAPPROF_WERROR=ON "${cmake_args[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs" 2>&1 | grep -E "error|warning" || true
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" "${ctest_args[@]}")
+}
+
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
+if [ "${1:-}" = "--sanitizers" ]; then
+  echo "== ASan + UBSan ==" >&2
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=address,undefined -- -LE accuracy
+  echo "== TSan ==" >&2
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=thread -- -LE accuracy
+fi
