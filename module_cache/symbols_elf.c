@@ -336,7 +336,7 @@ static symtab_t *get_table_locked(const snapprof_module_t *m)
         err = load_from_file(t, "/proc/self/exe");
     } else if (path[0] == '/') {
         err = load_from_file(t, path);
-        if (err == 0 && t->count == 0 && m->is_loaded) {
+        if (err == 0 && t->count == 0 && __atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED)) {
             /* A deleted or replaced file is still reachable through the
              * mapping itself. */
             char mf[64];
