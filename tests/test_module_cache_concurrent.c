@@ -1,5 +1,7 @@
 /* module_cache_concurrent: finds and symbolizes from several threads while
- * another thread loads and unloads a library; nothing crashes or races. */
+ * another thread loads and unloads a library, whose constructor uses the
+ * cache too (with the loader's lock held); nothing crashes, races or
+ * deadlocks. */
 #include "test.h"
 #include "test_util.h"
 #include "module_cache/module_cache.h"
@@ -19,6 +21,23 @@ static atomic_int g_stop;
 static atomic_uintptr_t g_lib_fn; /* an address in the library while loaded, else 0 */
 static const snapprof_module_t **g_mods;
 static size_t g_nmods;
+
+static atomic_ulong g_ctor_calls;
+
+/* Called by the test library's constructor, inside dlopen(): the cache must
+ * find and name the constructor without deadlocking with the loader. */
+__attribute__((noinline)) void mc_testlib_ctor_hook(void)
+{
+    uintptr_t ret = (uintptr_t)__builtin_return_address(0) - 1;
+    const snapprof_module_t *m = snapprof_module_find(ret);
+    ASSERT_NOT_NULL(m);
+    ASSERT_CONTAINS(m->path, "module_cache_testlib");
+    snapprof_frame_t frame = {.pc = ret, .module = m, .kind = SNAPPROF_FRAME_NATIVE};
+    snapprof_symbol_t sym;
+    ASSERT_EQ(snapprof_symbolize(&frame, &sym, 1), 1);
+    ASSERT_STR_EQ(sym.name, "mc_testlib_ctor");
+    atomic_fetch_add(&g_ctor_calls, 1);
+}
 
 static uint64_t xorshift(uint64_t *s)
 {
@@ -94,7 +113,9 @@ static void *loader(void *arg)
         ASSERT_EQ(dlclose(h), 0);
         cycles++;
     }
-    printf("loader: %lu dlopen/dlclose cycles\n", cycles);
+    printf("loader: %lu dlopen/dlclose cycles, %lu constructor hooks\n", cycles,
+           atomic_load(&g_ctor_calls));
+    ASSERT_UEQ(atomic_load(&g_ctor_calls), cycles);
     return NULL;
 }
 
