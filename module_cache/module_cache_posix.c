@@ -95,10 +95,10 @@ static snapprof__arena_t g_arena; /* entries and interned strings */
 static module_entry_t **g_loaded; /* loaded entries sorted by start, disjoint */
 static size_t g_nloaded;
 static module_entry_t *g_all_head, *g_all_tail; /* every entry, creation order */
-static size_t g_nall;
+static size_t g_nall;                           /* entries linked from g_all_head */
 static module_entry_t *g_main;
-static unsigned g_generation;
-static int g_refreshed; /* a refresh has succeeded once */
+static unsigned g_generation; /* of the latest refresh, also a failed one */
+static int g_refreshed;       /* a refresh has succeeded once */
 static unsigned long long g_dl_adds, g_dl_subs;
 static uint64_t g_last_scan_ns;  /* when /proc/self/maps was last read */
 static uint64_t g_last_probe_ns; /* when the loader's counters were last read */
@@ -478,12 +478,13 @@ static int collect(candidate_vec_t *cv, int *maps_ok)
         const map_line_t *m = &mv.v[k];
         uintptr_t at = m->start;
         for (size_t i = 0; i < ndl && at < m->end; i++) {
-            const candidate_t *c = &cv->v[i];
-            if (c->limit <= at || c->start >= m->end)
+            /* Copies: add_map_candidate() may move cv->v. */
+            uintptr_t c_start = cv->v[i].start, c_limit = cv->v[i].limit;
+            if (c_limit <= at || c_start >= m->end)
                 continue;
-            if (c->start > at)
-                err = add_map_candidate(cv, m, at, c->start);
-            at = c->limit;
+            if (c_start > at)
+                err = add_map_candidate(cv, m, at, c_start);
+            at = c_limit;
             if (err != 0)
                 break;
         }
@@ -575,8 +576,10 @@ static int refresh_locked(void)
             err = -ENOMEM;
     }
     /* New entries are made before anything visible changes, so a failure
-     * leaves the cache as it was (the arena keeps what it handed out). */
-    unsigned gen = g_generation + 1;
+     * leaves the cache as it was (the arena keeps what it handed out). The
+     * generation moves on even then, so marks left by a failed attempt
+     * cannot be mistaken for the next one's. */
+    unsigned gen = ++g_generation;
     for (size_t i = 0; i < cv.n && err == 0; i++) {
         const candidate_t *c = &cv.v[i];
         module_entry_t *e = lookup_locked(c->start);
@@ -599,7 +602,6 @@ static int refresh_locked(void)
         candidate_vec_free(&cv);
         return err;
     }
-    g_generation = gen;
     for (size_t i = 0; i < g_nloaded; i++) {
         if (g_loaded[i]->seen != gen)
             __atomic_store_n(&g_loaded[i]->pub.is_loaded, 0, __ATOMIC_RELAXED);
@@ -725,19 +727,17 @@ size_t snapprof__module_cache_list(const snapprof_module_t **out, size_t max)
     if (lock_ready() != 0)
         return 0;
     size_t n = 0;
-    for (size_t i = 0; i < g_nloaded; i++, n++) {
-        if (n < max)
-            out[n] = &g_loaded[i]->pub;
+    for (size_t i = 0; i < g_nloaded && n < max; i++)
+        out[n++] = &g_loaded[i]->pub;
+    for (module_entry_t *e = g_all_head; e != NULL && n < max; e = e->next) {
+        /* Only refreshes under g_lock change is_loaded; the loaded ones are
+         * listed above. */
+        if (!e->pub.is_loaded)
+            out[n++] = &e->pub;
     }
-    for (module_entry_t *e = g_all_head; e != NULL; e = e->next) {
-        if (e->seen == g_generation)
-            continue; /* loaded: listed above */
-        if (n < max)
-            out[n] = &e->pub;
-        n++;
-    }
+    size_t total = g_nall;
     pthread_mutex_unlock(&g_lock);
-    return n;
+    return total;
 }
 
 const snapprof_module_t *snapprof__module_cache_main(void)
