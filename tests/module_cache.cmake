@@ -12,6 +12,7 @@ snapprof_add_test(NAME module_cache_matches_proc_maps
 snapprof_add_test(NAME module_cache_build_id SOURCES test_module_cache_build_id.c)
 snapprof_add_test(NAME module_cache_symbolize SOURCES test_module_cache_symbolize.c)
 snapprof_add_test(NAME module_cache_dlopen_dlclose SOURCES test_module_cache_dlopen_dlclose.c)
+snapprof_add_test(NAME module_cache_anon_exec SOURCES test_module_cache_anon_exec.c)
 snapprof_add_test(NAME module_cache_concurrent SOURCES test_module_cache_concurrent.c
                   TIMEOUT 60)
 foreach(t module_cache_dlopen_dlclose module_cache_concurrent)

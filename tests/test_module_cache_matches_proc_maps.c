@@ -148,6 +148,12 @@ int main(void)
     }
     ASSERT_UEQ(snapprof__module_cache_list(NULL, 0), n);
 
+    /* What the unwinders pay per frame. */
+    t0 = tu_mono_ns();
+    for (int i = 0; i < 100000; i++)
+        ASSERT_PTR_EQ(snapprof_module_find((uintptr_t)&main + (uintptr_t)(i & 63)), main_mod);
+    printf("find (hit): %.0f ns\n", (tu_mono_ns() - t0) / 1e5);
+
     /* Nothing lives at address 0 or at a heap address. */
     ASSERT_NULL(snapprof_module_find(0));
     ASSERT_NULL(snapprof_module_find((uintptr_t)mods));
