@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 /* Each unit is the same loop; the functions run 5, 3 and 2 units per round.
- * A round lasts a few hundred microseconds, which is not a multiple of the
- * 1 ms sampling interval, so sampling does not alias with the rounds. */
+ * A unit lasts about a millisecond: the truth is read from the thread CPU
+ * clock between calls, and on these VMs reading it every few tens of
+ * microseconds skews both the truth and the samples (measured: 59 % of
+ * samples in clock_gettime for 4 % of the time), so the reads stay rare. */
 #define BURN_UNITS(x, n)                                                                           \
-    for (int i = 0; i < (n)*7919; i++)                                                             \
+    for (int i = 0; i < (n)*700001; i++)                                                             \
     *(x) = *(x)*6364136223846793005u + 1442695040888963407u
 __attribute__((noinline)) void ratio_work_a(volatile uint64_t *x)
 {
