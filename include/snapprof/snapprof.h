@@ -206,6 +206,19 @@ typedef struct snapprof_stats {
     uint64_t unwind_p50_ns, unwind_p99_ns;
     /* CPU time the sampling thread spent on this profiler, in ns. */
     uint64_t sampler_cpu_ns;
+    /* Unwinding in detail (added with the libunwind unwinder). Every
+     * signalled sample counts in exactly one of unwind_complete,
+     * truncated_depth, unwind_aborted and unwind_unknown; each aborted one
+     * in exactly one unwind_aborted_* counter. */
+    uint64_t unwind_unknown;                /* stopped at a frame no unwinder claims */
+    uint64_t unwind_aborted_bad_frame;      /* a frame failed the unwinder's checks */
+    uint64_t unwind_aborted_no_info;        /* no unwind info (CFI) for a pc */
+    uint64_t unwind_aborted_memory;         /* needed memory outside copy and modules */
+    uint64_t unwind_aborted_truncated_copy; /* ran past the end of a truncated copy */
+    uint64_t unwind_aborted_other;          /* any other reason */
+    uint64_t unwind_frames_total;           /* frames found, markers excluded */
+    uint64_t unwind_frames_max;             /* the deepest stack, in frames */
+    uint64_t unwind_max_ns;                 /* the slowest unwind */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
