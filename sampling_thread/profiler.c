@@ -256,8 +256,14 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (rc != 0)
         return rc;
     if (p->unwinder_count == 0) {
-        snapprof_unwinder_t *fp;
-        rc = snapprof_frame_pointer_unwinder_create(&fp);
+        /* CFI first: most native code has no frame pointers. Frame pointers
+         * after it, for objects that ship no .eh_frame_hdr. */
+        snapprof_unwinder_t *lu, *fp;
+        rc = snapprof_libunwind_unwinder_create(&lu);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, lu);
+        if (rc == 0)
+            rc = snapprof_frame_pointer_unwinder_create(&fp);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, fp);
         if (rc != 0)

@@ -253,6 +253,15 @@ SNAPPROF_API pid_t snapprof_thread_tid(const snapprof_thread_t *thread);
  * through the stack copy. Fast; needs code built with frame pointers. */
 SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **out);
 
+/* The libunwind unwinder: DWARF CFI (.eh_frame) unwinding of the stack
+ * copy through libunwind's remote API; it reads only the copy and the
+ * loaded objects' readable segments. Works on code built without frame
+ * pointers; the default when a profiler is given no unwinder. It claims
+ * native frames in objects that have .eh_frame_hdr and hands a caller in
+ * other code (JIT) to the next unwinder in the chain. Any thread; the
+ * caller owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_libunwind_unwinder_create(snapprof_unwinder_t **out);
+
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
 
@@ -307,7 +316,8 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the frame-pointer unwinder is used. */
+ * start. With no unwinder added, the libunwind unwinder is used, followed
+ * by the frame-pointer unwinder for objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 
