@@ -63,7 +63,8 @@ typedef struct snapprof__cfi_hooks {
 } snapprof__cfi_hooks_t;
 void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
 
-/* The engine of a libunwind unwinder, or NULL for any other. */
+/* The engine of a libunwind or hybrid unwinder, or NULL for any other. */
 snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
+snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
 
 #endif

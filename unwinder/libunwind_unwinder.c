@@ -730,5 +730,7 @@ snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *u)
 {
     if (!u)
         return NULL;
-    return u->ops == &lu_ops ? u->user_data : NULL;
+    if (u->ops == &lu_ops)
+        return u->user_data;
+    return snapprof__hybrid_cfi(u);
 }

@@ -262,6 +262,14 @@ SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **ou
  * caller owns *out until it hands it to a profiler. */
 SNAPPROF_API int snapprof_libunwind_unwinder_create(snapprof_unwinder_t **out);
 
+/* The hybrid unwinder: frame pointers where the code has a frame record,
+ * CFI through libunwind where it has none (leaf functions, prologues,
+ * libraries built without frame pointers). Learns which is which per pc
+ * from the CFI, so on frame-pointer builds it runs at nearly the speed of
+ * the frame-pointer unwinder without losing the leaf's caller. Any
+ * thread; the caller owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
+
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
 
