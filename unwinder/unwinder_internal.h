@@ -11,10 +11,10 @@ struct snapprof_unwinder {
 
 /* Result of unwinding one sample through the chain. */
 typedef struct snapprof__unwind_outcome {
-    int completed;         /* an unwinder reported COMPLETED */
-    int aborted;           /* an unwinder reported ABORTED */
-    int truncated_depth;   /* the frame cap was reached */
-    int unrecognized;      /* no unwinder claimed the last frame */
+    int completed;       /* an unwinder reported COMPLETED */
+    int aborted;         /* an unwinder reported ABORTED */
+    int truncated_depth; /* the frame cap was reached */
+    int unrecognized;    /* no unwinder claimed the last frame */
     const char *abort_reason;
 } snapprof__unwind_outcome_t;
 

@@ -79,15 +79,15 @@ typedef enum {
  * module cache and stay valid (read-only) for the life of the process, even
  * after the module is unloaded, so frames that point at them stay sound. */
 typedef struct snapprof_module {
-    uintptr_t start;          /* first address of the executable range */
-    uintptr_t limit;          /* one past the last address */
-    uint64_t file_offset;     /* file offset that maps to start */
-    uintptr_t load_bias;      /* runtime address - ELF virtual address */
-    const char *path;         /* file path, or "[vdso]", "[jit]", ... */
-    const char *build_id;     /* GNU build-id as lower-case hex, "" if none */
+    uintptr_t start;      /* first address of the executable range */
+    uintptr_t limit;      /* one past the last address */
+    uint64_t file_offset; /* file offset that maps to start */
+    uintptr_t load_bias;  /* runtime address - ELF virtual address */
+    const char *path;     /* file path, or "[vdso]", "[jit]", ... */
+    const char *build_id; /* GNU build-id as lower-case hex, "" if none */
     snapprof_module_kind_t kind;
-    int is_main_executable;   /* 1 for the program's own binary */
-    int is_loaded;            /* 0 once the module has been unloaded */
+    int is_main_executable; /* 1 for the program's own binary */
+    int is_loaded;          /* 0 once the module has been unloaded */
 } snapprof_module_t;
 
 typedef enum {
@@ -156,14 +156,14 @@ typedef struct snapprof_label {
 typedef struct snapprof_sample {
     const snapprof_frame_t *frames; /* innermost first */
     size_t frame_count;
-    uint64_t timestamp_ns;     /* CLOCK_MONOTONIC when the stack was taken */
-    uint64_t cpu_ns;           /* thread CPU time since its previous sample */
-    uint64_t wall_ns;          /* wall time this sample stands for (interval) */
-    pid_t tid;                 /* the sampled thread */
-    const char *thread_name;   /* its name at registration, never NULL */
+    uint64_t timestamp_ns;   /* CLOCK_MONOTONIC when the stack was taken */
+    uint64_t cpu_ns;         /* thread CPU time since its previous sample */
+    uint64_t wall_ns;        /* wall time this sample stands for (interval) */
+    pid_t tid;               /* the sampled thread */
+    const char *thread_name; /* its name at registration, never NULL */
     const snapprof_label_t *labels;
     size_t label_count;
-    unsigned flags;            /* SNAPPROF_SAMPLE_* */
+    unsigned flags; /* SNAPPROF_SAMPLE_* */
 } snapprof_sample_t;
 
 /* Why a sample could not be taken. */
@@ -183,12 +183,12 @@ typedef enum {
 SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
 
 typedef struct snapprof_stats {
-    uint64_t ticks;                /* sampling intervals that fired */
-    uint64_t ticks_missed;         /* intervals skipped because the sampler was late */
-    uint64_t samples;              /* samples delivered to the builders */
-    uint64_t samples_signalled;    /* of those, stacks copied through the signal */
-    uint64_t samples_reused;       /* of those, idle threads' previous stacks (wall mode) */
-    uint64_t samples_skipped_idle; /* idle threads left alone in CPU mode */
+    uint64_t ticks;                       /* sampling intervals that fired */
+    uint64_t ticks_missed;                /* intervals skipped because the sampler was late */
+    uint64_t samples;                     /* samples delivered to the builders */
+    uint64_t samples_signalled;           /* of those, stacks copied through the signal */
+    uint64_t samples_reused;              /* of those, idle threads' previous stacks (wall mode) */
+    uint64_t samples_skipped_idle;        /* idle threads left alone in CPU mode */
     uint64_t failed[SNAPPROF_FAIL_COUNT]; /* failures by reason */
     uint64_t failed_total;
     uint64_t truncated_copy;  /* stack larger than the buffer */
@@ -316,8 +316,7 @@ SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
 SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
 
 /* Copies the counters so far. Allowed at any time. */
-SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler,
-                                             snapprof_stats_t *out);
+SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snapprof_stats_t *out);
 
 /* Stops the profiler if it runs (completing its builders) and frees it with
  * its unwinders and builders. NULL is a no-op. */

@@ -1,0 +1,558 @@
+/* The profiler: public API, and the work of one tick for one profiler (idle
+ * detection, stack copy, unwinding, delivery to the builders). */
+#include "sampling_thread/profiler_internal.h"
+
+#include "profile_builder/profile_builder_internal.h"
+#include "stack_copier/stack_copier.h"
+#include "unwinder/unwinder_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------ */
+/* Errors and names                                                         */
+/* ------------------------------------------------------------------------ */
+
+const char *snapprof_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case SNAPPROF_ESTATE:
+        return "not valid in the current state";
+    case SNAPPROF_ESIGNAL:
+        return "the sampling signal cannot be used";
+    case SNAPPROF_EENCODE:
+        return "the profile could not be encoded";
+    case SNAPPROF_EVERSION:
+        return "unsupported ops struct version";
+    case SNAPPROF_ENOTHREAD:
+        return "no such thread";
+    default:
+        break;
+    }
+    if (err < 0 && err > -4096)
+        return strerrordesc_np(-err) ? strerrordesc_np(-err) : "unknown error";
+    return "unknown error";
+}
+
+const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
+{
+    static const char *const names[SNAPPROF_FAIL_COUNT] = {
+        [SNAPPROF_FAIL_THREAD_EXITED] = "thread_exited",
+        [SNAPPROF_FAIL_TID_RECYCLED] = "tid_recycled",
+        [SNAPPROF_FAIL_TIMEOUT] = "timeout",
+        [SNAPPROF_FAIL_SP_OUT_OF_RANGE] = "sp_out_of_range",
+        [SNAPPROF_FAIL_SEND] = "send",
+        [SNAPPROF_FAIL_HANDLER_REPLACED] = "handler_replaced",
+        [SNAPPROF_FAIL_NO_FRAMES] = "no_frames",
+        [SNAPPROF_FAIL_BUILDER] = "builder",
+    };
+    if ((unsigned)reason >= SNAPPROF_FAIL_COUNT)
+        return "unknown";
+    return names[reason];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Creation and configuration                                               */
+/* ------------------------------------------------------------------------ */
+
+void snapprof_params_init(snapprof_params_t *params)
+{
+    if (!params)
+        return;
+    memset(params, 0, sizeof *params);
+    params->interval_ns = 10000000u;
+    params->signal = SIGURG;
+    params->copy_timeout_ns = 50000000u;
+    params->mode = SNAPPROF_MODE_CPU;
+    params->stack_buffer_size = 8u << 20;
+    params->max_frames = 4096;
+    params->idle_threshold_ns = 100000u;
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int check_params(const snapprof_params_t *p)
+{
+    if (p->interval_ns < 10000u) /* 100 kHz is more than any use */
+        return -EINVAL;
+    if (p->signal <= 0 || p->signal >= NSIG)
+        return -EINVAL;
+    if (p->copy_timeout_ns == 0 || p->max_frames < 2 || p->stack_buffer_size < 4096)
+        return -EINVAL;
+    if (p->mode != SNAPPROF_MODE_CPU && p->mode != SNAPPROF_MODE_WALL)
+        return -EINVAL;
+    return 0;
+}
+
+static void target_fini(snapprof__target_t *t)
+{
+    snapprof_thread_release(t->thread);
+    free(t->prev);
+}
+
+int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
+                             size_t count, snapprof_profiler_t **out)
+{
+    if (!params || !out || (count > 0 && !threads))
+        return -EINVAL;
+    for (size_t i = 0; i < count; i++)
+        if (!threads[i])
+            return -EINVAL;
+    int rc = check_params(params);
+    if (rc != 0)
+        return rc;
+    snapprof_profiler_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->params = *params;
+    p->state = PROFILER_CREATED;
+    p->buffer_size = (params->stack_buffer_size + 4095u) & ~(size_t)4095u;
+    p->frames = calloc(params->max_frames, sizeof *p->frames);
+    p->buffer = mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p->buffer == MAP_FAILED)
+        p->buffer = NULL;
+    if (!p->frames || !p->buffer || pthread_cond_init(&p->done_cv, NULL) != 0) {
+        free(p->frames);
+        if (p->buffer)
+            munmap(p->buffer, p->buffer_size);
+        free(p);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < count; i++) {
+        rc = snapprof_profiler_add_thread(p, threads[i]);
+        if (rc != 0) {
+            snapprof_profiler_destroy(p);
+            return rc;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
+{
+    if (!p || !thread)
+        return -EINVAL;
+    int rc = 0;
+    snapprof__sampler_lock();
+    for (size_t i = 0; i < p->target_count; i++)
+        if (p->targets[i].thread == thread)
+            goto out; /* already sampled */
+    if (p->target_count == p->target_cap) {
+        size_t cap = p->target_cap ? p->target_cap * 2 : 4;
+        snapprof__target_t *n = realloc(p->targets, cap * sizeof *n);
+        if (!n) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        p->targets = n;
+        p->target_cap = cap;
+    }
+    snapprof__target_t *t = &p->targets[p->target_count++];
+    memset(t, 0, sizeof *t);
+    snapprof__thread_retain(thread);
+    t->thread = thread;
+    if (p->state == PROFILER_RUNNING)
+        snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
+out:
+    snapprof__sampler_unlock();
+    return rc;
+}
+
+int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
+{
+    if (!p || !thread)
+        return -EINVAL;
+    int rc = -ENOENT;
+    snapprof__sampler_lock();
+    for (size_t i = 0; i < p->target_count; i++) {
+        if (p->targets[i].thread == thread) {
+            target_fini(&p->targets[i]);
+            p->targets[i] = p->targets[--p->target_count];
+            rc = 0;
+            break;
+        }
+    }
+    snapprof__sampler_unlock();
+    return rc;
+}
+
+/* Appends item to a growable array of pointers. */
+static int push_ptr(void ***array, size_t *count, void *item)
+{
+    void **n = realloc(*array, (*count + 1) * sizeof *n);
+    if (!n)
+        return -ENOMEM;
+    n[(*count)++] = item;
+    *array = n;
+    return 0;
+}
+
+int snapprof_profiler_add_unwinder(snapprof_profiler_t *p, snapprof_unwinder_t *unwinder)
+{
+    if (!p || !unwinder) {
+        snapprof_unwinder_destroy(unwinder);
+        return -EINVAL;
+    }
+    int rc = p->state == PROFILER_CREATED
+                 ? push_ptr((void ***)&p->unwinders, &p->unwinder_count, unwinder)
+                 : SNAPPROF_ESTATE;
+    if (rc != 0)
+        snapprof_unwinder_destroy(unwinder);
+    return rc;
+}
+
+int snapprof_profiler_add_builder(snapprof_profiler_t *p, snapprof_builder_t *builder)
+{
+    if (!p || !builder) {
+        snapprof_builder_destroy(builder);
+        return -EINVAL;
+    }
+    int rc = p->state == PROFILER_CREATED
+                 ? push_ptr((void ***)&p->builders, &p->builder_count, builder)
+                 : SNAPPROF_ESTATE;
+    if (rc != 0)
+        snapprof_builder_destroy(builder);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start, stop, destroy                                                     */
+/* ------------------------------------------------------------------------ */
+
+static snapprof_profile_info_t make_info(const snapprof_profiler_t *p,
+                                         const snapprof_stats_t *stats)
+{
+    snapprof_profile_info_t info = {
+        .start_time_ns = p->start_real,
+        .start_mono_ns = p->start_mono,
+        .duration_ns = stats ? p->end_mono - p->start_mono : 0,
+        .period_ns = p->params.interval_ns,
+        .mode = p->params.mode,
+        .stats = stats,
+    };
+    return info;
+}
+
+int snapprof_profiler_start(snapprof_profiler_t *p)
+{
+    if (!p)
+        return -EINVAL;
+    if (p->state != PROFILER_CREATED)
+        return SNAPPROF_ESTATE;
+    int rc = snapprof__stack_copier_install(p->params.signal);
+    if (rc != 0)
+        return rc;
+    if (p->unwinder_count == 0) {
+        snapprof_unwinder_t *fp;
+        rc = snapprof_frame_pointer_unwinder_create(&fp);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, fp);
+        if (rc != 0)
+            return rc;
+    }
+    p->start_mono = snapprof__mono_ns();
+    p->start_real = realtime_ns();
+    snapprof_profile_info_t info = make_info(p, NULL);
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnProfileStarted && (rc = b->ops->xOnProfileStarted(b->user_data, &info)) != 0)
+            return rc;
+    }
+    snapprof__sampler_lock();
+    for (size_t i = 0; i < p->target_count; i++)
+        snapprof__thread_cpu_ns(p->targets[i].thread->tid, &p->targets[i].cpu_start);
+    p->next_tick = p->start_mono + p->params.initial_delay_ns;
+    p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
+    p->state = PROFILER_RUNNING;
+    rc = snapprof__sampler_activate(p);
+    if (rc != 0)
+        p->state = PROFILER_CREATED;
+    snapprof__sampler_unlock();
+    return rc;
+}
+
+/* Counters with the percentiles filled in. Lock held. */
+static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
+{
+    *out = p->stats;
+    out->pause_p50_ns = snapprof__hist_quantile(&p->pause, 0.50);
+    out->pause_p99_ns = snapprof__hist_quantile(&p->pause, 0.99);
+    out->pause_max_ns = p->pause.max;
+    out->roundtrip_p50_ns = snapprof__hist_quantile(&p->roundtrip, 0.50);
+    out->roundtrip_p99_ns = snapprof__hist_quantile(&p->roundtrip, 0.99);
+    out->unwind_p50_ns = snapprof__hist_quantile(&p->unwind, 0.50);
+    out->unwind_p99_ns = snapprof__hist_quantile(&p->unwind, 0.99);
+}
+
+void snapprof__profiler_complete(snapprof_profiler_t *p)
+{
+    snapprof_stats_t stats;
+    snapprof__sampler_lock();
+    snapshot_stats(p, &stats);
+    snapprof__sampler_unlock();
+    snapprof_profile_info_t info = make_info(p, &stats);
+    int result = 0;
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnProfileCompleted) {
+            int rc = b->ops->xOnProfileCompleted(b->user_data, &info);
+            if (rc != 0 && result == 0)
+                result = rc;
+        }
+    }
+    snapprof__sampler_lock();
+    p->result = result;
+    p->state = PROFILER_COMPLETED;
+    pthread_cond_broadcast(&p->done_cv);
+    snapprof__sampler_unlock();
+}
+
+int snapprof_profiler_stop(snapprof_profiler_t *p)
+{
+    if (!p)
+        return -EINVAL;
+    snapprof__sampler_lock();
+    switch (p->state) {
+    case PROFILER_CREATED:
+        snapprof__sampler_unlock();
+        return SNAPPROF_ESTATE;
+    case PROFILER_RUNNING:
+        snapprof__sampler_deactivate(p);
+        p->state = PROFILER_COMPLETING;
+        p->end_mono = snapprof__mono_ns();
+        snapprof__sampler_unlock();
+        snapprof__profiler_complete(p);
+        snapprof__sampler_lock();
+        break;
+    default:
+        while (p->state != PROFILER_COMPLETED)
+            snapprof__sampler_wait(p);
+        break;
+    }
+    int result = p->result;
+    snapprof__sampler_unlock();
+    return result;
+}
+
+int snapprof_profiler_get_stats(snapprof_profiler_t *p, snapprof_stats_t *out)
+{
+    if (!p || !out)
+        return -EINVAL;
+    snapprof__sampler_lock();
+    snapshot_stats(p, out);
+    snapprof__sampler_unlock();
+    return 0;
+}
+
+void snapprof_profiler_destroy(snapprof_profiler_t *p)
+{
+    if (!p)
+        return;
+    if (p->state != PROFILER_CREATED)
+        snapprof_profiler_stop(p);
+    for (size_t i = 0; i < p->target_count; i++)
+        target_fini(&p->targets[i]);
+    free(p->targets);
+    for (size_t i = 0; i < p->unwinder_count; i++)
+        snapprof_unwinder_destroy(p->unwinders[i]);
+    free(p->unwinders);
+    for (size_t i = 0; i < p->builder_count; i++)
+        snapprof_builder_destroy(p->builders[i]);
+    free(p->builders);
+    free(p->frames);
+    munmap(p->buffer, p->buffer_size);
+    pthread_cond_destroy(&p->done_cv);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One tick                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
+{
+    p->stats.failed[reason]++;
+    p->stats.failed_total++;
+}
+
+static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
+                    const snapprof_frame_t *frames, size_t count, unsigned flags,
+                    uint64_t timestamp, uint64_t cpu_ns)
+{
+    snapprof_sample_t s = {
+        .frames = frames,
+        .frame_count = count,
+        .timestamp_ns = timestamp,
+        .cpu_ns = cpu_ns,
+        .wall_ns = p->params.interval_ns,
+        .tid = t->thread->tid,
+        .thread_name = t->thread->name,
+        .flags = flags,
+    };
+    int failed = 0;
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnSample(b->user_data, &s) < 0)
+            failed = 1;
+    }
+    if (failed)
+        fail(p, SNAPPROF_FAIL_BUILDER);
+    p->stats.samples++;
+}
+
+/* Wall mode keeps each thread's last stack for the ticks it sleeps through. */
+static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count, unsigned flags)
+{
+    if (p->params.mode != SNAPPROF_MODE_WALL)
+        return;
+    if (!t->prev && !(t->prev = malloc(p->params.max_frames * sizeof *t->prev))) {
+        t->prev_count = 0;
+        return;
+    }
+    memcpy(t->prev, p->frames, count * sizeof *t->prev);
+    t->prev_count = count;
+    t->prev_flags = flags;
+}
+
+static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+{
+    struct snapprof_thread *th = t->thread;
+    uint64_t cpu_now;
+    if (atomic_load(&th->exited) || snapprof__thread_cpu_ns(th->tid, &cpu_now) != 0) {
+        fail(p, SNAPPROF_FAIL_THREAD_EXITED);
+        t->dead = 1;
+        return;
+    }
+    if (t->sampled && cpu_now < t->cpu_after) {
+        /* A thread's CPU clock never runs backwards: another thread. */
+        fail(p, SNAPPROF_FAIL_TID_RECYCLED);
+        t->dead = 1;
+        return;
+    }
+    if (t->sampled && cpu_now - t->cpu_after < p->params.idle_threshold_ns) {
+        /* It has not run since its last sample, so its stack is the same:
+         * do not disturb it. */
+        if (p->params.mode == SNAPPROF_MODE_CPU) {
+            p->stats.samples_skipped_idle++;
+        } else if (t->prev_count > 0) {
+            deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0);
+            p->stats.samples_reused++;
+        }
+        return;
+    }
+    if (t->backoff_left > 0) {
+        t->backoff_left--;
+        return;
+    }
+
+    snapprof__copy_request_t req = {
+        .thread = th,
+        .signo = p->params.signal,
+        .buffer = p->buffer,
+        .buffer_size = p->buffer_size,
+        .unwinders = p->unwinders,
+        .unwinder_count = p->unwinder_count,
+        .timeout_ns = p->params.copy_timeout_ns,
+    };
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    if (snapprof__stack_copier_copy(&req, &res, &reason) != 0) {
+        fail(p, reason);
+        if (reason == SNAPPROF_FAIL_THREAD_EXITED || reason == SNAPPROF_FAIL_TID_RECYCLED) {
+            t->dead = 1;
+        } else if (reason == SNAPPROF_FAIL_TIMEOUT || reason == SNAPPROF_FAIL_HANDLER_REPLACED) {
+            /* Probably blocking the signal: try again less and less often
+             * rather than spending a timeout on it every tick. */
+            t->backoff = t->backoff ? (t->backoff < 64 ? t->backoff * 2 : 64) : 1;
+            t->backoff_left = t->backoff;
+        }
+        return;
+    }
+    t->backoff = 0;
+    p->stats.samples_signalled++;
+    snapprof__hist_add(&p->pause, res.pause_ns);
+    snapprof__hist_add(&p->roundtrip, res.roundtrip_ns);
+    p->stats.copy_bytes_total += res.copy_size;
+    if (res.copy_size > p->stats.copy_bytes_max)
+        p->stats.copy_bytes_max = res.copy_size;
+
+    unsigned flags = 0;
+    if (res.truncated) {
+        p->stats.truncated_copy++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_COPY;
+    }
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(&res, p->buffer, &regs, &stack);
+    for (size_t i = 0; i < p->unwinder_count; i++)
+        if (p->unwinders[i]->ops->xUpdateModules)
+            p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
+    uint64_t unwind_start = snapprof__mono_ns();
+    snapprof__unwind_outcome_t outcome;
+    size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
+                                          p->params.max_frames, &outcome);
+    snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
+    if (outcome.completed)
+        p->stats.unwind_complete++;
+    if (outcome.aborted) {
+        p->stats.unwind_aborted++;
+        flags |= SNAPPROF_SAMPLE_UNWIND_ABORTED;
+    }
+    if (outcome.truncated_depth) {
+        p->stats.truncated_depth++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_DEPTH;
+    }
+    uint64_t cpu_ns = res.cpu_ns - (t->sampled ? t->cpu_at_sample : t->cpu_start);
+    if (res.cpu_ns < (t->sampled ? t->cpu_at_sample : t->cpu_start))
+        cpu_ns = 0;
+    if (count == 0)
+        fail(p, SNAPPROF_FAIL_NO_FRAMES);
+    else
+        deliver(p, t, p->frames, count, flags, res.timestamp_ns, cpu_ns);
+    remember(p, t, count, flags);
+    t->cpu_at_sample = res.cpu_ns;
+    t->sampled = 1;
+    /* Read after the target resumed: our handler's own CPU time must not
+     * make an idle thread look busy on the next tick. */
+    snapprof__thread_cpu_ns(th->tid, &t->cpu_after);
+}
+
+int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
+{
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    p->stats.ticks++;
+    for (size_t i = 0; i < p->target_count; i++)
+        if (!p->targets[i].dead)
+            sample_target(p, &p->targets[i], now);
+    p->ticks_done++;
+    uint64_t after = snapprof__mono_ns();
+    p->next_tick += p->params.interval_ns;
+    if (p->next_tick <= after) {
+        /* Late: skip the ticks we missed instead of sampling in a burst. */
+        uint64_t missed = (after - p->next_tick) / p->params.interval_ns + 1;
+        p->next_tick += missed * p->params.interval_ns;
+        p->stats.ticks_missed += missed;
+    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    p->stats.sampler_cpu_ns +=
+        (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000u + (uint64_t)(c1.tv_nsec - c0.tv_nsec);
+    if (p->params.max_samples && p->ticks_done >= p->params.max_samples)
+        return 1;
+    if (p->deadline && p->next_tick > p->deadline)
+        return 1;
+    return 0;
+}

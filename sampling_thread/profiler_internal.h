@@ -1,0 +1,73 @@
+/* The profiler object and the shared sampling thread that drives it.
+ * Internal. One global lock (the sampler lock) guards the list of running
+ * profilers and every running profiler's targets, counters and state; the
+ * sampling thread holds it while it works on a tick and drops it while it
+ * sleeps and while builders complete a profile. Lock order: sampler lock,
+ * then the stack copier's request lock, then the module cache's lock. */
+#ifndef SNAPPROF_PROFILER_INTERNAL_H
+#define SNAPPROF_PROFILER_INTERNAL_H
+
+#include <snapprof/profile_builder.h>
+#include <snapprof/unwinder.h>
+
+#include "sampling_thread/histogram.h"
+
+#include <pthread.h>
+
+enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLETED };
+
+typedef struct snapprof__target {
+    struct snapprof_thread *thread;
+    uint64_t cpu_start;             /* its CPU clock when it joined a running profile */
+    uint64_t cpu_after;             /* its CPU clock read after its previous sample */
+    uint64_t cpu_at_sample;         /* its CPU clock in the handler at its previous sample */
+    int sampled;                    /* it has been sampled through the signal once */
+    int dead;                       /* exited or recycled: no more attempts */
+    unsigned backoff, backoff_left; /* ticks to skip after a timeout */
+    snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
+    size_t prev_count;
+    unsigned prev_flags;
+} snapprof__target_t;
+
+struct snapprof_profiler {
+    snapprof_params_t params;
+    snapprof__target_t *targets;
+    size_t target_count, target_cap;
+    snapprof_unwinder_t **unwinders;
+    size_t unwinder_count;
+    snapprof_builder_t **builders;
+    size_t builder_count;
+
+    int state;
+    int result; /* of completion */
+    uint64_t start_mono, start_real, end_mono;
+    uint64_t next_tick, deadline, ticks_done;
+    snapprof_stats_t stats;
+    snapprof__hist_t pause, roundtrip, unwind;
+
+    uint8_t *buffer; /* stack copies, mmap'd */
+    size_t buffer_size;
+    snapprof_frame_t *frames; /* params.max_frames */
+
+    pthread_cond_t done_cv;
+    struct snapprof_profiler *next_active;
+};
+
+/* Sampling thread (sampling_thread.c). */
+void snapprof__sampler_lock(void);
+void snapprof__sampler_unlock(void);
+/* Adds p to the running set, starting the thread if needed. Lock held. */
+int snapprof__sampler_activate(snapprof_profiler_t *p);
+/* Removes p from the running set. Lock held. */
+void snapprof__sampler_deactivate(snapprof_profiler_t *p);
+/* Waits on p->done_cv. Lock held. */
+void snapprof__sampler_wait(snapprof_profiler_t *p);
+
+/* Profiler (profiler.c), called by the sampling thread with the lock held:
+ * samples every target once; returns 1 when the profile is finished. */
+int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now);
+/* Completes a profile whose state is COMPLETING: called WITHOUT the lock;
+ * runs the builders' completion and sets state COMPLETED. */
+void snapprof__profiler_complete(snapprof_profiler_t *p);
+
+#endif

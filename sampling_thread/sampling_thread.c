@@ -1,0 +1,148 @@
+/* The one sampling thread shared by every profiler: sleeps until the next
+ * profiler is due, samples it, skips (never bursts) ticks it missed. */
+#include "sampling_thread/profiler_internal.h"
+
+#include "stack_copier/stack_copier.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wake;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static snapprof_profiler_t *g_active;
+static int g_thread_running;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* The child has no sampling thread: profilers inherited from the parent are
+ * no longer sampled, and a new start() makes a new thread. */
+static void fork_child(void)
+{
+    g_active = NULL;
+    g_thread_running = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void init_once(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void snapprof__sampler_lock(void)
+{
+    pthread_once(&g_once, init_once);
+    pthread_mutex_lock(&g_lock);
+}
+
+void snapprof__sampler_unlock(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+void snapprof__sampler_wait(snapprof_profiler_t *p)
+{
+    pthread_cond_wait(&p->done_cv, &g_lock);
+}
+
+static void sleep_until(uint64_t when_ns)
+{
+    struct timespec ts = {(time_t)(when_ns / 1000000000u), (long)(when_ns % 1000000000u)};
+    pthread_cond_timedwait(&g_wake, &g_lock, &ts);
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_lock);
+    for (;;) {
+        if (!g_active) {
+            pthread_cond_wait(&g_wake, &g_lock);
+            continue;
+        }
+        uint64_t now = snapprof__mono_ns();
+        uint64_t earliest = UINT64_MAX;
+        for (snapprof_profiler_t *p = g_active; p; p = p->next_active)
+            if (p->next_tick < earliest)
+                earliest = p->next_tick;
+        if (earliest > now) {
+            sleep_until(earliest);
+            continue;
+        }
+        snapprof_profiler_t *finished = NULL;
+        for (snapprof_profiler_t *p = g_active, *next; p; p = next) {
+            next = p->next_active;
+            if (p->next_tick > now)
+                continue;
+            if (snapprof__profiler_tick(p, now)) {
+                snapprof__sampler_deactivate(p);
+                p->state = PROFILER_COMPLETING;
+                p->end_mono = snapprof__mono_ns();
+                p->next_active = finished;
+                finished = p;
+            }
+        }
+        /* Builders complete outside the lock: writing a file may be slow
+         * and must not hold up other profilers or stop(). */
+        while (finished) {
+            snapprof_profiler_t *p = finished;
+            finished = p->next_active;
+            p->next_active = NULL;
+            pthread_mutex_unlock(&g_lock);
+            snapprof__profiler_complete(p);
+            pthread_mutex_lock(&g_lock);
+        }
+    }
+    return NULL;
+}
+
+int snapprof__sampler_activate(snapprof_profiler_t *p)
+{
+    if (!g_thread_running) {
+        /* The sampling thread takes no signals: it must never be stopped by
+         * our own handshake or anyone else's. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t th;
+        int rc = pthread_create(&th, &attr, sampler_main, NULL);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0)
+            return -rc;
+        pthread_setname_np(th, "snapprof");
+        g_thread_running = 1;
+    }
+    p->next_active = g_active;
+    g_active = p;
+    pthread_cond_signal(&g_wake);
+    return 0;
+}
+
+void snapprof__sampler_deactivate(snapprof_profiler_t *p)
+{
+    for (snapprof_profiler_t **pp = &g_active; *pp; pp = &(*pp)->next_active) {
+        if (*pp == p) {
+            *pp = p->next_active;
+            p->next_active = NULL;
+            return;
+        }
+    }
+}

@@ -1,0 +1,85 @@
+/* Stack copier: stops a target thread with a signal handshake and copies its
+ * live stack and registers into a preallocated buffer. Internal.
+ *
+ * Protocol (one request in flight process-wide, serialised by a mutex on
+ * the requesting side):
+ *   requester: fill the request, state = seq|PENDING, rt_tgsigqueueinfo()
+ *              with a payload naming seq, futex-wait on state with a timeout;
+ *   handler:   CAS state seq|PENDING -> seq|COPYING, check the thread,
+ *              capture registers, timestamp and CPU time, copy the stack,
+ *              state = seq|DONE, futex-wake;
+ *   requester: on timeout CAS seq|PENDING -> IDLE (a late handler then sees
+ *              a stale seq and does nothing); if the handler already began
+ *              copying, wait for it to finish (it is bounded).
+ * Signals that do not carry our payload go to the previous handler. */
+#ifndef SNAPPROF_STACK_COPIER_H
+#define SNAPPROF_STACK_COPIER_H
+
+#include <snapprof/unwinder.h>
+#include <stdatomic.h>
+
+/* A registered target thread (the public snapprof_thread_t). */
+struct snapprof_thread {
+    atomic_int refs;
+    pid_t tid;
+    uintptr_t stack_low;  /* lowest valid stack address */
+    uintptr_t stack_base; /* one past the highest: where the stack starts */
+    int on_thread;        /* registered on the thread itself: its TLS names it */
+    atomic_int exited;    /* set when the thread's TLS destructors ran */
+    char name[16];
+};
+
+typedef struct snapprof__copy_request {
+    const struct snapprof_thread *thread;
+    int signo;
+    uint8_t *buffer;                       /* page-aligned; NULL: capture registers only */
+    size_t buffer_size;                    /* bytes */
+    snapprof_unwinder_t *const *unwinders; /* their xOnStackCapture run in the handler */
+    size_t unwinder_count;
+    uint64_t timeout_ns; /* longest wait for the handler to start */
+} snapprof__copy_request_t;
+
+typedef struct snapprof__copy_result {
+    snapprof_regs_t regs;  /* as captured: live addresses */
+    uint64_t timestamp_ns; /* CLOCK_MONOTONIC at handler entry */
+    uint64_t cpu_ns;       /* the thread's CPU clock at handler entry */
+    uint64_t pause_ns;     /* handler entry to done */
+    uint64_t roundtrip_ns; /* signal sent to handshake done, requester side */
+    uintptr_t copy_lo;     /* live address of the first byte copied */
+    size_t copy_size;      /* bytes copied */
+    int truncated;         /* the stack did not fit in the buffer */
+} snapprof__copy_result_t;
+
+/* Installs the handler for signo once for the life of the process (later
+ * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */
+int snapprof__stack_copier_install(int signo);
+
+/* Stops req->thread, copies its stack into req->buffer and lets it go.
+ * Returns 0, or -1 with *reason set. Never hangs: a handler that does not
+ * start within the timeout is a SNAPPROF_FAIL_TIMEOUT. Sampler side. */
+int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__copy_result_t *res,
+                                snapprof_fail_reason_t *reason);
+
+/* After the target resumed: rewrites every register and stack word that
+ * points into the copied live range so that it points into the copy, and
+ * describes the copy for the unwinders. */
+void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
+                                   snapprof_regs_t *regs, snapprof_stack_copy_t *stack);
+
+/* Reads a thread's CPU clock (no signal needed). Returns 0 or a negative
+ * errno (-EINVAL once the thread is gone). */
+int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
+
+/* Takes another reference on a thread token. */
+void snapprof__thread_retain(struct snapprof_thread *t);
+
+/* Test seam: nonzero while the calling thread runs our signal handler.
+ * Async-signal-safe. */
+int snapprof__in_signal_handler(void);
+
+/* Test seam: the token registered on the calling thread, or NULL. */
+const struct snapprof_thread *snapprof__thread_self(void);
+
+uint64_t snapprof__mono_ns(void);
+
+#endif

@@ -1,0 +1,331 @@
+/* Signal-based stack copier: the tgkill/futex handshake described in
+ * stack_copier.h, and the rebasing of the copy after the target resumed. */
+#include "stack_copier/stack_copier.h"
+
+#include "stack_copier/registers_x86_64.h"
+#include "unwinder/unwinder_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Phases of the request, in the low two bits of the state word; the upper
+ * 30 bits hold the request's sequence number. */
+enum { PHASE_IDLE = 0, PHASE_PENDING = 1, PHASE_COPYING = 2, PHASE_DONE = 3 };
+#define SEQ_MASK 0x3fffffffu
+/* The signal payload: this tag in the upper 32 bits, the seq below. */
+#define PAYLOAD_TAG 0x534e4150u /* "SNAP" */
+
+/* The one request in flight. The handler reads it only after winning the
+ * PENDING -> COPYING transition, which the requester published with a
+ * release store after filling it in. */
+static struct {
+    _Atomic uint32_t state;
+    snapprof__copy_request_t req;
+    snapprof__copy_result_t res;
+    int fail; /* -1, or the snapprof_fail_reason_t the handler found */
+} g_slot;
+
+static pthread_mutex_t g_request_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_seq;
+
+static pthread_mutex_t g_install_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction g_previous[NSIG];
+static volatile sig_atomic_t g_installed[NSIG];
+
+/* Depth of our handler on this thread (a test seam and a debug aid). */
+static __thread int tls_in_handler __attribute__((tls_model("initial-exec")));
+
+/* Defined in thread_posix.c: the token registered on this thread. */
+extern __thread struct snapprof_thread *snapprof__tls_self
+    __attribute__((tls_model("initial-exec")));
+
+/* Async-signal-safe. */
+int snapprof__in_signal_handler(void)
+{
+    return tls_in_handler;
+}
+
+/* Async-signal-safe (clock_gettime is on the POSIX list). */
+static uint64_t clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t snapprof__mono_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* Async-signal-safe. */
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns)
+{
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
+}
+
+/* Copies live stack memory. Sanitizers poison parts of live stacks (ASan's
+ * redzones) and intercept memcpy, so those builds copy word by word through
+ * a volatile pointer the compiler cannot turn back into a memcpy call.
+ * Async-signal-safe. */
+#if defined(SNAPPROF_SANITIZER_BUILD)
+__attribute__((no_sanitize_address, no_sanitize_thread)) static void
+copy_stack(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    volatile uint64_t *d = (volatile uint64_t *)(void *)dst;
+    const uint64_t *s = (const uint64_t *)(const void *)src;
+    for (size_t i = 0; i < n / 8; i++)
+        d[i] = s[i];
+}
+#else
+static void copy_stack(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+#endif
+
+/* The work done while the target is stopped. RUNS IN THE SIGNAL HANDLER:
+ * no allocation, no locks, no logging. Async-signal-safe. */
+static void capture(const ucontext_t *uc)
+{
+    const snapprof__copy_request_t *req = &g_slot.req;
+    snapprof__copy_result_t *res = &g_slot.res;
+    uint64_t entry = clock_ns(CLOCK_MONOTONIC);
+
+    res->timestamp_ns = entry;
+    g_slot.fail = -1;
+    if ((pid_t)syscall(SYS_gettid) != req->thread->tid ||
+        (req->thread->on_thread && snapprof__tls_self != req->thread)) {
+        /* The tid now names another thread than the one registered. */
+        g_slot.fail = SNAPPROF_FAIL_TID_RECYCLED;
+        return;
+    }
+    snapprof__regs_from_ucontext(uc, &res->regs);
+    res->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+
+    if (req->buffer != NULL) {
+        uintptr_t sp = res->regs.r[SNAPPROF_REG_SP];
+        uintptr_t low = req->thread->stack_low, base = req->thread->stack_base;
+        if (sp < low || sp >= base) {
+            /* On a sigaltstack, a fiber or a coroutine stack: not the
+             * stack we know the bounds of. */
+            g_slot.fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
+            return;
+        }
+        uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
+        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+        if (lo < low)
+            lo = low;
+        size_t size = base - lo;
+        res->truncated = 0;
+        if (size > req->buffer_size) {
+            size = req->buffer_size;
+            res->truncated = 1;
+        }
+        copy_stack(req->buffer, (const uint8_t *)lo, size);
+        res->copy_lo = lo;
+        res->copy_size = size;
+    }
+    for (size_t i = 0; i < req->unwinder_count; i++) {
+        const snapprof_unwinder_t *u = req->unwinders[i];
+        if (u->ops->xOnStackCapture)
+            u->ops->xOnStackCapture(u->user_data);
+    }
+    res->pause_ns = clock_ns(CLOCK_MONOTONIC) - entry;
+}
+
+/* Passes a signal that is not ours to whoever had it before us.
+ * Async-signal-safe. */
+static void chain(int signo, siginfo_t *info, void *uc)
+{
+    const struct sigaction *prev = &g_previous[signo];
+    if (prev->sa_flags & SA_SIGINFO) {
+        if (prev->sa_sigaction)
+            prev->sa_sigaction(signo, info, uc);
+        return;
+    }
+    if (prev->sa_handler == SIG_IGN)
+        return;
+    if (prev->sa_handler == SIG_DFL) {
+        if (signo == SIGURG || signo == SIGCHLD || signo == SIGWINCH || signo == SIGCONT)
+            return; /* their default action is to do nothing */
+        /* Act as the default would: restore it and let the signal, blocked
+         * while we run, be delivered again when we return. */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(signo, &dfl, NULL);
+        syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), signo);
+        return;
+    }
+    prev->sa_handler(signo);
+}
+
+/* The signal handler. Async-signal-safe. */
+static void on_signal(int signo, siginfo_t *info, void *uc)
+{
+    int saved_errno = errno;
+    uintptr_t payload = info ? (uintptr_t)info->si_value.sival_ptr : 0;
+    if (info && info->si_code == SI_QUEUE && info->si_pid == getpid() &&
+        (uint32_t)(payload >> 32) == PAYLOAD_TAG) {
+        uint32_t seq = (uint32_t)payload & SEQ_MASK;
+        uint32_t expected = (seq << 2) | PHASE_PENDING;
+        if (atomic_compare_exchange_strong_explicit(&g_slot.state, &expected,
+                                                    (seq << 2) | PHASE_COPYING,
+                                                    memory_order_acquire, memory_order_relaxed)) {
+            tls_in_handler++;
+            capture((const ucontext_t *)uc);
+            tls_in_handler--;
+            atomic_store_explicit(&g_slot.state, (seq << 2) | PHASE_DONE, memory_order_release);
+            futex_wake_all(&g_slot.state);
+        }
+        /* Otherwise a late signal for a request that timed out: ignore. */
+    } else {
+        chain(signo, info, uc);
+    }
+    errno = saved_errno;
+}
+
+int snapprof__stack_copier_install(int signo)
+{
+    if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP || signo == SIGSEGV ||
+        signo == SIGBUS || signo == SIGFPE || signo == SIGILL || signo == SIGABRT ||
+        signo == SIGTRAP)
+        return SNAPPROF_ESIGNAL;
+    int rc = 0;
+    pthread_mutex_lock(&g_install_lock);
+    if (!g_installed[signo]) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_signal;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(signo, NULL, &g_previous[signo]) != 0 || sigaction(signo, &sa, NULL) != 0)
+            rc = SNAPPROF_ESIGNAL;
+        else
+            g_installed[signo] = 1;
+    }
+    pthread_mutex_unlock(&g_install_lock);
+    return rc;
+}
+
+static int handler_still_ours(int signo)
+{
+    struct sigaction cur;
+    if (sigaction(signo, NULL, &cur) != 0)
+        return 0;
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal;
+}
+
+static int send_request(const snapprof__copy_request_t *req, uint32_t seq)
+{
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    info.si_signo = req->signo;
+    info.si_code = SI_QUEUE;
+    info.si_pid = getpid();
+    info.si_uid = getuid();
+    info.si_value.sival_ptr = (void *)(((uintptr_t)PAYLOAD_TAG << 32) | seq);
+    return (int)syscall(SYS_rt_tgsigqueueinfo, getpid(), req->thread->tid, req->signo, &info);
+}
+
+int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__copy_result_t *res,
+                                snapprof_fail_reason_t *reason)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_request_lock);
+    g_seq = (g_seq + 1) & SEQ_MASK;
+    if (g_seq == 0)
+        g_seq = 1;
+    uint32_t seq = g_seq;
+    g_slot.req = *req;
+    memset(&g_slot.res, 0, sizeof g_slot.res);
+    g_slot.fail = -1;
+    uint32_t pending = (seq << 2) | PHASE_PENDING;
+    atomic_store_explicit(&g_slot.state, pending, memory_order_release);
+
+    uint64_t sent = snapprof__mono_ns();
+    if (send_request(req, seq) != 0) {
+        int err = errno;
+        atomic_store_explicit(&g_slot.state, PHASE_IDLE, memory_order_relaxed);
+        *reason = err == ESRCH ? SNAPPROF_FAIL_THREAD_EXITED : SNAPPROF_FAIL_SEND;
+        rc = -1;
+        goto out;
+    }
+    uint64_t deadline = sent + req->timeout_ns;
+    for (;;) {
+        uint32_t s = atomic_load_explicit(&g_slot.state, memory_order_acquire);
+        if (s == ((seq << 2) | PHASE_DONE))
+            break;
+        uint64_t now = snapprof__mono_ns();
+        if (s == pending && now >= deadline) {
+            uint32_t expected = pending;
+            if (atomic_compare_exchange_strong(&g_slot.state, &expected, PHASE_IDLE)) {
+                *reason = handler_still_ours(req->signo) ? SNAPPROF_FAIL_TIMEOUT
+                                                         : SNAPPROF_FAIL_HANDLER_REPLACED;
+                rc = -1;
+                goto out;
+            }
+            continue; /* the handler just started copying: wait for it */
+        }
+        /* While COPYING the handler is bounded work; wait in short steps. */
+        futex_wait(&g_slot.state, s, s == pending ? deadline - now : 1000000u);
+    }
+    if (g_slot.fail >= 0) {
+        *reason = (snapprof_fail_reason_t)g_slot.fail;
+        rc = -1;
+    } else {
+        *res = g_slot.res;
+        res->roundtrip_ns = snapprof__mono_ns() - sent;
+    }
+    atomic_store_explicit(&g_slot.state, PHASE_IDLE, memory_order_relaxed);
+out:
+    pthread_mutex_unlock(&g_request_lock);
+    return rc;
+}
+
+void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
+                                   snapprof_regs_t *regs, snapprof_stack_copy_t *stack)
+{
+    uintptr_t lo = res->copy_lo, hi = res->copy_lo + res->copy_size;
+    uintptr_t delta = (uintptr_t)buffer - lo; /* modular arithmetic is intended */
+    *regs = res->regs;
+    for (int i = 0; i < SNAPPROF_REG_COUNT; i++)
+        if (i != SNAPPROF_REG_PC && regs->r[i] >= lo && regs->r[i] < hi)
+            regs->r[i] += delta;
+    uintptr_t *words = (uintptr_t *)(void *)buffer;
+    size_t n = res->copy_size / sizeof(uintptr_t);
+    for (size_t i = 0; i < n; i++)
+        if (words[i] >= lo && words[i] < hi)
+            words[i] += delta;
+    stack->bottom = (uintptr_t)buffer;
+    stack->top = (uintptr_t)buffer + res->copy_size;
+    stack->orig_bottom = lo;
+    stack->truncated = res->truncated;
+}
+
+int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)
+{
+    /* The kernel's per-thread CPU clock id, as glibc's pthread_getcpuclockid
+     * makes it: ~tid << 3 | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED. */
+    clockid_t clock = (clockid_t)(((unsigned int)~tid << 3) | 4u | 2u);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -errno;
+    *out = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return 0;
+}

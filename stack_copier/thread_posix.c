@@ -1,0 +1,211 @@
+/* Target threads: registration, stack bounds, exit and tid-reuse detection.
+ * Stack bounds are computed here, outside the signal handler, once. */
+#include "stack_copier/stack_copier.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The token registered on this thread; the handler compares it with the
+ * request's to tell a recycled tid. Initial-exec TLS is safe to read in a
+ * signal handler (no lazy allocation). */
+__thread struct snapprof_thread *snapprof__tls_self __attribute__((tls_model("initial-exec")));
+
+static pthread_key_t g_exit_key;
+static pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+
+static void thread_release(struct snapprof_thread *t)
+{
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+        free(t);
+}
+
+/* Runs when a registered thread exits: the thread's own reference goes. */
+static void on_thread_exit(void *arg)
+{
+    struct snapprof_thread *t = arg;
+    snapprof__tls_self = NULL;
+    atomic_store(&t->exited, 1);
+    thread_release(t);
+}
+
+static void make_exit_key(void)
+{
+    pthread_key_create(&g_exit_key, on_thread_exit);
+}
+
+const struct snapprof_thread *snapprof__thread_self(void)
+{
+    return snapprof__tls_self;
+}
+
+/* Finds the /proc/self/maps line that holds addr (or, with addr == 0, the
+ * "[stack]" line) and returns its range. */
+static int find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return -errno;
+    char line[512];
+    int rc = -ENOENT;
+    while (fgets(line, sizeof line, f)) {
+        uintptr_t s, e;
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &s, &e) != 2)
+            continue;
+        if (addr == 0 ? strstr(line, "[stack]") != NULL : (addr >= s && addr < e)) {
+            *start = s;
+            *end = e;
+            rc = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The main thread's stack grows down from the end of "[stack]" as far as
+ * RLIMIT_STACK allows; pthread_getattr_np is avoided because it fails in
+ * forked children (Chromium's reason to skip the main thread). */
+static int main_thread_bounds(uintptr_t *low, uintptr_t *base)
+{
+    uintptr_t s, e;
+    int rc = find_mapping(0, &s, &e);
+    if (rc != 0)
+        return rc;
+    struct rlimit rl;
+    uintptr_t limit = 8u << 20;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        limit = (uintptr_t)rl.rlim_cur;
+    else if (getrlimit(RLIMIT_STACK, &rl) == 0)
+        limit = (uintptr_t)1 << 30;
+    *base = e;
+    *low = e - s > limit ? s : (e > limit ? e - limit : 0);
+    return 0;
+}
+
+static void read_comm(pid_t tid, char name[16])
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+    FILE *f = fopen(path, "re");
+    name[0] = '\0';
+    if (!f)
+        return;
+    if (fgets(name, 16, f))
+        name[strcspn(name, "\n")] = '\0';
+    fclose(f);
+}
+
+int snapprof_thread_register(snapprof_thread_t **out)
+{
+    if (!out)
+        return -EINVAL;
+    if (snapprof__tls_self) {
+        atomic_fetch_add(&snapprof__tls_self->refs, 1);
+        *out = snapprof__tls_self;
+        return 0;
+    }
+    struct snapprof_thread *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->tid = (pid_t)syscall(SYS_gettid);
+    t->on_thread = 1;
+    int rc;
+    if (t->tid == getpid()) {
+        rc = main_thread_bounds(&t->stack_low, &t->stack_base);
+    } else {
+        pthread_attr_t attr;
+        void *addr;
+        size_t size;
+        rc = -pthread_getattr_np(pthread_self(), &attr);
+        if (rc == 0) {
+            rc = -pthread_attr_getstack(&attr, &addr, &size);
+            pthread_attr_destroy(&attr);
+            t->stack_low = (uintptr_t)addr;
+            t->stack_base = (uintptr_t)addr + size;
+        }
+    }
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    if (prctl(PR_GET_NAME, t->name) != 0)
+        t->name[0] = '\0';
+    pthread_once(&g_exit_key_once, make_exit_key);
+    /* One reference for the caller, one for the thread itself (dropped by
+     * the exit destructor, which the main thread never runs). */
+    atomic_store(&t->refs, 2);
+    if (pthread_setspecific(g_exit_key, t) != 0) {
+        free(t);
+        return -ENOMEM;
+    }
+    snapprof__tls_self = t;
+    *out = t;
+    return 0;
+}
+
+int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out)
+{
+    if (!out || tid <= 0)
+        return -EINVAL;
+    uint64_t cpu;
+    if (snapprof__thread_cpu_ns(tid, &cpu) != 0)
+        return -ESRCH; /* not a thread of this process */
+    if (tid == (pid_t)syscall(SYS_gettid))
+        return snapprof_thread_register(out);
+    struct snapprof_thread *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->tid = tid;
+    atomic_store(&t->refs, 1);
+    int rc;
+    if (tid == getpid()) {
+        rc = main_thread_bounds(&t->stack_low, &t->stack_base);
+    } else {
+        /* Ask the thread where its stack pointer is (registers only), then
+         * take the bounds of the mapping that holds it. */
+        rc = snapprof__stack_copier_install(SIGURG);
+        if (rc == 0) {
+            snapprof__copy_request_t req = {.thread = t, .signo = SIGURG, .timeout_ns = 200000000u};
+            snapprof__copy_result_t res;
+            snapprof_fail_reason_t reason;
+            t->stack_low = 0;
+            t->stack_base = UINTPTR_MAX;
+            if (snapprof__stack_copier_copy(&req, &res, &reason) != 0)
+                rc = reason == SNAPPROF_FAIL_THREAD_EXITED ? -ESRCH : -ETIMEDOUT;
+            else
+                rc = find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low, &t->stack_base);
+        }
+    }
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    read_comm(tid, t->name);
+    *out = t;
+    return 0;
+}
+
+void snapprof_thread_release(snapprof_thread_t *thread)
+{
+    thread_release(thread);
+}
+
+pid_t snapprof_thread_tid(const snapprof_thread_t *thread)
+{
+    return thread ? thread->tid : -1;
+}
+
+/* Internal: another reference (profilers hold their own). */
+void snapprof__thread_retain(struct snapprof_thread *t)
+{
+    atomic_fetch_add(&t->refs, 1);
+}

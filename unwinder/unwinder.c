@@ -1,0 +1,110 @@
+/* The unwinder chain: wraps unwinder ops and walks a stack copy through the
+ * chain, the way Chromium's StackSamplerImpl::WalkStack does. */
+#include "unwinder/unwinder_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int snapprof_unwinder_create(const snapprof_unwinder_ops_t *ops, void *user_data,
+                             snapprof_unwinder_t **out)
+{
+    if (!ops || !out)
+        return -EINVAL;
+    if (ops->version < 1)
+        return SNAPPROF_EVERSION;
+    if (!ops->xCanUnwindFrom || !ops->xTryUnwind)
+        return -EINVAL;
+    snapprof_unwinder_t *u = calloc(1, sizeof *u);
+    if (!u)
+        return -ENOMEM;
+    u->ops = ops;
+    u->user_data = user_data;
+    *out = u;
+    return 0;
+}
+
+void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder)
+{
+    if (!unwinder)
+        return;
+    if (unwinder->ops->xDestroy)
+        unwinder->ops->xDestroy(unwinder->user_data);
+    free(unwinder);
+}
+
+int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snapprof_frame_kind_t kind,
+                               const char *name)
+{
+    if (ctx->frame_count >= ctx->max_frames)
+        return -ENOSPC;
+    snapprof_frame_t *f = &ctx->frames[ctx->frame_count++];
+    f->pc = pc;
+    f->kind = kind;
+    f->name = name;
+    f->module = kind == SNAPPROF_FRAME_MARKER ? NULL : snapprof_module_find(pc);
+    return 0;
+}
+
+static snapprof_unwinder_t *pick(snapprof_unwinder_t *const *unwinders, size_t n,
+                                 const snapprof_frame_t *frame)
+{
+    for (size_t i = 0; i < n; i++)
+        if (unwinders[i]->ops->xCanUnwindFrom(unwinders[i]->user_data, frame))
+            return unwinders[i];
+    return NULL;
+}
+
+size_t snapprof__unwind_chain(snapprof_unwinder_t *const *unwinders, size_t unwinder_count,
+                              const snapprof_regs_t *regs, const snapprof_stack_copy_t *stack,
+                              snapprof_frame_t *frames, size_t max_frames,
+                              snapprof__unwind_outcome_t *outcome)
+{
+    *outcome = (snapprof__unwind_outcome_t){0};
+    if (max_frames < 2)
+        return 0;
+    /* One slot stays free for the marker that says why a walk ended early. */
+    snapprof_unwind_ctx_t ctx = {.regs = *regs,
+                                 .stack = stack,
+                                 .frames = frames,
+                                 .frame_count = 0,
+                                 .max_frames = max_frames - 1};
+    snapprof_unwind_push_frame(&ctx, regs->r[SNAPPROF_REG_PC], SNAPPROF_FRAME_NATIVE, NULL);
+    const char *marker = NULL;
+    for (;;) {
+        const snapprof_frame_t *last = &frames[ctx.frame_count - 1];
+        snapprof_unwinder_t *u = pick(unwinders, unwinder_count, last);
+        if (!u) {
+            outcome->unrecognized = 1;
+            marker = "[unknown]";
+            break;
+        }
+        size_t before = ctx.frame_count;
+        snapprof_unwind_result_t r = u->ops->xTryUnwind(u->user_data, &ctx);
+        if (ctx.frame_count >= ctx.max_frames) {
+            outcome->truncated_depth = 1;
+            marker = "[truncated]";
+            break;
+        }
+        if (r == SNAPPROF_UNWIND_COMPLETED) {
+            outcome->completed = 1;
+            break;
+        }
+        if (r == SNAPPROF_UNWIND_ABORTED) {
+            outcome->aborted = 1;
+            outcome->abort_reason = ctx.abort_reason;
+            marker = stack->truncated ? "[truncated]" : "[unwind error]";
+            break;
+        }
+        if (ctx.frame_count == before) {
+            /* UNRECOGNIZED_FRAME without progress: nobody can go on. */
+            outcome->unrecognized = 1;
+            marker = "[unknown]";
+            break;
+        }
+    }
+    if (marker) {
+        ctx.max_frames = max_frames;
+        snapprof_unwind_push_frame(&ctx, 0, SNAPPROF_FRAME_MARKER, marker);
+    }
+    return ctx.frame_count;
+}
