@@ -805,22 +805,30 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
 }
 
 /* The process umask, read without changing it: umask(2) can only be read
- * by setting it, which would race with other threads creating files. */
+ * by setting it, which would race with other threads creating files. Plain
+ * read(2) into a stack buffer, so it cannot fail for want of memory. */
 static mode_t current_umask(void)
 {
     mode_t mask = 022;
-    FILE *f = fopen("/proc/self/status", "re");
-    if (f == NULL)
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return mask;
-    char line[256];
-    while (fgets(line, sizeof line, f) != NULL) {
-        unsigned value;
-        if (sscanf(line, "Umask: %o", &value) == 1) {
-            mask = (mode_t)value & 0777;
+    char buf[4096];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
             break;
         }
+        len += (size_t)n;
     }
-    fclose(f);
+    close(fd);
+    buf[len] = '\0';
+    const char *line = strstr(buf, "\nUmask:");
+    if (line != NULL)
+        mask = (mode_t)strtoul(line + sizeof "\nUmask:" - 1, NULL, 8) & 0777;
     return mask;
 }
 
