@@ -225,7 +225,7 @@ int main(void)
     ASSERT_EQ(p->duration_nanos, 2000000000ll);
     perftools__profiles__profile__free_unpacked(p, NULL);
 
-    free(path);
-    free(wall_path);
+    pbt_remove(path);
+    pbt_remove(wall_path);
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 snapprof_builder_t *pbt_create(const char *path)
@@ -282,4 +283,14 @@ char *pbt_tmp_path(const char *tag, const char *name)
     snprintf(path, len, "%s/%s", dir, name);
     free(dir);
     return path;
+}
+
+void pbt_remove(char *path)
+{
+    unlink(path);
+    char *slash = strrchr(path, '/');
+    ASSERT_NOT_NULL(slash);
+    *slash = '\0';
+    rmdir(path);
+    free(path);
 }

@@ -47,4 +47,7 @@ const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *
 /* A temporary output path "<fresh dir>/<name>" (malloc'd). */
 char *pbt_tmp_path(const char *tag, const char *name);
 
+/* Removes a file made under pbt_tmp_path(), its directory, and frees path. */
+void pbt_remove(char *path);
+
 #endif
