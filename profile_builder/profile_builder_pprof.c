@@ -92,6 +92,10 @@ static void arena_free(arena_t *arena)
  * array, or NULL with the old array and *cap untouched. */
 static void *reserve(void *items, size_t *cap, size_t need, size_t elem)
 {
+    /* Asking for nothing still yields an array, so NULL always means
+     * failure. */
+    if (need == 0)
+        need = 1;
     if (need <= *cap)
         return items;
     size_t ncap = *cap ? *cap : 16;
@@ -1010,16 +1014,17 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
     profile.n_sample_type = VALUE_COUNT;
     profile.sample_type = type_ptrs;
-    /* Each entry starts with its message, so the entry arrays are arrays of
-     * message pointers as far as protobuf-c is concerned. */
-    Perftools__Profiles__Sample **samples = NULL;
-    Perftools__Profiles__Mapping **mappings = NULL;
-    Perftools__Profiles__Location **locations = NULL;
-    samples = arena_alloc(&b->arena, (b->n_samples + 1) * sizeof *samples);
-    mappings = arena_alloc(&b->arena, (b->n_mappings + 1) * sizeof *mappings);
-    locations = arena_alloc(&b->arena, (b->n_locations + 1) * sizeof *locations);
-    if (samples == NULL || mappings == NULL || locations == NULL)
-        return -ENOMEM;
+    /* The entries start with their messages; protobuf-c wants arrays of
+     * message pointers, made here for this one pack. */
+    Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
+    Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
+    Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
+    uint8_t *buf = NULL;
+    int err = 0;
+    if (samples == NULL || mappings == NULL || locations == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < b->n_samples; i++)
         samples[i] = &b->samples[i]->msg;
     for (size_t i = 0; i < b->n_mappings; i++)
@@ -1045,15 +1050,20 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     profile.default_sample_type = wall ? b->s_wall : b->s_cpu;
 
     size_t len = perftools__profiles__profile__get_packed_size(&profile);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (buf == NULL)
-        return -ENOMEM;
-    int err = 0;
+    buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
     if (perftools__profiles__profile__pack(&profile, buf) != len)
         err = SNAPPROF_EENCODE;
     if (err == 0)
         err = write_atomically(b, buf, len);
+out:
     free(buf);
+    free(samples);
+    free(mappings);
+    free(locations);
     return err;
 }
 

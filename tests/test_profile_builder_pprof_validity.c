@@ -90,6 +90,11 @@ int main(void)
         {.key = "bytes", .num = 1 << 20, .num_unit = "bytes"},
         {.key = "attempt", .num = 3},
     };
+    /* A sample with no frames at all is still a valid (empty) stack, also
+     * as the very first sample. */
+    snapprof_sample_t empty = {.tid = 100, .thread_name = "even", .cpu_ns = 5, .wall_ns = 5};
+    pbt_sample(b, &empty);
+
     /* Every suffix of the frame list, so each frame kind is a leaf once. */
     for (size_t i = 0; i < n_frames; i++) {
         snapprof_sample_t s = {.frames = frames + i,
@@ -102,10 +107,6 @@ int main(void)
                                .label_count = i % 4};
         pbt_sample(b, &s);
     }
-    /* A sample with no frames at all is still a valid (empty) stack. */
-    snapprof_sample_t empty = {.tid = 100, .thread_name = "even", .cpu_ns = 5, .wall_ns = 5};
-    pbt_sample(b, &empty);
-
     /* Bad input is refused and changes nothing. */
     ASSERT_EQ(b->ops->xOnSample(b->user_data, NULL), -EINVAL);
     snapprof_label_t keyless = {.key = NULL, .str = "x"};
