@@ -169,3 +169,81 @@ void tu_burn_cpu_ns(uint64_t ns)
             x = x * 6364136223846793005u + 1442695040888963407u;
     }
 }
+
+static int collector_started(void *ud, const snapprof_profile_info_t *info)
+{
+    (void)info;
+    ((tu_collector_t *)ud)->started++;
+    return 0;
+}
+
+static int collector_sample(void *ud, const snapprof_sample_t *s)
+{
+    tu_collector_t *c = ud;
+    if (c->fail_samples)
+        return -EIO;
+    if (c->count == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 256;
+        c->samples = realloc(c->samples, c->cap * sizeof *c->samples);
+        ASSERT_NOT_NULL(c->samples);
+    }
+    tu_sample_t *t = &c->samples[c->count++];
+    memset(t, 0, sizeof *t);
+    t->tid = s->tid;
+    t->flags = s->flags;
+    t->frame_count = s->frame_count;
+    t->cpu_ns = s->cpu_ns;
+    t->wall_ns = s->wall_ns;
+    t->timestamp_ns = s->timestamp_ns;
+    size_t n = s->frame_count < TU_MAX_FRAMES ? s->frame_count : TU_MAX_FRAMES;
+    memcpy(t->frames, s->frames, n * sizeof *s->frames);
+    if (s->frame_count > 0)
+        t->outermost = s->frames[s->frame_count - 1];
+    return 0;
+}
+
+static int collector_completed(void *ud, const snapprof_profile_info_t *info)
+{
+    tu_collector_t *c = ud;
+    c->info = *info;
+    c->stats = *info->stats;
+    c->info.stats = &c->stats;
+    c->completed++; /* last: a reader that sees it sees the rest */
+    return 0;
+}
+
+static const snapprof_builder_ops_t collector_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "test-collector",
+    .xOnProfileStarted = collector_started,
+    .xOnSample = collector_sample,
+    .xOnProfileCompleted = collector_completed,
+};
+
+snapprof_builder_t *tu_collector_builder(tu_collector_t *c)
+{
+    snapprof_builder_t *b = NULL;
+    ASSERT_OK(snapprof_builder_create(&collector_ops, c, &b));
+    return b;
+}
+
+size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->count; i++)
+        n += c->samples[i].tid == tid;
+    return n;
+}
+
+void tu_collector_free(tu_collector_t *c)
+{
+    free(c->samples);
+    memset(c, 0, sizeof *c);
+}
+
+const char *tu_frame_name(const snapprof_frame_t *frame)
+{
+    snapprof_symbol_t sym[8];
+    int n = snapprof_symbolize(frame, sym, 8);
+    return n > 0 && sym[0].name ? sym[0].name : "?";
+}

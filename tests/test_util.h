@@ -4,6 +4,7 @@
 #define SNAPPROF_TESTS_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 uint64_t tu_mono_ns(void);
@@ -42,3 +43,36 @@ char *tu_make_tmpdir(const char *tag);
 void tu_burn_cpu_ns(uint64_t ns);
 
 #endif
+
+/* A builder that records every sample it gets (up to 64 frames each, leaf
+ * first, plus the outermost frame), for tests that check what the profiler
+ * delivered. The collector must outlive the builder; read it after stop. */
+#include <snapprof/profile_builder.h>
+
+#define TU_MAX_FRAMES 64
+typedef struct tu_sample {
+    pid_t tid;
+    unsigned flags;
+    size_t frame_count;
+    uint64_t cpu_ns, wall_ns, timestamp_ns;
+    snapprof_frame_t frames[TU_MAX_FRAMES]; /* leaf first */
+    snapprof_frame_t outermost;
+} tu_sample_t;
+
+typedef struct tu_collector {
+    tu_sample_t *samples;
+    size_t count, cap;
+    atomic_int started, completed; /* written on the sampling thread */
+    snapprof_profile_info_t info;  /* as completed */
+    snapprof_stats_t stats;        /* as completed */
+    int fail_samples;              /* make xOnSample return an error */
+} tu_collector_t;
+
+/* Makes a builder feeding c (exits the test on failure). */
+snapprof_builder_t *tu_collector_builder(tu_collector_t *c);
+size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid);
+void tu_collector_free(tu_collector_t *c);
+
+/* The name of the innermost function at frame (via snapprof_symbolize), or
+ * "?" when unknown. */
+const char *tu_frame_name(const snapprof_frame_t *frame);

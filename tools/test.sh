@@ -23,8 +23,8 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
 if [ "${1:-}" = "--sanitizers" ]; then
   echo "== ASan + UBSan ==" >&2
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=address,undefined -- -LE accuracy
+    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=address,undefined -- -LE "accuracy|nosan"
   echo "== TSan ==" >&2
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=thread -- -LE accuracy
+    run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=thread -- -LE "accuracy|nosan"
 fi

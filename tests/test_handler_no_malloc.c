@@ -1,0 +1,111 @@
+/* No allocation inside the signal handler: malloc and friends are
+ * interposed and abort while the calling thread is inside our handler. The
+ * target itself allocates in a loop, so a handler that allocated would meet
+ * malloc's own lock held by the interrupted code. */
+#include "stack_copier/stack_copier.h"
+#include "test.h"
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+
+static atomic_long g_calls;
+
+static void check(void)
+{
+    atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
+    if (snapprof__in_signal_handler()) {
+        static const char msg[] = "allocation inside the snapprof signal handler\n";
+        write(2, msg, sizeof msg - 1);
+        abort();
+    }
+}
+
+void *malloc(size_t n)
+{
+    check();
+    return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b)
+{
+    check();
+    return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n)
+{
+    check();
+    return __libc_realloc(p, n);
+}
+void free(void *p)
+{
+    check();
+    __libc_free(p);
+}
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    check();
+    *out = __libc_memalign(align, n);
+    return *out ? 0 : 12;
+}
+void *aligned_alloc(size_t align, size_t n)
+{
+    check();
+    return __libc_memalign(align, n);
+}
+
+static atomic_int g_stop;
+static snapprof_thread_t *g_token;
+static atomic_int g_ready;
+
+static void *allocating_target(void *arg)
+{
+    (void)arg;
+    ASSERT_OK(snapprof_thread_register(&g_token));
+    atomic_store(&g_ready, 1);
+    while (!atomic_load(&g_stop)) {
+        void *p = malloc(64);
+        free(p);
+    }
+    return NULL;
+}
+
+int main(void)
+{
+    if (tu_sanitizer_build()) {
+        printf("skipped: sanitizers interpose malloc themselves\n");
+        return TEST_SKIP;
+    }
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, allocating_target, NULL), 0);
+    while (!atomic_load(&g_ready))
+        usleep(1000);
+    long before = atomic_load(&g_calls);
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    usleep(1000000);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    atomic_store(&g_stop, 1);
+    pthread_join(th, NULL);
+    /* The interposer was live, and samples were taken while it was. */
+    ASSERT_GT(atomic_load(&g_calls) - before, 1000);
+    ASSERT_GT(c.stats.samples_signalled, 100);
+    printf("%llu samples taken while the target allocated; no allocation in the handler\n",
+           (unsigned long long)c.stats.samples_signalled);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(g_token);
+    tu_collector_free(&c);
+    return 0;
+}

@@ -1,0 +1,426 @@
+/* Tests of the profiler's lifecycle and its treatment of hard targets:
+ * threads that exit, block the signal or sleep through the whole profile. */
+#include "test.h"
+#include "test_util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum { BUSY, SLEEP_NANOSLEEP, SLEEP_POLL, BLOCK_SIGNAL, EXIT_EARLY } behaviour_t;
+
+typedef struct target {
+    pthread_t th;
+    behaviour_t behaviour;
+    snapprof_thread_t *token;
+    pid_t tid;
+    atomic_int ready, stop, eintr, exited;
+    uint64_t run_ns; /* EXIT_EARLY: busy for this long, then exit */
+} target_t;
+
+__attribute__((noinline)) static void busy_leaf(volatile uint64_t *x)
+{
+    for (int i = 0; i < 10000; i++)
+        *x = *x * 6364136223846793005u + 1;
+}
+
+static void *target_main(void *arg)
+{
+    target_t *t = arg;
+    ASSERT_OK(snapprof_thread_register(&t->token));
+    t->tid = snapprof_thread_tid(t->token);
+    if (t->behaviour == BLOCK_SIGNAL) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGURG);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+    }
+    atomic_store(&t->ready, 1);
+    volatile uint64_t x = 1;
+    uint64_t start = tu_mono_ns();
+    while (!atomic_load(&t->stop)) {
+        switch (t->behaviour) {
+        case SLEEP_NANOSLEEP: {
+            struct timespec ts = {100, 0}, rem;
+            while (!atomic_load(&t->stop) && nanosleep(&ts, &rem) != 0 && errno == EINTR) {
+                atomic_fetch_add(&t->eintr, 1);
+                ts = rem;
+            }
+            break;
+        }
+        case SLEEP_POLL: {
+            if (poll(NULL, 0, 100000) < 0 && errno == EINTR)
+                atomic_fetch_add(&t->eintr, 1);
+            break;
+        }
+        case EXIT_EARLY:
+            if (tu_mono_ns() - start > t->run_ns) {
+                atomic_store(&t->exited, 1);
+                return NULL;
+            }
+            busy_leaf(&x);
+            break;
+        default:
+            busy_leaf(&x);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void start_target(target_t *t, behaviour_t b)
+{
+    t->behaviour = b;
+    ASSERT_EQ(pthread_create(&t->th, NULL, target_main, t), 0);
+    while (!atomic_load(&t->ready))
+        usleep(1000);
+}
+
+static void stop_target(target_t *t)
+{
+    atomic_store(&t->stop, 1);
+    if (t->behaviour == SLEEP_NANOSLEEP || t->behaviour == SLEEP_POLL)
+        pthread_kill(t->th, SIGURG); /* wake it; SIGURG is ignored by default */
+    pthread_join(t->th, NULL);
+    snapprof_thread_release(t->token);
+}
+
+static snapprof_profiler_t *make(snapprof_thread_t *const *threads, size_t n, uint64_t interval,
+                                 snapprof_mode_t mode, tu_collector_t *c)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = interval;
+    params.mode = mode;
+    params.copy_timeout_ns = 20000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
+    if (c)
+        ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
+    return p;
+}
+
+/* This VM's host can stall a vCPU for most of a second, so tests wait for
+ * a number of ticks (with a generous deadline) instead of for a time. */
+static void wait_ticks(snapprof_profiler_t *p, uint64_t ticks)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000u;
+    snapprof_stats_t st;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.ticks < ticks && tu_mono_ns() < deadline);
+    ASSERT_GE(st.ticks, ticks);
+}
+
+static void test_stop_without_start(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&t.token, 1, 10000000u, SNAPPROF_MODE_CPU, &c);
+    ASSERT_EQ(snapprof_profiler_stop(p), SNAPPROF_ESTATE);
+    snapprof_profiler_destroy(p);
+    ASSERT_EQ(c.started, 0);
+    ASSERT_EQ(c.completed, 0);
+    snapprof_profiler_destroy(NULL);
+    stop_target(&t);
+}
+
+static void test_start_twice(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    snapprof_profiler_t *p = make(&t.token, 1, 10000000u, SNAPPROF_MODE_CPU, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_EQ(snapprof_profiler_start(p), SNAPPROF_ESTATE);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(snapprof_profiler_start(p), SNAPPROF_ESTATE);
+    ASSERT_OK(snapprof_profiler_stop(p)); /* already complete: same result */
+    snapprof_unwinder_t *u;
+    ASSERT_OK(snapprof_frame_pointer_unwinder_create(&u));
+    ASSERT_EQ(snapprof_profiler_add_unwinder(p, u), SNAPPROF_ESTATE); /* and u is freed */
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
+}
+
+static void test_bad_params(void)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    snapprof_profiler_t *p = NULL;
+    ASSERT_EQ(snapprof_profiler_create(NULL, NULL, 0, &p), -EINVAL);
+    params.interval_ns = 0;
+    ASSERT_EQ(snapprof_profiler_create(&params, NULL, 0, &p), -EINVAL);
+    snapprof_params_init(&params);
+    snapprof_thread_t *none = NULL;
+    ASSERT_EQ(snapprof_profiler_create(&params, &none, 1, &p), -EINVAL);
+    params.signal = SIGKILL;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_EQ(snapprof_profiler_start(p), SNAPPROF_ESIGNAL);
+    snapprof_profiler_destroy(p);
+    ASSERT_EQ(snapprof_thread_register_tid(999999999, &none), -ESRCH);
+    ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_ESIGNAL), "signal");
+    ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
+}
+
+/* Destroying a running profiler stops it, completes its builder once, and
+ * never races the sampling thread. */
+static void test_destroy_while_running(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    for (int i = 0; i < 20; i++) {
+        tu_collector_t c = {0};
+        snapprof_profiler_t *p = make(&t.token, 1, 200000u, SNAPPROF_MODE_CPU, &c);
+        ASSERT_OK(snapprof_profiler_start(p));
+        usleep((useconds_t)(1000 * (i % 5)));
+        snapprof_profiler_destroy(p);
+        ASSERT_EQ(c.started, 1);
+        ASSERT_EQ(c.completed, 1);
+        tu_collector_free(&c);
+    }
+    stop_target(&t);
+}
+
+/* Two profilers at different rates share the sampling thread; stopping one
+ * leaves the other running. */
+static void test_two_concurrent(void)
+{
+    target_t a = {0}, b = {0};
+    start_target(&a, BUSY);
+    start_target(&b, BUSY);
+    tu_collector_t ca = {0}, cb = {0};
+    snapprof_thread_t *both[2] = {a.token, b.token};
+    snapprof_profiler_t *pa = make(&a.token, 1, 2000000u, SNAPPROF_MODE_CPU, &ca);
+    snapprof_profiler_t *pb = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &cb);
+    ASSERT_OK(snapprof_profiler_start(pa));
+    ASSERT_OK(snapprof_profiler_start(pb));
+    wait_ticks(pa, 40);
+    wait_ticks(pb, 30);
+    ASSERT_OK(snapprof_profiler_stop(pa));
+    size_t a_after_stop = ca.count;
+    wait_ticks(pb, 60);
+    ASSERT_OK(snapprof_profiler_stop(pb));
+    ASSERT_EQ(ca.count, a_after_stop);
+    ASSERT_EQ(tu_collector_count_tid(&ca, b.tid), 0);
+    ASSERT_GT(tu_collector_count_tid(&ca, a.tid), 20);
+    ASSERT_GT(tu_collector_count_tid(&cb, a.tid), 20);
+    ASSERT_GT(tu_collector_count_tid(&cb, b.tid), 20);
+    snapprof_profiler_destroy(pa);
+    snapprof_profiler_destroy(pb);
+    stop_target(&a);
+    stop_target(&b);
+    tu_collector_free(&ca);
+    tu_collector_free(&cb);
+}
+
+/* A target that exits mid-profile: its earlier samples stay, the exit is
+ * counted once, the others go on. */
+static void test_thread_exits(void)
+{
+    target_t gone = {.run_ns = 200000000u}, stays = {0};
+    start_target(&gone, EXIT_EARLY);
+    start_target(&stays, BUSY);
+    tu_collector_t c = {0};
+    snapprof_thread_t *both[2] = {gone.token, stays.token};
+    snapprof_profiler_t *p = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    while (!atomic_load(&gone.exited))
+        usleep(1000);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    wait_ticks(p, st.ticks + 20);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(tu_collector_count_tid(&c, gone.tid), 0);
+    ASSERT_GT(tu_collector_count_tid(&c, stays.tid), tu_collector_count_tid(&c, gone.tid));
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED], 1);
+    snapprof_profiler_destroy(p);
+    pthread_join(gone.th, NULL);
+    snapprof_thread_release(gone.token);
+    stop_target(&stays);
+    tu_collector_free(&c);
+}
+
+/* A target that blocks the signal: counted as timeouts, the sampler does
+ * not hang, and the other target of the same profiler is still sampled. */
+static void test_blocked_signal(void)
+{
+    target_t blocked = {0}, ok = {0};
+    start_target(&blocked, BLOCK_SIGNAL);
+    start_target(&ok, BUSY);
+    tu_collector_t c = {0};
+    snapprof_thread_t *both[2] = {blocked.token, ok.token};
+    snapprof_profiler_t *p = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 100);
+    uint64_t t0 = tu_mono_ns();
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_LT(tu_mono_ns() - t0, 5000000000u); /* one tick at most, stalls aside */
+    ASSERT_GE(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], 1);
+    /* Backoff: far fewer timeouts than ticks. */
+    ASSERT_LT(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], c.stats.ticks / 4);
+    ASSERT_EQ(tu_collector_count_tid(&c, blocked.tid), 0);
+    ASSERT_GT(tu_collector_count_tid(&c, ok.tid), 30);
+    snapprof_profiler_destroy(p);
+    stop_target(&ok);
+    atomic_store(&blocked.stop, 1);
+    pthread_join(blocked.th, NULL);
+    snapprof_thread_release(blocked.token);
+    tu_collector_free(&c);
+}
+
+/* A thread asleep for the whole profile is signalled once and sees at most
+ * one EINTR; in wall mode every tick still records its stack. */
+static void sleeper(behaviour_t b, snapprof_mode_t mode)
+{
+    target_t t = {0};
+    start_target(&t, b);
+    usleep(50000); /* let it fall asleep */
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&t.token, 1, 10000000u, mode, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 60);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("ticks %llu signalled %llu reused %llu skipped %llu eintr %d\n",
+           (unsigned long long)c.stats.ticks, (unsigned long long)c.stats.samples_signalled,
+           (unsigned long long)c.stats.samples_reused,
+           (unsigned long long)c.stats.samples_skipped_idle, atomic_load(&t.eintr));
+    ASSERT_LE(c.stats.samples_signalled, 1);
+    ASSERT_LE(atomic_load(&t.eintr), 1);
+    if (mode == SNAPPROF_MODE_WALL) {
+        ASSERT_EQ(c.stats.samples, c.stats.ticks);
+        ASSERT_EQ(c.stats.samples_reused, c.stats.ticks - 1);
+        for (size_t i = 1; i < c.count; i++) {
+            ASSERT(c.samples[i].flags & SNAPPROF_SAMPLE_REUSED);
+            ASSERT_EQ(c.samples[i].frame_count, c.samples[0].frame_count);
+            ASSERT_UEQ(c.samples[i].frames[0].pc, c.samples[0].frames[0].pc);
+            ASSERT_UEQ(c.samples[i].cpu_ns, 0);
+        }
+    } else {
+        ASSERT_LE(c.stats.samples, 1);
+        ASSERT_GE(c.stats.samples_skipped_idle, c.stats.ticks - 1);
+    }
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
+    tu_collector_free(&c);
+}
+
+/* Naming threads by tid: the main thread and a worker, from another thread. */
+static void test_register_tid(void)
+{
+    target_t w = {0};
+    start_target(&w, BUSY);
+    snapprof_thread_t *by_tid = NULL, *main_by_tid = NULL;
+    ASSERT_OK(snapprof_thread_register_tid(w.tid, &by_tid));
+    ASSERT_EQ(snapprof_thread_tid(by_tid), w.tid);
+    ASSERT_OK(snapprof_thread_register_tid(getpid(), &main_by_tid));
+    tu_collector_t c = {0};
+    snapprof_thread_t *both[2] = {by_tid, main_by_tid};
+    snapprof_profiler_t *p = make(both, 2, 2000000u, SNAPPROF_MODE_WALL, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    do { /* the main thread works too */
+        tu_burn_cpu_ns(10000000u);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.ticks < 60);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(tu_collector_count_tid(&c, w.tid), 30);
+    ASSERT_GT(tu_collector_count_tid(&c, getpid()), 30);
+    /* Host stalls may time a copy out; nothing else may fail. */
+    ASSERT_EQ(c.stats.failed_total, c.stats.failed[SNAPPROF_FAIL_TIMEOUT]);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(by_tid);
+    snapprof_thread_release(main_by_tid);
+    stop_target(&w);
+    tu_collector_free(&c);
+}
+
+/* Builder errors are counted, not fatal; threads can join a running
+ * profile and leave it. */
+static void test_add_remove_builder_errors(void)
+{
+    target_t a = {0}, b = {0};
+    start_target(&a, BUSY);
+    start_target(&b, BUSY);
+    tu_collector_t c = {.fail_samples = 1};
+    snapprof_profiler_t *p = make(&a.token, 1, 2000000u, SNAPPROF_MODE_CPU, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 20);
+    ASSERT_OK(snapprof_profiler_add_thread(p, b.token));
+    wait_ticks(p, 40);
+    ASSERT_OK(snapprof_profiler_remove_thread(p, a.token));
+    ASSERT_EQ(snapprof_profiler_remove_thread(p, a.token), -ENOENT);
+    wait_ticks(p, 60);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(c.stats.failed[SNAPPROF_FAIL_BUILDER], 10);
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_BUILDER], c.stats.samples);
+    snapprof_profiler_destroy(p);
+    stop_target(&a);
+    stop_target(&b);
+    tu_collector_free(&c);
+}
+
+/* A duration ends the profile by itself; stop() then returns its result. */
+static void test_duration(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 5000000u;
+    params.duration_ns = 200000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &t.token, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    for (int i = 0; i < 6000 && c.completed == 0; i++)
+        usleep(10000);
+    ASSERT_EQ(c.completed, 1); /* completed without stop() */
+    ASSERT_LE(c.stats.ticks, 42);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(c.completed, 1);
+    ASSERT_GE(c.info.duration_ns, 190000000u);
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
+    tu_collector_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "stop_without_start"))
+        test_stop_without_start();
+    else if (!strcmp(c, "start_twice"))
+        test_start_twice();
+    else if (!strcmp(c, "bad_params"))
+        test_bad_params();
+    else if (!strcmp(c, "destroy_while_running"))
+        test_destroy_while_running();
+    else if (!strcmp(c, "two_concurrent"))
+        test_two_concurrent();
+    else if (!strcmp(c, "thread_exits"))
+        test_thread_exits();
+    else if (!strcmp(c, "blocked_signal"))
+        test_blocked_signal();
+    else if (!strcmp(c, "idle_nanosleep_wall"))
+        sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_WALL);
+    else if (!strcmp(c, "idle_poll_wall"))
+        sleeper(SLEEP_POLL, SNAPPROF_MODE_WALL);
+    else if (!strcmp(c, "idle_nanosleep_cpu"))
+        sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_CPU);
+    else if (!strcmp(c, "register_tid"))
+        test_register_tid();
+    else if (!strcmp(c, "threads_and_builder_errors"))
+        test_add_remove_builder_errors();
+    else if (!strcmp(c, "duration"))
+        test_duration();
+    else
+        TEST_FAIL("unknown case '%s'", c);
+    return 0;
+}

@@ -1,0 +1,358 @@
+/* Tests of the signal stack copier, driven through its internal interface:
+ * what lands in the copy, and every way a copy can fail. */
+#include "stack_copier/stack_copier.h"
+#include "test.h"
+#include "test_util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define SENTINEL 0x5e5e5e5e00000000u
+
+typedef struct target {
+    pthread_t th;
+    snapprof_thread_t *token;
+    pid_t tid;
+    atomic_int ready, stop, block_signal, unblock, handled_late;
+    size_t locals;                              /* bytes of extra live stack to hold */
+    volatile uint64_t *sentinels;               /* published address of the sentinel array */
+    volatile uint64_t *volatile *self_ptr_addr; /* a stack slot holding a stack pointer */
+} target_t;
+
+static __attribute__((noinline)) void spin_with_sentinels(target_t *t)
+{
+    volatile uint64_t sentinels[8];
+    for (int i = 0; i < 8; i++)
+        sentinels[i] = SENTINEL + (uint64_t)i;
+    volatile uint64_t *volatile self_ptr = &sentinels[0];
+    t->sentinels = sentinels;
+    t->self_ptr_addr = &self_ptr;
+    if (t->block_signal) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGURG);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+    }
+    atomic_store(&t->ready, 1);
+    while (!atomic_load(&t->stop)) {
+        if (atomic_load(&t->unblock) == 1) {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGURG);
+            pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a pending signal runs here */
+            atomic_store(&t->unblock, 2);
+        }
+    }
+    (void)self_ptr;
+}
+
+static __attribute__((noinline)) void hold_stack(target_t *t, size_t bytes)
+{
+    volatile char pad[4096];
+    pad[0] = 1;
+    if (bytes > sizeof pad)
+        hold_stack(t, bytes - sizeof pad);
+    else
+        spin_with_sentinels(t);
+    (void)pad[0];
+}
+
+static void *target_main(void *arg)
+{
+    target_t *t = arg;
+    ASSERT_OK(snapprof_thread_register(&t->token));
+    t->tid = snapprof_thread_tid(t->token);
+    hold_stack(t, t->locals);
+    return NULL;
+}
+
+static void start_target(target_t *t)
+{
+    ASSERT_EQ(pthread_create(&t->th, NULL, target_main, t), 0);
+    while (!atomic_load(&t->ready))
+        usleep(1000);
+}
+
+static void stop_target(target_t *t)
+{
+    atomic_store(&t->stop, 1);
+    pthread_join(t->th, NULL);
+    snapprof_thread_release(t->token);
+}
+
+static uint8_t *map_buffer(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(p != MAP_FAILED);
+    return p;
+}
+
+static int copy(const snapprof_thread_t *token, uint8_t *buf, size_t size, uint64_t timeout_ns,
+                snapprof__copy_result_t *res, snapprof_fail_reason_t *reason)
+{
+    snapprof__copy_request_t req = {.thread = token,
+                                    .signo = SIGURG,
+                                    .buffer = buf,
+                                    .buffer_size = size,
+                                    .timeout_ns = timeout_ns};
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG));
+    return snapprof__stack_copier_copy(&req, res, reason);
+}
+
+/* The live stack lands in the copy byte for byte, where its address says,
+ * and rebasing makes stack pointers point into the copy. */
+static void test_sentinels(void)
+{
+    target_t t = {0};
+    start_target(&t);
+    size_t size = 1u << 20;
+    uint8_t *buf = map_buffer(size);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    uint64_t before = tu_mono_ns();
+    ASSERT_OK(copy(t.token, buf, size, 1000000000u, &res, &reason));
+    uint64_t after = tu_mono_ns();
+
+    /* Timestamp within the bounds of the call. */
+    ASSERT_GE(res.timestamp_ns, before);
+    ASSERT_LE(res.timestamp_ns, after);
+    ASSERT_GT(res.cpu_ns, 0);
+    ASSERT_LE(res.pause_ns, res.roundtrip_ns);
+
+    uintptr_t sp = res.regs.r[SNAPPROF_REG_SP];
+    ASSERT(sp >= t.token->stack_low && sp < t.token->stack_base);
+    ASSERT_UEQ(res.copy_lo, (sp - 128) & ~(uintptr_t)15);
+    ASSERT_UEQ(res.copy_lo + res.copy_size, t.token->stack_base);
+    ASSERT_EQ(res.truncated, 0);
+
+    uintptr_t s = (uintptr_t)t.sentinels;
+    ASSERT(s >= res.copy_lo && s + 64 <= res.copy_lo + res.copy_size);
+    const uint64_t *copied = (const uint64_t *)(void *)(buf + (s - res.copy_lo));
+    for (int i = 0; i < 8; i++)
+        ASSERT_UEQ(copied[i], SENTINEL + (uint64_t)i);
+
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(&res, buf, &regs, &stack);
+    ASSERT_UEQ(stack.bottom, (uintptr_t)buf);
+    ASSERT_UEQ(stack.top, (uintptr_t)buf + res.copy_size);
+    ASSERT_UEQ(stack.orig_bottom, res.copy_lo);
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_SP], (uintptr_t)buf + (sp - res.copy_lo));
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_PC], res.regs.r[SNAPPROF_REG_PC]);
+    uintptr_t slot = (uintptr_t)t.self_ptr_addr;
+    const uintptr_t *rebased = (const uintptr_t *)(buf + (slot - res.copy_lo));
+    ASSERT_UEQ(*rebased, (uintptr_t)copied);
+    stop_target(&t);
+}
+
+/* A stack larger than the buffer: the innermost part is copied, and the
+ * copy says it is truncated. */
+static void test_truncated(void)
+{
+    target_t t = {.locals = 64 * 1024};
+    start_target(&t);
+    uint8_t *buf = map_buffer(8192);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    ASSERT_OK(copy(t.token, buf, 8192, 1000000000u, &res, &reason));
+    ASSERT_EQ(res.truncated, 1);
+    ASSERT_EQ(res.copy_size, 8192);
+    uintptr_t sp = res.regs.r[SNAPPROF_REG_SP];
+    ASSERT_UEQ(res.copy_lo, (sp - 128) & ~(uintptr_t)15);
+    stop_target(&t);
+}
+
+/* A thread that is gone: a counted failure, not a crash or a hang. */
+static void test_exited_thread(void)
+{
+    target_t t = {0};
+    start_target(&t);
+    snapprof_thread_t *token = t.token;
+    snapprof__thread_retain(token);
+    stop_target(&t);
+    ASSERT_EQ(atomic_load(&token->exited), 1);
+    uint8_t *buf = map_buffer(65536);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(token, buf, 65536, 100000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_THREAD_EXITED);
+    snapprof_thread_release(token);
+}
+
+/* A thread that blocks the signal: the wait ends at the timeout, and the
+ * late handler, when the thread unblocks, leaves the buffer alone. */
+static void test_blocked_signal(void)
+{
+    target_t t = {.block_signal = 1};
+    start_target(&t);
+    size_t size = 1u << 20;
+    uint8_t *buf = map_buffer(size);
+    memset(buf, 0xaa, size);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    uint64_t t0 = tu_mono_ns();
+    ASSERT_EQ(copy(t.token, buf, size, 20000000u, &res, &reason), -1);
+    uint64_t waited = tu_mono_ns() - t0;
+    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+    ASSERT_GE(waited, 20000000u);
+    ASSERT_LT(waited, 1000000000u);
+
+    atomic_store(&t.unblock, 1);
+    while (atomic_load(&t.unblock) != 2)
+        usleep(1000);
+    for (size_t i = 0; i < size; i++)
+        if (buf[i] != 0xaa)
+            TEST_FAIL("a late handler wrote byte %zu of the buffer", i);
+    /* And the thread can be sampled normally afterwards. */
+    ASSERT_OK(copy(t.token, buf, size, 1000000000u, &res, &reason));
+    stop_target(&t);
+}
+
+/* A thread running on a stack we don't know (a fiber, a sigaltstack):
+ * SNAPPROF_FAIL_SP_OUT_OF_RANGE. */
+static atomic_int g_fiber_running, g_fiber_stop;
+static void fiber_main(void)
+{
+    atomic_store(&g_fiber_running, 1);
+    while (!atomic_load(&g_fiber_stop)) {
+    }
+}
+
+static ucontext_t g_fiber_ctx, g_fiber_return;
+static snapprof_thread_t *g_fiber_token;
+static void *fiber_thread(void *arg)
+{
+    (void)arg;
+    ASSERT_OK(snapprof_thread_register(&g_fiber_token));
+    static char stack[256 * 1024] __attribute__((aligned(16)));
+    getcontext(&g_fiber_ctx);
+    g_fiber_ctx.uc_stack.ss_sp = stack;
+    g_fiber_ctx.uc_stack.ss_size = sizeof stack;
+    g_fiber_ctx.uc_link = &g_fiber_return;
+    makecontext(&g_fiber_ctx, fiber_main, 0);
+    swapcontext(&g_fiber_return, &g_fiber_ctx);
+    return NULL;
+}
+
+static void test_sp_out_of_range(void)
+{
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, fiber_thread, NULL), 0);
+    while (!atomic_load(&g_fiber_running))
+        usleep(1000);
+    uint8_t *buf = map_buffer(65536);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(g_fiber_token, buf, 65536, 1000000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_SP_OUT_OF_RANGE);
+    atomic_store(&g_fiber_stop, 1);
+    pthread_join(th, NULL);
+    snapprof_thread_release(g_fiber_token);
+}
+
+/* A token whose tid now names another thread (a recycled tid): the handler
+ * sees the thread's own token differ and refuses. */
+static void test_recycled_tid(void)
+{
+    target_t a = {0}, b = {0};
+    start_target(&a);
+    start_target(&b);
+    struct snapprof_thread stale = {.tid = b.tid,
+                                    .stack_low = a.token->stack_low,
+                                    .stack_base = a.token->stack_base,
+                                    .on_thread = 1};
+    atomic_init(&stale.refs, 1);
+    uint8_t *buf = map_buffer(65536);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(&stale, buf, 65536, 1000000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_TID_RECYCLED);
+    stop_target(&a);
+    stop_target(&b);
+}
+
+/* Signals that are not our requests reach the handler installed before us. */
+static atomic_int g_previous_calls;
+static void previous_handler(int sig, siginfo_t *info, void *uc)
+{
+    (void)sig;
+    (void)info;
+    (void)uc;
+    atomic_fetch_add(&g_previous_calls, 1);
+}
+
+static void test_chains_foreign_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = previous_handler;
+    sa.sa_flags = SA_SIGINFO;
+    ASSERT_EQ(sigaction(SIGURG, &sa, NULL), 0);
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG));
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG)); /* idempotent */
+
+    target_t t = {0};
+    start_target(&t);
+    syscall(SYS_tgkill, getpid(), t.tid, SIGURG); /* someone else's SIGURG */
+    for (int i = 0; i < 1000 && atomic_load(&g_previous_calls) == 0; i++)
+        usleep(1000);
+    ASSERT_EQ(atomic_load(&g_previous_calls), 1);
+
+    uint8_t *buf = map_buffer(1u << 20);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    ASSERT_OK(copy(t.token, buf, 1u << 20, 1000000000u, &res, &reason));
+    ASSERT_EQ(atomic_load(&g_previous_calls), 1); /* our request is not passed on */
+    stop_target(&t);
+}
+
+/* If the program replaces our handler, the failure says so. */
+static void test_handler_replaced(void)
+{
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG));
+    target_t t = {0};
+    start_target(&t);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = previous_handler;
+    sa.sa_flags = SA_SIGINFO;
+    struct sigaction ours;
+    ASSERT_EQ(sigaction(SIGURG, &sa, &ours), 0);
+    uint8_t *buf = map_buffer(65536);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(t.token, buf, 65536, 20000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_HANDLER_REPLACED);
+    ASSERT_EQ(sigaction(SIGURG, &ours, NULL), 0);
+    stop_target(&t);
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "sentinels"))
+        test_sentinels();
+    else if (!strcmp(c, "truncated"))
+        test_truncated();
+    else if (!strcmp(c, "exited_thread"))
+        test_exited_thread();
+    else if (!strcmp(c, "blocked_signal"))
+        test_blocked_signal();
+    else if (!strcmp(c, "sp_out_of_range"))
+        test_sp_out_of_range();
+    else if (!strcmp(c, "recycled_tid"))
+        test_recycled_tid();
+    else if (!strcmp(c, "chains_foreign_signals"))
+        test_chains_foreign_signals();
+    else if (!strcmp(c, "handler_replaced"))
+        test_handler_replaced();
+    else
+        TEST_FAIL("unknown case '%s'", c);
+    return 0;
+}

@@ -1,0 +1,190 @@
+/* Tests of the frame-pointer unwinder on stack copies built by hand: a good
+ * chain, and every kind of bad frame pointer it must refuse to follow. */
+#include "test.h"
+#include "test_util.h"
+#include "unwinder/unwinder_internal.h"
+
+#include <stdlib.h>
+
+/* Return addresses must lie in a native module, so use this code's own. */
+__attribute__((noinline)) void fp_test_code(void)
+{
+    __asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop");
+}
+#define CODE(i) ((uintptr_t)&fp_test_code + 1 + (uintptr_t)(i))
+
+#define WORDS 1024
+static uintptr_t g_stack[WORDS] __attribute__((aligned(16)));
+
+static snapprof_stack_copy_t whole_stack(void)
+{
+    snapprof_stack_copy_t s = {.bottom = (uintptr_t)g_stack,
+                               .top = (uintptr_t)(g_stack + WORDS),
+                               .orig_bottom = (uintptr_t)g_stack};
+    return s;
+}
+
+/* Writes a frame record [next fp][return address] at word index i. */
+static uintptr_t record(size_t i, uintptr_t next_fp, uintptr_t ret)
+{
+    g_stack[i] = next_fp;
+    g_stack[i + 1] = ret;
+    return (uintptr_t)&g_stack[i];
+}
+
+static size_t unwind(uintptr_t fp, size_t max_frames, snapprof_frame_t *frames,
+                     snapprof__unwind_outcome_t *out, snapprof_stack_copy_t stack)
+{
+    snapprof_unwinder_t *fpu;
+    ASSERT_OK(snapprof_frame_pointer_unwinder_create(&fpu));
+    snapprof_regs_t regs = {{0}};
+    regs.r[SNAPPROF_REG_PC] = CODE(0);
+    regs.r[SNAPPROF_REG_SP] = (uintptr_t)g_stack;
+    regs.r[SNAPPROF_REG_FP] = fp;
+    size_t n = snapprof__unwind_chain(&fpu, 1, &regs, &stack, frames, max_frames, out);
+    snapprof_unwinder_destroy(fpu);
+    return n;
+}
+
+static void expect_abort(uintptr_t fp, snapprof_stack_copy_t stack)
+{
+    snapprof_frame_t frames[16];
+    snapprof__unwind_outcome_t out;
+    size_t n = unwind(fp, 16, frames, &out, stack);
+    ASSERT_EQ(out.aborted, 1);
+    ASSERT_EQ(out.completed, 0);
+    ASSERT_GE(n, 2);
+    ASSERT_EQ(frames[n - 1].kind, SNAPPROF_FRAME_MARKER);
+    ASSERT_STR_EQ(frames[n - 1].name, "[unwind error]");
+}
+
+static void test_good_chain(void)
+{
+    uintptr_t f3 = record(64, 0, CODE(3));
+    uintptr_t f2 = record(32, f3, CODE(2));
+    uintptr_t f1 = record(16, f2, CODE(1));
+    snapprof_frame_t frames[16];
+    snapprof__unwind_outcome_t out;
+    size_t n = unwind(f1, 16, frames, &out, whole_stack());
+    ASSERT_EQ(out.completed, 1);
+    ASSERT_EQ(n, 4);
+    ASSERT_UEQ(frames[0].pc, CODE(0));
+    for (int i = 1; i <= 3; i++) {
+        ASSERT_UEQ(frames[i].pc, CODE(i) - 1); /* return address - 1 */
+        ASSERT_EQ(frames[i].kind, SNAPPROF_FRAME_NATIVE);
+        ASSERT_NOT_NULL(frames[i].module);
+        ASSERT_STR_EQ(tu_frame_name(&frames[i]), "fp_test_code");
+    }
+}
+
+static void test_outside_stack(void)
+{
+    expect_abort((uintptr_t)(g_stack + WORDS) + 64, whole_stack());
+    expect_abort((uintptr_t)g_stack - 64, whole_stack());
+    /* A record that would straddle the top of the copy. */
+    expect_abort((uintptr_t)(g_stack + WORDS - 1), whole_stack());
+}
+
+static void test_points_to_itself(void)
+{
+    uintptr_t f = (uintptr_t)&g_stack[16];
+    record(16, f, CODE(1));
+    expect_abort(f, whole_stack());
+}
+
+static void test_cycle(void)
+{
+    uintptr_t a = (uintptr_t)&g_stack[16], b = (uintptr_t)&g_stack[32];
+    record(16, b, CODE(1));
+    record(32, a, CODE(2));
+    expect_abort(a, whole_stack());
+}
+
+static void test_overflow(void)
+{
+    /* fp + 16 would wrap around the address space. */
+    expect_abort(UINTPTR_MAX - 15, whole_stack());
+    expect_abort(UINTPTR_MAX & ~(uintptr_t)15, whole_stack());
+}
+
+static void test_misaligned(void)
+{
+    uintptr_t f2 = record(64, 0, CODE(2));
+    record(16, f2, CODE(1));
+    expect_abort((uintptr_t)&g_stack[16] + 8, whole_stack());
+}
+
+static void test_below_sp(void)
+{
+    /* sp at word 512: a frame pointer below it is not a caller's frame. */
+    snapprof_unwinder_t *fpu;
+    ASSERT_OK(snapprof_frame_pointer_unwinder_create(&fpu));
+    record(16, 0, CODE(1));
+    snapprof_regs_t regs = {{0}};
+    regs.r[SNAPPROF_REG_PC] = CODE(0);
+    regs.r[SNAPPROF_REG_SP] = (uintptr_t)&g_stack[512];
+    regs.r[SNAPPROF_REG_FP] = (uintptr_t)&g_stack[16];
+    snapprof_stack_copy_t stack = whole_stack();
+    snapprof_frame_t frames[8];
+    snapprof__unwind_outcome_t out;
+    snapprof__unwind_chain(&fpu, 1, &regs, &stack, frames, 8, &out);
+    ASSERT_EQ(out.aborted, 1);
+    snapprof_unwinder_destroy(fpu);
+}
+
+static void test_depth_cap(void)
+{
+    /* 100 records, a cap of 10 frames: 9 real frames and the marker. */
+    uintptr_t next = 0;
+    for (int i = 99; i >= 0; i--)
+        next = record(16 + (size_t)i * 4, next, CODE(1));
+    snapprof_frame_t frames[10];
+    snapprof__unwind_outcome_t out;
+    size_t n = unwind(next, 10, frames, &out, whole_stack());
+    ASSERT_EQ(n, 10);
+    ASSERT_EQ(out.truncated_depth, 1);
+    ASSERT_STR_EQ(frames[9].name, "[truncated]");
+}
+
+static void test_unknown_pc(void)
+{
+    /* A pc in no module: nobody claims it, and the sample says so. */
+    snapprof_unwinder_t *fpu;
+    ASSERT_OK(snapprof_frame_pointer_unwinder_create(&fpu));
+    snapprof_regs_t regs = {{0}};
+    regs.r[SNAPPROF_REG_PC] = 0x10;
+    snapprof_stack_copy_t stack = whole_stack();
+    snapprof_frame_t frames[8];
+    snapprof__unwind_outcome_t out;
+    size_t n = snapprof__unwind_chain(&fpu, 1, &regs, &stack, frames, 8, &out);
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(out.unrecognized, 1);
+    ASSERT_STR_EQ(frames[1].name, "[unknown]");
+    snapprof_unwinder_destroy(fpu);
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "good_chain"))
+        test_good_chain();
+    else if (!strcmp(c, "outside_stack"))
+        test_outside_stack();
+    else if (!strcmp(c, "points_to_itself"))
+        test_points_to_itself();
+    else if (!strcmp(c, "cycle"))
+        test_cycle();
+    else if (!strcmp(c, "overflow"))
+        test_overflow();
+    else if (!strcmp(c, "misaligned"))
+        test_misaligned();
+    else if (!strcmp(c, "below_sp"))
+        test_below_sp();
+    else if (!strcmp(c, "depth_cap"))
+        test_depth_cap();
+    else if (!strcmp(c, "unknown_pc"))
+        test_unknown_pc();
+    else
+        TEST_FAIL("unknown case '%s'", c);
+    return 0;
+}
