@@ -1,5 +1,4 @@
-/* The pprof profile builder: aggregates samples into a perftools.profiles.Profile
- * and writes it, gzip-compressed, atomically to a file. */
+/* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
 #include "profile_builder_internal.h"
 
 #include "module_cache/module_cache.h"
@@ -50,8 +49,8 @@ static void *arena_alloc(arena_t *arena, size_t n)
     arena_chunk_t *c = arena->head;
     if (c == NULL || c->size - c->used < n) {
         size_t size = n > ARENA_CHUNK_SIZE ? n : ARENA_CHUNK_SIZE;
-        /* calloc per chunk (not per message) hands out zeroed memory, which
-         * the protobuf-c message initializers below rely on for padding. */
+        /* One calloc per chunk, not per message; zeroed, so whatever a
+         * caller does not set reads as 0. */
         c = calloc(1, sizeof *c + size);
         if (c == NULL)
             return NULL;

@@ -1,5 +1,4 @@
-/* profile_builder_pprof_bad_path: bad destinations fail early; a symlink is replaced, not followed.
- */
+/* profile_builder_pprof_bad_path: bad paths fail at create; a symlink is replaced, not followed. */
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

@@ -1,5 +1,4 @@
-/* profile_builder_pprof_oom: every allocation failure is reported, leaks nothing and loses no
- * earlier sample. */
+/* profile_builder_pprof_oom: each failed allocation is reported, leaks nothing, loses nothing. */
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

@@ -1,5 +1,4 @@
-/* profile_builder_pprof_roundtrip: synthetic samples through the pprof
- * builder, read back by the real client, `go tool pprof`. */
+/* profile_builder_pprof_roundtrip: synthetic samples read back by the real go tool pprof. */
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

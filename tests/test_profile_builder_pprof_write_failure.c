@@ -1,5 +1,4 @@
-/* profile_builder_pprof_write_failure: a failed write reports -errno, leaves no temporary file,
- * loses nothing. */
+/* profile_builder_pprof_write_failure: a failed write returns -errno and leaves no temp file. */
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

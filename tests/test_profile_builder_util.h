@@ -1,5 +1,4 @@
-/* Helpers for the profile_builder tests: drive a builder directly, read its
- * pprof output back with protobuf-c, and check the format's invariants. */
+/* Helpers for the profile_builder tests: drive a builder, decode and check its pprof output. */
 #ifndef SNAPPROF_TESTS_TEST_PROFILE_BUILDER_UTIL_H
 #define SNAPPROF_TESTS_TEST_PROFILE_BUILDER_UTIL_H
 
