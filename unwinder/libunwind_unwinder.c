@@ -52,6 +52,7 @@ typedef struct cfi_table {
     size_t mem_count, mem_cap;
     cfi_range_t *code; /* sorted */
     size_t code_count, code_cap;
+    int oom; /* the scan ran out of memory: the table is incomplete */
 } cfi_table_t;
 
 /* Bytes of read-only object memory kept per engine: 1024 lines of 64. */
@@ -221,8 +222,10 @@ static int scan_object(struct dl_phdr_info *info, size_t size, void *data)
 {
     cfi_table_t *t = data;
     (void)size;
-    if (grow((void **)&t->objects, &t->object_cap, t->object_count, sizeof *t->objects) != 0)
-        return 1; /* stop: the caller sees the table is short and drops it */
+    if (grow((void **)&t->objects, &t->object_cap, t->object_count, sizeof *t->objects) != 0) {
+        t->oom = 1;
+        return 1; /* stop: the caller drops the short table */
+    }
     uint32_t index = (uint32_t)t->object_count;
     cfi_object_t *obj = &t->objects[t->object_count++];
     memset(obj, 0, sizeof *obj);
@@ -240,13 +243,17 @@ static int scan_object(struct dl_phdr_info *info, size_t size, void *data)
                                  .end = (start + ph->p_memsz + mask) & ~mask,
                                  .object = index,
                                  .writable = (ph->p_flags & PF_W) != 0};
-                if (add_range(&t->mem, &t->mem_count, &t->mem_cap, r) != 0)
+                if (add_range(&t->mem, &t->mem_count, &t->mem_cap, r) != 0) {
+                    t->oom = 1;
                     return 1;
+                }
             }
             if (ph->p_flags & PF_X) {
                 cfi_range_t r = {.start = start, .end = start + ph->p_memsz, .object = index};
-                if (add_range(&t->code, &t->code_count, &t->code_cap, r) != 0)
+                if (add_range(&t->code, &t->code_count, &t->code_cap, r) != 0) {
+                    t->oom = 1;
                     return 1;
+                }
             }
         }
     }
@@ -306,8 +313,16 @@ int snapprof__cfi_update_modules(snapprof__cfi_t *c)
         return 0;
     cfi_table_t t = {0};
     dl_iterate_phdr(scan_object, &t);
-    /* The counters are read again after the scan: if an object came or went
-     * in between, the next call scans once more. */
+    if (t.oom) {
+        /* Keep the old table and try again on the next call; reads of an
+         * object that went away fail in process_vm_readv, and nothing
+         * cached about it survives. */
+        table_free(&t);
+        flush_caches(c);
+        return 0;
+    }
+    /* The counters were read before the scan: if an object came or went in
+     * between, they differ on the next call, which scans once more. */
     c->adds = counters[0];
     c->subs = counters[1];
     table_finish(&t);
