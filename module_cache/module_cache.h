@@ -6,7 +6,16 @@
  * from dl_iterate_phdr() and /proc/self/maps on the sampling thread (or any
  * caller thread), never in the signal handler. Entries are never freed:
  * unloaded modules are marked is_loaded = 0 and keep answering for frames
- * that already point at them. */
+ * that already point at them.
+ *
+ * Thread and signal safety: every function here may be called from any
+ * thread concurrently. NONE of them is async-signal-safe: they allocate,
+ * take a mutex, read /proc and take the dynamic loader's lock. Never call
+ * them from a signal handler or from a dl_iterate_phdr() callback.
+ *
+ * is_loaded of a module changes from 1 to 0 (once) during a refresh on
+ * another thread; read it with __atomic_load_n() when the pointer was not
+ * just returned by a call into the cache. */
 #ifndef SNAPPROF_MODULE_CACHE_H
 #define SNAPPROF_MODULE_CACHE_H
 
@@ -15,11 +24,54 @@
 /* Rescans the loaded modules now. Returns 0 or a negative errno. */
 int snapprof__module_cache_refresh(void);
 
+/* Rescans only if the dynamic loader added or removed objects since the
+ * last refresh: one dl_iterate_phdr() call when nothing changed. The
+ * sampling thread calls it before unwinding a batch of samples so that a
+ * dlclose()d library is not taken for loaded; snapprof_module_find() does
+ * the same check by itself at most every 10 ms. Returns 0 or a negative
+ * errno. */
+int snapprof__module_cache_update(void);
+
 /* Stores up to max pointers to known modules (loaded and unloaded, in
  * address order of the loaded ones first) in out; returns the total count. */
 size_t snapprof__module_cache_list(const snapprof_module_t **out, size_t max);
 
 /* The main executable's module, or NULL if it could not be found. */
 const snapprof_module_t *snapprof__module_cache_main(void);
+
+/* ------------------------------------------------------------------------ */
+/* Symbols (symbols_elf.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Symbolizes pc inside module (a native module: an ELF file, or "[vdso]"):
+ * writes up to max symbols, innermost first, into out and returns how many
+ * (0 when no function is known there), or a negative errno. The module may
+ * be any snapprof_module_t, also one the cache did not make: symbol tables
+ * are cached by (path, build_id), loaded on first use and kept for the life
+ * of the process; a file whose build-id differs from module->build_id is
+ * not trusted (0 symbols). Returned strings live as long as the process.
+ * This is the one place to extend with DWARF file:line and inline frames. */
+int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snapprof_symbol_t *out,
+                             size_t max);
+
+/* ------------------------------------------------------------------------ */
+/* Arena (module_cache_arena.c)                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A bump allocator for objects that live as long as the process: entries
+ * and strings handed out by the cache never move and are never freed.
+ * Not thread-safe: each arena is guarded by its owner's mutex. */
+typedef struct snapprof__arena_block snapprof__arena_block_t;
+typedef struct snapprof__arena {
+    snapprof__arena_block_t *head; /* the block being filled; older ones follow */
+    size_t bytes;                  /* total bytes reserved from malloc */
+} snapprof__arena_t;
+
+/* Returns size bytes aligned to align (a power of two, at most 16), zeroed,
+ * or NULL when out of memory. */
+void *snapprof__arena_alloc(snapprof__arena_t *arena, size_t size, size_t align);
+
+/* Copies s (NUL-terminated) into the arena; NULL when out of memory. */
+char *snapprof__arena_strdup(snapprof__arena_t *arena, const char *s);
 
 #endif

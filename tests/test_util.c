@@ -205,10 +205,10 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
 static int collector_completed(void *ud, const snapprof_profile_info_t *info)
 {
     tu_collector_t *c = ud;
-    c->completed++;
     c->info = *info;
     c->stats = *info->stats;
     c->info.stats = &c->stats;
+    c->completed++; /* last: a reader that sees it sees the rest */
     return 0;
 }
 

@@ -1,0 +1,401 @@
+/* ELF symbol tables for the module cache: function names from .symtab and
+ * .dynsym through libelf, loaded once per (path, build-id) and kept for the
+ * life of the process.
+ *
+ * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
+ * g_sym_lock is never held while calling into module_cache_posix.c, so the
+ * two locks are never nested. */
+#include "module_cache/module_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <link.h>
+#include <libelf.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+/* One function: [value, end) in the ELF file's virtual addresses. */
+typedef struct sym {
+    uint64_t value, end;
+    const char *name; /* in g_sym_arena */
+} sym_t;
+
+/* The functions of one ELF object, sorted by value. count == 0 when the
+ * file could not be read or is not the object the module describes. */
+typedef struct symtab {
+    struct symtab *next; /* hash chain */
+    const char *path, *build_id;
+    int is_main;
+    sym_t *syms;
+    size_t count;
+} symtab_t;
+
+/* A symbol while the table is built: name points into the open ELF. */
+typedef struct raw_sym {
+    uint64_t value, size, section_end;
+    const char *name;
+    unsigned rank; /* lower is the better name for an address */
+} raw_sym_t;
+
+typedef struct raw_vec {
+    raw_sym_t *v;
+    size_t n, cap;
+} raw_vec_t;
+
+#define SYMTAB_BUCKETS 256
+
+static pthread_mutex_t g_sym_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_sym_once = PTHREAD_ONCE_INIT;
+static int g_elf_ok; /* elf_version() accepted our version */
+static snapprof__arena_t g_sym_arena;
+static symtab_t *g_buckets[SYMTAB_BUCKETS];
+
+static void sym_init_once(void)
+{
+    g_elf_ok = elf_version(EV_CURRENT) != EV_NONE;
+}
+
+static uint64_t hash_key(const char *path, const char *build_id, int is_main)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *s = path; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+    for (const char *s = build_id; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ^ (uint64_t)is_main;
+}
+
+/* Ranks aliases (several names for one address): global or weak before
+ * local, .symtab before .dynsym, then the name with fewer leading
+ * underscores, then the shorter one. Global and weak rank alike because
+ * libraries often export the public name as the weak alias of an internal
+ * strong one (glibc's getpid of __getpid, sanitizers' qsort of
+ * __interceptor_qsort), and the public name is the one people know. */
+static unsigned rank_of(unsigned char bind, int from_dynsym, const char *name)
+{
+    unsigned b = bind == STB_GLOBAL || bind == STB_WEAK ? 0 : 1;
+    unsigned underscores = 0;
+    while (name[underscores] == '_' && underscores < 7)
+        underscores++;
+    return (b << 4) | ((unsigned)from_dynsym << 3) | underscores;
+}
+
+static int raw_cmp(const void *a, const void *b)
+{
+    const raw_sym_t *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value < y->value ? -1 : 1;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    size_t lx = strlen(x->name), ly = strlen(y->name);
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Hex GNU build-id of the ELF file into hex ("" when it has none). */
+static void file_build_id(Elf *elf, char *hex, size_t hex_size)
+{
+    hex[0] = '\0';
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type != SHT_NOTE)
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (data == NULL)
+            continue;
+        size_t off = 0, name_off, desc_off;
+        GElf_Nhdr nh;
+        while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+            if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+                memcmp((const char *)data->d_buf + name_off, "GNU", 4) != 0)
+                continue;
+            if (nh.n_descsz == 0 || 2 * (size_t)nh.n_descsz + 1 > hex_size)
+                return;
+            static const char digits[] = "0123456789abcdef";
+            const unsigned char *d = (const unsigned char *)data->d_buf + desc_off;
+            for (size_t k = 0; k < nh.n_descsz; k++) {
+                hex[2 * k] = digits[d[k] >> 4];
+                hex[2 * k + 1] = digits[d[k] & 15];
+            }
+            hex[2 * nh.n_descsz] = '\0';
+            return;
+        }
+    }
+}
+
+/* Appends the functions of every SHT_SYMTAB and SHT_DYNSYM section. */
+static int collect_syms(Elf *elf, raw_vec_t *rv)
+{
+    size_t shnum = 0;
+    if (elf_getshdrnum(elf, &shnum) != 0)
+        return 0;
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) == NULL)
+            continue;
+        if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM)
+            continue;
+        if (sh.sh_entsize == 0)
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (data == NULL)
+            continue;
+        int from_dynsym = sh.sh_type == SHT_DYNSYM;
+        size_t n = sh.sh_size / sh.sh_entsize;
+        for (size_t i = 0; i < n; i++) {
+            GElf_Sym s;
+            if (gelf_getsym(data, (int)i, &s) == NULL)
+                break;
+            unsigned char type = GELF_ST_TYPE(s.st_info);
+            if (type != STT_FUNC && type != STT_GNU_IFUNC)
+                continue;
+            if (s.st_value == 0 || s.st_shndx == SHN_UNDEF)
+                continue;
+            const char *name = elf_strptr(elf, sh.sh_link, s.st_name);
+            if (name == NULL || name[0] == '\0')
+                continue;
+            /* A symbol without a size reaches up to the next one, but never
+             * past the end of its section. */
+            uint64_t section_end = UINT64_MAX;
+            if (s.st_shndx < SHN_LORESERVE && s.st_shndx < shnum) {
+                GElf_Shdr ss;
+                Elf_Scn *sscn = elf_getscn(elf, s.st_shndx);
+                if (sscn != NULL && gelf_getshdr(sscn, &ss) != NULL)
+                    section_end = ss.sh_addr + ss.sh_size;
+            }
+            if (rv->n == rv->cap) {
+                size_t cap = rv->cap ? rv->cap * 2 : 1024;
+                raw_sym_t *v = realloc(rv->v, cap * sizeof *v);
+                if (v == NULL)
+                    return -ENOMEM;
+                rv->v = v;
+                rv->cap = cap;
+            }
+            rv->v[rv->n++] = (raw_sym_t){
+                .value = s.st_value,
+                .size = s.st_size,
+                .section_end = section_end,
+                .name = name,
+                .rank = rank_of(GELF_ST_BIND(s.st_info), from_dynsym, name),
+            };
+        }
+    }
+    return 0;
+}
+
+/* Builds t's sorted, deduplicated array from the ELF. Returns 0 (also for a
+ * file that is not the expected object: it just gets no symbols) or
+ * -ENOMEM. */
+static int build_table(symtab_t *t, Elf *elf)
+{
+    if (elf_kind(elf) != ELF_K_ELF)
+        return 0;
+    if (t->build_id[0] != '\0') {
+        char hex[2 * 64 + 1];
+        file_build_id(elf, hex, sizeof hex);
+        if (hex[0] != '\0' && strcmp(hex, t->build_id) != 0)
+            return 0; /* replaced on disk since it was loaded */
+    }
+    raw_vec_t rv = {0};
+    int err = collect_syms(elf, &rv);
+    if (err != 0 || rv.n == 0) {
+        free(rv.v);
+        return err;
+    }
+    qsort(rv.v, rv.n, sizeof *rv.v, raw_cmp);
+    size_t ndistinct = 0;
+    for (size_t i = 0; i < rv.n; i++)
+        ndistinct += i == 0 || rv.v[i].value != rv.v[i - 1].value;
+    sym_t *syms = snapprof__arena_alloc(&g_sym_arena, ndistinct * sizeof *syms, _Alignof(sym_t));
+    if (syms == NULL) {
+        free(rv.v);
+        return -ENOMEM;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < rv.n;) {
+        /* rv.v[i] is the best name for its address; aliases follow it. */
+        size_t j = i;
+        uint64_t size = 0, section_end = UINT64_MAX;
+        for (; j < rv.n && rv.v[j].value == rv.v[i].value; j++) {
+            if (rv.v[j].size > size)
+                size = rv.v[j].size;
+            if (rv.v[j].section_end < section_end)
+                section_end = rv.v[j].section_end;
+        }
+        const char *name = snapprof__arena_strdup(&g_sym_arena, rv.v[i].name);
+        if (name == NULL) {
+            free(rv.v);
+            return -ENOMEM;
+        }
+        uint64_t value = rv.v[i].value, end;
+        if (size > 0) {
+            end = value + size;
+        } else {
+            end = j < rv.n ? rv.v[j].value : section_end;
+            if (end > section_end)
+                end = section_end;
+            if (end == UINT64_MAX || end <= value)
+                end = value + 1;
+        }
+        syms[n++] = (sym_t){.value = value, .end = end, .name = name};
+        i = j;
+    }
+    free(rv.v);
+    t->syms = syms;
+    t->count = n;
+    return 0;
+}
+
+static int load_from_file(symtab_t *t, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0; /* gone: no symbols, not an error */
+    int err = 0;
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (elf != NULL) {
+        err = build_table(t, elf);
+        elf_end(elf);
+    }
+    close(fd);
+    return err;
+}
+
+/* The vdso has no file: read its symbols from the image the kernel mapped.
+ * It is copied first because libelf may write to an image it converts. */
+static int load_vdso(symtab_t *t)
+{
+    uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    if (base == 0)
+        return 0;
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+        return 0;
+    /* The image holds everything up to the section headers' end. */
+    size_t size = (size_t)eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+    const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(base + eh->e_phoff);
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && ph[i].p_offset + ph[i].p_filesz > size)
+            size = ph[i].p_offset + ph[i].p_filesz;
+    }
+    if (size < sizeof *eh || size > (64u << 20))
+        return 0;
+    char *copy = malloc(size);
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, (const void *)base, size);
+    int err = 0;
+    Elf *elf = elf_memory(copy, size);
+    if (elf != NULL) {
+        err = build_table(t, elf);
+        elf_end(elf);
+    }
+    free(copy);
+    return err;
+}
+
+/* Finds or loads the table for module. Called with g_sym_lock held.
+ * Returns NULL when out of memory. */
+static symtab_t *get_table_locked(const snapprof_module_t *m)
+{
+    const char *path = m->path ? m->path : "";
+    const char *build_id = m->build_id ? m->build_id : "";
+    int is_main = m->is_main_executable != 0;
+    uint64_t h = hash_key(path, build_id, is_main) % SYMTAB_BUCKETS;
+    for (symtab_t *t = g_buckets[h]; t != NULL; t = t->next) {
+        if (t->is_main == is_main && strcmp(t->path, path) == 0 &&
+            strcmp(t->build_id, build_id) == 0)
+            return t;
+    }
+    symtab_t *t = snapprof__arena_alloc(&g_sym_arena, sizeof *t, _Alignof(symtab_t));
+    if (t == NULL)
+        return NULL;
+    t->path = snapprof__arena_strdup(&g_sym_arena, path);
+    t->build_id = t->path ? snapprof__arena_strdup(&g_sym_arena, build_id) : NULL;
+    if (t->build_id == NULL)
+        return NULL;
+    t->is_main = is_main;
+    int err = 0;
+    if (!g_elf_ok) {
+        err = 0;
+    } else if (strcmp(path, "[vdso]") == 0) {
+        err = load_vdso(t);
+    } else if (is_main) {
+        /* /proc/self/exe is the running binary even when its path was
+         * replaced or deleted. */
+        err = load_from_file(t, "/proc/self/exe");
+    } else if (path[0] == '/') {
+        err = load_from_file(t, path);
+        if (err == 0 && t->count == 0 && __atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED)) {
+            /* A deleted or replaced file is still reachable through the
+             * mapping itself. */
+            char mf[64];
+            snprintf(mf, sizeof mf, "/proc/self/map_files/%lx-%lx", (unsigned long)m->start,
+                     (unsigned long)m->limit);
+            err = load_from_file(t, mf);
+        }
+    }
+    if (err != 0)
+        return NULL; /* not cached: a later call tries again */
+    t->next = g_buckets[h];
+    g_buckets[h] = t;
+    return t;
+}
+
+/* The symbol holding vaddr, or NULL. */
+static const sym_t *table_find(const symtab_t *t, uint64_t vaddr)
+{
+    size_t lo = 0, hi = t->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->syms[mid].value <= vaddr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* lo is one past the last symbol starting at or before vaddr. A few
+     * steps back cover a small function nested in a larger one. */
+    for (size_t k = lo, steps = 0; k > 0 && steps < 8; k--, steps++) {
+        if (vaddr < t->syms[k - 1].end)
+            return &t->syms[k - 1];
+    }
+    return NULL;
+}
+
+int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snapprof_symbol_t *out,
+                             size_t max)
+{
+    if (module == NULL || (out == NULL && max > 0))
+        return -EINVAL;
+    if (max == 0)
+        return 0;
+    pthread_once(&g_sym_once, sym_init_once);
+    pthread_mutex_lock(&g_sym_lock);
+    const symtab_t *t = get_table_locked(module);
+    if (t == NULL) {
+        pthread_mutex_unlock(&g_sym_lock);
+        return -ENOMEM;
+    }
+    const sym_t *s = table_find(t, (uint64_t)(pc - module->load_bias));
+    pthread_mutex_unlock(&g_sym_lock);
+    if (s == NULL)
+        return 0;
+    out[0] = (snapprof_symbol_t){
+        .name = s->name,
+        .system_name = s->name,
+        .file = NULL,
+        .line = 0,
+        .start = (uintptr_t)s->value + module->load_bias,
+    };
+    return 1;
+}
