@@ -3,13 +3,13 @@
  * whether the sampling thread delivers the rate it was asked for (issue 2).
  *
  * Usage: bench_pause [--quick] [--repeats N] [--seconds S] [--rate-seconds S]
+ *                    [--floor-rebase]
  * Prints a table; it never judges the figures (see bench/README.md). */
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
 #include <alloca.h>
 #include <errno.h>
-#include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,6 +50,7 @@ typedef struct config {
     double pause_seconds; /* per repeat, per mechanism, per stack size */
     double rate_seconds;  /* per requested rate */
     unsigned hz;          /* sampling rate of the pause measurements */
+    int floor_rebase;     /* the floor rebases its copy in place, as snapprof does */
 } config_t;
 
 /* ------------------------------------------------------------------------ */
@@ -382,6 +383,7 @@ static struct {
     uintptr_t stack_base;
     uint8_t *buffer;
     uint64_t entry_ns, pause_ns;
+    uintptr_t copy_lo; /* live address of the first byte copied */
     size_t copied;
 } g_floor;
 
@@ -438,6 +440,7 @@ static void floor_on_signal(int signo, siginfo_t *info, void *ucv)
         if (size > BUFFER_SIZE)
             size = BUFFER_SIZE;
         copy_stack(g_floor.buffer, (const uint8_t *)lo, size);
+        g_floor.copy_lo = lo;
         g_floor.copied = size;
         g_floor.entry_ns = entry;
         g_floor.pause_ns = mono_ns() - entry;
@@ -486,9 +489,24 @@ static int floor_request(pid_t tid, uint64_t *rt_ns)
     return 0;
 }
 
+/* With --floor-rebase: after the target resumed, rewrite every word of the
+ * copy that points into the copied range so it points into the copy, in
+ * place, as snapprof's stack copier does. It leaves the buffer's cache lines
+ * on this CPU, so the handler's next copy has to take them back: that, not
+ * the memcpy, is what this option shows. */
+static void floor_rebase(void)
+{
+    uintptr_t lo = g_floor.copy_lo, hi = lo + g_floor.copied;
+    uintptr_t delta = (uintptr_t)g_floor.buffer - lo; /* modular arithmetic is intended */
+    uintptr_t *words = (uintptr_t *)(void *)g_floor.buffer;
+    for (size_t i = 0; i < g_floor.copied / sizeof *words; i++)
+        if (words[i] >= lo && words[i] < hi)
+            words[i] += delta;
+}
+
 /* Samples one target at hz for `seconds` from this thread, paced like the
  * sampling thread: absolute deadlines, missed ticks skipped, not burst. */
-static result_t run_floor(size_t hold_bytes, unsigned hz, double seconds)
+static result_t run_floor(size_t hold_bytes, unsigned hz, double seconds, int rebase)
 {
     target_t *t = target_start(hold_bytes);
     /* A fresh mapping per run, as snapprof maps its buffer per profiler, so
@@ -511,6 +529,8 @@ static result_t run_floor(size_t hold_bytes, unsigned hz, double seconds)
             pause[n] = g_floor.pause_ns;
             entries[n] = g_floor.entry_ns;
             copied += g_floor.copied;
+            if (rebase)
+                floor_rebase();
             n++;
         } else {
             failed++;
@@ -702,8 +722,9 @@ static void print_header(const config_t *cfg)
     printf("pause cells: %u Hz, %d repeat(s) x %.2f s per mechanism and size, "
            "snapprof and floor alternating; medians over repeats\n",
            cfg->hz, cfg->repeats, cfg->pause_seconds);
-    printf("floor: bare tgkill(SIGRTMIN+3) -> handler memcpy of the same bytes -> futex wake; "
-           "snapprof: SIGURG, no-op builder\n");
+    printf("floor: bare tgkill(SIGRTMIN+3) -> handler memcpy of the same bytes -> futex wake%s; "
+           "snapprof: SIGURG, no-op builder\n",
+           cfg->floor_rebase ? ", then an in-place rebase of the copy (--floor-rebase)" : "");
 }
 
 static void print_pause(const result_t *sp, const result_t *fl)
@@ -792,7 +813,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench_pause [--quick] [--repeats N (1..%d)] [--seconds S] "
-            "[--rate-seconds S]\n",
+            "[--rate-seconds S] [--floor-rebase]\n",
             REPEAT_MAX);
     exit(2);
 }
@@ -808,6 +829,8 @@ static void parse_args(int argc, char **argv, config_t *cfg)
             cfg->repeats = 1;
             cfg->pause_seconds = 0.1;
             cfg->rate_seconds = 0.3;
+        } else if (strcmp(argv[i], "--floor-rebase") == 0) {
+            cfg->floor_rebase = 1;
         } else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
             cfg->repeats = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
@@ -840,9 +863,9 @@ int main(int argc, char **argv)
              * not always favour the same side. */
             if (k % 2 == 0) {
                 rs[k] = run_snapprof(k_sizes[i], cfg.hz, cfg.pause_seconds);
-                rf[k] = run_floor(k_sizes[i], cfg.hz, cfg.pause_seconds);
+                rf[k] = run_floor(k_sizes[i], cfg.hz, cfg.pause_seconds, cfg.floor_rebase);
             } else {
-                rf[k] = run_floor(k_sizes[i], cfg.hz, cfg.pause_seconds);
+                rf[k] = run_floor(k_sizes[i], cfg.hz, cfg.pause_seconds, cfg.floor_rebase);
                 rs[k] = run_snapprof(k_sizes[i], cfg.hz, cfg.pause_seconds);
             }
         }
