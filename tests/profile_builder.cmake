@@ -1,1 +1,7 @@
 # Tests of the profile_builder component.
+set(PBT_UTIL ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_util.c)
+snapprof_add_test(NAME profile_builder_create SOURCES test_profile_builder_create.c)
+foreach(t roundtrip validity aggregation bad_path write_failure scale oom native)
+  snapprof_add_test(NAME profile_builder_pprof_${t}
+    SOURCES test_profile_builder_pprof_${t}.c ${PBT_UTIL})
+endforeach()

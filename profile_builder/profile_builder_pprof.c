@@ -1,0 +1,1196 @@
+/* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
+#include "profile_builder_internal.h"
+
+#include "module_cache/module_cache.h"
+#include "profile.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ZLIB_CONST
+#include <zlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* Bump arena                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Every message, line, label and interned string lives in one arena, so a
+ * profile costs a handful of large allocations instead of one per message,
+ * and destroying the builder frees it all at once. */
+
+#define ARENA_CHUNK_SIZE ((size_t)64 * 1024)
+#define ARENA_ALIGN alignof(max_align_t)
+
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t size;
+    size_t used;
+    max_align_t data[];
+} arena_chunk_t;
+
+typedef struct arena {
+    arena_chunk_t *head;
+} arena_t;
+
+/* Returns n zeroed bytes aligned for any type, or NULL when out of memory. */
+static void *arena_alloc(arena_t *arena, size_t n)
+{
+    if (n > SIZE_MAX - ARENA_CHUNK_SIZE)
+        return NULL;
+    n = (n + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+    arena_chunk_t *c = arena->head;
+    if (c == NULL || c->size - c->used < n) {
+        size_t size = n > ARENA_CHUNK_SIZE ? n : ARENA_CHUNK_SIZE;
+        /* One calloc per chunk, not per message; zeroed, so whatever a
+         * caller does not set reads as 0. */
+        c = calloc(1, sizeof *c + size);
+        if (c == NULL)
+            return NULL;
+        c->size = size;
+        c->next = arena->head;
+        arena->head = c;
+    }
+    void *p = (unsigned char *)c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+static char *arena_strdup(arena_t *arena, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *copy = arena_alloc(arena, len);
+    if (copy != NULL)
+        memcpy(copy, s, len);
+    return copy;
+}
+
+static void arena_free(arena_t *arena)
+{
+    arena_chunk_t *c = arena->head;
+    while (c != NULL) {
+        arena_chunk_t *next = c->next;
+        free(c);
+        c = next;
+    }
+    arena->head = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Growable arrays and hashing                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Makes room for need elements of size elem. Returns the (possibly moved)
+ * array, or NULL with the old array and *cap untouched. */
+static void *reserve(void *items, size_t *cap, size_t need, size_t elem)
+{
+    /* Asking for nothing still yields an array, so NULL always means
+     * failure. */
+    if (need == 0)
+        need = 1;
+    if (need <= *cap)
+        return items;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2 / elem)
+            return NULL;
+        ncap *= 2;
+    }
+    void *p = realloc(items, ncap * elem);
+    if (p != NULL)
+        *cap = ncap;
+    return p;
+}
+
+/* The finalizer of MurmurHash3: spreads every input bit over the low bits
+ * that the tables index with. */
+static uint64_t hash_finish(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t hash_word(uint64_t h, uint64_t v)
+{
+    h ^= v;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_string(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return hash_finish(h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open-addressing index                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Maps a key to an index into one of the builder's arrays. A slot holds
+ * index + 1 (0 is empty) and the key's full hash, so probing compares keys
+ * only when the hashes agree and growing never rehashes a key. Entries are
+ * never removed, so linear probing needs no tombstones. */
+typedef struct table {
+    uint32_t *slots;
+    uint64_t *hashes;
+    size_t cap; /* a power of two, or 0 */
+    size_t count;
+} table_t;
+
+struct pprof_builder;
+typedef int (*table_eq_fn)(const struct pprof_builder *b, uint32_t index, const void *key);
+
+/* Returns index + 1 of the entry equal to key, or 0. */
+static uint32_t table_find(const table_t *t, uint64_t hash, table_eq_fn eq,
+                           const struct pprof_builder *b, const void *key)
+{
+    if (t->cap == 0)
+        return 0;
+    size_t mask = t->cap - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        uint32_t slot = t->slots[i];
+        if (slot == 0)
+            return 0;
+        if (t->hashes[i] == hash && eq(b, slot - 1, key))
+            return slot;
+    }
+}
+
+static void table_put(uint32_t *slots, uint64_t *hashes, size_t cap, uint64_t hash, uint32_t slot)
+{
+    size_t mask = cap - 1;
+    size_t i = hash & mask;
+    while (slots[i] != 0)
+        i = (i + 1) & mask;
+    slots[i] = slot;
+    hashes[i] = hash;
+}
+
+/* Makes room for one more entry, keeping the load at most one half.
+ * Returns 0 or -ENOMEM (the table is unchanged then). */
+static int table_reserve(table_t *t)
+{
+    if ((t->count + 1) * 2 <= t->cap)
+        return 0;
+    if (t->count >= UINT32_MAX - 1)
+        return -ENOMEM;
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    uint32_t *slots = calloc(ncap, sizeof *slots);
+    uint64_t *hashes = malloc(ncap * sizeof *hashes);
+    if (slots == NULL || hashes == NULL) {
+        free(slots);
+        free(hashes);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slots[i] != 0)
+            table_put(slots, hashes, ncap, t->hashes[i], t->slots[i]);
+    free(t->slots);
+    free(t->hashes);
+    t->slots = slots;
+    t->hashes = hashes;
+    t->cap = ncap;
+    return 0;
+}
+
+/* Adds index under hash; the caller has called table_reserve(). */
+static void table_insert(table_t *t, uint64_t hash, size_t index)
+{
+    table_put(t->slots, t->hashes, t->cap, hash, (uint32_t)index + 1);
+    t->count++;
+}
+
+static void table_free(table_t *t)
+{
+    free(t->slots);
+    free(t->hashes);
+    memset(t, 0, sizeof *t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Builder state                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A mapping and what its locations turned out to carry, so the has_* flags
+ * can be set truthfully when the profile is written. The message comes
+ * first: a pointer to the entry is a pointer to the message. */
+typedef struct mapping_entry {
+    Perftools__Profiles__Mapping msg;
+    uint64_t locations;
+    uint64_t with_functions;    /* locations with at least one Line */
+    uint64_t with_filenames;    /* ... whose every Line has a file name */
+    uint64_t with_line_numbers; /* ... whose every Line has a line number */
+    int inline_frames;          /* some location has more than one Line */
+} mapping_entry_t;
+
+typedef struct location_key {
+    snapprof_frame_kind_t kind;
+    uint64_t a;         /* native: the pc; JIT and marker: the name's string index */
+    const void *module; /* native and JIT: the module; marker: NULL */
+} location_key_t;
+
+typedef struct location_entry {
+    Perftools__Profiles__Location msg;
+    location_key_t key;
+} location_entry_t;
+
+typedef struct function_key {
+    int64_t name, system_name, filename;
+} function_key_t;
+
+#define VALUE_COUNT 3 /* samples/count, cpu/nanoseconds, wall/nanoseconds */
+
+typedef struct sample_entry {
+    Perftools__Profiles__Sample msg;
+    int64_t values[VALUE_COUNT];
+} sample_entry_t;
+
+/* The deepest inline chain symbolized per location; deeper ones keep their
+ * innermost frames. */
+#define MAX_INLINE_SYMBOLS 32
+
+typedef struct pprof_builder {
+    char *dir;  /* absolute directory of the output file */
+    char *path; /* dir + "/" + file name */
+    arena_t arena;
+
+    char **strings;
+    size_t n_strings, cap_strings;
+    table_t string_index;
+
+    mapping_entry_t **mappings;
+    size_t n_mappings, cap_mappings;
+    table_t mapping_index;
+
+    location_entry_t **locations;
+    size_t n_locations, cap_locations;
+    table_t location_index;
+
+    Perftools__Profiles__Function **functions;
+    size_t n_functions, cap_functions;
+    table_t function_index;
+
+    sample_entry_t **samples;
+    size_t n_samples, cap_samples;
+    table_t sample_index;
+
+    /* The sample being added, before it is known to be new. */
+    uint64_t *scratch_locations;
+    size_t cap_scratch_locations;
+    Perftools__Profiles__Label *scratch_labels;
+    size_t cap_scratch_labels;
+
+    /* String indices used for every profile. */
+    int64_t s_thread_id, s_thread_name;
+    int64_t s_samples, s_count, s_cpu, s_wall, s_nanoseconds;
+} pprof_builder_t;
+
+/* ------------------------------------------------------------------------ */
+/* Interning                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Each intern_* function returns an existing entry or adds a new one. A new
+ * entry is added only once everything it needs has been allocated, so a
+ * failure (-ENOMEM) never leaves a half-made entry behind. */
+
+static int string_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+{
+    return strcmp(b->strings[index], key) == 0;
+}
+
+/* Returns the string's index in the string table, or -ENOMEM. */
+static int64_t intern_string(pprof_builder_t *b, const char *s)
+{
+    if (s == NULL)
+        s = "";
+    uint64_t h = hash_string(s);
+    uint32_t found = table_find(&b->string_index, h, string_eq, b, s);
+    if (found)
+        return (int64_t)found - 1;
+    if (table_reserve(&b->string_index) < 0)
+        return -ENOMEM;
+    char **strings = reserve(b->strings, &b->cap_strings, b->n_strings + 1, sizeof *strings);
+    if (strings == NULL)
+        return -ENOMEM;
+    b->strings = strings;
+    char *copy = arena_strdup(&b->arena, s);
+    if (copy == NULL)
+        return -ENOMEM;
+    b->strings[b->n_strings] = copy;
+    table_insert(&b->string_index, h, b->n_strings);
+    return (int64_t)b->n_strings++;
+}
+
+static int mapping_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+{
+    const Perftools__Profiles__Mapping *m = &b->mappings[index]->msg;
+    const Perftools__Profiles__Mapping *k = key;
+    return m->memory_start == k->memory_start && m->memory_limit == k->memory_limit &&
+           m->file_offset == k->file_offset && m->filename == k->filename &&
+           m->build_id == k->build_id;
+}
+
+/* Mappings are keyed by what pprof sees of them (range, offset, file,
+ * build-id) rather than by the module pointer, so two descriptions of one
+ * module never become two mappings. */
+static int intern_mapping(pprof_builder_t *b, const snapprof_module_t *module,
+                          mapping_entry_t **out)
+{
+    int64_t filename = intern_string(b, module->path);
+    if (filename < 0)
+        return (int)filename;
+    int64_t build_id = intern_string(b, module->build_id);
+    if (build_id < 0)
+        return (int)build_id;
+    Perftools__Profiles__Mapping key = PERFTOOLS__PROFILES__MAPPING__INIT;
+    key.memory_start = module->start;
+    key.memory_limit = module->limit;
+    key.file_offset = module->file_offset;
+    key.filename = filename;
+    key.build_id = build_id;
+    uint64_t h = hash_word(0, key.memory_start);
+    h = hash_word(h, key.memory_limit);
+    h = hash_word(h, key.file_offset);
+    h = hash_word(h, (uint64_t)filename);
+    h = hash_finish(hash_word(h, (uint64_t)build_id));
+    uint32_t found = table_find(&b->mapping_index, h, mapping_eq, b, &key);
+    if (found) {
+        *out = b->mappings[found - 1];
+        return 0;
+    }
+    if (table_reserve(&b->mapping_index) < 0)
+        return -ENOMEM;
+    mapping_entry_t **mappings =
+        reserve(b->mappings, &b->cap_mappings, b->n_mappings + 1, sizeof *mappings);
+    if (mappings == NULL)
+        return -ENOMEM;
+    b->mappings = mappings;
+    mapping_entry_t *e = arena_alloc(&b->arena, sizeof *e);
+    if (e == NULL)
+        return -ENOMEM;
+    e->msg = key;
+    e->msg.id = b->n_mappings + 1;
+    b->mappings[b->n_mappings] = e;
+    table_insert(&b->mapping_index, h, b->n_mappings);
+    b->n_mappings++;
+    *out = e;
+    return 0;
+}
+
+static int function_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+{
+    const Perftools__Profiles__Function *f = b->functions[index];
+    const function_key_t *k = key;
+    return f->name == k->name && f->system_name == k->system_name && f->filename == k->filename;
+}
+
+/* Returns the id of the function (name, system_name, filename) in *id. */
+static int intern_function(pprof_builder_t *b, const char *name, const char *system_name,
+                           const char *filename, uint64_t *id)
+{
+    function_key_t key;
+    key.name = intern_string(b, name);
+    key.system_name = intern_string(b, system_name);
+    key.filename = intern_string(b, filename);
+    if (key.name < 0 || key.system_name < 0 || key.filename < 0)
+        return -ENOMEM;
+    uint64_t h = hash_word(0, (uint64_t)key.name);
+    h = hash_word(h, (uint64_t)key.system_name);
+    h = hash_finish(hash_word(h, (uint64_t)key.filename));
+    uint32_t found = table_find(&b->function_index, h, function_eq, b, &key);
+    if (found) {
+        *id = b->functions[found - 1]->id;
+        return 0;
+    }
+    if (table_reserve(&b->function_index) < 0)
+        return -ENOMEM;
+    Perftools__Profiles__Function **functions =
+        reserve(b->functions, &b->cap_functions, b->n_functions + 1, sizeof *functions);
+    if (functions == NULL)
+        return -ENOMEM;
+    b->functions = functions;
+    Perftools__Profiles__Function *f = arena_alloc(&b->arena, sizeof *f);
+    if (f == NULL)
+        return -ENOMEM;
+    perftools__profiles__function__init(f);
+    f->id = b->n_functions + 1;
+    f->name = key.name;
+    f->system_name = key.system_name;
+    f->filename = key.filename;
+    b->functions[b->n_functions] = f;
+    table_insert(&b->function_index, h, b->n_functions);
+    b->n_functions++;
+    *id = f->id;
+    return 0;
+}
+
+static int location_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+{
+    const location_key_t *have = &b->locations[index]->key;
+    const location_key_t *k = key;
+    return have->kind == k->kind && have->a == k->a && have->module == k->module;
+}
+
+/* Allocates the Lines of a native location by symbolizing its frame, once.
+ * Returns the number of lines (0 when the address has no known function)
+ * or a negative errno. */
+static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
+                           Perftools__Profiles__Line ***out)
+{
+    snapprof_symbol_t syms[MAX_INLINE_SYMBOLS];
+    int n = snapprof_symbolize(frame, syms, MAX_INLINE_SYMBOLS);
+    /* A symbolizer error only costs the names: pprof still shows the
+     * address, so the sample is kept. */
+    if (n <= 0)
+        return 0;
+    if (n > MAX_INLINE_SYMBOLS)
+        n = MAX_INLINE_SYMBOLS;
+    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, (size_t)n * sizeof *lines);
+    Perftools__Profiles__Line *storage = arena_alloc(&b->arena, (size_t)n * sizeof *storage);
+    if (lines == NULL || storage == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        const snapprof_symbol_t *sym = &syms[i];
+        const char *name = sym->name ? sym->name : sym->system_name ? sym->system_name : "";
+        const char *system_name = sym->system_name ? sym->system_name : name;
+        perftools__profiles__line__init(&storage[i]);
+        int err = intern_function(b, name, system_name, sym->file, &storage[i].function_id);
+        if (err < 0)
+            return err;
+        storage[i].line = sym->line > 0 ? sym->line : 0;
+        lines[i] = &storage[i];
+    }
+    *out = lines;
+    return n;
+}
+
+/* Allocates the single Line of a JIT or marker location. */
+static int named_line(pprof_builder_t *b, const char *name, Perftools__Profiles__Line ***out)
+{
+    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, sizeof *lines);
+    Perftools__Profiles__Line *line = arena_alloc(&b->arena, sizeof *line);
+    if (lines == NULL || line == NULL)
+        return -ENOMEM;
+    perftools__profiles__line__init(line);
+    int err = intern_function(b, name, name, NULL, &line->function_id);
+    if (err < 0)
+        return err;
+    lines[0] = line;
+    *out = lines;
+    return 1;
+}
+
+/* The name a JIT or marker frame is shown under. */
+static const char *frame_name(const snapprof_frame_t *frame)
+{
+    if (frame->name != NULL && frame->name[0] != '\0')
+        return frame->name;
+    if (frame->kind == SNAPPROF_FRAME_JIT)
+        return frame->module && frame->module->path ? frame->module->path : "[jit]";
+    return "[unknown]";
+}
+
+/* Native frames get one location per (pc, module), symbolized the first
+ * time it is seen; JIT frames one per (name, module) and marker frames one
+ * per name, since their addresses say nothing pprof could use. */
+static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, uint64_t *id)
+{
+    location_key_t key;
+    key.kind = frame->kind;
+    const char *name = NULL;
+    if (frame->kind == SNAPPROF_FRAME_NATIVE) {
+        key.a = frame->pc;
+        key.module = frame->module;
+    } else {
+        if (frame->kind != SNAPPROF_FRAME_JIT)
+            key.kind = SNAPPROF_FRAME_MARKER;
+        name = frame_name(frame);
+        int64_t s = intern_string(b, name);
+        if (s < 0)
+            return (int)s;
+        key.a = (uint64_t)s;
+        key.module = key.kind == SNAPPROF_FRAME_JIT ? frame->module : NULL;
+    }
+    uint64_t h = hash_word(0, (uint64_t)key.kind);
+    h = hash_word(h, key.a);
+    h = hash_finish(hash_word(h, (uint64_t)(uintptr_t)key.module));
+    uint32_t found = table_find(&b->location_index, h, location_eq, b, &key);
+    if (found) {
+        *id = b->locations[found - 1]->msg.id;
+        return 0;
+    }
+
+    if (table_reserve(&b->location_index) < 0)
+        return -ENOMEM;
+    location_entry_t **locations =
+        reserve(b->locations, &b->cap_locations, b->n_locations + 1, sizeof *locations);
+    if (locations == NULL)
+        return -ENOMEM;
+    b->locations = locations;
+    mapping_entry_t *mapping = NULL;
+    if (key.module != NULL) {
+        int err = intern_mapping(b, key.module, &mapping);
+        if (err < 0)
+            return err;
+    }
+    Perftools__Profiles__Line **lines = NULL;
+    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? symbolize_lines(b, frame, &lines)
+                                                    : named_line(b, name, &lines);
+    if (n_lines < 0)
+        return n_lines;
+    location_entry_t *e = arena_alloc(&b->arena, sizeof *e);
+    if (e == NULL)
+        return -ENOMEM;
+    perftools__profiles__location__init(&e->msg);
+    e->msg.id = b->n_locations + 1;
+    e->msg.mapping_id = mapping ? mapping->msg.id : 0;
+    e->msg.address = key.kind == SNAPPROF_FRAME_MARKER ? 0 : frame->pc;
+    e->msg.n_line = (size_t)n_lines;
+    e->msg.line = lines;
+    e->key = key;
+    b->locations[b->n_locations] = e;
+    table_insert(&b->location_index, h, b->n_locations);
+    b->n_locations++;
+
+    if (mapping != NULL) {
+        int filenames = n_lines > 0, line_numbers = n_lines > 0;
+        for (int i = 0; i < n_lines; i++) {
+            const Perftools__Profiles__Function *f = b->functions[lines[i]->function_id - 1];
+            filenames &= f->filename != 0;
+            line_numbers &= lines[i]->line > 0;
+        }
+        mapping->locations++;
+        mapping->with_functions += n_lines > 0;
+        mapping->with_filenames += filenames;
+        mapping->with_line_numbers += line_numbers;
+        mapping->inline_frames |= n_lines > 1;
+    }
+    *id = e->msg.id;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Samples                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sample_key {
+    const uint64_t *locations;
+    size_t n_locations;
+    const Perftools__Profiles__Label *labels;
+    size_t n_labels;
+} sample_key_t;
+
+static int label_same(const Perftools__Profiles__Label *a, const Perftools__Profiles__Label *b)
+{
+    return a->key == b->key && a->str == b->str && a->num == b->num && a->num_unit == b->num_unit;
+}
+
+static int sample_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+{
+    const Perftools__Profiles__Sample *s = &b->samples[index]->msg;
+    const sample_key_t *k = key;
+    if (s->n_location_id != k->n_locations || s->n_label != k->n_labels)
+        return 0;
+    if (k->n_locations != 0 &&
+        memcmp(s->location_id, k->locations, k->n_locations * sizeof *k->locations) != 0)
+        return 0;
+    for (size_t i = 0; i < k->n_labels; i++)
+        if (!label_same(s->label[i], &k->labels[i]))
+            return 0;
+    return 1;
+}
+
+static uint64_t sample_hash(const sample_key_t *k)
+{
+    uint64_t h = hash_word(0, k->n_locations);
+    for (size_t i = 0; i < k->n_locations; i++)
+        h = hash_word(h, k->locations[i]);
+    for (size_t i = 0; i < k->n_labels; i++) {
+        const Perftools__Profiles__Label *l = &k->labels[i];
+        h = hash_word(h, (uint64_t)l->key);
+        h = hash_word(h, (uint64_t)l->str);
+        h = hash_word(h, (uint64_t)l->num);
+        h = hash_word(h, (uint64_t)l->num_unit);
+    }
+    return hash_finish(h);
+}
+
+/* Adds a sample that has no equal yet, copying its key into the arena. */
+static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, const int64_t *values)
+{
+    if (table_reserve(&b->sample_index) < 0)
+        return -ENOMEM;
+    sample_entry_t **samples =
+        reserve(b->samples, &b->cap_samples, b->n_samples + 1, sizeof *samples);
+    if (samples == NULL)
+        return -ENOMEM;
+    b->samples = samples;
+    sample_entry_t *e = arena_alloc(&b->arena, sizeof *e);
+    uint64_t *locations = arena_alloc(&b->arena, k->n_locations * sizeof *locations);
+    Perftools__Profiles__Label **labels = arena_alloc(&b->arena, k->n_labels * sizeof *labels);
+    Perftools__Profiles__Label *storage = arena_alloc(&b->arena, k->n_labels * sizeof *storage);
+    if (e == NULL || locations == NULL || labels == NULL || storage == NULL)
+        return -ENOMEM;
+    perftools__profiles__sample__init(&e->msg);
+    if (k->n_locations != 0)
+        memcpy(locations, k->locations, k->n_locations * sizeof *locations);
+    for (size_t i = 0; i < k->n_labels; i++) {
+        storage[i] = k->labels[i];
+        labels[i] = &storage[i];
+    }
+    memcpy(e->values, values, sizeof e->values);
+    e->msg.n_location_id = k->n_locations;
+    e->msg.location_id = locations;
+    e->msg.n_value = VALUE_COUNT;
+    e->msg.value = e->values;
+    e->msg.n_label = k->n_labels;
+    e->msg.label = labels;
+    b->samples[b->n_samples] = e;
+    table_insert(&b->sample_index, h, b->n_samples);
+    b->n_samples++;
+    return 0;
+}
+
+/* Fills label with key and either a string or a number (with its unit). */
+static int make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
+                      const snapprof_label_t *in)
+{
+    perftools__profiles__label__init(label);
+    label->key = intern_string(b, in->key);
+    if (label->key < 0)
+        return -ENOMEM;
+    if (in->str != NULL) {
+        label->str = intern_string(b, in->str);
+        if (label->str < 0)
+            return -ENOMEM;
+    } else {
+        label->num = in->num;
+        if (in->num_unit != NULL && in->num_unit[0] != '\0') {
+            label->num_unit = intern_string(b, in->num_unit);
+            if (label->num_unit < 0)
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    pprof_builder_t *b = user_data;
+    if (sample == NULL || (sample->frame_count != 0 && sample->frames == NULL) ||
+        (sample->label_count != 0 && sample->labels == NULL))
+        return -EINVAL;
+    for (size_t i = 0; i < sample->label_count; i++)
+        if (sample->labels[i].key == NULL || sample->labels[i].key[0] == '\0')
+            return -EINVAL;
+    if (sample->label_count > SIZE_MAX / 2)
+        return -EINVAL;
+
+    uint64_t *locations = reserve(b->scratch_locations, &b->cap_scratch_locations,
+                                  sample->frame_count, sizeof *locations);
+    if (locations == NULL)
+        return -ENOMEM;
+    b->scratch_locations = locations;
+    size_t n_labels = sample->label_count + 2;
+    Perftools__Profiles__Label *labels =
+        reserve(b->scratch_labels, &b->cap_scratch_labels, n_labels, sizeof *labels);
+    if (labels == NULL)
+        return -ENOMEM;
+    b->scratch_labels = labels;
+
+    for (size_t i = 0; i < sample->frame_count; i++) {
+        int err = intern_location(b, &sample->frames[i], &locations[i]);
+        if (err < 0)
+            return err;
+    }
+
+    /* Every sample says which thread it came from, so threads can be told
+     * apart with -tags, -tagfocus and -tagroot. */
+    snapprof_label_t thread_id = {.key = "thread_id", .num = sample->tid};
+    snapprof_label_t thread_name = {.key = "thread_name",
+                                    .str = sample->thread_name ? sample->thread_name : ""};
+    int err = make_label(b, &labels[0], &thread_id);
+    if (err == 0)
+        err = make_label(b, &labels[1], &thread_name);
+    for (size_t i = 0; err == 0 && i < sample->label_count; i++)
+        err = make_label(b, &labels[i + 2], &sample->labels[i]);
+    if (err < 0)
+        return err;
+
+    sample_key_t key = {locations, sample->frame_count, labels, n_labels};
+    int64_t values[VALUE_COUNT] = {1, (int64_t)sample->cpu_ns, (int64_t)sample->wall_ns};
+    uint64_t h = sample_hash(&key);
+    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    if (!found)
+        return add_sample(b, &key, h, values);
+    sample_entry_t *e = b->samples[found - 1];
+    for (int i = 0; i < VALUE_COUNT; i++)
+        e->values[i] += values[i];
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing the file                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define GZIP_CHUNK ((size_t)64 * 1024)
+
+static int write_all(int fd, const unsigned char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EIO;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Compresses data into fd as one gzip member (what pprof expects on disk). */
+static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
+{
+    unsigned char *out = malloc(GZIP_CHUNK);
+    if (out == NULL)
+        return -ENOMEM;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    /* windowBits 15 + 16 asks zlib for a gzip header and trailer. */
+    int zr = deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    if (zr != Z_OK) {
+        free(out);
+        return zr == Z_MEM_ERROR ? -ENOMEM : SNAPPROF_EENCODE;
+    }
+    int err = 0;
+    int flush;
+    do {
+        /* avail_in is 32 bits wide: feed large profiles in pieces. */
+        size_t take = len > GZIP_CHUNK ? GZIP_CHUNK : len;
+        zs.next_in = data;
+        zs.avail_in = (uInt)take;
+        data += take;
+        len -= take;
+        flush = len == 0 ? Z_FINISH : Z_NO_FLUSH;
+        do {
+            zs.next_out = out;
+            zs.avail_out = (uInt)GZIP_CHUNK;
+            if (deflate(&zs, flush) == Z_STREAM_ERROR) {
+                err = SNAPPROF_EENCODE;
+                break;
+            }
+            err = write_all(fd, out, GZIP_CHUNK - zs.avail_out);
+        } while (err == 0 && zs.avail_out == 0);
+    } while (err == 0 && flush != Z_FINISH);
+    deflateEnd(&zs);
+    free(out);
+    return err;
+}
+
+/* The process umask, read without changing it: umask(2) can only be read
+ * by setting it, which would race with other threads creating files. Plain
+ * read(2) into a stack buffer, so it cannot fail for want of memory. */
+static mode_t current_umask(void)
+{
+    mode_t mask = 022;
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mask;
+    char buf[4096];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    const char *line = strstr(buf, "\nUmask:");
+    if (line != NULL)
+        mask = (mode_t)strtoul(line + sizeof "\nUmask:" - 1, NULL, 8) & 0777;
+    return mask;
+}
+
+/* Makes the rename durable. A failure here does not undo the write, so it
+ * is not reported. */
+static void sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* Writes data, gzip-compressed, to b->path through a temporary file in the
+ * same directory renamed over it, so readers see the old file or the whole
+ * new one. rename() replaces a symlink at path rather than following it.
+ * On failure no temporary file is left behind. */
+static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_t len)
+{
+    static const char tmpl[] = "/.snapprof-XXXXXX";
+    size_t dir_len = strlen(b->dir);
+    char *tmp = malloc(dir_len + sizeof tmpl);
+    if (tmp == NULL)
+        return -ENOMEM;
+    memcpy(tmp, b->dir, dir_len);
+    memcpy(tmp + dir_len, tmpl, sizeof tmpl);
+    /* mkostemp opens with O_CREAT | O_EXCL and mode 0600. */
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int err = -errno;
+        free(tmp);
+        return err;
+    }
+    int err = gzip_to_fd(fd, data, len);
+    /* Give the file the mode an ordinary creat() would have. */
+    if (err == 0 && fchmod(fd, 0644 & ~current_umask()) < 0)
+        err = -errno;
+    if (err == 0 && fsync(fd) < 0)
+        err = -errno;
+    if (close(fd) < 0 && err == 0)
+        err = -errno;
+    if (err == 0 && rename(tmp, b->path) < 0)
+        err = -errno;
+    if (err != 0)
+        unlink(tmp);
+    else
+        sync_dir(b->dir);
+    free(tmp);
+    return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completing the profile                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Sets has_functions, has_filenames, has_line_numbers and has_inline_frames
+ * to what every location of the mapping really carries: pprof symbolizes a
+ * mapping itself (from the binary on disk) only when the first three are
+ * false, so claiming names we do not have would hide the addresses. */
+static void finish_mappings(pprof_builder_t *b)
+{
+    for (size_t i = 0; i < b->n_mappings; i++) {
+        mapping_entry_t *m = b->mappings[i];
+        int any = m->locations > 0;
+        m->msg.has_functions = any && m->with_functions == m->locations;
+        m->msg.has_filenames = any && m->with_filenames == m->locations;
+        m->msg.has_line_numbers = any && m->with_line_numbers == m->locations;
+        m->msg.has_inline_frames = m->inline_frames;
+    }
+}
+
+/* Adds "snapprof: NAME=VALUE" to the comments. */
+static int add_comment(pprof_builder_t *b, int64_t *comments, size_t *n, size_t cap,
+                       const char *name, uint64_t value)
+{
+    if (*n == cap)
+        return -EOVERFLOW;
+    char text[160];
+    snprintf(text, sizeof text, "snapprof: %s=%llu", name, (unsigned long long)value);
+    int64_t s = intern_string(b, text);
+    if (s < 0)
+        return (int)s;
+    comments[(*n)++] = s;
+    return 0;
+}
+
+/* The counters of the run, one comment line each, so that
+ * `go tool pprof -comments` tells how trustworthy the profile is. Returns
+ * the number of comments written to *out (arena memory) or -ENOMEM. */
+static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t **out)
+{
+    *out = NULL;
+    if (st == NULL)
+        return 0;
+    /* 21 counters plus one per failure reason, with room to add more. */
+    const size_t cap = 32 + SNAPPROF_FAIL_COUNT;
+    int64_t *c = arena_alloc(&b->arena, cap * sizeof *c);
+    if (c == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    int err = 0;
+#define COMMENT(field)                                                                             \
+    do {                                                                                           \
+        if (err == 0)                                                                              \
+            err = add_comment(b, c, &n, cap, #field, st->field);                                   \
+    } while (0)
+    COMMENT(samples);
+    COMMENT(ticks);
+    COMMENT(ticks_missed);
+    COMMENT(samples_signalled);
+    COMMENT(samples_reused);
+    COMMENT(samples_skipped_idle);
+    COMMENT(failed_total);
+    for (int r = 0; err == 0 && r < SNAPPROF_FAIL_COUNT; r++) {
+        /* pprof prints every comment above every report, so reasons that
+         * never happened are left out; failed_total says the rest. */
+        if (st->failed[r] == 0)
+            continue;
+        char name[96];
+        const char *reason = snapprof_fail_reason_name((snapprof_fail_reason_t)r);
+        snprintf(name, sizeof name, "failed.%s", reason ? reason : "unknown");
+        err = add_comment(b, c, &n, cap, name, st->failed[r]);
+    }
+    COMMENT(truncated_copy);
+    COMMENT(truncated_depth);
+    COMMENT(unwind_aborted);
+    COMMENT(unwind_complete);
+    COMMENT(copy_bytes_total);
+    COMMENT(copy_bytes_max);
+    COMMENT(pause_p50_ns);
+    COMMENT(pause_p99_ns);
+    COMMENT(pause_max_ns);
+    COMMENT(roundtrip_p50_ns);
+    COMMENT(roundtrip_p99_ns);
+    COMMENT(unwind_p50_ns);
+    COMMENT(unwind_p99_ns);
+    COMMENT(sampler_cpu_ns);
+#undef COMMENT
+    if (err < 0)
+        return err;
+    *out = c;
+    return (int)n;
+}
+
+/* Builds the Profile message from what was collected and writes it. The
+ * collected data is left as it was, so a failed write loses nothing and a
+ * second call simply tries again. */
+static int pprof_on_profile_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    pprof_builder_t *b = user_data;
+    if (info == NULL)
+        return -EINVAL;
+    int wall = info->mode == SNAPPROF_MODE_WALL;
+
+    int64_t *comments = NULL;
+    int n_comments = make_comments(b, info->stats, &comments);
+    if (n_comments < 0)
+        return n_comments;
+    finish_mappings(b);
+
+    /* The order and names are the Go runtime's CPU convention plus wall
+     * time; profiles only merge when these stay the same, so never
+     * reorder them. */
+    Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
+    Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
+    const int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
+    const int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
+    for (int i = 0; i < VALUE_COUNT; i++) {
+        perftools__profiles__value_type__init(&types[i]);
+        types[i].type = type_names[i];
+        types[i].unit = type_units[i];
+        type_ptrs[i] = &types[i];
+    }
+    perftools__profiles__value_type__init(&period_type);
+    period_type.type = wall ? b->s_wall : b->s_cpu;
+    period_type.unit = b->s_nanoseconds;
+
+    Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
+    profile.n_sample_type = VALUE_COUNT;
+    profile.sample_type = type_ptrs;
+    /* The entries start with their messages; protobuf-c wants arrays of
+     * message pointers, made here for this one pack. */
+    Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
+    Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
+    Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
+    uint8_t *buf = NULL;
+    int err = 0;
+    if (samples == NULL || mappings == NULL || locations == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < b->n_samples; i++)
+        samples[i] = &b->samples[i]->msg;
+    for (size_t i = 0; i < b->n_mappings; i++)
+        mappings[i] = &b->mappings[i]->msg;
+    for (size_t i = 0; i < b->n_locations; i++)
+        locations[i] = &b->locations[i]->msg;
+    profile.n_sample = b->n_samples;
+    profile.sample = samples;
+    profile.n_mapping = b->n_mappings;
+    profile.mapping = mappings;
+    profile.n_location = b->n_locations;
+    profile.location = locations;
+    profile.n_function = b->n_functions;
+    profile.function = b->functions;
+    profile.n_string_table = b->n_strings;
+    profile.string_table = b->strings;
+    profile.time_nanos = (int64_t)info->start_time_ns;
+    profile.duration_nanos = (int64_t)info->duration_ns;
+    profile.period_type = &period_type;
+    profile.period = (int64_t)info->period_ns;
+    profile.n_comment = (size_t)n_comments;
+    profile.comment = comments;
+    profile.default_sample_type = wall ? b->s_wall : b->s_cpu;
+
+    size_t len = perftools__profiles__profile__get_packed_size(&profile);
+    buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    if (perftools__profiles__profile__pack(&profile, buf) != len)
+        err = SNAPPROF_EENCODE;
+    if (err == 0)
+        err = write_atomically(b, buf, len);
+out:
+    free(buf);
+    free(samples);
+    free(mappings);
+    free(locations);
+    return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void pprof_destroy(void *user_data)
+{
+    pprof_builder_t *b = user_data;
+    if (b == NULL)
+        return;
+    table_free(&b->string_index);
+    table_free(&b->mapping_index);
+    table_free(&b->location_index);
+    table_free(&b->function_index);
+    table_free(&b->sample_index);
+    free(b->strings);
+    free(b->mappings);
+    free(b->locations);
+    free(b->functions);
+    free(b->samples);
+    free(b->scratch_locations);
+    free(b->scratch_labels);
+    arena_free(&b->arena);
+    free(b->dir);
+    free(b->path);
+    free(b);
+}
+
+static const snapprof_builder_ops_t pprof_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "pprof",
+    .xOnProfileStarted = NULL,
+    .xOnSample = pprof_on_sample,
+    .xOnProfileCompleted = pprof_on_profile_completed,
+    .xDestroy = pprof_destroy,
+};
+
+/* Splits path into an absolute, existing, writable directory and the file
+ * name, so a bad path fails now rather than when the profile is done, and a
+ * later chdir() cannot move the output. */
+static int resolve_output(const char *path, char **dir_out, char **path_out)
+{
+    if (path == NULL || path[0] == '\0')
+        return -EINVAL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (base[0] == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return -EISDIR;
+    char *dir;
+    if (slash == NULL)
+        dir = strdup(".");
+    else if (slash == path)
+        dir = strdup("/");
+    else
+        dir = strndup(path, (size_t)(slash - path));
+    if (dir == NULL)
+        return -ENOMEM;
+    char *real = realpath(dir, NULL);
+    int err = real ? 0 : -errno;
+    free(dir);
+    if (err != 0)
+        return err;
+    struct stat st;
+    if (stat(real, &st) < 0)
+        err = -errno;
+    else if (!S_ISDIR(st.st_mode))
+        err = -ENOTDIR;
+    else if (access(real, W_OK | X_OK) < 0)
+        err = -errno;
+    if (err != 0) {
+        free(real);
+        return err;
+    }
+    size_t real_len = strlen(real);
+    int needs_slash = real_len == 0 || real[real_len - 1] != '/';
+    size_t full_len = real_len + (size_t)needs_slash + strlen(base) + 1;
+    char *full = malloc(full_len);
+    if (full == NULL) {
+        free(real);
+        return -ENOMEM;
+    }
+    snprintf(full, full_len, "%s%s%s", real, needs_slash ? "/" : "", base);
+    *dir_out = real;
+    *path_out = full;
+    return 0;
+}
+
+/* Interns the strings every profile uses, "" first, and the main
+ * executable's mapping so that it becomes mapping[0] (pprof takes the first
+ * mapping for the main binary). */
+static int pprof_init(pprof_builder_t *b)
+{
+    if (intern_string(b, "") != 0)
+        return -ENOMEM;
+    b->s_thread_id = intern_string(b, "thread_id");
+    b->s_thread_name = intern_string(b, "thread_name");
+    b->s_samples = intern_string(b, "samples");
+    b->s_count = intern_string(b, "count");
+    b->s_cpu = intern_string(b, "cpu");
+    b->s_wall = intern_string(b, "wall");
+    b->s_nanoseconds = intern_string(b, "nanoseconds");
+    if (b->s_thread_id < 0 || b->s_thread_name < 0 || b->s_samples < 0 || b->s_count < 0 ||
+        b->s_cpu < 0 || b->s_wall < 0 || b->s_nanoseconds < 0)
+        return -ENOMEM;
+    const snapprof_module_t *main_module = snapprof__module_cache_main();
+    if (main_module != NULL) {
+        mapping_entry_t *unused;
+        return intern_mapping(b, main_module, &unused);
+    }
+    return 0;
+}
+
+int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    pprof_builder_t *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return -ENOMEM;
+    int err = resolve_output(path, &b->dir, &b->path);
+    if (err == 0)
+        err = pprof_init(b);
+    if (err == 0)
+        err = snapprof_builder_create(&pprof_ops, b, out);
+    if (err != 0)
+        pprof_destroy(b);
+    return err;
+}

@@ -1,0 +1,83 @@
+/* profile_builder_pprof_write_failure: a failed write returns -errno and leaves no temp file. */
+#include "test.h"
+#include "test_profile_builder_util.h"
+#include "test_util.h"
+
+#include <snapprof/snapprof.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Number of entries in dir other than . and .. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+int main(void)
+{
+    char *dir = tu_make_tmpdir("pb-writefail");
+    size_t len = strlen(dir) + 32;
+    char *path = malloc(len);
+    ASSERT_NOT_NULL(path);
+    snprintf(path, len, "%s/p.pb.gz", dir);
+
+    snapprof_builder_t *b = pbt_create(path);
+    snapprof_frame_t frames[] = {{0, NULL, SNAPPROF_FRAME_MARKER, "kept_leaf"},
+                                 {0, NULL, SNAPPROF_FRAME_MARKER, "kept_root"}};
+    for (int i = 0; i < 7; i++) {
+        snapprof_sample_t s = {.frames = frames,
+                               .frame_count = 2,
+                               .cpu_ns = 1000,
+                               .wall_ns = 2000,
+                               .tid = 9,
+                               .thread_name = "w"};
+        pbt_sample(b, &s);
+    }
+
+    /* A directory sits where the file should go: rename() fails after the
+     * temporary file was written, which must then be removed. */
+    ASSERT_OK(mkdir(path, 0755));
+    ASSERT_EQ(pbt_complete(b, SNAPPROF_MODE_CPU, NULL), -EISDIR);
+    ASSERT_EQ(count_entries(dir), 1);
+    ASSERT_EQ(count_entries(path), 0);
+
+    /* The directory vanished after create: the temporary file cannot even
+     * be made. */
+    ASSERT_OK(rmdir(path));
+    ASSERT_OK(rmdir(dir));
+    ASSERT_EQ(pbt_complete(b, SNAPPROF_MODE_CPU, NULL), -ENOENT);
+
+    /* The builder kept everything: once the problem is gone, completing
+     * again writes the whole profile. */
+    ASSERT_OK(mkdir(dir, 0755));
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
+    snapprof_builder_destroy(b);
+    ASSERT_EQ(count_entries(dir), 1);
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    pbt_check_valid(p);
+    ASSERT_EQ(p->n_sample, 1);
+    ASSERT_EQ(p->sample[0]->value[0], 7);
+    ASSERT_EQ(p->sample[0]->value[1], 7000);
+    ASSERT_EQ(p->sample[0]->value[2], 14000);
+    ASSERT_STR_EQ(pbt_location_name(p, p->sample[0]->location_id[0]), "kept_leaf");
+    perftools__profiles__profile__free_unpacked(p, NULL);
+
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+    return 0;
+}

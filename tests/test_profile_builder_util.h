@@ -1,0 +1,52 @@
+/* Helpers for the profile_builder tests: drive a builder, decode and check its pprof output. */
+#ifndef SNAPPROF_TESTS_TEST_PROFILE_BUILDER_UTIL_H
+#define SNAPPROF_TESTS_TEST_PROFILE_BUILDER_UTIL_H
+
+#include "profile.pb-c.h"
+#include "profile_builder/profile_builder_internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Creates a pprof builder for path; fails the test on error. */
+snapprof_builder_t *pbt_create(const char *path);
+
+/* Feeds one sample through the builder's ops; fails the test on error. */
+void pbt_sample(snapprof_builder_t *b, const snapprof_sample_t *sample);
+
+/* Completes the profile through the builder's ops and returns the result
+ * (the write may fail on purpose). stats may be NULL. */
+int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_stats_t *stats);
+
+/* Reads a gzip-compressed profile (failing unless it starts with the gzip
+ * magic) and decodes it. Free with perftools__profiles__profile__free_unpacked(p, NULL). */
+Perftools__Profiles__Profile *pbt_load(const char *path);
+
+/* Checks every invariant go tool pprof relies on (see DESIGN.md, "pprof
+ * output"), and that the mappings' has_* flags match their locations. */
+void pbt_check_valid(const Perftools__Profiles__Profile *p);
+
+/* The string at index i (checked). */
+const char *pbt_str(const Perftools__Profiles__Profile *p, int64_t i);
+
+/* Look-ups by id; NULL when absent. */
+const Perftools__Profiles__Location *pbt_location(const Perftools__Profiles__Profile *p,
+                                                  uint64_t id);
+const Perftools__Profiles__Function *pbt_function(const Perftools__Profiles__Profile *p,
+                                                  uint64_t id);
+const Perftools__Profiles__Mapping *pbt_mapping(const Perftools__Profiles__Profile *p, uint64_t id);
+
+/* The name of the outermost function of a location ("" when it has no line). */
+const char *pbt_location_name(const Perftools__Profiles__Profile *p, uint64_t id);
+
+/* The label of a sample with the given key, or NULL. */
+const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *p,
+                                            const Perftools__Profiles__Sample *s, const char *key);
+
+/* A temporary output path "<fresh dir>/<name>" (malloc'd). */
+char *pbt_tmp_path(const char *tag, const char *name);
+
+/* Removes a file made under pbt_tmp_path(), its directory, and frees path. */
+void pbt_remove(char *path);
+
+#endif
