@@ -858,9 +858,9 @@ static void usage(void)
 
 static void parse_args(int argc, char **argv, config_t *cfg)
 {
-    /* About 21 s in all: 3 sizes x 3 repeats x 2 mechanisms x 0.8 s, then
+    /* About 17 s in all: 3 sizes x 3 repeats x 2 mechanisms x 0.6 s, then
      * 2 x 3 s of rate. */
-    *cfg = (config_t){.repeats = 3, .pause_seconds = 0.8, .rate_seconds = 3.0, .hz = 1000};
+    *cfg = (config_t){.repeats = 3, .pause_seconds = 0.6, .rate_seconds = 3.0, .hz = 1000};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             cfg->quick = 1;
