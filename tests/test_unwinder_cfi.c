@@ -62,7 +62,8 @@ static void expect_rate(const tally_t *t, const char *what, size_t min_seen, dou
 {
     double pct = t->seen ? 100.0 * (double)t->ok / (double)t->seen : 0;
     printf("%-48s %zu of %zu (%.2f %%)\n", what, t->ok, t->seen, pct);
-    ASSERT_GE(t->seen, min_seen);
+    /* Sanitizer runs are cut short (see uw_profile): fewer samples. */
+    ASSERT_GE(t->seen, tu_sanitizer_build() ? min_seen / 5 : min_seen);
     if (pct < min_pct)
         TEST_FAIL("%s: %.2f %% < %.2f %%", what, pct, min_pct);
 }
@@ -905,7 +906,7 @@ static void test_dlclose(void)
             stacks.ok += uw_find(f, s->count, "dl_caller") >= 0 && uw_complete(f, s->count, &w);
         }
     }
-    expect_rate(&frames, "frames in the unloaded library resolve to it", san ? 20 : 100, 99.0);
+    expect_rate(&frames, "frames in the unloaded library resolve to it", 100, 99.0);
     /* A sample whose library went away between the copy and the unwind
      * cannot be unwound through it; that must be rare, and safe. */
     expect_shape(&stacks, "stacks through the library complete", 100, 95.0);

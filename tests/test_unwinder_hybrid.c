@@ -118,6 +118,7 @@ static result_t measure(uw_worker_t *w, uw_kind_t kind)
         r.leaf_samples++;
         int ok = s->count > 1 && uw_frame_is(&f[1], want);
         with_caller += ok;
+        /* SHOW_FP=1 also shows what the other unwinders lose. */
         if (!ok && (kind == UW_HYBRID || getenv("SHOW_FP")) && shown++ < 2)
             uw_print_sample(&c, s);
     }
