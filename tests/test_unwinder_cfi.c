@@ -187,7 +187,10 @@ static void test_ratio(void)
     uw_worker_t w;
     run_worker(&w, ratio_body, 0);
     uw_collector_t c = {0};
-    uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 4000};
+    uw_run_t run = {.kind = UW_DEFAULT,
+                    .interval_ns = 1000000u,
+                    .min_samples = 5000,
+                    .timeout_ns = 90000000000u};
     uw_profile(&w, &run, &c);
     uw_worker_stop(&w);
 
@@ -206,7 +209,7 @@ static void test_ratio(void)
     if (limit < 10 * run.interval_ns)
         limit = 10 * run.interval_ns;
     free(weights);
-    double weight[3] = {0, 0, 0}, total = 0, true_total = 0;
+    double weight[3] = {0, 0, 0}, total = 0, total_sq = 0, true_total = 0;
     size_t dropped = 0;
     for (size_t i = 0; i < c.count; i++) {
         const uw_sample_t *s = &c.samples[i];
@@ -220,14 +223,35 @@ static void test_ratio(void)
             if (uw_frame_is(&uw_frames(&c, s)[0], ratio_names[k])) {
                 weight[k] += (double)s->cpu_ns;
                 total += (double)s->cpu_ns;
+                total_sq += (double)s->cpu_ns * (double)s->cpu_ns;
             }
     }
-    printf("ticks %llu, missed %llu; samples over %llu ns left out: %zu; stalled calls: %llu\n",
+    /* Unequal weights make the estimate noisier than its sample count
+     * says; this is the count of equal-weight samples it is worth. */
+    double n_eff = total_sq > 0 ? total * total / total_sq : 0;
+    printf("ticks %llu, missed %llu; samples over %llu ns left out: %zu; stalled calls: %llu; "
+           "effective samples %.0f\n",
            (unsigned long long)c.stats.ticks, (unsigned long long)c.stats.ticks_missed,
-           (unsigned long long)limit, dropped, (unsigned long long)g_ratio_stalled_calls);
+           (unsigned long long)limit, dropped, (unsigned long long)g_ratio_stalled_calls, n_eff);
+    if (rate < 99.0) {
+        for (size_t i = 0, shown = 0; i < c.count && shown < 3; i++)
+            if (!uw_complete(uw_frames(&c, &c.samples[i]), c.samples[i].count, &w)) {
+                uw_print_sample(&c, &c.samples[i]);
+                shown++;
+            }
+        TEST_FAIL("complete stacks %.2f %% < 99 %%", rate);
+    }
     for (int k = 0; k < 3; k++)
         true_total += (double)g_ratio_true_ns[k];
     ASSERT(total > 0 && true_total > 0);
+    if (n_eff < 2500) {
+        /* +-3 points is 3.5 standard errors at 2500; with fewer the
+         * comparison says more about the machine's load than about us. */
+        printf("skipped: the machine is too loaded for a +-3 point check: %.0f effective "
+               "samples in 90 s (2500 needed)\n",
+               n_eff);
+        exit(TEST_SKIP);
+    }
     for (int k = 0; k < 3; k++) {
         double got = 100.0 * weight[k] / total, want = 100.0 * g_ratio_true_ns[k] / true_total;
         printf("%s: profile %.2f %%, thread CPU clock %.2f %%\n", ratio_names[k], got, want);
@@ -238,14 +262,6 @@ static void test_ratio(void)
            (unsigned long long)c.stats.unwind_complete, (unsigned long long)c.stats.unwind_aborted,
            (unsigned long long)c.stats.unwind_unknown, (unsigned long long)c.stats.unwind_p50_ns,
            (unsigned long long)c.stats.unwind_p99_ns);
-    if (rate < 99.0) {
-        for (size_t i = 0, shown = 0; i < c.count && shown < 3; i++)
-            if (!uw_complete(uw_frames(&c, &c.samples[i]), c.samples[i].count, &w)) {
-                uw_print_sample(&c, &c.samples[i]);
-                shown++;
-            }
-        TEST_FAIL("complete stacks %.2f %% < 99 %%", rate);
-    }
     uw_collector_free(&c);
 }
 
@@ -258,7 +274,10 @@ static void test_rates(void)
     double rate[UW_KIND_COUNT];
     for (int k = 0; k < UW_KIND_COUNT; k++) {
         uw_collector_t c = {0};
-        uw_run_t run = {.kind = (uw_kind_t)k, .interval_ns = 1000000u, .min_samples = 1500};
+        uw_run_t run = {.kind = (uw_kind_t)k,
+                        .interval_ns = 1000000u,
+                        .min_samples = 1000,
+                        .timeout_ns = 25000000000u};
         uw_profile(&w, &run, &c);
         char label[64];
         snprintf(label, sizeof label, "-fomit-frame-pointer, %s", uw_kind_name((uw_kind_t)k));

@@ -99,7 +99,8 @@ typedef struct result {
 static result_t measure(uw_worker_t *w, uw_kind_t kind)
 {
     uw_collector_t c = {0};
-    uw_run_t run = {.kind = kind, .interval_ns = 1000000u, .min_samples = 1500};
+    uw_run_t run = {
+        .kind = kind, .interval_ns = 1000000u, .min_samples = 1000, .timeout_ns = 25000000000u};
     uw_profile(w, &run, &c);
     char label[64];
     snprintf(label, sizeof label, "frame-pointer build, %s", uw_kind_name(kind));

@@ -31,12 +31,12 @@ target_compile_definitions(unwinder_cfi PRIVATE
 set_target_properties(unwinder_cfi PROPERTIES ENABLE_EXPORTS ON)
 add_dependencies(unwinder_cfi unwinder_dllib)
 # Attribution and rates need undisturbed signal timing (see CMakeLists.txt).
-set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy)
+set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy TIMEOUT 300)
 
 # The same questions on a frame-pointer build, where the hybrid must keep
 # the leaf's caller that frame-pointer walking loses.
 snapprof_add_test_cases(EXE unwinder_hybrid SOURCES test_unwinder_hybrid.c
-  CASES leaf_caller rates LABELS accuracy LIBS snapprof_unwind_testutil)
+  CASES leaf_caller rates LABELS accuracy TIMEOUT 300 LIBS snapprof_unwind_testutil)
 target_compile_options(unwinder_hybrid PRIVATE -O2 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
 set_target_properties(unwinder_hybrid PROPERTIES ENABLE_EXPORTS ON)
