@@ -248,6 +248,8 @@ typedef struct location_key {
 typedef struct location_entry {
     Perftools__Profiles__Location msg;
     location_key_t key;
+    mapping_entry_t *mapping; /* NULL for mapping 0 */
+    int symbolized;           /* native: its Lines have been looked up */
 } location_entry_t;
 
 typedef struct function_key {
@@ -455,6 +457,7 @@ static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
 {
     snapprof_symbol_t syms[MAX_INLINE_SYMBOLS];
     int n = snapprof_symbolize(frame, syms, MAX_INLINE_SYMBOLS);
+    *out = NULL;
     /* A symbolizer error only costs the names: pprof still shows the
      * address, so the sample is kept. */
     if (n <= 0)
@@ -549,9 +552,12 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
         if (err < 0)
             return err;
     }
+    /* Native locations are symbolized when the profile completes: loading
+     * an object's DWARF the first time can take most of a second (libc's
+     * separate debug file: ~1 s to decompress), which must not stall the
+     * sampling thread. */
     Perftools__Profiles__Line **lines = NULL;
-    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? symbolize_lines(b, frame, &lines)
-                                                    : named_line(b, name, &lines);
+    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? 0 : named_line(b, name, &lines);
     if (n_lines < 0)
         return n_lines;
     location_entry_t *e = arena_alloc(&b->arena, sizeof *e);
@@ -564,24 +570,35 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
     e->msg.n_line = (size_t)n_lines;
     e->msg.line = lines;
     e->key = key;
+    e->mapping = mapping;
+    e->symbolized = key.kind != SNAPPROF_FRAME_NATIVE;
     b->locations[b->n_locations] = e;
     table_insert(&b->location_index, h, b->n_locations);
     b->n_locations++;
-
-    if (mapping != NULL) {
-        int filenames = n_lines > 0, line_numbers = n_lines > 0;
-        for (int i = 0; i < n_lines; i++) {
-            const Perftools__Profiles__Function *f = b->functions[lines[i]->function_id - 1];
-            filenames &= f->filename != 0;
-            line_numbers &= lines[i]->line > 0;
-        }
-        mapping->locations++;
-        mapping->with_functions += n_lines > 0;
-        mapping->with_filenames += filenames;
-        mapping->with_line_numbers += line_numbers;
-        mapping->inline_frames |= n_lines > 1;
-    }
     *id = e->msg.id;
+    return 0;
+}
+
+/* Gives every native location its Lines. A location whose symbolization
+ * ran out of memory is left for the next completion to retry; one the
+ * symbolizer has no name for keeps its address alone. Returns 0 or
+ * -ENOMEM. */
+static int symbolize_locations(pprof_builder_t *b)
+{
+    for (size_t i = 0; i < b->n_locations; i++) {
+        location_entry_t *e = b->locations[i];
+        if (e->symbolized)
+            continue;
+        snapprof_frame_t frame = {
+            .pc = (uintptr_t)e->key.a, .module = e->key.module, .kind = SNAPPROF_FRAME_NATIVE};
+        Perftools__Profiles__Line **lines;
+        int n = symbolize_lines(b, &frame, &lines);
+        if (n < 0)
+            return n;
+        e->msg.n_line = (size_t)n;
+        e->msg.line = lines;
+        e->symbolized = 1;
+    }
     return 0;
 }
 
@@ -896,6 +913,29 @@ static void finish_mappings(pprof_builder_t *b)
 {
     for (size_t i = 0; i < b->n_mappings; i++) {
         mapping_entry_t *m = b->mappings[i];
+        m->locations = m->with_functions = m->with_filenames = m->with_line_numbers = 0;
+        m->inline_frames = 0;
+    }
+    for (size_t i = 0; i < b->n_locations; i++) {
+        const location_entry_t *e = b->locations[i];
+        mapping_entry_t *m = e->mapping;
+        if (m == NULL)
+            continue;
+        size_t n_lines = e->msg.n_line;
+        int filenames = n_lines > 0, line_numbers = n_lines > 0;
+        for (size_t k = 0; k < n_lines; k++) {
+            const Perftools__Profiles__Function *f = b->functions[e->msg.line[k]->function_id - 1];
+            filenames &= f->filename != 0;
+            line_numbers &= e->msg.line[k]->line > 0;
+        }
+        m->locations++;
+        m->with_functions += n_lines > 0;
+        m->with_filenames += filenames;
+        m->with_line_numbers += line_numbers;
+        m->inline_frames |= n_lines > 1;
+    }
+    for (size_t i = 0; i < b->n_mappings; i++) {
+        mapping_entry_t *m = b->mappings[i];
         int any = m->locations > 0;
         m->msg.has_functions = any && m->with_functions == m->locations;
         m->msg.has_filenames = any && m->with_filenames == m->locations;
@@ -987,6 +1027,9 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
         return -EINVAL;
     int wall = info->mode == SNAPPROF_MODE_WALL;
 
+    int err = symbolize_locations(b);
+    if (err < 0)
+        return err;
     int64_t *comments = NULL;
     int n_comments = make_comments(b, info->stats, &comments);
     if (n_comments < 0)
@@ -1019,7 +1062,6 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
     Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
     uint8_t *buf = NULL;
-    int err = 0;
     if (samples == NULL || mappings == NULL || locations == NULL) {
         err = -ENOMEM;
         goto out;
