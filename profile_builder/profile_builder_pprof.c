@@ -944,6 +944,78 @@ static void finish_mappings(pprof_builder_t *b)
     }
 }
 
+typedef struct frame_verdict {
+    uint64_t id;
+    int hitch;
+} frame_verdict_t;
+
+static int verdict_cmp(const void *a, const void *b)
+{
+    const frame_verdict_t *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Adds hitch=true or hitch=false to every sample whose "frame" label names
+ * an app frame the profiler judged (info->app_frames): the verdict is known
+ * only once a frame ends, after its samples arrived. Samples of frames that
+ * were still open keep no verdict. Idempotent, so a retried completion
+ * adds nothing twice. Returns 0 or -ENOMEM. */
+static int apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info)
+{
+    if (info->app_frame_count == 0 || info->app_frames == NULL)
+        return 0;
+    uint32_t found = table_find(&b->string_index, hash_string("frame"), string_eq, b, "frame");
+    if (!found)
+        return 0; /* no sample was taken during an app frame */
+    int64_t s_frame = (int64_t)found - 1;
+    int64_t s_hitch = intern_string(b, "hitch");
+    int64_t s_true = intern_string(b, "true");
+    int64_t s_false = intern_string(b, "false");
+    if (s_hitch < 0 || s_true < 0 || s_false < 0)
+        return -ENOMEM;
+    size_t n = info->app_frame_count;
+    frame_verdict_t *v = malloc(n * sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (frame_verdict_t){info->app_frames[i].id, info->app_frames[i].hitch};
+    qsort(v, n, sizeof *v, verdict_cmp);
+    int err = 0;
+    for (size_t i = 0; i < b->n_samples && err == 0; i++) {
+        Perftools__Profiles__Sample *s = &b->samples[i]->msg;
+        const Perftools__Profiles__Label *frame = NULL;
+        int judged = 0;
+        for (size_t k = 0; k < s->n_label; k++) {
+            if (s->label[k]->key == s_frame && s->label[k]->str == 0)
+                frame = s->label[k];
+            judged |= s->label[k]->key == s_hitch;
+        }
+        if (frame == NULL || judged)
+            continue;
+        frame_verdict_t key = {(uint64_t)frame->num, 0};
+        const frame_verdict_t *hit = bsearch(&key, v, n, sizeof *v, verdict_cmp);
+        if (hit == NULL)
+            continue;
+        Perftools__Profiles__Label **labels =
+            arena_alloc(&b->arena, (s->n_label + 1) * sizeof *labels);
+        Perftools__Profiles__Label *hitch = arena_alloc(&b->arena, sizeof *hitch);
+        if (labels == NULL || hitch == NULL) {
+            err = -ENOMEM;
+            break;
+        }
+        perftools__profiles__label__init(hitch);
+        hitch->key = s_hitch;
+        hitch->str = hit->hitch ? s_true : s_false;
+        if (s->n_label != 0)
+            memcpy(labels, s->label, s->n_label * sizeof *labels);
+        labels[s->n_label] = hitch;
+        s->label = labels;
+        s->n_label++;
+    }
+    free(v);
+    return err;
+}
+
 /* Adds "snapprof: NAME=VALUE" to the comments. */
 static int add_comment(pprof_builder_t *b, int64_t *comments, size_t *n, size_t cap,
                        const char *name, uint64_t value)
@@ -1010,6 +1082,8 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     COMMENT(unwind_p50_ns);
     COMMENT(unwind_p99_ns);
     COMMENT(sampler_cpu_ns);
+    COMMENT(labels_skipped);
+    COMMENT(app_frames_lost);
 #undef COMMENT
     if (err < 0)
         return err;
@@ -1028,6 +1102,8 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     int wall = info->mode == SNAPPROF_MODE_WALL;
 
     int err = symbolize_locations(b);
+    if (err == 0)
+        err = apply_hitches(b, info);
     if (err < 0)
         return err;
     int64_t *comments = NULL;

@@ -1,0 +1,1 @@
+# Tests of the folded and trace builders.

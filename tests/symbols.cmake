@@ -1,0 +1,1 @@
+# Tests of symbolization (module_cache/symbols_*.c).
