@@ -54,7 +54,8 @@ typedef struct symtab {
 /* A symbol while the table is built: name points into the open ELF. */
 typedef struct raw_sym {
     uint64_t value, size, section_end;
-    const char *name;
+    const char *name; /* not NUL-terminated at name_len: may go on with "@VERSION" */
+    size_t name_len;
     unsigned rank; /* lower is the better name for an address */
 } raw_sym_t;
 
@@ -109,10 +110,9 @@ static int raw_cmp(const void *a, const void *b)
         return x->value < y->value ? -1 : 1;
     if (x->rank != y->rank)
         return x->rank < y->rank ? -1 : 1;
-    size_t lx = strlen(x->name), ly = strlen(y->name);
-    if (lx != ly)
-        return lx < ly ? -1 : 1;
-    return strcmp(x->name, y->name);
+    if (x->name_len != y->name_len)
+        return x->name_len < y->name_len ? -1 : 1;
+    return memcmp(x->name, y->name, x->name_len);
 }
 
 /* Hex GNU build-id of the ELF file into hex ("" when it has none). */
@@ -179,6 +179,12 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
             const char *name = elf_strptr(elf, sh.sh_link, s.st_name);
             if (name == NULL || name[0] == '\0')
                 continue;
+            /* A linked object's .symtab names versioned definitions
+             * "clock_gettime@@GLIBC_2.17"; the name is what precedes the
+             * version, as .dynsym (which keeps versions apart) has it. */
+            size_t name_len = strcspn(name, "@");
+            if (name_len == 0)
+                continue;
             /* A symbol without a size reaches up to the next one, but never
              * past the end of its section. */
             uint64_t section_end = UINT64_MAX;
@@ -201,6 +207,7 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
                 .size = s.st_size,
                 .section_end = section_end,
                 .name = name,
+                .name_len = name_len,
                 .rank = rank_of(GELF_ST_BIND(s.st_info), from_dynsym, name),
             };
         }
@@ -256,7 +263,9 @@ static int build_table(symtab_t *t, Elf *elf, Elf *debug_elf)
             if (rv.v[j].section_end < section_end)
                 section_end = rv.v[j].section_end;
         }
-        const char *name = snapprof__arena_strdup(&g_sym_arena, rv.v[i].name);
+        char *name = snapprof__arena_alloc(&g_sym_arena, rv.v[i].name_len + 1, 1);
+        if (name != NULL)
+            memcpy(name, rv.v[i].name, rv.v[i].name_len); /* zeroed: terminated */
         if (name == NULL) {
             free(rv.v);
             return -ENOMEM;
