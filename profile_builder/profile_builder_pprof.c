@@ -5,15 +5,12 @@
 #include "profile.pb-c.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define ZLIB_CONST
 #include <zlib.h>
@@ -268,8 +265,7 @@ typedef struct sample_entry {
 #define MAX_INLINE_SYMBOLS 32
 
 typedef struct pprof_builder {
-    char *dir;  /* absolute directory of the output file */
-    char *path; /* dir + "/" + file name */
+    snapprof__output_t out;
     arena_t arena;
 
     char **strings;
@@ -768,23 +764,6 @@ static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
 
 #define GZIP_CHUNK ((size_t)64 * 1024)
 
-static int write_all(int fd, const unsigned char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return -EIO;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Compresses data into fd as one gzip member (what pprof expects on disk). */
 static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
 {
@@ -816,7 +795,7 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
                 err = SNAPPROF_EENCODE;
                 break;
             }
-            err = write_all(fd, out, GZIP_CHUNK - zs.avail_out);
+            err = snapprof__output_write_all(fd, out, GZIP_CHUNK - zs.avail_out);
         } while (err == 0 && zs.avail_out == 0);
     } while (err == 0 && flush != Z_FINISH);
     deflateEnd(&zs);
@@ -824,81 +803,15 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
     return err;
 }
 
-/* The process umask, read without changing it: umask(2) can only be read
- * by setting it, which would race with other threads creating files. Plain
- * read(2) into a stack buffer, so it cannot fail for want of memory. */
-static mode_t current_umask(void)
-{
-    mode_t mask = 022;
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mask;
-    char buf[4096];
-    size_t len = 0;
-    ssize_t n;
-    while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) != 0) {
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
-    const char *line = strstr(buf, "\nUmask:");
-    if (line != NULL)
-        mask = (mode_t)strtoul(line + sizeof "\nUmask:" - 1, NULL, 8) & 0777;
-    return mask;
-}
-
-/* Makes the rename durable. A failure here does not undo the write, so it
- * is not reported. */
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-/* Writes data, gzip-compressed, to b->path through a temporary file in the
- * same directory renamed over it, so readers see the old file or the whole
- * new one. rename() replaces a symlink at path rather than following it.
- * On failure no temporary file is left behind. */
+/* Writes data, gzip-compressed, to the output path atomically (see
+ * snapprof__output_commit). On failure no temporary file is left behind. */
 static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_t len)
 {
-    static const char tmpl[] = "/.snapprof-XXXXXX";
-    size_t dir_len = strlen(b->dir);
-    char *tmp = malloc(dir_len + sizeof tmpl);
-    if (tmp == NULL)
-        return -ENOMEM;
-    memcpy(tmp, b->dir, dir_len);
-    memcpy(tmp + dir_len, tmpl, sizeof tmpl);
-    /* mkostemp opens with O_CREAT | O_EXCL and mode 0600. */
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        int err = -errno;
-        free(tmp);
-        return err;
-    }
-    int err = gzip_to_fd(fd, data, len);
-    /* Give the file the mode an ordinary creat() would have. */
-    if (err == 0 && fchmod(fd, 0644 & ~current_umask()) < 0)
-        err = -errno;
-    if (err == 0 && fsync(fd) < 0)
-        err = -errno;
-    if (close(fd) < 0 && err == 0)
-        err = -errno;
-    if (err == 0 && rename(tmp, b->path) < 0)
-        err = -errno;
-    if (err != 0)
-        unlink(tmp);
-    else
-        sync_dir(b->dir);
-    free(tmp);
-    return err;
+    char *tmp;
+    int fd = snapprof__output_open_temp(&b->out, &tmp);
+    if (fd < 0)
+        return fd;
+    return snapprof__output_commit(&b->out, fd, tmp, gzip_to_fd(fd, data, len));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1206,8 +1119,7 @@ static void pprof_destroy(void *user_data)
     free(b->scratch_locations);
     free(b->scratch_labels);
     arena_free(&b->arena);
-    free(b->dir);
-    free(b->path);
+    snapprof__output_free(&b->out);
     free(b);
 }
 
@@ -1219,56 +1131,6 @@ static const snapprof_builder_ops_t pprof_ops = {
     .xOnProfileCompleted = pprof_on_profile_completed,
     .xDestroy = pprof_destroy,
 };
-
-/* Splits path into an absolute, existing, writable directory and the file
- * name, so a bad path fails now rather than when the profile is done, and a
- * later chdir() cannot move the output. */
-static int resolve_output(const char *path, char **dir_out, char **path_out)
-{
-    if (path == NULL || path[0] == '\0')
-        return -EINVAL;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (base[0] == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-        return -EISDIR;
-    char *dir;
-    if (slash == NULL)
-        dir = strdup(".");
-    else if (slash == path)
-        dir = strdup("/");
-    else
-        dir = strndup(path, (size_t)(slash - path));
-    if (dir == NULL)
-        return -ENOMEM;
-    char *real = realpath(dir, NULL);
-    int err = real ? 0 : -errno;
-    free(dir);
-    if (err != 0)
-        return err;
-    struct stat st;
-    if (stat(real, &st) < 0)
-        err = -errno;
-    else if (!S_ISDIR(st.st_mode))
-        err = -ENOTDIR;
-    else if (access(real, W_OK | X_OK) < 0)
-        err = -errno;
-    if (err != 0) {
-        free(real);
-        return err;
-    }
-    size_t real_len = strlen(real);
-    int needs_slash = real_len == 0 || real[real_len - 1] != '/';
-    size_t full_len = real_len + (size_t)needs_slash + strlen(base) + 1;
-    char *full = malloc(full_len);
-    if (full == NULL) {
-        free(real);
-        return -ENOMEM;
-    }
-    snprintf(full, full_len, "%s%s%s", real, needs_slash ? "/" : "", base);
-    *dir_out = real;
-    *path_out = full;
-    return 0;
-}
 
 /* Interns the strings every profile uses, "" first, and the main
  * executable's mapping so that it becomes mapping[0] (pprof takes the first
@@ -1303,7 +1165,7 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
     pprof_builder_t *b = calloc(1, sizeof *b);
     if (b == NULL)
         return -ENOMEM;
-    int err = resolve_output(path, &b->dir, &b->path);
+    int err = snapprof__output_resolve(path, &b->out);
     if (err == 0)
         err = pprof_init(b);
     if (err == 0)

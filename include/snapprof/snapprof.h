@@ -265,6 +265,20 @@ SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
  * with a negative errno. */
 SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
 
+/* The folded-stacks builder: when the profile completes, writes one line per
+ * distinct stack, "outermost;...;innermost count" (root first, inlined calls
+ * expanded, count = samples), sorted, the format of flamegraph.pl and
+ * speedscope. Symbolizes at completion. Path rules as for pprof. */
+SNAPPROF_API int snapprof_folded_builder_create(const char *path, snapprof_builder_t **out);
+
+/* The timeline builder: when the profile completes, writes Chrome
+ * trace-event JSON (open it in ui.perfetto.dev or chrome://tracing): every
+ * sample as a "P" event with its time, thread, stack and labels, a flame
+ * chart of "X" slices per thread, and app frames (hitches marked) on their
+ * own track. Times are microseconds since the profile started. Symbolizes
+ * at completion. Path rules as for pprof. */
+SNAPPROF_API int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out);
+
 /* Destroys a builder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
 
