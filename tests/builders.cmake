@@ -7,3 +7,8 @@ snapprof_add_test_cases(EXE builders
 target_compile_options(builders PRIVATE -O2 -g)
 target_compile_definitions(builders PRIVATE
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+# The custom builder example (docs/custom_builder.md) runs and names both
+# of its workloads.
+add_test(NAME builders_custom_builder_example COMMAND custom_builder)
+set_tests_properties(builders_custom_builder_example PROPERTIES
+  PASS_REGULAR_EXPRESSION "work_sum[^\n]*\n.*work_hash|work_hash[^\n]*\n.*work_sum" TIMEOUT 120)
