@@ -66,11 +66,11 @@ static void complete(snapprof_builder_t *b, const snapprof_app_frame_t *frames, 
 }
 
 /* Functions of this binary whose addresses make native frames. */
-volatile int sink;
+volatile unsigned sink;
 __attribute__((noinline)) void bt_leaf(void)
 {
     for (int i = 0; i < 100; i++)
-        sink += i;
+        sink += (unsigned)i;
 }
 __attribute__((noinline)) void bt_middle(void)
 {
@@ -86,7 +86,7 @@ __attribute__((noinline)) void bt_root(void)
 static inline __attribute__((always_inline)) void bt_inlined(int n)
 {
     for (int i = 0; i < n; i++)
-        sink = sink * 31 + i;
+        sink = sink * 31 + (unsigned)i;
 }
 __attribute__((noinline)) void bt_with_inline(int n)
 {

@@ -29,20 +29,20 @@ static int ends_with(const char *s, const char *suffix)
 /* This binary's own code (built -O2 -g)                                    */
 /* ------------------------------------------------------------------------ */
 
-volatile int sink;
+volatile unsigned sink;
 
 static const int plain_first_line = __LINE__ + 1;
 __attribute__((noinline)) void sym_plain(int n)
 {
     for (int i = 0; i < n; i++)
-        sink = sink * 3 + i;
+        sink = sink * 3 + (unsigned)i;
 }
 static const int plain_last_line = __LINE__ - 1;
 
 static const int step_first_line = __LINE__ + 1;
 static inline __attribute__((always_inline)) void sym_inlined_step(int i)
 {
-    sink = sink * 31 + i;
+    sink = sink * 31 + (unsigned)i;
     sink ^= sink >> 3;
 }
 static const int step_last_line = __LINE__ - 1;
@@ -140,7 +140,7 @@ static void test_demangle(void)
 /* Separate debug files                                                     */
 /* ------------------------------------------------------------------------ */
 
-typedef int (*entry_fn)(int);
+typedef unsigned (*entry_fn)(unsigned);
 typedef void *(*addr_fn)(void);
 
 /* Loads a copy of the test library and checks that both its exported and
