@@ -952,7 +952,7 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     *out = NULL;
     if (st == NULL)
         return 0;
-    /* 21 counters plus one per failure reason, with room to add more. */
+    /* 23 counters plus one per failure reason, with room to add more. */
     const size_t cap = 32 + SNAPPROF_FAIL_COUNT;
     int64_t *c = arena_alloc(&b->arena, cap * sizeof *c);
     if (c == NULL)
