@@ -2,6 +2,7 @@
  * stack_copier.h, and the rebasing of the copy after the target resumed. */
 #include "stack_copier/stack_copier.h"
 
+#include "labels/labels.h"
 #include "stack_copier/registers_x86_64.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -149,6 +150,8 @@ static void capture(const ucontext_t *uc)
         if (u->ops->xOnStackCapture)
             u->ops->xOnStackCapture(u->user_data);
     }
+    if (req->labels != NULL)
+        snapprof__labels_capture(req->labels);
     res->pause_ns = clock_ns(CLOCK_MONOTONIC) - entry;
 }
 
