@@ -7,6 +7,8 @@
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
 
+#include <snapprof/jit.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -257,8 +259,14 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (rc != 0)
         return rc;
     if (p->unwinder_count == 0) {
-        snapprof_unwinder_t *fp;
-        rc = snapprof_frame_pointer_unwinder_create(&fp);
+        /* JIT frames first: that unwinder claims only frames in JIT code,
+         * which no native unwinder can walk. */
+        snapprof_unwinder_t *jit, *fp;
+        rc = snapprof_jit_unwinder_create(&jit);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, jit);
+        if (rc == 0)
+            rc = snapprof_frame_pointer_unwinder_create(&fp);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, fp);
         if (rc != 0)

@@ -2,6 +2,9 @@
  * chain, the way Chromium's StackSamplerImpl::WalkStack does. */
 #include "unwinder/unwinder_internal.h"
 
+#include "module_cache/jit_regions.h"
+#include "module_cache/module_cache.h"
+
 #include <errno.h>
 #include <stdlib.h>
 
@@ -41,7 +44,18 @@ int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snappro
     f->pc = pc;
     f->kind = kind;
     f->name = name;
-    f->module = kind == SNAPPROF_FRAME_MARKER ? NULL : snapprof_module_find(pc);
+    f->module = NULL;
+    if (kind == SNAPPROF_FRAME_MARKER)
+        return 0;
+    f->module = snapprof__module_find_at(pc, ctx->stack ? ctx->stack->timestamp_ns : 0);
+    const snapprof__jit_region_t *region = snapprof__jit_region_of(f->module);
+    if (region != NULL) {
+        /* Every unwinder finds JIT code through the module cache, so its
+         * frames are named alike whoever walked into them. */
+        f->kind = SNAPPROF_FRAME_JIT;
+        if (f->name == NULL)
+            f->name = region->name;
+    }
     return 0;
 }
 

@@ -294,7 +294,8 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the frame-pointer unwinder is used. */
+ * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) and
+ * the frame-pointer unwinder are used. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 
