@@ -722,7 +722,8 @@ static int pm_apply(pm_vec_t *lines, int reset, uint64_t boundary)
     }
     pm_line_t *v = lines->v;
     size_t n = lines->n;
-    qsort(v, n, sizeof *v, cmp_line);
+    if (n > 0) /* v is NULL then, which qsort must not be given */
+        qsort(v, n, sizeof *v, cmp_line);
     /* The regions overlapping v[i] from above start below its limit; of
      * every overlapping pair the older one goes. Overlaps are rare, so this
      * is linear in practice. */
