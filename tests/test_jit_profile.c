@@ -159,10 +159,33 @@ static void profile(void (*work)(void), int chain, uint64_t interval_ns, uint64_
     ASSERT_GE(run->stats.samples, want);
 }
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TJ_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TJ_TSAN 1
+#endif
+
+/* TSan defers a signal until the thread reaches code it instruments: the
+ * handler then gets the registers of when the signal came but the stack of
+ * when it is handled, so attribution cannot be judged under TSan (the
+ * "accuracy" label says the same of other tests). Everything else can:
+ * these tests still run there, for races and crashes. */
+static int signals_deferred(void)
+{
+#ifdef TJ_TSAN
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static uint64_t want_samples(uint64_t n)
 {
     /* Sanitizers slow everything down; fewer samples prove the same. */
-    return tu_sanitizer_build() ? n / 2 : n;
+    return signals_deferred() ? n / 4 : tu_sanitizer_build() ? n / 2 : n;
 }
 
 /* The name of frame i of s as a report would show it. */
@@ -203,6 +226,8 @@ static void check_samples(const run_t *run, const char *const *stack, size_t dep
         for (size_t k = 0; k < bad->frame_count && k < 8; k++)
             printf("  #%zu %s (kind %d)\n", k, frame_name(bad, k), (int)bad->frames[k].kind);
     }
+    if (signals_deferred())
+        return;
     ASSERT_GE(inner * 2, run->samples.count); /* the inner function is hot */
     ASSERT_GE(whole * 100, inner * 95);
 }
@@ -235,8 +260,10 @@ static void check_pprof(const run_t *run, const char *const *stack, size_t depth
             whole += traces[i].value;
     }
     printf("pprof: %.0f samples end in jit_inner, %.0f of them in the whole stack\n", inner, whole);
-    ASSERT_GT(inner, 0);
-    ASSERT_GE(whole * 100, inner * 95);
+    if (!signals_deferred()) {
+        ASSERT_GT(inner, 0);
+        ASSERT_GE(whole * 100, inner * 95);
+    }
     tj_free_traces(traces, n);
     free(text);
 
@@ -432,10 +459,13 @@ static void test_reuse_while_sampling(void)
     printf("%d generations, %zu samples, %zu in JIT code, %zu misattributed, %zu unnamed, "
            "%lu churn operations\n",
            gens, run.samples.count, named, wrong, unnamed, atomic_load(&g_churn_ops));
-    ASSERT_EQ(wrong, 0);
-    ASSERT_EQ(twice, 0);
-    ASSERT_GE(gens, 20);
-    ASSERT_GE(named, want_samples(2000) / 4);
+    ASSERT_GE(gens, 1);
+    if (!signals_deferred()) {
+        ASSERT_EQ(wrong, 0);
+        ASSERT_EQ(twice, 0);
+        ASSERT_GE(gens, 20);
+        ASSERT_GE(named, want_samples(2000) / 4);
+    }
     tu_collector_free(&run.samples);
 }
 

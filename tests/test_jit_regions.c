@@ -250,7 +250,8 @@ static void test_graveyard_cap(void)
 
 #define SLOTS 64
 #define SLOT_SIZE 256
-#define WRITES_PER_WRITER 5000
+/* Fewer under sanitizers: TSan makes every atomic and lock a call. */
+#define WRITES_PER_WRITER (tu_sanitizer_build() ? 1000 : 5000)
 static uintptr_t g_base;
 static atomic_int g_stop;
 static atomic_ulong g_lookups, g_hits, g_writes;
@@ -264,7 +265,7 @@ static void *writer(void *arg)
     int live[SLOTS] = {0};
     uintptr_t at[SLOTS] = {0};
     unsigned long writes;
-    for (writes = 0; writes < WRITES_PER_WRITER; writes++) {
+    for (writes = 0; writes < (unsigned long)WRITES_PER_WRITER; writes++) {
         int s = w + 4 * (int)(rand_r(&seed) % (SLOTS / 4));
         uintptr_t slot = g_base + (uintptr_t)s * SLOT_SIZE;
         if (!live[s]) {
@@ -343,8 +344,8 @@ static void test_concurrent(void)
  * stalls would swamp wall time) with up to N regions live. */
 static void test_cost(void)
 {
-    enum { N = 10000 };
-    uint8_t *code = tj_map(N * 16);
+    const int N = tu_sanitizer_build() ? 2000 : 10000;
+    uint8_t *code = tj_map((size_t)N * 16);
     uintptr_t base = (uintptr_t)code;
     uint64_t t0 = tu_thread_cpu_ns();
     for (int i = 0; i < N; i++)
