@@ -260,11 +260,17 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         return rc;
     if (p->unwinder_count == 0) {
         /* JIT frames first: that unwinder claims only frames in JIT code,
-         * which no native unwinder can walk. */
-        snapprof_unwinder_t *jit, *fp;
+         * which no native unwinder can walk. Then CFI: most native code has
+         * no frame pointers. Frame pointers after it, for objects that ship
+         * no .eh_frame_hdr. */
+        snapprof_unwinder_t *jit, *lu, *fp;
         rc = snapprof_jit_unwinder_create(&jit);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, jit);
+        if (rc == 0)
+            rc = snapprof_libunwind_unwinder_create(&lu);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, lu);
         if (rc == 0)
             rc = snapprof_frame_pointer_unwinder_create(&fp);
         if (rc == 0)
@@ -304,6 +310,7 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->roundtrip_p99_ns = snapprof__hist_quantile(&p->roundtrip, 0.99);
     out->unwind_p50_ns = snapprof__hist_quantile(&p->unwind, 0.50);
     out->unwind_p99_ns = snapprof__hist_quantile(&p->unwind, 0.99);
+    out->unwind_max_ns = p->unwind.max;
 }
 
 void snapprof__profiler_complete(snapprof_profiler_t *p)
@@ -519,7 +526,31 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (outcome.aborted) {
         p->stats.unwind_aborted++;
         flags |= SNAPPROF_SAMPLE_UNWIND_ABORTED;
+        switch (outcome.abort_kind) {
+        case SNAPPROF__ABORT_BAD_FRAME:
+            p->stats.unwind_aborted_bad_frame++;
+            break;
+        case SNAPPROF__ABORT_NO_INFO:
+            p->stats.unwind_aborted_no_info++;
+            break;
+        case SNAPPROF__ABORT_MEMORY:
+            p->stats.unwind_aborted_memory++;
+            break;
+        case SNAPPROF__ABORT_TRUNCATED_COPY:
+            p->stats.unwind_aborted_truncated_copy++;
+            break;
+        default:
+            p->stats.unwind_aborted_other++;
+            break;
+        }
     }
+    if (outcome.unrecognized)
+        p->stats.unwind_unknown++;
+    size_t real_frames =
+        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
+    p->stats.unwind_frames_total += real_frames;
+    if (real_frames > p->stats.unwind_frames_max)
+        p->stats.unwind_frames_max = real_frames;
     if (outcome.truncated_depth) {
         p->stats.truncated_depth++;
         flags |= SNAPPROF_SAMPLE_TRUNCATED_DEPTH;

@@ -2,3 +2,41 @@
 snapprof_add_test_cases(EXE unwinder_fp SOURCES test_unwinder_fp.c
   CASES good_chain outside_stack points_to_itself cycle overflow misaligned below_sp depth_cap
         unknown_pc)
+
+# Workloads for the CFI tests are built like most code on a distribution:
+# -O2 without frame pointers (the later flags win over the project's
+# -fno-omit-frame-pointer). Sibling calls stay calls so that expected
+# stacks are exact; -rdynamic lets any symbolizer name the test functions.
+set(SNAPPROF_NOFP_FLAGS -O2 -fomit-frame-pointer -momit-leaf-frame-pointer
+    -fno-optimize-sibling-calls)
+
+add_library(snapprof_unwind_testutil STATIC unwind_test_util.c)
+target_compile_options(snapprof_unwind_testutil PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(snapprof_unwind_testutil PUBLIC snapprof_testutil ${CMAKE_DL_LIBS})
+
+# A second shared library without frame pointers, linked in; and one that
+# the dlclose test loads and unloads.
+add_library(unwinder_testlib SHARED unwinder_testlib.c)
+target_compile_options(unwinder_testlib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS})
+add_library(unwinder_dllib MODULE unwinder_dllib.c)
+target_compile_options(unwinder_dllib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS})
+
+snapprof_add_test_cases(EXE unwinder_cfi SOURCES test_unwinder_cfi.c
+  CASES ratio rates qsort_bsearch shared_lib alloca_vla deep_recursion depth_cap signal_handler
+        dlclose jit_handoff corrupted_copy
+  LIBS snapprof_unwind_testutil unwinder_testlib ${CMAKE_DL_LIBS})
+target_compile_options(unwinder_cfi PRIVATE ${SNAPPROF_NOFP_FLAGS})
+target_compile_definitions(unwinder_cfi PRIVATE
+  SNAPPROF_TEST_DLLIB="$<TARGET_FILE:unwinder_dllib>")
+set_target_properties(unwinder_cfi PROPERTIES ENABLE_EXPORTS ON)
+add_dependencies(unwinder_cfi unwinder_dllib)
+# Attribution and rates need undisturbed signal timing (see CMakeLists.txt).
+set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy)
+
+# The same questions on a frame-pointer build, where the hybrid must keep
+# the leaf's caller that frame-pointer walking loses.
+snapprof_add_test_cases(EXE unwinder_hybrid SOURCES test_unwinder_hybrid.c
+  CASES leaf_caller rates LABELS accuracy LIBS snapprof_unwind_testutil)
+target_compile_options(unwinder_hybrid PRIVATE -O2 -fno-omit-frame-pointer
+  -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
+set_target_properties(unwinder_hybrid PROPERTIES ENABLE_EXPORTS ON)

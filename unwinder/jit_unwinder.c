@@ -83,7 +83,7 @@ static snapprof_unwind_result_t jit_try_unwind(void *user_data, snapprof_unwind_
         /* The caller's stack pointer lies above this frame's, or the walk
          * could go round in circles. */
         if (sp <= ctx->regs.r[SNAPPROF_REG_SP] || sp > ctx->stack->top) {
-            ctx->abort_reason = "stack pointer does not increase";
+            ctx->abort_reason = SNAPPROF__REASON_SP_ORDER;
             return SNAPPROF_UNWIND_ABORTED;
         }
         if (ret == 0)

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 int snapprof_unwinder_create(const snapprof_unwinder_ops_t *ops, void *user_data,
                              snapprof_unwinder_t **out)
@@ -59,6 +60,34 @@ int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snappro
     return 0;
 }
 
+snapprof__abort_kind_t snapprof__abort_kind(const char *reason)
+{
+    static const struct {
+        const char *reason;
+        snapprof__abort_kind_t kind;
+    } known[] = {
+        /* The frame-pointer unwinder's. */
+        {"frame pointer outside the stack", SNAPPROF__ABORT_BAD_FRAME},
+        {"misaligned frame pointer", SNAPPROF__ABORT_BAD_FRAME},
+        {"frame pointer below the stack pointer", SNAPPROF__ABORT_BAD_FRAME},
+        {"frame pointers do not increase", SNAPPROF__ABORT_BAD_FRAME},
+        /* The JIT unwinder's fixed frames (it shares the ones above). */
+        {"stack pointer outside the stack", SNAPPROF__ABORT_BAD_FRAME},
+        {"misaligned stack pointer", SNAPPROF__ABORT_BAD_FRAME},
+        /* The CFI unwinders' (and the JIT unwinder's SP_ORDER). */
+        {SNAPPROF__REASON_SP_ORDER, SNAPPROF__ABORT_BAD_FRAME},
+        {SNAPPROF__REASON_CFI_BAD_FRAME, SNAPPROF__ABORT_BAD_FRAME},
+        {SNAPPROF__REASON_NO_INFO, SNAPPROF__ABORT_NO_INFO},
+        {SNAPPROF__REASON_MEMORY, SNAPPROF__ABORT_MEMORY},
+    };
+    if (!reason)
+        return SNAPPROF__ABORT_OTHER;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(reason, known[i].reason) == 0)
+            return known[i].kind;
+    return SNAPPROF__ABORT_OTHER;
+}
+
 static snapprof_unwinder_t *pick(snapprof_unwinder_t *const *unwinders, size_t n,
                                  const snapprof_frame_t *frame)
 {
@@ -106,6 +135,10 @@ size_t snapprof__unwind_chain(snapprof_unwinder_t *const *unwinders, size_t unwi
         if (r == SNAPPROF_UNWIND_ABORTED) {
             outcome->aborted = 1;
             outcome->abort_reason = ctx.abort_reason;
+            /* On a truncated copy the walk most likely failed because the
+             * stack goes on beyond what was copied. */
+            outcome->abort_kind = stack->truncated ? SNAPPROF__ABORT_TRUNCATED_COPY
+                                                   : snapprof__abort_kind(ctx.abort_reason);
             marker = stack->truncated ? "[truncated]" : "[unwind error]";
             break;
         }

@@ -9,6 +9,26 @@ struct snapprof_unwinder {
     void *user_data;
 };
 
+/* Why a walk was aborted, as the profiler counts it. */
+typedef enum {
+    SNAPPROF__ABORT_OTHER = 0,
+    SNAPPROF__ABORT_BAD_FRAME,      /* a frame failed the unwinder's checks */
+    SNAPPROF__ABORT_NO_INFO,        /* no unwind information for a pc */
+    SNAPPROF__ABORT_MEMORY,         /* it needed memory outside the copy and the modules */
+    SNAPPROF__ABORT_TRUNCATED_COPY, /* it ran off the end of a truncated copy */
+} snapprof__abort_kind_t;
+
+/* Abort reasons of the CFI unwinders; snapprof__abort_kind() maps these
+ * (and the frame-pointer unwinder's) to kinds. */
+#define SNAPPROF__REASON_NO_INFO "no unwind info for the pc"
+#define SNAPPROF__REASON_MEMORY "unwind info needs memory outside the copy and the modules"
+#define SNAPPROF__REASON_SP_ORDER "stack pointer does not increase"
+#define SNAPPROF__REASON_CFI_BAD_FRAME "CFI gives an impossible frame"
+#define SNAPPROF__REASON_LIBUNWIND "libunwind failed"
+
+/* The kind of an abort reason string; OTHER for unknown or NULL ones. */
+snapprof__abort_kind_t snapprof__abort_kind(const char *reason);
+
 /* Result of unwinding one sample through the chain. */
 typedef struct snapprof__unwind_outcome {
     int completed;       /* an unwinder reported COMPLETED */
@@ -16,6 +36,7 @@ typedef struct snapprof__unwind_outcome {
     int truncated_depth; /* the frame cap was reached */
     int unrecognized;    /* no unwinder claimed the last frame */
     const char *abort_reason;
+    snapprof__abort_kind_t abort_kind; /* when aborted */
 } snapprof__unwind_outcome_t;
 
 /* Unwinds one stack copy: frame 0 from regs' pc, then the chain, highest

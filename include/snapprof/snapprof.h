@@ -206,6 +206,19 @@ typedef struct snapprof_stats {
     uint64_t unwind_p50_ns, unwind_p99_ns;
     /* CPU time the sampling thread spent on this profiler, in ns. */
     uint64_t sampler_cpu_ns;
+    /* Unwinding in detail (added with the libunwind unwinder). Every
+     * signalled sample counts in exactly one of unwind_complete,
+     * truncated_depth, unwind_aborted and unwind_unknown; each aborted one
+     * in exactly one unwind_aborted_* counter. */
+    uint64_t unwind_unknown;                /* stopped at a frame no unwinder claims */
+    uint64_t unwind_aborted_bad_frame;      /* a frame failed the unwinder's checks */
+    uint64_t unwind_aborted_no_info;        /* no unwind info (CFI) for a pc */
+    uint64_t unwind_aborted_memory;         /* needed memory outside copy and modules */
+    uint64_t unwind_aborted_truncated_copy; /* ran past the end of a truncated copy */
+    uint64_t unwind_aborted_other;          /* any other reason */
+    uint64_t unwind_frames_total;           /* frames found, markers excluded */
+    uint64_t unwind_frames_max;             /* the deepest stack, in frames */
+    uint64_t unwind_max_ns;                 /* the slowest unwind */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -239,6 +252,23 @@ SNAPPROF_API pid_t snapprof_thread_tid(const snapprof_thread_t *thread);
 /* The frame-pointer unwinder: follows the chain of saved frame pointers
  * through the stack copy. Fast; needs code built with frame pointers. */
 SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **out);
+
+/* The libunwind unwinder: DWARF CFI (.eh_frame) unwinding of the stack
+ * copy through libunwind's remote API; it reads only the copy and the
+ * loaded objects' readable segments. Works on code built without frame
+ * pointers; the default when a profiler is given no unwinder. It claims
+ * native frames in objects that have .eh_frame_hdr and hands a caller in
+ * other code (JIT) to the next unwinder in the chain. Any thread; the
+ * caller owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_libunwind_unwinder_create(snapprof_unwinder_t **out);
+
+/* The hybrid unwinder: frame pointers where the code has a frame record,
+ * CFI through libunwind where it has none (leaf functions, prologues,
+ * libraries built without frame pointers). Learns which is which per pc
+ * from the CFI, so on frame-pointer builds it runs at nearly the speed of
+ * the frame-pointer unwinder without losing the leaf's caller. Any
+ * thread; the caller owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
 
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
@@ -294,8 +324,9 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) and
- * the frame-pointer unwinder are used. */
+ * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
+ * used, then the libunwind unwinder, then the frame-pointer unwinder for
+ * objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 

@@ -1,0 +1,70 @@
+/* The CFI engine behind the libunwind and hybrid unwinders: libunwind's
+ * remote API over a stack copy, with accessors that read only the copy and
+ * the loaded ELF objects. Internal.
+ *
+ * Everything here runs on the sampler thread (or a test or bench thread
+ * that owns the engine), never in the signal handler: libunwind allocates
+ * and takes locks. One engine is used by one thread at a time. */
+#ifndef SNAPPROF_LIBUNWIND_INTERNAL_H
+#define SNAPPROF_LIBUNWIND_INTERNAL_H
+
+#include "unwinder/unwinder_internal.h"
+
+typedef struct snapprof__cfi snapprof__cfi_t;
+
+/* Creates an engine with its own libunwind address space and caches.
+ * Returns 0, -ENOMEM, or SNAPPROF_EVERSION when libunwind refuses. */
+int snapprof__cfi_create(snapprof__cfi_t **out);
+void snapprof__cfi_destroy(snapprof__cfi_t *cfi);
+
+/* Rescans the loaded objects when the dynamic loader reports that objects
+ * were added or removed since the last scan (or on the first call), and
+ * then flushes every cache that may describe unloaded code. Returns 1 when
+ * it rescanned, else 0. */
+int snapprof__cfi_update_modules(snapprof__cfi_t *cfi);
+
+/* Whether pc lies in the executable code of a loaded object that has a
+ * usable .eh_frame_hdr table (CFI can unwind it). */
+int snapprof__cfi_covers(snapprof__cfi_t *cfi, uintptr_t pc);
+
+/* Whether pc lies in the executable code of any loaded object. */
+int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
+
+/* Walks ctx with libunwind from its last frame until the stack ends, an
+ * error, the depth cap, or a caller outside CFI-covered code (which is
+ * appended, with ctx->regs describing it, as UNRECOGNIZED_FRAME). */
+snapprof_unwind_result_t snapprof__cfi_walk(snapprof__cfi_t *cfi, snapprof_unwind_ctx_t *ctx);
+
+/* The result of one CFI step. */
+typedef struct snapprof__cfi_step {
+    uintptr_t ip;     /* the caller's pc as found: a return address, or the
+                         exact interrupted pc when signal is set */
+    int signal;       /* the frame stepped from was a signal trampoline */
+    int frame_record; /* the frame stepped from had a standard frame record
+                         at this pc: CFA = rbp + 16, rbp saved at CFA - 16,
+                         return address at CFA - 8 */
+} snapprof__cfi_step_t;
+
+/* One step from the frame described by regs, whose code is looked up at
+ * lookup_pc (the exact pc for an interrupted frame, return address - 1 for
+ * a caller). On success regs describes the caller: pc, sp, rbp and the
+ * callee-saved registers the CFI restores (others keep their values).
+ * Returns 1 after a step, 0 at the end of the stack, -1 on error with
+ * *reason set. */
+int snapprof__cfi_step(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
+                       snapprof_regs_t *regs, uintptr_t lookup_pc, snapprof__cfi_step_t *out,
+                       const char **reason);
+
+/* Test seam: every successful memory read the engine makes for libunwind
+ * is reported here (address and size), after it was validated. */
+typedef struct snapprof__cfi_hooks {
+    void (*xOnRead)(void *user_data, uintptr_t addr, size_t size, int from_copy);
+    void *user_data;
+} snapprof__cfi_hooks_t;
+void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
+
+/* The engine of a libunwind or hybrid unwinder, or NULL for any other. */
+snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
+snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
+
+#endif
