@@ -13,5 +13,6 @@ snapprof_add_test_cases(EXE jit_unwinder SOURCES test_jit_unwinder.c LIBS snappr
   CASES interleaved without_jit_unwinder bad_frames depth_cap unwound_late)
 # Real profiles: they sample at up to 5 kHz and read the result with pprof.
 snapprof_add_test_cases(EXE jit_profile SOURCES test_jit_profile.c LIBS snapprof_jit_testutil
-  CASES interleaved_api interleaved_perf_map default_chain fixed_frame reuse_while_sampling
+  CASES interleaved_api interleaved_perf_map default_chain interleaved_hybrid fixed_frame
+        fixed_frame_default_chain fixed_frame_hybrid reuse_while_sampling
   TIMEOUT 300)

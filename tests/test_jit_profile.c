@@ -112,7 +112,9 @@ typedef struct run {
     snapprof_stats_t stats;
 } run_t;
 
-enum { CHAIN_EXPLICIT, CHAIN_DEFAULT };
+/* The unwinders: frame pointers and JIT given explicitly, none given (the
+ * default: JIT, libunwind, frame pointers), or hybrid and JIT. */
+enum { CHAIN_EXPLICIT, CHAIN_DEFAULT, CHAIN_HYBRID };
 
 /* Profiles work on a worker thread until `want` samples were taken. */
 static void profile(void (*work)(void), int chain, uint64_t interval_ns, uint64_t want, run_t *run)
@@ -139,6 +141,12 @@ static void profile(void (*work)(void), int chain, uint64_t interval_ns, uint64_
         ASSERT_OK(snapprof_jit_unwinder_create(&jit));
         ASSERT_OK(snapprof_profiler_add_unwinder(p, fp));
         ASSERT_OK(snapprof_profiler_add_unwinder(p, jit));
+    } else if (chain == CHAIN_HYBRID) {
+        snapprof_unwinder_t *hy, *jit;
+        ASSERT_OK(snapprof_jit_unwinder_create(&jit));
+        ASSERT_OK(snapprof_hybrid_unwinder_create(&hy));
+        ASSERT_OK(snapprof_profiler_add_unwinder(p, jit));
+        ASSERT_OK(snapprof_profiler_add_unwinder(p, hy));
     }
     snapprof_builder_t *b;
     ASSERT_OK(snapprof_pprof_builder_create(run->path, &b));
@@ -345,15 +353,29 @@ static void test_default_chain(void)
     tu_collector_free(&run.samples);
 }
 
-/* native -> JIT without frame pointers (rbp junk) -> native -> JIT. */
-static void test_fixed_frame(void)
+/* native -> JIT without frame pointers (rbp junk) -> native -> JIT, with
+ * each chain: the native unwinders must hand the JIT caller over whatever
+ * it left in rbp. */
+static void fixed_frame(int chain)
 {
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
     emit_code();
     register_code();
     run_t run;
-    profile(jit_test_c_driver_fixed, CHAIN_EXPLICIT, 1000000, want_samples(400), &run);
+    profile(jit_test_c_driver_fixed, chain, 1000000, want_samples(400), &run);
     check_samples(&run, k_fixed, DEPTH);
+    tu_collector_free(&run.samples);
+}
+
+/* native -> JIT -> native -> JIT with the hybrid unwinder. */
+static void test_interleaved_hybrid(void)
+{
+    ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
+    emit_code();
+    register_code();
+    run_t run;
+    profile(jit_test_c_driver, CHAIN_HYBRID, 1000000, want_samples(400), &run);
+    check_samples(&run, k_interleaved, DEPTH);
     tu_collector_free(&run.samples);
 }
 
@@ -479,7 +501,13 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "default_chain"))
         test_default_chain();
     else if (!strcmp(c, "fixed_frame"))
-        test_fixed_frame();
+        fixed_frame(CHAIN_EXPLICIT);
+    else if (!strcmp(c, "fixed_frame_default_chain"))
+        fixed_frame(CHAIN_DEFAULT);
+    else if (!strcmp(c, "fixed_frame_hybrid"))
+        fixed_frame(CHAIN_HYBRID);
+    else if (!strcmp(c, "interleaved_hybrid"))
+        test_interleaved_hybrid();
     else if (!strcmp(c, "reuse_while_sampling"))
         test_reuse_while_sampling();
     else
