@@ -32,6 +32,12 @@ int snapprof__module_cache_refresh(void);
  * errno. */
 int snapprof__module_cache_update(void);
 
+/* snapprof_module_find() for a frame of a stack copied at when_ns
+ * (CLOCK_MONOTONIC, 0 = now): JIT regions registered through <snapprof/jit.h>
+ * come first (as of that time, see jit_regions.h), then loaded objects, then
+ * the perf map for addresses no object holds. */
+const snapprof_module_t *snapprof__module_find_at(uintptr_t addr, uint64_t when_ns);
+
 /* Stores up to max pointers to known modules (loaded and unloaded, in
  * address order of the loaded ones first) in out; returns the total count. */
 size_t snapprof__module_cache_list(const snapprof_module_t **out, size_t max);

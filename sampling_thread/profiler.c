@@ -7,6 +7,8 @@
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
 
+#include <snapprof/jit.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -261,10 +263,16 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (rc != 0)
         return rc;
     if (p->unwinder_count == 0) {
-        /* CFI first: most native code has no frame pointers. Frame pointers
-         * after it, for objects that ship no .eh_frame_hdr. */
-        snapprof_unwinder_t *lu, *fp;
-        rc = snapprof_libunwind_unwinder_create(&lu);
+        /* JIT frames first: that unwinder claims only frames in JIT code,
+         * which no native unwinder can walk. Then CFI: most native code has
+         * no frame pointers. Frame pointers after it, for objects that ship
+         * no .eh_frame_hdr. */
+        snapprof_unwinder_t *jit, *lu, *fp;
+        rc = snapprof_jit_unwinder_create(&jit);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, jit);
+        if (rc == 0)
+            rc = snapprof_libunwind_unwinder_create(&lu);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, lu);
         if (rc == 0)
@@ -582,8 +590,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     if (outcome.unrecognized)
         p->stats.unwind_unknown++;
-    size_t real_frames = count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1
-                                                                                          : count;
+    size_t real_frames =
+        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
     p->stats.unwind_frames_total += real_frames;
     if (real_frames > p->stats.unwind_frames_max)
         p->stats.unwind_frames_max = real_frames;

@@ -340,6 +340,7 @@ void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *
     stack->top = (uintptr_t)buffer + res->copy_size;
     stack->orig_bottom = lo;
     stack->truncated = res->truncated;
+    stack->timestamp_ns = res->timestamp_ns;
 }
 
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)

@@ -427,8 +427,9 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the libunwind unwinder is used, followed
- * by the frame-pointer unwinder for objects that have no CFI. */
+ * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
+ * used, then the libunwind unwinder, then the frame-pointer unwinder for
+ * objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 
