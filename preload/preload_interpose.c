@@ -63,6 +63,11 @@ SNAPPROF_PRELOAD_EXPORT int pthread_create(pthread_t *thread, const pthread_attr
     pthread_create_fn fn = real_pthread_create();
     if (!fn)
         return ENOSYS;
+#if defined(SNAPPROF_PRELOAD_TSAN)
+    /* TSan's own start routine must run first on the new thread; the
+     * helper thread finds the thread later (preload_process.c). */
+    return fn(thread, attr, start, arg);
+#endif
     /* Nothing to do when no profile runs (no wrapper, no allocation), nor
      * for snapprof's own sampling thread. */
     if (!snapprof__preload_tracking() ||

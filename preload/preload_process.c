@@ -235,8 +235,9 @@ static void register_self(void)
     pthread_setspecific(g_exit_key, (void *)1);
 }
 
-/* Threads that were there before the profile started. */
-static void register_existing(int signo)
+/* Threads that are there but not registered: at start, those that existed
+ * before; later (see RESCAN_NS), those made without our pthread_create. */
+static void register_existing(int signo, int count_skipped)
 {
     DIR *d = opendir("/proc/self/task");
     if (!d)
@@ -250,7 +251,8 @@ static void register_existing(int signo)
         /* snapprof finds a foreign thread's stack by stopping it with
          * SIGURG, whatever the sampling signal. */
         if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
-            atomic_fetch_add(&g_threads_skipped, 1);
+            if (count_skipped)
+                atomic_fetch_add(&g_threads_skipped, 1);
             continue;
         }
         snapprof_thread_t *t;
@@ -347,11 +349,30 @@ static void stop_at_deadline(void)
         snapprof__preload_stop("duration");
 }
 
+/* Under TSan our pthread_create cannot register threads: TSan starts each
+ * thread with its own routine, which must run before any instrumented code,
+ * so the trampoline would come too early (preload_interpose.c does not wrap
+ * there). The helper finds new threads in /proc/self/task instead. */
+#if defined(SNAPPROF_PRELOAD_TSAN)
+#define RESCAN_NS 20000000u
+#else
+#define RESCAN_NS 0u
+#endif
+
+static void rescan_threads(void)
+{
+    lock();
+    if (g.profiler && atomic_load(&g_tracking))
+        register_existing(g.signo, 0);
+    unlock();
+}
+
 static void *helper_main(void *arg)
 {
     (void)arg;
     /* prctl, not pthread_setname_np, which is ours and takes our lock. */
     prctl(PR_SET_NAME, "snapprof-helper");
+    uint64_t next_rescan = 0;
     for (;;) {
         unsigned cmd = atomic_exchange(&g_cmd, 0);
         if (cmd & CMD_FINISH) {
@@ -369,7 +390,16 @@ static void *helper_main(void *arg)
             stop_at_deadline();
             continue;
         }
-        futex_wait(&g_cmd, 0, deadline ? deadline - now : 0);
+        uint64_t wake = deadline;
+        if (RESCAN_NS && atomic_load(&g_tracking)) {
+            if (now >= next_rescan) {
+                rescan_threads();
+                next_rescan = now + RESCAN_NS;
+            }
+            if (!wake || next_rescan < wake)
+                wake = next_rescan;
+        }
+        futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
     }
     return NULL;
 }
@@ -388,7 +418,13 @@ static void ensure_helper(void)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256u << 10);
     pthread_t th;
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* Through the sanitizer's interceptor, which must know every thread
+     * that runs instrumented code. */
+    int rc = pthread_create(&th, &attr, helper_main, NULL);
+#else
     int rc = snapprof__real_pthread_create(&th, &attr, helper_main, NULL);
+#endif
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
@@ -549,7 +585,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     register_self();
     if (c.signo != SIGURG)
         snapprof__preload_signals_manage(SIGURG, 1); /* the scan stops threads with it */
-    register_existing(c.signo);
+    register_existing(c.signo, 1);
 
     snapprof__preload_signals_passthrough(1);
     rc = snapprof_profiler_start(p);
