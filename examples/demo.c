@@ -1,6 +1,8 @@
 /* Demo host program: profiles its own three worker threads for two seconds
  * and writes a pprof profile (default demo.pb.gz). Open it with
- *   go tool pprof -top demo.pb.gz */
+ *   go tool pprof -top demo.pb.gz
+ * Usage: demo [OUTPUT [MIN_SAMPLES]]; with MIN_SAMPLES it profiles until it
+ * has that many samples instead of for two seconds. */
 #include <snapprof/snapprof.h>
 
 #include <pthread.h>
@@ -94,6 +96,7 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
     const char *out = argc > 1 ? argv[1] : "demo.pb.gz";
+    unsigned long long min_samples = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
     pthread_t th[3];
     pthread_barrier_init(&g_registered, NULL, 4);
     for (int k = 0; k < 3; k++)
@@ -103,7 +106,7 @@ int main(int argc, char **argv)
     snapprof_params_t params;
     snapprof_params_init(&params);
     params.interval_ns = 1000000; /* 1 kHz */
-    params.duration_ns = 2000000000u;
+    params.duration_ns = min_samples ? 0 : 2000000000u;
     snapprof_profiler_t *prof = NULL;
     snapprof_builder_t *pprof = NULL;
     int rc = snapprof_profiler_create(&params, g_threads, 3, &prof);
@@ -115,7 +118,14 @@ int main(int argc, char **argv)
         rc = snapprof_profiler_start(prof);
     if (rc == 0) {
         struct timespec ts = {2, 100000000};
-        nanosleep(&ts, NULL);
+        snapprof_stats_t now;
+        if (min_samples == 0)
+            nanosleep(&ts, NULL);
+        else
+            do {
+                ts = (struct timespec){0, 20000000};
+                nanosleep(&ts, NULL);
+            } while (snapprof_profiler_get_stats(prof, &now) == 0 && now.samples < min_samples);
         rc = snapprof_profiler_stop(prof);
     }
     snapprof_stats_t st;

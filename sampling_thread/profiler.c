@@ -2,6 +2,7 @@
  * detection, stack copy, unwinding, delivery to the builders). */
 #include "sampling_thread/profiler_internal.h"
 
+#include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
@@ -535,6 +536,9 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     struct timespec c0, c1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     p->stats.ticks++;
+    /* Cheap when nothing was loaded or unloaded (the loader's counters);
+     * keeps lookups from answering with a module dlclose() just removed. */
+    snapprof__module_cache_update();
     for (size_t i = 0; i < p->target_count; i++)
         if (!p->targets[i].dead)
             sample_target(p, &p->targets[i], now);

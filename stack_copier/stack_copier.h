@@ -6,7 +6,7 @@
  *   requester: fill the request, state = seq|PENDING, rt_tgsigqueueinfo()
  *              with a payload naming seq, futex-wait on state with a timeout;
  *   handler:   CAS state seq|PENDING -> seq|COPYING, check the thread,
- *              capture registers, timestamp and CPU time, copy the stack,
+ *              capture registers and a timestamp, copy the stack,
  *              state = seq|DONE, futex-wake;
  *   requester: on timeout CAS seq|PENDING -> IDLE (a late handler then sees
  *              a stale seq and does nothing); if the handler already began
@@ -42,7 +42,7 @@ typedef struct snapprof__copy_request {
 typedef struct snapprof__copy_result {
     snapprof_regs_t regs;  /* as captured: live addresses */
     uint64_t timestamp_ns; /* CLOCK_MONOTONIC at handler entry */
-    uint64_t cpu_ns;       /* the thread's CPU clock at handler entry */
+    uint64_t cpu_ns;       /* the thread's CPU clock just after the handshake */
     uint64_t pause_ns;     /* handler entry to done */
     uint64_t roundtrip_ns; /* signal sent to handshake done, requester side */
     uintptr_t copy_lo;     /* live address of the first byte copied */

@@ -36,6 +36,11 @@ static pthread_mutex_t g_request_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t g_seq;
 
 static pthread_mutex_t g_install_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_ids_once = PTHREAD_ONCE_INIT;
+/* Our pid and uid, read once (and again in a forked child) so that neither
+ * the handler nor the requester makes a syscall for them per sample. */
+static volatile pid_t g_pid;
+static uid_t g_uid;
 static struct sigaction g_previous[NSIG];
 static volatile sig_atomic_t g_installed[NSIG];
 
@@ -108,14 +113,13 @@ static void capture(const ucontext_t *uc)
 
     res->timestamp_ns = entry;
     g_slot.fail = -1;
-    if ((pid_t)syscall(SYS_gettid) != req->thread->tid ||
-        (req->thread->on_thread && snapprof__tls_self != req->thread)) {
-        /* The tid now names another thread than the one registered. */
+    /* The signal went to exactly this tid; a thread registered on itself
+     * also names its token in TLS, which a recycled tid would not. */
+    if (req->thread->on_thread && snapprof__tls_self != req->thread) {
         g_slot.fail = SNAPPROF_FAIL_TID_RECYCLED;
         return;
     }
     snapprof__regs_from_ucontext(uc, &res->regs);
-    res->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 
     if (req->buffer != NULL) {
         uintptr_t sp = res->regs.r[SNAPPROF_REG_SP];
@@ -180,7 +184,7 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
 {
     int saved_errno = errno;
     uintptr_t payload = info ? (uintptr_t)info->si_value.sival_ptr : 0;
-    if (info && info->si_code == SI_QUEUE && info->si_pid == getpid() &&
+    if (info && info->si_code == SI_QUEUE && info->si_pid == g_pid &&
         (uint32_t)(payload >> 32) == PAYLOAD_TAG) {
         uint32_t seq = (uint32_t)payload & SEQ_MASK;
         uint32_t expected = (seq << 2) | PHASE_PENDING;
@@ -200,8 +204,21 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
     errno = saved_errno;
 }
 
+static void read_ids(void)
+{
+    g_pid = getpid();
+    g_uid = getuid();
+}
+
+static void read_ids_once(void)
+{
+    read_ids();
+    pthread_atfork(NULL, NULL, read_ids);
+}
+
 int snapprof__stack_copier_install(int signo)
 {
+    pthread_once(&g_ids_once, read_ids_once);
     if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP || signo == SIGSEGV ||
         signo == SIGBUS || signo == SIGFPE || signo == SIGILL || signo == SIGABRT ||
         signo == SIGTRAP)
@@ -237,10 +254,10 @@ static int send_request(const snapprof__copy_request_t *req, uint32_t seq)
     memset(&info, 0, sizeof info);
     info.si_signo = req->signo;
     info.si_code = SI_QUEUE;
-    info.si_pid = getpid();
-    info.si_uid = getuid();
+    info.si_pid = g_pid;
+    info.si_uid = g_uid;
     info.si_value.sival_ptr = (void *)(((uintptr_t)PAYLOAD_TAG << 32) | seq);
-    return (int)syscall(SYS_rt_tgsigqueueinfo, getpid(), req->thread->tid, req->signo, &info);
+    return (int)syscall(SYS_rt_tgsigqueueinfo, g_pid, req->thread->tid, req->signo, &info);
 }
 
 int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__copy_result_t *res,
@@ -291,6 +308,10 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
     } else {
         *res = g_slot.res;
         res->roundtrip_ns = snapprof__mono_ns() - sent;
+        /* Read here rather than in the handler: the thread has only just
+         * resumed, and the target is spared a syscall while stopped. */
+        if (snapprof__thread_cpu_ns(req->thread->tid, &res->cpu_ns) != 0)
+            res->cpu_ns = 0;
     }
     atomic_store_explicit(&g_slot.state, PHASE_IDLE, memory_order_relaxed);
 out:

@@ -138,6 +138,12 @@ int snapprof_thread_register(snapprof_thread_t **out)
             pthread_attr_destroy(&attr);
             t->stack_low = (uintptr_t)addr;
             t->stack_base = (uintptr_t)addr + size;
+            /* glibc keeps the thread descriptor (and static TLS below it)
+             * at the top of the range it reports; the stack proper starts
+             * below the descriptor, so copying stops there. */
+            uintptr_t self = (uintptr_t)pthread_self();
+            if (self > t->stack_low && self < t->stack_base)
+                t->stack_base = self & ~(uintptr_t)15;
         }
     }
     if (rc != 0) {

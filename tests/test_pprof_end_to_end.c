@@ -158,7 +158,7 @@ static void test_demo_binary_moved(void)
     char *dir = tu_make_tmpdir("demo");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cp '%s/../examples/demo' '%s/demo-copy' && cd '%s' && ./demo-copy out.pb.gz && "
+             "cp '%s/../examples/demo' '%s/demo-copy' && cd '%s' && ./demo-copy out.pb.gz 3000 && "
              "rm demo-copy",
              SNAPPROF_TEST_BINARY_DIR, dir, dir);
     int status;

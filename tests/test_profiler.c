@@ -117,6 +117,19 @@ static void wait_ticks(snapprof_profiler_t *p, uint64_t ticks)
     ASSERT_GE(st.ticks, ticks);
 }
 
+/* Likewise for samples: a busy thread that the host barely runs is idle
+ * for many ticks. */
+static void wait_samples(snapprof_profiler_t *p, uint64_t samples)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000u;
+    snapprof_stats_t st;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < samples && tu_mono_ns() < deadline);
+    ASSERT_GE(st.samples, samples);
+}
+
 static void test_stop_without_start(void)
 {
     target_t t = {0};
@@ -200,17 +213,20 @@ static void test_two_concurrent(void)
     snapprof_profiler_t *pb = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &cb);
     ASSERT_OK(snapprof_profiler_start(pa));
     ASSERT_OK(snapprof_profiler_start(pb));
-    wait_ticks(pa, 40);
-    wait_ticks(pb, 30);
+    wait_samples(pa, 40);
+    wait_samples(pb, 60);
     ASSERT_OK(snapprof_profiler_stop(pa));
     size_t a_after_stop = ca.count;
-    wait_ticks(pb, 60);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(pb, &st));
+    wait_samples(pb, st.samples + 40);
     ASSERT_OK(snapprof_profiler_stop(pb));
     ASSERT_EQ(ca.count, a_after_stop);
     ASSERT_EQ(tu_collector_count_tid(&ca, b.tid), 0);
-    ASSERT_GT(tu_collector_count_tid(&ca, a.tid), 20);
-    ASSERT_GT(tu_collector_count_tid(&cb, a.tid), 20);
-    ASSERT_GT(tu_collector_count_tid(&cb, b.tid), 20);
+    ASSERT_GE(tu_collector_count_tid(&ca, a.tid), 40);
+    ASSERT_GT(tu_collector_count_tid(&cb, a.tid), 0);
+    ASSERT_GT(tu_collector_count_tid(&cb, b.tid), 0);
+    ASSERT_GE(tu_collector_count_tid(&cb, a.tid) + tu_collector_count_tid(&cb, b.tid), 100);
     snapprof_profiler_destroy(pa);
     snapprof_profiler_destroy(pb);
     stop_target(&a);
@@ -262,11 +278,24 @@ static void test_blocked_signal(void)
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_LT(tu_mono_ns() - t0, 5000000000u); /* one tick at most, stalls aside */
     ASSERT_GE(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], 1);
-    /* Backoff: far fewer timeouts than ticks. */
-    ASSERT_LT(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], c.stats.ticks / 4);
     ASSERT_EQ(tu_collector_count_tid(&c, blocked.tid), 0);
     ASSERT_GT(tu_collector_count_tid(&c, ok.tid), 30);
     snapprof_profiler_destroy(p);
+
+    /* Backoff, seen on the blocked thread alone (a loaded machine can time
+     * out a healthy thread now and then): 100 ticks cost a handful of
+     * timeouts (1 + 1 + 2 + 4 ... ticks skipped), not 100. */
+    tu_collector_t c2 = {0};
+    p = make(&blocked.token, 1, 5000000u, SNAPPROF_MODE_CPU, &c2);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("blocked thread alone: %llu ticks, %llu timeouts\n", (unsigned long long)c2.stats.ticks,
+           (unsigned long long)c2.stats.failed[SNAPPROF_FAIL_TIMEOUT]);
+    ASSERT_LE(c2.stats.failed[SNAPPROF_FAIL_TIMEOUT], 12);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c2);
+
     stop_target(&ok);
     atomic_store(&blocked.stop, 1);
     pthread_join(blocked.th, NULL);
@@ -329,8 +358,8 @@ static void test_register_tid(void)
         ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     } while (st.ticks < 60);
     ASSERT_OK(snapprof_profiler_stop(p));
-    ASSERT_GT(tu_collector_count_tid(&c, w.tid), 30);
-    ASSERT_GT(tu_collector_count_tid(&c, getpid()), 30);
+    ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
+    ASSERT_GE(tu_collector_count_tid(&c, getpid()), 10);
     /* Host stalls may time a copy out; nothing else may fail. */
     ASSERT_EQ(c.stats.failed_total, c.stats.failed[SNAPPROF_FAIL_TIMEOUT]);
     snapprof_profiler_destroy(p);

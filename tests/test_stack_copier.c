@@ -201,7 +201,7 @@ static void test_blocked_signal(void)
     uint64_t waited = tu_mono_ns() - t0;
     ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
     ASSERT_GE(waited, 20000000u);
-    ASSERT_LT(waited, 1000000000u);
+    ASSERT_LT(waited, 10000000000u); /* bounded: host stalls aside, one timeout */
 
     atomic_store(&t.unblock, 1);
     while (atomic_load(&t.unblock) != 2)
