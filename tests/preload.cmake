@@ -62,3 +62,11 @@ snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
 # The library calls the preload needed, tested on their own.
 snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c
   CASES flush_while_running set_path_after_failed_write thread_update_name register_in_fork_child)
+
+# cmake --install into a temporary prefix, then build against it with
+# pkg-config and with find_package(snapprof). A sanitized install cannot be
+# linked by a plain compiler line: nosan.
+add_test(NAME install_pkgconfig_cmake_cli
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_preload_install.sh ${PROJECT_BINARY_DIR}
+          ${CMAKE_C_COMPILER})
+set_tests_properties(install_pkgconfig_cmake_cli PROPERTIES LABELS "nosan;preload" TIMEOUT 300)
