@@ -345,6 +345,27 @@ static void test_duration(void)
     free(text);
 }
 
+/* --wall reaches the program's profile: wall time is its sample type, and
+ * a program that only sleeps is sampled all the same. */
+static void test_wall(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-wall");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record --wall -F 200 -o w.pb.gz -- sleep 0.5", g_dir, CLI);
+    ASSERT_EQ(st, 0);
+    char args[1200];
+    snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
+    char *raw = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
+    ASSERT_CONTAINS(raw, "wall/nanoseconds[dflt]");
+    ASSERT_CONTAINS(raw, "thread_name:[sleep]");
+    free(raw);
+    free(text);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Bad input: one line, status 2 (127/126 for the program), nothing run    */
 /* ------------------------------------------------------------------------ */
@@ -493,6 +514,7 @@ int main(int argc, char **argv)
         {"sigterm_program_handler", test_sigterm_program_handler},
         {"output_fallback", test_output_fallback},
         {"duration", test_duration},
+        {"wall", test_wall},
         {"unknown_option", test_unknown_option},
         {"unknown_command", test_unknown_command},
         {"frequency_zero", test_frequency_zero},
