@@ -107,6 +107,9 @@ void snapprof__preload_signals_init(void);
  * Returns 0 or a negative errno. */
 int snapprof__preload_signals_manage(int signo, int adopt_handler);
 
+/* 1 when signo is managed (snapprof__preload_signals_manage() took it). */
+int snapprof__preload_signals_is_managed(int signo);
+
 /* 1 when the program (not snapprof) has a handler for signo right now. */
 int snapprof__preload_signals_has_program_handler(int signo);
 

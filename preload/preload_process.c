@@ -11,14 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
-#include <sys/prctl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -478,9 +478,14 @@ static void fallback_path(const char *dir, char *out, size_t size)
 }
 
 /* A signal for sampling that the program does not use: real-time signals
- * from the top, where libraries rarely look. */
+ * from the top, where libraries rarely look; one we already share (from an
+ * earlier profile) and the program left alone comes first. */
 static int pick_free_signal(void)
 {
+    for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--)
+        if (snapprof__preload_signals_is_managed(s) &&
+            !snapprof__preload_signals_has_program_handler(s))
+            return s;
     for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--) {
         struct sigaction cur;
         snapprof__preload_signals_passthrough(1);

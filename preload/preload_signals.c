@@ -269,6 +269,11 @@ int snapprof__preload_signals_manage(int signo, int adopt_handler)
     return 0;
 }
 
+int snapprof__preload_signals_is_managed(int signo)
+{
+    return signo > 0 && signo < NSIG && atomic_load(&g_sig[signo].managed);
+}
+
 int snapprof__preload_signals_has_program_handler(int signo)
 {
     if (signo <= 0 || signo >= NSIG)
