@@ -95,6 +95,20 @@ static void test_python(void)
     ASSERT_CONTAINS(text, "True");
     ASSERT_CONTAINS(text, "python3 (pid ");
     pl_require_fn(out, "", "_PyEval_EvalFrameDefault", 20);
+    /* On top of every function with a name: the rest of the binary is
+     * stripped of its static functions, which pprof shows as
+     * "[python3.11]". */
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(out, "-sample_index=samples", &rows, &raw);
+    printf("%s\n", raw);
+    int i = 0;
+    while (i < n && rows[i].name[0] == '[')
+        i++;
+    ASSERT_LT(i, n);
+    ASSERT_STR_EQ(rows[i].name, "_PyEval_EvalFrameDefault");
+    free(rows);
+    free(raw);
     free(text);
 }
 
