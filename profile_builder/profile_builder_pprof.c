@@ -1174,3 +1174,19 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
         pprof_destroy(b);
     return err;
 }
+
+int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path)
+{
+    if (builder == NULL || builder->ops != &pprof_ops)
+        return -EINVAL;
+    pprof_builder_t *b = builder->user_data;
+    char *dir, *full;
+    int err = resolve_output(path, &dir, &full);
+    if (err != 0)
+        return err;
+    free(b->dir);
+    free(b->path);
+    b->dir = dir;
+    b->path = full;
+    return 0;
+}

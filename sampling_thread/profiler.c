@@ -645,3 +645,53 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
         return 1;
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Flush and thread names                                                   */
+/* ------------------------------------------------------------------------ */
+
+int snapprof_profiler_flush(snapprof_profiler_t *p)
+{
+    if (!p)
+        return -EINVAL;
+    snapprof__sampler_lock();
+    while (p->state == PROFILER_COMPLETING)
+        snapprof__sampler_wait(p);
+    if (p->state == PROFILER_CREATED) {
+        snapprof__sampler_unlock();
+        return SNAPPROF_ESTATE;
+    }
+    snapprof_stats_t stats;
+    snapshot_stats(p, &stats);
+    snapprof_profile_info_t info = make_info(p, &stats);
+    if (p->state == PROFILER_RUNNING)
+        info.duration_ns = snapprof__mono_ns() - p->start_mono;
+    /* The lock stays held while the builders write: the sampling thread
+     * cannot deliver a sample meanwhile, nor another flush or stop complete
+     * the same builders, since a builder's callbacks never run concurrently. */
+    int result = 0;
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnProfileCompleted) {
+            int rc = b->ops->xOnProfileCompleted(b->user_data, &info);
+            if (rc != 0 && result == 0)
+                result = rc;
+        }
+    }
+    snapprof__sampler_unlock();
+    return result;
+}
+
+int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
+{
+    if (!thread || !name)
+        return -EINVAL;
+    /* Samples read the name on the sampling thread under the sampler lock,
+     * so writing it under the same lock never tears a name in flight. */
+    snapprof__sampler_lock();
+    size_t n = strnlen(name, sizeof thread->name - 1);
+    memcpy(thread->name, name, n);
+    thread->name[n] = '\0';
+    snapprof__sampler_unlock();
+    return 0;
+}

@@ -457,6 +457,30 @@ SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snap
  * its unwinders and builders. NULL is a no-op. */
 SNAPPROF_API void snapprof_profiler_destroy(snapprof_profiler_t *profiler);
 
+/* ------------------------------------------------------------------------ */
+/* Long-running and whole-process profiles                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Writes the profile collected so far while sampling goes on (or, after the
+ * profile completed, writes it once more): every builder's
+ * on_profile_completed runs again with the counters so far. Sampling pauses
+ * while the builders write. Returns the first error a builder reported, else
+ * 0; SNAPPROF_ESTATE before start. Builders must accept more than one
+ * completion (the pprof builder does: a failed write loses nothing). */
+SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
+
+/* Points a pprof builder at another output path, with the same checks as
+ * snapprof_pprof_builder_create(); on failure the old path stays. For a
+ * write that failed at completion: set a path that works, then flush. Call
+ * it only when no completion can run (before start, after stop). Returns
+ * -EINVAL for a builder that is not a pprof builder. */
+SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
+
+/* Sets the thread name that later samples carry (the thread_name label),
+ * for a thread renamed after it was registered. The name is cut to 15
+ * bytes, like the kernel's. */
+SNAPPROF_API int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name);
+
 #ifdef __cplusplus
 }
 #endif
