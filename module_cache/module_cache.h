@@ -32,6 +32,12 @@ int snapprof__module_cache_refresh(void);
  * errno. */
 int snapprof__module_cache_update(void);
 
+/* snapprof_module_find() for a frame of a stack copied at when_ns
+ * (CLOCK_MONOTONIC, 0 = now): JIT regions registered through <snapprof/jit.h>
+ * come first (as of that time, see jit_regions.h), then loaded objects, then
+ * the perf map for addresses no object holds. */
+const snapprof_module_t *snapprof__module_find_at(uintptr_t addr, uint64_t when_ns);
+
 /* Stores up to max pointers to known modules (loaded and unloaded, in
  * address order of the loaded ones first) in out; returns the total count. */
 size_t snapprof__module_cache_list(const snapprof_module_t **out, size_t max);
@@ -45,14 +51,25 @@ const snapprof_module_t *snapprof__module_cache_main(void);
 
 /* Symbolizes pc inside module (a native module: an ELF file, or "[vdso]"):
  * writes up to max symbols, innermost first, into out and returns how many
- * (0 when no function is known there), or a negative errno. The module may
- * be any snapprof_module_t, also one the cache did not make: symbol tables
- * are cached by (path, build_id), loaded on first use and kept for the life
- * of the process; a file whose build-id differs from module->build_id is
- * not trusted (0 symbols). Returned strings live as long as the process.
- * This is the one place to extend with DWARF file:line and inline frames. */
+ * (0 when no function is known there), or a negative errno. With DWARF
+ * (the object's own, or a separate debug file found by build-id or
+ * .gnu_debuglink) every symbol has file:line and inlined calls come out as
+ * extra symbols, the function the code belongs to last; without it, one
+ * symbol from .symtab/.dynsym. C++ names are demangled into name, the
+ * linkage name kept in system_name. The module may be any
+ * snapprof_module_t, also one the cache did not make: tables are cached by
+ * (path, build_id), loaded on first use and kept for the life of the
+ * process, and every address's answer is cached; a file whose build-id
+ * differs from module->build_id is not trusted (0 symbols). When the chain
+ * is longer than max, the innermost max are returned. Returned strings
+ * live as long as the process. */
 int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snapprof_symbol_t *out,
                              size_t max);
+
+/* Test seam: replaces the directories searched for separate debug files
+ * ("dir[:dir...]", default "/usr/lib/debug"); objects symbolized for the
+ * first time afterwards use them. Returns 0. */
+int snapprof__symbols_set_debug_dirs(const char *dirs);
 
 /* ------------------------------------------------------------------------ */
 /* Arena (module_cache_arena.c)                                             */

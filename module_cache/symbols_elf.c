@@ -1,11 +1,13 @@
-/* ELF symbol tables for the module cache: function names from .symtab and
- * .dynsym through libelf, loaded once per (path, build-id) and kept for the
- * life of the process.
+/* Symbols for the module cache: function names from .symtab and .dynsym
+ * through libelf, file:line and inline frames from DWARF (symbols_dwarf.c),
+ * C++ names demangled; loaded once per (path, build-id), kept for the life
+ * of the process, and every answer cached per address.
  *
  * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
  * g_sym_lock is never held while calling into module_cache_posix.c, so the
  * two locks are never nested. */
 #include "module_cache/module_cache.h"
+#include "module_cache/symbols_dwarf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +28,15 @@ typedef struct sym {
     const char *name; /* in g_sym_arena */
 } sym_t;
 
+/* One address's answer, as handed out: syms[0..n), innermost first, with
+ * start as an ELF virtual address (0 if unknown) since one table may serve
+ * the same file loaded at different addresses. */
+typedef struct cached {
+    uint64_t vaddr;
+    snapprof_symbol_t *syms; /* in g_sym_arena; NULL marks an empty slot */
+    uint32_t n;
+} cached_t;
+
 /* The functions of one ELF object, sorted by value. count == 0 when the
  * file could not be read or is not the object the module describes. */
 typedef struct symtab {
@@ -34,12 +45,17 @@ typedef struct symtab {
     int is_main;
     sym_t *syms;
     size_t count;
+    snapprof__dwarf_t *dwarf; /* NULL without debug information */
+    Elf *keep;                /* the object's ELF when its DWARF is its own */
+    cached_t *cache;          /* open addressing by vaddr; power-of-two capacity */
+    size_t cache_cap, cache_n;
 } symtab_t;
 
 /* A symbol while the table is built: name points into the open ELF. */
 typedef struct raw_sym {
     uint64_t value, size, section_end;
-    const char *name;
+    const char *name; /* not NUL-terminated at name_len: may go on with "@VERSION" */
+    size_t name_len;
     unsigned rank; /* lower is the better name for an address */
 } raw_sym_t;
 
@@ -94,14 +110,13 @@ static int raw_cmp(const void *a, const void *b)
         return x->value < y->value ? -1 : 1;
     if (x->rank != y->rank)
         return x->rank < y->rank ? -1 : 1;
-    size_t lx = strlen(x->name), ly = strlen(y->name);
-    if (lx != ly)
-        return lx < ly ? -1 : 1;
-    return strcmp(x->name, y->name);
+    if (x->name_len != y->name_len)
+        return x->name_len < y->name_len ? -1 : 1;
+    return memcmp(x->name, y->name, x->name_len);
 }
 
 /* Hex GNU build-id of the ELF file into hex ("" when it has none). */
-static void file_build_id(Elf *elf, char *hex, size_t hex_size)
+void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size)
 {
     hex[0] = '\0';
     Elf_Scn *scn = NULL;
@@ -164,6 +179,12 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
             const char *name = elf_strptr(elf, sh.sh_link, s.st_name);
             if (name == NULL || name[0] == '\0')
                 continue;
+            /* A linked object's .symtab names versioned definitions
+             * "clock_gettime@@GLIBC_2.17"; the name is what precedes the
+             * version, as .dynsym (which keeps versions apart) has it. */
+            size_t name_len = strcspn(name, "@");
+            if (name_len == 0)
+                continue;
             /* A symbol without a size reaches up to the next one, but never
              * past the end of its section. */
             uint64_t section_end = UINT64_MAX;
@@ -186,6 +207,7 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
                 .size = s.st_size,
                 .section_end = section_end,
                 .name = name,
+                .name_len = name_len,
                 .rank = rank_of(GELF_ST_BIND(s.st_info), from_dynsym, name),
             };
         }
@@ -193,21 +215,30 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
     return 0;
 }
 
-/* Builds t's sorted, deduplicated array from the ELF. Returns 0 (also for a
- * file that is not the expected object: it just gets no symbols) or
- * -ENOMEM. */
-static int build_table(symtab_t *t, Elf *elf)
+/* Whether elf is the object t describes: an ELF file whose build-id, when
+ * both have one, is t's. */
+static int is_expected_object(const symtab_t *t, Elf *elf)
 {
     if (elf_kind(elf) != ELF_K_ELF)
         return 0;
     if (t->build_id[0] != '\0') {
         char hex[2 * 64 + 1];
-        file_build_id(elf, hex, sizeof hex);
+        snapprof__elf_build_id(elf, hex, sizeof hex);
         if (hex[0] != '\0' && strcmp(hex, t->build_id) != 0)
             return 0; /* replaced on disk since it was loaded */
     }
+    return 1;
+}
+
+/* Builds t's sorted, deduplicated array from the ELF and, when there is
+ * one, its separate debug file (whose .symtab names the local functions a
+ * stripped object lost). Returns 0 or -ENOMEM. */
+static int build_table(symtab_t *t, Elf *elf, Elf *debug_elf)
+{
     raw_vec_t rv = {0};
     int err = collect_syms(elf, &rv);
+    if (err == 0 && debug_elf != NULL)
+        err = collect_syms(debug_elf, &rv);
     if (err != 0 || rv.n == 0) {
         free(rv.v);
         return err;
@@ -232,7 +263,9 @@ static int build_table(symtab_t *t, Elf *elf)
             if (rv.v[j].section_end < section_end)
                 section_end = rv.v[j].section_end;
         }
-        const char *name = snapprof__arena_strdup(&g_sym_arena, rv.v[i].name);
+        char *name = snapprof__arena_alloc(&g_sym_arena, rv.v[i].name_len + 1, 1);
+        if (name != NULL)
+            memcpy(name, rv.v[i].name, rv.v[i].name_len); /* zeroed: terminated */
         if (name == NULL) {
             free(rv.v);
             return -ENOMEM;
@@ -256,15 +289,31 @@ static int build_table(symtab_t *t, Elf *elf)
     return 0;
 }
 
-static int load_from_file(symtab_t *t, const char *path)
+/* Loads t from the file at path (what to open: maybe /proc/self/exe or a
+ * map_files link), which is the object found at obj_path (where to look
+ * for its .gnu_debuglink file). */
+static int load_from_file(symtab_t *t, const char *path, const char *obj_path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0; /* gone: no symbols, not an error */
-    int err = 0;
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    if (elf != NULL) {
-        err = build_table(t, elf);
+    if (elf == NULL || !is_expected_object(t, elf)) {
+        if (elf != NULL)
+            elf_end(elf);
+        close(fd);
+        return 0;
+    }
+    Elf *debug_elf = NULL;
+    snapprof__dwarf_t *dwarf = snapprof__dwarf_open(elf, obj_path, t->build_id, &debug_elf);
+    int err = build_table(t, elf, debug_elf);
+    t->dwarf = dwarf;
+    if (dwarf != NULL && debug_elf == NULL) {
+        /* The DWARF is the object's own: keep its ELF (mapped, so the
+         * descriptor is not needed; see symbols_dwarf.c). */
+        elf_cntl(elf, ELF_C_FDDONE);
+        t->keep = elf;
+    } else {
         elf_end(elf);
     }
     close(fd);
@@ -297,7 +346,8 @@ static int load_vdso(symtab_t *t)
     int err = 0;
     Elf *elf = elf_memory(copy, size);
     if (elf != NULL) {
-        err = build_table(t, elf);
+        if (is_expected_object(t, elf))
+            err = build_table(t, elf, NULL);
         elf_end(elf);
     }
     free(copy);
@@ -333,16 +383,17 @@ static symtab_t *get_table_locked(const snapprof_module_t *m)
     } else if (is_main) {
         /* /proc/self/exe is the running binary even when its path was
          * replaced or deleted. */
-        err = load_from_file(t, "/proc/self/exe");
+        err = load_from_file(t, "/proc/self/exe", path);
     } else if (path[0] == '/') {
-        err = load_from_file(t, path);
-        if (err == 0 && t->count == 0 && __atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED)) {
+        err = load_from_file(t, path, path);
+        if (err == 0 && t->count == 0 && t->dwarf == NULL &&
+            __atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED)) {
             /* A deleted or replaced file is still reachable through the
              * mapping itself. */
             char mf[64];
             snprintf(mf, sizeof mf, "/proc/self/map_files/%lx-%lx", (unsigned long)m->start,
                      (unsigned long)m->limit);
-            err = load_from_file(t, mf);
+            err = load_from_file(t, mf, path);
         }
     }
     if (err != 0)
@@ -372,6 +423,164 @@ static const sym_t *table_find(const symtab_t *t, uint64_t vaddr)
     return NULL;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Names, and the per-address cache                                         */
+/* ------------------------------------------------------------------------ */
+
+/* libstdc++'s demangler (the library links libstdc++; see CMakeLists.txt).
+ * Declared here so that this file stays C. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+/* Demangled names by the address of their mangled string (strings here
+ * never move, so the pointer is the key): a function sampled at many pcs
+ * is demangled once. Open addressing, guarded by g_sym_lock. */
+typedef struct demangled {
+    const char *mangled, *name;
+} demangled_t;
+static demangled_t *g_demangled;
+static size_t g_demangled_cap, g_demangled_n;
+
+/* The display name of raw: demangled when it is an Itanium C++ name
+ * ("_Z..."), else raw itself. Never NULL. */
+static const char *display_name(const char *raw)
+{
+    if (raw == NULL || raw[0] != '_' || raw[1] != 'Z')
+        return raw ? raw : "";
+    if (g_demangled_n * 2 >= g_demangled_cap) {
+        size_t cap = g_demangled_cap ? g_demangled_cap * 2 : 1024;
+        demangled_t *t = calloc(cap, sizeof *t);
+        if (t == NULL)
+            return raw;
+        for (size_t i = 0; i < g_demangled_cap; i++) {
+            if (g_demangled[i].mangled == NULL)
+                continue;
+            size_t j = ((uintptr_t)g_demangled[i].mangled >> 3) * 0x9e3779b97f4a7c15ull >> 20;
+            for (j &= cap - 1; t[j].mangled != NULL; j = (j + 1) & (cap - 1))
+                ;
+            t[j] = g_demangled[i];
+        }
+        free(g_demangled);
+        g_demangled = t;
+        g_demangled_cap = cap;
+    }
+    size_t j = ((uintptr_t)raw >> 3) * 0x9e3779b97f4a7c15ull >> 20;
+    for (j &= g_demangled_cap - 1; g_demangled[j].mangled != NULL;
+         j = (j + 1) & (g_demangled_cap - 1))
+        if (g_demangled[j].mangled == raw)
+            return g_demangled[j].name;
+    int status = 0;
+    char *dm = __cxa_demangle(raw, NULL, NULL, &status);
+    const char *name = raw;
+    if (dm != NULL && status == 0) {
+        const char *copy = snapprof__arena_strdup(&g_sym_arena, dm);
+        if (copy != NULL)
+            name = copy;
+    }
+    free(dm);
+    g_demangled[j] = (demangled_t){raw, name};
+    g_demangled_n++;
+    return name;
+}
+
+/* The deepest inline chain kept per address (innermost frames first). */
+#define MAX_CHAIN 64
+/* Addresses cached per object at most; beyond that answers are computed
+ * each time (still correct, only slower). */
+#define CACHE_MAX ((size_t)1 << 22)
+
+static size_t cache_slot(uint64_t vaddr, size_t cap)
+{
+    return (size_t)((vaddr * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
+}
+
+static const cached_t *cache_find(const symtab_t *t, uint64_t vaddr)
+{
+    if (t->cache_cap == 0)
+        return NULL;
+    for (size_t j = cache_slot(vaddr, t->cache_cap);; j = (j + 1) & (t->cache_cap - 1)) {
+        const cached_t *c = &t->cache[j];
+        if (c->syms == NULL)
+            return NULL;
+        if (c->vaddr == vaddr)
+            return c;
+    }
+}
+
+/* Remembers an answer; a failure to grow only costs the caching. */
+static void cache_put(symtab_t *t, uint64_t vaddr, snapprof_symbol_t *syms, uint32_t n)
+{
+    if (t->cache_n >= CACHE_MAX)
+        return;
+    if ((t->cache_n + 1) * 2 > t->cache_cap) {
+        size_t cap = t->cache_cap ? t->cache_cap * 2 : 256;
+        cached_t *c = calloc(cap, sizeof *c);
+        if (c == NULL)
+            return;
+        for (size_t i = 0; i < t->cache_cap; i++) {
+            if (t->cache[i].syms == NULL)
+                continue;
+            size_t j = cache_slot(t->cache[i].vaddr, cap);
+            while (c[j].syms != NULL)
+                j = (j + 1) & (cap - 1);
+            c[j] = t->cache[i];
+        }
+        free(t->cache);
+        t->cache = c;
+        t->cache_cap = cap;
+    }
+    size_t j = cache_slot(vaddr, t->cache_cap);
+    while (t->cache[j].syms != NULL)
+        j = (j + 1) & (t->cache_cap - 1);
+    t->cache[j] = (cached_t){.vaddr = vaddr, .syms = syms, .n = n};
+    t->cache_n++;
+}
+
+/* Works out the symbols at vaddr into out[0..MAX_CHAIN): DWARF frames when
+ * the debug information covers vaddr, else the ELF symbol. Returns the
+ * count. */
+static int resolve(symtab_t *t, uint64_t vaddr, snapprof_symbol_t *out)
+{
+    const sym_t *s = table_find(t, vaddr);
+    snapprof__dwarf_frame_t df[MAX_CHAIN];
+    int n = t->dwarf ? snapprof__dwarf_lookup(t->dwarf, vaddr, df, MAX_CHAIN) : 0;
+    if (n <= 0) {
+        if (s == NULL)
+            return 0;
+        out[0] = (snapprof_symbol_t){
+            .name = display_name(s->name), .system_name = s->name, .start = (uintptr_t)s->value};
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *raw = df[i].name;
+        uintptr_t start = 0;
+        if (df[i].entry != 0) {
+            /* The function the code belongs to. When the ELF symbol holding
+             * vaddr starts where it does, it is the same function, and the
+             * symbol table's choice among aliases (getpid over __getpid,
+             * foo.constprop.0 for a clone) is the name people know. */
+            start = (uintptr_t)df[i].entry;
+            if (s != NULL && s->value == df[i].entry)
+                raw = s->name;
+        } else if (i == n - 1 && s != NULL) {
+            start = (uintptr_t)s->value;
+        }
+        out[i] = (snapprof_symbol_t){.name = display_name(raw),
+                                     .system_name = raw,
+                                     .file = df[i].file,
+                                     .line = df[i].line > 0 ? df[i].line : 0,
+                                     .start = start};
+    }
+    return n;
+}
+
+int snapprof__symbols_set_debug_dirs(const char *dirs)
+{
+    pthread_mutex_lock(&g_sym_lock);
+    snapprof__dwarf_set_debug_dirs(dirs);
+    pthread_mutex_unlock(&g_sym_lock);
+    return 0;
+}
+
 int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snapprof_symbol_t *out,
                              size_t max)
 {
@@ -381,21 +590,37 @@ int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snap
         return 0;
     pthread_once(&g_sym_once, sym_init_once);
     pthread_mutex_lock(&g_sym_lock);
-    const symtab_t *t = get_table_locked(module);
+    symtab_t *t = get_table_locked(module);
     if (t == NULL) {
         pthread_mutex_unlock(&g_sym_lock);
         return -ENOMEM;
     }
-    const sym_t *s = table_find(t, (uint64_t)(pc - module->load_bias));
+    uint64_t vaddr = (uint64_t)(pc - module->load_bias);
+    const cached_t *c = cache_find(t, vaddr);
+    snapprof_symbol_t tmp[MAX_CHAIN];
+    const snapprof_symbol_t *syms;
+    size_t n;
+    if (c != NULL) {
+        syms = c->syms;
+        n = c->n;
+    } else {
+        n = (size_t)resolve(t, vaddr, tmp);
+        syms = tmp;
+        /* Misses are cached too (n == 0): garbage pcs recur. */
+        snapprof_symbol_t *keep = snapprof__arena_alloc(&g_sym_arena, (n ? n : 1) * sizeof *keep,
+                                                        _Alignof(snapprof_symbol_t));
+        if (keep != NULL) {
+            memcpy(keep, tmp, n * sizeof *keep);
+            cache_put(t, vaddr, keep, (uint32_t)n);
+        }
+    }
+    if (n > max)
+        n = max; /* keep the innermost */
+    for (size_t i = 0; i < n; i++) {
+        out[i] = syms[i];
+        if (out[i].start != 0)
+            out[i].start += module->load_bias;
+    }
     pthread_mutex_unlock(&g_sym_lock);
-    if (s == NULL)
-        return 0;
-    out[0] = (snapprof_symbol_t){
-        .name = s->name,
-        .system_name = s->name,
-        .file = NULL,
-        .line = 0,
-        .start = (uintptr_t)s->value + module->load_bias,
-    };
-    return 1;
+    return (int)n;
 }

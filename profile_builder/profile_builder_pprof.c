@@ -5,15 +5,12 @@
 #include "profile.pb-c.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define ZLIB_CONST
 #include <zlib.h>
@@ -248,6 +245,8 @@ typedef struct location_key {
 typedef struct location_entry {
     Perftools__Profiles__Location msg;
     location_key_t key;
+    mapping_entry_t *mapping; /* NULL for mapping 0 */
+    int symbolized;           /* native: its Lines have been looked up */
 } location_entry_t;
 
 typedef struct function_key {
@@ -266,8 +265,7 @@ typedef struct sample_entry {
 #define MAX_INLINE_SYMBOLS 32
 
 typedef struct pprof_builder {
-    char *dir;  /* absolute directory of the output file */
-    char *path; /* dir + "/" + file name */
+    snapprof__output_t out;
     arena_t arena;
 
     char **strings;
@@ -455,6 +453,7 @@ static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
 {
     snapprof_symbol_t syms[MAX_INLINE_SYMBOLS];
     int n = snapprof_symbolize(frame, syms, MAX_INLINE_SYMBOLS);
+    *out = NULL;
     /* A symbolizer error only costs the names: pprof still shows the
      * address, so the sample is kept. */
     if (n <= 0)
@@ -549,9 +548,12 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
         if (err < 0)
             return err;
     }
+    /* Native locations are symbolized when the profile completes: loading
+     * an object's DWARF the first time can take most of a second (libc's
+     * separate debug file: ~1 s to decompress), which must not stall the
+     * sampling thread. */
     Perftools__Profiles__Line **lines = NULL;
-    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? symbolize_lines(b, frame, &lines)
-                                                    : named_line(b, name, &lines);
+    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? 0 : named_line(b, name, &lines);
     if (n_lines < 0)
         return n_lines;
     location_entry_t *e = arena_alloc(&b->arena, sizeof *e);
@@ -564,24 +566,35 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
     e->msg.n_line = (size_t)n_lines;
     e->msg.line = lines;
     e->key = key;
+    e->mapping = mapping;
+    e->symbolized = key.kind != SNAPPROF_FRAME_NATIVE;
     b->locations[b->n_locations] = e;
     table_insert(&b->location_index, h, b->n_locations);
     b->n_locations++;
-
-    if (mapping != NULL) {
-        int filenames = n_lines > 0, line_numbers = n_lines > 0;
-        for (int i = 0; i < n_lines; i++) {
-            const Perftools__Profiles__Function *f = b->functions[lines[i]->function_id - 1];
-            filenames &= f->filename != 0;
-            line_numbers &= lines[i]->line > 0;
-        }
-        mapping->locations++;
-        mapping->with_functions += n_lines > 0;
-        mapping->with_filenames += filenames;
-        mapping->with_line_numbers += line_numbers;
-        mapping->inline_frames |= n_lines > 1;
-    }
     *id = e->msg.id;
+    return 0;
+}
+
+/* Gives every native location its Lines. A location whose symbolization
+ * ran out of memory is left for the next completion to retry; one the
+ * symbolizer has no name for keeps its address alone. Returns 0 or
+ * -ENOMEM. */
+static int symbolize_locations(pprof_builder_t *b)
+{
+    for (size_t i = 0; i < b->n_locations; i++) {
+        location_entry_t *e = b->locations[i];
+        if (e->symbolized)
+            continue;
+        snapprof_frame_t frame = {
+            .pc = (uintptr_t)e->key.a, .module = e->key.module, .kind = SNAPPROF_FRAME_NATIVE};
+        Perftools__Profiles__Line **lines;
+        int n = symbolize_lines(b, &frame, &lines);
+        if (n < 0)
+            return n;
+        e->msg.n_line = (size_t)n;
+        e->msg.line = lines;
+        e->symbolized = 1;
+    }
     return 0;
 }
 
@@ -751,23 +764,6 @@ static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
 
 #define GZIP_CHUNK ((size_t)64 * 1024)
 
-static int write_all(int fd, const unsigned char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return -EIO;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Compresses data into fd as one gzip member (what pprof expects on disk). */
 static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
 {
@@ -799,7 +795,7 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
                 err = SNAPPROF_EENCODE;
                 break;
             }
-            err = write_all(fd, out, GZIP_CHUNK - zs.avail_out);
+            err = snapprof__output_write_all(fd, out, GZIP_CHUNK - zs.avail_out);
         } while (err == 0 && zs.avail_out == 0);
     } while (err == 0 && flush != Z_FINISH);
     deflateEnd(&zs);
@@ -807,81 +803,15 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
     return err;
 }
 
-/* The process umask, read without changing it: umask(2) can only be read
- * by setting it, which would race with other threads creating files. Plain
- * read(2) into a stack buffer, so it cannot fail for want of memory. */
-static mode_t current_umask(void)
-{
-    mode_t mask = 022;
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mask;
-    char buf[4096];
-    size_t len = 0;
-    ssize_t n;
-    while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) != 0) {
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
-    const char *line = strstr(buf, "\nUmask:");
-    if (line != NULL)
-        mask = (mode_t)strtoul(line + sizeof "\nUmask:" - 1, NULL, 8) & 0777;
-    return mask;
-}
-
-/* Makes the rename durable. A failure here does not undo the write, so it
- * is not reported. */
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-/* Writes data, gzip-compressed, to b->path through a temporary file in the
- * same directory renamed over it, so readers see the old file or the whole
- * new one. rename() replaces a symlink at path rather than following it.
- * On failure no temporary file is left behind. */
+/* Writes data, gzip-compressed, to the output path atomically (see
+ * snapprof__output_commit). On failure no temporary file is left behind. */
 static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_t len)
 {
-    static const char tmpl[] = "/.snapprof-XXXXXX";
-    size_t dir_len = strlen(b->dir);
-    char *tmp = malloc(dir_len + sizeof tmpl);
-    if (tmp == NULL)
-        return -ENOMEM;
-    memcpy(tmp, b->dir, dir_len);
-    memcpy(tmp + dir_len, tmpl, sizeof tmpl);
-    /* mkostemp opens with O_CREAT | O_EXCL and mode 0600. */
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        int err = -errno;
-        free(tmp);
-        return err;
-    }
-    int err = gzip_to_fd(fd, data, len);
-    /* Give the file the mode an ordinary creat() would have. */
-    if (err == 0 && fchmod(fd, 0644 & ~current_umask()) < 0)
-        err = -errno;
-    if (err == 0 && fsync(fd) < 0)
-        err = -errno;
-    if (close(fd) < 0 && err == 0)
-        err = -errno;
-    if (err == 0 && rename(tmp, b->path) < 0)
-        err = -errno;
-    if (err != 0)
-        unlink(tmp);
-    else
-        sync_dir(b->dir);
-    free(tmp);
-    return err;
+    char *tmp;
+    int fd = snapprof__output_open_temp(&b->out, &tmp);
+    if (fd < 0)
+        return fd;
+    return snapprof__output_commit(&b->out, fd, tmp, gzip_to_fd(fd, data, len));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -896,12 +826,107 @@ static void finish_mappings(pprof_builder_t *b)
 {
     for (size_t i = 0; i < b->n_mappings; i++) {
         mapping_entry_t *m = b->mappings[i];
+        m->locations = m->with_functions = m->with_filenames = m->with_line_numbers = 0;
+        m->inline_frames = 0;
+    }
+    for (size_t i = 0; i < b->n_locations; i++) {
+        const location_entry_t *e = b->locations[i];
+        mapping_entry_t *m = e->mapping;
+        if (m == NULL)
+            continue;
+        size_t n_lines = e->msg.n_line;
+        int filenames = n_lines > 0, line_numbers = n_lines > 0;
+        for (size_t k = 0; k < n_lines; k++) {
+            const Perftools__Profiles__Function *f = b->functions[e->msg.line[k]->function_id - 1];
+            filenames &= f->filename != 0;
+            line_numbers &= e->msg.line[k]->line > 0;
+        }
+        m->locations++;
+        m->with_functions += n_lines > 0;
+        m->with_filenames += filenames;
+        m->with_line_numbers += line_numbers;
+        m->inline_frames |= n_lines > 1;
+    }
+    for (size_t i = 0; i < b->n_mappings; i++) {
+        mapping_entry_t *m = b->mappings[i];
         int any = m->locations > 0;
         m->msg.has_functions = any && m->with_functions == m->locations;
         m->msg.has_filenames = any && m->with_filenames == m->locations;
         m->msg.has_line_numbers = any && m->with_line_numbers == m->locations;
         m->msg.has_inline_frames = m->inline_frames;
     }
+}
+
+typedef struct frame_verdict {
+    uint64_t id;
+    int hitch;
+} frame_verdict_t;
+
+static int verdict_cmp(const void *a, const void *b)
+{
+    const frame_verdict_t *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Adds hitch=true or hitch=false to every sample whose "frame" label names
+ * an app frame the profiler judged (info->app_frames): the verdict is known
+ * only once a frame ends, after its samples arrived. Samples of frames that
+ * were still open keep no verdict. Idempotent, so a retried completion
+ * adds nothing twice. Returns 0 or -ENOMEM. */
+static int apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info)
+{
+    if (info->app_frame_count == 0 || info->app_frames == NULL)
+        return 0;
+    uint32_t found = table_find(&b->string_index, hash_string("frame"), string_eq, b, "frame");
+    if (!found)
+        return 0; /* no sample was taken during an app frame */
+    int64_t s_frame = (int64_t)found - 1;
+    int64_t s_hitch = intern_string(b, "hitch");
+    int64_t s_true = intern_string(b, "true");
+    int64_t s_false = intern_string(b, "false");
+    if (s_hitch < 0 || s_true < 0 || s_false < 0)
+        return -ENOMEM;
+    size_t n = info->app_frame_count;
+    frame_verdict_t *v = malloc(n * sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (frame_verdict_t){info->app_frames[i].id, info->app_frames[i].hitch};
+    qsort(v, n, sizeof *v, verdict_cmp);
+    int err = 0;
+    for (size_t i = 0; i < b->n_samples && err == 0; i++) {
+        Perftools__Profiles__Sample *s = &b->samples[i]->msg;
+        const Perftools__Profiles__Label *frame = NULL;
+        int judged = 0;
+        for (size_t k = 0; k < s->n_label; k++) {
+            if (s->label[k]->key == s_frame && s->label[k]->str == 0)
+                frame = s->label[k];
+            judged |= s->label[k]->key == s_hitch;
+        }
+        if (frame == NULL || judged)
+            continue;
+        frame_verdict_t key = {(uint64_t)frame->num, 0};
+        const frame_verdict_t *hit = bsearch(&key, v, n, sizeof *v, verdict_cmp);
+        if (hit == NULL)
+            continue;
+        Perftools__Profiles__Label **labels =
+            arena_alloc(&b->arena, (s->n_label + 1) * sizeof *labels);
+        Perftools__Profiles__Label *hitch = arena_alloc(&b->arena, sizeof *hitch);
+        if (labels == NULL || hitch == NULL) {
+            err = -ENOMEM;
+            break;
+        }
+        perftools__profiles__label__init(hitch);
+        hitch->key = s_hitch;
+        hitch->str = hit->hitch ? s_true : s_false;
+        if (s->n_label != 0)
+            memcpy(labels, s->label, s->n_label * sizeof *labels);
+        labels[s->n_label] = hitch;
+        s->label = labels;
+        s->n_label++;
+    }
+    free(v);
+    return err;
 }
 
 /* Adds "snapprof: NAME=VALUE" to the comments. */
@@ -927,7 +952,7 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     *out = NULL;
     if (st == NULL)
         return 0;
-    /* 21 counters plus one per failure reason, with room to add more. */
+    /* 23 counters plus one per failure reason, with room to add more. */
     const size_t cap = 32 + SNAPPROF_FAIL_COUNT;
     int64_t *c = arena_alloc(&b->arena, cap * sizeof *c);
     if (c == NULL)
@@ -970,6 +995,8 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     COMMENT(unwind_p50_ns);
     COMMENT(unwind_p99_ns);
     COMMENT(sampler_cpu_ns);
+    COMMENT(labels_skipped);
+    COMMENT(app_frames_lost);
 #undef COMMENT
     if (err < 0)
         return err;
@@ -987,6 +1014,11 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
         return -EINVAL;
     int wall = info->mode == SNAPPROF_MODE_WALL;
 
+    int err = symbolize_locations(b);
+    if (err == 0)
+        err = apply_hitches(b, info);
+    if (err < 0)
+        return err;
     int64_t *comments = NULL;
     int n_comments = make_comments(b, info->stats, &comments);
     if (n_comments < 0)
@@ -1019,7 +1051,6 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
     Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
     uint8_t *buf = NULL;
-    int err = 0;
     if (samples == NULL || mappings == NULL || locations == NULL) {
         err = -ENOMEM;
         goto out;
@@ -1088,8 +1119,7 @@ static void pprof_destroy(void *user_data)
     free(b->scratch_locations);
     free(b->scratch_labels);
     arena_free(&b->arena);
-    free(b->dir);
-    free(b->path);
+    snapprof__output_free(&b->out);
     free(b);
 }
 
@@ -1101,56 +1131,6 @@ static const snapprof_builder_ops_t pprof_ops = {
     .xOnProfileCompleted = pprof_on_profile_completed,
     .xDestroy = pprof_destroy,
 };
-
-/* Splits path into an absolute, existing, writable directory and the file
- * name, so a bad path fails now rather than when the profile is done, and a
- * later chdir() cannot move the output. */
-static int resolve_output(const char *path, char **dir_out, char **path_out)
-{
-    if (path == NULL || path[0] == '\0')
-        return -EINVAL;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (base[0] == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-        return -EISDIR;
-    char *dir;
-    if (slash == NULL)
-        dir = strdup(".");
-    else if (slash == path)
-        dir = strdup("/");
-    else
-        dir = strndup(path, (size_t)(slash - path));
-    if (dir == NULL)
-        return -ENOMEM;
-    char *real = realpath(dir, NULL);
-    int err = real ? 0 : -errno;
-    free(dir);
-    if (err != 0)
-        return err;
-    struct stat st;
-    if (stat(real, &st) < 0)
-        err = -errno;
-    else if (!S_ISDIR(st.st_mode))
-        err = -ENOTDIR;
-    else if (access(real, W_OK | X_OK) < 0)
-        err = -errno;
-    if (err != 0) {
-        free(real);
-        return err;
-    }
-    size_t real_len = strlen(real);
-    int needs_slash = real_len == 0 || real[real_len - 1] != '/';
-    size_t full_len = real_len + (size_t)needs_slash + strlen(base) + 1;
-    char *full = malloc(full_len);
-    if (full == NULL) {
-        free(real);
-        return -ENOMEM;
-    }
-    snprintf(full, full_len, "%s%s%s", real, needs_slash ? "/" : "", base);
-    *dir_out = real;
-    *path_out = full;
-    return 0;
-}
 
 /* Interns the strings every profile uses, "" first, and the main
  * executable's mapping so that it becomes mapping[0] (pprof takes the first
@@ -1185,7 +1165,7 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
     pprof_builder_t *b = calloc(1, sizeof *b);
     if (b == NULL)
         return -ENOMEM;
-    int err = resolve_output(path, &b->dir, &b->path);
+    int err = snapprof__output_resolve(path, &b->out);
     if (err == 0)
         err = pprof_init(b);
     if (err == 0)
@@ -1193,4 +1173,18 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
     if (err != 0)
         pprof_destroy(b);
     return err;
+}
+
+int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path)
+{
+    if (builder == NULL || builder->ops != &pprof_ops)
+        return -EINVAL;
+    pprof_builder_t *b = builder->user_data;
+    snapprof__output_t out;
+    int err = snapprof__output_resolve(path, &out);
+    if (err != 0)
+        return err;
+    snapprof__output_free(&b->out);
+    b->out = out;
+    return 0;
 }

@@ -7,6 +7,8 @@
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
 
+#include <snapprof/jit.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -74,6 +76,7 @@ void snapprof_params_init(snapprof_params_t *params)
     params->stack_buffer_size = 8u << 20;
     params->max_frames = 4096;
     params->idle_threshold_ns = 100000u;
+    params->hitch_threshold_ns = 50000000u;
 }
 
 static uint64_t realtime_ns(void)
@@ -100,6 +103,7 @@ static void target_fini(snapprof__target_t *t)
 {
     snapprof_thread_release(t->thread);
     free(t->prev);
+    free(t->prev_labels);
 }
 
 int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
@@ -120,12 +124,14 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     p->state = PROFILER_CREATED;
     p->buffer_size = (params->stack_buffer_size + 4095u) & ~(size_t)4095u;
     p->frames = calloc(params->max_frames, sizeof *p->frames);
+    p->labels = calloc(1, sizeof *p->labels);
     p->buffer = mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p->buffer == MAP_FAILED)
         p->buffer = NULL;
-    if (!p->frames || !p->buffer || pthread_cond_init(&p->done_cv, NULL) != 0) {
+    if (!p->frames || !p->labels || !p->buffer || pthread_cond_init(&p->done_cv, NULL) != 0) {
         free(p->frames);
+        free(p->labels);
         if (p->buffer)
             munmap(p->buffer, p->buffer_size);
         free(p);
@@ -257,10 +263,16 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (rc != 0)
         return rc;
     if (p->unwinder_count == 0) {
-        /* CFI first: most native code has no frame pointers. Frame pointers
-         * after it, for objects that ship no .eh_frame_hdr. */
-        snapprof_unwinder_t *lu, *fp;
-        rc = snapprof_libunwind_unwinder_create(&lu);
+        /* JIT frames first: that unwinder claims only frames in JIT code,
+         * which no native unwinder can walk. Then CFI: most native code has
+         * no frame pointers. Frame pointers after it, for objects that ship
+         * no .eh_frame_hdr. */
+        snapprof_unwinder_t *jit, *lu, *fp;
+        rc = snapprof_jit_unwinder_create(&jit);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, jit);
+        if (rc == 0)
+            rc = snapprof_libunwind_unwinder_create(&lu);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, lu);
         if (rc == 0)
@@ -281,6 +293,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++)
         snapprof__thread_cpu_ns(p->targets[i].thread->tid, &p->targets[i].cpu_start);
+    p->app_cursor = snapprof__app_frames_head();
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
     p->state = PROFILER_RUNNING;
@@ -305,13 +318,40 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->unwind_max_ns = p->unwind.max;
 }
 
+/* Moves the app frames that ended since the last call into p->app_frames,
+ * judging each against the hitch threshold. Lock held. */
+static void drain_app_frames(snapprof_profiler_t *p)
+{
+    for (;;) {
+        if (p->app_frame_count == p->app_frame_cap) {
+            size_t cap = p->app_frame_cap ? p->app_frame_cap * 2 : 64;
+            snapprof_app_frame_t *n = realloc(p->app_frames, cap * sizeof *n);
+            if (!n)
+                return; /* they stay in the log for the next try */
+            p->app_frames = n;
+            p->app_frame_cap = cap;
+        }
+        size_t room = p->app_frame_cap - p->app_frame_count;
+        snapprof_app_frame_t *out = p->app_frames + p->app_frame_count;
+        size_t n = snapprof__app_frames_drain(&p->app_cursor, out, room, &p->stats.app_frames_lost);
+        for (size_t i = 0; i < n; i++)
+            out[i].hitch = out[i].end_ns - out[i].begin_ns > p->params.hitch_threshold_ns;
+        p->app_frame_count += n;
+        if (n < room)
+            return;
+    }
+}
+
 void snapprof__profiler_complete(snapprof_profiler_t *p)
 {
     snapprof_stats_t stats;
     snapprof__sampler_lock();
+    drain_app_frames(p);
     snapshot_stats(p, &stats);
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
+    info.app_frames = p->app_frames;
+    info.app_frame_count = p->app_frame_count;
     int result = 0;
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
@@ -381,6 +421,8 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);
     free(p->frames);
+    free(p->labels);
+    free(p->app_frames);
     munmap(p->buffer, p->buffer_size);
     pthread_cond_destroy(&p->done_cv);
     free(p);
@@ -398,9 +440,12 @@ static void fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
 
 static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
                     const snapprof_frame_t *frames, size_t count, unsigned flags,
-                    uint64_t timestamp, uint64_t cpu_ns)
+                    uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels)
 {
+    size_t label_count = labels ? snapprof__labels_decode(labels, p->label_views) : 0;
     snapprof_sample_t s = {
+        .labels = p->label_views,
+        .label_count = label_count,
         .frames = frames,
         .frame_count = count,
         .timestamp_ns = timestamp,
@@ -430,7 +475,12 @@ static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count
         t->prev_count = 0;
         return;
     }
+    if (!t->prev_labels && !(t->prev_labels = malloc(sizeof *t->prev_labels))) {
+        t->prev_count = 0;
+        return;
+    }
     memcpy(t->prev, p->frames, count * sizeof *t->prev);
+    memcpy(t->prev_labels, p->labels, sizeof *t->prev_labels);
     t->prev_count = count;
     t->prev_flags = flags;
 }
@@ -456,7 +506,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         if (p->params.mode == SNAPPROF_MODE_CPU) {
             p->stats.samples_skipped_idle++;
         } else if (t->prev_count > 0) {
-            deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0);
+            deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0,
+                    t->prev_labels);
             p->stats.samples_reused++;
         }
         return;
@@ -474,6 +525,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         .unwinders = p->unwinders,
         .unwinder_count = p->unwinder_count,
         .timeout_ns = p->params.copy_timeout_ns,
+        .labels = p->labels,
     };
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;
@@ -538,8 +590,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     if (outcome.unrecognized)
         p->stats.unwind_unknown++;
-    size_t real_frames = count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1
-                                                                                          : count;
+    size_t real_frames =
+        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
     p->stats.unwind_frames_total += real_frames;
     if (real_frames > p->stats.unwind_frames_max)
         p->stats.unwind_frames_max = real_frames;
@@ -550,10 +602,11 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     uint64_t cpu_ns = res.cpu_ns - (t->sampled ? t->cpu_at_sample : t->cpu_start);
     if (res.cpu_ns < (t->sampled ? t->cpu_at_sample : t->cpu_start))
         cpu_ns = 0;
+    p->stats.labels_skipped += p->labels->skipped;
     if (count == 0)
         fail(p, SNAPPROF_FAIL_NO_FRAMES);
     else
-        deliver(p, t, p->frames, count, flags, res.timestamp_ns, cpu_ns);
+        deliver(p, t, p->frames, count, flags, res.timestamp_ns, cpu_ns, p->labels);
     remember(p, t, count, flags);
     t->cpu_at_sample = res.cpu_ns;
     t->sampled = 1;
@@ -570,6 +623,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Cheap when nothing was loaded or unloaded (the loader's counters);
      * keeps lookups from answering with a module dlclose() just removed. */
     snapprof__module_cache_update();
+    drain_app_frames(p);
     for (size_t i = 0; i < p->target_count; i++)
         if (!p->targets[i].dead)
             sample_target(p, &p->targets[i], now);
@@ -589,5 +643,55 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
         return 1;
     if (p->deadline && p->next_tick > p->deadline)
         return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Flush and thread names                                                   */
+/* ------------------------------------------------------------------------ */
+
+int snapprof_profiler_flush(snapprof_profiler_t *p)
+{
+    if (!p)
+        return -EINVAL;
+    snapprof__sampler_lock();
+    while (p->state == PROFILER_COMPLETING)
+        snapprof__sampler_wait(p);
+    if (p->state == PROFILER_CREATED) {
+        snapprof__sampler_unlock();
+        return SNAPPROF_ESTATE;
+    }
+    snapprof_stats_t stats;
+    snapshot_stats(p, &stats);
+    snapprof_profile_info_t info = make_info(p, &stats);
+    if (p->state == PROFILER_RUNNING)
+        info.duration_ns = snapprof__mono_ns() - p->start_mono;
+    /* The lock stays held while the builders write: the sampling thread
+     * cannot deliver a sample meanwhile, nor another flush or stop complete
+     * the same builders, since a builder's callbacks never run concurrently. */
+    int result = 0;
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnProfileCompleted) {
+            int rc = b->ops->xOnProfileCompleted(b->user_data, &info);
+            if (rc != 0 && result == 0)
+                result = rc;
+        }
+    }
+    snapprof__sampler_unlock();
+    return result;
+}
+
+int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
+{
+    if (!thread || !name)
+        return -EINVAL;
+    /* Samples read the name on the sampling thread under the sampler lock,
+     * so writing it under the same lock never tears a name in flight. */
+    snapprof__sampler_lock();
+    size_t n = strnlen(name, sizeof thread->name - 1);
+    memcpy(thread->name, name, n);
+    thread->name[n] = '\0';
+    snapprof__sampler_unlock();
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <snapprof/profile_builder.h>
 #include <snapprof/unwinder.h>
 
+#include "labels/labels.h"
 #include "sampling_thread/histogram.h"
 
 #include <pthread.h>
@@ -27,6 +28,7 @@ typedef struct snapprof__target {
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
     size_t prev_count;
     unsigned prev_flags;
+    snapprof__label_capture_t *prev_labels; /* wall mode: the labels of that stack */
 } snapprof__target_t;
 
 struct snapprof_profiler {
@@ -48,6 +50,16 @@ struct snapprof_profiler {
     uint8_t *buffer; /* stack copies, mmap'd */
     size_t buffer_size;
     snapprof_frame_t *frames; /* params.max_frames */
+
+    /* Labels: the handler's copy for the request in flight, and the views
+     * handed to the builders. */
+    snapprof__label_capture_t *labels;
+    snapprof_label_t label_views[SNAPPROF__LABELS_MAX];
+    /* App frames that ended while running, drained from the process-wide
+     * log on every tick; given to the builders at completion. */
+    uint64_t app_cursor;
+    snapprof_app_frame_t *app_frames;
+    size_t app_frame_count, app_frame_cap;
 
     pthread_cond_t done_cv;
     struct snapprof_profiler *next_active;

@@ -37,6 +37,9 @@ typedef struct snapprof__copy_request {
     snapprof_unwinder_t *const *unwinders; /* their xOnStackCapture run in the handler */
     size_t unwinder_count;
     uint64_t timeout_ns; /* longest wait for the handler to start */
+    /* The handler copies the labels in force here (labels/labels.h);
+     * NULL: none. Owned by the requester, like buffer. */
+    struct snapprof__label_capture *labels;
 } snapprof__copy_request_t;
 
 typedef struct snapprof__copy_result {

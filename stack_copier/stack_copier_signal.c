@@ -2,6 +2,7 @@
  * stack_copier.h, and the rebasing of the copy after the target resumed. */
 #include "stack_copier/stack_copier.h"
 
+#include "labels/labels.h"
 #include "stack_copier/registers_x86_64.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -149,6 +150,8 @@ static void capture(const ucontext_t *uc)
         if (u->ops->xOnStackCapture)
             u->ops->xOnStackCapture(u->user_data);
     }
+    if (req->labels != NULL)
+        snapprof__labels_capture(req->labels);
     res->pause_ns = clock_ns(CLOCK_MONOTONIC) - entry;
 }
 
@@ -337,6 +340,7 @@ void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *
     stack->top = (uintptr_t)buffer + res->copy_size;
     stack->orig_bottom = lo;
     stack->truncated = res->truncated;
+    stack->timestamp_ns = res->timestamp_ns;
 }
 
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)

@@ -108,7 +108,10 @@ int snapprof_thread_register(snapprof_thread_t **out)
 {
     if (!out)
         return -EINVAL;
-    if (snapprof__tls_self) {
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    /* In the child of a fork() the TLS still names the parent's token, whose
+     * tid is the parent thread's: that one is stale, not ours. */
+    if (snapprof__tls_self && snapprof__tls_self->tid == tid) {
         atomic_fetch_add(&snapprof__tls_self->refs, 1);
         *out = snapprof__tls_self;
         return 0;
@@ -116,12 +119,16 @@ int snapprof_thread_register(snapprof_thread_t **out)
     struct snapprof_thread *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
-    t->tid = (pid_t)syscall(SYS_gettid);
+    t->tid = tid;
     t->on_thread = 1;
-    int rc;
-    if (t->tid == getpid()) {
+    int rc = -ENOENT;
+    if (t->tid == getpid())
         rc = main_thread_bounds(&t->stack_low, &t->stack_base);
-    } else {
+    /* tid == pid also holds in the child of a fork() made by another thread
+     * than main, but that child runs on the forking thread's stack: trust the
+     * "[stack]" bounds only when this very frame lies inside them. */
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (rc != 0 || here < t->stack_low || here >= t->stack_base) {
         pthread_attr_t attr;
         void *addr;
         size_t size;

@@ -5,5 +5,5 @@ snapprof_add_test_cases(EXE profiler SOURCES test_profiler.c
         register_tid threads_and_builder_errors duration)
 # Through the real client, go tool pprof.
 snapprof_add_test_cases(EXE pprof_e2e SOURCES test_pprof_end_to_end.c
-  CASES known_ratio demo_binary_moved LABELS accuracy TIMEOUT 300)
+  CASES known_ratio demo_binary_moved LABELS accuracy TIMEOUT 600)
 add_dependencies(pprof_e2e demo)

@@ -31,7 +31,8 @@ target_compile_definitions(unwinder_cfi PRIVATE
 set_target_properties(unwinder_cfi PROPERTIES ENABLE_EXPORTS ON)
 add_dependencies(unwinder_cfi unwinder_dllib)
 # Attribution and rates need undisturbed signal timing (see CMakeLists.txt).
-set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy TIMEOUT 300)
+set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy
+  RUN_SERIAL TRUE TIMEOUT 600)
 
 # The same questions on a frame-pointer build, where the hybrid must keep
 # the leaf's caller that frame-pointer walking loses.

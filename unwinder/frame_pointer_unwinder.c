@@ -41,17 +41,21 @@ static snapprof_unwind_result_t fp_try_unwind(void *user_data, snapprof_unwind_c
         uintptr_t next_fp = record[0], ret = record[1];
         if (ret == 0)
             return SNAPPROF_UNWIND_COMPLETED;
-        if (next_fp != 0 && next_fp <= fp) {
-            ctx->abort_reason = "frame pointers do not increase";
-            return SNAPPROF_UNWIND_ABORTED;
-        }
         if (snapprof_unwind_push_frame(ctx, ret - 1, SNAPPROF_FRAME_NATIVE, NULL) != 0)
             return SNAPPROF_UNWIND_ABORTED; /* depth cap; the chain notices */
         ctx->regs.r[SNAPPROF_REG_SP] = fp + 2 * sizeof(uintptr_t);
         ctx->regs.r[SNAPPROF_REG_FP] = next_fp;
         ctx->regs.r[SNAPPROF_REG_PC] = ret;
-        if (!fp_can_unwind_from(NULL, &ctx->frames[ctx->frame_count - 1]))
+        if (!fp_can_unwind_from(NULL, &ctx->frames[ctx->frame_count - 1])) {
+            /* Another unwinder's code, e.g. JIT code without frame pointers
+             * that keeps junk in rbp: it judges the saved rbp itself. */
             return SNAPPROF_UNWIND_UNRECOGNIZED_FRAME;
+        }
+        if (next_fp != 0 && next_fp <= fp) {
+            ctx->frame_count--; /* the walk ends where the chain goes wrong */
+            ctx->abort_reason = "frame pointers do not increase";
+            return SNAPPROF_UNWIND_ABORTED;
+        }
     }
 }
 

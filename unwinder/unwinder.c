@@ -2,6 +2,9 @@
  * chain, the way Chromium's StackSamplerImpl::WalkStack does. */
 #include "unwinder/unwinder_internal.h"
 
+#include "module_cache/jit_regions.h"
+#include "module_cache/module_cache.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +45,18 @@ int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snappro
     f->pc = pc;
     f->kind = kind;
     f->name = name;
-    f->module = kind == SNAPPROF_FRAME_MARKER ? NULL : snapprof_module_find(pc);
+    f->module = NULL;
+    if (kind == SNAPPROF_FRAME_MARKER)
+        return 0;
+    f->module = snapprof__module_find_at(pc, ctx->stack ? ctx->stack->timestamp_ns : 0);
+    const snapprof__jit_region_t *region = snapprof__jit_region_of(f->module);
+    if (region != NULL) {
+        /* Every unwinder finds JIT code through the module cache, so its
+         * frames are named alike whoever walked into them. */
+        f->kind = SNAPPROF_FRAME_JIT;
+        if (f->name == NULL)
+            f->name = region->name;
+    }
     return 0;
 }
 
@@ -57,7 +71,10 @@ snapprof__abort_kind_t snapprof__abort_kind(const char *reason)
         {"misaligned frame pointer", SNAPPROF__ABORT_BAD_FRAME},
         {"frame pointer below the stack pointer", SNAPPROF__ABORT_BAD_FRAME},
         {"frame pointers do not increase", SNAPPROF__ABORT_BAD_FRAME},
-        /* The CFI unwinders'. */
+        /* The JIT unwinder's fixed frames (it shares the ones above). */
+        {"stack pointer outside the stack", SNAPPROF__ABORT_BAD_FRAME},
+        {"misaligned stack pointer", SNAPPROF__ABORT_BAD_FRAME},
+        /* The CFI unwinders' (and the JIT unwinder's SP_ORDER). */
         {SNAPPROF__REASON_SP_ORDER, SNAPPROF__ABORT_BAD_FRAME},
         {SNAPPROF__REASON_CFI_BAD_FRAME, SNAPPROF__ABORT_BAD_FRAME},
         {SNAPPROF__REASON_NO_INFO, SNAPPROF__ABORT_NO_INFO},

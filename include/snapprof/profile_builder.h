@@ -26,6 +26,11 @@ typedef struct snapprof_profile_info {
     uint64_t period_ns;     /* sampling interval */
     snapprof_mode_t mode;
     const snapprof_stats_t *stats; /* final counters; NULL in on_profile_started */
+    /* The app frames that ended while the profile ran (snapprof_app_frame_begin
+     * and _end), oldest first, with their hitch verdicts; samples name their
+     * frame in the numeric label "frame". NULL and 0 in on_profile_started. */
+    const snapprof_app_frame_t *app_frames;
+    size_t app_frame_count;
 } snapprof_profile_info_t;
 
 #define SNAPPROF_BUILDER_OPS_VERSION 1

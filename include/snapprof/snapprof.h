@@ -161,6 +161,11 @@ typedef struct snapprof_sample {
     uint64_t wall_ns;        /* wall time this sample stands for (interval) */
     pid_t tid;               /* the sampled thread */
     const char *thread_name; /* its name at registration, never NULL */
+    /* The labels in force on the thread when its stack was taken (see
+     * "Labels"), and frame=N during an app frame. A wall-mode sample that
+     * repeats an idle thread's previous stack (SNAPPROF_SAMPLE_REUSED)
+     * repeats that sample's labels too: the thread was not signalled, so
+     * nothing newer was read. */
     const snapprof_label_t *labels;
     size_t label_count;
     unsigned flags; /* SNAPPROF_SAMPLE_* */
@@ -219,6 +224,12 @@ typedef struct snapprof_stats {
     uint64_t unwind_frames_total;           /* frames found, markers excluded */
     uint64_t unwind_frames_max;             /* the deepest stack, in frames */
     uint64_t unwind_max_ns;                 /* the slowest unwind */
+    /* Process labels left out of a sample because other threads kept
+     * rewriting them while the handler read them. */
+    uint64_t labels_skipped;
+    /* App frames that ended but were not seen (more than 1024 ended
+     * between two ticks): their samples get no hitch verdict. */
+    uint64_t app_frames_lost;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -284,25 +295,117 @@ SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
  * with a negative errno. */
 SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
 
+/* The folded-stacks builder: when the profile completes, writes one line per
+ * distinct stack, "outermost;...;innermost count" (root first, inlined calls
+ * expanded, count = samples), sorted, the format of flamegraph.pl and
+ * speedscope. Symbolizes at completion. Path rules as for pprof. */
+SNAPPROF_API int snapprof_folded_builder_create(const char *path, snapprof_builder_t **out);
+
+/* The timeline builder: when the profile completes, writes Chrome
+ * trace-event JSON (open it in ui.perfetto.dev or chrome://tracing): every
+ * sample as a "P" event with its time, thread, stack and labels, a flame
+ * chart of "X" slices per thread, and app frames (hitches marked) on their
+ * own track. Times are microseconds since the profile started. Symbolizes
+ * at completion. Path rules as for pprof. */
+SNAPPROF_API int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out);
+
 /* Destroys a builder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
+
+/* ------------------------------------------------------------------------ */
+/* Labels                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Labels say what the program was doing when a sample was taken (the
+ * request, the phase, the tenant): every sample carries the labels in force
+ * on its thread at that instant, and pprof shows them with -tags and
+ * filters with -tagfocus. They are read by the signal handler while the
+ * target is stopped, so setting one costs no system call and takes no lock
+ * the sampler could wait on: a thread-scope call writes a slot of the
+ * calling thread's table (the first set on a thread allocates that table),
+ * a process-scope call writes a slot of the process table under a mutex
+ * that only other process-scope writers take.
+ *
+ * Limits: SNAPPROF_LABEL_SLOTS labels per scope; keys up to
+ * SNAPPROF_LABEL_KEY_MAX - 1 bytes, string values up to
+ * SNAPPROF_LABEL_STR_MAX - 1, units up to SNAPPROF_LABEL_UNIT_MAX - 1
+ * (longer ones fail with -ENAMETOOLONG, nothing is truncated). The keys
+ * "thread_id", "thread_name", "frame" and "hitch" are the library's own
+ * (-EINVAL). A thread label hides a process label of the same key.
+ *
+ * Threads: any thread, but not from a signal handler. Thread-scope labels
+ * belong to the calling thread and go away when it exits. Strings are
+ * copied; the caller keeps ownership of its arguments. */
+
+#define SNAPPROF_LABEL_SLOTS 16    /* labels per scope */
+#define SNAPPROF_LABEL_KEY_MAX 32  /* bytes of a key, with its NUL */
+#define SNAPPROF_LABEL_STR_MAX 64  /* bytes of a string value, with its NUL */
+#define SNAPPROF_LABEL_UNIT_MAX 16 /* bytes of a numeric label's unit, with its NUL */
+
+typedef enum {
+    SNAPPROF_LABEL_THREAD = 0, /* samples of the calling thread only */
+    SNAPPROF_LABEL_PROCESS = 1 /* samples of every thread */
+} snapprof_label_scope_t;
+
+/* Sets key to a string value in scope, replacing its previous value.
+ * Returns 0, -EINVAL, -ENAMETOOLONG, -ENOSPC (all slots used) or -ENOMEM
+ * (the calling thread's first thread-scope label). */
+SNAPPROF_API int snapprof_label_set_str(snapprof_label_scope_t scope, const char *key,
+                                        const char *value);
+
+/* Sets key to a number in scope; unit (e.g. "bytes") may be NULL. pprof
+ * shows numeric labels as values and filters them by range
+ * (-tagfocus=key=10:20). Returns as snapprof_label_set_str(). */
+SNAPPROF_API int snapprof_label_set_num(snapprof_label_scope_t scope, const char *key,
+                                        int64_t value, const char *unit);
+
+/* Removes key from scope. Returns 0, -ENOENT when it is not set, or
+ * -EINVAL. */
+SNAPPROF_API int snapprof_label_remove(snapprof_label_scope_t scope, const char *key);
+
+/* App frames: the frames of a frame-based program (a game, a renderer, a
+ * UI loop), not stack frames. snapprof_app_frame_begin(N) starts frame N
+ * for the whole process (ending the one in progress, if any);
+ * snapprof_app_frame_end(N) ends it. Every sample taken meanwhile, on any
+ * thread, carries the numeric label frame=N. When the profile completes,
+ * frames that lasted longer than the profiler's hitch_threshold_ns are
+ * hitches: the pprof builder labels their samples hitch=true (the others'
+ * hitch=false), so `go tool pprof -tagfocus=hitch=true` shows where slow
+ * frames spend their time. A frame still in progress when the profile
+ * stops is not judged. Durations are wall time (CLOCK_MONOTONIC).
+ *
+ * Any thread, not from a signal handler; the calls take a mutex that the
+ * sampler and the signal handler never take. begin returns 0 or -EINVAL
+ * (frame_id UINT64_MAX); end returns 0 or -ENOENT when frame_id is not the
+ * frame in progress. */
+SNAPPROF_API int snapprof_app_frame_begin(uint64_t frame_id);
+SNAPPROF_API int snapprof_app_frame_end(uint64_t frame_id);
+
+/* An app frame as builders see it when the profile completes. */
+typedef struct snapprof_app_frame {
+    uint64_t id;
+    uint64_t begin_ns, end_ns; /* CLOCK_MONOTONIC */
+    int hitch;                 /* end_ns - begin_ns > the profiler's hitch_threshold_ns */
+} snapprof_app_frame_t;
 
 /* ------------------------------------------------------------------------ */
 /* Profilers                                                                */
 /* ------------------------------------------------------------------------ */
 
 typedef struct snapprof_params {
-    uint64_t interval_ns;       /* sampling interval; default 10 ms (100 Hz) */
-    uint64_t duration_ns;       /* stop by itself after this long; 0 = until stop */
-    uint64_t max_samples;       /* stop by itself after this many ticks; 0 = no cap */
-    uint64_t initial_delay_ns;  /* wait before the first sample; default 0 */
-    int signal;                 /* signal used to stop targets; default SIGURG */
-    uint64_t copy_timeout_ns;   /* longest wait for a target's handler; default 50 ms */
-    snapprof_mode_t mode;       /* default SNAPPROF_MODE_CPU */
-    size_t stack_buffer_size;   /* bytes of stack copied at most; default 8 MiB */
-    size_t max_frames;          /* unwinding depth cap; default 4096 */
-    uint64_t idle_threshold_ns; /* CPU time below which a thread counts as idle;
-                                   default 100 us */
+    uint64_t interval_ns;        /* sampling interval; default 10 ms (100 Hz) */
+    uint64_t duration_ns;        /* stop by itself after this long; 0 = until stop */
+    uint64_t max_samples;        /* stop by itself after this many ticks; 0 = no cap */
+    uint64_t initial_delay_ns;   /* wait before the first sample; default 0 */
+    int signal;                  /* signal used to stop targets; default SIGURG */
+    uint64_t copy_timeout_ns;    /* longest wait for a target's handler; default 50 ms */
+    snapprof_mode_t mode;        /* default SNAPPROF_MODE_CPU */
+    size_t stack_buffer_size;    /* bytes of stack copied at most; default 8 MiB */
+    size_t max_frames;           /* unwinding depth cap; default 4096 */
+    uint64_t idle_threshold_ns;  /* CPU time below which a thread counts as idle;
+                                    default 100 us */
+    uint64_t hitch_threshold_ns; /* app frames longer than this are hitches;
+                                    default 50 ms */
 } snapprof_params_t;
 
 /* Fills params with the defaults. */
@@ -324,8 +427,9 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the libunwind unwinder is used, followed
- * by the frame-pointer unwinder for objects that have no CFI. */
+ * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
+ * used, then the libunwind unwinder, then the frame-pointer unwinder for
+ * objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 
@@ -352,6 +456,30 @@ SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snap
 /* Stops the profiler if it runs (completing its builders) and frees it with
  * its unwinders and builders. NULL is a no-op. */
 SNAPPROF_API void snapprof_profiler_destroy(snapprof_profiler_t *profiler);
+
+/* ------------------------------------------------------------------------ */
+/* Long-running and whole-process profiles                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Writes the profile collected so far while sampling goes on (or, after the
+ * profile completed, writes it once more): every builder's
+ * on_profile_completed runs again with the counters so far. Sampling pauses
+ * while the builders write. Returns the first error a builder reported, else
+ * 0; SNAPPROF_ESTATE before start. Builders must accept more than one
+ * completion (the pprof builder does: a failed write loses nothing). */
+SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
+
+/* Points a pprof builder at another output path, with the same checks as
+ * snapprof_pprof_builder_create(); on failure the old path stays. For a
+ * write that failed at completion: set a path that works, then flush. Call
+ * it only when no completion can run (before start, after stop). Returns
+ * -EINVAL for a builder that is not a pprof builder. */
+SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
+
+/* Sets the thread name that later samples carry (the thread_name label),
+ * for a thread renamed after it was registered. The name is cut to 15
+ * bytes, like the kernel's. */
+SNAPPROF_API int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,10 @@ typedef struct snapprof_stack_copy {
     uintptr_t top;         /* one past the highest byte */
     uintptr_t orig_bottom; /* address in the target that bottom stands for */
     int truncated;         /* 1 when the copy stops short of the stack base */
+    /* CLOCK_MONOTONIC when the copy was made, 0 if unknown. Frames are
+     * looked up as of this time, so JIT code replaced while the copy waited
+     * to be unwound keeps its name. */
+    uint64_t timestamp_ns;
 } snapprof_stack_copy_t;
 
 typedef enum {
@@ -68,7 +72,10 @@ typedef struct snapprof_unwind_ctx {
 } snapprof_unwind_ctx_t;
 
 /* Appends a frame for pc (already adjusted: return address - 1 for callers)
- * and looks up its module. Returns 0, or -ENOSPC at the depth cap. */
+ * and looks up its module as of ctx->stack->timestamp_ns. A frame in JIT
+ * code becomes a SNAPPROF_FRAME_JIT frame named after its region (unless a
+ * name is given), whichever unwinder pushes it. Returns 0, or -ENOSPC at the
+ * depth cap. */
 SNAPPROF_API int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc,
                                             snapprof_frame_kind_t kind, const char *name);
 

@@ -1,0 +1,619 @@
+/* snapprof, the command: `snapprof record [options] -- CMD ARGS...` runs CMD
+ * with libsnapprof-preload.so, passes its exit status through and prints
+ * what was collected. Everything is checked before CMD starts, so bad input
+ * never leaves a program half-started. */
+#include "preload/preload_config.h"
+
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SNAPPROF_VERSION_STRING
+#define SNAPPROF_VERSION_STRING "unknown"
+#endif
+#ifndef SNAPPROF_PRELOAD_NAME
+#define SNAPPROF_PRELOAD_NAME "libsnapprof-preload.so"
+#endif
+
+#define EXIT_USAGE 2
+#define EXIT_NOT_FOUND 127
+#define EXIT_NOT_EXECUTABLE 126
+
+static const char usage_text[] =
+    "usage: snapprof record [options] -- CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD with every thread sampled and writes a pprof profile.\n"
+    "\n"
+    "  -F, --frequency HZ   samples per second of each thread (1-4000, default 100)\n"
+    "  -o, --output FILE    profile to write (default snapprof.pb.gz); profiled\n"
+    "                       child processes write FILE.<pid>\n"
+    "      --cpu            sample threads while they use CPU (default)\n"
+    "      --wall           sample every thread every tick, waiting ones too\n"
+    "      --duration S     stop sampling after S seconds; CMD runs on\n"
+    "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
+    "      --fork MODE      follow: children of fork(), and what they exec, are\n"
+    "                       profiled too (default); stop: only CMD's own process\n"
+    "  -q, --quiet          print no summary\n"
+    "\n"
+    "Open the profile with: go tool pprof -http=: FILE\n"
+    "Without this command: LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=FILE CMD\n"
+    "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too).\n";
+
+static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("snapprof: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct options {
+    unsigned hz;
+    const char *output;
+    int wall;
+    const char *duration; /* as given, checked */
+    const char *signal;   /* as given, checked */
+    const char *fork_mode;
+    int quiet;
+    char **cmd;
+} options_t;
+
+/* Takes the value of an option that needs one: "-F 99", "-F99",
+ * "--frequency 99" or "--frequency=99". */
+static const char *option_value(int argc, char **argv, int *i, const char *shortname,
+                                const char *longname)
+{
+    const char *a = argv[*i];
+    size_t ln = strlen(longname);
+    if (shortname && strcmp(a, shortname) != 0 && strncmp(a, shortname, 2) == 0)
+        return a + 2;
+    if (strncmp(a, longname, ln) == 0 && a[ln] == '=')
+        return a + ln + 1;
+    if (*i + 1 >= argc)
+        die(EXIT_USAGE, "%s needs a value (see snapprof record --help)", a);
+    return argv[++*i];
+}
+
+static int matches(const char *a, const char *shortname, const char *longname)
+{
+    size_t ln = strlen(longname);
+    if (shortname && strncmp(a, shortname, 2) == 0)
+        return 1;
+    return strcmp(a, longname) == 0 || (strncmp(a, longname, ln) == 0 && a[ln] == '=');
+}
+
+static void parse_options(int argc, char **argv, options_t *o)
+{
+    char why[256];
+    memset(o, 0, sizeof *o);
+    o->hz = SNAPPROF_HZ_DEFAULT;
+    o->output = "snapprof.pb.gz";
+    int i;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0')
+            break; /* the command */
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            exit(0);
+        } else if (matches(a, "-F", "--frequency")) {
+            const char *v = option_value(argc, argv, &i, "-F", "--frequency");
+            if (snapprof__parse_hz(v, &o->hz, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad frequency: %s", why);
+        } else if (matches(a, "-o", "--output")) {
+            o->output = option_value(argc, argv, &i, "-o", "--output");
+            if (!*o->output)
+                die(EXIT_USAGE, "the output path is empty");
+        } else if (strcmp(a, "--cpu") == 0) {
+            o->wall = 0;
+        } else if (strcmp(a, "--wall") == 0) {
+            o->wall = 1;
+        } else if (matches(a, NULL, "--duration")) {
+            uint64_t ns;
+            o->duration = option_value(argc, argv, &i, NULL, "--duration");
+            if (snapprof__parse_duration(o->duration, &ns, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad duration: %s", why);
+        } else if (matches(a, NULL, "--signal")) {
+            int signo;
+            o->signal = option_value(argc, argv, &i, NULL, "--signal");
+            if (snapprof__parse_signal(o->signal, &signo, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad signal: %s", why);
+        } else if (matches(a, NULL, "--fork")) {
+            int follow;
+            o->fork_mode = option_value(argc, argv, &i, NULL, "--fork");
+            if (snapprof__parse_fork(o->fork_mode, &follow, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --fork: %s", why);
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+        } else {
+            die(EXIT_USAGE, "unknown option '%s' (see snapprof record --help)", a);
+        }
+    }
+    if (i >= argc)
+        die(EXIT_USAGE, "no command to run (snapprof record [options] -- CMD [ARGS...])");
+    o->cmd = argv + i;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checks before anything starts                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The preload library: $SNAPPROF_PRELOAD_LIB, or next to this command in
+ * an install tree (bin/../lib) or the build tree (cli/../preload). */
+static void find_preload(char *out, size_t size)
+{
+    const char *env = getenv("SNAPPROF_PRELOAD_LIB");
+    if (env && *env) {
+        if (access(env, R_OK) != 0)
+            die(EXIT_USAGE, "SNAPPROF_PRELOAD_LIB=%s: %s", env, strerror(errno));
+        if (snapprof__absolute_path(env, out, size) != 0)
+            die(EXIT_USAGE, "SNAPPROF_PRELOAD_LIB=%s: path too long", env);
+        return;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        die(EXIT_USAGE, "cannot find this command's own path: %s", strerror(errno));
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    const char *rel[] = {
+#ifdef SNAPPROF_PRELOAD_REL
+        SNAPPROF_PRELOAD_REL,
+#endif
+        "../lib",
+        "../preload",
+    };
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char cand[PATH_MAX], real[PATH_MAX];
+        int len = snprintf(cand, sizeof cand, "%s/%s/%s", self, rel[i], SNAPPROF_PRELOAD_NAME);
+        if (len > 0 && (size_t)len < sizeof cand && access(cand, R_OK) == 0 &&
+            realpath(cand, real)) {
+            snprintf(out, size, "%s", real);
+            return;
+        }
+    }
+    die(EXIT_USAGE,
+        "cannot find %s next to %s (looked in ../lib and ../preload; set "
+        "SNAPPROF_PRELOAD_LIB)",
+        SNAPPROF_PRELOAD_NAME, self);
+}
+
+/* Finds the program as execvp() would; exits 127 or 126 like a shell. */
+static void resolve_command(const char *name, char *out, size_t size)
+{
+    struct stat st;
+    if (strchr(name, '/')) {
+        if (stat(name, &st) != 0)
+            die(EXIT_NOT_FOUND, "%s: %s", name, strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            die(EXIT_NOT_EXECUTABLE, "%s: is a directory", name);
+        if (access(name, X_OK) != 0)
+            die(EXIT_NOT_EXECUTABLE, "%s: %s", name, strerror(errno));
+        snprintf(out, size, "%s", name);
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    int found_not_executable = 0;
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char cand[PATH_MAX];
+        int n = snprintf(cand, sizeof cand, "%.*s%s%s", (int)len, p, len ? "/" : "", name);
+        if (n > 0 && (size_t)n < size && (size_t)n < sizeof cand && stat(cand, &st) == 0 &&
+            S_ISREG(st.st_mode)) {
+            if (access(cand, X_OK) == 0) {
+                memcpy(out, cand, (size_t)n + 1);
+                return;
+            }
+            found_not_executable = 1;
+        }
+        if (!end)
+            break;
+        p = end;
+    }
+    if (found_not_executable)
+        die(EXIT_NOT_EXECUTABLE, "%s: permission denied", name);
+    die(EXIT_NOT_FOUND, "%s: command not found", name);
+}
+
+/* LD_PRELOAD cannot reach a program without a dynamic loader, nor a
+ * set-user-ID one run by someone else: say so rather than write nothing. */
+static void check_loadable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && ((st.st_mode & S_ISUID) && st.st_uid != geteuid()))
+        die(EXIT_USAGE, "%s is set-user-ID: the dynamic loader ignores LD_PRELOAD for it", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return; /* execute-only: let exec decide */
+    Elf64_Ehdr eh;
+    int is_static = 0;
+    if (read(fd, &eh, sizeof eh) == (ssize_t)sizeof eh &&
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh.e_phentsize == sizeof(Elf64_Phdr)) {
+        is_static = 1;
+        for (unsigned i = 0; i < eh.e_phnum; i++) {
+            Elf64_Phdr ph;
+            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != sizeof ph)
+                break;
+            /* Without PT_INTERP the kernel starts it with no dynamic
+             * loader (static and static-pie programs alike). */
+            if (ph.p_type == PT_INTERP)
+                is_static = 0;
+        }
+    }
+    close(fd);
+    if (is_static)
+        die(EXIT_USAGE, "%s is statically linked: the preload library cannot be loaded into it",
+            path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The summary                                                              */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_PROCS 256
+#define MAX_KEYS 48
+
+typedef struct proc_summary {
+    int pid;
+    char keys[MAX_KEYS][40];
+    char vals[MAX_KEYS][PATH_MAX];
+    int n;
+} proc_summary_t;
+
+static const char *get(const proc_summary_t *s, const char *key)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->keys[i], key) == 0)
+            return s->vals[i];
+    return "";
+}
+
+static unsigned long long num(const proc_summary_t *s, const char *key)
+{
+    return strtoull(get(s, key), NULL, 10);
+}
+
+static int read_summary(const char *path, proc_summary_t *s)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    char line[PATH_MAX + 64];
+    s->n = 0;
+    while (fgets(line, sizeof line, f) && s->n < MAX_KEYS) {
+        line[strcspn(line, "\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || eq - line >= (ptrdiff_t)sizeof s->keys[0])
+            continue;
+        *eq = '\0';
+        memcpy(s->keys[s->n], line, (size_t)(eq - line) + 1);
+        snprintf(s->vals[s->n], sizeof s->vals[0], "%s", eq + 1);
+        s->n++;
+    }
+    fclose(f);
+    s->pid = atoi(get(s, "pid"));
+    return 0;
+}
+
+/* "none" or "3 (timeout 2, thread_exited 1)". */
+static void failures_text(const proc_summary_t *s, char *out, size_t size)
+{
+    unsigned long long total = num(s, "failed_total");
+    if (total == 0) {
+        snprintf(out, size, "none");
+        return;
+    }
+    size_t len = (size_t)snprintf(out, size, "%llu (", total);
+    const char *sep = "";
+    for (int i = 0; i < s->n && len < size; i++) {
+        if (strncmp(s->keys[i], "failed.", 7) != 0)
+            continue;
+        len += (size_t)snprintf(out + len, size - len, "%s%s %s", sep, s->keys[i] + 7, s->vals[i]);
+        sep = ", ";
+    }
+    if (len < size)
+        snprintf(out + len, size - len, ")");
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+    return ((const proc_summary_t *)a)->pid - ((const proc_summary_t *)b)->pid;
+}
+
+static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
+{
+    static proc_summary_t procs[MAX_PROCS];
+    int n = 0;
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL && n < MAX_PROCS) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (de->d_name[0] == '.' || !dot || strcmp(dot, ".summary") != 0)
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (read_summary(path, &procs[n]) == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    qsort(procs, (size_t)n, sizeof procs[0], cmp_pid);
+    /* The program itself first, then its descendants by pid. */
+    for (int i = 0; i < n; i++) {
+        if (procs[i].pid == root && i > 0) {
+            proc_summary_t tmp = procs[i];
+            memmove(&procs[1], &procs[0], (size_t)i * sizeof procs[0]);
+            procs[0] = tmp;
+        }
+    }
+
+    char how[64], sig[32];
+    if (WIFEXITED(status))
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by %s",
+                 snapprof__signal_name(WTERMSIG(status), sig, sizeof sig));
+    else
+        snprintf(how, sizeof how, "ended");
+    fprintf(stderr, "snapprof: %s (pid %d) %s\n", cmd, (int)root, how);
+    if (n == 0 || procs[0].pid != root)
+        fprintf(stderr,
+                "snapprof: pid %d wrote no profile: it ended without running exit handlers "
+                "(killed by SIGKILL, _exit(), or exec of a program snapprof cannot load into)\n",
+                (int)root);
+
+    unsigned long long samples = 0, threads = 0, failed = 0;
+    for (int i = 0; i < n; i++) {
+        const proc_summary_t *s = &procs[i];
+        char fails[512];
+        failures_text(s, fails, sizeof fails);
+        samples += num(s, "samples");
+        threads += num(s, "threads");
+        failed += num(s, "failed_total");
+        const char *out = get(s, "output");
+        fprintf(stderr,
+                "snapprof: %s%s (pid %d): %llu samples from %llu thread%s in %.2f s; failures: "
+                "%s; target pause p50 %.1f us, p99 %.1f us\n",
+                n > 1 ? "  " : "", get(s, "comm"), s->pid, num(s, "samples"), num(s, "threads"),
+                num(s, "threads") == 1 ? "" : "s", (double)num(s, "duration_ns") / 1e9, fails,
+                (double)num(s, "pause_p50_ns") / 1e3, (double)num(s, "pause_p99_ns") / 1e3);
+        const char *stopped = get(s, "stopped");
+        if (!strcmp(stopped, "duration"))
+            fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
+                    n > 1 ? "  " : "");
+        else if (!strncmp(stopped, "SIG", 3))
+            fprintf(stderr, "snapprof: %s  profile written on %s\n", n > 1 ? "  " : "", stopped);
+        if (num(s, "threads_skipped"))
+            fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n",
+                    n > 1 ? "  " : "", num(s, "threads_skipped"), get(s, "signal"));
+        if (*out && strcmp(out, get(s, "requested")) != 0)
+            fprintf(stderr, "snapprof: %s  could not write %s; the profile is in %s\n",
+                    n > 1 ? "  " : "", get(s, "requested"), out);
+        else if (!*out)
+            fprintf(stderr, "snapprof: %s  no profile written: %s\n", n > 1 ? "  " : "",
+                    get(s, "error"));
+        else if (n > 1)
+            fprintf(stderr, "snapprof:     -> %s\n", out);
+    }
+    if (n > 1)
+        fprintf(stderr, "snapprof: %d processes, %llu samples from %llu threads, %llu failures\n",
+                n, samples, threads, failed);
+    const char *main_out = n > 0 && procs[0].pid == root && *get(&procs[0], "output")
+                               ? get(&procs[0], "output")
+                               : NULL;
+    if (main_out) {
+        fprintf(stderr, "snapprof: profile written to %s\n", main_out);
+        fprintf(stderr, "snapprof: view it with: go tool pprof -http=: %s\n", main_out);
+    }
+    if (n > 1) {
+        fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
+        for (int i = 0; i < n; i++)
+            if (*get(&procs[i], "output"))
+                fprintf(stderr, " %s", get(&procs[i], "output"));
+        fputc('\n', stderr);
+    }
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_child;
+
+/* Signals sent to us by another process go on to the program; those the
+ * terminal sends reach the program by themselves (same process group). */
+static void forward_signal(int signo, siginfo_t *info, void *uc)
+{
+    (void)uc;
+    if (g_child > 0 && info && info->si_code <= 0)
+        kill((pid_t)g_child, signo);
+}
+
+static void set_env(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0)
+        die(EXIT_USAGE, "cannot set %s: %s", name, strerror(errno));
+}
+
+static int record(options_t *o)
+{
+    char output[PATH_MAX], preload[PATH_MAX], program[PATH_MAX];
+    if (snapprof__absolute_path(o->output, output, sizeof output) != 0)
+        die(EXIT_USAGE, "output path %s is too long", o->output);
+    int err = snapprof__check_output(output);
+    if (err != 0)
+        die(EXIT_USAGE, "cannot write the profile to %s: %s", output, strerror(err));
+    find_preload(preload, sizeof preload);
+    resolve_command(o->cmd[0], program, sizeof program);
+    check_loadable(program);
+
+    char summary_dir[PATH_MAX] = "";
+    const char *tmp = getenv("TMPDIR");
+    snprintf(summary_dir, sizeof summary_dir, "%s/snapprof-record.XXXXXX",
+             tmp && tmp[0] == '/' ? tmp : "/tmp");
+    if (!mkdtemp(summary_dir)) {
+        snprintf(summary_dir, sizeof summary_dir, "/tmp/snapprof-record.XXXXXX");
+        if (!mkdtemp(summary_dir))
+            summary_dir[0] = '\0';
+    }
+
+    char buf[PATH_MAX * 2 + 2];
+    const char *old_preload = getenv("LD_PRELOAD");
+    if (old_preload && *old_preload)
+        snprintf(buf, sizeof buf, "%s:%s", preload, old_preload);
+    else
+        snprintf(buf, sizeof buf, "%s", preload);
+    set_env("LD_PRELOAD", buf);
+    set_env(SNAPPROF_ENV_OUTPUT, output);
+    snprintf(buf, sizeof buf, "%u", o->hz);
+    set_env(SNAPPROF_ENV_FREQUENCY, buf);
+    set_env(SNAPPROF_ENV_MODE, o->wall ? "wall" : "cpu");
+    if (o->signal)
+        set_env(SNAPPROF_ENV_SIGNAL, o->signal);
+    else
+        unsetenv(SNAPPROF_ENV_SIGNAL);
+    if (o->duration)
+        set_env(SNAPPROF_ENV_DURATION, o->duration);
+    else
+        unsetenv(SNAPPROF_ENV_DURATION);
+    set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
+    if (summary_dir[0])
+        set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
+    else
+        unsetenv(SNAPPROF_ENV_SUMMARY_DIR);
+    unsetenv(SNAPPROF_ENV_ROOT_PID);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+        sigaction(forwarded[i], &sa, NULL);
+
+    /* A close-on-exec pipe tells a failed exec from a started program. */
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0)
+        die(EXIT_USAGE, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die(EXIT_USAGE, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(pfd[0]);
+        char me[32];
+        snprintf(me, sizeof me, "%d", (int)getpid());
+        setenv(SNAPPROF_ENV_ROOT_PID, me, 1);
+        execv(program, o->cmd);
+        int e = errno;
+        ssize_t w = write(pfd[1], &e, sizeof e);
+        (void)w;
+        _exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE);
+    }
+    g_child = pid;
+    close(pfd[1]);
+    int exec_errno = 0;
+    ssize_t got;
+    do
+        got = read(pfd[0], &exec_errno, sizeof exec_errno);
+    while (got < 0 && errno == EINTR);
+    close(pfd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (got == (ssize_t)sizeof exec_errno) {
+        if (summary_dir[0])
+            remove_dir(summary_dir);
+        die(exec_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE, "%s: %s", o->cmd[0],
+            strerror(exec_errno));
+    }
+    if (!o->quiet)
+        print_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status);
+    if (summary_dir[0])
+        remove_dir(summary_dir);
+
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) {
+        /* End the way the program did, so a calling shell sees it. */
+        int signo = WTERMSIG(status);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(signo, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, signo);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        raise(signo);
+        return 128 + signo;
+    }
+    return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("snapprof %s\n", SNAPPROF_VERSION_STRING);
+        return 0;
+    }
+    if (strcmp(argv[1], "record") != 0)
+        die(EXIT_USAGE, "unknown command '%s' (try: snapprof record -- CMD [ARGS...])", argv[1]);
+    options_t o;
+    parse_options(argc - 2, argv + 2, &o);
+    return record(&o);
+}

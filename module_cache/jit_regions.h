@@ -1,0 +1,40 @@
+/* JIT code regions inside the module cache: internal interface of
+ * jit_regions.c. The public part is <snapprof/jit.h>.
+ *
+ * Lookups read an immutable snapshot without taking a lock and may run on
+ * any thread, concurrently with registrations. None of this is
+ * async-signal-safe (lookups may read the perf map; registrations allocate).
+ */
+#ifndef SNAPPROF_MODULE_CACHE_JIT_REGIONS_H
+#define SNAPPROF_MODULE_CACHE_JIT_REGIONS_H
+
+#include <snapprof/jit.h>
+
+#include <stdint.h>
+
+/* One JIT region as the module cache hands it out. Never freed or moved. */
+typedef struct snapprof__jit_region {
+    snapprof_module_t module; /* first member: handed out as a module of kind JIT */
+    const char *name;         /* what its frames are called */
+    snapprof_jit_layout_t layout;
+    uint64_t live_from_ns; /* CLOCK_MONOTONIC when it was registered (or read) */
+    uint64_t dead_from_ns; /* when it went away; UINT64_MAX while live. Atomic. */
+    /* The region that last went away from (part of) this one's range before
+     * it came, or NULL: the chain back in time at an address reused. */
+    const struct snapprof__jit_region *prev;
+} snapprof__jit_region_t;
+
+/* The region behind a module of kind SNAPPROF_MODULE_JIT, else NULL. */
+const snapprof__jit_region_t *snapprof__jit_region_of(const snapprof_module_t *module);
+
+/* The JIT module holding addr when a stack copied at when_ns (CLOCK_MONOTONIC;
+ * 0 means "now") was taken: registered regions first, then perf map regions
+ * already read. No I/O. NULL when none. */
+const snapprof_module_t *snapprof__jit_find(uintptr_t addr, uint64_t when_ns);
+
+/* As snapprof__jit_find() for perf map regions, after reading lines the perf
+ * map gained since it was last read (if it grew and was not checked in the
+ * last millisecond). For addresses no native module holds. */
+const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t when_ns);
+
+#endif

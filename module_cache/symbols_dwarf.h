@@ -1,0 +1,57 @@
+/* DWARF source lines and inline frames (symbols_dwarf.c), used by the ELF
+ * symbolizer (symbols_elf.c). Internal to module_cache/.
+ *
+ * NOT async-signal-safe, and not thread-safe: callers hold symbols_elf.c's
+ * g_sym_lock around every call. */
+#ifndef SNAPPROF_SYMBOLS_DWARF_H
+#define SNAPPROF_SYMBOLS_DWARF_H
+
+#include <libelf.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct snapprof__dwarf snapprof__dwarf_t;
+
+/* One source-level frame at an address, innermost first. Strings point
+ * into libdw's data and live as long as the snapprof__dwarf_t (which the
+ * cache keeps for the life of the process). */
+typedef struct snapprof__dwarf_frame {
+    const char *name;    /* linkage name when is_linkage_name, else DW_AT_name */
+    int is_linkage_name; /* name is a (possibly mangled) linkage name */
+    const char *file;    /* NULL when unknown */
+    int line;            /* 0 when unknown */
+    uint64_t entry;      /* outermost frame: the function's entry (ELF vaddr); else 0 */
+} snapprof__dwarf_frame_t;
+
+/* Opens the DWARF that describes the ELF object elf (read from path, whose
+ * GNU build-id is build_id, "" if none): the object's own .debug_info, or a
+ * separate debug file found by build-id under the debug directories
+ * (DIR/.build-id/xx/rest.debug) or by .gnu_debuglink (next to the object,
+ * in its .debug/ subdirectory, or DIR/<object's dir>/name), checked against
+ * the build-id or the link's CRC. Returns NULL when there is none or it
+ * cannot be read. elf must outlive the result when the DWARF is its own.
+ * When a separate file is used, *debug_elf is set to it (the result owns
+ * it; its .symtab may name functions the object's .dynsym lacks), else to
+ * NULL. The result is never freed: its strings are handed out for the life
+ * of the process. */
+snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *build_id,
+                                        Elf **debug_elf);
+
+/* Writes up to max frames for vaddr (an address in the ELF file's virtual
+ * address space), innermost first: the innermost with the line table's
+ * file:line, each outer one with the file:line of the inlined call it
+ * contains; the last is the function the code belongs to (when max allows).
+ * Returns the number written, 0 when the DWARF does not cover vaddr. */
+int snapprof__dwarf_lookup(snapprof__dwarf_t *d, uint64_t vaddr, snapprof__dwarf_frame_t *out,
+                           size_t max);
+
+/* Replaces the debug directories ("dir[:dir...]", default
+ * "/usr/lib/debug"). Affects modules symbolized for the first time after
+ * the call. Test seam; g_sym_lock held. */
+void snapprof__dwarf_set_debug_dirs(const char *dirs);
+
+/* Hex GNU build-id of the ELF file (from its section headers) into hex, ""
+ * when it has none. Defined in symbols_elf.c. */
+void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size);
+
+#endif

@@ -1,0 +1,245 @@
+/* Parsing and checking of whole-process profile settings (see
+ * preload_config.h); shared by the preload library and the command. */
+#include "preload/preload_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WHY(...) snprintf(why, why_size, __VA_ARGS__)
+
+int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || s == end || *end != '\0' || errno != 0) {
+        WHY("'%s' is not a whole number of samples per second", s ? s : "");
+        return -1;
+    }
+    if (v < (long)SNAPPROF_HZ_MIN || v > (long)SNAPPROF_HZ_MAX) {
+        WHY("%ld Hz is out of range (%u-%u Hz)", v, SNAPPROF_HZ_MIN, SNAPPROF_HZ_MAX);
+        return -1;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
+int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || s == end || *end != '\0' || errno != 0 || isnan(v)) {
+        WHY("'%s' is not a number of seconds", s ? s : "");
+        return -1;
+    }
+    if (!(v > 0) || v > SNAPPROF_DURATION_MAX_S) {
+        WHY("%s seconds is out of range (more than 0, at most %.0f)", s, SNAPPROF_DURATION_MAX_S);
+        return -1;
+    }
+    *out_ns = (uint64_t)(v * 1e9);
+    if (*out_ns == 0)
+        *out_ns = 1;
+    return 0;
+}
+
+int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size)
+{
+    if (s && strcasecmp(s, "cpu") == 0)
+        *wall = 0;
+    else if (s && strcasecmp(s, "wall") == 0)
+        *wall = 1;
+    else {
+        WHY("'%s' is not a mode (cpu or wall)", s ? s : "");
+        return -1;
+    }
+    return 0;
+}
+
+int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
+{
+    if (s && strcasecmp(s, "follow") == 0)
+        *follow = 1;
+    else if (s && strcasecmp(s, "stop") == 0)
+        *follow = 0;
+    else {
+        WHY("'%s' is not a fork mode (follow or stop)", s ? s : "");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int signo;
+} g_signals[] = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},       {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP}, {"ABRT", SIGABRT},     {"BUS", SIGBUS},   {"FPE", SIGFPE},
+    {"KILL", SIGKILL}, {"USR1", SIGUSR1},     {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},
+    {"PIPE", SIGPIPE}, {"ALRM", SIGALRM},     {"TERM", SIGTERM}, {"STKFLT", SIGSTKFLT},
+    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},
+    {"IO", SIGIO},     {"POLL", SIGPOLL},     {"PWR", SIGPWR},   {"SYS", SIGSYS},
+};
+
+int snapprof__signal_usable(int signo)
+{
+    if (signo <= 0 || signo >= NSIG)
+        return 0;
+    if (signo >= 32 && signo < SIGRTMIN)
+        return 0; /* glibc's own: thread cancellation and setxid */
+    switch (signo) {
+    case SIGKILL:
+    case SIGSTOP:
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGFPE:
+    case SIGILL:
+    case SIGABRT:
+    case SIGTRAP:
+    case SIGSYS:
+    case SIGINT:
+    case SIGTERM:
+    case SIGHUP:
+    case SIGQUIT:
+    case SIGCHLD:
+    case SIGCONT:
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+    case SIGPIPE:
+    case SIGALRM:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+const char *snapprof__signal_name(int signo, char *buf, size_t size)
+{
+    for (size_t i = 0; i < sizeof g_signals / sizeof g_signals[0]; i++) {
+        if (g_signals[i].signo == signo) {
+            snprintf(buf, size, "SIG%s", g_signals[i].name);
+            return buf;
+        }
+    }
+    if (signo >= SIGRTMIN && signo <= SIGRTMAX) {
+        if (signo - SIGRTMIN <= SIGRTMAX - signo)
+            snprintf(buf, size, "SIGRTMIN+%d", signo - SIGRTMIN);
+        else
+            snprintf(buf, size, "SIGRTMAX-%d", SIGRTMAX - signo);
+        return buf;
+    }
+    snprintf(buf, size, "signal %d", signo);
+    return buf;
+}
+
+/* Parses "RTMIN+n" / "RTMAX-n" (after any "SIG"). Returns the signal or 0. */
+static int parse_rt(const char *s)
+{
+    int base, sign;
+    if (strncasecmp(s, "RTMIN", 5) == 0) {
+        base = SIGRTMIN;
+        sign = 1;
+    } else if (strncasecmp(s, "RTMAX", 5) == 0) {
+        base = SIGRTMAX;
+        sign = -1;
+    } else {
+        return 0;
+    }
+    s += 5;
+    if (*s == '\0')
+        return base;
+    if (*s != (sign > 0 ? '+' : '-') || !isdigit((unsigned char)s[1]))
+        return 0;
+    char *end;
+    long n = strtol(s + 1, &end, 10);
+    if (*end != '\0' || n > SIGRTMAX - SIGRTMIN)
+        return 0;
+    int signo = base + sign * (int)n;
+    return signo >= SIGRTMIN && signo <= SIGRTMAX ? signo : 0;
+}
+
+int snapprof__parse_signal(const char *s, int *out, char *why, size_t why_size)
+{
+    int signo = 0;
+    if (s && isdigit((unsigned char)s[0])) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (*end == '\0' && v > 0 && v < NSIG)
+            signo = (int)v;
+    } else if (s) {
+        const char *name = strncasecmp(s, "SIG", 3) == 0 ? s + 3 : s;
+        for (size_t i = 0; i < sizeof g_signals / sizeof g_signals[0] && !signo; i++)
+            if (strcasecmp(name, g_signals[i].name) == 0)
+                signo = g_signals[i].signo;
+        if (!signo)
+            signo = parse_rt(name);
+    }
+    if (!signo) {
+        WHY("'%s' is not a signal (try SIGURG, SIGPROF, SIGRTMIN+4 or a number)", s ? s : "");
+        return -1;
+    }
+    if (!snapprof__signal_usable(signo)) {
+        char name[32];
+        WHY("%s cannot be the sampling signal (try SIGURG, SIGPROF or SIGRTMIN+4)",
+            snapprof__signal_name(signo, name, sizeof name));
+        return -1;
+    }
+    *out = signo;
+    return 0;
+}
+
+int snapprof__absolute_path(const char *path, char *out, size_t size)
+{
+    if (!path || !*path)
+        return -1;
+    if (path[0] == '/') {
+        if (strlen(path) >= size)
+            return -1;
+        strcpy(out, path);
+        return 0;
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return -1;
+    int n = snprintf(out, size, "%s%s%s", cwd, strcmp(cwd, "/") == 0 ? "" : "/", path);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+int snapprof__check_output(const char *path)
+{
+    char dir[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof dir)
+        return ENAMETOOLONG;
+    if (path[len - 1] == '/')
+        return EISDIR;
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno;
+    if (!S_ISDIR(st.st_mode))
+        return ENOTDIR;
+    if (access(dir, W_OK | X_OK) != 0)
+        return errno;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return EISDIR;
+    return 0;
+}

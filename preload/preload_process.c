@@ -1,0 +1,919 @@
+/* The whole-process profile of libsnapprof-preload.so: started from the
+ * environment when the library loads (or by ProfilerStart), it samples
+ * every thread, is written at exit or when a terminating signal arrives,
+ * and continues in children of fork() with their own files. A helper thread
+ * does the work that signal handlers and timers cannot do themselves. */
+#include "preload/preload.h"
+
+#include <snapprof/snapprof.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* One registered thread. The entry owns one reference on the token. */
+typedef struct reg_entry {
+    pid_t tid;
+    pthread_t pth;
+    int has_pth;   /* pth is known (the thread registered itself) */
+    int from_scan; /* found in /proc/self/task, registered by tid */
+    snapprof_thread_t *token;
+} reg_entry_t;
+
+/* Everything below is guarded by g_lock. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    snapprof__preload_config_t cfg; /* as started (output: the path in use) */
+    snapprof_profiler_t *profiler;
+    snapprof_builder_t *pprof; /* owned by the profiler */
+    pid_t owner;               /* the process that started it */
+    int signo;
+    time_t start_time;
+    uint64_t start_mono;
+    reg_entry_t *reg;
+    size_t n_reg, cap_reg;
+    uint64_t threads_seen, threads_failed;
+} g;
+
+static atomic_int g_tracking;         /* new threads register themselves */
+static atomic_int g_owner_pid;        /* the process whose profile runs, else 0 */
+static atomic_int g_signo;            /* the sampling signal while tracking */
+static atomic_uint g_threads_skipped; /* threads that block the sampling signal */
+static atomic_int g_lock_owner;       /* tid holding g_lock, for signal context */
+static pthread_key_t g_exit_key;
+static pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+static int g_fork_locked;
+static int g_fork_tracking; /* a profile ran when fork() was called */
+
+/* Profilers and registries inherited over fork() that the child must not
+ * write or free: kept reachable so leak checkers do not report them. */
+static void *g_orphans[16];
+static unsigned g_n_orphans;
+
+/* The helper thread and its commands. */
+enum { CMD_FINISH = 1u, CMD_WAKE = 2u };
+static atomic_uint g_cmd;
+static atomic_uint g_finish_done;
+static atomic_int g_finish_signal;
+static atomic_int g_helper_running;
+static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
+
+static void lock(void)
+{
+    pthread_mutex_lock(&g_lock);
+    atomic_store(&g_lock_owner, (int)syscall(SYS_gettid));
+}
+
+static void unlock(void)
+{
+    atomic_store(&g_lock_owner, 0);
+    pthread_mutex_unlock(&g_lock);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static pid_t gettid_(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* snprintf for paths: returns 0, or -1 when the result did not fit (then
+ * out holds a cut, still terminated, string that must not be used). */
+static int path_fmt(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int path_fmt(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+void snapprof__preload_warn(const char *fmt, ...)
+{
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "snapprof: ");
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof buf - 2)
+        len = sizeof buf - 2;
+    buf[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, buf, len);
+    (void)w;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread registry                                                          */
+/* ------------------------------------------------------------------------ */
+
+static ssize_t reg_find(pid_t tid)
+{
+    for (size_t i = 0; i < g.n_reg; i++)
+        if (g.reg[i].tid == tid)
+            return (ssize_t)i;
+    return -1;
+}
+
+static void reg_drop(size_t i)
+{
+    snapprof_profiler_remove_thread(g.profiler, g.reg[i].token);
+    snapprof_thread_release(g.reg[i].token);
+    g.reg[i] = g.reg[--g.n_reg];
+}
+
+/* Adds a registered thread to the profile; takes over the token's
+ * reference in every case. A thread registering itself replaces an entry
+ * for its tid (a recycled tid, or the scan at start that saw it first). */
+static void reg_add(const reg_entry_t *e)
+{
+    ssize_t old = reg_find(e->tid);
+    if (old >= 0 && e->from_scan) {
+        snapprof_thread_release(e->token);
+        return;
+    }
+    int counted = 1;
+    if (old >= 0) {
+        counted = !g.reg[old].from_scan; /* else the same thread, seen twice */
+        reg_drop((size_t)old);
+    }
+    if (g.n_reg == g.cap_reg) {
+        size_t cap = g.cap_reg ? g.cap_reg * 2 : 16;
+        reg_entry_t *n = realloc(g.reg, cap * sizeof *n);
+        if (!n) {
+            g.threads_failed++;
+            snapprof_thread_release(e->token);
+            return;
+        }
+        g.reg = n;
+        g.cap_reg = cap;
+    }
+    if (snapprof_profiler_add_thread(g.profiler, e->token) != 0) {
+        g.threads_failed++;
+        snapprof_thread_release(e->token);
+        return;
+    }
+    g.reg[g.n_reg++] = *e;
+    if (counted)
+        g.threads_seen++;
+}
+
+/* Runs when a thread that registered itself exits: it leaves the profile
+ * now instead of being found gone (and counted a failure) at the next tick. */
+static void on_thread_exit(void *unused)
+{
+    (void)unused;
+    pid_t tid = gettid_();
+    lock();
+    ssize_t i = g.profiler ? reg_find(tid) : -1;
+    if (i >= 0)
+        reg_drop((size_t)i);
+    unlock();
+}
+
+static void make_exit_key(void)
+{
+    pthread_key_create(&g_exit_key, on_thread_exit);
+}
+
+/* 1 when thread tid blocks signo (from its SigBlk line). A thread that
+ * blocks the sampling signal cannot be sampled: snapprof's own threads
+ * block everything. */
+static int thread_blocks(pid_t tid, int signo)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *line = strstr(buf, "\nSigBlk:");
+    if (!line)
+        return 0;
+    unsigned long long mask = strtoull(line + 8, NULL, 16);
+    return (mask >> (signo - 1)) & 1u;
+}
+
+static void register_self(void)
+{
+    snapprof_thread_t *t;
+    if (snapprof_thread_register(&t) != 0) {
+        g.threads_failed++;
+        return;
+    }
+    reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
+    reg_add(&e);
+    pthread_setspecific(g_exit_key, (void *)1);
+}
+
+/* Threads that are there but not registered: at start, those that existed
+ * before; later (see RESCAN_NS), those made without our pthread_create. */
+static void register_existing(int signo, int count_skipped)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    pid_t self = gettid_();
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid <= 0 || tid == self || reg_find(tid) >= 0)
+            continue;
+        /* snapprof finds a foreign thread's stack by stopping it with
+         * SIGURG, whatever the sampling signal. */
+        if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
+            if (count_skipped)
+                atomic_fetch_add(&g_threads_skipped, 1);
+            continue;
+        }
+        snapprof_thread_t *t;
+        snapprof__preload_signals_passthrough(1);
+        int rc = snapprof_thread_register_tid(tid, &t);
+        snapprof__preload_signals_passthrough(0);
+        if (rc != 0) {
+            if (rc != -ESRCH)
+                g.threads_failed++;
+            continue;
+        }
+        reg_entry_t e = {.tid = tid, .from_scan = 1, .token = t};
+        reg_add(&e);
+    }
+    closedir(d);
+}
+
+int snapprof__preload_tracking(void)
+{
+    return atomic_load_explicit(&g_tracking, memory_order_relaxed);
+}
+
+void snapprof__preload_thread_started(void)
+{
+    if (!atomic_load(&g_tracking))
+        return;
+    sigset_t mask;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &mask) == 0 && sigismember(&mask, atomic_load(&g_signo))) {
+        atomic_fetch_add(&g_threads_skipped, 1);
+        return;
+    }
+    snapprof_thread_t *t;
+    int rc = snapprof_thread_register(&t);
+    lock();
+    if (rc == 0 && g.profiler && atomic_load(&g_tracking)) {
+        reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
+        reg_add(&e);
+        pthread_setspecific(g_exit_key, (void *)1);
+    } else if (rc == 0) {
+        snapprof_thread_release(t);
+    } else if (g.profiler) {
+        g.threads_failed++;
+    }
+    unlock();
+}
+
+void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
+{
+    if (!atomic_load(&g_tracking) || !name)
+        return;
+    /* snapprof names its own threads while it holds its sampler lock, which
+     * ranks below ours: waiting for our lock there could deadlock with a
+     * thread that holds ours and waits for the sampler's. So never wait for
+     * long: a rename lost to a busy lock only costs a label. */
+    if (atomic_load(&g_lock_owner) == gettid_())
+        return;
+    int locked = 0;
+    for (int i = 0; i < 2000 && !(locked = pthread_mutex_trylock(&g_lock) == 0); i++)
+        sched_yield();
+    if (!locked)
+        return;
+    atomic_store(&g_lock_owner, gettid_());
+    for (size_t i = 0; g.profiler && i < g.n_reg; i++) {
+        if (g.reg[i].has_pth && pthread_equal(g.reg[i].pth, thread)) {
+            snapprof_thread_update_name(g.reg[i].token, name);
+            break;
+        }
+    }
+    unlock();
+}
+
+/* ------------------------------------------------------------------------ */
+/* The helper thread                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void futex_wake(atomic_uint *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits while *word == expected, at most timeout_ns (0: no limit). */
+static void futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns)
+{
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, timeout_ns ? &ts : NULL, NULL, 0);
+}
+
+static void stop_at_deadline(void)
+{
+    lock();
+    int due = g.profiler && g.owner == getpid();
+    unlock();
+    if (due)
+        snapprof__preload_stop("duration");
+}
+
+/* Under TSan our pthread_create cannot register threads: TSan starts each
+ * thread with its own routine, which must run before any instrumented code,
+ * so the trampoline would come too early (preload_interpose.c does not wrap
+ * there). The helper finds new threads in /proc/self/task instead. */
+#if defined(SNAPPROF_PRELOAD_TSAN)
+#define RESCAN_NS 20000000u
+#else
+#define RESCAN_NS 0u
+#endif
+
+static void rescan_threads(void)
+{
+    lock();
+    if (g.profiler && atomic_load(&g_tracking))
+        register_existing(g.signo, 0);
+    unlock();
+}
+
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    /* prctl, not pthread_setname_np, which is ours and takes our lock. */
+    prctl(PR_SET_NAME, "snapprof-helper");
+    uint64_t next_rescan = 0;
+    for (;;) {
+        unsigned cmd = atomic_exchange(&g_cmd, 0);
+        if (cmd & CMD_FINISH) {
+            char name[32];
+            int signo = atomic_load(&g_finish_signal);
+            snapprof__preload_stop(signo > 0 ? snapprof__signal_name(signo, name, sizeof name)
+                                             : "_exit");
+            atomic_store(&g_finish_done, 1);
+            futex_wake(&g_finish_done);
+            continue;
+        }
+        uint64_t deadline = atomic_load(&g_deadline), now = mono_ns();
+        if (deadline && now >= deadline) {
+            atomic_store(&g_deadline, 0);
+            stop_at_deadline();
+            continue;
+        }
+        uint64_t wake = deadline;
+        if (RESCAN_NS && atomic_load(&g_tracking)) {
+            if (now >= next_rescan) {
+                rescan_threads();
+                next_rescan = now + RESCAN_NS;
+            }
+            if (!wake || next_rescan < wake)
+                wake = next_rescan;
+        }
+        futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
+    }
+    return NULL;
+}
+
+/* Starts the helper once per process; it blocks every signal, so it is
+ * never a sampling target and never runs the program's handlers. */
+static void ensure_helper(void)
+{
+    if (atomic_load(&g_helper_running))
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    pthread_t th;
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* Through the sanitizer's interceptor, which must know every thread
+     * that runs instrumented code. */
+    int rc = pthread_create(&th, &attr, helper_main, NULL);
+#else
+    int rc = snapprof__real_pthread_create(&th, &attr, helper_main, NULL);
+#endif
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        atomic_store(&g_helper_running, 1);
+    } else {
+        snapprof__preload_warn("cannot start the helper thread (%s): no profile on SIGINT/SIGTERM, "
+                               "no --duration",
+                               strerror(rc));
+    }
+}
+
+void snapprof__preload_finish_on_signal(int signo)
+{
+    /* getpid() is a system call: right in vfork() children too, which
+     * share our memory and must leave it alone. */
+    if (!atomic_load(&g_tracking) || !atomic_load(&g_helper_running) ||
+        atomic_load(&g_owner_pid) != getpid())
+        return;
+    /* The writer needs the preload lock: if this very thread holds it,
+     * waiting would never end. */
+    if (atomic_load(&g_lock_owner) == gettid_())
+        return;
+    int expected = 0;
+    atomic_compare_exchange_strong(&g_finish_signal, &expected, signo > 0 ? signo : -1);
+    atomic_fetch_or(&g_cmd, CMD_FINISH);
+    futex_wake(&g_cmd);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!atomic_load(&g_finish_done)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 10)
+            break; /* a thread this signal stopped holds what the writer needs */
+        futex_wait(&g_finish_done, 0, 100000000u);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start, stop, flush                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Where a profile goes when its own path cannot be written: $TMPDIR when
+ * it is a writable directory, else /tmp. */
+static void fallback_path(const char *dir, char *out, size_t size)
+{
+    const char *t = dir ? dir : getenv("TMPDIR");
+    struct stat st;
+    if (!t || t[0] != '/' || stat(t, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        access(t, W_OK | X_OK) != 0)
+        t = "/tmp";
+    snprintf(out, size, "%s/snapprof.%d.pb.gz", t, (int)getpid());
+}
+
+/* A signal for sampling that the program does not use: real-time signals
+ * from the top, where libraries rarely look; one we already share (from an
+ * earlier profile) and the program left alone comes first. */
+static int pick_free_signal(void)
+{
+    for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--)
+        if (snapprof__preload_signals_is_managed(s) &&
+            !snapprof__preload_signals_has_program_handler(s))
+            return s;
+    for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--) {
+        struct sigaction cur;
+        snapprof__preload_signals_passthrough(1);
+        int rc = sigaction(s, NULL, &cur);
+        snapprof__preload_signals_passthrough(0);
+        if (rc == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL)
+            return s;
+    }
+    return 0;
+}
+
+#define WHY(...) snprintf(why, why_size, __VA_ARGS__)
+
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size)
+{
+    if (g.profiler) {
+        WHY("a profile is already running (writing %s)", g.cfg.output);
+        return -EALREADY;
+    }
+    pthread_once(&g_exit_key_once, make_exit_key);
+    snapprof__preload_config_t c = *cfg;
+    if (!c.family[0])
+        snprintf(c.family, sizeof c.family, "%s", c.output);
+    int err = snapprof__check_output(c.output);
+    if (err != 0) {
+        if (!(flags & SNAPPROF_PRELOAD_FALLBACK)) {
+            WHY("cannot write %s: %s", c.output, strerror(err));
+            return -err;
+        }
+        char alt[PATH_MAX];
+        fallback_path(NULL, alt, sizeof alt);
+        snapprof__preload_warn("cannot write the profile to %s (%s); writing %s instead", c.output,
+                               strerror(err), alt);
+        snprintf(c.output, sizeof c.output, "%s", alt);
+    }
+
+    char name[32], alt_name[32];
+    if (snapprof__preload_signals_has_program_handler(c.signo)) {
+        if (c.signal_explicit) {
+            WHY("%s already has a handler in this program; not profiling (choose another "
+                "signal with SNAPPROF_SIGNAL or --signal)",
+                snapprof__signal_name(c.signo, name, sizeof name));
+            return -EBUSY;
+        }
+        int alt = pick_free_signal();
+        if (!alt) {
+            WHY("%s already has a handler in this program and no free signal is left; not "
+                "profiling",
+                snapprof__signal_name(c.signo, name, sizeof name));
+            return -EBUSY;
+        }
+        snapprof__preload_warn(
+            "%s already has a handler in this program; sampling with %s instead (set "
+            "SNAPPROF_SIGNAL to choose)",
+            snapprof__signal_name(c.signo, name, sizeof name),
+            snapprof__signal_name(alt, alt_name, sizeof alt_name));
+        c.signo = alt;
+    }
+    int rc = snapprof__preload_signals_manage(c.signo, 0);
+    if (rc != 0) {
+        WHY("cannot share %s with the program: %s",
+            snapprof__signal_name(c.signo, name, sizeof name), strerror(-rc));
+        return rc;
+    }
+    snapprof__preload_signals_manage(SIGINT, 1);
+    snapprof__preload_signals_manage(SIGTERM, 1);
+    snapprof__preload_signals_manage(SIGHUP, 1);
+
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000000u / c.hz;
+    params.mode = c.wall ? SNAPPROF_MODE_WALL : SNAPPROF_MODE_CPU;
+    params.signal = c.signo;
+    snapprof_profiler_t *p;
+    rc = snapprof_profiler_create(&params, NULL, 0, &p);
+    if (rc != 0) {
+        WHY("cannot create the profiler: %s", snapprof_strerror(rc));
+        return rc;
+    }
+    snapprof_builder_t *b;
+    rc = snapprof_pprof_builder_create(c.output, &b);
+    if (rc == 0)
+        rc = snapprof_profiler_add_builder(p, b);
+    if (rc != 0) {
+        snapprof_profiler_destroy(p);
+        WHY("cannot write %s: %s", c.output, snapprof_strerror(rc));
+        return rc;
+    }
+
+    g.profiler = p;
+    g.pprof = b;
+    g.cfg = c;
+    g.signo = c.signo;
+    g.owner = getpid();
+    g.threads_seen = g.threads_failed = 0;
+    atomic_store(&g_threads_skipped, 0);
+    atomic_store(&g_signo, c.signo);
+    /* From here on new threads register themselves; they wait on the lock
+     * until the scan below is done, then find themselves or are added. */
+    atomic_store(&g_tracking, 1);
+    register_self();
+    if (c.signo != SIGURG)
+        snapprof__preload_signals_manage(SIGURG, 1); /* the scan stops threads with it */
+    register_existing(c.signo, 1);
+
+    snapprof__preload_signals_passthrough(1);
+    rc = snapprof_profiler_start(p);
+    snapprof__preload_signals_passthrough(0);
+    if (rc != 0) {
+        atomic_store(&g_tracking, 0);
+        while (g.n_reg > 0)
+            reg_drop(g.n_reg - 1);
+        snapprof_profiler_destroy(p);
+        g.profiler = NULL;
+        WHY("cannot start sampling: %s", snapprof_strerror(rc));
+        return rc;
+    }
+    g.start_time = time(NULL);
+    g.start_mono = mono_ns();
+    atomic_store(&g_owner_pid, (int)getpid());
+    ensure_helper();
+    atomic_store(&g_deadline, c.duration_ns ? g.start_mono + c.duration_ns : 0);
+    if (c.duration_ns) {
+        atomic_fetch_or(&g_cmd, CMD_WAKE);
+        futex_wake(&g_cmd);
+    }
+    return 0;
+}
+
+int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                            size_t why_size)
+{
+    lock();
+    int rc = start_locked(cfg, flags, why, why_size);
+    unlock();
+    return rc;
+}
+
+/* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
+ * lines, through a temporary file so the command never reads half. */
+static void write_summary(const char *note, const char *written, int write_rc,
+                          const snapprof_stats_t *st)
+{
+    const char *dir = g.cfg.summary_dir;
+    if (!dir[0])
+        return;
+    char tmp[PATH_MAX], path[PATH_MAX];
+    if (path_fmt(path, sizeof path, "%s/%d.summary", dir, (int)getpid()) != 0 ||
+        path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
+        return;
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    char comm[64] = "", exe[PATH_MAX] = "", name[32];
+    FILE *cf = fopen("/proc/self/comm", "re");
+    if (cf) {
+        if (fgets(comm, sizeof comm, cf))
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(cf);
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    fprintf(f, "pid=%d\nppid=%d\ncomm=%s\nexe=%s\n", (int)getpid(), (int)getppid(), comm, exe);
+    fprintf(f, "requested=%s\n", g.cfg.output);
+    if (write_rc == 0)
+        fprintf(f, "output=%s\n", written);
+    else
+        fprintf(f, "error=%s\n", snapprof_strerror(write_rc));
+    fprintf(f, "stopped=%s\n", note);
+    fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
+    fprintf(f, "duration_ns=%llu\n", (unsigned long long)(mono_ns() - g.start_mono));
+    fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
+            (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
+            atomic_load(&g_threads_skipped));
+    fprintf(f, "samples=%llu\nticks=%llu\nticks_missed=%llu\nfailed_total=%llu\n",
+            (unsigned long long)st->samples, (unsigned long long)st->ticks,
+            (unsigned long long)st->ticks_missed, (unsigned long long)st->failed_total);
+    for (int r = 0; r < SNAPPROF_FAIL_COUNT; r++)
+        if (st->failed[r])
+            fprintf(f, "failed.%s=%llu\n", snapprof_fail_reason_name((snapprof_fail_reason_t)r),
+                    (unsigned long long)st->failed[r]);
+    fprintf(f, "pause_p50_ns=%llu\npause_p99_ns=%llu\npause_max_ns=%llu\n",
+            (unsigned long long)st->pause_p50_ns, (unsigned long long)st->pause_p99_ns,
+            (unsigned long long)st->pause_max_ns);
+    fprintf(f, "sampler_cpu_ns=%llu\n", (unsigned long long)st->sampler_cpu_ns);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+int snapprof__preload_stop(const char *note)
+{
+    lock();
+    if (!g.profiler) {
+        unlock();
+        return 0;
+    }
+    if (g.owner != getpid()) {
+        /* Inherited through a fork() that bypassed our wrapper, or in a
+         * vfork() child sharing the parent's memory: the parent writes
+         * this profile, and nothing here may change. */
+        unlock();
+        return 0;
+    }
+    atomic_store(&g_tracking, 0);
+    atomic_store(&g_deadline, 0);
+    snapprof_profiler_t *p = g.profiler;
+    int rc = snapprof_profiler_stop(p);
+    char written[PATH_MAX];
+    snprintf(written, sizeof written, "%s", g.cfg.output);
+    if (rc != 0) {
+        /* Nothing collected is lost: the builder keeps its data after a
+         * failed write, so it can be written again elsewhere. */
+        char tries[3][PATH_MAX];
+        fallback_path(NULL, tries[0], sizeof tries[0]);
+        fallback_path("/tmp", tries[1], sizeof tries[1]);
+        fallback_path("/var/tmp", tries[2], sizeof tries[2]);
+        int first_rc = rc;
+        for (int i = 0; i < 3 && rc != 0; i++) {
+            if (snapprof_pprof_builder_set_path(g.pprof, tries[i]) == 0 &&
+                snapprof_profiler_flush(p) == 0) {
+                rc = 0;
+                path_fmt(written, sizeof written, "%s", tries[i]);
+            }
+        }
+        /* Under `snapprof record` the summary says it; alone, we do. */
+        if (rc == 0 && !g.cfg.summary_dir[0])
+            snapprof__preload_warn("could not write the profile to %s (%s); it is in %s instead",
+                                   g.cfg.output, snapprof_strerror(first_rc), written);
+        else if (rc != 0)
+            snapprof__preload_warn("could not write the profile to %s (%s), nor to %s",
+                                   g.cfg.output, snapprof_strerror(first_rc), tries[0]);
+    }
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    snapprof_profiler_get_stats(p, &st);
+    write_summary(note, written, rc, &st);
+    while (g.n_reg > 0)
+        reg_drop(g.n_reg - 1);
+    free(g.reg);
+    g.reg = NULL;
+    g.cap_reg = 0;
+    snapprof_profiler_destroy(p);
+    g.profiler = NULL;
+    g.pprof = NULL;
+    atomic_store(&g_owner_pid, 0);
+    unlock();
+    return rc;
+}
+
+int snapprof__preload_flush(void)
+{
+    lock();
+    int rc = g.profiler && g.owner == getpid() ? snapprof_profiler_flush(g.profiler) : 0;
+    unlock();
+    return rc;
+}
+
+void snapprof__preload_get_state(snapprof__preload_state_t *out)
+{
+    memset(out, 0, sizeof *out);
+    lock();
+    if (g.profiler && g.owner == getpid()) {
+        snapprof_stats_t st;
+        out->running = atomic_load(&g_tracking);
+        out->start_time = g.start_time;
+        snprintf(out->path, sizeof out->path, "%s", g.cfg.output);
+        if (snapprof_profiler_get_stats(g.profiler, &st) == 0)
+            out->samples = st.samples;
+    }
+    unlock();
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork                                                                     */
+/* ------------------------------------------------------------------------ */
+
+void snapprof__preload_fork_prepare(void)
+{
+    /* Holding the lock across fork() means the child never inherits a
+     * registry or profile half-way through a change. Bounded, in case fork()
+     * is called from a signal handler that interrupted the holder. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    g_fork_locked = pthread_mutex_timedlock(&g_lock, &ts) == 0;
+    g_fork_tracking = atomic_load(&g_tracking) && g.profiler && g.owner == getpid();
+}
+
+void snapprof__preload_fork_parent(void)
+{
+    if (g_fork_locked)
+        pthread_mutex_unlock(&g_lock);
+}
+
+/* For every fork() that runs atfork handlers, also one that bypasses our
+ * wrapper: the helper thread did not come along. */
+static void atfork_child(void)
+{
+    atomic_store(&g_helper_running, 0);
+    atomic_store(&g_tracking, 0);
+}
+
+void snapprof__preload_fork_child(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    atomic_store(&g_lock_owner, 0);
+    atomic_store(&g_helper_running, 0);
+    atomic_store(&g_cmd, 0);
+    atomic_store(&g_deadline, 0);
+    int was_running = g_fork_tracking;
+    atomic_store(&g_tracking, 0);
+    if (!g.profiler)
+        return;
+    /* The parent's profile belongs to the parent. Its memory stays as it
+     * is (this process may well exec() soon); the child starts afresh. */
+    if (g_n_orphans + 2 <= sizeof g_orphans / sizeof g_orphans[0]) {
+        g_orphans[g_n_orphans++] = g.profiler;
+        g_orphans[g_n_orphans++] = g.reg;
+    }
+    snapprof__preload_config_t cfg = g.cfg;
+    memset(&g, 0, sizeof g);
+    if (!was_running || !cfg.follow_fork)
+        return;
+    char why[256];
+    if (path_fmt(cfg.output, sizeof cfg.output, "%s.%d", cfg.family, (int)getpid()) != 0) {
+        snapprof__preload_warn("not profiling child %d: output path too long", (int)getpid());
+        return;
+    }
+    lock();
+    int rc = start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
+    unlock();
+    if (rc != 0)
+        snapprof__preload_warn("not profiling child %d: %s", (int)getpid(), why);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading and exit                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void on_exit_(void)
+{
+    snapprof__preload_stop("exit");
+}
+
+/* Reads the environment into cfg. Returns 1 when it asks for a profile.
+ * A bad value costs one line on stderr and falls back to the default. */
+static int config_from_env(snapprof__preload_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    const char *var = SNAPPROF_ENV_OUTPUT, *out = getenv(var);
+    if (!out || !*out)
+        out = getenv(var = SNAPPROF_ENV_CPUPROFILE);
+    if (!out || !*out)
+        return 0;
+    if (snapprof__absolute_path(out, cfg->output, sizeof cfg->output) != 0) {
+        snapprof__preload_warn("not profiling: %s=%s is not a usable path", var, out);
+        return 0;
+    }
+    char why[256];
+    const char *v;
+    cfg->hz = SNAPPROF_HZ_DEFAULT;
+    if ((v = getenv(var = SNAPPROF_ENV_FREQUENCY)) ||
+        (v = getenv(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
+        if (snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
+            snapprof__preload_warn("ignoring %s: %s; sampling at %u Hz", var, why,
+                                   SNAPPROF_HZ_DEFAULT);
+            cfg->hz = SNAPPROF_HZ_DEFAULT;
+        }
+    if ((v = getenv(SNAPPROF_ENV_MODE))) {
+        if (snapprof__parse_mode(v, &cfg->wall, why, sizeof why) != 0) {
+            snapprof__preload_warn("ignoring %s: %s; sampling CPU time", SNAPPROF_ENV_MODE, why);
+            cfg->wall = 0;
+        }
+    } else if ((v = getenv(SNAPPROF_ENV_CPUPROFILE_REALTIME)) && *v) {
+        cfg->wall = 1; /* gperftools' wall-clock switch */
+    }
+    cfg->signo = SIGURG;
+    if ((v = getenv(SNAPPROF_ENV_SIGNAL))) {
+        if (snapprof__parse_signal(v, &cfg->signo, why, sizeof why) == 0)
+            cfg->signal_explicit = 1;
+        else
+            snapprof__preload_warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
+    }
+    if ((v = getenv(SNAPPROF_ENV_DURATION)) &&
+        snapprof__parse_duration(v, &cfg->duration_ns, why, sizeof why) != 0) {
+        snapprof__preload_warn("ignoring %s: %s; sampling until exit", SNAPPROF_ENV_DURATION, why);
+        cfg->duration_ns = 0;
+    }
+    cfg->follow_fork = 1;
+    if ((v = getenv(SNAPPROF_ENV_FORK)) &&
+        snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {
+        snapprof__preload_warn("ignoring %s: %s; following children", SNAPPROF_ENV_FORK, why);
+        cfg->follow_fork = 1;
+    }
+    if ((v = getenv(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
+        snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
+    return 1;
+}
+
+__attribute__((constructor)) static void preload_init(void)
+{
+    snapprof__preload_signals_init();
+    atexit(on_exit_);
+    pthread_atfork(NULL, NULL, atfork_child);
+    snapprof__preload_config_t cfg;
+    if (!config_from_env(&cfg))
+        return;
+    if (getuid() != geteuid())
+        return; /* as gperftools: never for set-user-ID programs */
+    snprintf(cfg.family, sizeof cfg.family, "%s", cfg.output);
+    /* The first profiled process writes FILE; processes it starts, and
+     * what they exec, write FILE.<pid>. */
+    char me[32];
+    snprintf(me, sizeof me, "%d", (int)getpid());
+    const char *root = getenv(SNAPPROF_ENV_ROOT_PID);
+    if (!root || !*root) {
+        setenv(SNAPPROF_ENV_ROOT_PID, me, 1);
+    } else if (strcmp(root, me) != 0) {
+        if (!cfg.follow_fork)
+            return;
+        if (path_fmt(cfg.output, sizeof cfg.output, "%s.%s", cfg.family, me) != 0) {
+            snapprof__preload_warn("not profiling: %s.%s is too long a path", cfg.family, me);
+            return;
+        }
+    }
+    char why[512];
+    if (snapprof__preload_start(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why) != 0)
+        snapprof__preload_warn("not profiling: %s", why);
+}

@@ -1,0 +1,14 @@
+# Tests of the folded-stacks and timeline builders (profile_builder/).
+snapprof_add_test_cases(EXE builders
+  SOURCES test_builders.c ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_util.c
+  CASES folded_format trace_format same_run_agree bad_path TIMEOUT 300)
+# -O2 whatever the build type, so that bt_inlined really is inlined code
+# with DWARF inline records (sanitizer builds are Debug).
+target_compile_options(builders PRIVATE -O2 -g)
+target_compile_definitions(builders PRIVATE
+  SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+# The custom builder example (docs/custom_builder.md) runs and names both
+# of its workloads.
+add_test(NAME builders_custom_builder_example COMMAND custom_builder)
+set_tests_properties(builders_custom_builder_example PROPERTIES
+  PASS_REGULAR_EXPRESSION "work_sum[^\n]*\n.*work_hash|work_hash[^\n]*\n.*work_sum" TIMEOUT 120)

@@ -1,0 +1,72 @@
+# Tests of the preload library, the `snapprof` command and the gperftools
+# API: real programs run under `snapprof record` or LD_PRELOAD, their
+# profiles read back through `go tool pprof`. Cases that LD_PRELOAD a
+# library into a program are labelled nosan: a sanitizer runtime must come
+# first in a process, which LD_PRELOAD of a sanitized library breaks.
+
+# The program the tests profile; it knows nothing of snapprof.
+add_executable(preload_prog test_preload_prog.c)
+target_compile_options(preload_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_prog PRIVATE Threads::Threads)
+
+# The same program linked against the preload library instead of preloaded
+# with it: the library's constructor reads the same environment. This is
+# how the preload logic runs under the sanitizers.
+add_executable(preload_prog_linked test_preload_prog.c)
+target_compile_options(preload_prog_linked PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_prog_linked PRIVATE snapprof_preload Threads::Threads)
+
+# A program written for gperftools, built unchanged against snapprof's
+# <gperftools/profiler.h> and the preload library.
+add_executable(preload_gperftools_prog test_preload_gperftools_prog.c)
+target_compile_options(preload_gperftools_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_include_directories(preload_gperftools_prog PRIVATE ${PROJECT_SOURCE_DIR}/preload)
+target_link_libraries(preload_gperftools_prog PRIVATE snapprof_preload Threads::Threads)
+
+set(SNAPPROF_PRELOAD_TEST_DEFS
+  SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>"
+  SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
+  PRELOAD_PROG="$<TARGET_FILE:preload_prog>"
+  PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
+  GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>")
+
+# snapprof_add_preload_tests(EXE <exe> SOURCES <files...> CASES <case...>)
+function(snapprof_add_preload_tests)
+  cmake_parse_arguments(T "" "EXE" "SOURCES;CASES" ${ARGN})
+  snapprof_add_test_cases(EXE ${T_EXE} SOURCES ${T_SOURCES} test_preload_util.c
+    CASES ${T_CASES} LABELS preload TIMEOUT 240)
+  target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
+  add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
+    preload_gperftools_prog)
+endfunction()
+
+# `snapprof record`: programs, signals, fork and exec, and bad input.
+snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c
+  CASES threads python pipeline fork_exec fork_stop fork_from_thread exit_status sigint
+        sigterm_forwarded sigterm_program_handler output_fallback duration wall
+        unknown_option unknown_command frequency_zero frequency_too_high frequency_not_number
+        output_dir_missing output_dir_unwritable output_is_directory missing_program
+        not_executable no_command bad_signal bad_duration bad_fork_mode missing_value
+        static_program)
+
+# The preload library with LD_PRELOAD and the environment alone.
+snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
+  CASES cpuprofile bad_env output_dir_missing not_asked program_signal_handler linked_threads
+        exports)
+
+# The gperftools API.
+snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
+  CASES start_stop state flush existing_threads bad_path signal_taken signal_taken_explicit
+        cpuprofile_at_load)
+
+# The library calls the preload needed, tested on their own.
+snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c
+  CASES flush_while_running set_path_after_failed_write thread_update_name register_in_fork_child)
+
+# cmake --install into a temporary prefix, then build against it with
+# pkg-config and with find_package(snapprof). A sanitized install cannot be
+# linked by a plain compiler line: nosan.
+add_test(NAME install_pkgconfig_cmake_cli
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_preload_install.sh ${PROJECT_BINARY_DIR}
+          ${CMAKE_C_COMPILER})
+set_tests_properties(install_pkgconfig_cmake_cli PROPERTIES LABELS "nosan;preload" TIMEOUT 300)

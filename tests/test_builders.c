@@ -1,0 +1,422 @@
+/* Tests of the folded-stacks and timeline (trace JSON) builders: their
+ * formats on known samples, and agreement with the pprof builder when all
+ * three receive the same run. */
+#include "test.h"
+#include "test_profile_builder_util.h"
+#include "test_util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        TEST_FAIL("cannot open %s", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    ASSERT_NOT_NULL(buf);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            ASSERT_NOT_NULL(buf);
+        }
+    }
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void feed(snapprof_builder_t *b, const snapprof_frame_t *frames, size_t n, pid_t tid,
+                 uint64_t ts, const snapprof_label_t *labels, size_t n_labels)
+{
+    snapprof_sample_t s = {.frames = frames,
+                           .frame_count = n,
+                           .timestamp_ns = ts,
+                           .cpu_ns = 1000000,
+                           .wall_ns = 1000000,
+                           .tid = tid,
+                           .thread_name = tid == 11 ? "eleven" : "twelve",
+                           .labels = labels,
+                           .label_count = n_labels};
+    ASSERT_OK(b->ops->xOnSample(b->user_data, &s));
+}
+
+static void complete(snapprof_builder_t *b, const snapprof_app_frame_t *frames, size_t n)
+{
+    snapprof_stats_t stats = {0};
+    snapprof_profile_info_t info = {.start_mono_ns = 1000000000u,
+                                    .duration_ns = 1,
+                                    .period_ns = 1000000u,
+                                    .stats = &stats,
+                                    .app_frames = frames,
+                                    .app_frame_count = n};
+    if (b->ops->xOnProfileStarted)
+        ASSERT_OK(b->ops->xOnProfileStarted(b->user_data, &info));
+    ASSERT_OK(b->ops->xOnProfileCompleted(b->user_data, &info));
+}
+
+/* Functions of this binary whose addresses make native frames. */
+volatile unsigned sink;
+__attribute__((noinline)) void bt_leaf(void)
+{
+    for (int i = 0; i < 100; i++)
+        sink += (unsigned)i;
+}
+__attribute__((noinline)) void bt_middle(void)
+{
+    bt_leaf();
+    sink++;
+}
+__attribute__((noinline)) void bt_root(void)
+{
+    bt_middle();
+    sink++;
+}
+
+static inline __attribute__((always_inline)) void bt_inlined(int n)
+{
+    for (int i = 0; i < n; i++)
+        sink = sink * 31 + (unsigned)i;
+}
+__attribute__((noinline)) void bt_with_inline(int n)
+{
+    bt_inlined(n);
+    bt_inlined(n + 1);
+}
+
+static snapprof_frame_t native(uintptr_t pc)
+{
+    snapprof_frame_t f = {pc, snapprof_module_find(pc), SNAPPROF_FRAME_NATIVE, NULL};
+    ASSERT_NOT_NULL(f.module);
+    return f;
+}
+
+/* A pc inside bt_with_inline where the symbolizer reports bt_inlined
+ * inlined into bt_with_inline. */
+static uintptr_t inlined_pc(void)
+{
+    for (uintptr_t pc = (uintptr_t)bt_with_inline; pc < (uintptr_t)bt_with_inline + 256; pc++) {
+        snapprof_frame_t f = native(pc);
+        snapprof_symbol_t sym[4];
+        int n = snapprof_symbolize(&f, sym, 4);
+        if (n == 2 && strcmp(sym[0].name, "bt_inlined") == 0 &&
+            strcmp(sym[1].name, "bt_with_inline") == 0)
+            return pc;
+    }
+    TEST_FAIL("no inlined code found in bt_with_inline");
+}
+
+/* ------------------------------------------------------------------------ */
+/* folded_format                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Known samples give known lines: root first, one line per distinct
+ * function path (pcs in the same functions merge), inline calls expanded,
+ * JIT and marker frames by name, lines sorted, counts summed. */
+static void test_folded_format(void)
+{
+    char *path = pbt_tmp_path("folded", "out.folded");
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_folded_builder_create(path, &b));
+    snapprof_frame_t a[] = {native((uintptr_t)bt_leaf + 4), native((uintptr_t)bt_middle + 4),
+                            native((uintptr_t)bt_root + 4)};
+    snapprof_frame_t a2[] = {native((uintptr_t)bt_leaf + 8), native((uintptr_t)bt_middle + 4),
+                             native((uintptr_t)bt_root + 4)};
+    snapprof_frame_t bb[] = {native((uintptr_t)bt_middle + 4), native((uintptr_t)bt_root + 4)};
+    static const snapprof_module_t jit = {.start = 0x10000,
+                                          .limit = 0x20000,
+                                          .path = "[jit]",
+                                          .build_id = "",
+                                          .kind = SNAPPROF_MODULE_JIT,
+                                          .is_loaded = 1};
+    snapprof_frame_t c[] = {{0x10010, &jit, SNAPPROF_FRAME_JIT, "js;hot\nloop"},
+                            {0, NULL, SNAPPROF_FRAME_MARKER, "[truncated]"}};
+    snapprof_frame_t d[] = {native(inlined_pc()), native((uintptr_t)bt_root + 4)};
+    for (int i = 0; i < 5; i++)
+        feed(b, a, 3, 11, 0, NULL, 0);
+    for (int i = 0; i < 2; i++)
+        feed(b, a2, 3, 12, 0, NULL, 0);
+    for (int i = 0; i < 3; i++)
+        feed(b, bb, 2, 11, 0, NULL, 0);
+    feed(b, c, 2, 11, 0, NULL, 0);
+    feed(b, d, 2, 12, 0, NULL, 0);
+    complete(b, NULL, 0);
+    snapprof_builder_destroy(b);
+    char *text = read_file(path);
+    printf("%s", text);
+    const char *want = "[truncated];js:hot loop 1\n"
+                       "bt_root;bt_middle 3\n"
+                       "bt_root;bt_middle;bt_leaf 7\n"
+                       "bt_root;bt_with_inline;bt_inlined 1\n";
+    ASSERT_STR_EQ(text, want);
+    free(text);
+    pbt_remove(path);
+
+    /* No samples: an empty file. */
+    path = pbt_tmp_path("folded", "empty.folded");
+    ASSERT_OK(snapprof_folded_builder_create(path, &b));
+    complete(b, NULL, 0);
+    snapprof_builder_destroy(b);
+    text = read_file(path);
+    ASSERT_STR_EQ(text, "");
+    free(text);
+    pbt_remove(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* trace_format                                                             */
+/* ------------------------------------------------------------------------ */
+
+static int run_checker(const char *path, const char *expect)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 '%s/check_trace.py' '%s' %s", SNAPPROF_TEST_SOURCE_DIR, path,
+             expect);
+    int status;
+    char *out = tu_run(cmd, &status);
+    printf("%s", out);
+    free(out);
+    return status;
+}
+
+/* Known samples of two threads: the JSON parses, samples and slices are
+ * where they should be, slices nest, labels become args, and app frames
+ * get their own track. */
+static void test_trace_format(void)
+{
+    char *path = pbt_tmp_path("trace", "out.json");
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_trace_builder_create(path, &b));
+    snapprof_frame_t a[] = {native((uintptr_t)bt_leaf + 4), native((uintptr_t)bt_middle + 4),
+                            native((uintptr_t)bt_root + 4)};
+    snapprof_frame_t bb[] = {native((uintptr_t)bt_middle + 4), native((uintptr_t)bt_root + 4)};
+    snapprof_frame_t d[] = {native(inlined_pc()), native((uintptr_t)bt_root + 4)};
+    snapprof_label_t labels[] = {{.key = "req", .str = "GET \"/x\""}, {.key = "frame", .num = 3}};
+    uint64_t t0 = 1000000000u;
+    /* Thread 11: leaf, leaf, middle, (gap of 10 periods), leaf. */
+    feed(b, a, 3, 11, t0 + 1000000, labels, 2);
+    feed(b, a, 3, 11, t0 + 2000000, labels, 2);
+    feed(b, bb, 2, 11, t0 + 3000000, NULL, 0);
+    feed(b, a, 3, 11, t0 + 13000000, NULL, 0);
+    /* Thread 12: the inlined code twice. */
+    feed(b, d, 2, 12, t0 + 1500000, NULL, 0);
+    feed(b, d, 2, 12, t0 + 2500000, NULL, 0);
+    snapprof_app_frame_t frames[] = {{3, t0 + 500000, t0 + 2600000, 0},
+                                     {4, t0 + 2600000, t0 + 40000000, 1}};
+    complete(b, frames, 2);
+    snapprof_builder_destroy(b);
+    ASSERT_EQ(run_checker(path, "11:4 12:2 --frames 2"), 0);
+
+    char *text = read_file(path);
+    /* Samples relative to the start, in microseconds. */
+    ASSERT_CONTAINS(text, "\"ph\":\"P\",\"name\":\"sample\"");
+    ASSERT_CONTAINS(text, "\"tid\":11,\"ts\":1000.000");
+    ASSERT_CONTAINS(text, "\"args\":{\"req\":\"GET \\\"/x\\\"\",\"frame\":3}");
+    /* bt_root spans the first three samples (one period past the third),
+     * then the gap closes it; it opens again at 13 ms. */
+    ASSERT_CONTAINS(text, "\"name\":\"bt_root\",\"pid\":");
+    ASSERT_CONTAINS(text, "\"tid\":11,\"ts\":1000.000,\"dur\":3000.000}");
+    ASSERT_CONTAINS(text, "\"tid\":11,\"ts\":13000.000,\"dur\":1000.000}");
+    /* bt_leaf: the first two samples, ended by the third. */
+    ASSERT_CONTAINS(text, "\"name\":\"bt_leaf\"");
+    ASSERT_CONTAINS(text, "\"tid\":11,\"ts\":1000.000,\"dur\":2000.000}");
+    /* The inlined function is a slice of its own inside its caller. */
+    ASSERT_CONTAINS(text, "\"name\":\"bt_inlined\"");
+    ASSERT_CONTAINS(text, "\"name\":\"hitch 4\"");
+    ASSERT_CONTAINS(text, "\"name\":\"frame 3\"");
+    ASSERT_CONTAINS(text, "\"name\":\"eleven\"");
+    free(text);
+    pbt_remove(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* same_run_agree                                                           */
+/* ------------------------------------------------------------------------ */
+
+static atomic_int g_stop;
+
+__attribute__((noinline)) void builders_hot(volatile uint64_t *x)
+{
+    for (int i = 0; i < 200000; i++)
+        *x = *x * 6364136223846793005u + 1442695040888963407u;
+}
+
+static void *worker(void *arg)
+{
+    snapprof_thread_t **token = arg;
+    ASSERT_OK(snapprof_thread_register(token));
+    volatile uint64_t x = 1;
+    while (!atomic_load(&g_stop))
+        builders_hot(&x);
+    return NULL;
+}
+
+/* Samples per thread_id label in a pprof file. */
+static void pprof_counts(const char *path, int64_t *total, pid_t *tids, int64_t *counts, int *n)
+{
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    pbt_check_valid(p);
+    *total = 0;
+    *n = 0;
+    for (size_t i = 0; i < p->n_sample; i++) {
+        const Perftools__Profiles__Sample *s = p->sample[i];
+        *total += s->value[0];
+        const Perftools__Profiles__Label *l = pbt_label(p, s, "thread_id");
+        ASSERT_NOT_NULL(l);
+        int k = 0;
+        while (k < *n && tids[k] != (pid_t)l->num)
+            k++;
+        if (k == *n) {
+            tids[k] = (pid_t)l->num;
+            counts[k] = 0;
+            (*n)++;
+        }
+        counts[k] += s->value[0];
+    }
+    perftools__profiles__profile__free_unpacked(p, NULL);
+}
+
+/* pprof, folded and trace builders in one profiler receive the same
+ * samples: the folded totals and the trace's samples per thread equal the
+ * pprof file's. */
+static void test_same_run_agree(void)
+{
+    atomic_store(&g_stop, 0);
+    snapprof_thread_t *tokens[2] = {NULL, NULL};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(pthread_create(&th[i], NULL, worker, &tokens[i]), 0);
+        while (__atomic_load_n(&tokens[i], __ATOMIC_ACQUIRE) == NULL)
+            usleep(1000);
+    }
+    char *dir = tu_make_tmpdir("builders");
+    char ppath[512], fpath[512], tpath[512];
+    snprintf(ppath, sizeof ppath, "%s/run.pb.gz", dir);
+    snprintf(fpath, sizeof fpath, "%s/run.folded", dir);
+    snprintf(tpath, sizeof tpath, "%s/run.json", dir);
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 2000000u;
+    snapprof_profiler_t *p;
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_profiler_create(&params, tokens, 2, &p));
+    ASSERT_OK(snapprof_pprof_builder_create(ppath, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_folded_builder_create(fpath, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_trace_builder_create(tpath, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_PROCESS, "run", "agree"));
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    do {
+        usleep(20000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < 300 && tu_mono_ns() < deadline);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    snapprof_profiler_destroy(p);
+    ASSERT_OK(snapprof_label_remove(SNAPPROF_LABEL_PROCESS, "run"));
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        snapprof_thread_release(tokens[i]);
+    }
+
+    int64_t total, counts[8];
+    pid_t tids[8];
+    int n;
+    pprof_counts(ppath, &total, tids, counts, &n);
+    ASSERT_EQ(total, (int64_t)st.samples);
+
+    /* Folded: every line "frames count", the counts summing to pprof's. */
+    char *text = read_file(fpath);
+    int64_t folded_total = 0;
+    int lines = 0, hot_lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        ASSERT_NOT_NULL(sp);
+        ASSERT_GT(sp - line, 0);
+        char *end;
+        long long c = strtoll(sp + 1, &end, 10);
+        ASSERT(*end == '\0' && c > 0);
+        folded_total += c;
+        lines++;
+        /* Root first: the thread's entry (start_thread) at the left, the
+         * leaf where the time went at the right, just before the count. */
+        char *hot = strstr(line, "builders_hot");
+        if (hot != NULL) {
+            hot_lines++;
+            char *entry = strstr(line, "start_thread");
+            if (entry == NULL || entry > hot || hot + strlen("builders_hot") != sp)
+                TEST_FAIL("not root first: %s", line);
+        }
+    }
+    printf("folded: %d lines, %lld samples; pprof: %lld samples on %d threads\n", lines,
+           (long long)folded_total, (long long)total, n);
+    ASSERT_EQ(folded_total, total);
+    ASSERT_GT(hot_lines, 0);
+    free(text);
+
+    /* Trace: per-thread sample counts equal pprof's thread_id counts. */
+    char expect[512] = "";
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(expect);
+        snprintf(expect + len, sizeof expect - len, "%d:%lld ", (int)tids[i], (long long)counts[i]);
+    }
+    ASSERT_EQ(run_checker(tpath, expect), 0);
+    text = read_file(tpath);
+    ASSERT_CONTAINS(text, "\"run\":\"agree\"");
+    free(text);
+    unlink(ppath);
+    unlink(fpath);
+    unlink(tpath);
+    rmdir(dir);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bad_path                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_bad_path(void)
+{
+    int (*create[2])(const char *, snapprof_builder_t **) = {snapprof_folded_builder_create,
+                                                             snapprof_trace_builder_create};
+    for (int i = 0; i < 2; i++) {
+        snapprof_builder_t *b = (snapprof_builder_t *)1;
+        ASSERT_EQ(create[i]("/nonexistent-snapprof-dir/x", &b), -ENOENT);
+        ASSERT_NULL(b);
+        ASSERT_EQ(create[i](NULL, &b), -EINVAL);
+        ASSERT_EQ(create[i]("", &b), -EINVAL);
+        ASSERT_EQ(create[i]("/tmp/", &b), -EISDIR);
+        ASSERT_EQ(create[i]("x", NULL), -EINVAL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "folded_format"))
+        test_folded_format();
+    else if (!strcmp(c, "trace_format"))
+        test_trace_format();
+    else if (!strcmp(c, "same_run_agree"))
+        test_same_run_agree();
+    else if (!strcmp(c, "bad_path"))
+        test_bad_path();
+    else
+        TEST_FAIL("unknown case '%s'", c);
+    return 0;
+}

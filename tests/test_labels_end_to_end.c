@@ -1,0 +1,249 @@
+/* Labels end to end, read back by go tool pprof: -tagfocus picks each
+ * thread's work by its labels, and hitch=true picks the slow app frames. */
+#include "test.h"
+#include "test_sample_log.h"
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+/* Burns about ns of this thread's CPU time in the calling function itself
+ * (a macro, so the samples land in the function that uses it). */
+#define BURN(ns)                                                                                   \
+    do {                                                                                           \
+        uint64_t end_ = tu_thread_cpu_ns() + (ns);                                                 \
+        volatile uint64_t x_ = 1;                                                                  \
+        while (tu_thread_cpu_ns() < end_)                                                          \
+            for (int i_ = 0; i_ < 200000; i_++)                                                    \
+                x_ = x_ * 6364136223846793005u + 1442695040888963407u;                             \
+    } while (0)
+
+__attribute__((noinline)) void label_alpha_hot(void)
+{
+    BURN(2000000u);
+}
+
+__attribute__((noinline)) void label_beta_hot(void)
+{
+    BURN(2000000u);
+}
+
+__attribute__((noinline)) void hitch_fast_path(void)
+{
+    BURN(6000000u);
+}
+
+__attribute__((noinline)) void hitch_slow_path(void)
+{
+    BURN(60000000u);
+}
+
+typedef struct worker {
+    pthread_t th;
+    snapprof_thread_t *token;
+    pid_t tid;
+    int which;
+    atomic_int ready, stop;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    w->tid = snapprof_thread_tid(w->token);
+    if (w->which == 0) {
+        ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "worker", "alpha"));
+        ASSERT_OK(snapprof_label_set_num(SNAPPROF_LABEL_THREAD, "shard", 1, NULL));
+    } else if (w->which == 1) {
+        ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "worker", "beta"));
+        ASSERT_OK(snapprof_label_set_num(SNAPPROF_LABEL_THREAD, "shard", 2, NULL));
+    }
+    atomic_store(&w->ready, 1);
+    for (uint64_t f = 1; !atomic_load(&w->stop); f++) {
+        if (w->which == 0) {
+            label_alpha_hot();
+        } else if (w->which == 1) {
+            label_beta_hot();
+        } else {
+            /* A frame loop: every tenth frame is slow. */
+            ASSERT_OK(snapprof_app_frame_begin(f));
+            if (f % 10 == 0)
+                hitch_slow_path();
+            else
+                hitch_fast_path();
+            ASSERT_OK(snapprof_app_frame_end(f));
+        }
+    }
+    return NULL;
+}
+
+static void start_worker(worker_t *w, int which)
+{
+    w->which = which;
+    ASSERT_EQ(pthread_create(&w->th, NULL, worker_main, w), 0);
+    while (!atomic_load(&w->ready))
+        usleep(1000);
+}
+
+static void stop_worker(worker_t *w)
+{
+    atomic_store(&w->stop, 1);
+    pthread_join(w->th, NULL);
+    snapprof_thread_release(w->token);
+}
+
+/* Profiles the workers into path until each has n samples. Waiting for
+ * samples rather than time: this VM's host stalls vCPUs for up to ~1 s. */
+static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
+{
+    snapprof_thread_t *threads[4];
+    for (size_t i = 0; i < nw; i++)
+        threads[i] = ws[i].token;
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.hitch_threshold_ns = 30000000u;
+    snapprof_profiler_t *p;
+    snapprof_builder_t *b;
+    sample_log_t log = {0};
+    ASSERT_OK(snapprof_profiler_create(&params, threads, nw, &p));
+    ASSERT_OK(snapprof_pprof_builder_create(path, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, sl_builder(&log)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    uint64_t deadline = tu_mono_ns() + 150000000000u;
+    for (size_t i = 0; i < nw; i++)
+        while (sl_count_tid(&log, ws[i].tid) < n && tu_mono_ns() < deadline)
+            usleep(10000);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    for (size_t i = 0; i < nw; i++)
+        ASSERT_GE(sl_count_tid(&log, ws[i].tid), n);
+    snapprof_profiler_destroy(p);
+    sl_free(&log);
+}
+
+/* The cum% of name in `-top EXTRA`, 0 when absent. The tests pass
+ * -relative_percentages, so that is a share of what the filter kept. */
+static double cum_pct(const char *path, const char *extra, const char *name, int print)
+{
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(path, extra, &rows, &raw);
+    if (print)
+        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
+    const tu_top_row_t *r = tu_top_find(rows, n, name);
+    double v = r ? r->cum_pct : 0;
+    free(rows);
+    free(raw);
+    return v;
+}
+
+/* Two threads with different labels: -tagfocus on a string label and on a
+ * numeric one selects each thread's hot function and never the other's. */
+static void test_tagfocus_threads(void)
+{
+    worker_t ws[2] = {{0}, {0}};
+    start_worker(&ws[0], 0);
+    start_worker(&ws[1], 1);
+    char *dir = tu_make_tmpdir("labels-e2e");
+    char path[512];
+    snprintf(path, sizeof path, "%s/labels.pb.gz", dir);
+    run_profile(ws, 2, 500, path);
+    stop_worker(&ws[0]);
+    stop_worker(&ws[1]);
+
+    char args[600];
+    snprintf(args, sizeof args, "-tags '%s'", path);
+    int status;
+    char *tags = tu_pprof(args, &status);
+    printf("$ go tool pprof -tags\n%s\n", tags);
+    ASSERT_EQ(status, 0);
+    ASSERT_CONTAINS(tags, "worker");
+    ASSERT_CONTAINS(tags, "alpha");
+    ASSERT_CONTAINS(tags, "beta");
+    ASSERT_CONTAINS(tags, "shard");
+    free(tags);
+
+    double a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
+                       "label_alpha_hot", 1);
+    double b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
+                       "label_beta_hot", 0);
+    printf("worker=alpha: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    ASSERT_GT(a, 80.0);
+    ASSERT_EQ(b, 0);
+    a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
+                "label_alpha_hot", 0);
+    b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
+                "label_beta_hot", 0);
+    printf("worker=beta: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    ASSERT_EQ(a, 0);
+    ASSERT_GT(b, 80.0);
+    a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
+                "label_alpha_hot", 0);
+    b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
+                "label_beta_hot", 0);
+    printf("shard=2: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    ASSERT_EQ(a, 0);
+    ASSERT_GT(b, 80.0);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* A frame loop whose every tenth frame takes 60 ms instead of 6 ms, with a
+ * 30 ms threshold: hitch=true selects the slow path, hitch=false the fast
+ * one. */
+static void test_hitch_frames(void)
+{
+    worker_t w = {0};
+    start_worker(&w, 2);
+    char *dir = tu_make_tmpdir("hitch-e2e");
+    char path[512];
+    snprintf(path, sizeof path, "%s/hitch.pb.gz", dir);
+    run_profile(&w, 1, 1500, path);
+    stop_worker(&w);
+
+    char args[600];
+    snprintf(args, sizeof args, "-tags -tagfocus=hitch '%s'", path);
+    int status;
+    char *tags = tu_pprof(args, &status);
+    printf("$ go tool pprof -tags -tagfocus=hitch\n%s\n", tags);
+    ASSERT_EQ(status, 0);
+    ASSERT_CONTAINS(tags, "hitch");
+    ASSERT_CONTAINS(tags, "true");
+    ASSERT_CONTAINS(tags, "false");
+    free(tags);
+
+    double slow = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
+                          "hitch_slow_path", 1);
+    double fast = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
+                          "hitch_fast_path", 0);
+    printf("hitch=true: slow %.1f%%, fast %.1f%%\n", slow, fast);
+    /* A host stall can stretch a fast frame past the threshold, so a few
+     * fast samples may be hitches too; most are not. */
+    ASSERT_GT(slow, 70.0);
+    ASSERT_LT(fast, 25.0);
+    slow = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
+                   "hitch_slow_path", 0);
+    fast = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
+                   "hitch_fast_path", 0);
+    printf("hitch=false: slow %.1f%%, fast %.1f%%\n", slow, fast);
+    ASSERT_EQ(slow, 0); /* a 60 ms frame is never under 30 ms */
+    ASSERT_GT(fast, 80.0);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "tagfocus_threads"))
+        test_tagfocus_threads();
+    else if (!strcmp(c, "hitch_frames"))
+        test_hitch_frames();
+    else
+        TEST_FAIL("unknown case '%s'", c);
+    return 0;
+}

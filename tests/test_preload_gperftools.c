@@ -1,0 +1,166 @@
+/* The gperftools drop-in: a program written for gperftools' CPU profiler,
+ * built against snapprof's <gperftools/profiler.h> and library, checks the
+ * API's promises itself; here its profiles are read back through
+ * `go tool pprof`. These run under the sanitizers too: nothing is
+ * preloaded. */
+#include "test_preload_util.h"
+
+#include <unistd.h>
+
+#define PROG GPERFTOOLS_PROG
+
+static char g_dir[512], g_prof[1024];
+
+static void setup(const char *tag)
+{
+    char *d = tu_make_tmpdir(tag);
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    snprintf(g_prof, sizeof g_prof, "%s/x.prof", d);
+    free(d);
+}
+
+/* ProfilerStart("x.prof") ... ProfilerStop(): the hot function on top. */
+static void test_start_stop(void)
+{
+    setup("gperf-basic");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s basic x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(text, "snapprof:") == NULL);
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(g_prof, "-sample_index=samples", &rows, &raw);
+    printf("%s\n", raw);
+    ASSERT_GT(n, 0);
+    ASSERT_STR_EQ(rows[0].name, "gperf_hot");
+    ASSERT_GE(rows[0].flat, 50);
+    free(rows);
+    free(raw);
+    free(text);
+}
+
+/* ProfilingIsEnabledForAllThreads, ProfilerGetCurrentState, a second
+ * start refused, the deprecated and no-op calls, start after stop. */
+static void test_state(void)
+{
+    setup("gperf-state");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s state x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_fn(g_prof, "", "gperf_cold", 5); /* the second profile replaced the first */
+    ASSERT_EQ(pl_samples_of(g_prof, "", "gperf_hot"), 0);
+    free(text);
+}
+
+/* ProfilerFlush writes a complete profile while profiling goes on. */
+static void test_flush(void)
+{
+    setup("gperf-flush");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s flush x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    char flushed[1200];
+    snprintf(flushed, sizeof flushed, "%s.flushed", g_prof);
+    pl_require_fn(flushed, "", "gperf_hot", 20);
+    ASSERT_EQ(pl_samples_of(flushed, "", "gperf_cold"), 0);
+    pl_require_fn(g_prof, "", "gperf_hot", 20);
+    pl_require_fn(g_prof, "", "gperf_cold", 20);
+    free(text);
+}
+
+/* Threads that ran before ProfilerStart are found and sampled. */
+static void test_existing_threads(void)
+{
+    setup("gperf-existing");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s existing x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_fn(g_prof, "", "gperf_pre_a", 20);
+    pl_require_fn(g_prof, "", "gperf_pre_b", 20);
+    free(text);
+}
+
+/* An unwritable path: ProfilerStart returns 0 and says why in one line. */
+static void test_bad_path(void)
+{
+    setup("gperf-badpath");
+    int st;
+    char *text = pl_run(&st, "%s bad_path /nonexistent-dir/x.prof", PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_count(text, "\n", 1);
+    ASSERT_CONTAINS(text, "snapprof: ProfilerStart(\"/nonexistent-dir/x.prof\"): cannot write "
+                          "/nonexistent-dir/x.prof: No such file or directory");
+    free(text);
+}
+
+/* SIGURG already handled by the program at ProfilerStart: another signal
+ * is picked, that is said, and the program's handler keeps its signals. */
+static void test_signal_taken(void)
+{
+    setup("gperf-sigtaken");
+    int st;
+    char *text = pl_run(&st, "cd %s && env -u SNAPPROF_SIGNAL %s signal_taken x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_count(text, "snapprof: ", 1);
+    ASSERT_CONTAINS(text, "snapprof: SIGURG already has a handler in this program; sampling with "
+                          "SIGRTMAX-1 instead");
+    pl_require_fn(g_prof, "", "gperf_hot", 20);
+    free(text);
+}
+
+/* ... and when SIGURG was asked for by name, the profiler refuses. */
+static void test_signal_taken_explicit(void)
+{
+    setup("gperf-sigexplicit");
+    int st;
+    char *text = pl_run(
+        &st, "cd %s && SNAPPROF_SIGNAL=SIGURG expect_start=0 %s signal_taken x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_count(text, "\n", 1);
+    ASSERT_CONTAINS(text, "SIGURG already has a handler in this program; not profiling (choose "
+                          "another signal with SNAPPROF_SIGNAL");
+    ASSERT(!pl_exists(g_prof));
+    free(text);
+}
+
+/* CPUPROFILE set for a program linked with the library: profiling starts
+ * at load (so ProfilerStart reports one is running) and the file is
+ * written at exit. */
+static void test_cpuprofile_at_load(void)
+{
+    setup("gperf-env");
+    int st;
+    char *text = pl_run(&st, "cd %s && CPUPROFILE=env.prof CPUPROFILE_FREQUENCY=500 %s env x.prof",
+                        g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    char prof[1200];
+    snprintf(prof, sizeof prof, "%s/env.prof", g_dir);
+    pl_require_fn(prof, "", "gperf_hot", 20);
+    ASSERT(!pl_exists(g_prof));
+    free(text);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"start_stop", test_start_stop},
+        {"state", test_state},
+        {"flush", test_flush},
+        {"existing_threads", test_existing_threads},
+        {"bad_path", test_bad_path},
+        {"signal_taken", test_signal_taken},
+        {"signal_taken_explicit", test_signal_taken_explicit},
+        {"cpuprofile_at_load", test_cpuprofile_at_load},
+    };
+    const char *c = argc > 1 ? argv[1] : "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!strcmp(c, cases[i].name)) {
+            cases[i].fn();
+            return 0;
+        }
+    }
+    TEST_FAIL("unknown case '%s'", c);
+}

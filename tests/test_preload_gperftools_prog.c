@@ -1,0 +1,207 @@
+/* A program written for gperftools' CPU profiler: it includes
+ * <gperftools/profiler.h> and calls ProfilerStart/Stop, and is built
+ * against snapprof's compatibility library instead. Exits 0 when every
+ * call behaved as gperftools documents, else prints why and exits 1.
+ *
+ *   basic FILE            ProfilerStart(FILE), burn in gperf_hot, Stop
+ *   state FILE            the state calls, a second Start, Stop, Start again
+ *   flush FILE            ProfilerFlush writes FILE while profiling goes on
+ *   existing FILE         threads started before ProfilerStart are sampled
+ *   bad_path FILE         ProfilerStart on an unwritable path returns 0
+ *   signal_taken FILE     SIGURG has the program's handler before Start;
+ *                         expect_start=0 in the environment: Start must fail
+ *   env FILE              CPUPROFILE started a profile at load: Start fails */
+#include <gperftools/profiler.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define ITERS_PER_MS 300000u
+#define HOT(name)                                                                                  \
+    __attribute__((noinline)) void name(uint64_t ms)                                               \
+    {                                                                                              \
+        volatile uint64_t x = 1;                                                                   \
+        for (uint64_t i = 0; i < ms * ITERS_PER_MS; i++)                                           \
+            x = x * 6364136223846793005u + 1442695040888963407u;                                   \
+    }
+HOT(gperf_hot)
+HOT(gperf_cold)
+HOT(gperf_pre_a)
+HOT(gperf_pre_b)
+
+/* Burns until the profile holds at least n samples (ProfilerGetCurrentState
+ * counts them), so a stalled host cannot leave it empty. */
+static void burn_until_samples(void (*fn)(uint64_t), int n)
+{
+    struct ProfilerState st;
+    do {
+        fn(20);
+        ProfilerGetCurrentState(&st);
+    } while (st.samples_gathered < n);
+}
+
+static int mode_basic(const char *file)
+{
+    CHECK(ProfilerStart(file) != 0);
+    burn_until_samples(gperf_hot, 100);
+    gperf_cold(10);
+    ProfilerStop();
+    struct stat st;
+    CHECK(stat(file, &st) == 0 && st.st_size > 0);
+    return 0;
+}
+
+static int mode_state(const char *file)
+{
+    struct ProfilerState st;
+    CHECK(!ProfilingIsEnabledForAllThreads());
+    ProfilerGetCurrentState(&st);
+    CHECK(st.enabled == 0 && st.profile_name[0] == '\0');
+    CHECK(ProfilerStart(file) != 0);
+    CHECK(ProfilingIsEnabledForAllThreads());
+    CHECK(ProfilerStart(file) == 0); /* one at a time, as in gperftools */
+    ProfilerRegisterThread();        /* no-op: every thread is sampled */
+    ProfilerEnable();                /* deprecated no-ops */
+    ProfilerDisable();
+    burn_until_samples(gperf_hot, 20);
+    ProfilerGetCurrentState(&st);
+    CHECK(st.enabled == 1 && st.samples_gathered >= 20 && st.start_time > 0);
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    CHECK(strstr(st.profile_name, base) != NULL);
+    ProfilerStop();
+    CHECK(!ProfilingIsEnabledForAllThreads());
+    ProfilerStop(); /* stopping twice is harmless */
+    ProfilerFlush();
+    /* Start again: a new profile replaces the file. */
+    CHECK(ProfilerStart(file) != 0);
+    burn_until_samples(gperf_cold, 10);
+    ProfilerStop();
+    return 0;
+}
+
+static int mode_flush(const char *file)
+{
+    CHECK(ProfilerStart(file) != 0);
+    burn_until_samples(gperf_hot, 50);
+    struct stat st;
+    CHECK(stat(file, &st) != 0); /* nothing written yet */
+    ProfilerFlush();
+    CHECK(stat(file, &st) == 0 && st.st_size > 0);
+    printf("flushed %lld bytes\n", (long long)st.st_size);
+    fflush(stdout);
+    /* The flushed copy stays for the test to read while we go on. */
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s.flushed", file);
+    CHECK(link(file, copy) == 0);
+    burn_until_samples(gperf_cold, 100);
+    ProfilerStop();
+    return 0;
+}
+
+static atomic_int g_stop;
+
+static void *pre_thread(void *arg)
+{
+    void (*fn)(uint64_t) = (void (*)(uint64_t))arg;
+    while (!atomic_load(&g_stop))
+        fn(5);
+    return NULL;
+}
+
+static int mode_existing(const char *file)
+{
+    pthread_t a, b;
+    CHECK(pthread_create(&a, NULL, pre_thread, (void *)gperf_pre_a) == 0);
+    CHECK(pthread_create(&b, NULL, pre_thread, (void *)gperf_pre_b) == 0);
+    usleep(20000);
+    CHECK(ProfilerStart(file) != 0);
+    struct ProfilerState st;
+    do {
+        usleep(20000);
+        ProfilerGetCurrentState(&st);
+    } while (st.samples_gathered < 200);
+    ProfilerStop();
+    atomic_store(&g_stop, 1);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    return 0;
+}
+
+static atomic_int g_urgs;
+
+static void on_urg(int signo)
+{
+    (void)signo;
+    atomic_fetch_add(&g_urgs, 1);
+}
+
+static int mode_signal_taken(const char *file)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_urg;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGURG, &sa, NULL) == 0);
+    const char *expect = getenv("expect_start");
+    int started = ProfilerStart(file);
+    if (expect && !strcmp(expect, "0")) {
+        CHECK(started == 0);
+        return 0;
+    }
+    CHECK(started != 0);
+    burn_until_samples(gperf_hot, 50);
+    raise(SIGURG);
+    raise(SIGURG);
+    ProfilerStop();
+    CHECK(atomic_load(&g_urgs) == 2); /* the program's handler kept its signal */
+    struct sigaction cur;
+    CHECK(sigaction(SIGURG, NULL, &cur) == 0 && cur.sa_handler == on_urg);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODE FILE\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1], *file = argv[2];
+    if (!strcmp(mode, "basic"))
+        return mode_basic(file);
+    if (!strcmp(mode, "state"))
+        return mode_state(file);
+    if (!strcmp(mode, "flush"))
+        return mode_flush(file);
+    if (!strcmp(mode, "existing"))
+        return mode_existing(file);
+    if (!strcmp(mode, "bad_path")) {
+        CHECK(ProfilerStart(file) == 0);
+        CHECK(!ProfilingIsEnabledForAllThreads());
+        return 0;
+    }
+    if (!strcmp(mode, "signal_taken"))
+        return mode_signal_taken(file);
+    if (!strcmp(mode, "env")) {
+        CHECK(ProfilingIsEnabledForAllThreads()); /* CPUPROFILE did it */
+        CHECK(ProfilerStart(file) == 0);
+        burn_until_samples(gperf_hot, 50);
+        return 0; /* written at exit, as gperftools does */
+    }
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+}

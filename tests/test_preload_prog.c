@@ -1,0 +1,286 @@
+/* A program for the preload tests to profile: it knows nothing of snapprof
+ * (it is run under `snapprof record` or LD_PRELOAD), and each mode burns
+ * CPU in functions with names the tests look for.
+ *
+ *   threads MS         threads from a constructor, from main, and one that
+ *                      exits early; each names itself and burns MS ms
+ *   burn NAME MS       burn in hot_a / hot_b / hot_c; copy stdin to stdout
+ *   forkexec MS        a child that execs "burn hot_exec", a child that only
+ *                      forks (hot_forked_child), the parent (hot_fork_parent)
+ *   spin PIDFILE [handler]   burn in hot_spin until a signal ends it; with
+ *                      "handler", SIGTERM sets a flag and main returns 0
+ *   rmdir DIR MS       burn, then remove DIR (where the profile should go)
+ *   sigurg MS          install its own SIGURG handler, send itself SIGURGs,
+ *                      exit 3 unless its handler saw every one
+ *   exit N             exit with status N
+ *   fork_thread MS     fork from a thread other than main; the child burns
+ *                      in hot_thread_fork_child */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Each hot function does a fixed amount of work: about ms milliseconds on
+ * an idle machine. Work, not time: the thread CPU clock on these VMs jumps
+ * by hundreds of milliseconds now and then, and a loop that ran until the
+ * clock said so would sometimes do almost nothing. */
+#define ITERS_PER_MS 300000u
+#define HOT(name)                                                                                  \
+    __attribute__((noinline)) void name(uint64_t ms)                                               \
+    {                                                                                              \
+        volatile uint64_t x = 1;                                                                   \
+        for (uint64_t i = 0; i < ms * ITERS_PER_MS; i++)                                           \
+            x = x * 6364136223846793005u + 1442695040888963407u;                                   \
+    }
+HOT(hot_ctor_thread)
+HOT(hot_worker_one)
+HOT(hot_early_exit)
+HOT(hot_main_thread)
+HOT(hot_a)
+HOT(hot_b)
+HOT(hot_c)
+HOT(hot_exec)
+HOT(hot_forked_child)
+HOT(hot_fork_parent)
+HOT(hot_spin)
+HOT(hot_thread_fork_child)
+
+static uint64_t g_ms = 300;
+
+/* ------------------------------------------------------------------------ */
+/* threads                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static pthread_t g_ctor_thread;
+static int g_ctor_started;
+static uint64_t g_ctor_ms;
+
+static void *ctor_thread(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ctor-worker");
+    hot_ctor_thread(g_ctor_ms);
+    return NULL;
+}
+
+/* Started before main, from a constructor: the mode is not known yet, so
+ * it looks at the environment the test sets. */
+__attribute__((constructor)) static void start_ctor_thread(void)
+{
+    const char *ms = getenv("PRELOAD_PROG_CTOR_MS");
+    if (!ms)
+        return;
+    g_ctor_ms = strtoull(ms, NULL, 10);
+    g_ctor_started = pthread_create(&g_ctor_thread, NULL, ctor_thread, NULL) == 0;
+}
+
+static void *worker_one(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "worker-one");
+    hot_worker_one(g_ms);
+    return NULL;
+}
+
+static void *early_exit(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "early-exit");
+    hot_early_exit(g_ms / 2);
+    pthread_exit(NULL);
+}
+
+static int mode_threads(uint64_t ms)
+{
+    g_ms = ms; /* before the threads that read it start */
+    pthread_t a, b;
+    if (pthread_create(&b, NULL, early_exit, NULL) != 0)
+        return 2;
+    pthread_join(b, NULL); /* gone before the others start */
+    if (pthread_create(&a, NULL, worker_one, NULL) != 0)
+        return 2;
+    hot_main_thread(ms);
+    pthread_join(a, NULL);
+    if (g_ctor_started)
+        pthread_join(g_ctor_thread, NULL);
+    else
+        fprintf(stderr, "constructor thread was not started (PRELOAD_PROG_CTOR_MS unset)\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* burn, forkexec                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int mode_burn(const char *name, uint64_t ms)
+{
+    if (!strcmp(name, "hot_a"))
+        hot_a(ms);
+    else if (!strcmp(name, "hot_b"))
+        hot_b(ms);
+    else if (!strcmp(name, "hot_c"))
+        hot_c(ms);
+    else if (!strcmp(name, "hot_exec"))
+        hot_exec(ms);
+    else
+        return 2;
+    printf("%s done\n", name);
+    fflush(stdout);
+    if (!isatty(0)) {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, stdin)) > 0)
+            fwrite(buf, 1, n, stdout);
+    }
+    return 0;
+}
+
+static int mode_forkexec(const char *self, uint64_t ms)
+{
+    char arg[32];
+    snprintf(arg, sizeof arg, "%llu", (unsigned long long)ms);
+    pid_t execd = fork();
+    if (execd == 0) {
+        execl(self, self, "burn", "hot_exec", arg, (char *)NULL);
+        _exit(127);
+    }
+    pid_t forked = fork();
+    if (forked == 0) {
+        hot_forked_child(ms);
+        exit(0); /* exit handlers run: the child's profile is written */
+    }
+    hot_fork_parent(ms);
+    int st1, st2;
+    waitpid(execd, &st1, 0);
+    waitpid(forked, &st2, 0);
+    printf("children %d %d\n", (int)execd, (int)forked);
+    return WIFEXITED(st1) && WEXITSTATUS(st1) == 0 && WIFEXITED(st2) && WEXITSTATUS(st2) == 0 ? 0
+                                                                                              : 4;
+}
+
+static void *fork_from_thread(void *arg)
+{
+    uint64_t ms = *(uint64_t *)arg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        hot_thread_fork_child(ms);
+        exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return (void *)(intptr_t)(WIFEXITED(st) ? WEXITSTATUS(st) : 5);
+}
+
+static int mode_fork_thread(uint64_t ms)
+{
+    pthread_t t;
+    void *ret;
+    if (pthread_create(&t, NULL, fork_from_thread, &ms) != 0)
+        return 2;
+    pthread_join(t, &ret);
+    return (int)(intptr_t)ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* spin, rmdir, sigurg                                                      */
+/* ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_term;
+
+static void on_term(int signo)
+{
+    (void)signo;
+    g_term = 1;
+}
+
+static int mode_spin(const char *pidfile, int own_handler)
+{
+    if (own_handler)
+        signal(SIGTERM, on_term);
+    hot_spin(100); /* a first stretch of CPU before anyone signals us */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", pidfile);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return 2;
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    rename(tmp, pidfile);
+    while (!g_term)
+        hot_spin(10);
+    return 0;
+}
+
+static int mode_rmdir(const char *dir, uint64_t ms)
+{
+    hot_a(ms);
+    if (rmdir(dir) != 0) {
+        perror("rmdir");
+        return 2;
+    }
+    return 0;
+}
+
+static atomic_int g_urgs;
+
+static void on_urg(int signo)
+{
+    (void)signo;
+    atomic_fetch_add(&g_urgs, 1);
+}
+
+static int mode_sigurg(uint64_t ms)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_urg;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGURG, &sa, NULL) != 0)
+        return 2;
+    /* What the program set is what it reads back. */
+    if (sigaction(SIGURG, NULL, &old) != 0 || old.sa_handler != on_urg) {
+        fprintf(stderr, "sigaction(SIGURG) reads back another handler\n");
+        return 3;
+    }
+    hot_a(ms);
+    for (int i = 0; i < 5; i++)
+        raise(SIGURG);
+    hot_b(ms / 3);
+    if (atomic_load(&g_urgs) != 5) {
+        fprintf(stderr, "own SIGURG handler ran %d times, not 5\n", atomic_load(&g_urgs));
+        return 3;
+    }
+    printf("own handler saw 5 SIGURG\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    uint64_t ms = argc > 2 ? strtoull(argv[argc - 1], NULL, 10) : 300;
+    if (!strcmp(mode, "threads"))
+        return mode_threads(ms);
+    if (!strcmp(mode, "burn") && argc > 3)
+        return mode_burn(argv[2], ms);
+    if (!strcmp(mode, "forkexec"))
+        return mode_forkexec(argv[0], ms);
+    if (!strcmp(mode, "fork_thread"))
+        return mode_fork_thread(ms);
+    if (!strcmp(mode, "spin") && argc > 2)
+        return mode_spin(argv[2], argc > 3 && !strcmp(argv[3], "handler"));
+    if (!strcmp(mode, "rmdir") && argc > 3)
+        return mode_rmdir(argv[2], ms);
+    if (!strcmp(mode, "sigurg"))
+        return mode_sigurg(ms);
+    if (!strcmp(mode, "exit") && argc > 2)
+        return atoi(argv[2]);
+    fprintf(stderr, "usage: %s threads|burn|forkexec|fork_thread|spin|rmdir|sigurg|exit ...\n",
+            argv[0]);
+    return 2;
+}

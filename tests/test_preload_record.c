@@ -1,0 +1,557 @@
+/* `snapprof record` end to end: real programs (ours, python3, dash, gzip)
+ * profiled with no recompilation, their profiles read back through
+ * `go tool pprof`, and every kind of bad input refused before anything
+ * starts. Attribution is judged on sample counts of fixed work, never on
+ * wall time. */
+#include "test_preload_util.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CLI SNAPPROF_CLI
+#define PROG PRELOAD_PROG
+
+static char g_dir[512];
+
+static void setup(const char *tag)
+{
+    char *d = tu_make_tmpdir(tag);
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
+}
+
+static char *path_in(const char *name)
+{
+    static char buf[4][1024];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Programs                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Threads started from a constructor (before main), from main, and one
+ * that exits early: each one's hot function is there, under its own
+ * thread's name (the threads rename themselves after they start). */
+static void test_threads(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-threads");
+    const char *out = path_in("t.pb.gz");
+    int st;
+    char *text = pl_run(
+        &st, "cd %s && PRELOAD_PROG_CTOR_MS=300 %s record -F 1000 -o t.pb.gz -- %s threads 300",
+        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "from 4 threads");
+    ASSERT_CONTAINS(text, "profile written to ");
+    ASSERT_CONTAINS(text, "go tool pprof -http=: ");
+    ASSERT_CONTAINS(text, out);
+    const char *pairs[4][2] = {{"ctor-worker", "hot_ctor_thread"},
+                               {"worker-one", "hot_worker_one"},
+                               {"early-exit", "hot_early_exit"},
+                               {"preload_prog", "hot_main_thread"}};
+    for (int i = 0; i < 4; i++) {
+        char focus[128];
+        snprintf(focus, sizeof focus, "-tagfocus=thread_name=^%s$", pairs[i][0]);
+        pl_require_fn(out, focus, pairs[i][1], 5);
+        /* and nobody else's */
+        for (int j = 0; j < 4; j++)
+            if (j != i && pl_samples_of(out, focus, pairs[j][1]) > 0)
+                TEST_FAIL("%s's samples labelled %s", pairs[j][1], pairs[i][0]);
+    }
+    int pst;
+    char args[1200];
+    snprintf(args, sizeof args, "-tags -sample_index=samples '%s'", out);
+    char *tags = tu_pprof(args, &pst);
+    printf("%s\n", tags);
+    ASSERT_EQ(pst, 0);
+    ASSERT_CONTAINS(tags, "thread_id: Total");
+    pl_require_count(tags, "%): ", 8); /* 4 thread ids and 4 names */
+    free(tags);
+    free(text);
+}
+
+/* The Debian interpreter's evaluation loop, by name, from its .dynsym. */
+static void test_python(void)
+{
+    pl_skip_if_sanitized();
+    if (!pl_exists("/usr/bin/python3")) {
+        printf("skipped: /usr/bin/python3 is not installed\n");
+        exit(TEST_SKIP);
+    }
+    setup("rec-python");
+    const char *out = path_in("py.pb.gz");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 -o py.pb.gz -- /usr/bin/python3 -c "
+                        "'x = 0\nfor i in range(4000000): x += i * i\nprint(x > 0)'",
+                        g_dir, CLI);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "True");
+    ASSERT_CONTAINS(text, "python3 (pid ");
+    pl_require_fn(out, "", "_PyEval_EvalFrameDefault", 20);
+    /* On top of every function with a name: the rest of the binary is
+     * stripped of its static functions, which pprof shows as
+     * "[python3.11]". */
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(out, "-sample_index=samples", &rows, &raw);
+    printf("%s\n", raw);
+    int i = 0;
+    while (i < n && rows[i].name[0] == '[')
+        i++;
+    ASSERT_LT(i, n);
+    ASSERT_STR_EQ(rows[i].name, "_PyEval_EvalFrameDefault");
+    free(rows);
+    free(raw);
+    free(text);
+}
+
+/* A dash pipeline of our program and gzip: every process of it is
+ * profiled, the shell into FILE and each child into FILE.<pid>. */
+static void test_pipeline(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-pipeline");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 -o p.pb.gz -- /bin/sh -c "
+                        "'%s burn hot_a 300 | %s burn hot_b 300 | gzip -1 > out.gz'",
+                        g_dir, CLI, PROG, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "4 processes");
+    ASSERT_CONTAINS(text, "  gzip (pid ");
+    ASSERT_CONTAINS(text, "  sh (pid ");
+    ASSERT(pl_exists(path_in("p.pb.gz")));
+    ASSERT_EQ(pl_count_prefix(g_dir, "p.pb.gz."), 3);
+    /* Which child file holds which function: look at each. */
+    int found_a = 0, found_b = 0;
+    char *list = pl_run(NULL, "ls %s/p.pb.gz.*", g_dir);
+    char *save = NULL;
+    for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", line);
+        found_a += pl_samples_of(copy, "", "hot_a") >= 5;
+        found_b += pl_samples_of(copy, "", "hot_b") >= 5;
+    }
+    ASSERT_EQ(found_a, 1);
+    ASSERT_EQ(found_b, 1);
+    free(list);
+    free(text);
+}
+
+/* A child that execs, a child that only forks, and the parent: three
+ * profiles, each with its own hot function. */
+static void test_fork_exec(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-forkexec");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s forkexec 300", g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    int execd, forked;
+    const char *c = strstr(text, "children ");
+    ASSERT_NOT_NULL(c);
+    ASSERT_EQ(sscanf(c, "children %d %d", &execd, &forked), 2);
+    char p1[1024], p2[1024];
+    snprintf(p1, sizeof p1, "%s.%d", path_in("f.pb.gz"), execd);
+    snprintf(p2, sizeof p2, "%s.%d", path_in("f.pb.gz"), forked);
+    pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 5);
+    pl_require_fn(p1, "", "hot_exec", 5);
+    pl_require_fn(p2, "", "hot_forked_child", 5);
+    ASSERT_CONTAINS(text, "3 processes");
+    free(text);
+}
+
+/* --fork stop: the children run unprofiled and write nothing. */
+static void test_fork_stop(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-forkstop");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -F 1000 --fork stop -o f.pb.gz -- %s forkexec 300",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 5);
+    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 0);
+    ASSERT(strstr(text, "processes") == NULL);
+    free(text);
+}
+
+/* fork() from a thread that is not main: the child's only thread runs on
+ * that thread's stack, and is still sampled right. */
+static void test_fork_from_thread(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-forkthread");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s fork_thread 300", g_dir,
+                        CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 1);
+    char *child = pl_run(NULL, "ls %s/f.pb.gz.*", g_dir);
+    child[strcspn(child, "\n")] = '\0';
+    pl_require_fn(child, "", "hot_thread_fork_child", 5);
+    ASSERT(strstr(text, "sp_out_of_range") == NULL);
+    free(child);
+    free(text);
+}
+
+/* The program's exit status comes through, and so does death by signal. */
+static void test_exit_status(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-status");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -o e.pb.gz -- %s exit 7", g_dir, CLI, PROG);
+    ASSERT_EQ(st, 7);
+    ASSERT_CONTAINS(text, "exited with status 7");
+    ASSERT(pl_exists(path_in("e.pb.gz")));
+    free(text);
+    text =
+        pl_run(&st, "cd %s && %s record -o k.pb.gz -- /bin/sh -c 'kill -KILL $$'; echo \"st=$?\"",
+               g_dir, CLI);
+    ASSERT_CONTAINS(text, "st=137");
+    ASSERT_CONTAINS(text, "was killed by SIGKILL");
+    ASSERT_CONTAINS(text, "wrote no profile");
+    free(text);
+}
+
+/* Waits for the spinning program to write its pid file. */
+static int wait_pidfile(const char *path)
+{
+    for (int i = 0; i < 3000; i++) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            int pid = 0;
+            int ok = fscanf(f, "%d", &pid) == 1;
+            fclose(f);
+            if (ok)
+                return pid;
+        }
+        usleep(10000);
+    }
+    TEST_FAIL("%s never appeared", path);
+}
+
+/* SIGINT to a program that leaves it at the default: the profile is
+ * written, then the program dies of SIGINT, and so does the command. */
+static void test_sigint(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-sigint");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (%s record -F 1000 -o s.pb.gz -- %s spin %s/pid > log 2>&1; echo st=$? >> "
+             "log) & ",
+             g_dir, CLI, PROG, g_dir);
+    ASSERT_EQ(system(cmd), 0);
+    int pid = wait_pidfile(path_in("pid"));
+    ASSERT_EQ(kill(pid, SIGINT), 0);
+    char *log = NULL;
+    for (int i = 0; i < 3000; i++) {
+        free(log);
+        log = pl_run(NULL, "cat %s/log", g_dir);
+        if (strstr(log, "st="))
+            break;
+        usleep(10000);
+    }
+    ASSERT_CONTAINS(log, "st=130");
+    ASSERT_CONTAINS(log, "was killed by SIGINT");
+    ASSERT_CONTAINS(log, "profile written on SIGINT");
+    pl_require_fn(path_in("s.pb.gz"), "", "hot_spin", 5);
+    free(log);
+}
+
+/* Runs spin under the command, sends signo to target ("cli" or "prog"),
+ * and returns the log with "st=N" at its end. */
+static char *spin_and_signal(const char *extra_arg, const char *target, int signo)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (%s record -F 1000 -o s.pb.gz -- %s spin %s/pid %s > log 2>&1 & echo $! > "
+             "clipid; wait $!; echo st=$? >> log) > /dev/null 2>&1 &",
+             g_dir, CLI, PROG, g_dir, extra_arg);
+    ASSERT_EQ(system(cmd), 0);
+    int pid = wait_pidfile(path_in("pid"));
+    if (!strcmp(target, "cli"))
+        pid = wait_pidfile(path_in("clipid"));
+    ASSERT_EQ(kill(pid, signo), 0);
+    char *log = NULL;
+    for (int i = 0; i < 3000; i++) {
+        free(log);
+        log = pl_run(NULL, "cat %s/log", g_dir);
+        if (strstr(log, "st="))
+            break;
+        usleep(10000);
+    }
+    return log;
+}
+
+/* SIGTERM sent to the command goes on to the program. */
+static void test_sigterm_forwarded(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-sigterm");
+    char *log = spin_and_signal("", "cli", SIGTERM);
+    ASSERT_CONTAINS(log, "st=143");
+    ASSERT_CONTAINS(log, "was killed by SIGTERM");
+    pl_require_fn(path_in("s.pb.gz"), "", "hot_spin", 5);
+    free(log);
+}
+
+/* A program with its own SIGTERM handler keeps it: the handler runs, the
+ * program returns from main, the profile is written at exit. */
+static void test_sigterm_program_handler(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-sigterm-handler");
+    char *log = spin_and_signal("handler", "prog", SIGTERM);
+    ASSERT_CONTAINS(log, "st=0");
+    ASSERT_CONTAINS(log, "exited with status 0");
+    pl_require_fn(path_in("s.pb.gz"), "", "hot_spin", 5);
+    free(log);
+}
+
+/* The output directory is gone by the time the program exits: the profile
+ * goes to /tmp/snapprof.<pid>.pb.gz and the summary says so. */
+static void test_output_fallback(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-fallback");
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/out", g_dir);
+    ASSERT_EQ(mkdir(sub, 0755), 0);
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o out/x.pb.gz -- %s rmdir %s 300", g_dir,
+                        CLI, PROG, sub);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "could not write ");
+    const char *p = strstr(text, "the profile is in ");
+    ASSERT_NOT_NULL(p);
+    char alt[1024];
+    ASSERT_EQ(sscanf(p, "the profile is in %1023s", alt), 1);
+    ASSERT(strstr(alt, "/snapprof.") != NULL);
+    pl_require_fn(alt, "", "hot_a", 5);
+    unlink(alt);
+    free(text);
+}
+
+/* --duration: sampling stops, the program runs on to its end. */
+static void test_duration(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-duration");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record -F 1000 --duration 0.2 -o d.pb.gz -- %s burn hot_a 1500",
+               g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "hot_a done");
+    ASSERT_CONTAINS(text, "sampling stopped after --duration");
+    pl_require_fn(path_in("d.pb.gz"), "", "hot_a", 1);
+    free(text);
+}
+
+/* --wall reaches the program's profile: wall time is its sample type, and
+ * a program that only sleeps is sampled all the same. */
+static void test_wall(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-wall");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record --wall -F 200 -o w.pb.gz -- sleep 0.5", g_dir, CLI);
+    ASSERT_EQ(st, 0);
+    char args[1200];
+    snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
+    char *raw = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
+    ASSERT_CONTAINS(raw, "wall/nanoseconds[dflt]");
+    ASSERT_CONTAINS(raw, "thread_name:[sleep]");
+    free(raw);
+    free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bad input: one line, status 2 (127/126 for the program), nothing run    */
+/* ------------------------------------------------------------------------ */
+
+static void bad_input(const char *args, int want_status, const char *want_message)
+{
+    setup("rec-bad");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s %s", g_dir, CLI, args);
+    ASSERT_EQ(st, want_status);
+    ASSERT_CONTAINS(text, want_message);
+    pl_require_count(text, "\n", 1); /* one line */
+    ASSERT(strncmp(text, "snapprof: ", 10) == 0);
+    ASSERT(!pl_exists(path_in("MARKER"))); /* the program never started */
+    free(text);
+}
+
+static void test_unknown_option(void)
+{
+    bad_input("record --bogus -- touch MARKER", 2, "unknown option '--bogus'");
+}
+
+static void test_unknown_command(void)
+{
+    bad_input("recrod -- touch MARKER", 2, "unknown command 'recrod'");
+}
+
+static void test_frequency_zero(void)
+{
+    bad_input("record -F 0 -- touch MARKER", 2, "bad frequency: 0 Hz is out of range (1-4000 Hz)");
+}
+
+static void test_frequency_too_high(void)
+{
+    bad_input("record --frequency=4001 -- touch MARKER", 2,
+              "bad frequency: 4001 Hz is out of range (1-4000 Hz)");
+}
+
+static void test_frequency_not_number(void)
+{
+    bad_input("record -F fast -- touch MARKER", 2,
+              "bad frequency: 'fast' is not a whole number of samples per second");
+}
+
+static void test_output_dir_missing(void)
+{
+    bad_input("record -o /nonexistent-dir/x.pb.gz -- touch MARKER", 2,
+              "cannot write the profile to /nonexistent-dir/x.pb.gz: No such file or directory");
+}
+
+static void test_output_dir_unwritable(void)
+{
+    /* /proc/self takes no new files, not even from root. */
+    bad_input("record -o /proc/self/x.pb.gz -- touch MARKER", 2,
+              "cannot write the profile to /proc/self/x.pb.gz: ");
+}
+
+static void test_output_is_directory(void)
+{
+    bad_input("record -o . -- touch MARKER", 2, "Is a directory");
+}
+
+static void test_missing_program(void)
+{
+    bad_input("record -- no-such-program-snapprof MARKER", 127,
+              "no-such-program-snapprof: command not found");
+    bad_input("record -- ./no-such-program MARKER", 127,
+              "./no-such-program: No such file or directory");
+}
+
+static void test_not_executable(void)
+{
+    setup("rec-noexec");
+    char f[1024];
+    snprintf(f, sizeof f, "%s/script", g_dir);
+    FILE *fp = fopen(f, "w");
+    ASSERT_NOT_NULL(fp);
+    fprintf(fp, "#!/bin/sh\ntouch MARKER\n");
+    fclose(fp);
+    chmod(f, 0644);
+    char args[2048];
+    snprintf(args, sizeof args, "record -- %s", f);
+    bad_input(args, 126, "script: Permission denied");
+}
+
+static void test_no_command(void)
+{
+    bad_input("record -F 10", 2, "no command to run");
+    bad_input("record -F 10 --", 2, "no command to run");
+}
+
+static void test_bad_signal(void)
+{
+    bad_input("record --signal KILL -- touch MARKER", 2,
+              "bad signal: SIGKILL cannot be the sampling signal");
+    bad_input("record --signal SIGFOO -- touch MARKER", 2, "bad signal: 'SIGFOO' is not a signal");
+}
+
+static void test_bad_duration(void)
+{
+    bad_input("record --duration 0 -- touch MARKER", 2, "bad duration: 0 seconds is out of range");
+    bad_input("record --duration soon -- touch MARKER", 2,
+              "bad duration: 'soon' is not a number of seconds");
+}
+
+static void test_bad_fork_mode(void)
+{
+    bad_input("record --fork sometimes -- touch MARKER", 2,
+              "bad --fork: 'sometimes' is not a fork mode (follow or stop)");
+}
+
+static void test_missing_value(void)
+{
+    bad_input("record -o", 2, "-o needs a value");
+}
+
+static void test_static_program(void)
+{
+    /* ldconfig is static-pie on Debian: no dynamic loader, no LD_PRELOAD. */
+    char *readelf = pl_run(NULL, "readelf -l /sbin/ldconfig 2>&1 | grep -c INTERP");
+    int has_interp = atoi(readelf);
+    free(readelf);
+    if (!pl_exists("/sbin/ldconfig") || has_interp) {
+        printf("skipped: no statically linked /sbin/ldconfig here\n");
+        exit(TEST_SKIP);
+    }
+    bad_input("record -- /sbin/ldconfig -p", 2,
+              "/sbin/ldconfig is statically linked: the preload library cannot be loaded into it");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"threads", test_threads},
+        {"python", test_python},
+        {"pipeline", test_pipeline},
+        {"fork_exec", test_fork_exec},
+        {"fork_stop", test_fork_stop},
+        {"fork_from_thread", test_fork_from_thread},
+        {"exit_status", test_exit_status},
+        {"sigint", test_sigint},
+        {"sigterm_forwarded", test_sigterm_forwarded},
+        {"sigterm_program_handler", test_sigterm_program_handler},
+        {"output_fallback", test_output_fallback},
+        {"duration", test_duration},
+        {"wall", test_wall},
+        {"unknown_option", test_unknown_option},
+        {"unknown_command", test_unknown_command},
+        {"frequency_zero", test_frequency_zero},
+        {"frequency_too_high", test_frequency_too_high},
+        {"frequency_not_number", test_frequency_not_number},
+        {"output_dir_missing", test_output_dir_missing},
+        {"output_dir_unwritable", test_output_dir_unwritable},
+        {"output_is_directory", test_output_is_directory},
+        {"missing_program", test_missing_program},
+        {"not_executable", test_not_executable},
+        {"no_command", test_no_command},
+        {"bad_signal", test_bad_signal},
+        {"bad_duration", test_bad_duration},
+        {"bad_fork_mode", test_bad_fork_mode},
+        {"missing_value", test_missing_value},
+        {"static_program", test_static_program},
+    };
+    const char *c = argc > 1 ? argv[1] : "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!strcmp(c, cases[i].name)) {
+            cases[i].fn();
+            return 0;
+        }
+    }
+    TEST_FAIL("unknown case '%s'", c);
+}

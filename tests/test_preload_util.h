@@ -1,0 +1,33 @@
+/* Helpers for the preload, `snapprof record` and gperftools tests: running
+ * a command line and checking a profile through `go tool pprof`. */
+#ifndef SNAPPROF_TESTS_TEST_PRELOAD_UTIL_H
+#define SNAPPROF_TESTS_TEST_PRELOAD_UTIL_H
+
+#include "test.h"
+#include "test_util.h"
+
+/* Runs a printf-formatted shell command (stdout and stderr together);
+ * stores its exit status in *status. The output is malloc'd. */
+char *pl_run(int *status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Exits 77 with a reason when LD_PRELOAD of our (sanitized) library into
+ * another program cannot work: a sanitizer runtime must load first. */
+void pl_skip_if_sanitized(void);
+
+/* Fails unless the profile's -top (by sample count) has fn with at least
+ * min samples; extra is more pprof flags (e.g. -tagfocus=...), may be "". */
+void pl_require_fn(const char *profile, const char *extra, const char *fn, double min);
+
+/* The row fn in the profile's -top by sample count, or 0 samples. */
+double pl_samples_of(const char *profile, const char *extra, const char *fn);
+
+/* 1 when path exists. */
+int pl_exists(const char *path);
+
+/* Counts files in dir whose name starts with prefix. */
+int pl_count_prefix(const char *dir, const char *prefix);
+
+/* Fails unless text contains needle exactly count times. */
+void pl_require_count(const char *text, const char *needle, int count);
+
+#endif
