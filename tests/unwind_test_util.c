@@ -194,7 +194,9 @@ const char *uw_name(uintptr_t pc)
         int n = snapprof_symbolize(&f, sym, 8);
         free(g_names[s].name);
         g_names[s].pc = pc;
-        g_names[s].name = strdup(n > 0 && sym[0].name ? sym[0].name : "?");
+        /* With inline frames the last symbol is the function the code
+         * really lives in; the tests name those. */
+        g_names[s].name = strdup(n > 0 && sym[n - 1].name ? sym[n - 1].name : "?");
     }
     const char *name = g_names[s].name;
     pthread_mutex_unlock(&g_names_lock);
