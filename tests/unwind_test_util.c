@@ -190,11 +190,13 @@ const char *uw_name(uintptr_t pc)
     if (!g_names[s].name || g_names[s].pc != pc) {
         snapprof_frame_t f = {
             .pc = pc, .module = snapprof_module_find(pc), .kind = SNAPPROF_FRAME_NATIVE};
-        snapprof_symbol_t sym[8];
-        int n = snapprof_symbolize(&f, sym, 8);
+        /* The function holding pc: the last symbol (the first ones are
+         * calls inlined into it). */
+        snapprof_symbol_t sym[64];
+        int n = snapprof_symbolize(&f, sym, 64);
         free(g_names[s].name);
         g_names[s].pc = pc;
-        g_names[s].name = strdup(n > 0 && sym[0].name ? sym[0].name : "?");
+        g_names[s].name = strdup(n > 0 && sym[n - 1].name ? sym[n - 1].name : "?");
     }
     const char *name = g_names[s].name;
     pthread_mutex_unlock(&g_names_lock);

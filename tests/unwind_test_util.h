@@ -74,7 +74,8 @@ typedef struct uw_run {
 
 void uw_profile(uw_worker_t *w, const uw_run_t *run, uw_collector_t *out);
 
-/* The innermost function name at pc (cached), "?" when unknown. */
+/* The name of the function holding pc (cached; not a function inlined into
+ * it), "?" when unknown. */
 const char *uw_name(uintptr_t pc);
 int uw_frame_is(const snapprof_frame_t *f, const char *name);
 /* Index of the first frame named name, or -1. */
