@@ -243,7 +243,9 @@ void tu_collector_free(tu_collector_t *c)
 
 const char *tu_frame_name(const snapprof_frame_t *frame)
 {
-    snapprof_symbol_t sym[8];
-    int n = snapprof_symbolize(frame, sym, 8);
-    return n > 0 && sym[0].name ? sym[0].name : "?";
+    /* Inlined calls come first; the last symbol is the function the code
+     * belongs to, the one the frame's return address is in. */
+    snapprof_symbol_t sym[64];
+    int n = snapprof_symbolize(frame, sym, 64);
+    return n > 0 && sym[n - 1].name ? sym[n - 1].name : "?";
 }

@@ -73,6 +73,7 @@ snapprof_builder_t *tu_collector_builder(tu_collector_t *c);
 size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid);
 void tu_collector_free(tu_collector_t *c);
 
-/* The name of the innermost function at frame (via snapprof_symbolize), or
- * "?" when unknown. */
+/* The name of the function that holds frame's pc (via snapprof_symbolize:
+ * the outermost symbol, not a function inlined into it), or "?" when
+ * unknown. */
 const char *tu_frame_name(const snapprof_frame_t *frame);
