@@ -1180,13 +1180,11 @@ int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *pat
     if (builder == NULL || builder->ops != &pprof_ops)
         return -EINVAL;
     pprof_builder_t *b = builder->user_data;
-    char *dir, *full;
-    int err = resolve_output(path, &dir, &full);
+    snapprof__output_t out;
+    int err = snapprof__output_resolve(path, &out);
     if (err != 0)
         return err;
-    free(b->dir);
-    free(b->path);
-    b->dir = dir;
-    b->path = full;
+    snapprof__output_free(&b->out);
+    b->out = out;
     return 0;
 }
