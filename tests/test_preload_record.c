@@ -44,7 +44,7 @@ static void test_threads(void)
     const char *out = path_in("t.pb.gz");
     int st;
     char *text = pl_run(
-        &st, "cd %s && PRELOAD_PROG_CTOR_MS=300 %s record -F 1000 -o t.pb.gz -- %s threads 300",
+        &st, "cd %s && PRELOAD_PROG_CTOR_MS=500 %s record -F 1000 -o t.pb.gz -- %s threads 500",
         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "from 4 threads");
@@ -58,7 +58,10 @@ static void test_threads(void)
     for (int i = 0; i < 4; i++) {
         char focus[128];
         snprintf(focus, sizeof focus, "-tagfocus=thread_name=^%s$", pairs[i][0]);
-        pl_require_fn(out, focus, pairs[i][1], 5);
+        /* One sample proves the thread was found and named; more would
+         * measure the machine (a loaded 2-core VM lets the sampler run
+         * only a few dozen ticks in this run; see RUN_SERIAL). */
+        pl_require_fn(out, focus, pairs[i][1], 1);
         /* and nobody else's */
         for (int j = 0; j < 4; j++)
             if (j != i && pl_samples_of(out, focus, pairs[j][1]) > 0)
