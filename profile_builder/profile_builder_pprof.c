@@ -952,8 +952,9 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     *out = NULL;
     if (st == NULL)
         return 0;
-    /* 23 counters plus one per failure reason, with room to add more. */
-    const size_t cap = 32 + SNAPPROF_FAIL_COUNT;
+    /* 27 counters, 5 abort reasons and one per failure reason, with room
+     * to add more (add_comment says -EOVERFLOW when it runs out). */
+    const size_t cap = 48 + SNAPPROF_FAIL_COUNT;
     int64_t *c = arena_alloc(&b->arena, cap * sizeof *c);
     if (c == NULL)
         return -ENOMEM;
@@ -983,8 +984,27 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     }
     COMMENT(truncated_copy);
     COMMENT(truncated_depth);
-    COMMENT(unwind_aborted);
     COMMENT(unwind_complete);
+    COMMENT(unwind_unknown);
+    COMMENT(unwind_aborted);
+    {
+        /* Like the failures: only the reasons that happened. */
+        const struct {
+            const char *name;
+            uint64_t value;
+        } aborted[] = {
+            {"unwind_aborted.bad_frame", st->unwind_aborted_bad_frame},
+            {"unwind_aborted.no_info", st->unwind_aborted_no_info},
+            {"unwind_aborted.memory", st->unwind_aborted_memory},
+            {"unwind_aborted.truncated_copy", st->unwind_aborted_truncated_copy},
+            {"unwind_aborted.other", st->unwind_aborted_other},
+        };
+        for (size_t i = 0; err == 0 && i < sizeof aborted / sizeof aborted[0]; i++)
+            if (aborted[i].value != 0)
+                err = add_comment(b, c, &n, cap, aborted[i].name, aborted[i].value);
+    }
+    COMMENT(unwind_frames_total);
+    COMMENT(unwind_frames_max);
     COMMENT(copy_bytes_total);
     COMMENT(copy_bytes_max);
     COMMENT(pause_p50_ns);
@@ -994,6 +1014,7 @@ static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t
     COMMENT(roundtrip_p99_ns);
     COMMENT(unwind_p50_ns);
     COMMENT(unwind_p99_ns);
+    COMMENT(unwind_max_ns);
     COMMENT(sampler_cpu_ns);
     COMMENT(labels_skipped);
     COMMENT(app_frames_lost);

@@ -139,6 +139,15 @@ int main(void)
     stats.pause_p50_ns = 12345;
     stats.pause_p99_ns = 67890;
     stats.pause_max_ns = 99999;
+    stats.unwind_complete = 6;
+    stats.unwind_unknown = 1;
+    stats.unwind_aborted = 2;
+    stats.unwind_aborted_no_info = 2;
+    stats.unwind_frames_total = 321;
+    stats.unwind_frames_max = 77;
+    stats.unwind_p50_ns = 1500;
+    stats.unwind_p99_ns = 9000;
+    stats.unwind_max_ns = 12000;
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &stats));
     snapprof_builder_destroy(b);
 
@@ -175,6 +184,18 @@ int main(void)
     ASSERT_CONTAINS(comments, "snapprof: pause_p50_ns=12345");
     ASSERT_CONTAINS(comments, "snapprof: pause_p99_ns=67890");
     ASSERT_CONTAINS(comments, "snapprof: pause_max_ns=99999");
+    /* Unwinding: every outcome, aborts by reason (only those that
+     * happened), depth and time. */
+    ASSERT_CONTAINS(comments, "snapprof: unwind_complete=6");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_unknown=1");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_aborted=2");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_aborted.no_info=2");
+    ASSERT(strstr(comments, "unwind_aborted.memory") == NULL);
+    ASSERT_CONTAINS(comments, "snapprof: unwind_frames_total=321");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_frames_max=77");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_p50_ns=1500");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_p99_ns=9000");
+    ASSERT_CONTAINS(comments, "snapprof: unwind_max_ns=12000");
     free(comments);
 
     /* Thread labels on every sample, plus the samples' own labels; counted
