@@ -24,22 +24,32 @@ static void fork_parent(void)
     pthread_mutex_unlock(&g_lock);
 }
 
-/* The child has no sampling thread: profilers inherited from the parent are
- * no longer sampled, and a new start() makes a new thread. */
-static void fork_child(void)
-{
-    g_active = NULL;
-    g_thread_running = 0;
-    pthread_mutex_unlock(&g_lock);
-}
-
-static void init_once(void)
+static void init_wake(void)
 {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&g_wake, &attr);
     pthread_condattr_destroy(&attr);
+}
+
+/* The child has no sampling thread: profilers inherited from the parent are
+ * no longer sampled, and a new start() makes a new thread. The condition
+ * variable is made anew: the parent's sampling thread may have been
+ * waiting on it, and glibc's condvar keeps count of its waiters, so the
+ * child's first signals would wait forever for a waiter that does not
+ * exist there (test profiler_start_in_fork_child). */
+static void fork_child(void)
+{
+    g_active = NULL;
+    g_thread_running = 0;
+    init_wake();
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void init_once(void)
+{
+    init_wake();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef enum { BUSY, SLEEP_NANOSLEEP, SLEEP_POLL, BLOCK_SIGNAL, EXIT_EARLY } behaviour_t;
@@ -420,6 +421,86 @@ static void test_duration(void)
     tu_collector_free(&c);
 }
 
+/* Runs in a child of fork(): starts a profile of its own thread, waits for
+ * it to tick, and (depth > 0) forks again while it runs, as a shell under
+ * `snapprof record` does. Exits 0 when every generation below it did. */
+static void fork_child_profiles(int depth)
+{
+    for (;;) {
+        snapprof_thread_t *me;
+        if (snapprof_thread_register(&me) != 0)
+            _exit(3);
+        snapprof_profiler_t *q = make(&me, 1, 200000u, SNAPPROF_MODE_WALL, NULL);
+        if (snapprof_profiler_start(q) != 0)
+            _exit(4);
+        snapprof_stats_t st = {0};
+        uint64_t deadline = tu_mono_ns() + 20000000000u;
+        while (st.ticks < 3 && tu_mono_ns() < deadline) {
+            usleep(1000);
+            snapprof_profiler_get_stats(q, &st);
+        }
+        int rc = st.ticks >= 3 ? 0 : 5;
+        if (rc == 0 && depth > 0) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                depth--; /* the next generation, in the child */
+                continue;
+            }
+            int status = 0;
+            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+                rc = 6;
+            else if (WEXITSTATUS(status) != 0)
+                rc = WEXITSTATUS(status);
+        }
+        snapprof_profiler_stop(q);
+        snapprof_profiler_destroy(q);
+        snapprof_thread_release(me);
+        _exit(rc);
+    }
+}
+
+/* A profile started in the child of a fork() taken while the sampling
+ * thread sleeps on its condition variable: the child inherits that condvar
+ * with a waiter that does not exist there, and signalling it used to hang
+ * forever in glibc (seen as a hung bash under `snapprof record`: each
+ * shell forks with a profile running). Generations of forks at a short
+ * interval catch the sampler mid-wait; each must start, sample and stop. */
+static void test_start_in_fork_child(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    printf("skipped: TSan cannot start threads in the child of a multi-threaded fork()\n");
+    exit(TEST_SKIP);
+#endif
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&t.token, 1, 200000u, SNAPPROF_MODE_CPU, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 5);
+    for (int i = 0; i < 40; i++) {
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0)
+            fork_child_profiles(4);
+        int status = 0;
+        uint64_t deadline = tu_mono_ns() + 60000000000u;
+        pid_t got;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && tu_mono_ns() < deadline)
+            usleep(2000);
+        if (got == 0) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            TEST_FAIL("fork %d: a child hung starting or stopping its profiler", i);
+        }
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
+    tu_collector_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -449,6 +530,8 @@ int main(int argc, char **argv)
         test_add_remove_builder_errors();
     else if (!strcmp(c, "duration"))
         test_duration();
+    else if (!strcmp(c, "start_in_fork_child"))
+        test_start_in_fork_child();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;
