@@ -1,4 +1,5 @@
-/* The CFI engine behind the libunwind and hybrid unwinders: libunwind's
+/* The CFI engine behind the libunwind and hybrid unwinders (whose object
+ * table and checked reads the .debug_frame unwinder borrows): libunwind's
  * remote API over a stack copy, with accessors that read only the copy and
  * the loaded ELF objects. Internal.
  *
@@ -29,6 +30,16 @@ int snapprof__cfi_covers(snapprof__cfi_t *cfi, uintptr_t pc);
 
 /* Whether pc lies in the executable code of any loaded object. */
 int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
+
+/* Reads the word at addr by the rules libunwind's reads follow: from the
+ * copy [bottom, top) (an address in the live stack that escaped rebasing
+ * is taken as the same byte of the copy), or from a readable PT_LOAD
+ * segment of a loaded object through process_vm_readv, so an object
+ * unmapped meanwhile makes the read fail instead of crashing. Reports the
+ * read to the hooks. Returns 0, or -1 when addr is in neither. The CFI
+ * engine's own reads and the .debug_frame unwinder's go through here. */
+int snapprof__cfi_read_word(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
+                            uintptr_t addr, uintptr_t *out);
 
 /* Walks ctx with libunwind from its last frame until the stack ends, an
  * error, the depth cap, or a caller outside CFI-covered code (which is

@@ -390,28 +390,40 @@ static int read_object_word(snapprof__cfi_t *c, uintptr_t addr, unw_word_t *out)
     return 0;
 }
 
+int snapprof__cfi_read_word(snapprof__cfi_t *c, const snapprof_stack_copy_t *s, uintptr_t addr,
+                            uintptr_t *out)
+{
+    size_t size = s->top - s->bottom;
+    uintptr_t a = addr;
+    /* A live stack address that escaped rebasing stands for the same byte
+     * of the copy. */
+    if (a - s->orig_bottom < size && !(a - s->bottom < size))
+        a = a - s->orig_bottom + s->bottom;
+    if (size >= sizeof *out && a >= s->bottom && a - s->bottom <= size - sizeof *out) {
+        memcpy(out, (const void *)a, sizeof *out);
+        if (c->hooks.xOnRead)
+            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 1);
+        return 0;
+    }
+    unw_word_t v;
+    if (read_object_word(c, a, &v) == 0) {
+        *out = (uintptr_t)v;
+        if (c->hooks.xOnRead)
+            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 0);
+        return 0;
+    }
+    return -1;
+}
+
 static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *valp, int write, void *arg)
 {
     cfi_walk_t *w = arg;
     (void)as;
     if (write)
         return -UNW_EINVAL;
-    const snapprof_stack_copy_t *s = w->stack;
-    size_t size = s->top - s->bottom;
-    uintptr_t a = (uintptr_t)addr;
-    /* A live stack address that escaped rebasing stands for the same byte
-     * of the copy. */
-    if (a - s->orig_bottom < size && !(a - s->bottom < size))
-        a = a - s->orig_bottom + s->bottom;
-    if (size >= sizeof *valp && a >= s->bottom && a - s->bottom <= size - sizeof *valp) {
-        memcpy(valp, (const void *)a, sizeof *valp);
-        if (w->cfi->hooks.xOnRead)
-            w->cfi->hooks.xOnRead(w->cfi->hooks.user_data, a, sizeof *valp, 1);
-        return 0;
-    }
-    if (read_object_word(w->cfi, a, valp) == 0) {
-        if (w->cfi->hooks.xOnRead)
-            w->cfi->hooks.xOnRead(w->cfi->hooks.user_data, a, sizeof *valp, 0);
+    uintptr_t v;
+    if (snapprof__cfi_read_word(w->cfi, w->stack, (uintptr_t)addr, &v) == 0) {
+        *valp = (unw_word_t)v;
         return 0;
     }
     w->bad_read = 1;
