@@ -74,8 +74,10 @@ typedef struct snapprof__cfi_hooks {
 } snapprof__cfi_hooks_t;
 void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
 
-/* The engine of a libunwind or hybrid unwinder, or NULL for any other. */
+/* The engine of a libunwind, hybrid or .debug_frame unwinder (the last
+ * uses it for its object table and its reads), or NULL for any other. */
 snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
 snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
+snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *unwinder);
 
 #endif

@@ -759,5 +759,6 @@ snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *u)
         return NULL;
     if (u->ops == &lu_ops)
         return u->user_data;
-    return snapprof__hybrid_cfi(u);
+    snapprof__cfi_t *c = snapprof__hybrid_cfi(u);
+    return c ? c : snapprof__debug_frame_cfi(u);
 }
