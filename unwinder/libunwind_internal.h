@@ -25,7 +25,8 @@ void snapprof__cfi_destroy(snapprof__cfi_t *cfi);
 int snapprof__cfi_update_modules(snapprof__cfi_t *cfi);
 
 /* Whether pc lies in the executable code of a loaded object that has a
- * usable .eh_frame_hdr table (CFI can unwind it). */
+ * usable .eh_frame_hdr table with an FDE for pc (CFI can unwind it). The
+ * answer is cached per pc until the objects change. */
 int snapprof__cfi_covers(snapprof__cfi_t *cfi, uintptr_t pc);
 
 /* Whether pc lies in the executable code of any loaded object. */
