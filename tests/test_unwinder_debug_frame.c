@@ -1,7 +1,8 @@
 /* Tests of the .debug_frame unwinder: a library whose CFI is only in
  * .debug_frame (unwinder_dflib.c: no .eh_frame FDE), sampled by the real
  * profiler with the default chain, with libunwind alone (which cannot do
- * it), and with its .debug_frame in a separate debug file; and corrupt
+ * it), with its .debug_frame in a separate debug file, and compiled into
+ * the executable, whose .eh_frame_hdr covers its other code; and corrupt
  * copies that must never make the unwinder read outside the copy and the
  * loaded objects. */
 #include "test.h"
@@ -19,6 +20,9 @@ typedef uint64_t (*dflib_cb)(uint64_t);
 uint64_t dflib_hot(uint64_t n);
 uint64_t dflib_middle(uint64_t n, dflib_cb cb);
 uint64_t dflib_outer(uint64_t n, dflib_cb cb);
+uint64_t dfexe_hot(uint64_t n);
+uint64_t dfexe_middle(uint64_t n, dflib_cb cb);
+uint64_t dfexe_outer(uint64_t n, dflib_cb cb);
 
 static volatile uint64_t g_sink;
 
@@ -197,6 +201,16 @@ static void test_no_eh_frame(void)
                             .kind = SNAPPROF_FRAME_NATIVE};
     ASSERT(snapprof__cfi_covers(cfi, exe.pc));
     ASSERT(!df->ops->xCanUnwindFrom(df->user_data, &exe));
+    /* The executable has a table, but no FDE for its code built without
+     * unwind tables: coverage is decided per pc. */
+    uintptr_t in_exe[] = {(uintptr_t)dfexe_hot, (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
+    for (size_t i = 0; i < 3; i++) {
+        ASSERT(!snapprof__cfi_covers(cfi, in_exe[i] + 4));
+        snapprof_frame_t f = {.pc = in_exe[i] + 4,
+                              .module = snapprof_module_find(in_exe[i] + 4),
+                              .kind = SNAPPROF_FRAME_NATIVE};
+        ASSERT(df->ops->xCanUnwindFrom(df->user_data, &f));
+    }
     snapprof_unwinder_destroy(df);
 }
 
@@ -237,6 +251,18 @@ static void test_separate_debug_file(void)
     expect_rate(&cb, "separate debug file, callback: complete", 200, 99.0);
     g_outer = dflib_outer;
     dlclose(h);
+}
+
+/* The same code compiled into the executable, which has an .eh_frame_hdr
+ * for the rest of its code: libunwind hands these frames over. */
+static void test_executable(void)
+{
+    g_outer = dfexe_outer;
+    tally_t lib = {0}, cb = {0}, lib_complete = {0};
+    profile_and_tally(UW_DEFAULT, "dfexe", 1500, &lib, &cb, &lib_complete);
+    expect_rate(&lib, "in the executable, leaf without FDE: complete", 300, 99.0);
+    expect_rate(&cb, "in the executable, callback: complete", 200, 99.0);
+    g_outer = dflib_outer;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -348,9 +374,10 @@ static void test_corrupted_copy(void)
         /* Mostly start in the library, so its CFI runs; the sp often in
          * the copy, so rules read it. */
         if (next_rand(&s) % 4 != 0) {
-            static const uintptr_t lib[] = {(uintptr_t)dflib_hot, (uintptr_t)dflib_middle,
-                                            (uintptr_t)dflib_outer};
-            regs.r[SNAPPROF_REG_PC] = lib[next_rand(&s) % 3] + next_rand(&s) % 96;
+            static const uintptr_t lib[] = {(uintptr_t)dflib_hot,    (uintptr_t)dflib_middle,
+                                            (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
+                                            (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
+            regs.r[SNAPPROF_REG_PC] = lib[next_rand(&s) % 6] + next_rand(&s) % 96;
         }
         if (next_rand(&s) % 2)
             regs.r[SNAPPROF_REG_SP] = bottom + (next_rand(&s) % size & ~(size_t)7);
@@ -387,7 +414,7 @@ static const struct {
 } cases[] = {
     {"no_eh_frame", test_no_eh_frame},         {"default_chain", test_default_chain},
     {"libunwind_alone", test_libunwind_alone}, {"separate_debug_file", test_separate_debug_file},
-    {"corrupted_copy", test_corrupted_copy},
+    {"executable", test_executable},           {"corrupted_copy", test_corrupted_copy},
 };
 
 int main(int argc, char **argv)

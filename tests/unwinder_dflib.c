@@ -4,13 +4,16 @@
  * unwind it. Its hot code is three calls deep and calls back into the
  * executable. Built twice: as unwinder_dflib, linked in, and (with
  * DFLIB_SPLIT, other names) as a module whose .debug_frame was moved to a
- * separate file found through .gnu_debuglink. */
+ * separate file found through .gnu_debuglink; and (unwinder_dfexe.c) into
+ * the test executable, whose .eh_frame_hdr covers its other code. */
 #include <stdint.h>
 
+#ifndef DFLIB
 #ifdef DFLIB_SPLIT
 #define DFLIB(name) dfsplit_##name
 #else
 #define DFLIB(name) dflib_##name
+#endif
 #endif
 
 typedef uint64_t (*dflib_cb)(uint64_t);
