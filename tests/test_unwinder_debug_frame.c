@@ -148,6 +148,10 @@ static void profile_and_tally(uw_kind_t kind, const char *prefix, size_t min_sam
         if (s->tid != w.tid || s->count == 0)
             continue;
         int complete = uw_complete(f, s->count, &w);
+        if ((s->flags & SNAPPROF_SAMPLE_UNWIND_ABORTED) && shown++ < 3) {
+            printf("aborted walk (not judged unless its leaf is below):\n");
+            uw_print_sample(&c, s);
+        }
         if (uw_frame_is(&f[0], hot)) {
             lib->seen++;
             lib->ok += in_order(f, s->count, in_lib) && complete;
@@ -164,12 +168,14 @@ static void profile_and_tally(uw_kind_t kind, const char *prefix, size_t min_sam
         }
     }
     printf("stats: complete %llu, unknown %llu, aborted %llu (no info %llu, memory %llu, "
-           "bad frame %llu)\n",
+           "bad frame %llu); unwind p50 %llu ns, p99 %llu ns, %.1f frames per sample\n",
            (unsigned long long)c.stats.unwind_complete, (unsigned long long)c.stats.unwind_unknown,
            (unsigned long long)c.stats.unwind_aborted,
            (unsigned long long)c.stats.unwind_aborted_no_info,
            (unsigned long long)c.stats.unwind_aborted_memory,
-           (unsigned long long)c.stats.unwind_aborted_bad_frame);
+           (unsigned long long)c.stats.unwind_aborted_bad_frame,
+           (unsigned long long)c.stats.unwind_p50_ns, (unsigned long long)c.stats.unwind_p99_ns,
+           c.stats.samples ? (double)c.stats.unwind_frames_total / (double)c.stats.samples : 0.0);
     uw_collector_free(&c);
 }
 
