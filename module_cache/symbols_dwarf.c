@@ -307,6 +307,46 @@ snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *
     return d;
 }
 
+/* Whether elf has a .debug_frame with contents. */
+static int has_debug_frame(Elf *elf)
+{
+    Elf_Scn *scn = find_section(elf, ".debug_frame");
+    GElf_Shdr sh;
+    return scn != NULL && gelf_getshdr(scn, &sh) != NULL && sh.sh_type != SHT_NOBITS &&
+           sh.sh_size > 0;
+}
+
+Elf *snapprof__dwarf_open_frame_elf(const char *path, const char *build_id)
+{
+    opened_t obj = {-1, NULL}, sep = {-1, NULL};
+    if (path == NULL || path[0] != '/' || open_elf(path, &obj) != 0)
+        return NULL;
+    char hex[2 * 64 + 1];
+    snapprof__elf_build_id(obj.elf, hex, sizeof hex);
+    if (build_id != NULL && build_id[0] != '\0' && strcmp(hex, build_id) != 0) {
+        /* The file on disk is not the object that was loaded. */
+        close_elf(&obj);
+        return NULL;
+    }
+    if (has_debug_frame(obj.elf)) {
+        elf_cntl(obj.elf, ELF_C_FDDONE);
+        close(obj.fd);
+        return obj.elf;
+    }
+    int found = find_separate(obj.elf, path, hex, &sep) == 0;
+    close_elf(&obj);
+    if (!found)
+        return NULL;
+    if (!has_debug_frame(sep.elf)) {
+        close_elf(&sep);
+        return NULL;
+    }
+    /* Mapped (ELF_C_READ_MMAP): the descriptor is not needed any more. */
+    elf_cntl(sep.elf, ELF_C_FDDONE);
+    close(sep.fd);
+    return sep.elf;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Lookups                                                                  */
 /* ------------------------------------------------------------------------ */

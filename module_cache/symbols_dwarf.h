@@ -45,6 +45,22 @@ snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *
 int snapprof__dwarf_lookup(snapprof__dwarf_t *d, uint64_t vaddr, snapprof__dwarf_frame_t *out,
                            size_t max);
 
+/* Opens the ELF file that holds the .debug_frame of the object at path
+ * (an absolute path; build_id is its GNU build-id, "" if none): the object
+ * itself when it has a .debug_frame with contents, else a separate debug
+ * file found as snapprof__dwarf_open() finds one (it must have a
+ * .debug_frame too). A file whose build-id differs from build_id is not
+ * trusted. Returns the Elf, mapped with no descriptor kept open, for
+ * dwarf_begin_elf(); the caller ends it with elf_end(). NULL when there is
+ * none. Used by the .debug_frame unwinder through
+ * snapprof__symbols_open_frame_elf(), which holds g_sym_lock. */
+Elf *snapprof__dwarf_open_frame_elf(const char *path, const char *build_id);
+
+/* snapprof__dwarf_open_frame_elf() with g_sym_lock held (it reads the
+ * debug directories) and libelf initialised. Defined in symbols_elf.c.
+ * Any thread; never in the signal handler. */
+Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id);
+
 /* Replaces the debug directories ("dir[:dir...]", default
  * "/usr/lib/debug"). Affects modules symbolized for the first time after
  * the call. Test seam; g_sym_lock held. */

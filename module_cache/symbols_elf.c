@@ -573,6 +573,17 @@ static int resolve(symtab_t *t, uint64_t vaddr, snapprof_symbol_t *out)
     return n;
 }
 
+Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id)
+{
+    pthread_once(&g_sym_once, sym_init_once);
+    if (!g_elf_ok)
+        return NULL;
+    pthread_mutex_lock(&g_sym_lock);
+    Elf *elf = snapprof__dwarf_open_frame_elf(path, build_id);
+    pthread_mutex_unlock(&g_sym_lock);
+    return elf;
+}
+
 int snapprof__symbols_set_debug_dirs(const char *dirs)
 {
     pthread_mutex_lock(&g_sym_lock);

@@ -265,9 +265,10 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (p->unwinder_count == 0) {
         /* JIT frames first: that unwinder claims only frames in JIT code,
          * which no native unwinder can walk. Then CFI: most native code has
-         * no frame pointers. Frame pointers after it, for objects that ship
-         * no .eh_frame_hdr. */
-        snapprof_unwinder_t *jit, *lu, *fp;
+         * no frame pointers. Then .debug_frame CFI for objects that ship no
+         * .eh_frame_hdr but were built with -g, and frame pointers for
+         * what is left. */
+        snapprof_unwinder_t *jit, *lu, *df, *fp;
         rc = snapprof_jit_unwinder_create(&jit);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, jit);
@@ -275,6 +276,10 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             rc = snapprof_libunwind_unwinder_create(&lu);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, lu);
+        if (rc == 0)
+            rc = snapprof_debug_frame_unwinder_create(&df);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, df);
         if (rc == 0)
             rc = snapprof_frame_pointer_unwinder_create(&fp);
         if (rc == 0)

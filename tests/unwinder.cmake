@@ -41,3 +41,35 @@ snapprof_add_test_cases(EXE unwinder_hybrid SOURCES test_unwinder_hybrid.c
 target_compile_options(unwinder_hybrid PRIVATE -O2 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
 set_target_properties(unwinder_hybrid PROPERTIES ENABLE_EXPORTS ON)
+
+# The .debug_frame unwinder: a library whose CFI is only in .debug_frame
+# (no .eh_frame FDE), linked in; a copy of it loaded with dlopen whose
+# .debug_frame was moved into a separate file that .gnu_debuglink names;
+# and a copy compiled into the test executable (which has .eh_frame_hdr).
+set(SNAPPROF_DEBUG_FRAME_ONLY_FLAGS -g -fno-asynchronous-unwind-tables -fno-unwind-tables)
+add_library(unwinder_dflib SHARED unwinder_dflib.c)
+target_compile_options(unwinder_dflib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS}
+  ${SNAPPROF_DEBUG_FRAME_ONLY_FLAGS})
+add_library(unwinder_dflib_split MODULE unwinder_dflib_split.c)
+target_compile_options(unwinder_dflib_split PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS}
+  ${SNAPPROF_DEBUG_FRAME_ONLY_FLAGS})
+add_custom_command(TARGET unwinder_dflib_split POST_BUILD
+  COMMAND ${CMAKE_OBJCOPY} --only-keep-debug $<TARGET_FILE_NAME:unwinder_dflib_split>
+          $<TARGET_FILE_NAME:unwinder_dflib_split>.debug
+  COMMAND ${CMAKE_STRIP} --strip-debug $<TARGET_FILE_NAME:unwinder_dflib_split>
+  COMMAND ${CMAKE_OBJCOPY} --add-gnu-debuglink=$<TARGET_FILE_NAME:unwinder_dflib_split>.debug
+          $<TARGET_FILE_NAME:unwinder_dflib_split>
+  WORKING_DIRECTORY $<TARGET_FILE_DIR:unwinder_dflib_split>
+  VERBATIM)
+
+snapprof_add_test_cases(EXE unwinder_debug_frame
+  SOURCES test_unwinder_debug_frame.c unwinder_dfexe.c
+  CASES no_eh_frame default_chain libunwind_alone separate_debug_file executable corrupted_copy
+  LIBS snapprof_unwind_testutil unwinder_dflib ${CMAKE_DL_LIBS})
+target_compile_options(unwinder_debug_frame PRIVATE ${SNAPPROF_NOFP_FLAGS})
+set_source_files_properties(unwinder_dfexe.c PROPERTIES
+  COMPILE_OPTIONS "${SNAPPROF_DEBUG_FRAME_ONLY_FLAGS}")
+target_compile_definitions(unwinder_debug_frame PRIVATE
+  SNAPPROF_TEST_DFLIB_SPLIT="$<TARGET_FILE:unwinder_dflib_split>")
+set_target_properties(unwinder_debug_frame PROPERTIES ENABLE_EXPORTS ON)
+add_dependencies(unwinder_debug_frame unwinder_dflib_split)

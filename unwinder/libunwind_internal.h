@@ -1,4 +1,5 @@
-/* The CFI engine behind the libunwind and hybrid unwinders: libunwind's
+/* The CFI engine behind the libunwind and hybrid unwinders (whose object
+ * table and checked reads the .debug_frame unwinder borrows): libunwind's
  * remote API over a stack copy, with accessors that read only the copy and
  * the loaded ELF objects. Internal.
  *
@@ -24,11 +25,22 @@ void snapprof__cfi_destroy(snapprof__cfi_t *cfi);
 int snapprof__cfi_update_modules(snapprof__cfi_t *cfi);
 
 /* Whether pc lies in the executable code of a loaded object that has a
- * usable .eh_frame_hdr table (CFI can unwind it). */
+ * usable .eh_frame_hdr table with an FDE for pc (CFI can unwind it). The
+ * answer is cached per pc until the objects change. */
 int snapprof__cfi_covers(snapprof__cfi_t *cfi, uintptr_t pc);
 
 /* Whether pc lies in the executable code of any loaded object. */
 int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
+
+/* Reads the word at addr by the rules libunwind's reads follow: from the
+ * copy [bottom, top) (an address in the live stack that escaped rebasing
+ * is taken as the same byte of the copy), or from a readable PT_LOAD
+ * segment of a loaded object through process_vm_readv, so an object
+ * unmapped meanwhile makes the read fail instead of crashing. Reports the
+ * read to the hooks. Returns 0, or -1 when addr is in neither. The CFI
+ * engine's own reads and the .debug_frame unwinder's go through here. */
+int snapprof__cfi_read_word(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
+                            uintptr_t addr, uintptr_t *out);
 
 /* Walks ctx with libunwind from its last frame until the stack ends, an
  * error, the depth cap, or a caller outside CFI-covered code (which is
@@ -63,8 +75,10 @@ typedef struct snapprof__cfi_hooks {
 } snapprof__cfi_hooks_t;
 void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
 
-/* The engine of a libunwind or hybrid unwinder, or NULL for any other. */
+/* The engine of a libunwind, hybrid or .debug_frame unwinder (the last
+ * uses it for its object table and its reads), or NULL for any other. */
 snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
 snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
+snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *unwinder);
 
 #endif

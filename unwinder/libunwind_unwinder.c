@@ -55,6 +55,9 @@ typedef struct cfi_table {
     int oom; /* the scan ran out of memory: the table is incomplete */
 } cfi_table_t;
 
+/* Per-pc answers of snapprof__cfi_covers kept: 4096 slots, direct-mapped. */
+#define COVER_SLOTS 4096u
+
 /* Bytes of read-only object memory kept per engine: 1024 lines of 64. */
 #define LINE_SIZE 64u
 #define LINE_COUNT 1024u
@@ -66,6 +69,8 @@ struct snapprof__cfi {
     unsigned long long adds, subs; /* loader counters at the last scan */
     int direct_reads;              /* process_vm_readv unavailable */
     snapprof__cfi_hooks_t hooks;
+    uintptr_t cover_pc[COVER_SLOTS];
+    uint8_t cover_val[COVER_SLOTS]; /* 0 unknown, 1 no FDE holds cover_pc, 2 one does */
     uintptr_t line_tag[LINE_COUNT]; /* line address | 1 when valid */
     uint8_t line[LINE_COUNT][LINE_SIZE];
 };
@@ -302,6 +307,7 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *data)
 static void flush_caches(snapprof__cfi_t *c)
 {
     memset(c->line_tag, 0, sizeof c->line_tag);
+    memset(c->cover_val, 0, sizeof c->cover_val);
     unw_flush_cache(c->as, 0, 0);
 }
 
@@ -340,12 +346,53 @@ int snapprof__cfi_in_code(snapprof__cfi_t *c, uintptr_t pc)
     return find_range(c->table.code, c->table.code_count, pc) != NULL;
 }
 
+/* Searches the .eh_frame_hdr table of the object whose code range is r
+ * for ip, reading through the accessors with arg. */
+static int search_table(snapprof__cfi_t *c, const cfi_range_t *r, unw_word_t ip,
+                        unw_proc_info_t *pi, int need_unwind_info, void *arg)
+{
+    const cfi_object_t *obj = &c->table.objects[r->object];
+    unw_dyn_info_t di;
+    memset(&di, 0, sizeof di);
+    di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    di.start_ip = r->start;
+    di.end_ip = r->end;
+    di.u.rti.segbase = obj->eh_frame_hdr;
+    di.u.rti.table_data = obj->table;
+    /* In words, as libunwind counts it; each entry is two int32s. */
+    di.u.rti.table_len = obj->fde_count * 8 / sizeof(unw_word_t);
+    return UNW_OBJ(dwarf_search_unwind_table)(c->as, ip, &di, pi, need_unwind_info, arg);
+}
+
+static size_t cover_slot(uintptr_t pc)
+{
+    return (size_t)((pc * 0x9e3779b97f4a7c15ull) >> 52) % COVER_SLOTS;
+}
+
 int snapprof__cfi_covers(snapprof__cfi_t *c, uintptr_t pc)
 {
     if (!c->scanned)
         snapprof__cfi_update_modules(c);
     const cfi_range_t *r = find_range(c->table.code, c->table.code_count, pc);
-    return r && c->table.objects[r->object].table != 0;
+    if (!r || c->table.objects[r->object].table == 0)
+        return 0;
+    /* A table need not cover all of its object's code: an executable built
+     * with -fno-asynchronous-unwind-tables still has FDEs for _start and
+     * its PLT. So the table is asked about pc (without building the unwind
+     * info, which allocates), once per pc. */
+    size_t slot = cover_slot(pc);
+    if (c->cover_val[slot] != 0 && c->cover_pc[slot] == pc)
+        return c->cover_val[slot] == 2;
+    static const snapprof_stack_copy_t no_stack = {0};
+    cfi_walk_t w = {.cfi = c, .stack = &no_stack};
+    unw_proc_info_t pi;
+    memset(&pi, 0, sizeof pi);
+    int covered = search_table(c, r, (unw_word_t)pc, &pi, 0, &w) == 0;
+    if (!w.bad_read) { /* a failed read says nothing about the code */
+        c->cover_pc[slot] = pc;
+        c->cover_val[slot] = covered ? 2 : 1;
+    }
+    return covered;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -390,28 +437,40 @@ static int read_object_word(snapprof__cfi_t *c, uintptr_t addr, unw_word_t *out)
     return 0;
 }
 
+int snapprof__cfi_read_word(snapprof__cfi_t *c, const snapprof_stack_copy_t *s, uintptr_t addr,
+                            uintptr_t *out)
+{
+    size_t size = s->top - s->bottom;
+    uintptr_t a = addr;
+    /* A live stack address that escaped rebasing stands for the same byte
+     * of the copy. */
+    if (a - s->orig_bottom < size && !(a - s->bottom < size))
+        a = a - s->orig_bottom + s->bottom;
+    if (size >= sizeof *out && a >= s->bottom && a - s->bottom <= size - sizeof *out) {
+        memcpy(out, (const void *)a, sizeof *out);
+        if (c->hooks.xOnRead)
+            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 1);
+        return 0;
+    }
+    unw_word_t v;
+    if (read_object_word(c, a, &v) == 0) {
+        *out = (uintptr_t)v;
+        if (c->hooks.xOnRead)
+            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 0);
+        return 0;
+    }
+    return -1;
+}
+
 static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *valp, int write, void *arg)
 {
     cfi_walk_t *w = arg;
     (void)as;
     if (write)
         return -UNW_EINVAL;
-    const snapprof_stack_copy_t *s = w->stack;
-    size_t size = s->top - s->bottom;
-    uintptr_t a = (uintptr_t)addr;
-    /* A live stack address that escaped rebasing stands for the same byte
-     * of the copy. */
-    if (a - s->orig_bottom < size && !(a - s->bottom < size))
-        a = a - s->orig_bottom + s->bottom;
-    if (size >= sizeof *valp && a >= s->bottom && a - s->bottom <= size - sizeof *valp) {
-        memcpy(valp, (const void *)a, sizeof *valp);
-        if (w->cfi->hooks.xOnRead)
-            w->cfi->hooks.xOnRead(w->cfi->hooks.user_data, a, sizeof *valp, 1);
-        return 0;
-    }
-    if (read_object_word(w->cfi, a, valp) == 0) {
-        if (w->cfi->hooks.xOnRead)
-            w->cfi->hooks.xOnRead(w->cfi->hooks.user_data, a, sizeof *valp, 0);
+    uintptr_t v;
+    if (snapprof__cfi_read_word(w->cfi, w->stack, (uintptr_t)addr, &v) == 0) {
+        *valp = (unw_word_t)v;
         return 0;
     }
     w->bad_read = 1;
@@ -448,20 +507,11 @@ static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *p
 {
     cfi_walk_t *w = arg;
     const cfi_table_t *t = &w->cfi->table;
+    (void)as; /* the engine's own */
     const cfi_range_t *r = find_range(t->code, t->code_count, (uintptr_t)ip);
     if (!r || t->objects[r->object].table == 0)
         return -UNW_ENOINFO;
-    const cfi_object_t *obj = &t->objects[r->object];
-    unw_dyn_info_t di;
-    memset(&di, 0, sizeof di);
-    di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
-    di.start_ip = r->start;
-    di.end_ip = r->end;
-    di.u.rti.segbase = obj->eh_frame_hdr;
-    di.u.rti.table_data = obj->table;
-    /* In words, as libunwind counts it; each entry is two int32s. */
-    di.u.rti.table_len = obj->fde_count * 8 / sizeof(unw_word_t);
-    return UNW_OBJ(dwarf_search_unwind_table)(as, ip, &di, pi, need_unwind_info, arg);
+    return search_table(w->cfi, r, ip, pi, need_unwind_info, arg);
 }
 
 static void put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -747,5 +797,6 @@ snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *u)
         return NULL;
     if (u->ops == &lu_ops)
         return u->user_data;
-    return snapprof__hybrid_cfi(u);
+    snapprof__cfi_t *c = snapprof__hybrid_cfi(u);
+    return c ? c : snapprof__debug_frame_cfi(u);
 }

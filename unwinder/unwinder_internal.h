@@ -25,6 +25,9 @@ typedef enum {
 #define SNAPPROF__REASON_SP_ORDER "stack pointer does not increase"
 #define SNAPPROF__REASON_CFI_BAD_FRAME "CFI gives an impossible frame"
 #define SNAPPROF__REASON_LIBUNWIND "libunwind failed"
+/* The .debug_frame unwinder's, besides the ones above: a CFI rule in a
+ * form it does not evaluate (counted as no unwind info). */
+#define SNAPPROF__REASON_CFI_UNSUPPORTED "CFI rule in a form the unwinder does not evaluate"
 
 /* The kind of an abort reason string; OTHER for unknown or NULL ones. */
 snapprof__abort_kind_t snapprof__abort_kind(const char *reason);

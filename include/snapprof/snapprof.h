@@ -273,6 +273,17 @@ SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **ou
  * caller owns *out until it hands it to a profiler. */
 SNAPPROF_API int snapprof_libunwind_unwinder_create(snapprof_unwinder_t **out);
 
+/* The .debug_frame unwinder: DWARF CFI from an object's .debug_frame
+ * section (in the object or in its separate debug file, found by build-id
+ * or .gnu_debuglink), read through elfutils libdw, for code built without
+ * .eh_frame (-fno-asynchronous-unwind-tables -fno-unwind-tables). It
+ * claims native frames in objects that no .eh_frame_hdr table covers and
+ * hands a caller in any other code to the next unwinder in the chain; it
+ * reads only the stack copy and the loaded objects' readable segments. In
+ * the default chain after the libunwind unwinder. Any thread; the caller
+ * owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_debug_frame_unwinder_create(snapprof_unwinder_t **out);
+
 /* The hybrid unwinder: frame pointers where the code has a frame record,
  * CFI through libunwind where it has none (leaf functions, prologues,
  * libraries built without frame pointers). Learns which is which per pc
@@ -428,7 +439,8 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
  * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
- * used, then the libunwind unwinder, then the frame-pointer unwinder for
+ * used, then the libunwind unwinder, then the .debug_frame unwinder (for
+ * objects with no .eh_frame), then the frame-pointer unwinder for
  * objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);

@@ -1,0 +1,442 @@
+/* Tests of the .debug_frame unwinder: a library whose CFI is only in
+ * .debug_frame (unwinder_dflib.c: no .eh_frame FDE), sampled by the real
+ * profiler with the default chain, with libunwind alone (which cannot do
+ * it), with its .debug_frame in a separate debug file, and compiled into
+ * the executable, whose .eh_frame_hdr covers its other code; and corrupt
+ * copies that must never make the unwinder read outside the copy and the
+ * loaded objects. */
+#include "test.h"
+#include "test_util.h"
+#include "unwind_test_util.h"
+#include "unwinder/libunwind_internal.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef uint64_t (*dflib_cb)(uint64_t);
+uint64_t dflib_hot(uint64_t n);
+uint64_t dflib_middle(uint64_t n, dflib_cb cb);
+uint64_t dflib_outer(uint64_t n, dflib_cb cb);
+uint64_t dfexe_hot(uint64_t n);
+uint64_t dfexe_middle(uint64_t n, dflib_cb cb);
+uint64_t dfexe_outer(uint64_t n, dflib_cb cb);
+
+static volatile uint64_t g_sink;
+
+static uint64_t next_rand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 17;
+}
+
+static void *worker_main(void *arg)
+{
+    uw_worker_t *w = arg;
+    uw_worker_enter(w);
+    void (*body)(uw_worker_t *) = (void (*)(uw_worker_t *))w->arg;
+    body(w);
+    __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
+    return NULL;
+}
+
+static void run_worker(uw_worker_t *w, void (*body)(uw_worker_t *))
+{
+    memset(w, 0, sizeof *w);
+    w->entry = worker_main;
+    w->arg = (void *)body;
+    uw_worker_start(w);
+}
+
+/* Whether f[0..n) contains names[0], then names[1] further out, ... */
+static int in_order(const snapprof_frame_t *f, size_t n, const char *const *names)
+{
+    size_t i = 0;
+    for (const char *const *name = names; *name; name++) {
+        while (i < n && !uw_frame_is(&f[i], *name))
+            i++;
+        if (i == n)
+            return 0;
+        i++;
+    }
+    return 1;
+}
+
+typedef struct tally {
+    size_t seen, ok;
+} tally_t;
+
+/* Judges a share of samples. Under sanitizers runs are cut short (see
+ * uw_profile), so fewer samples are asked for; under TSan, whose deferred
+ * signals make the registers and the copy disagree, shapes are not judged
+ * (the walks still run on those copies, which must be safe). */
+static void expect_rate(const tally_t *t, const char *what, size_t min_seen, double min_pct)
+{
+    double pct = t->seen ? 100.0 * (double)t->ok / (double)t->seen : 0;
+    printf("%-52s %zu of %zu (%.2f %%)\n", what, t->ok, t->seen, pct);
+#if defined(__SANITIZE_THREAD__)
+    (void)min_seen, (void)min_pct;
+#else
+    size_t need = tu_sanitizer_build() ? (min_seen / 20 > 5 ? min_seen / 20 : 5) : min_seen;
+    ASSERT_GE(t->seen, need);
+    if (pct < min_pct)
+        TEST_FAIL("%s: %.2f %% < %.2f %%", what, pct, min_pct);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* The workload                                                             */
+/* ------------------------------------------------------------------------ */
+
+__attribute__((noinline)) uint64_t df_callback_hot(uint64_t n)
+{
+    uint64_t x = n | 9;
+    for (uint64_t i = 0; i < n; i++) {
+        x = x * 1181783497276652981u + 7;
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x;
+}
+
+__attribute__((noinline)) uint64_t df_callback(uint64_t n)
+{
+    uint64_t r = df_callback_hot(n);
+    __asm__ volatile("" : "+r"(r));
+    return r ^ 1;
+}
+
+/* dflib_outer, or the split library's copy when that test set it. */
+static uint64_t (*g_outer)(uint64_t, dflib_cb) = dflib_outer;
+
+__attribute__((noinline)) uint64_t df_caller(uint64_t n)
+{
+    uint64_t r = g_outer(n, df_callback);
+    __asm__ volatile("" : "+r"(r));
+    return r + 3;
+}
+
+__attribute__((noinline)) void df_body(uw_worker_t *w)
+{
+    while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
+        g_sink += df_caller(20000);
+}
+
+/* Profiles df_body with kind and sorts the worker's samples by leaf: in
+ * the library (prefix "dflib" or "dfsplit") or in the callback. */
+static void profile_and_tally(uw_kind_t kind, const char *prefix, size_t min_samples, tally_t *lib,
+                              tally_t *cb, tally_t *lib_complete)
+{
+    char hot[64], middle[64], outer[64];
+    snprintf(hot, sizeof hot, "%s_hot", prefix);
+    snprintf(middle, sizeof middle, "%s_middle", prefix);
+    snprintf(outer, sizeof outer, "%s_outer", prefix);
+    const char *const in_lib[] = {hot, middle, outer, "df_caller", "df_body", NULL};
+    const char *const callback[] = {"df_callback_hot", "df_callback", middle, outer,
+                                    "df_caller",       "df_body",     NULL};
+    uw_worker_t w;
+    run_worker(&w, df_body);
+    uw_collector_t c = {0};
+    uw_run_t run = {.kind = kind, .interval_ns = 1000000u, .min_samples = min_samples};
+    uw_profile(&w, &run, &c);
+    uw_worker_stop(&w);
+    int shown = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        const uw_sample_t *s = &c.samples[i];
+        const snapprof_frame_t *f = uw_frames(&c, s);
+        if (s->tid != w.tid || s->count == 0)
+            continue;
+        int complete = uw_complete(f, s->count, &w);
+        if ((s->flags & SNAPPROF_SAMPLE_UNWIND_ABORTED) && shown++ < 3) {
+            printf("aborted walk (not judged unless its leaf is below):\n");
+            uw_print_sample(&c, s);
+        }
+        if (uw_frame_is(&f[0], hot)) {
+            lib->seen++;
+            lib->ok += in_order(f, s->count, in_lib) && complete;
+            lib_complete->seen++;
+            lib_complete->ok += complete;
+            if (kind == UW_DEFAULT && !(in_order(f, s->count, in_lib) && complete) && shown++ < 3)
+                uw_print_sample(&c, s);
+        } else if (uw_frame_is(&f[0], "df_callback_hot")) {
+            cb->seen++;
+            int ok = in_order(f, s->count, callback) && complete;
+            cb->ok += ok;
+            if (kind == UW_DEFAULT && !ok && shown++ < 3)
+                uw_print_sample(&c, s);
+        }
+    }
+    printf("stats: complete %llu, unknown %llu, aborted %llu (no info %llu, memory %llu, "
+           "bad frame %llu); unwind p50 %llu ns, p99 %llu ns, %.1f frames per sample\n",
+           (unsigned long long)c.stats.unwind_complete, (unsigned long long)c.stats.unwind_unknown,
+           (unsigned long long)c.stats.unwind_aborted,
+           (unsigned long long)c.stats.unwind_aborted_no_info,
+           (unsigned long long)c.stats.unwind_aborted_memory,
+           (unsigned long long)c.stats.unwind_aborted_bad_frame,
+           (unsigned long long)c.stats.unwind_p50_ns, (unsigned long long)c.stats.unwind_p99_ns,
+           c.stats.samples ? (double)c.stats.unwind_frames_total / (double)c.stats.samples : 0.0);
+    uw_collector_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The premise: no .eh_frame table covers the library's code, so the CFI
+ * engine (libunwind's) does not claim it, while the .debug_frame unwinder
+ * does, and not code that libunwind covers. */
+static void test_no_eh_frame(void)
+{
+    snapprof_unwinder_t *df;
+    ASSERT_OK(snapprof_debug_frame_unwinder_create(&df));
+    snapprof__cfi_t *cfi = snapprof__cfi_of(df);
+    ASSERT_NOT_NULL(cfi);
+    df->ops->xUpdateModules(df->user_data);
+    uintptr_t fns[] = {(uintptr_t)dflib_hot, (uintptr_t)dflib_middle, (uintptr_t)dflib_outer};
+    for (size_t i = 0; i < 3; i++) {
+        ASSERT(snapprof__cfi_in_code(cfi, fns[i] + 4));
+        ASSERT(!snapprof__cfi_covers(cfi, fns[i] + 4));
+        snapprof_frame_t f = {.pc = fns[i] + 4,
+                              .module = snapprof_module_find(fns[i] + 4),
+                              .kind = SNAPPROF_FRAME_NATIVE};
+        ASSERT(df->ops->xCanUnwindFrom(df->user_data, &f));
+    }
+    snapprof_frame_t exe = {.pc = (uintptr_t)df_caller + 4,
+                            .module = snapprof_module_find((uintptr_t)df_caller + 4),
+                            .kind = SNAPPROF_FRAME_NATIVE};
+    ASSERT(snapprof__cfi_covers(cfi, exe.pc));
+    ASSERT(!df->ops->xCanUnwindFrom(df->user_data, &exe));
+    /* The executable has a table, but no FDE for its code built without
+     * unwind tables: coverage is decided per pc. */
+    uintptr_t in_exe[] = {(uintptr_t)dfexe_hot, (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
+    for (size_t i = 0; i < 3; i++) {
+        ASSERT(!snapprof__cfi_covers(cfi, in_exe[i] + 4));
+        snapprof_frame_t f = {.pc = in_exe[i] + 4,
+                              .module = snapprof_module_find(in_exe[i] + 4),
+                              .kind = SNAPPROF_FRAME_NATIVE};
+        ASSERT(df->ops->xCanUnwindFrom(df->user_data, &f));
+    }
+    snapprof_unwinder_destroy(df);
+}
+
+static void test_default_chain(void)
+{
+    tally_t lib = {0}, cb = {0}, lib_complete = {0};
+    profile_and_tally(UW_DEFAULT, "dflib", 1500, &lib, &cb, &lib_complete);
+    expect_rate(&lib, "leaf in the .debug_frame library: callers, complete", 300, 99.0);
+    expect_rate(&cb, "callback from the library: callers, complete", 200, 99.0);
+}
+
+/* Without the .debug_frame unwinder no stack whose leaf is in the library
+ * is complete: this is what the fallback is for. */
+static void test_libunwind_alone(void)
+{
+    tally_t lib = {0}, cb = {0}, lib_complete = {0};
+    profile_and_tally(UW_LIBUNWIND, "dflib", 1000, &lib, &cb, &lib_complete);
+    printf("%-52s %zu of %zu\n", "libunwind alone, leaf in the library: complete", lib_complete.ok,
+           lib_complete.seen);
+    printf("%-52s %zu of %zu\n", "libunwind alone, callback: callers, complete", cb.ok, cb.seen);
+    size_t need = tu_sanitizer_build() ? 5 : 200;
+    ASSERT_GE(lib_complete.seen, need);
+    ASSERT_UEQ(lib_complete.ok, 0);
+    ASSERT_UEQ(cb.ok, 0);
+}
+
+/* The same library, stripped, with its .debug_frame in a separate file
+ * that its .gnu_debuglink names (next to it). */
+static void test_separate_debug_file(void)
+{
+    void *h = dlopen(SNAPPROF_TEST_DFLIB_SPLIT, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NOT_NULL(h);
+    g_outer = (uint64_t(*)(uint64_t, dflib_cb))dlsym(h, "dfsplit_outer");
+    ASSERT_NOT_NULL(g_outer);
+    tally_t lib = {0}, cb = {0}, lib_complete = {0};
+    profile_and_tally(UW_DEFAULT, "dfsplit", 1500, &lib, &cb, &lib_complete);
+    expect_rate(&lib, "separate debug file, leaf in the library: complete", 300, 99.0);
+    expect_rate(&cb, "separate debug file, callback: complete", 200, 99.0);
+    g_outer = dflib_outer;
+    dlclose(h);
+}
+
+/* The same code compiled into the executable, which has an .eh_frame_hdr
+ * for the rest of its code: libunwind hands these frames over. */
+static void test_executable(void)
+{
+    g_outer = dfexe_outer;
+    tally_t lib = {0}, cb = {0}, lib_complete = {0};
+    profile_and_tally(UW_DEFAULT, "dfexe", 1500, &lib, &cb, &lib_complete);
+    expect_rate(&lib, "in the executable, leaf without FDE: complete", 300, 99.0);
+    expect_rate(&cb, "in the executable, callback: complete", 200, 99.0);
+    g_outer = dflib_outer;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Corrupt copies                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct seg {
+    uintptr_t start, end;
+} seg_t;
+static seg_t g_segs[512];
+static size_t g_seg_count;
+
+static int note_segments(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size, (void)data;
+    for (int i = 0; i < info->dlpi_phnum && g_seg_count < 512; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R))
+            continue;
+        uintptr_t start = (info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)4095;
+        uintptr_t end = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + 4095) & ~(uintptr_t)4095;
+        g_segs[g_seg_count++] = (seg_t){start, end};
+    }
+    return 0;
+}
+
+typedef struct read_check {
+    uintptr_t bottom, top;
+    size_t copy_reads, module_reads, bad;
+} read_check_t;
+
+static void on_read(void *ud, uintptr_t addr, size_t size, int from_copy)
+{
+    read_check_t *r = ud;
+    if (from_copy) {
+        r->copy_reads++;
+        if (addr < r->bottom || addr + size > r->top)
+            r->bad++;
+        return;
+    }
+    r->module_reads++;
+    for (size_t i = 0; i < g_seg_count; i++)
+        if (addr >= g_segs[i].start && addr + size <= g_segs[i].end)
+            return;
+    r->bad++;
+}
+
+/* Noise, a pointer into the copy (aligned or not), into the library's or
+ * the executable's code, or zero. */
+static uintptr_t wild_word(uint64_t *seed, uintptr_t bottom, size_t size)
+{
+    static const uintptr_t code[] = {(uintptr_t)dflib_hot,       (uintptr_t)dflib_middle,
+                                     (uintptr_t)dflib_outer,     (uintptr_t)df_caller,
+                                     (uintptr_t)df_callback,     (uintptr_t)memcpy,
+                                     (uintptr_t)df_callback_hot, (uintptr_t)malloc};
+    uint64_t r = next_rand(seed);
+    switch (r % 8) {
+    case 0:
+        return 0;
+    case 1:
+    case 2:
+        return bottom + (next_rand(seed) % (size + 64)) - 32;
+    case 3:
+        return (bottom + next_rand(seed) % size) & ~(uintptr_t)15;
+    case 4:
+    case 5:
+        return code[next_rand(seed) % 8] + next_rand(seed) % 256;
+    case 6:
+        return (uintptr_t)next_rand(seed) << 20 | next_rand(seed);
+    default:
+        return (uintptr_t)r;
+    }
+}
+
+static void test_corrupted_copy(void)
+{
+    g_seg_count = 0;
+    dl_iterate_phdr(note_segments, NULL);
+    snapprof_unwinder_t *u[3];
+    ASSERT_OK(snapprof_debug_frame_unwinder_create(&u[0]));
+    u[1] = uw_create_unwinder(UW_LIBUNWIND);
+    u[2] = uw_create_unwinder(UW_FP);
+    read_check_t check = {0};
+    snapprof__cfi_hooks_t hooks = {.xOnRead = on_read, .user_data = &check};
+    snapprof__cfi_set_hooks(snapprof__cfi_of(u[0]), &hooks);
+    snapprof__cfi_set_hooks(snapprof__cfi_of(u[1]), &hooks);
+    for (int i = 0; i < 2; i++)
+        u[i]->ops->xUpdateModules(u[i]->user_data);
+    enum { SEEDS = 3000, MAX_FRAMES = 256 };
+    snapprof_frame_t frames[MAX_FRAMES];
+    size_t frames_total = 0, outcomes[4] = {0};
+    for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15u;
+        size_t size = 64 + next_rand(&s) % 16384;
+        size &= ~(size_t)7;
+        /* Exactly the copy, from malloc, so ASan sees any read past it. */
+        uintptr_t *buf = malloc(size);
+        ASSERT_NOT_NULL(buf);
+        uintptr_t bottom = (uintptr_t)buf;
+        for (size_t i = 0; i < size / 8; i++)
+            buf[i] = wild_word(&s, bottom, size);
+        snapprof_stack_copy_t stack = {.bottom = bottom,
+                                       .top = bottom + size,
+                                       .orig_bottom = wild_word(&s, bottom, size),
+                                       .truncated = (int)(next_rand(&s) % 2)};
+        snapprof_regs_t regs;
+        for (int r = 0; r < SNAPPROF_REG_COUNT; r++)
+            regs.r[r] = wild_word(&s, bottom, size);
+        /* Mostly start in the library, so its CFI runs; the sp often in
+         * the copy, so rules read it. */
+        if (next_rand(&s) % 4 != 0) {
+            static const uintptr_t lib[] = {(uintptr_t)dflib_hot,    (uintptr_t)dflib_middle,
+                                            (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
+                                            (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
+            regs.r[SNAPPROF_REG_PC] = lib[next_rand(&s) % 6] + next_rand(&s) % 96;
+        }
+        if (next_rand(&s) % 2)
+            regs.r[SNAPPROF_REG_SP] = bottom + (next_rand(&s) % size & ~(size_t)7);
+        check.bottom = stack.bottom;
+        check.top = stack.top;
+        /* The .debug_frame unwinder alone, and in the default order. */
+        snapprof_unwinder_t *chains[2][3] = {{u[0], NULL, NULL}, {u[1], u[0], u[2]}};
+        size_t lens[2] = {1, 3};
+        for (int k = 0; k < 2; k++) {
+            snapprof__unwind_outcome_t out;
+            size_t n = snapprof__unwind_chain(chains[k], lens[k], &regs, &stack, frames,
+                                              1 + next_rand(&s) % MAX_FRAMES, &out);
+            ASSERT_LE(n, MAX_FRAMES);
+            frames_total += n;
+            outcomes[out.completed ? 0 : out.aborted ? 1 : out.truncated_depth ? 2 : 3]++;
+        }
+        free(buf);
+    }
+    printf("%d corrupt copies x 2 chains: %zu frames; completed %zu, aborted %zu, capped %zu, "
+           "unknown %zu; reads: %zu from copies, %zu from modules, %zu outside\n",
+           SEEDS, frames_total, outcomes[0], outcomes[1], outcomes[2], outcomes[3],
+           check.copy_reads, check.module_reads, check.bad);
+    ASSERT_UEQ(check.bad, 0);
+    ASSERT_GT(check.copy_reads, 1000);
+    for (int i = 0; i < 3; i++)
+        snapprof_unwinder_destroy(u[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} cases[] = {
+    {"no_eh_frame", test_no_eh_frame},         {"default_chain", test_default_chain},
+    {"libunwind_alone", test_libunwind_alone}, {"separate_debug_file", test_separate_debug_file},
+    {"executable", test_executable},           {"corrupted_copy", test_corrupted_copy},
+};
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CASE\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (strcmp(argv[1], cases[i].name) == 0) {
+            cases[i].fn();
+            printf("ok %s\n", argv[1]);
+            return 0;
+        }
+    }
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
