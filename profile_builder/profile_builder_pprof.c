@@ -224,16 +224,11 @@ static void table_free(table_t *t)
 /* Builder state                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* A mapping and what its locations turned out to carry, so the has_* flags
- * can be set truthfully when the profile is written. The message comes
- * first: a pointer to the entry is a pointer to the message. */
+/* A mapping; its has_* flags are set when the profile is written (see
+ * finish_mappings). The message comes first: a pointer to the entry is a
+ * pointer to the message. */
 typedef struct mapping_entry {
     Perftools__Profiles__Mapping msg;
-    uint64_t locations;
-    uint64_t with_functions;    /* locations with at least one Line */
-    uint64_t with_filenames;    /* ... whose every Line has a file name */
-    uint64_t with_line_numbers; /* ... whose every Line has a line number */
-    int inline_frames;          /* some location has more than one Line */
 } mapping_entry_t;
 
 typedef struct location_key {
@@ -819,15 +814,18 @@ static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_
 /* ------------------------------------------------------------------------ */
 
 /* Sets has_functions, has_filenames, has_line_numbers and has_inline_frames
- * to what every location of the mapping really carries: pprof symbolizes a
- * mapping itself (from the binary on disk) only when the first three are
- * false, so claiming names we do not have would hide the addresses. */
+ * of each mapping: true when any of its locations carries that, which is
+ * how pprof's own symbolizer sets them. pprof symbolizes a mapping itself
+ * (from the binary on disk) only when the first three are all false, and
+ * then replaces every Line of it: so they must be true wherever we gave
+ * names (or one address without a symbol, a PLT stub, would cost all the
+ * others theirs), and false where we had nothing, so that pprof can try. */
 static void finish_mappings(pprof_builder_t *b)
 {
     for (size_t i = 0; i < b->n_mappings; i++) {
         mapping_entry_t *m = b->mappings[i];
-        m->locations = m->with_functions = m->with_filenames = m->with_line_numbers = 0;
-        m->inline_frames = 0;
+        m->msg.has_functions = m->msg.has_filenames = m->msg.has_line_numbers = 0;
+        m->msg.has_inline_frames = 0;
     }
     for (size_t i = 0; i < b->n_locations; i++) {
         const location_entry_t *e = b->locations[i];
@@ -835,25 +833,13 @@ static void finish_mappings(pprof_builder_t *b)
         if (m == NULL)
             continue;
         size_t n_lines = e->msg.n_line;
-        int filenames = n_lines > 0, line_numbers = n_lines > 0;
         for (size_t k = 0; k < n_lines; k++) {
             const Perftools__Profiles__Function *f = b->functions[e->msg.line[k]->function_id - 1];
-            filenames &= f->filename != 0;
-            line_numbers &= e->msg.line[k]->line > 0;
+            m->msg.has_functions |= f->name != 0;
+            m->msg.has_filenames |= f->filename != 0;
+            m->msg.has_line_numbers |= e->msg.line[k]->line > 0;
         }
-        m->locations++;
-        m->with_functions += n_lines > 0;
-        m->with_filenames += filenames;
-        m->with_line_numbers += line_numbers;
-        m->inline_frames |= n_lines > 1;
-    }
-    for (size_t i = 0; i < b->n_mappings; i++) {
-        mapping_entry_t *m = b->mappings[i];
-        int any = m->locations > 0;
-        m->msg.has_functions = any && m->with_functions == m->locations;
-        m->msg.has_filenames = any && m->with_filenames == m->locations;
-        m->msg.has_line_numbers = any && m->with_line_numbers == m->locations;
-        m->msg.has_inline_frames = m->inline_frames;
+        m->msg.has_inline_frames |= n_lines > 1;
     }
 }
 

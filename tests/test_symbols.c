@@ -298,15 +298,26 @@ static void test_mapping_flags(void)
         }
     }
     ASSERT(inline_pc != 0);
+    /* An address of the executable that no symbol covers (its PLT or
+     * .init, say), as a profile of any real program has some. */
+    const snapprof_module_t *exe = snapprof_module_find((uintptr_t)sym_plain);
+    ASSERT_NOT_NULL(exe);
+    uintptr_t bare_pc = 0;
+    for (uintptr_t pc = exe->start; pc < exe->limit && bare_pc == 0; pc += 4) {
+        snapprof_symbol_t s[4];
+        if (symbolize(pc, s, 4) == 0)
+            bare_pc = pc;
+    }
+    ASSERT(bare_pc != 0);
     char *path = pbt_tmp_path("sym-flags", "flags.pb.gz");
     snapprof_builder_t *b = pbt_create(path);
     snapprof_frame_t frames[] = {
         {lib_pc, snapprof_module_find(lib_pc), SNAPPROF_FRAME_NATIVE, NULL},
         {inline_pc, snapprof_module_find(inline_pc), SNAPPROF_FRAME_NATIVE, NULL},
-        {(uintptr_t)sym_plain + 4, snapprof_module_find((uintptr_t)sym_plain),
-         SNAPPROF_FRAME_NATIVE, NULL},
+        {(uintptr_t)sym_plain + 4, exe, SNAPPROF_FRAME_NATIVE, NULL},
+        {bare_pc, exe, SNAPPROF_FRAME_NATIVE, NULL},
     };
-    snapprof_sample_t s = {.frames = frames, .frame_count = 3, .tid = 1, .thread_name = "t"};
+    snapprof_sample_t s = {.frames = frames, .frame_count = 4, .tid = 1, .thread_name = "t"};
     pbt_sample(b, &s);
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
@@ -331,6 +342,19 @@ static void test_mapping_flags(void)
     }
     ASSERT_EQ(seen, 2);
     perftools__profiles__profile__free_unpacked(p, NULL);
+    /* The flags say which mappings we symbolized (pprof's own symbolizer
+     * sets them when any location got a name): with them all false
+     * because one address had no symbol, pprof re-symbolized the
+     * executable from disk and replaced every name with its own, which
+     * were empty for python's libpython3.11.so. */
+    char args[1200];
+    snprintf(args, sizeof args, "-raw '%s'", path);
+    int st;
+    char *raw = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(raw, " sym_plain ");
+    ASSERT_CONTAINS(raw, " sym_with_inline ");
+    free(raw);
     pbt_remove(path);
 }
 
