@@ -1202,6 +1202,52 @@ static void test_corrupted_copy(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Reads of object memory are cached                                       */
+/* ------------------------------------------------------------------------ */
+
+static int note_eh_frame_hdrs(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t *hdrs = data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_GNU_EH_FRAME || hdrs[0] >= 63)
+            continue;
+        hdrs[++hdrs[0]] = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    }
+    return 0;
+}
+
+/* The CFI tables of every object are read-only and read again and again;
+ * the second read of the same bytes must come from the engine's cache,
+ * not a system call. Each object's read-only segments lie next to its
+ * writable one, and merging those ranges made whole objects uncacheable
+ * (libpython's unwinds took 300 us instead of 60). */
+static void test_object_reads_cached(void)
+{
+    snapprof__cfi_t *c;
+    ASSERT_OK(snapprof__cfi_create(&c));
+    snapprof__cfi_update_modules(c);
+    uintptr_t hdrs[64] = {0};
+    dl_iterate_phdr(note_eh_frame_hdrs, hdrs);
+    ASSERT_GE(hdrs[0], 3); /* the executable, libc, the test library... */
+    uint64_t dummy = 0;
+    snapprof_stack_copy_t none = {
+        .bottom = (uintptr_t)&dummy, .top = (uintptr_t)&dummy, .orig_bottom = (uintptr_t)&dummy};
+    for (uintptr_t i = 1; i <= hdrs[0]; i++) {
+        uintptr_t a, b;
+        ASSERT_EQ(snapprof__cfi_read_word(c, &none, hdrs[i], &a), 0);
+        unsigned long long before = snapprof__cfi_raw_reads(c);
+        ASSERT_EQ(snapprof__cfi_read_word(c, &none, hdrs[i], &b), 0);
+        ASSERT_EQ(a, b);
+        if (snapprof__cfi_raw_reads(c) != before)
+            TEST_FAIL("object %zu: the .eh_frame_hdr at %#lx is read from the kernel every time",
+                      (size_t)i, (unsigned long)hdrs[i]);
+    }
+    printf("%zu objects: second reads of .eh_frame_hdr all cached\n", (size_t)hdrs[0]);
+    snapprof__cfi_destroy(c);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
@@ -1218,6 +1264,7 @@ static const struct {
     {"dlclose", test_dlclose},
     {"jit_handoff", test_jit_handoff},
     {"corrupted_copy", test_corrupted_copy},
+    {"object_reads_cached", test_object_reads_cached},
 };
 
 int main(int argc, char **argv)

@@ -23,7 +23,7 @@ target_compile_options(unwinder_dllib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NO
 
 snapprof_add_test_cases(EXE unwinder_cfi SOURCES test_unwinder_cfi.c
   CASES ratio rates qsort_bsearch shared_lib alloca_vla deep_recursion depth_cap signal_handler
-        dlclose jit_handoff corrupted_copy
+        dlclose jit_handoff corrupted_copy object_reads_cached
   LIBS snapprof_unwind_testutil unwinder_testlib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_cfi PRIVATE ${SNAPPROF_NOFP_FLAGS})
 target_compile_definitions(unwinder_cfi PRIVATE

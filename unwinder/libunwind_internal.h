@@ -42,6 +42,10 @@ int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
 int snapprof__cfi_read_word(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
                             uintptr_t addr, uintptr_t *out);
 
+/* How many reads of object memory went to the kernel (process_vm_readv)
+ * rather than the engine's cache of read-only object bytes. For tests. */
+unsigned long long snapprof__cfi_raw_reads(const snapprof__cfi_t *cfi);
+
 /* Walks ctx with libunwind from its last frame until the stack ends, an
  * error, the depth cap, or a caller outside CFI-covered code (which is
  * appended, with ctx->regs describing it, as UNRECOGNIZED_FRAME). */

@@ -68,6 +68,7 @@ struct snapprof__cfi {
     int scanned;                   /* table was built at least once */
     unsigned long long adds, subs; /* loader counters at the last scan */
     int direct_reads;              /* process_vm_readv unavailable */
+    unsigned long long raw_reads;  /* reads that went to read_raw */
     snapprof__cfi_hooks_t hooks;
     uintptr_t cover_pc[COVER_SLOTS];
     uint8_t cover_val[COVER_SLOTS]; /* 0 unknown, 1 no FDE holds cover_pc, 2 one does */
@@ -282,8 +283,13 @@ static void table_finish(cfi_table_t *t)
     qsort(t->code, t->code_count, sizeof *t->code, range_cmp);
     size_t out = 0;
     for (size_t i = 0; i < t->mem_count; i++) {
-        if (out > 0 && t->mem[i].start <= t->mem[out - 1].end) {
-            cfi_range_t *prev = &t->mem[out - 1];
+        /* Overlapping ranges merge (writable if either is); ranges that
+         * only touch merge when both are read-only or both writable: an
+         * object's read-only segments sit next to its writable one, and
+         * merging them would make the whole object uncacheable. */
+        cfi_range_t *prev = out > 0 ? &t->mem[out - 1] : NULL;
+        if (prev && (t->mem[i].start < prev->end ||
+                     (t->mem[i].start == prev->end && t->mem[i].writable == prev->writable))) {
             if (t->mem[i].end > prev->end)
                 prev->end = t->mem[i].end;
             prev->writable |= t->mem[i].writable;
@@ -401,8 +407,9 @@ int snapprof__cfi_covers(snapprof__cfi_t *c, uintptr_t pc)
 
 /* Reads size bytes of our own address space without trusting that they are
  * still mapped. Returns 0 or -1. */
-static int read_raw(const snapprof__cfi_t *c, uintptr_t addr, void *out, size_t size)
+static int read_raw(snapprof__cfi_t *c, uintptr_t addr, void *out, size_t size)
 {
+    c->raw_reads++;
     if (c->direct_reads) {
         /* Only when the kernel refuses process_vm_readv; the address was
          * checked against the loader's list just before. */
@@ -435,6 +442,11 @@ static int read_object_word(snapprof__cfi_t *c, uintptr_t addr, unw_word_t *out)
     }
     memcpy(out, &c->line[slot][offset], sizeof *out);
     return 0;
+}
+
+unsigned long long snapprof__cfi_raw_reads(const snapprof__cfi_t *c)
+{
+    return c->raw_reads;
 }
 
 int snapprof__cfi_read_word(snapprof__cfi_t *c, const snapprof_stack_copy_t *s, uintptr_t addr,
