@@ -348,6 +348,17 @@ static int cmp_pid(const void *a, const void *b)
     return ((const proc_summary_t *)a)->pid - ((const proc_summary_t *)b)->pid;
 }
 
+/* Processes listed one by one in the summary; more are counted. */
+#define SUMMARY_DETAIL 8
+
+/* A process whose line says something went wrong is always listed. */
+static int needs_detail(const proc_summary_t *s)
+{
+    const char *out = get(s, "output");
+    return !*out || strcmp(out, get(s, "requested")) != 0 || num(s, "threads_skipped") != 0 ||
+           !strncmp(get(s, "stopped"), "SIG", 3);
+}
+
 static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
 {
     static proc_summary_t procs[MAX_PROCS];
@@ -390,9 +401,36 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
                 "(killed by SIGKILL, _exit(), or exec of a program snapprof cannot load into)\n",
                 (int)root);
 
-    unsigned long long samples = 0, threads = 0, failed = 0;
+    /* With many processes (a shell script, a build) the detail lines are
+     * the program's own and its busiest descendants', plus any process
+     * whose profile went wrong; the rest are counted in one line. */
+    static unsigned char shown[MAX_PROCS];
+    memset(shown, 0, sizeof shown);
+    for (int i = 0; i < n; i++)
+        shown[i] = n <= SUMMARY_DETAIL || i == 0 || needs_detail(&procs[i]);
+    for (int k = 0; k < n && n > SUMMARY_DETAIL; k++) {
+        int shown_n = 0, best = -1;
+        for (int i = 0; i < n; i++) {
+            shown_n += shown[i];
+            if (!shown[i] && (best < 0 || num(&procs[i], "samples") > num(&procs[best], "samples")))
+                best = i;
+        }
+        if (shown_n >= SUMMARY_DETAIL || best < 0)
+            break;
+        shown[best] = 1;
+    }
+    unsigned long long samples = 0, threads = 0, failed = 0, rest_samples = 0;
+    int rest = 0;
     for (int i = 0; i < n; i++) {
         const proc_summary_t *s = &procs[i];
+        if (!shown[i]) {
+            samples += num(s, "samples");
+            threads += num(s, "threads");
+            failed += num(s, "failed_total");
+            rest++;
+            rest_samples += num(s, "samples");
+            continue;
+        }
         char fails[512];
         failures_text(s, fails, sizeof fails);
         samples += num(s, "samples");
@@ -423,6 +461,9 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
         else if (n > 1)
             fprintf(stderr, "snapprof:     -> %s\n", out);
     }
+    if (rest > 0)
+        fprintf(stderr, "snapprof:   ... and %d more process%s with %llu samples in all\n", rest,
+                rest == 1 ? "" : "es", rest_samples);
     if (n > 1)
         fprintf(stderr, "snapprof: %d processes, %llu samples from %llu threads, %llu failures\n",
                 n, samples, threads, failed);
@@ -435,9 +476,17 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     }
     if (n > 1) {
         fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
-        for (int i = 0; i < n; i++)
-            if (*get(&procs[i], "output"))
-                fprintf(stderr, " %s", get(&procs[i], "output"));
+        /* Many FILE.<pid> files are named by one pattern. */
+        size_t len = main_out ? strlen(main_out) : 0;
+        int pattern = main_out && n > SUMMARY_DETAIL;
+        for (int i = 0; i < n; i++) {
+            const char *out = get(&procs[i], "output");
+            int child_file = pattern && !strncmp(out, main_out, len) && out[len] == '.';
+            if (*out && !child_file)
+                fprintf(stderr, " %s", out);
+        }
+        if (pattern)
+            fprintf(stderr, " '%s'.*", main_out);
         fputc('\n', stderr);
     }
 }

@@ -115,6 +115,31 @@ static void test_python(void)
     free(text);
 }
 
+/* A shell that runs a dozen short programs: the summary lists the shell
+ * and the busiest few (not a line per process, which was 80 lines for a
+ * pyenv shim), counts the rest, and names all the files by a pattern. */
+static void test_many_processes(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-many");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -o m.pb.gz -- /bin/sh -c "
+                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s exit 0; done; %s burn hot_a 200'",
+                        g_dir, CLI, PROG, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "13 processes");
+    pl_require_count(text, "    -> ", 8); /* the detail lines: 8 processes */
+    ASSERT_CONTAINS(text, "... and 5 more processes with ");
+    ASSERT_CONTAINS(text, "  preload_prog (pid "); /* hot_a's: the busiest */
+    char want[1200];
+    snprintf(want, sizeof want, "go tool pprof -http=: %s '%s'.*", path_in("m.pb.gz"),
+             path_in("m.pb.gz"));
+    ASSERT_CONTAINS(text, want);
+    ASSERT_EQ(pl_count_prefix(g_dir, "m.pb.gz."), 12);
+    free(text);
+}
+
 /* A dash pipeline of our program and gzip: every process of it is
  * profiled, the shell into FILE and each child into FILE.<pid>. */
 static void test_pipeline(void)
@@ -520,6 +545,7 @@ int main(int argc, char **argv)
         void (*fn)(void);
     } cases[] = {
         {"threads", test_threads},
+        {"many_processes", test_many_processes},
         {"python", test_python},
         {"pipeline", test_pipeline},
         {"fork_exec", test_fork_exec},
