@@ -7,6 +7,7 @@
  * loaded objects. */
 #include "test.h"
 #include "test_util.h"
+#include "unwind_fuzz.h"
 #include "unwind_test_util.h"
 #include "unwinder/libunwind_internal.h"
 
@@ -25,12 +26,6 @@ uint64_t dfexe_middle(uint64_t n, dflib_cb cb);
 uint64_t dfexe_outer(uint64_t n, dflib_cb cb);
 
 static volatile uint64_t g_sink;
-
-static uint64_t next_rand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005u + 1442695040888963407u;
-    return *s >> 17;
-}
 
 static void *worker_main(void *arg)
 {
@@ -275,139 +270,42 @@ static void test_executable(void)
 /* Corrupt copies                                                           */
 /* ------------------------------------------------------------------------ */
 
-typedef struct seg {
-    uintptr_t start, end;
-} seg_t;
-static seg_t g_segs[512];
-static size_t g_seg_count;
-
-static int note_segments(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size, (void)data;
-    for (int i = 0; i < info->dlpi_phnum && g_seg_count < 512; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R))
-            continue;
-        uintptr_t start = (info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)4095;
-        uintptr_t end = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + 4095) & ~(uintptr_t)4095;
-        g_segs[g_seg_count++] = (seg_t){start, end};
-    }
-    return 0;
-}
-
-typedef struct read_check {
-    uintptr_t bottom, top;
-    size_t copy_reads, module_reads, bad;
-} read_check_t;
-
-static void on_read(void *ud, uintptr_t addr, size_t size, int from_copy)
-{
-    read_check_t *r = ud;
-    if (from_copy) {
-        r->copy_reads++;
-        if (addr < r->bottom || addr + size > r->top)
-            r->bad++;
-        return;
-    }
-    r->module_reads++;
-    for (size_t i = 0; i < g_seg_count; i++)
-        if (addr >= g_segs[i].start && addr + size <= g_segs[i].end)
-            return;
-    r->bad++;
-}
-
-/* Noise, a pointer into the copy (aligned or not), into the library's or
- * the executable's code, or zero. */
-static uintptr_t wild_word(uint64_t *seed, uintptr_t bottom, size_t size)
-{
-    static const uintptr_t code[] = {(uintptr_t)dflib_hot,       (uintptr_t)dflib_middle,
-                                     (uintptr_t)dflib_outer,     (uintptr_t)df_caller,
-                                     (uintptr_t)df_callback,     (uintptr_t)memcpy,
-                                     (uintptr_t)df_callback_hot, (uintptr_t)malloc};
-    uint64_t r = next_rand(seed);
-    switch (r % 8) {
-    case 0:
-        return 0;
-    case 1:
-    case 2:
-        return bottom + (next_rand(seed) % (size + 64)) - 32;
-    case 3:
-        return (bottom + next_rand(seed) % size) & ~(uintptr_t)15;
-    case 4:
-    case 5:
-        return code[next_rand(seed) % 8] + next_rand(seed) % 256;
-    case 6:
-        return (uintptr_t)next_rand(seed) << 20 | next_rand(seed);
-    default:
-        return (uintptr_t)r;
-    }
-}
-
+/* Random stacks and wild registers, mostly starting in code that only
+ * .debug_frame describes, through the .debug_frame unwinder alone and the
+ * default chain: no crash, no read outside the copy or a loaded object. */
 static void test_corrupted_copy(void)
 {
-    g_seg_count = 0;
-    dl_iterate_phdr(note_segments, NULL);
     snapprof_unwinder_t *u[3];
     ASSERT_OK(snapprof_debug_frame_unwinder_create(&u[0]));
     u[1] = uw_create_unwinder(UW_LIBUNWIND);
     u[2] = uw_create_unwinder(UW_FP);
-    read_check_t check = {0};
-    snapprof__cfi_hooks_t hooks = {.xOnRead = on_read, .user_data = &check};
-    snapprof__cfi_set_hooks(snapprof__cfi_of(u[0]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__cfi_of(u[1]), &hooks);
-    for (int i = 0; i < 2; i++)
-        u[i]->ops->xUpdateModules(u[i]->user_data);
-    enum { SEEDS = 3000, MAX_FRAMES = 256 };
-    snapprof_frame_t frames[MAX_FRAMES];
-    size_t frames_total = 0, outcomes[4] = {0};
-    for (uint64_t seed = 1; seed <= SEEDS; seed++) {
-        uint64_t s = seed * 0x9e3779b97f4a7c15u;
-        size_t size = 64 + next_rand(&s) % 16384;
-        size &= ~(size_t)7;
-        /* Exactly the copy, from malloc, so ASan sees any read past it. */
-        uintptr_t *buf = malloc(size);
-        ASSERT_NOT_NULL(buf);
-        uintptr_t bottom = (uintptr_t)buf;
-        for (size_t i = 0; i < size / 8; i++)
-            buf[i] = wild_word(&s, bottom, size);
-        snapprof_stack_copy_t stack = {.bottom = bottom,
-                                       .top = bottom + size,
-                                       .orig_bottom = wild_word(&s, bottom, size),
-                                       .truncated = (int)(next_rand(&s) % 2)};
-        snapprof_regs_t regs;
-        for (int r = 0; r < SNAPPROF_REG_COUNT; r++)
-            regs.r[r] = wild_word(&s, bottom, size);
-        /* Mostly start in the library, so its CFI runs; the sp often in
-         * the copy, so rules read it. */
-        if (next_rand(&s) % 4 != 0) {
-            static const uintptr_t lib[] = {(uintptr_t)dflib_hot,    (uintptr_t)dflib_middle,
-                                            (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
-                                            (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
-            regs.r[SNAPPROF_REG_PC] = lib[next_rand(&s) % 6] + next_rand(&s) % 96;
-        }
-        if (next_rand(&s) % 2)
-            regs.r[SNAPPROF_REG_SP] = bottom + (next_rand(&s) % size & ~(size_t)7);
-        check.bottom = stack.bottom;
-        check.top = stack.top;
-        /* The .debug_frame unwinder alone, and in the default order. */
-        snapprof_unwinder_t *chains[2][3] = {{u[0], NULL, NULL}, {u[1], u[0], u[2]}};
-        size_t lens[2] = {1, 3};
-        for (int k = 0; k < 2; k++) {
-            snapprof__unwind_outcome_t out;
-            size_t n = snapprof__unwind_chain(chains[k], lens[k], &regs, &stack, frames,
-                                              1 + next_rand(&s) % MAX_FRAMES, &out);
-            ASSERT_LE(n, MAX_FRAMES);
-            frames_total += n;
-            outcomes[out.completed ? 0 : out.aborted ? 1 : out.truncated_depth ? 2 : 3]++;
-        }
-        free(buf);
-    }
-    printf("%d corrupt copies x 2 chains: %zu frames; completed %zu, aborted %zu, capped %zu, "
-           "unknown %zu; reads: %zu from copies, %zu from modules, %zu outside\n",
-           SEEDS, frames_total, outcomes[0], outcomes[1], outcomes[2], outcomes[3],
-           check.copy_reads, check.module_reads, check.bad);
-    ASSERT_UEQ(check.bad, 0);
-    ASSERT_GT(check.copy_reads, 1000);
+    static const uintptr_t code[] = {(uintptr_t)dflib_hot,       (uintptr_t)dflib_middle,
+                                     (uintptr_t)dflib_outer,     (uintptr_t)df_caller,
+                                     (uintptr_t)df_callback,     (uintptr_t)memcpy,
+                                     (uintptr_t)df_callback_hot, (uintptr_t)malloc};
+    static const uintptr_t start[] = {(uintptr_t)dflib_hot,    (uintptr_t)dflib_middle,
+                                      (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
+                                      (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
+    uw_fuzz_spec_t spec = {
+        .seeds = 3000,
+        .code = code,
+        .code_count = 8,
+        .code_span = 256,
+        .start_pcs = start,
+        .start_count = 6,
+        .start_span = 96,
+        .start_pc_percent = 75,
+        .sp_in_copy = 1, /* so that the CFI rules read the copy */
+        .chains = {{u[0]}, {u[1], u[0], u[2]}},
+        .chain_len = {1, 3},
+        .chain_count = 2,
+        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1])},
+        .engine_count = 2,
+    };
+    uw_fuzz_result_t r;
+    uw_fuzz_corrupt_copies(&spec, &r);
+    ASSERT_UEQ(r.bad_reads, 0);
+    ASSERT_GT(r.copy_reads, 1000);
     for (int i = 0; i < 3; i++)
         snapprof_unwinder_destroy(u[i]);
 }

@@ -21,7 +21,7 @@ target_compile_options(unwinder_testlib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_
 add_library(unwinder_dllib MODULE unwinder_dllib.c)
 target_compile_options(unwinder_dllib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS})
 
-snapprof_add_test_cases(EXE unwinder_cfi SOURCES test_unwinder_cfi.c
+snapprof_add_test_cases(EXE unwinder_cfi SOURCES test_unwinder_cfi.c unwind_fuzz.c
   CASES ratio rates qsort_bsearch shared_lib alloca_vla deep_recursion depth_cap signal_handler
         dlclose jit_handoff corrupted_copy object_reads_cached
   LIBS snapprof_unwind_testutil unwinder_testlib ${CMAKE_DL_LIBS})
@@ -63,7 +63,7 @@ add_custom_command(TARGET unwinder_dflib_split POST_BUILD
   VERBATIM)
 
 snapprof_add_test_cases(EXE unwinder_debug_frame
-  SOURCES test_unwinder_debug_frame.c unwinder_dfexe.c
+  SOURCES test_unwinder_debug_frame.c unwinder_dfexe.c unwind_fuzz.c
   CASES no_eh_frame default_chain libunwind_alone separate_debug_file executable corrupted_copy
   LIBS snapprof_unwind_testutil unwinder_dflib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_debug_frame PRIVATE ${SNAPPROF_NOFP_FLAGS})
