@@ -254,7 +254,11 @@ __attribute__((noinline)) void builders_hot(volatile uint64_t *x)
 static void *worker(void *arg)
 {
     snapprof_thread_t **token = arg;
-    ASSERT_OK(snapprof_thread_register(token));
+    /* Published with a release store: main polls it with acquire loads
+     * (TSan saw register's own plain store race with that poll). */
+    snapprof_thread_t *mine;
+    ASSERT_OK(snapprof_thread_register(&mine));
+    __atomic_store_n(token, mine, __ATOMIC_RELEASE);
     volatile uint64_t x = 1;
     while (!atomic_load(&g_stop))
         builders_hot(&x);
