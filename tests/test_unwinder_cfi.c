@@ -785,7 +785,9 @@ static void test_signal_handler(void)
     uw_worker_t w;
     run_worker(&w, sig_body, 0);
     uw_collector_t c = {0};
-    uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 1500};
+    /* Only a few percent of the samples land in the handler (79 of 1500
+     * once in CI on a loaded machine): take enough for 50 of them. */
+    uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 3000};
     uw_profile(&w, &run, &c);
     uintptr_t restorer = kernel_restorer(SIGUSR2);
     uw_worker_stop(&w);
@@ -815,7 +817,7 @@ static void test_signal_handler(void)
             uw_print_sample(&c, s);
         }
     }
-    expect_rate(&t, "through the signal frame, exact pcs, complete", 100, 99.0);
+    expect_rate(&t, "through the signal frame, exact pcs, complete", 50, 99.0);
     uw_collector_free(&c);
 }
 
