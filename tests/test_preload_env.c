@@ -32,7 +32,7 @@ static void test_cpuprofile(void)
     ASSERT(strstr(text, "snapprof:") == NULL); /* nothing to say */
     char prof[1024], args[1200];
     snprintf(prof, sizeof prof, "%s/c.prof", g_dir);
-    pl_require_fn(prof, "", "hot_a", 5);
+    pl_require_fn(prof, "", "hot_a", 1);
     snprintf(args, sizeof args, "-raw '%s'", prof);
     char *raw = tu_pprof(args, &st);
     ASSERT_CONTAINS(raw, "Period: 4000000");
@@ -92,7 +92,7 @@ static void test_output_dir_missing(void)
     char alt[1024];
     ASSERT_EQ(sscanf(p, "; writing %1023s", alt), 1);
     ASSERT(strncmp(alt, "/tmp/snapprof.", 14) == 0);
-    pl_require_fn(alt, "", "hot_a", 5);
+    pl_require_fn(alt, "", "hot_a", 1);
     unlink(alt);
     free(text);
 }
@@ -130,7 +130,7 @@ static void test_program_signal_handler(void)
                           "samples with; both work");
     char prof[1024];
     snprintf(prof, sizeof prof, "%s/u.pb.gz", g_dir);
-    pl_require_fn(prof, "", "hot_a", 5);
+    pl_require_fn(prof, "", "hot_a", 1);
     free(text);
 }
 

@@ -15,7 +15,10 @@ char *pl_run(int *status, const char *fmt, ...) __attribute__((format(printf, 2,
 void pl_skip_if_sanitized(void);
 
 /* Fails unless the profile's -top (by sample count) has fn with at least
- * min samples; extra is more pprof flags (e.g. -tagfocus=...), may be "". */
+ * min samples; extra is more pprof flags (e.g. -tagfocus=...), may be "".
+ * The preload tests mostly ask for 1: that the function is in the right
+ * file is the point, and counts measure the machine (a loaded 2-core VM
+ * once gave a forked child 2 samples for 300 ms of work at 1 kHz). */
 void pl_require_fn(const char *profile, const char *extra, const char *fn, double min);
 
 /* The row fn in the profile's -top by sample count, or 0 samples. */
