@@ -75,9 +75,12 @@ def main(argv):
         ss.sort(key=lambda s: (s[0], -s[1]))
         stack = []
         for start, end, name in ss:
-            while stack and stack[-1][1] <= start:
+            # ts + dur is summed in floating point: a slice that starts
+            # where the last one ended may find that end a few 1e-10 us
+            # past its start (times are written to the ns, 1e-3 us).
+            while stack and stack[-1][1] <= start + 1e-6:
                 stack.pop()
-            if stack and end > stack[-1][1] + 1e-9:
+            if stack and end > stack[-1][1] + 1e-6:
                 fail("thread %d: slice %s [%.3f, %.3f] overlaps %s [%.3f, %.3f]"
                      % (tid, name, start, end, stack[-1][2], stack[-1][0], stack[-1][1]))
             stack.append((start, end, name))
