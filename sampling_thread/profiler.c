@@ -562,9 +562,6 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof_regs_t regs;
     snapprof_stack_copy_t stack;
     snapprof__stack_copier_rebase(&res, p->buffer, &regs, &stack);
-    for (size_t i = 0; i < p->unwinder_count; i++)
-        if (p->unwinders[i]->ops->xUpdateModules)
-            p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
     uint64_t unwind_start = snapprof__mono_ns();
     snapprof__unwind_outcome_t outcome;
     size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
@@ -628,6 +625,11 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Cheap when nothing was loaded or unloaded (the loader's counters);
      * keeps lookups from answering with a module dlclose() just removed. */
     snapprof__module_cache_update();
+    /* Once a tick, not once a target: each asks the loader whether objects
+     * came or went, which is all they do when none did. */
+    for (size_t i = 0; i < p->unwinder_count; i++)
+        if (p->unwinders[i]->ops->xUpdateModules)
+            p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
     drain_app_frames(p);
     for (size_t i = 0; i < p->target_count; i++)
         if (!p->targets[i].dead)
