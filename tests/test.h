@@ -63,4 +63,25 @@
             TEST_FAIL("\"%s\" not found in %s:\n%s", n_, #haystack, h_ ? h_ : "(null)");           \
     } while (0)
 
+/* Test programs with several cases: argv[1] names the case to run. */
+typedef struct test_case {
+    const char *name;
+    void (*fn)(void);
+} test_case_t;
+
+/* Runs the case argv[1] names and returns main's exit status (0); an
+ * unknown or missing name fails the test. */
+static inline int test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    for (size_t i = 0; i < count; i++) {
+        if (!strcmp(c, cases[i].name)) {
+            cases[i].fn();
+            printf("ok %s\n", c);
+            return 0;
+        }
+    }
+    TEST_FAIL("unknown case '%s'", c);
+}
+
 #endif

@@ -219,10 +219,7 @@ static void test_exports(void)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case_t cases[] = {
         {"cpuprofile", test_cpuprofile},
         {"bad_env", test_bad_env},
         {"output_dir_missing", test_output_dir_missing},
@@ -231,12 +228,5 @@ int main(int argc, char **argv)
         {"linked_threads", test_linked_threads},
         {"exports", test_exports},
     };
-    const char *c = argc > 1 ? argv[1] : "";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!strcmp(c, cases[i].name)) {
-            cases[i].fn();
-            return 0;
-        }
-    }
-    TEST_FAIL("unknown case '%s'", c);
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -142,10 +142,7 @@ static void test_cpuprofile_at_load(void)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case_t cases[] = {
         {"start_stop", test_start_stop},
         {"state", test_state},
         {"flush", test_flush},
@@ -155,12 +152,5 @@ int main(int argc, char **argv)
         {"signal_taken_explicit", test_signal_taken_explicit},
         {"cpuprofile_at_load", test_cpuprofile_at_load},
     };
-    const char *c = argc > 1 ? argv[1] : "";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!strcmp(c, cases[i].name)) {
-            cases[i].fn();
-            return 0;
-        }
-    }
-    TEST_FAIL("unknown case '%s'", c);
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

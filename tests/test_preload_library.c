@@ -200,21 +200,11 @@ static void test_register_in_fork_child(void)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case_t cases[] = {
         {"flush_while_running", test_flush_while_running},
         {"set_path_after_failed_write", test_set_path_after_failed_write},
         {"thread_update_name", test_thread_update_name},
         {"register_in_fork_child", test_register_in_fork_child},
     };
-    const char *c = argc > 1 ? argv[1] : "";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!strcmp(c, cases[i].name)) {
-            cases[i].fn();
-            return 0;
-        }
-    }
-    TEST_FAIL("unknown case '%s'", c);
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -540,10 +540,7 @@ static void test_static_program(void)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case_t cases[] = {
         {"threads", test_threads},
         {"many_processes", test_many_processes},
         {"python", test_python},
@@ -575,12 +572,5 @@ int main(int argc, char **argv)
         {"missing_value", test_missing_value},
         {"static_program", test_static_program},
     };
-    const char *c = argc > 1 ? argv[1] : "";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!strcmp(c, cases[i].name)) {
-            cases[i].fn();
-            return 0;
-        }
-    }
-    TEST_FAIL("unknown case '%s'", c);
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -1157,10 +1157,7 @@ static void test_object_reads_cached(void)
 
 /* ------------------------------------------------------------------------ */
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
+static const test_case_t cases[] = {
     {"ratio", test_ratio},
     {"rates", test_rates},
     {"qsort_bsearch", test_qsort_bsearch},
@@ -1178,17 +1175,5 @@ static const struct {
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CASE\n", argv[0]);
-        return 2;
-    }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (strcmp(argv[1], cases[i].name) == 0) {
-            cases[i].fn();
-            printf("ok %s\n", argv[1]);
-            return 0;
-        }
-    }
-    fprintf(stderr, "unknown case %s\n", argv[1]);
-    return 2;
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -312,10 +312,7 @@ static void test_corrupted_copy(void)
 
 /* ------------------------------------------------------------------------ */
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
+static const test_case_t cases[] = {
     {"no_eh_frame", test_no_eh_frame},         {"default_chain", test_default_chain},
     {"libunwind_alone", test_libunwind_alone}, {"separate_debug_file", test_separate_debug_file},
     {"executable", test_executable},           {"corrupted_copy", test_corrupted_copy},
@@ -324,17 +321,5 @@ static const struct {
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CASE\n", argv[0]);
-        return 2;
-    }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (strcmp(argv[1], cases[i].name) == 0) {
-            cases[i].fn();
-            printf("ok %s\n", argv[1]);
-            return 0;
-        }
-    }
-    fprintf(stderr, "unknown case %s\n", argv[1]);
-    return 2;
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
