@@ -347,6 +347,21 @@ static void drain_app_frames(snapprof_profiler_t *p)
     }
 }
 
+/* Hands the profile to every builder; returns the first error, or 0. */
+static int complete_builders(snapprof_profiler_t *p, const snapprof_profile_info_t *info)
+{
+    int result = 0;
+    for (size_t i = 0; i < p->builder_count; i++) {
+        snapprof_builder_t *b = p->builders[i];
+        if (b->ops->xOnProfileCompleted) {
+            int rc = b->ops->xOnProfileCompleted(b->user_data, info);
+            if (rc != 0 && result == 0)
+                result = rc;
+        }
+    }
+    return result;
+}
+
 void snapprof__profiler_complete(snapprof_profiler_t *p)
 {
     snapprof_stats_t stats;
@@ -357,15 +372,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     snapprof_profile_info_t info = make_info(p, &stats);
     info.app_frames = p->app_frames;
     info.app_frame_count = p->app_frame_count;
-    int result = 0;
-    for (size_t i = 0; i < p->builder_count; i++) {
-        snapprof_builder_t *b = p->builders[i];
-        if (b->ops->xOnProfileCompleted) {
-            int rc = b->ops->xOnProfileCompleted(b->user_data, &info);
-            if (rc != 0 && result == 0)
-                result = rc;
-        }
-    }
+    int result = complete_builders(p, &info);
     snapprof__sampler_lock();
     p->result = result;
     p->state = PROFILER_COMPLETED;
@@ -676,15 +683,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     /* The lock stays held while the builders write: the sampling thread
      * cannot deliver a sample meanwhile, nor another flush or stop complete
      * the same builders, since a builder's callbacks never run concurrently. */
-    int result = 0;
-    for (size_t i = 0; i < p->builder_count; i++) {
-        snapprof_builder_t *b = p->builders[i];
-        if (b->ops->xOnProfileCompleted) {
-            int rc = b->ops->xOnProfileCompleted(b->user_data, &info);
-            if (rc != 0 && result == 0)
-                result = rc;
-        }
-    }
+    int result = complete_builders(p, &info);
     snapprof__sampler_unlock();
     return result;
 }
