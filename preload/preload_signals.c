@@ -186,6 +186,17 @@ static void dispatch(int signo, siginfo_t *info, void *uc)
     struct sigaction a;
     view_read(m, &a);
     if (is_handler(&a)) {
+        if (!m->exit_signal) {
+            /* The sampling signal: we run under the kernel's mask for our
+             * own registration, so add what the program asked for. */
+            pthread_sigmask(SIG_BLOCK, &a.sa_mask, NULL);
+            if (a.sa_flags & SA_NODEFER) {
+                sigset_t self;
+                sigemptyset(&self);
+                sigaddset(&self, signo);
+                pthread_sigmask(SIG_UNBLOCK, &self, NULL);
+            }
+        }
         if (a.sa_flags & SA_RESETHAND) {
             struct sigaction dfl;
             memset(&dfl, 0, sizeof dfl);

@@ -155,14 +155,43 @@ static void capture(const ucontext_t *uc)
     res->pause_ns = clock_ns(CLOCK_MONOTONIC) - entry;
 }
 
+/* Signals our handler leaves unblocked: faults are delivered when they
+ * happen whatever the mask says, so blocking them would change nothing but
+ * how the process dies. */
+static int is_fault_signal(int signo)
+{
+    return signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE || signo == SIGILL ||
+           signo == SIGTRAP || signo == SIGSYS || signo == SIGABRT;
+}
+
+/* Sets the mask the kernel would have set for the previous handler: the
+ * one the thread had when the signal came, plus the handler's sa_mask, plus
+ * the signal itself unless SA_NODEFER. Ours blocks nearly everything (see
+ * snapprof__stack_copier_install), which a program's handler should not
+ * inherit. Async-signal-safe. */
+static void set_previous_mask(int signo, const struct sigaction *prev, const ucontext_t *uc)
+{
+    if (!uc)
+        return;
+    sigset_t m = uc->uc_sigmask;
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&prev->sa_mask, s) == 1)
+            sigaddset(&m, s);
+    if (!(prev->sa_flags & SA_NODEFER))
+        sigaddset(&m, signo);
+    pthread_sigmask(SIG_SETMASK, &m, NULL);
+}
+
 /* Passes a signal that is not ours to whoever had it before us.
  * Async-signal-safe. */
 static void chain(int signo, siginfo_t *info, void *uc)
 {
     const struct sigaction *prev = &g_previous[signo];
     if (prev->sa_flags & SA_SIGINFO) {
-        if (prev->sa_sigaction)
+        if (prev->sa_sigaction) {
+            set_previous_mask(signo, prev, uc);
             prev->sa_sigaction(signo, info, uc);
+        }
         return;
     }
     if (prev->sa_handler == SIG_IGN)
@@ -179,6 +208,7 @@ static void chain(int signo, siginfo_t *info, void *uc)
         syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), signo);
         return;
     }
+    set_previous_mask(signo, prev, uc);
     prev->sa_handler(signo);
 }
 
@@ -233,7 +263,14 @@ int snapprof__stack_copier_install(int signo)
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_signal;
         sa.sa_flags = SA_SIGINFO | SA_RESTART;
-        sigemptyset(&sa.sa_mask);
+        /* Every other signal waits until the copy is done. One handled on
+         * top of ours would hold the sampler for as long as it runs, and a
+         * handler that waits for the sampler (the preload library writes
+         * the profile on SIGTERM) would wait for ever. */
+        sigfillset(&sa.sa_mask);
+        for (int s = 1; s < NSIG; s++)
+            if (is_fault_signal(s))
+                sigdelset(&sa.sa_mask, s);
         if (sigaction(signo, NULL, &g_previous[signo]) != 0 || sigaction(signo, &sa, NULL) != 0)
             rc = SNAPPROF_ESIGNAL;
         else

@@ -227,11 +227,17 @@ static int mode_rmdir(const char *dir, uint64_t ms)
     return 0;
 }
 
-static atomic_int g_urgs;
+static atomic_int g_urgs, g_urg_bad_masks;
 
+/* Runs under the mask the program asked for: SIGURG and its sa_mask's
+ * SIGUSR1 blocked, SIGUSR2 not. */
 static void on_urg(int signo)
 {
     (void)signo;
+    sigset_t m;
+    pthread_sigmask(SIG_BLOCK, NULL, &m);
+    if (!sigismember(&m, SIGURG) || !sigismember(&m, SIGUSR1) || sigismember(&m, SIGUSR2))
+        atomic_fetch_add(&g_urg_bad_masks, 1);
     atomic_fetch_add(&g_urgs, 1);
 }
 
@@ -241,6 +247,7 @@ static int mode_sigurg(uint64_t ms)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_urg;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
     if (sigaction(SIGURG, &sa, NULL) != 0)
         return 2;
     /* What the program set is what it reads back. */
@@ -254,6 +261,11 @@ static int mode_sigurg(uint64_t ms)
     hot_b(ms / 3);
     if (atomic_load(&g_urgs) != 5) {
         fprintf(stderr, "own SIGURG handler ran %d times, not 5\n", atomic_load(&g_urgs));
+        return 3;
+    }
+    if (atomic_load(&g_urg_bad_masks) != 0) {
+        fprintf(stderr, "own SIGURG handler ran %d times under another mask than its own\n",
+                atomic_load(&g_urg_bad_masks));
         return 3;
     }
     printf("own handler saw 5 SIGURG\n");

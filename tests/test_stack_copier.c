@@ -333,6 +333,114 @@ static void test_handler_replaced(void)
     stop_target(&t);
 }
 
+/* Other signals wait for the copy: one that arrives while the handler runs
+ * (here, sent from inside it) is delivered after the handshake, not on top
+ * of it. A program handler nested inside ours would keep the sampler
+ * waiting, and one that waits for the sampler (a profile written on SIGTERM)
+ * would never return. */
+static atomic_int g_in_capture, g_usr2_calls, g_usr2_nested;
+
+static void usr2_handler(int signo)
+{
+    (void)signo;
+    atomic_fetch_add(&g_usr2_calls, 1);
+    if (atomic_load(&g_in_capture))
+        atomic_fetch_add(&g_usr2_nested, 1);
+}
+
+/* Runs in the signal handler. */
+static void raise_usr2_in_capture(void *user_data)
+{
+    (void)user_data;
+    atomic_store(&g_in_capture, 1);
+    syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGUSR2);
+    atomic_store(&g_in_capture, 0);
+}
+
+static int never(void *user_data, const snapprof_frame_t *frame)
+{
+    (void)user_data;
+    (void)frame;
+    return 0;
+}
+
+static snapprof_unwind_result_t no_unwind(void *user_data, snapprof_unwind_ctx_t *ctx)
+{
+    (void)user_data;
+    (void)ctx;
+    return SNAPPROF_UNWIND_ABORTED;
+}
+
+static void test_other_signals_wait(void)
+{
+    static const snapprof_unwinder_ops_t ops = {.version = SNAPPROF_UNWINDER_OPS_VERSION,
+                                                .name = "usr2",
+                                                .xCanUnwindFrom = never,
+                                                .xTryUnwind = no_unwind,
+                                                .xOnStackCapture = raise_usr2_in_capture};
+    snapprof_unwinder_t *u;
+    ASSERT_OK(snapprof_unwinder_create(&ops, NULL, &u));
+    signal(SIGUSR2, usr2_handler);
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG));
+    target_t t = {0};
+    start_target(&t);
+    uint8_t *buf = map_buffer(65536);
+    for (int i = 0; i < 20; i++) {
+        snapprof__copy_request_t req = {.thread = t.token,
+                                        .signo = SIGURG,
+                                        .buffer = buf,
+                                        .buffer_size = 65536,
+                                        .unwinders = &u,
+                                        .unwinder_count = 1,
+                                        .timeout_ns = 5000000000u};
+        snapprof__copy_result_t res;
+        snapprof_fail_reason_t reason;
+        ASSERT_OK(snapprof__stack_copier_copy(&req, &res, &reason));
+    }
+    for (int i = 0; i < 1000 && atomic_load(&g_usr2_calls) < 20; i++)
+        usleep(1000);
+    ASSERT_EQ(atomic_load(&g_usr2_calls), 20);
+    ASSERT_EQ(atomic_load(&g_usr2_nested), 0);
+    stop_target(&t);
+    snapprof_unwinder_destroy(u);
+}
+
+/* A program handler we pass a signal on to runs under the mask the kernel
+ * would have given it: its own sa_mask and its signal blocked, nothing
+ * more. */
+static sigset_t g_chained_mask;
+static atomic_int g_chained_calls;
+
+static void mask_reader(int signo)
+{
+    (void)signo;
+    pthread_sigmask(SIG_BLOCK, NULL, &g_chained_mask);
+    atomic_fetch_add(&g_chained_calls, 1);
+}
+
+static void test_chained_handler_mask(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mask_reader;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    ASSERT_EQ(sigaction(SIGURG, &sa, NULL), 0);
+    ASSERT_OK(snapprof__stack_copier_install(SIGURG));
+    target_t t = {0};
+    start_target(&t);
+    syscall(SYS_tgkill, getpid(), t.tid, SIGURG);
+    for (int i = 0; i < 1000 && atomic_load(&g_chained_calls) == 0; i++)
+        usleep(1000);
+    ASSERT_EQ(atomic_load(&g_chained_calls), 1);
+    ASSERT(sigismember(&g_chained_mask, SIGURG));
+    ASSERT(sigismember(&g_chained_mask, SIGUSR1));
+    ASSERT(!sigismember(&g_chained_mask, SIGUSR2));
+    ASSERT(!sigismember(&g_chained_mask, SIGTERM));
+    ASSERT(!sigismember(&g_chained_mask, SIGALRM));
+    stop_target(&t);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -352,6 +460,10 @@ int main(int argc, char **argv)
         test_chains_foreign_signals();
     else if (!strcmp(c, "handler_replaced"))
         test_handler_replaced();
+    else if (!strcmp(c, "other_signals_wait"))
+        test_other_signals_wait();
+    else if (!strcmp(c, "chained_handler_mask"))
+        test_chained_handler_mask();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;
