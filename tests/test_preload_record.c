@@ -293,7 +293,7 @@ static void test_sigint(void)
     ASSERT_CONTAINS(log, "st=130");
     ASSERT_CONTAINS(log, "was killed by SIGINT");
     ASSERT_CONTAINS(log, "profile written on SIGINT");
-    pl_require_fn(path_in("s.pb.gz"), "", "hot_spin", 1);
+    pl_require_under(path_in("s.pb.gz"), "hot_spin", 1);
     free(log);
 }
 
@@ -330,7 +330,7 @@ static void test_sigterm_forwarded(void)
     char *log = spin_and_signal("", "cli", SIGTERM);
     ASSERT_CONTAINS(log, "st=143");
     ASSERT_CONTAINS(log, "was killed by SIGTERM");
-    pl_require_fn(path_in("s.pb.gz"), "", "hot_spin", 1);
+    pl_require_under(path_in("s.pb.gz"), "hot_spin", 1);
     free(log);
 }
 

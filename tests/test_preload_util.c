@@ -60,6 +60,20 @@ void pl_require_fn(const char *profile, const char *extra, const char *fn, doubl
     printf("%s: %s %.0f samples %s\n", profile, fn, got, extra ? extra : "");
 }
 
+void pl_require_under(const char *profile, const char *fn, double min)
+{
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(profile, "-sample_index=samples", &rows, &raw);
+    const tu_top_row_t *r = tu_top_find(rows, n, fn);
+    double got = r ? r->cum : 0;
+    if (got < min)
+        TEST_FAIL("%s: %s is in %.0f stacks, want at least %.0f:\n%s", profile, fn, got, min, raw);
+    printf("%s: %s in %.0f stacks\n", profile, fn, got);
+    free(rows);
+    free(raw);
+}
+
 int pl_exists(const char *path)
 {
     struct stat st;

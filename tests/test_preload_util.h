@@ -21,6 +21,12 @@ void pl_skip_if_sanitized(void);
  * once gave a forked child 2 samples for 300 ms of work at 1 kHz). */
 void pl_require_fn(const char *profile, const char *extra, const char *fn, double min);
 
+/* Like pl_require_fn, but counts samples with fn anywhere in their stack
+ * (the -top cum column). For programs ended by a signal: a sample taken
+ * while the profile is being written shows the signal handler on top of
+ * fn, and on a starved machine that may be the only one. */
+void pl_require_under(const char *profile, const char *fn, double min);
+
 /* The row fn in the profile's -top by sample count, or 0 samples. */
 double pl_samples_of(const char *profile, const char *extra, const char *fn);
 
