@@ -406,16 +406,17 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
      * whose profile went wrong; the rest are counted in one line. */
     static unsigned char shown[MAX_PROCS];
     memset(shown, 0, sizeof shown);
-    for (int i = 0; i < n; i++)
+    int shown_n = 0;
+    for (int i = 0; i < n; i++) {
         shown[i] = n <= SUMMARY_DETAIL || i == 0 || needs_detail(&procs[i]);
-    for (int k = 0; k < n && n > SUMMARY_DETAIL; k++) {
-        int shown_n = 0, best = -1;
-        for (int i = 0; i < n; i++) {
-            shown_n += shown[i];
+        shown_n += shown[i];
+    }
+    for (; shown_n < SUMMARY_DETAIL; shown_n++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
             if (!shown[i] && (best < 0 || num(&procs[i], "samples") > num(&procs[best], "samples")))
                 best = i;
-        }
-        if (shown_n >= SUMMARY_DETAIL || best < 0)
+        if (best < 0)
             break;
         shown[best] = 1;
     }
@@ -423,19 +424,16 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     int rest = 0;
     for (int i = 0; i < n; i++) {
         const proc_summary_t *s = &procs[i];
+        samples += num(s, "samples");
+        threads += num(s, "threads");
+        failed += num(s, "failed_total");
         if (!shown[i]) {
-            samples += num(s, "samples");
-            threads += num(s, "threads");
-            failed += num(s, "failed_total");
             rest++;
             rest_samples += num(s, "samples");
             continue;
         }
         char fails[512];
         failures_text(s, fails, sizeof fails);
-        samples += num(s, "samples");
-        threads += num(s, "threads");
-        failed += num(s, "failed_total");
         const char *out = get(s, "output");
         fprintf(stderr,
                 "snapprof: %s%s (pid %d): %llu samples from %llu thread%s in %.2f s; failures: "

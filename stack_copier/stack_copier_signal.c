@@ -158,11 +158,7 @@ static void capture(const ucontext_t *uc)
 /* Signals our handler leaves unblocked: faults are delivered when they
  * happen whatever the mask says, so blocking them would change nothing but
  * how the process dies. */
-static int is_fault_signal(int signo)
-{
-    return signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE || signo == SIGILL ||
-           signo == SIGTRAP || signo == SIGSYS || signo == SIGABRT;
-}
+static const int g_fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
 
 /* Sets the mask the kernel would have set for the previous handler: the
  * one the thread had when the signal came, plus the handler's sa_mask, plus
@@ -173,10 +169,8 @@ static void set_previous_mask(int signo, const struct sigaction *prev, const uco
 {
     if (!uc)
         return;
-    sigset_t m = uc->uc_sigmask;
-    for (int s = 1; s < NSIG; s++)
-        if (sigismember(&prev->sa_mask, s) == 1)
-            sigaddset(&m, s);
+    sigset_t m;
+    sigorset(&m, &uc->uc_sigmask, &prev->sa_mask);
     if (!(prev->sa_flags & SA_NODEFER))
         sigaddset(&m, signo);
     pthread_sigmask(SIG_SETMASK, &m, NULL);
@@ -268,9 +262,8 @@ int snapprof__stack_copier_install(int signo)
          * handler that waits for the sampler (the preload library writes
          * the profile on SIGTERM) would wait for ever. */
         sigfillset(&sa.sa_mask);
-        for (int s = 1; s < NSIG; s++)
-            if (is_fault_signal(s))
-                sigdelset(&sa.sa_mask, s);
+        for (size_t i = 0; i < sizeof g_fault_signals / sizeof g_fault_signals[0]; i++)
+            sigdelset(&sa.sa_mask, g_fault_signals[i]);
         if (sigaction(signo, NULL, &g_previous[signo]) != 0 || sigaction(signo, &sa, NULL) != 0)
             rc = SNAPPROF_ESIGNAL;
         else

@@ -501,38 +501,38 @@ static void test_start_in_fork_child(void)
     tu_collector_free(&c);
 }
 
+static void test_idle_nanosleep_wall(void)
+{
+    sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_WALL);
+}
+
+static void test_idle_poll_wall(void)
+{
+    sleeper(SLEEP_POLL, SNAPPROF_MODE_WALL);
+}
+
+static void test_idle_nanosleep_cpu(void)
+{
+    sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_CPU);
+}
+
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "stop_without_start"))
-        test_stop_without_start();
-    else if (!strcmp(c, "start_twice"))
-        test_start_twice();
-    else if (!strcmp(c, "bad_params"))
-        test_bad_params();
-    else if (!strcmp(c, "destroy_while_running"))
-        test_destroy_while_running();
-    else if (!strcmp(c, "two_concurrent"))
-        test_two_concurrent();
-    else if (!strcmp(c, "thread_exits"))
-        test_thread_exits();
-    else if (!strcmp(c, "blocked_signal"))
-        test_blocked_signal();
-    else if (!strcmp(c, "idle_nanosleep_wall"))
-        sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_WALL);
-    else if (!strcmp(c, "idle_poll_wall"))
-        sleeper(SLEEP_POLL, SNAPPROF_MODE_WALL);
-    else if (!strcmp(c, "idle_nanosleep_cpu"))
-        sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_CPU);
-    else if (!strcmp(c, "register_tid"))
-        test_register_tid();
-    else if (!strcmp(c, "threads_and_builder_errors"))
-        test_add_remove_builder_errors();
-    else if (!strcmp(c, "duration"))
-        test_duration();
-    else if (!strcmp(c, "start_in_fork_child"))
-        test_start_in_fork_child();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"stop_without_start", test_stop_without_start},
+        {"start_twice", test_start_twice},
+        {"bad_params", test_bad_params},
+        {"destroy_while_running", test_destroy_while_running},
+        {"two_concurrent", test_two_concurrent},
+        {"thread_exits", test_thread_exits},
+        {"blocked_signal", test_blocked_signal},
+        {"idle_nanosleep_wall", test_idle_nanosleep_wall},
+        {"idle_poll_wall", test_idle_poll_wall},
+        {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
+        {"register_tid", test_register_tid},
+        {"threads_and_builder_errors", test_add_remove_builder_errors},
+        {"duration", test_duration},
+        {"start_in_fork_child", test_start_in_fork_child},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -444,28 +444,17 @@ static void test_chained_handler_mask(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "sentinels"))
-        test_sentinels();
-    else if (!strcmp(c, "truncated"))
-        test_truncated();
-    else if (!strcmp(c, "exited_thread"))
-        test_exited_thread();
-    else if (!strcmp(c, "blocked_signal"))
-        test_blocked_signal();
-    else if (!strcmp(c, "sp_out_of_range"))
-        test_sp_out_of_range();
-    else if (!strcmp(c, "recycled_tid"))
-        test_recycled_tid();
-    else if (!strcmp(c, "chains_foreign_signals"))
-        test_chains_foreign_signals();
-    else if (!strcmp(c, "handler_replaced"))
-        test_handler_replaced();
-    else if (!strcmp(c, "other_signals_wait"))
-        test_other_signals_wait();
-    else if (!strcmp(c, "chained_handler_mask"))
-        test_chained_handler_mask();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"sentinels", test_sentinels},
+        {"truncated", test_truncated},
+        {"exited_thread", test_exited_thread},
+        {"blocked_signal", test_blocked_signal},
+        {"sp_out_of_range", test_sp_out_of_range},
+        {"recycled_tid", test_recycled_tid},
+        {"chains_foreign_signals", test_chains_foreign_signals},
+        {"handler_replaced", test_handler_replaced},
+        {"other_signals_wait", test_other_signals_wait},
+        {"chained_handler_mask", test_chained_handler_mask},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
