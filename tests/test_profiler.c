@@ -20,7 +20,7 @@ typedef struct target {
     snapprof_thread_t *token;
     pid_t tid;
     atomic_int ready, stop, eintr, exited;
-    uint64_t run_ns; /* EXIT_EARLY: busy for this long, then exit */
+    atomic_int leave; /* EXIT_EARLY: busy until this is set, then exit */
 } target_t;
 
 __attribute__((noinline)) static void busy_leaf(volatile uint64_t *x)
@@ -42,7 +42,6 @@ static void *target_main(void *arg)
     }
     atomic_store(&t->ready, 1);
     volatile uint64_t x = 1;
-    uint64_t start = tu_mono_ns();
     while (!atomic_load(&t->stop)) {
         switch (t->behaviour) {
         case SLEEP_NANOSLEEP: {
@@ -59,7 +58,7 @@ static void *target_main(void *arg)
             break;
         }
         case EXIT_EARLY:
-            if (tu_mono_ns() - start > t->run_ns) {
+            if (atomic_load(&t->leave)) {
                 atomic_store(&t->exited, 1);
                 return NULL;
             }
@@ -237,16 +236,19 @@ static void test_two_concurrent(void)
 }
 
 /* A target that exits mid-profile: its earlier samples stay, the exit is
- * counted once, the others go on. */
+ * counted once, the others go on. It leaves once the profile has samples
+ * (not after a set time: a stalled VM once let 200 ms pass unsampled). */
 static void test_thread_exits(void)
 {
-    target_t gone = {.run_ns = 200000000u}, stays = {0};
+    target_t gone = {0}, stays = {0};
     start_target(&gone, EXIT_EARLY);
     start_target(&stays, BUSY);
     tu_collector_t c = {0};
     snapprof_thread_t *both[2] = {gone.token, stays.token};
     snapprof_profiler_t *p = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &c);
     ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 10); /* both are busy: each has its share */
+    atomic_store(&gone.leave, 1);
     while (!atomic_load(&gone.exited))
         usleep(1000);
     snapprof_stats_t st;
