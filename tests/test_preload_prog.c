@@ -1,6 +1,7 @@
 /* A program for the preload tests to profile: it knows nothing of snapprof
  * (it is run under `snapprof record` or LD_PRELOAD), and each mode burns
- * CPU in functions with names the tests look for.
+ * CPU in functions with names the tests look for. Where one thread burns
+ * alone, it burns on until a loaded profiler has 5 samples of it.
  *
  *   threads MS         threads from a constructor, from main, and one that
  *                      exits early; each names itself and burns MS ms
@@ -117,6 +118,44 @@ static int mode_threads(uint64_t ms)
     return 0;
 }
 
+/* gperftools' ProfilerGetCurrentState, when a profiler that has it is
+ * loaded (snapprof's preload library does). */
+struct gperf_state {
+    int enabled;
+    time_t start_time;
+    char profile_name[1024];
+    int samples_gathered;
+};
+
+/* The samples the loaded profiler has taken so far, or -1 when none is
+ * loaded or it is not running (as in a child under --fork stop). */
+static int profiler_samples(void)
+{
+    void (*get_state)(struct gperf_state *) =
+        (void (*)(struct gperf_state *))dlsym(RTLD_DEFAULT, "ProfilerGetCurrentState");
+    if (!get_state)
+        return -1;
+    struct gperf_state st;
+    get_state(&st);
+    return st.enabled ? st.samples_gathered : -1;
+}
+
+/* hot(ms), and then, while the profiler has taken fewer than `want`
+ * samples since it began (a stalled VM can leave the sampler unscheduled
+ * for a second while this thread runs), some more of it: at most 60 s.
+ * Only for a thread that runs alone, so that the samples are its own. */
+static void burn_sampled(void (*hot)(uint64_t), uint64_t ms, int want)
+{
+    int before = profiler_samples();
+    hot(ms);
+    for (int i = 0; before >= 0 && i < 6000; i++) {
+        int now = profiler_samples();
+        if (now < 0 || now - before >= want)
+            break;
+        hot(10);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* burn, forkexec                                                           */
 /* ------------------------------------------------------------------------ */
@@ -124,13 +163,13 @@ static int mode_threads(uint64_t ms)
 static int mode_burn(const char *name, uint64_t ms)
 {
     if (!strcmp(name, "hot_a"))
-        hot_a(ms);
+        burn_sampled(hot_a, ms, 5);
     else if (!strcmp(name, "hot_b"))
-        hot_b(ms);
+        burn_sampled(hot_b, ms, 5);
     else if (!strcmp(name, "hot_c"))
-        hot_c(ms);
+        burn_sampled(hot_c, ms, 5);
     else if (!strcmp(name, "hot_exec"))
-        hot_exec(ms);
+        burn_sampled(hot_exec, ms, 5);
     else
         return 2;
     printf("%s done\n", name);
@@ -155,10 +194,10 @@ static int mode_forkexec(const char *self, uint64_t ms)
     }
     pid_t forked = fork();
     if (forked == 0) {
-        hot_forked_child(ms);
+        burn_sampled(hot_forked_child, ms, 5);
         exit(0); /* exit handlers run: the child's profile is written */
     }
-    hot_fork_parent(ms);
+    burn_sampled(hot_fork_parent, ms, 5);
     int st1, st2;
     waitpid(execd, &st1, 0);
     waitpid(forked, &st2, 0);
@@ -172,7 +211,7 @@ static void *fork_from_thread(void *arg)
     uint64_t ms = *(uint64_t *)arg;
     pid_t pid = fork();
     if (pid == 0) {
-        hot_thread_fork_child(ms);
+        burn_sampled(hot_thread_fork_child, ms, 5);
         exit(0);
     }
     int st;
@@ -202,33 +241,13 @@ static void on_term(int signo)
     g_term = 1;
 }
 
-/* gperftools' ProfilerGetCurrentState, when a profiler that has it is
- * loaded (snapprof's preload library does). */
-struct gperf_state {
-    int enabled;
-    time_t start_time;
-    char profile_name[1024];
-    int samples_gathered;
-};
-
 static int mode_spin(const char *pidfile, int own_handler)
 {
     if (own_handler)
         signal(SIGTERM, on_term);
-    hot_spin(100); /* a first stretch of CPU before anyone signals us */
-    /* Then, as long as the profiler has fewer than 5 samples (a stalled VM
-     * can leave its sampler unscheduled for a second), some more: the
-     * tests signal us as soon as the pid file is there, and they judge
-     * the profile. At most 60 s. */
-    void (*get_state)(struct gperf_state *) =
-        (void (*)(struct gperf_state *))dlsym(RTLD_DEFAULT, "ProfilerGetCurrentState");
-    for (int i = 0; get_state && i < 6000; i++) {
-        struct gperf_state st;
-        get_state(&st);
-        if (!st.enabled || st.samples_gathered >= 5)
-            break;
-        hot_spin(10);
-    }
+    /* The tests signal us as soon as the pid file is there, and judge the
+     * profile: it must have samples by then. */
+    burn_sampled(hot_spin, 100, 5);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", pidfile);
     FILE *f = fopen(tmp, "w");
@@ -244,7 +263,7 @@ static int mode_spin(const char *pidfile, int own_handler)
 
 static int mode_rmdir(const char *dir, uint64_t ms)
 {
-    hot_a(ms);
+    burn_sampled(hot_a, ms, 5);
     if (rmdir(dir) != 0) {
         perror("rmdir");
         return 2;
