@@ -245,16 +245,6 @@ static void test_trace_format(void)
 
 static atomic_int g_stop;
 
-/* TSan runs our handler only when the thread next enters its runtime, with
- * the context of the moment the signal came; the stack has moved on by
- * then, so stack shapes are not judged under TSan (CI saw
- * "[unknown];0x1be107f8d48;builders_hot;__tsan_read8"). Counts still are. */
-#if defined(__SANITIZE_THREAD__)
-static const int g_tsan = 1;
-#else
-static const int g_tsan = 0;
-#endif
-
 __attribute__((noinline)) void builders_hot(volatile uint64_t *x)
 {
     for (int i = 0; i < 200000; i++)
@@ -370,7 +360,9 @@ static void test_same_run_agree(void)
         /* Root first: the thread's entry (start_thread) at the left, the
          * leaf where the time went at the right, just before the count. */
         char *hot = strstr(line, "builders_hot");
-        if (hot != NULL && !g_tsan) {
+        /* Not under TSan (see tu_tsan_build; CI saw
+         * "[unknown];0x1be107f8d48;builders_hot;__tsan_read8"). */
+        if (hot != NULL && !tu_tsan_build()) {
             hot_lines++;
             char *entry = strstr(line, "start_thread");
             if (entry == NULL || entry > hot || hot + strlen("builders_hot") != sp)
@@ -380,7 +372,7 @@ static void test_same_run_agree(void)
     printf("folded: %d lines, %lld samples; pprof: %lld samples on %d threads\n", lines,
            (long long)folded_total, (long long)total, n);
     ASSERT_EQ(folded_total, total);
-    if (!g_tsan)
+    if (!tu_tsan_build())
         ASSERT_GT(hot_lines, 0);
     free(text);
 

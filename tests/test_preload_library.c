@@ -187,10 +187,7 @@ static void *fork_from_thread(void *arg)
 
 static void test_register_in_fork_child(void)
 {
-#if defined(__SANITIZE_THREAD__)
-    printf("skipped: TSan cannot start threads in the child of a multi-threaded fork()\n");
-    exit(TEST_SKIP);
-#endif
+    tu_skip_under_tsan("TSan cannot start threads in the child of a multi-threaded fork()");
     pthread_t th;
     void *ret;
     ASSERT_EQ(pthread_create(&th, NULL, fork_from_thread, NULL), 0);

@@ -478,10 +478,7 @@ static void fork_child_profiles(int depth)
  * interval catch the sampler mid-wait; each must start, sample and stop. */
 static void test_start_in_fork_child(void)
 {
-#if defined(__SANITIZE_THREAD__)
-    printf("skipped: TSan cannot start threads in the child of a multi-threaded fork()\n");
-    exit(TEST_SKIP);
-#endif
+    tu_skip_under_tsan("TSan cannot start threads in the child of a multi-threaded fork()");
     target_t t = {0};
     start_target(&t, BUSY);
     tu_collector_t c = {0};

@@ -775,11 +775,8 @@ static uintptr_t kernel_restorer(int signo)
 
 static void test_signal_handler(void)
 {
-#if defined(__SANITIZE_THREAD__)
-    printf("skipped: TSan runs signal handlers from its own runtime, not from the kernel's "
-           "signal frame\n");
-    exit(TEST_SKIP);
-#endif
+    tu_skip_under_tsan("TSan runs signal handlers from its own runtime, not from the kernel's "
+                       "signal frame");
     calibrate();
     atomic_store(&g_interrupted_count, 0);
     uw_worker_t w;

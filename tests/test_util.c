@@ -34,6 +34,23 @@ int tu_sanitizer_build(void)
 #endif
 }
 
+int tu_tsan_build(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void tu_skip_under_tsan(const char *why)
+{
+    if (!tu_tsan_build())
+        return;
+    printf("skipped: %s\n", why);
+    exit(TEST_SKIP);
+}
+
 char *tu_run(const char *cmd, int *status)
 {
     size_t len = strlen(cmd) + 16;

@@ -13,6 +13,15 @@ uint64_t tu_thread_cpu_ns(void);
 /* 1 when built with a sanitizer (SNAPPROF_SANITIZER_BUILD). */
 int tu_sanitizer_build(void);
 
+/* 1 when built with ThreadSanitizer. TSan runs a signal handler only when
+ * the thread next enters its runtime, with the registers of when the signal
+ * came and the stack of when it is handled: stack shapes and attribution
+ * cannot be judged there. */
+int tu_tsan_build(void);
+
+/* Under TSan, prints "skipped: WHY" and exits with the skip status. */
+void tu_skip_under_tsan(const char *why);
+
 /* Runs a shell command; returns its combined stdout and stderr (malloc'd,
  * never NULL) and stores the exit status (or -1) in *status if given. */
 char *tu_run(const char *cmd, int *status);
