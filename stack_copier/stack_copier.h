@@ -9,8 +9,10 @@
  *              capture registers and a timestamp, copy the stack,
  *              state = seq|DONE, futex-wake;
  *   requester: on timeout CAS seq|PENDING -> IDLE (a late handler then sees
- *              a stale seq and does nothing); if the handler already began
- *              copying, wait for it to finish (it is bounded).
+ *              a stale seq and does nothing, unless a newer request waits
+ *              for its own thread: that one it serves, since the kernel
+ *              drops a standard signal sent while one is pending); if the
+ *              handler already began copying, wait for it to finish.
  * Signals that do not carry our payload go to the previous handler. */
 #ifndef SNAPPROF_STACK_COPIER_H
 #define SNAPPROF_STACK_COPIER_H
@@ -79,6 +81,10 @@ void snapprof__thread_retain(struct snapprof_thread *t);
 /* Test seam: nonzero while the calling thread runs our signal handler.
  * Async-signal-safe. */
 int snapprof__in_signal_handler(void);
+
+/* Test seam: the tid the request in flight waits for, or 0 when none
+ * does. */
+pid_t snapprof__stack_copier_pending_tid(void);
 
 /* Test seam: the token registered on the calling thread, or NULL. */
 const struct snapprof_thread *snapprof__thread_self(void);

@@ -28,6 +28,7 @@ enum { PHASE_IDLE = 0, PHASE_PENDING = 1, PHASE_COPYING = 2, PHASE_DONE = 3 };
  * release store after filling it in. */
 static struct {
     _Atomic uint32_t state;
+    _Atomic pid_t target_tid; /* whom the PENDING request waits for */
     snapprof__copy_request_t req;
     snapprof__copy_result_t res;
     int fail; /* -1, or the snapprof_fail_reason_t the handler found */
@@ -215,6 +216,18 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
         (uint32_t)(payload >> 32) == PAYLOAD_TAG) {
         uint32_t seq = (uint32_t)payload & SEQ_MASK;
         uint32_t expected = (seq << 2) | PHASE_PENDING;
+        uint32_t now = atomic_load_explicit(&g_slot.state, memory_order_acquire);
+        if (now != expected && (now & 3u) == PHASE_PENDING &&
+            atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) ==
+                (pid_t)syscall(SYS_gettid)) {
+            /* A late signal for a request that timed out, while a newer one
+             * waits for this same thread. That one's signal was dropped if
+             * ours was still pending (one pending instance of a standard
+             * signal), so ours must serve it. If the state moves on before
+             * the exchange below, the exchange fails and we do nothing. */
+            seq = now >> 2;
+            expected = now;
+        }
         if (atomic_compare_exchange_strong_explicit(&g_slot.state, &expected,
                                                     (seq << 2) | PHASE_COPYING,
                                                     memory_order_acquire, memory_order_relaxed)) {
@@ -224,7 +237,8 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
             atomic_store_explicit(&g_slot.state, (seq << 2) | PHASE_DONE, memory_order_release);
             futex_wake_all(&g_slot.state);
         }
-        /* Otherwise a late signal for a request that timed out: ignore. */
+        /* Otherwise a late signal when no request waits for this thread:
+         * ignore it. */
     } else {
         chain(signo, info, uc);
     }
@@ -305,6 +319,7 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
     g_slot.req = *req;
     memset(&g_slot.res, 0, sizeof g_slot.res);
     g_slot.fail = -1;
+    atomic_store_explicit(&g_slot.target_tid, req->thread->tid, memory_order_relaxed);
     uint32_t pending = (seq << 2) | PHASE_PENDING;
     atomic_store_explicit(&g_slot.state, pending, memory_order_release);
 
@@ -350,6 +365,12 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
 out:
     pthread_mutex_unlock(&g_request_lock);
     return rc;
+}
+
+pid_t snapprof__stack_copier_pending_tid(void)
+{
+    uint32_t s = atomic_load_explicit(&g_slot.state, memory_order_acquire);
+    return (s & 3u) == PHASE_PENDING ? atomic_load(&g_slot.target_tid) : 0;
 }
 
 void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,

@@ -214,6 +214,96 @@ static void test_blocked_signal(void)
     stop_target(&t);
 }
 
+/* A request made while the previous one's signal is still pending. The
+ * kernel keeps one pending instance of a standard signal and drops the
+ * second, so the late signal must serve the request for its own thread. */
+typedef struct {
+    const snapprof_thread_t *token;
+    uint8_t *buf;
+    size_t size;
+    int rc;
+    snapprof_fail_reason_t reason;
+    snapprof__copy_result_t res;
+} async_copy_t;
+
+static void *async_copy_main(void *arg)
+{
+    async_copy_t *a = arg;
+    a->rc = copy(a->token, a->buf, a->size, 30000000000u, &a->res, &a->reason);
+    return NULL;
+}
+
+/* Starts a copy on another thread and returns once it is waiting for the
+ * handler of target tid. */
+static pthread_t start_async_copy(async_copy_t *a, pid_t tid)
+{
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, async_copy_main, a), 0);
+    uint64_t deadline = tu_mono_ns() + 30000000000u;
+    while (snapprof__stack_copier_pending_tid() != tid) {
+        ASSERT(tu_mono_ns() < deadline);
+        usleep(1000);
+    }
+    return th;
+}
+
+static void test_late_signal_serves_next_request(void)
+{
+    target_t t = {.block_signal = 1};
+    start_target(&t);
+    size_t size = 1u << 20;
+    uint8_t *buf = map_buffer(size);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(t.token, buf, size, 20000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+
+    /* The second request's signal is dropped: the first is still pending. */
+    async_copy_t a = {.token = t.token, .buf = buf, .size = size, .rc = 99};
+    pthread_t th = start_async_copy(&a, t.tid);
+    atomic_store(&t.unblock, 1);
+    pthread_join(th, NULL);
+    ASSERT_EQ(a.rc, 0);
+    uintptr_t sp = a.res.regs.r[SNAPPROF_REG_SP];
+    ASSERT(sp >= t.token->stack_low && sp < t.token->stack_base);
+    ASSERT_EQ(snapprof__stack_copier_pending_tid(), 0);
+    stop_target(&t);
+}
+
+/* A late signal while a request for another thread waits: not ours to
+ * serve, so that request's buffer stays untouched until its own thread
+ * answers. */
+static void test_late_signal_other_thread(void)
+{
+    target_t t1 = {.block_signal = 1}, t2 = {.block_signal = 1};
+    start_target(&t1);
+    start_target(&t2);
+    size_t size = 1u << 20;
+    uint8_t *buf = map_buffer(size);
+    memset(buf, 0xaa, size);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(t1.token, buf, size, 20000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+
+    async_copy_t a = {.token = t2.token, .buf = buf, .size = size, .rc = 99};
+    pthread_t th = start_async_copy(&a, t2.tid);
+    atomic_store(&t1.unblock, 1); /* t1's late handler runs now */
+    while (atomic_load(&t1.unblock) != 2)
+        usleep(1000);
+    ASSERT_EQ(snapprof__stack_copier_pending_tid(), t2.tid);
+    for (size_t i = 0; i < size; i++)
+        if (buf[i] != 0xaa)
+            TEST_FAIL("t1's late handler wrote byte %zu of t2's buffer", i);
+    atomic_store(&t2.unblock, 1);
+    pthread_join(th, NULL);
+    ASSERT_EQ(a.rc, 0);
+    uintptr_t sp = a.res.regs.r[SNAPPROF_REG_SP];
+    ASSERT(sp >= t2.token->stack_low && sp < t2.token->stack_base);
+    stop_target(&t1);
+    stop_target(&t2);
+}
+
 /* A thread running on a stack we don't know (a fiber, a sigaltstack):
  * SNAPPROF_FAIL_SP_OUT_OF_RANGE. */
 static atomic_int g_fiber_running, g_fiber_stop;
@@ -449,6 +539,8 @@ int main(int argc, char **argv)
         {"truncated", test_truncated},
         {"exited_thread", test_exited_thread},
         {"blocked_signal", test_blocked_signal},
+        {"late_signal_serves_next_request", test_late_signal_serves_next_request},
+        {"late_signal_other_thread", test_late_signal_other_thread},
         {"sp_out_of_range", test_sp_out_of_range},
         {"recycled_tid", test_recycled_tid},
         {"chains_foreign_signals", test_chains_foreign_signals},
