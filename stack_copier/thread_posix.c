@@ -192,10 +192,17 @@ int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out)
             snapprof_fail_reason_t reason;
             t->stack_low = 0;
             t->stack_base = UINTPTR_MAX;
-            if (snapprof__stack_copier_copy(&req, &res, &reason) != 0)
-                rc = reason == SNAPPROF_FAIL_THREAD_EXITED ? -ESRCH : -ETIMEDOUT;
-            else
-                rc = find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low, &t->stack_base);
+            /* Up to five tries of 200 ms: a host stall or a busy CPU can
+             * keep a thread off it that long. Between tries a running
+             * profiler may take its turn at the copier; a signal still
+             * pending from a try answers the next one. */
+            rc = -ETIMEDOUT;
+            for (int i = 0; i < 5 && rc == -ETIMEDOUT; i++) {
+                if (snapprof__stack_copier_copy(&req, &res, &reason) != 0)
+                    rc = reason == SNAPPROF_FAIL_THREAD_EXITED ? -ESRCH : -ETIMEDOUT;
+                else
+                    rc = find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low, &t->stack_base);
+            }
         }
     }
     if (rc != 0) {

@@ -381,6 +381,21 @@ static void test_register_tid(void)
     tu_collector_free(&c);
 }
 
+/* A thread that cannot answer the handshake (it blocks SIGURG) is
+ * -ETIMEDOUT, after the five tries of 200 ms, and can be tried again. */
+static void test_register_tid_unanswered(void)
+{
+    target_t w = {0};
+    start_target(&w, BLOCK_SIGNAL);
+    snapprof_thread_t *tok = NULL;
+    uint64_t t0 = tu_mono_ns();
+    ASSERT_EQ(snapprof_thread_register_tid(w.tid, &tok), -ETIMEDOUT);
+    ASSERT_GE(tu_mono_ns() - t0, 1000000000u);
+    ASSERT_NULL(tok);
+    ASSERT_EQ(snapprof_thread_register_tid(w.tid, &tok), -ETIMEDOUT);
+    stop_target(&w);
+}
+
 /* Builder errors are counted, not fatal; threads can join a running
  * profile and leave it. */
 static void test_add_remove_builder_errors(void)
@@ -538,6 +553,7 @@ int main(int argc, char **argv)
         {"idle_poll_wall", test_idle_poll_wall},
         {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
         {"register_tid", test_register_tid},
+        {"register_tid_unanswered", test_register_tid_unanswered},
         {"threads_and_builder_errors", test_add_remove_builder_errors},
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},

@@ -246,7 +246,10 @@ SNAPPROF_API int snapprof_thread_register(snapprof_thread_t **out);
 
 /* Names a thread of this process by tid, from any thread. Its stack bounds
  * are found from /proc/self/maps (the mapping that holds its stack pointer,
- * or "[stack]" for the main thread). Returns -ESRCH when no such thread. */
+ * which the thread reports in a SIGURG handshake; "[stack]" for the main
+ * thread). Returns -ESRCH when no such thread, -ETIMEDOUT when it did not
+ * answer within about a second (it blocks SIGURG, is held in vfork(), or
+ * was not scheduled): the call may be tried again later. */
 SNAPPROF_API int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out);
 
 /* Drops a reference. Profilers that sample the thread hold references of
