@@ -201,10 +201,10 @@ static void make_exit_key(void)
     pthread_key_create(&g_exit_key, on_thread_exit);
 }
 
-/* 1 when thread tid blocks signo (from its SigBlk line). A thread that
- * blocks the sampling signal cannot be sampled: snapprof's own threads
- * block everything. */
-static int thread_blocks(pid_t tid, int signo)
+/* 1 when the "SigBlk:" (or "SigPnd:") line of thread tid's status has
+ * signo set. A thread that blocks the sampling signal cannot be sampled:
+ * snapprof's own threads block everything. */
+static int thread_sigset_has(pid_t tid, const char *line_name, int signo)
 {
     char path[64], buf[4096];
     snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
@@ -216,11 +216,18 @@ static int thread_blocks(pid_t tid, int signo)
     if (n <= 0)
         return 0;
     buf[n] = '\0';
-    const char *line = strstr(buf, "\nSigBlk:");
+    char key[16];
+    snprintf(key, sizeof key, "\n%s:", line_name);
+    const char *line = strstr(buf, key);
     if (!line)
         return 0;
-    unsigned long long mask = strtoull(line + 8, NULL, 16);
+    unsigned long long mask = strtoull(line + strlen(key), NULL, 16);
     return (mask >> (signo - 1)) & 1u;
+}
+
+static int thread_blocks(pid_t tid, int signo)
+{
+    return thread_sigset_has(tid, "SigBlk", signo);
 }
 
 static void register_self(void)
@@ -235,14 +242,24 @@ static void register_self(void)
     pthread_setspecific(g_exit_key, (void *)1);
 }
 
-/* Threads that are there but not registered: at start, those that existed
- * before; later (see RESCAN_NS), those made without our pthread_create. */
-static void register_existing(int signo, int count_skipped)
+/* Set when a thread found by a scan did not answer the handshake that
+ * finds its stack (a stalled host; a thread waiting in vfork()): the helper
+ * scans again, every RETRY_NS, until it answers or is gone. */
+static atomic_int g_rescan_due;
+#define RETRY_NS 20000000u
+
+/* The tids in /proc/self/task that are neither registered nor the caller,
+ * and that do not block the signals we stop them with; when retrying, not
+ * those that have yet to take the last one we sent. Under g_lock. Returns
+ * how many (*out is malloc'd, NULL when none). */
+static size_t scan_unregistered(int signo, int retrying, pid_t **out)
 {
+    *out = NULL;
     DIR *d = opendir("/proc/self/task");
     if (!d)
-        return;
-    pid_t self = gettid_();
+        return 0;
+    pid_t self = gettid_(), *tids = NULL;
+    size_t n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         pid_t tid = (pid_t)atoi(de->d_name);
@@ -251,23 +268,98 @@ static void register_existing(int signo, int count_skipped)
         /* snapprof finds a foreign thread's stack by stopping it with
          * SIGURG, whatever the sampling signal. */
         if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
-            if (count_skipped)
+            if (!retrying)
                 atomic_fetch_add(&g_threads_skipped, 1);
             continue;
         }
-        snapprof_thread_t *t;
-        snapprof__preload_signals_passthrough(1);
-        int rc = snapprof_thread_register_tid(tid, &t);
-        snapprof__preload_signals_passthrough(0);
-        if (rc != 0) {
-            if (rc != -ESRCH)
-                g.threads_failed++;
+        if (retrying && thread_sigset_has(tid, "SigPnd", SIGURG)) {
+            /* The last handshake's signal still waits: the thread has not
+             * run since. Try again later rather than wait for it now. */
+            atomic_store(&g_rescan_due, 1);
             continue;
         }
-        reg_entry_t e = {.tid = tid, .from_scan = 1, .token = t};
-        reg_add(&e);
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 16;
+            pid_t *t = realloc(tids, c * sizeof *t);
+            if (!t) {
+                g.threads_failed++;
+                continue;
+            }
+            tids = t;
+            cap = c;
+        }
+        tids[n++] = tid;
     }
     closedir(d);
+    *out = tids;
+    return n;
+}
+
+/* Registers tid by its stack pointer (a handshake: may wait up to its
+ * timeout). Returns the token, or NULL: gone, late (the helper retries) or
+ * failed (*failed set, for the caller to count under g_lock). */
+static snapprof_thread_t *register_tid(pid_t tid, int *failed)
+{
+    snapprof_thread_t *t;
+    *failed = 0;
+    snapprof__preload_signals_passthrough(1);
+    int rc = snapprof_thread_register_tid(tid, &t);
+    snapprof__preload_signals_passthrough(0);
+    if (rc == 0)
+        return t;
+    if (rc == -ETIMEDOUT)
+        atomic_store(&g_rescan_due, 1);
+    else if (rc != -ESRCH)
+        *failed = 1;
+    return NULL;
+}
+
+/* Threads that are there but not registered, at start: those that existed
+ * before. Under g_lock, which the caller already holds: threads that
+ * register themselves wait until the scan is done. */
+static void register_existing(int signo)
+{
+    pid_t *tids;
+    size_t n = scan_unregistered(signo, 0, &tids);
+    for (size_t i = 0; i < n; i++) {
+        int failed;
+        snapprof_thread_t *t = register_tid(tids[i], &failed);
+        g.threads_failed += (uint64_t)failed;
+        if (t) {
+            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
+            reg_add(&e);
+        }
+    }
+    free(tids);
+}
+
+/* Later, from the helper: threads that did not answer before, and (see
+ * RESCAN_NS) those made without our pthread_create. The handshakes run
+ * without g_lock, so a thread that is slow to answer does not hold up the
+ * program's pthread_create() or ProfilerStop(). */
+static void rescan_threads(void)
+{
+    atomic_store(&g_rescan_due, 0);
+    lock();
+    pid_t *tids = NULL;
+    size_t n = g.profiler && atomic_load(&g_tracking) ? scan_unregistered(g.signo, 1, &tids) : 0;
+    unlock();
+    for (size_t i = 0; i < n; i++) {
+        int failed;
+        snapprof_thread_t *t = register_tid(tids[i], &failed);
+        if (!t && !failed)
+            continue;
+        lock();
+        g.threads_failed += (uint64_t)failed;
+        if (t && g.profiler && atomic_load(&g_tracking)) {
+            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
+            reg_add(&e); /* a no-op if the thread registered itself meanwhile */
+        } else if (t) {
+            snapprof_thread_release(t);
+        }
+        unlock();
+    }
+    free(tids);
 }
 
 int snapprof__preload_tracking(void)
@@ -359,14 +451,6 @@ static void stop_at_deadline(void)
 #define RESCAN_NS 0u
 #endif
 
-static void rescan_threads(void)
-{
-    lock();
-    if (g.profiler && atomic_load(&g_tracking))
-        register_existing(g.signo, 0);
-    unlock();
-}
-
 static void *helper_main(void *arg)
 {
     (void)arg;
@@ -391,10 +475,11 @@ static void *helper_main(void *arg)
             continue;
         }
         uint64_t wake = deadline;
-        if (RESCAN_NS && atomic_load(&g_tracking)) {
+        uint64_t every = RESCAN_NS ? RESCAN_NS : atomic_load(&g_rescan_due) ? RETRY_NS : 0;
+        if (every && atomic_load(&g_tracking)) {
             if (now >= next_rescan) {
                 rescan_threads();
-                next_rescan = now + RESCAN_NS;
+                next_rescan = mono_ns() + every;
             }
             if (!wake || next_rescan < wake)
                 wake = next_rescan;
@@ -590,7 +675,8 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     register_self();
     if (c.signo != SIGURG)
         snapprof__preload_signals_manage(SIGURG, 1); /* the scan stops threads with it */
-    register_existing(c.signo, 1);
+    atomic_store(&g_rescan_due, 0);
+    register_existing(c.signo);
 
     snapprof__preload_signals_passthrough(1);
     rc = snapprof_profiler_start(p);
@@ -609,7 +695,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     atomic_store(&g_owner_pid, (int)getpid());
     ensure_helper();
     atomic_store(&g_deadline, c.duration_ns ? g.start_mono + c.duration_ns : 0);
-    if (c.duration_ns) {
+    if (c.duration_ns || atomic_load(&g_rescan_due)) {
         atomic_fetch_or(&g_cmd, CMD_WAKE);
         futex_wake(&g_cmd);
     }

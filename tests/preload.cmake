@@ -56,7 +56,7 @@ snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
 
 # The gperftools API.
 snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
-  CASES start_stop state flush existing_threads bad_path signal_taken signal_taken_explicit
+  CASES start_stop state flush existing_threads vfork_thread bad_path signal_taken signal_taken_explicit
         cpuprofile_at_load)
 
 # The library calls the preload needed, tested on their own.

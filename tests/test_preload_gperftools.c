@@ -80,6 +80,20 @@ static void test_existing_threads(void)
     free(text);
 }
 
+/* A thread that cannot answer the scan at ProfilerStart (held in vfork()
+ * for its child) is retried, and sampled once it can answer. Under TSan
+ * vfork() is a fork(): the thread is never held. */
+static void test_vfork_thread(void)
+{
+    tu_skip_under_tsan("TSan turns vfork() into fork()");
+    setup("gperf-vfork");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s vfork_thread x.prof", g_dir, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_fn(g_prof, "", "gperf_pre_a", 50);
+    free(text);
+}
+
 /* An unwritable path: ProfilerStart returns 0 and says why in one line. */
 static void test_bad_path(void)
 {
@@ -147,6 +161,7 @@ int main(int argc, char **argv)
         {"state", test_state},
         {"flush", test_flush},
         {"existing_threads", test_existing_threads},
+        {"vfork_thread", test_vfork_thread},
         {"bad_path", test_bad_path},
         {"signal_taken", test_signal_taken},
         {"signal_taken_explicit", test_signal_taken_explicit},

@@ -7,6 +7,8 @@
  *   state FILE            the state calls, a second Start, Stop, Start again
  *   flush FILE            ProfilerFlush writes FILE while profiling goes on
  *   existing FILE         threads started before ProfilerStart are sampled
+ *   vfork_thread FILE     a thread held in vfork() through ProfilerStart (it
+ *                         cannot answer the scan) is sampled once it returns
  *   bad_path FILE         ProfilerStart on an unwritable path returns 0
  *   signal_taken FILE     SIGURG has the program's handler before Start;
  *                         expect_start=0 in the environment: Start must fail
@@ -21,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond)                                                                                \
@@ -142,6 +147,84 @@ static int mode_existing(const char *file)
     return 0;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static atomic_int g_vfork_tid;
+static _Atomic uint64_t g_vfork_returned_ns;
+
+static void *vfork_thread(void *arg)
+{
+    (void)arg;
+    atomic_store(&g_vfork_tid, (int)syscall(SYS_gettid));
+    pid_t pid = vfork();
+    if (pid == 0) {
+        /* The parent thread waits here, unable to take a signal, until we
+         * exit: the way posix_spawn() holds a thread until exec. */
+        struct timespec ts = {3, 0};
+        nanosleep(&ts, NULL);
+        _exit(0);
+    }
+    atomic_store(&g_vfork_returned_ns, mono_ns());
+    CHECK(pid > 0);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    while (!atomic_load(&g_stop))
+        gperf_pre_a(5);
+    return NULL;
+}
+
+/* The one-letter state of thread tid, from /proc/self/task/tid/stat. */
+static char thread_state(int tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static int mode_vfork_thread(const char *file)
+{
+    pthread_t a;
+    CHECK(pthread_create(&a, NULL, vfork_thread, NULL) == 0);
+    /* Wait until it sleeps in vfork() (state D) for its child. */
+    uint64_t give_up = mono_ns() + 30000000000u;
+    while (!atomic_load(&g_vfork_tid) || thread_state(atomic_load(&g_vfork_tid)) != 'D') {
+        CHECK(mono_ns() < give_up);
+        usleep(1000);
+    }
+    CHECK(ProfilerStart(file) != 0);
+    uint64_t started = mono_ns();
+    /* The scan met the thread in vfork() for all of ProfilerStart, so its
+     * first handshake cannot have been answered. */
+    CHECK(atomic_load(&g_vfork_returned_ns) == 0);
+    while (atomic_load(&g_vfork_returned_ns) == 0)
+        usleep(20000);
+    CHECK(atomic_load(&g_vfork_returned_ns) > started);
+    /* From here only the thread burns: these samples are (nearly) its. */
+    struct ProfilerState st;
+    ProfilerGetCurrentState(&st);
+    int want = st.samples_gathered + 100;
+    do {
+        usleep(20000);
+        ProfilerGetCurrentState(&st);
+    } while (st.samples_gathered < want);
+    ProfilerStop();
+    atomic_store(&g_stop, 1);
+    pthread_join(a, NULL);
+    return 0;
+}
+
 static atomic_int g_urgs;
 
 static void on_urg(int signo)
@@ -189,6 +272,8 @@ int main(int argc, char **argv)
         return mode_flush(file);
     if (!strcmp(mode, "existing"))
         return mode_existing(file);
+    if (!strcmp(mode, "vfork_thread"))
+        return mode_vfork_thread(file);
     if (!strcmp(mode, "bad_path")) {
         CHECK(ProfilerStart(file) == 0);
         CHECK(!ProfilingIsEnabledForAllThreads());
