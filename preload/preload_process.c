@@ -230,6 +230,11 @@ static int thread_blocks(pid_t tid, int signo)
     return thread_sigset_has(tid, "SigBlk", signo);
 }
 
+/* The token the calling thread registered itself with. snapprof keeps a
+ * reference on it for the thread itself, so it lives as long as the thread:
+ * the thread renames itself through it without taking g_lock. */
+static __thread snapprof_thread_t *tls_token;
+
 static void register_self(void)
 {
     snapprof_thread_t *t;
@@ -237,6 +242,7 @@ static void register_self(void)
         g.threads_failed++;
         return;
     }
+    tls_token = t;
     reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
     reg_add(&e);
     pthread_setspecific(g_exit_key, (void *)1);
@@ -379,6 +385,8 @@ void snapprof__preload_thread_started(void)
     snapprof_thread_t *t;
     int rc = snapprof_thread_register(&t);
     lock();
+    if (rc == 0)
+        tls_token = t;
     if (rc == 0 && g.profiler && atomic_load(&g_tracking)) {
         reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
         reg_add(&e);
@@ -395,6 +403,14 @@ void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
 {
     if (!atomic_load(&g_tracking) || !name)
         return;
+    /* A thread naming itself, as most do: straight to its token. (Only
+     * threads that registered themselves have one; snapprof's own threads,
+     * which may hold the sampler lock here, never do.) */
+    snapprof_thread_t *self = tls_token;
+    if (self && pthread_equal(thread, pthread_self()) && snapprof_thread_tid(self) == gettid_()) {
+        snapprof_thread_update_name(self, name);
+        return;
+    }
     /* snapprof names its own threads while it holds its sampler lock, which
      * ranks below ours: waiting for our lock there could deadlock with a
      * thread that holds ours and waits for the sampler's. So never wait for
