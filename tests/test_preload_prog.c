@@ -65,11 +65,13 @@ static pthread_t g_ctor_thread;
 static int g_ctor_started;
 static uint64_t g_ctor_ms;
 
+static void burn_sampled(void (*hot)(uint64_t), uint64_t ms, int want);
+
 static void *ctor_thread(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "ctor-worker");
-    hot_ctor_thread(g_ctor_ms);
+    burn_sampled(hot_ctor_thread, g_ctor_ms, 5);
     return NULL;
 }
 
@@ -88,7 +90,7 @@ static void *worker_one(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "worker-one");
-    hot_worker_one(g_ms);
+    burn_sampled(hot_worker_one, g_ms, 5);
     return NULL;
 }
 
@@ -96,25 +98,28 @@ static void *early_exit(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "early-exit");
-    hot_early_exit(g_ms / 2);
+    burn_sampled(hot_early_exit, g_ms / 2, 5);
     pthread_exit(NULL);
 }
 
 static int mode_threads(uint64_t ms)
 {
     g_ms = ms; /* before the threads that read it start */
+    /* One thread at a time, each burning until the profile has some more
+     * samples (burn_sampled): then those samples are its own, however
+     * little CPU a loaded host leaves the sampler. */
+    if (g_ctor_started)
+        pthread_join(g_ctor_thread, NULL);
+    else
+        fprintf(stderr, "constructor thread was not started (PRELOAD_PROG_CTOR_MS unset)\n");
     pthread_t a, b;
     if (pthread_create(&b, NULL, early_exit, NULL) != 0)
         return 2;
     pthread_join(b, NULL); /* gone before the others start */
     if (pthread_create(&a, NULL, worker_one, NULL) != 0)
         return 2;
-    hot_main_thread(ms);
     pthread_join(a, NULL);
-    if (g_ctor_started)
-        pthread_join(g_ctor_thread, NULL);
-    else
-        fprintf(stderr, "constructor thread was not started (PRELOAD_PROG_CTOR_MS unset)\n");
+    burn_sampled(hot_main_thread, ms, 5);
     return 0;
 }
 
