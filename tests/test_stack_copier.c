@@ -247,25 +247,38 @@ static pthread_t start_async_copy(async_copy_t *a, pid_t tid)
     return th;
 }
 
+/* A copy from a thread that blocks the signal: it times out, and the
+ * signal stays pending. */
+static void time_out_once(const snapprof_thread_t *token, uint8_t *buf, size_t size)
+{
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(token, buf, size, 20000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+}
+
+/* The copy succeeded, with the stack pointer of its own thread. */
+static void assert_copied(const async_copy_t *a)
+{
+    ASSERT_EQ(a->rc, 0);
+    uintptr_t sp = a->res.regs.r[SNAPPROF_REG_SP];
+    ASSERT(sp >= a->token->stack_low && sp < a->token->stack_base);
+}
+
 static void test_late_signal_serves_next_request(void)
 {
     target_t t = {.block_signal = 1};
     start_target(&t);
     size_t size = 1u << 20;
     uint8_t *buf = map_buffer(size);
-    snapprof__copy_result_t res;
-    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
-    ASSERT_EQ(copy(t.token, buf, size, 20000000u, &res, &reason), -1);
-    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+    time_out_once(t.token, buf, size);
 
     /* The second request's signal is dropped: the first is still pending. */
     async_copy_t a = {.token = t.token, .buf = buf, .size = size, .rc = 99};
     pthread_t th = start_async_copy(&a, t.tid);
     atomic_store(&t.unblock, 1);
     pthread_join(th, NULL);
-    ASSERT_EQ(a.rc, 0);
-    uintptr_t sp = a.res.regs.r[SNAPPROF_REG_SP];
-    ASSERT(sp >= t.token->stack_low && sp < t.token->stack_base);
+    assert_copied(&a);
     ASSERT_EQ(snapprof__stack_copier_pending_tid(), 0);
     stop_target(&t);
 }
@@ -281,10 +294,7 @@ static void test_late_signal_other_thread(void)
     size_t size = 1u << 20;
     uint8_t *buf = map_buffer(size);
     memset(buf, 0xaa, size);
-    snapprof__copy_result_t res;
-    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
-    ASSERT_EQ(copy(t1.token, buf, size, 20000000u, &res, &reason), -1);
-    ASSERT_EQ(reason, SNAPPROF_FAIL_TIMEOUT);
+    time_out_once(t1.token, buf, size);
 
     async_copy_t a = {.token = t2.token, .buf = buf, .size = size, .rc = 99};
     pthread_t th = start_async_copy(&a, t2.tid);
@@ -297,9 +307,7 @@ static void test_late_signal_other_thread(void)
             TEST_FAIL("t1's late handler wrote byte %zu of t2's buffer", i);
     atomic_store(&t2.unblock, 1);
     pthread_join(th, NULL);
-    ASSERT_EQ(a.rc, 0);
-    uintptr_t sp = a.res.regs.r[SNAPPROF_REG_SP];
-    ASSERT(sp >= t2.token->stack_low && sp < t2.token->stack_base);
+    assert_copied(&a);
     stop_target(&t1);
     stop_target(&t2);
 }
