@@ -60,6 +60,19 @@ const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
     return names[reason];
 }
 
+const char *snapprof_trigger_name(snapprof_trigger_t trigger)
+{
+    static const char *const names[SNAPPROF_TRIGGER_COUNT] = {
+        [SNAPPROF_TRIGGER_AUTO] = "auto",
+        [SNAPPROF_TRIGGER_PERF_EVENT] = "perf",
+        [SNAPPROF_TRIGGER_CPU_TIMER] = "timer",
+        [SNAPPROF_TRIGGER_HANDSHAKE] = "handshake",
+    };
+    if ((unsigned)trigger >= SNAPPROF_TRIGGER_COUNT)
+        return "unknown";
+    return names[trigger];
+}
+
 /* ------------------------------------------------------------------------ */
 /* Creation and configuration                                               */
 /* ------------------------------------------------------------------------ */
@@ -77,6 +90,7 @@ void snapprof_params_init(snapprof_params_t *params)
     params->max_frames = 4096;
     params->idle_threshold_ns = 100000u;
     params->hitch_threshold_ns = 50000000u;
+    params->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
 }
 
 static uint64_t realtime_ns(void)
@@ -96,7 +110,15 @@ static int check_params(const snapprof_params_t *p)
         return -EINVAL;
     if (p->mode != SNAPPROF_MODE_CPU && p->mode != SNAPPROF_MODE_WALL)
         return -EINVAL;
+    if ((unsigned)p->trigger >= SNAPPROF_TRIGGER_COUNT)
+        return -EINVAL;
     return 0;
+}
+
+/* CPU time a target spent while profiled, as far as the sampler has seen. */
+static uint64_t target_cpu_ns(const snapprof__target_t *t)
+{
+    return t->cpu_last > t->cpu_start ? t->cpu_last - t->cpu_start : 0;
 }
 
 static void target_fini(snapprof__target_t *t)
@@ -173,6 +195,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     t->thread = thread;
     if (p->state == PROFILER_RUNNING)
         snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
+    t->cpu_last = t->cpu_start;
 out:
     snapprof__sampler_unlock();
     return rc;
@@ -186,6 +209,7 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++) {
         if (p->targets[i].thread == thread) {
+            p->cpu_removed_ns += target_cpu_ns(&p->targets[i]);
             target_fini(&p->targets[i]);
             p->targets[i] = p->targets[--p->target_count];
             rc = 0;
@@ -296,8 +320,11 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             return rc;
     }
     snapprof__sampler_lock();
-    for (size_t i = 0; i < p->target_count; i++)
-        snapprof__thread_cpu_ns(p->targets[i].thread->tid, &p->targets[i].cpu_start);
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = &p->targets[i];
+        snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
+        t->cpu_last = t->cpu_start;
+    }
     p->app_cursor = snapprof__app_frames_head();
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
@@ -313,6 +340,10 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
 static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
 {
     *out = p->stats;
+    out->cpu_ns_total = p->cpu_removed_ns;
+    for (size_t i = 0; i < p->target_count; i++)
+        out->cpu_ns_total += target_cpu_ns(&p->targets[i]);
+    out->threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = p->target_count;
     out->pause_p50_ns = snapprof__hist_quantile(&p->pause, 0.50);
     out->pause_p99_ns = snapprof__hist_quantile(&p->pause, 0.99);
     out->pause_max_ns = p->pause.max;
@@ -468,6 +499,7 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
         .flags = flags,
     };
     int failed = 0;
+    p->stats.cpu_ns_sampled += cpu_ns;
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
         if (b->ops->xOnSample(b->user_data, &s) < 0)
@@ -506,6 +538,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         t->dead = 1;
         return;
     }
+    t->cpu_last = cpu_now;
     if (t->sampled && cpu_now < t->cpu_after) {
         /* A thread's CPU clock never runs backwards: another thread. */
         fail(p, SNAPPROF_FAIL_TID_RECYCLED);

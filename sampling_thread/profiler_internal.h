@@ -22,6 +22,7 @@ typedef struct snapprof__target {
     uint64_t cpu_start;             /* its CPU clock when it joined a running profile */
     uint64_t cpu_after;             /* its CPU clock read after its previous sample */
     uint64_t cpu_at_sample;         /* its CPU clock in the handler at its previous sample */
+    uint64_t cpu_last;              /* its CPU clock when the sampler last read it */
     int sampled;                    /* it has been sampled through the signal once */
     int dead;                       /* exited or recycled: no more attempts */
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
@@ -45,6 +46,7 @@ struct snapprof_profiler {
     uint64_t start_mono, start_real, end_mono;
     uint64_t next_tick, deadline, ticks_done;
     snapprof_stats_t stats;
+    uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
     snapprof__hist_t pause, roundtrip, unwind;
 
     uint8_t *buffer; /* stack copies, mmap'd */

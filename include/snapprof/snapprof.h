@@ -184,6 +184,21 @@ typedef enum {
     SNAPPROF_FAIL_COUNT
 } snapprof_fail_reason_t;
 
+/* What decides when a thread's stack is taken. The first two are timed by
+ * the thread's own CPU clock, so a sample lands where the thread spent its
+ * CPU even when it waits for a core; the handshake is timed by the sampling
+ * thread and lands where the thread is next scheduled. */
+typedef enum {
+    SNAPPROF_TRIGGER_AUTO = 0,       /* the best one that works, per thread */
+    SNAPPROF_TRIGGER_PERF_EVENT = 1, /* a per-thread perf CPU-clock event */
+    SNAPPROF_TRIGGER_CPU_TIMER = 2,  /* a per-thread POSIX CPU-time timer */
+    SNAPPROF_TRIGGER_HANDSHAKE = 3,  /* the sampling thread signals and waits */
+    SNAPPROF_TRIGGER_COUNT
+} snapprof_trigger_t;
+
+/* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise). */
+SNAPPROF_API const char *snapprof_trigger_name(snapprof_trigger_t trigger);
+
 /* Returns a short name such as "timeout" for a failure reason. */
 SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
 
@@ -230,6 +245,23 @@ typedef struct snapprof_stats {
     /* App frames that ended but were not seen (more than 1024 ended
      * between two ticks): their samples get no hitch verdict. */
     uint64_t app_frames_lost;
+    /* Triggers (added with the CPU-clock triggers). threads_by_trigger
+     * counts the threads armed with each trigger (index AUTO is unused);
+     * when a thread got a worse trigger than the one asked for,
+     * trigger_fallback_from names the better one and trigger_fallback_errno
+     * the errno that refused it (the first such refusal), else both 0. */
+    uint64_t threads_by_trigger[SNAPPROF_TRIGGER_COUNT];
+    snapprof_trigger_t trigger_fallback_from;
+    int trigger_fallback_errno;
+    /* CPU time of the sampled threads while they were profiled, and the part
+     * of it the delivered samples stand for; the difference is CPU no sample
+     * could place (kernel time, missed or dropped captures). The delivered
+     * rate is samples / cpu_ns_total seconds against 1e9 / interval_ns. */
+    uint64_t cpu_ns_total;
+    uint64_t cpu_ns_sampled;
+    /* Captures lost because no capture slot was free (their CPU time stays
+     * in cpu_ns_total - cpu_ns_sampled). */
+    uint64_t samples_dropped;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -420,6 +452,7 @@ typedef struct snapprof_params {
                                     default 100 us */
     uint64_t hitch_threshold_ns; /* app frames longer than this are hitches;
                                     default 50 ms */
+    snapprof_trigger_t trigger;  /* CPU mode; default SNAPPROF_TRIGGER_HANDSHAKE */
 } snapprof_params_t;
 
 /* Fills params with the defaults. */
