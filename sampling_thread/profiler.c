@@ -91,6 +91,7 @@ void snapprof_params_init(snapprof_params_t *params)
     params->idle_threshold_ns = 100000u;
     params->hitch_threshold_ns = 50000000u;
     params->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    params->capture_memory_max = 64u << 20;
 }
 
 static uint64_t realtime_ns(void)
@@ -112,6 +113,8 @@ static int check_params(const snapprof_params_t *p)
         return -EINVAL;
     if ((unsigned)p->trigger >= SNAPPROF_TRIGGER_COUNT)
         return -EINVAL;
+    if (p->trigger != SNAPPROF_TRIGGER_HANDSHAKE && p->capture_memory_max < (1u << 20))
+        return -EINVAL;
     return 0;
 }
 
@@ -121,11 +124,18 @@ static uint64_t target_cpu_ns(const snapprof__target_t *t)
     return t->cpu_last > t->cpu_start ? t->cpu_last - t->cpu_start : 0;
 }
 
-static void target_fini(snapprof__target_t *t)
+static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
+static void disarm(snapprof_profiler_t *p, snapprof__target_t *t);
+static void drain(snapprof_profiler_t *p);
+static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
+
+/* Frees a target; its trigger must be disarmed and its captures drained. */
+static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
 {
     snapprof_thread_release(t->thread);
     free(t->prev);
     free(t->prev_labels);
+    free(t);
 }
 
 int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
@@ -177,11 +187,11 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     int rc = 0;
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++)
-        if (p->targets[i].thread == thread)
+        if (p->targets[i]->thread == thread)
             goto out; /* already sampled */
     if (p->target_count == p->target_cap) {
         size_t cap = p->target_cap ? p->target_cap * 2 : 4;
-        snapprof__target_t *n = realloc(p->targets, cap * sizeof *n);
+        snapprof__target_t **n = realloc(p->targets, cap * sizeof *n);
         if (!n) {
             rc = -ENOMEM;
             goto out;
@@ -189,13 +199,19 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         p->targets = n;
         p->target_cap = cap;
     }
-    snapprof__target_t *t = &p->targets[p->target_count++];
-    memset(t, 0, sizeof *t);
+    snapprof__target_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    p->targets[p->target_count++] = t;
     snapprof__thread_retain(thread);
     t->thread = thread;
-    if (p->state == PROFILER_RUNNING)
+    if (p->state == PROFILER_RUNNING) {
         snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
-    t->cpu_last = t->cpu_start;
+        t->cpu_last = t->cpu_start;
+        arm_target(p, t);
+    }
 out:
     snapprof__sampler_unlock();
     return rc;
@@ -208,9 +224,18 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     int rc = -ENOENT;
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++) {
-        if (p->targets[i].thread == thread) {
-            p->cpu_removed_ns += target_cpu_ns(&p->targets[i]);
-            target_fini(&p->targets[i]);
+        snapprof__target_t *t = p->targets[i];
+        if (t->thread == thread) {
+            /* Its captures so far are delivered, and none can come after
+             * the disarm: only then may its record go. */
+            drain(p);
+            disarm(p, t);
+            drain(p);
+            deliver_remainder(p, t);
+            if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+                p->handshake_count--;
+            p->cpu_removed_ns += target_cpu_ns(t);
+            target_free(p, t);
             p->targets[i] = p->targets[--p->target_count];
             rc = 0;
             break;
@@ -320,18 +345,47 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             return rc;
     }
     snapprof__sampler_lock();
+    if (p->params.mode == SNAPPROF_MODE_CPU && p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE &&
+        !p->pool_ready) {
+        /* Slots for the captures: a few per thread at most between two
+         * drains, in a fixed share of the memory budget. */
+        size_t slot_bytes = 64u << 10, slots = 64;
+        while (slots > 8 && slots * slot_bytes > p->params.capture_memory_max / 4)
+            slots /= 2;
+        rc =
+            snapprof__capture_pool_init(&p->pool, slots, slot_bytes, snapprof__sampler_kick_word());
+        if (rc != 0) {
+            snapprof__sampler_unlock();
+            return rc;
+        }
+        p->pool.unwinders = p->unwinders;
+        p->pool.unwinder_count = p->unwinder_count;
+        p->pool_ready = 1;
+    }
     for (size_t i = 0; i < p->target_count; i++) {
-        snapprof__target_t *t = &p->targets[i];
+        snapprof__target_t *t = p->targets[i];
         snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
         t->cpu_last = t->cpu_start;
+        arm_target(p, t);
     }
     p->app_cursor = snapprof__app_frames_head();
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
+    p->next_drain = p->next_tick;
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
     p->state = PROFILER_RUNNING;
     rc = snapprof__sampler_activate(p);
-    if (rc != 0)
+    if (rc != 0) {
         p->state = PROFILER_CREATED;
+        for (size_t i = 0; i < p->target_count; i++) {
+            disarm(p, p->targets[i]);
+            p->targets[i]->trigger = 0;
+        }
+        drain(p);
+        p->handshake_count = 0;
+        memset(p->stats.threads_by_trigger, 0, sizeof p->stats.threads_by_trigger);
+        p->stats.trigger_fallback_from = 0;
+        p->stats.trigger_fallback_errno = 0;
+    }
     snapprof__sampler_unlock();
     return rc;
 }
@@ -342,8 +396,9 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     *out = p->stats;
     out->cpu_ns_total = p->cpu_removed_ns;
     for (size_t i = 0; i < p->target_count; i++)
-        out->cpu_ns_total += target_cpu_ns(&p->targets[i]);
-    out->threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = p->target_count;
+        out->cpu_ns_total += target_cpu_ns(p->targets[i]);
+    if (p->pool_ready)
+        out->samples_dropped = atomic_load(&p->pool.dropped);
     out->pause_p50_ns = snapprof__hist_quantile(&p->pause, 0.50);
     out->pause_p99_ns = snapprof__hist_quantile(&p->pause, 0.99);
     out->pause_max_ns = p->pause.max;
@@ -397,6 +452,13 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
 {
     snapprof_stats_t stats;
     snapprof__sampler_lock();
+    /* No capture can come after this: every trigger is off, and what the
+     * slots still hold is delivered before the profile is written. */
+    for (size_t i = 0; i < p->target_count; i++)
+        disarm(p, p->targets[i]);
+    drain(p);
+    for (size_t i = 0; i < p->target_count; i++)
+        deliver_remainder(p, p->targets[i]);
     drain_app_frames(p);
     snapshot_stats(p, &stats);
     snapprof__sampler_unlock();
@@ -455,8 +517,10 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     if (p->state != PROFILER_CREATED)
         snapprof_profiler_stop(p);
     for (size_t i = 0; i < p->target_count; i++)
-        target_fini(&p->targets[i]);
+        target_free(p, p->targets[i]);
     free(p->targets);
+    if (p->pool_ready)
+        snapprof__capture_pool_destroy(&p->pool);
     for (size_t i = 0; i < p->unwinder_count; i++)
         snapprof_unwinder_destroy(p->unwinders[i]);
     free(p->unwinders);
@@ -472,7 +536,79 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
 }
 
 /* ------------------------------------------------------------------------ */
-/* One tick                                                                 */
+/* Triggers                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Notes the first refusal of a better trigger, for the stats. */
+static void note_fallback(snapprof_profiler_t *p, snapprof_trigger_t from, int err)
+{
+    if (p->stats.trigger_fallback_errno == 0) {
+        p->stats.trigger_fallback_from = from;
+        p->stats.trigger_fallback_errno = err < 0 ? -err : err;
+    }
+}
+
+/* Gives t the best trigger that works, starting from the one asked for:
+ * perf event, CPU timer, handshake. Lock held. */
+static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    if (p->pool_ready && !atomic_load(&t->thread->exited)) {
+        struct snapprof_thread *th = t->thread;
+        t->cap.tid = th->tid;
+        t->cap.stack_low = th->stack_low;
+        t->cap.stack_base = th->stack_base;
+        t->cap.thread = th;
+        t->cap.on_thread = th->on_thread;
+        t->cap.owner = t;
+        snapprof_trigger_t first = p->params.trigger == SNAPPROF_TRIGGER_AUTO
+                                       ? SNAPPROF_TRIGGER_PERF_EVENT
+                                       : p->params.trigger;
+        for (snapprof_trigger_t k = first; k < SNAPPROF_TRIGGER_HANDSHAKE; k++) {
+            int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
+                                           p->params.signal, p->params.interval_ns, &t->arm);
+            if (rc == 0) {
+                t->trigger = k;
+                t->arm_gen = t->arm->gen;
+                p->armed_count++;
+                p->stats.threads_by_trigger[k]++;
+                return;
+            }
+            note_fallback(p, k, rc);
+        }
+    }
+    p->handshake_count++;
+    p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+}
+
+/* Stops t's trigger, keeping the CPU time it counted. Lock held. */
+static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (!t->arm)
+        return;
+    uint64_t counted = UINT64_MAX;
+    /* A forked child's arms were freed at the fork (trigger_arms.c). */
+    if (t->arm->gen == t->arm_gen)
+        snapprof__trigger_disarm(t->arm, &counted);
+    if (t->trigger == SNAPPROF_TRIGGER_PERF_EVENT && counted != UINT64_MAX &&
+        t->cpu_start + counted > t->cpu_last)
+        t->cpu_last = t->cpu_start + counted; /* the event's count survives the thread */
+    else if (t->trigger == SNAPPROF_TRIGGER_CPU_TIMER && counted != UINT64_MAX &&
+             counted > t->cpu_last)
+        t->cpu_last = counted;
+    t->arm = NULL;
+    p->armed_count--;
+}
+
+/* CPU time t spent while profiled that its samples do not stand for. */
+static uint64_t target_unsampled_ns(const snapprof_profiler_t *p, const snapprof__target_t *t)
+{
+    uint64_t total = target_cpu_ns(t), sampled = t->periods * p->params.interval_ns;
+    return total > sampled ? total - sampled : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Samples                                                                  */
 /* ------------------------------------------------------------------------ */
 
 static void fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
@@ -493,13 +629,14 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
         .frame_count = count,
         .timestamp_ns = timestamp,
         .cpu_ns = cpu_ns,
-        .wall_ns = p->params.interval_ns,
+        .wall_ns = flags & SNAPPROF_SAMPLE_REMAINDER ? 0 : p->params.interval_ns,
         .tid = t->thread->tid,
         .thread_name = t->thread->name,
         .flags = flags,
     };
     int failed = 0;
-    p->stats.cpu_ns_sampled += cpu_ns;
+    if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
+        p->stats.cpu_ns_sampled += cpu_ns;
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
         if (b->ops->xOnSample(b->user_data, &s) < 0)
@@ -510,8 +647,27 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
     p->stats.samples++;
 }
 
+/* Delivers the CPU time of t that no sample placed since the last call, as
+ * one "[kernel and unsampled]" sample, so the profile's CPU total matches
+ * the thread's CPU clock while the user-space shares keep one period per
+ * sample. Only for CPU-clock triggers (a handshake sample carries all the
+ * CPU time since the previous one). Lock held. */
+static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER)
+        return;
+    uint64_t unsampled = target_unsampled_ns(p, t);
+    if (unsampled <= t->remainder_ns)
+        return;
+    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
+    deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(),
+            unsampled - t->remainder_ns, NULL);
+    t->remainder_ns = unsampled;
+}
+
 /* Wall mode keeps each thread's last stack for the ticks it sleeps through. */
-static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count, unsigned flags)
+static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count, unsigned flags,
+                     const snapprof__label_capture_t *labels)
 {
     if (p->params.mode != SNAPPROF_MODE_WALL)
         return;
@@ -524,11 +680,141 @@ static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count
         return;
     }
     memcpy(t->prev, p->frames, count * sizeof *t->prev);
-    memcpy(t->prev_labels, p->labels, sizeof *t->prev_labels);
+    memcpy(t->prev_labels, labels, sizeof *t->prev_labels);
     t->prev_count = count;
     t->prev_flags = flags;
 }
 
+/* Unwinds a stack copy that buffer holds (the target has resumed) and
+ * delivers it with cpu_ns as its weight. Lock held. */
+static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
+                               const snapprof__copy_result_t *res, uint8_t *buffer,
+                               snapprof__label_capture_t *labels, uint64_t cpu_ns)
+{
+    p->stats.samples_signalled++;
+    snapprof__hist_add(&p->pause, res->pause_ns);
+    p->stats.copy_bytes_total += res->copy_size;
+    if (res->copy_size > p->stats.copy_bytes_max)
+        p->stats.copy_bytes_max = res->copy_size;
+
+    unsigned flags = 0;
+    if (res->truncated) {
+        p->stats.truncated_copy++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_COPY;
+    }
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(res, buffer, &regs, &stack);
+    uint64_t unwind_start = snapprof__mono_ns();
+    snapprof__unwind_outcome_t outcome;
+    size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
+                                          p->params.max_frames, &outcome);
+    snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
+    if (outcome.completed)
+        p->stats.unwind_complete++;
+    if (outcome.aborted) {
+        p->stats.unwind_aborted++;
+        flags |= SNAPPROF_SAMPLE_UNWIND_ABORTED;
+        switch (outcome.abort_kind) {
+        case SNAPPROF__ABORT_BAD_FRAME:
+            p->stats.unwind_aborted_bad_frame++;
+            break;
+        case SNAPPROF__ABORT_NO_INFO:
+            p->stats.unwind_aborted_no_info++;
+            break;
+        case SNAPPROF__ABORT_MEMORY:
+            p->stats.unwind_aborted_memory++;
+            break;
+        case SNAPPROF__ABORT_TRUNCATED_COPY:
+            p->stats.unwind_aborted_truncated_copy++;
+            break;
+        default:
+            p->stats.unwind_aborted_other++;
+            break;
+        }
+    }
+    if (outcome.unrecognized)
+        p->stats.unwind_unknown++;
+    size_t real_frames =
+        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
+    p->stats.unwind_frames_total += real_frames;
+    if (real_frames > p->stats.unwind_frames_max)
+        p->stats.unwind_frames_max = real_frames;
+    if (outcome.truncated_depth) {
+        p->stats.truncated_depth++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_DEPTH;
+    }
+    p->stats.labels_skipped += labels->skipped;
+    if (count == 0)
+        fail(p, SNAPPROF_FAIL_NO_FRAMES);
+    else
+        deliver(p, t, p->frames, count, flags, res->timestamp_ns, cpu_ns, labels);
+    remember(p, t, count, flags, labels);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Draining the capture slots                                               */
+/* ------------------------------------------------------------------------ */
+
+static int by_time(const void *a, const void *b)
+{
+    const snapprof__capture_slot_t *x = *(snapprof__capture_slot_t *const *)a;
+    const snapprof__capture_slot_t *y = *(snapprof__capture_slot_t *const *)b;
+    return (x->res.timestamp_ns > y->res.timestamp_ns) -
+           (x->res.timestamp_ns < y->res.timestamp_ns);
+}
+
+/* Unwinds and delivers the slots filled by now, oldest first, and adds the
+ * large buffers deep stacks need. One pass: slots filled meanwhile wait for
+ * the next call, so that a thread whose captures come faster than they
+ * unwind cannot keep the lock from stop() and get_stats(). Lock held. */
+static void drain(snapprof_profiler_t *p)
+{
+    if (!p->pool_ready)
+        return;
+    snapprof__capture_pool_t *pool = &p->pool;
+    snapprof__capture_slot_t *full[256];
+    {
+        size_t n = 0;
+        for (size_t i = 0; i < pool->slot_count && n < sizeof full / sizeof full[0]; i++)
+            if (atomic_load_explicit(&pool->slots[i].state, memory_order_acquire) ==
+                SNAPPROF__SLOT_FULL)
+                full[n++] = &pool->slots[i];
+        if (n == 0)
+            return;
+        /* Modules may have come or gone since the captures were taken. */
+        snapprof__module_cache_update();
+        for (size_t i = 0; i < p->unwinder_count; i++)
+            if (p->unwinders[i]->ops->xUpdateModules)
+                p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
+        qsort(full, n, sizeof full[0], by_time);
+        /* Before the unwinding: the handler may need the new buffer while
+         * the sampling thread unwinds a deep stack. */
+        snapprof__capture_pool_grow(pool, p->params.stack_buffer_size,
+                                    p->params.capture_memory_max -
+                                        pool->slot_count * pool->slot_bytes);
+        for (size_t i = 0; i < n; i++) {
+            snapprof__capture_slot_t *slot = full[i];
+            snapprof__target_t *t = slot->target->owner;
+            if (slot->fail >= 0) {
+                fail(p, (snapprof_fail_reason_t)slot->fail);
+            } else {
+                t->periods += slot->periods;
+                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels,
+                                   slot->periods * p->params.interval_ns);
+            }
+            snapprof__capture_slot_release(pool, slot);
+        }
+    }
+    p->last_drain = snapprof__mono_ns();
+}
+
+/* ------------------------------------------------------------------------ */
+/* One tick                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The handshake: signals t, waits for its copy, unwinds and delivers it.
+ * Lock held. */
 static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
 {
     struct snapprof_thread *th = t->thread;
@@ -587,69 +873,10 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         return;
     }
     t->backoff = 0;
-    p->stats.samples_signalled++;
-    snapprof__hist_add(&p->pause, res.pause_ns);
     snapprof__hist_add(&p->roundtrip, res.roundtrip_ns);
-    p->stats.copy_bytes_total += res.copy_size;
-    if (res.copy_size > p->stats.copy_bytes_max)
-        p->stats.copy_bytes_max = res.copy_size;
-
-    unsigned flags = 0;
-    if (res.truncated) {
-        p->stats.truncated_copy++;
-        flags |= SNAPPROF_SAMPLE_TRUNCATED_COPY;
-    }
-    snapprof_regs_t regs;
-    snapprof_stack_copy_t stack;
-    snapprof__stack_copier_rebase(&res, p->buffer, &regs, &stack);
-    uint64_t unwind_start = snapprof__mono_ns();
-    snapprof__unwind_outcome_t outcome;
-    size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
-                                          p->params.max_frames, &outcome);
-    snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
-    if (outcome.completed)
-        p->stats.unwind_complete++;
-    if (outcome.aborted) {
-        p->stats.unwind_aborted++;
-        flags |= SNAPPROF_SAMPLE_UNWIND_ABORTED;
-        switch (outcome.abort_kind) {
-        case SNAPPROF__ABORT_BAD_FRAME:
-            p->stats.unwind_aborted_bad_frame++;
-            break;
-        case SNAPPROF__ABORT_NO_INFO:
-            p->stats.unwind_aborted_no_info++;
-            break;
-        case SNAPPROF__ABORT_MEMORY:
-            p->stats.unwind_aborted_memory++;
-            break;
-        case SNAPPROF__ABORT_TRUNCATED_COPY:
-            p->stats.unwind_aborted_truncated_copy++;
-            break;
-        default:
-            p->stats.unwind_aborted_other++;
-            break;
-        }
-    }
-    if (outcome.unrecognized)
-        p->stats.unwind_unknown++;
-    size_t real_frames =
-        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
-    p->stats.unwind_frames_total += real_frames;
-    if (real_frames > p->stats.unwind_frames_max)
-        p->stats.unwind_frames_max = real_frames;
-    if (outcome.truncated_depth) {
-        p->stats.truncated_depth++;
-        flags |= SNAPPROF_SAMPLE_TRUNCATED_DEPTH;
-    }
-    uint64_t cpu_ns = res.cpu_ns - (t->sampled ? t->cpu_at_sample : t->cpu_start);
-    if (res.cpu_ns < (t->sampled ? t->cpu_at_sample : t->cpu_start))
-        cpu_ns = 0;
-    p->stats.labels_skipped += p->labels->skipped;
-    if (count == 0)
-        fail(p, SNAPPROF_FAIL_NO_FRAMES);
-    else
-        deliver(p, t, p->frames, count, flags, res.timestamp_ns, cpu_ns, p->labels);
-    remember(p, t, count, flags);
+    uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
+    uint64_t cpu_ns = res.cpu_ns >= since ? res.cpu_ns - since : 0;
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns);
     t->cpu_at_sample = res.cpu_ns;
     t->sampled = 1;
     /* Read after the target resumed: our handler's own CPU time must not
@@ -657,38 +884,92 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof__thread_cpu_ns(th->tid, &t->cpu_after);
 }
 
+/* A thread with a CPU-clock trigger needs no signal from us: only notice
+ * when it has gone, and keep its CPU clock for the remainder. Lock held. */
+static void check_armed(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    uint64_t cpu_now;
+    if (atomic_load(&t->thread->exited) || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0) {
+        drain(p);
+        disarm(p, t);
+        t->dead = 1;
+        return;
+    }
+    if (cpu_now > t->cpu_last)
+        t->cpu_last = cpu_now;
+}
+
+/* How often the slots are drained when nothing fills them sooner, and the
+ * least time between two drains when they fill faster. */
+#define DRAIN_INTERVAL_NS 20000000u
+#define DRAIN_GAP_NS 1000000u
+
+uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
+{
+    if (p->armed_count == 0)
+        return p->next_tick;
+    /* Filling up: drain now, but leave the lock free for a moment between
+     * drains (see drain()). */
+    if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
+        return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
+    uint64_t due = p->next_drain;
+    if (p->handshake_count > 0 && p->next_tick < due)
+        due = p->next_tick;
+    if (p->deadline && p->deadline < due)
+        due = p->deadline;
+    return due;
+}
+
 int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
 {
     struct timespec c0, c1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    p->stats.ticks++;
-    /* Cheap when nothing was loaded or unloaded (the loader's counters);
-     * keeps lookups from answering with a module dlclose() just removed. */
-    snapprof__module_cache_update();
-    /* Once a tick, not once a target: each asks the loader whether objects
-     * came or went, which is all they do when none did. */
-    for (size_t i = 0; i < p->unwinder_count; i++)
-        if (p->unwinders[i]->ops->xUpdateModules)
-            p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
-    drain_app_frames(p);
-    for (size_t i = 0; i < p->target_count; i++)
-        if (!p->targets[i].dead)
-            sample_target(p, &p->targets[i], now);
-    p->ticks_done++;
-    uint64_t after = snapprof__mono_ns();
-    p->next_tick += p->params.interval_ns;
-    if (p->next_tick <= after) {
-        /* Late: skip the ticks we missed instead of sampling in a burst. */
-        uint64_t missed = (after - p->next_tick) / p->params.interval_ns + 1;
-        p->next_tick += missed * p->params.interval_ns;
-        p->stats.ticks_missed += missed;
+    drain(p);
+    if (p->armed_count > 0)
+        p->next_drain = now + DRAIN_INTERVAL_NS;
+    if (now >= p->next_tick) {
+        p->stats.ticks++;
+        /* Cheap when nothing was loaded or unloaded (the loader's counters);
+         * keeps lookups from answering with a module dlclose() just removed. */
+        snapprof__module_cache_update();
+        /* Once a tick, not once a target: each asks the loader whether objects
+         * came or went, which is all they do when none did. */
+        for (size_t i = 0; i < p->unwinder_count; i++)
+            if (p->unwinders[i]->ops->xUpdateModules)
+                p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
+        drain_app_frames(p);
+        for (size_t i = 0; i < p->target_count; i++) {
+            snapprof__target_t *t = p->targets[i];
+            if (t->dead)
+                continue;
+            if (t->arm)
+                check_armed(p, t);
+            else
+                sample_target(p, t, now);
+        }
+        p->ticks_done++;
+        uint64_t after = snapprof__mono_ns();
+        p->next_tick += p->params.interval_ns;
+        if (p->next_tick <= after) {
+            /* Late: skip the ticks we missed instead of sampling in a burst.
+             * With no handshake thread nobody waits for the ticks, so they
+             * are counted as done, not missed. */
+            uint64_t missed = (after - p->next_tick) / p->params.interval_ns + 1;
+            p->next_tick += missed * p->params.interval_ns;
+            if (p->handshake_count > 0)
+                p->stats.ticks_missed += missed;
+            else
+                p->ticks_done += missed;
+        }
     }
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     p->stats.sampler_cpu_ns +=
         (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000u + (uint64_t)(c1.tv_nsec - c0.tv_nsec);
     if (p->params.max_samples && p->ticks_done >= p->params.max_samples)
         return 1;
-    if (p->deadline && p->next_tick > p->deadline)
+    /* With CPU-clock triggers the profile lasts until the deadline itself;
+     * the handshake's ends at its last tick before it. */
+    if (p->deadline && p->next_tick > p->deadline && (p->armed_count == 0 || now >= p->deadline))
         return 1;
     return 0;
 }
@@ -707,6 +988,16 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     if (p->state == PROFILER_CREATED) {
         snapprof__sampler_unlock();
         return SNAPPROF_ESTATE;
+    }
+    if (p->state == PROFILER_RUNNING) {
+        /* The captures so far and the CPU time no sample placed so far. */
+        drain(p);
+        for (size_t i = 0; i < p->target_count; i++) {
+            snapprof__target_t *t = p->targets[i];
+            if (!t->dead)
+                snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
+            deliver_remainder(p, t);
+        }
     }
     snapprof_stats_t stats;
     snapshot_stats(p, &stats);

@@ -12,6 +12,8 @@
 
 #include "labels/labels.h"
 #include "sampling_thread/histogram.h"
+#include "stack_copier/stack_copier_slots.h"
+#include "trigger/trigger.h"
 
 #include <pthread.h>
 
@@ -30,11 +32,19 @@ typedef struct snapprof__target {
     size_t prev_count;
     unsigned prev_flags;
     snapprof__label_capture_t *prev_labels; /* wall mode: the labels of that stack */
+    /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
+     * its arm and where its captures go. */
+    snapprof_trigger_t trigger;
+    snapprof__arm_t *arm;
+    uint32_t arm_gen;
+    snapprof__capture_target_t cap;
+    uint64_t periods;      /* trigger periods its delivered samples stand for */
+    uint64_t remainder_ns; /* CPU time already delivered as its remainder */
 } snapprof__target_t;
 
 struct snapprof_profiler {
     snapprof_params_t params;
-    snapprof__target_t *targets;
+    snapprof__target_t **targets; /* each allocated alone: arms point at them */
     size_t target_count, target_cap;
     snapprof_unwinder_t **unwinders;
     size_t unwinder_count;
@@ -45,6 +55,12 @@ struct snapprof_profiler {
     int result; /* of completion */
     uint64_t start_mono, start_real, end_mono;
     uint64_t next_tick, deadline, ticks_done;
+    /* CPU-clock triggers: the slots their captures go to, when to drain
+     * them next, and the large buffers of deep threads. */
+    snapprof__capture_pool_t pool;
+    int pool_ready;
+    size_t armed_count, handshake_count;
+    uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
     snapprof__hist_t pause, roundtrip, unwind;
@@ -78,8 +94,14 @@ void snapprof__sampler_deactivate(snapprof_profiler_t *p);
 void snapprof__sampler_wait(snapprof_profiler_t *p);
 
 /* Profiler (profiler.c), called by the sampling thread with the lock held:
- * samples every target once; returns 1 when the profile is finished. */
+ * drains its capture slots and samples every handshake target whose tick
+ * is due; returns 1 when the profile is finished. */
 int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now);
+/* When p next needs the sampling thread (now, when its slots fill up).
+ * Lock held. */
+uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now);
+/* The futex word a filling capture pool bumps to wake the sampling thread. */
+uint32_t *snapprof__sampler_kick_word(void);
 /* Completes a profile whose state is COMPLETING: called WITHOUT the lock;
  * runs the builders' completion and sets state COMPLETED. */
 void snapprof__profiler_complete(snapprof_profiler_t *p);

@@ -5,14 +5,34 @@
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wake;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static snapprof_profiler_t *g_active;
 static int g_thread_running;
+/* Bumped (and futex-woken) by anything that wants the sampling thread
+ * before its next deadline: a capture pool filling up in a signal
+ * handler, where a condition variable cannot be signalled. */
+static _Atomic uint32_t g_kick;
+
+uint32_t *snapprof__sampler_kick_word(void)
+{
+    return (uint32_t *)&g_kick;
+}
+
+static void wake_sampler(void)
+{
+    atomic_fetch_add(&g_kick, 1);
+    syscall(SYS_futex, &g_kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    pthread_cond_signal(&g_wake);
+}
 
 static void fork_prepare(void)
 {
@@ -69,10 +89,14 @@ void snapprof__sampler_wait(snapprof_profiler_t *p)
     pthread_cond_wait(&p->done_cv, &g_lock);
 }
 
+/* Sleeps until when_ns (CLOCK_MONOTONIC) or a kick, without the lock. */
 static void sleep_until(uint64_t when_ns)
 {
+    uint32_t kick = atomic_load(&g_kick);
     struct timespec ts = {(time_t)(when_ns / 1000000000u), (long)(when_ns % 1000000000u)};
-    pthread_cond_timedwait(&g_wake, &g_lock, &ts);
+    pthread_mutex_unlock(&g_lock);
+    syscall(SYS_futex, &g_kick, FUTEX_WAIT_BITSET_PRIVATE, kick, &ts, NULL, FUTEX_BITSET_MATCH_ANY);
+    pthread_mutex_lock(&g_lock);
 }
 
 static void *sampler_main(void *arg)
@@ -86,9 +110,11 @@ static void *sampler_main(void *arg)
         }
         uint64_t now = snapprof__mono_ns();
         uint64_t earliest = UINT64_MAX;
-        for (snapprof_profiler_t *p = g_active; p; p = p->next_active)
-            if (p->next_tick < earliest)
-                earliest = p->next_tick;
+        for (snapprof_profiler_t *p = g_active; p; p = p->next_active) {
+            uint64_t due = snapprof__profiler_due(p, now);
+            if (due < earliest)
+                earliest = due;
+        }
         if (earliest > now) {
             sleep_until(earliest);
             continue;
@@ -96,7 +122,7 @@ static void *sampler_main(void *arg)
         snapprof_profiler_t *finished = NULL;
         for (snapprof_profiler_t *p = g_active, *next; p; p = next) {
             next = p->next_active;
-            if (p->next_tick > now)
+            if (snapprof__profiler_due(p, now) > now)
                 continue;
             if (snapprof__profiler_tick(p, now)) {
                 snapprof__sampler_deactivate(p);
@@ -142,7 +168,7 @@ int snapprof__sampler_activate(snapprof_profiler_t *p)
     }
     p->next_active = g_active;
     g_active = p;
-    pthread_cond_signal(&g_wake);
+    wake_sampler();
     return 0;
 }
 

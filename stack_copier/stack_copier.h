@@ -18,6 +18,7 @@
 #define SNAPPROF_STACK_COPIER_H
 
 #include <snapprof/unwinder.h>
+#include <signal.h>
 #include <stdatomic.h>
 
 /* A registered target thread (the public snapprof_thread_t). */
@@ -90,5 +91,22 @@ pid_t snapprof__stack_copier_pending_tid(void);
 const struct snapprof_thread *snapprof__thread_self(void);
 
 uint64_t snapprof__mono_ns(void);
+
+/* Copies n bytes of a live stack (sanitizer builds: word by word, unchecked,
+ * since sanitizers poison parts of live stacks). Async-signal-safe. */
+void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n);
+
+/* The calling thread's tid, read once per thread (and anew after fork).
+ * Async-signal-safe. */
+pid_t snapprof__gettid_cached(void);
+
+/* A hook for the signals that are not handshake requests: returns nonzero
+ * when the signal was its own (a thread's CPU-clock trigger), zero to pass
+ * it on to the program's previous handler. RUNS IN THE SIGNAL HANDLER.
+ * Async-signal-safe. */
+typedef int (*snapprof__signal_hook_fn)(int signo, siginfo_t *info, void *uc);
+
+/* Sets the hook, once, before any trigger that needs it is armed. */
+void snapprof__stack_copier_set_hook(snapprof__signal_hook_fn hook);
 
 #endif

@@ -48,6 +48,12 @@ static volatile sig_atomic_t g_installed[NSIG];
 
 /* Depth of our handler on this thread (a test seam and a debug aid). */
 static __thread int tls_in_handler __attribute__((tls_model("initial-exec")));
+/* This thread's tid, read once; 0 until then and again in a forked child's
+ * only thread, whose tid is new. */
+static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
+/* The handler for signals that are not handshake requests but may be ours
+ * (a thread's own CPU-clock trigger); set once, never cleared. */
+static _Atomic(snapprof__signal_hook_fn) g_hook;
 
 /* Defined in thread_posix.c: the token registered on this thread. */
 extern __thread struct snapprof_thread *snapprof__tls_self
@@ -57,6 +63,19 @@ extern __thread struct snapprof_thread *snapprof__tls_self
 int snapprof__in_signal_handler(void)
 {
     return tls_in_handler;
+}
+
+/* Async-signal-safe. */
+pid_t snapprof__gettid_cached(void)
+{
+    if (tls_tid == 0)
+        tls_tid = (pid_t)syscall(SYS_gettid);
+    return tls_tid;
+}
+
+void snapprof__stack_copier_set_hook(snapprof__signal_hook_fn hook)
+{
+    atomic_store(&g_hook, hook);
 }
 
 /* Async-signal-safe (clock_gettime is on the POSIX list). */
@@ -90,8 +109,8 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeo
  * a volatile pointer the compiler cannot turn back into a memcpy call.
  * Async-signal-safe. */
 #if defined(SNAPPROF_SANITIZER_BUILD)
-__attribute__((no_sanitize_address, no_sanitize_thread)) static void
-copy_stack(uint8_t *dst, const uint8_t *src, size_t n)
+__attribute__((no_sanitize_address, no_sanitize_thread)) void
+snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n)
 {
     volatile uint64_t *d = (volatile uint64_t *)(void *)dst;
     const uint64_t *s = (const uint64_t *)(const void *)src;
@@ -99,7 +118,7 @@ copy_stack(uint8_t *dst, const uint8_t *src, size_t n)
         d[i] = s[i];
 }
 #else
-static void copy_stack(uint8_t *dst, const uint8_t *src, size_t n)
+void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n)
 {
     memcpy(dst, src, n);
 }
@@ -142,7 +161,7 @@ static void capture(const ucontext_t *uc)
             size = req->buffer_size;
             res->truncated = 1;
         }
-        copy_stack(req->buffer, (const uint8_t *)lo, size);
+        snapprof__copy_live_stack(req->buffer, (const uint8_t *)lo, size);
         res->copy_lo = lo;
         res->copy_size = size;
     }
@@ -240,7 +259,15 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
         /* Otherwise a late signal when no request waits for this thread:
          * ignore it. */
     } else {
-        chain(signo, info, uc);
+        snapprof__signal_hook_fn hook = atomic_load_explicit(&g_hook, memory_order_acquire);
+        int handled = 0;
+        if (hook && info) {
+            tls_in_handler++;
+            handled = hook(signo, info, uc);
+            tls_in_handler--;
+        }
+        if (!handled)
+            chain(signo, info, uc);
     }
     errno = saved_errno;
 }
@@ -249,6 +276,7 @@ static void read_ids(void)
 {
     g_pid = getpid();
     g_uid = getuid();
+    tls_tid = 0;
 }
 
 static void read_ids_once(void)

@@ -150,6 +150,9 @@ typedef struct snapprof_label {
 #define SNAPPROF_SAMPLE_TRUNCATED_COPY 0x2u  /* the stack did not fit the buffer */
 #define SNAPPROF_SAMPLE_TRUNCATED_DEPTH 0x4u /* the frame cap was reached */
 #define SNAPPROF_SAMPLE_UNWIND_ABORTED 0x8u  /* an unwinder gave up mid-stack */
+/* Not a stack: a thread's CPU time that no CPU-clock sample placed (kernel
+ * time, missed or dropped captures), one "[kernel and unsampled]" frame. */
+#define SNAPPROF_SAMPLE_REMAINDER 0x10u
 
 /* One sample as builders receive it. Everything it points to is valid only
  * during the on_sample call. */
@@ -452,7 +455,17 @@ typedef struct snapprof_params {
                                     default 100 us */
     uint64_t hitch_threshold_ns; /* app frames longer than this are hitches;
                                     default 50 ms */
-    snapprof_trigger_t trigger;  /* CPU mode; default SNAPPROF_TRIGGER_HANDSHAKE */
+    /* What times each thread's samples in CPU mode (wall mode uses the
+     * handshake). AUTO and a named CPU-clock trigger try that one, then
+     * the next one down (perf event, CPU timer, handshake), per thread; the
+     * stats say which ran and why a better one did not. Default
+     * SNAPPROF_TRIGGER_HANDSHAKE. */
+    snapprof_trigger_t trigger;
+    /* CPU-clock triggers: memory for stack copies, the capture slots and
+     * the buffers of threads whose stacks do not fit a slot, together, for
+     * any number of threads; past it a deep thread's copy is truncated
+     * (counted). Default 64 MiB. */
+    size_t capture_memory_max;
 } snapprof_params_t;
 
 /* Fills params with the defaults. */

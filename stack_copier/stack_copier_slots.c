@@ -1,0 +1,247 @@
+/* Capture slots: a thread captures itself into a preallocated slot from its
+ * own signal handler, and the sampling thread drains the slots (see
+ * stack_copier_slots.h for the protocol). */
+#include "stack_copier/stack_copier_slots.h"
+
+#include "stack_copier/registers_x86_64.h"
+#include "unwinder/unwinder_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Defined in thread_posix.c: the token registered on this thread. */
+extern __thread struct snapprof_thread *snapprof__tls_self
+    __attribute__((tls_model("initial-exec")));
+
+static size_t page_round(size_t n)
+{
+    return (n + 4095u) & ~(size_t)4095u;
+}
+
+int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_count,
+                                size_t slot_bytes, uint32_t *kick)
+{
+    memset(pool, 0, sizeof *pool);
+    if (slot_count == 0)
+        return -EINVAL;
+    pool->slot_count = slot_count;
+    pool->slot_bytes = page_round(slot_bytes);
+    pool->slots = calloc(slot_count, sizeof *pool->slots);
+    pool->memory = mmap(NULL, slot_count * pool->slot_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool->memory == MAP_FAILED)
+        pool->memory = NULL;
+    if (!pool->slots || !pool->memory) {
+        snapprof__capture_pool_destroy(pool);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < slot_count; i++) {
+        pool->slots[i].fail = -1;
+        pool->slots[i].large = -1;
+    }
+    pool->kick = (_Atomic uint32_t *)kick;
+    pool->kick_at = (uint32_t)(slot_count / 2 > 0 ? slot_count / 2 : 1);
+    return 0;
+}
+
+void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
+{
+    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++)
+        if (pool->large[i].buf)
+            munmap(pool->large[i].buf, pool->large[i].size);
+    free(pool->slots);
+    if (pool->memory)
+        munmap(pool->memory, pool->slot_count * pool->slot_bytes);
+    memset(pool, 0, sizeof *pool);
+}
+
+/* Async-signal-safe (clock_gettime is on the POSIX list). */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Takes a free slot, or returns NULL. Async-signal-safe. */
+static snapprof__capture_slot_t *take_slot(snapprof__capture_pool_t *pool)
+{
+    for (size_t i = 0; i < pool->slot_count; i++) {
+        uint32_t expected = SNAPPROF__SLOT_FREE;
+        if (atomic_compare_exchange_strong_explicit(&pool->slots[i].state, &expected,
+                                                    SNAPPROF__SLOT_FILLING, memory_order_acquire,
+                                                    memory_order_relaxed))
+            return &pool->slots[i];
+    }
+    return NULL;
+}
+
+static void kick(snapprof__capture_pool_t *pool);
+
+/* Publishes a filled slot and wakes the drainer when the pool fills up.
+ * Async-signal-safe. */
+static void publish(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
+{
+    atomic_store_explicit(&slot->state, SNAPPROF__SLOT_FULL, memory_order_release);
+    uint32_t full = atomic_fetch_add_explicit(&pool->full, 1, memory_order_relaxed) + 1;
+    if (full == pool->kick_at)
+        kick(pool);
+}
+
+/* Wakes the drainer. Async-signal-safe. */
+static void kick(snapprof__capture_pool_t *pool)
+{
+    if (pool->kick) {
+        atomic_fetch_add_explicit(pool->kick, 1, memory_order_release);
+        syscall(SYS_futex, pool->kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+/* Takes a free large buffer of at least size bytes, or returns -1. Each is
+ * looked at only while held, since the sampling side replaces them under
+ * the same flag. Async-signal-safe. */
+static int take_large(snapprof__capture_pool_t *pool, size_t size)
+{
+    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        uint32_t idle = 0;
+        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                     memory_order_relaxed))
+            continue;
+        if (l->buf && size <= l->size)
+            return i;
+        atomic_store_explicit(&l->busy, 0, memory_order_release);
+    }
+    return -1;
+}
+
+/* Copies [lo, lo + size) into the slot's own buffer or, when it does not
+ * fit, into a free large buffer; else the innermost slot_bytes, marked
+ * truncated, leaving the size it needed for the sampling thread.
+ * Async-signal-safe. */
+static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot, uintptr_t lo,
+                       size_t size)
+{
+    slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
+    slot->large = -1;
+    slot->res.truncated = 0;
+    if (size > pool->slot_bytes) {
+        int i = take_large(pool, size);
+        if (i >= 0) {
+            slot->large = i;
+            slot->buffer = pool->large[i].buf;
+        } else {
+            if (size > atomic_load_explicit(&pool->large_wanted, memory_order_relaxed))
+                atomic_store_explicit(&pool->large_wanted, size, memory_order_relaxed);
+            size = pool->slot_bytes;
+            slot->res.truncated = 1;
+        }
+    }
+    snapprof__copy_live_stack(slot->buffer, (const uint8_t *)lo, size);
+    slot->res.copy_lo = lo;
+    slot->res.copy_size = size;
+}
+
+/* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
+int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
+                           const ucontext_t *uc, uint64_t periods)
+{
+    uint64_t entry = mono_ns();
+    snapprof__capture_slot_t *slot = take_slot(pool);
+    if (!slot) {
+        atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
+        return -1;
+    }
+    slot->target = target;
+    slot->periods = periods;
+    slot->fail = -1;
+    slot->labels.count = 0;
+    memset(&slot->res, 0, sizeof slot->res);
+    slot->res.timestamp_ns = entry;
+    if (target->on_thread && snapprof__tls_self != target->thread) {
+        slot->fail = SNAPPROF_FAIL_TID_RECYCLED;
+        publish(pool, slot);
+        return -1;
+    }
+    snapprof__regs_from_ucontext(uc, &slot->res.regs);
+    uintptr_t sp = slot->res.regs.r[SNAPPROF_REG_SP];
+    uintptr_t low = target->stack_low, base = target->stack_base;
+    if (sp < low || sp >= base) {
+        /* On a sigaltstack, a fiber or a coroutine stack. */
+        slot->fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
+        publish(pool, slot);
+        return -1;
+    }
+    uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
+    lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+    if (lo < low)
+        lo = low;
+    copy_stack(pool, slot, lo, base - lo);
+    for (size_t i = 0; i < pool->unwinder_count; i++) {
+        const snapprof_unwinder_t *u = pool->unwinders[i];
+        if (u->ops->xOnStackCapture)
+            u->ops->xOnStackCapture(u->user_data);
+    }
+    snapprof__labels_capture(&slot->labels);
+    slot->res.pause_ns = mono_ns() - entry;
+    publish(pool, slot);
+    if (slot->large >= 0)
+        kick(pool); /* large buffers are few: have them drained soon */
+    return 0;
+}
+
+void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
+{
+    if (slot->large >= 0)
+        atomic_store_explicit(&pool->large[slot->large].busy, 0, memory_order_release);
+    slot->large = -1;
+    slot->target = NULL;
+    slot->buffer = NULL;
+    atomic_fetch_sub_explicit(&pool->full, 1, memory_order_relaxed);
+    atomic_store_explicit(&slot->state, SNAPPROF__SLOT_FREE, memory_order_release);
+}
+
+int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes, size_t budget)
+{
+    size_t wanted = atomic_exchange_explicit(&pool->large_wanted, 0, memory_order_relaxed);
+    if (wanted == 0)
+        return 0;
+    /* A quarter more than asked, so a stack that grows a little does not
+     * ask again at once; never more than the copy limit. */
+    size_t size = page_round(wanted + wanted / 4);
+    if (size > page_round(max_bytes))
+        size = page_round(max_bytes);
+    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        uint32_t idle = 0;
+        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                     memory_order_relaxed))
+            continue;
+        int grew = 0;
+        if (l->size < wanted && pool->large_bytes - l->size + size <= budget) {
+            uint8_t *buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (buf != MAP_FAILED) {
+                if (l->buf)
+                    munmap(l->buf, l->size);
+                pool->large_bytes = pool->large_bytes - l->size + size;
+                l->buf = buf;
+                l->size = size;
+                grew = 1;
+            }
+        }
+        atomic_store_explicit(&l->busy, 0, memory_order_release);
+        if (grew)
+            return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,622 @@
+/* Tests of the CPU-clock triggers (trigger/): each trigger forced in turn,
+ * the fallback when one is refused, attribution with more threads than
+ * cores, no EINTR for sleeping threads, no fd or timer left behind by
+ * threads that come and go, fork, full slots and deep stacks. */
+#include "test.h"
+#include "test_util.h"
+
+#include "trigger/trigger.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void snapprof__sampler_lock(void);
+void snapprof__sampler_unlock(void);
+
+/* Skips the test (77) when this kernel refuses a per-thread perf event, as
+ * stock Debian (perf_event_paranoid 3) and container seccomp profiles do. */
+static void need_perf_event(void)
+{
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.exclude_kernel = 1;
+    attr.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        printf("skipped: perf_event_open refused (%s); see /proc/sys/kernel/perf_event_paranoid\n",
+               strerror(errno));
+        exit(TEST_SKIP);
+    }
+    close(fd);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A known-ratio workload                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct worker {
+    pthread_t th;
+    snapprof_thread_t *token;
+    atomic_int ready, stop;
+    int sleeper;          /* sleeps in nanosleep instead of burning */
+    atomic_int eintr;     /* early returns of its sleeps */
+    uint64_t truth_ns[3]; /* its own CPU clock around hot_a/b/c */
+} worker_t;
+
+static uint64_t g_sink;
+
+/* Each does about the same work per call; the caller calls them 5:3:2. */
+__attribute__((noinline)) static void hot_a(void)
+{
+    volatile uint64_t x = g_sink;
+    for (int i = 0; i < 20000; i++)
+        x = x * 6364136223846793005u + 1;
+    g_sink = x;
+}
+__attribute__((noinline)) static void hot_b(void)
+{
+    volatile uint64_t x = g_sink;
+    for (int i = 0; i < 20000; i++)
+        x = x * 6364136223846793005u + 3;
+    g_sink = x;
+}
+__attribute__((noinline)) static void hot_c(void)
+{
+    volatile uint64_t x = g_sink;
+    for (int i = 0; i < 20000; i++)
+        x = x * 6364136223846793005u + 5;
+    g_sink = x;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    atomic_store(&w->ready, 1);
+    static void (*const fns[3])(void) = {hot_a, hot_b, hot_c};
+    static const int reps[3] = {5, 3, 2};
+    while (!atomic_load(&w->stop)) {
+        if (w->sleeper) {
+            struct timespec ts = {0, 20000000}, rem;
+            while (nanosleep(&ts, &rem) != 0 && errno == EINTR) {
+                atomic_fetch_add(&w->eintr, 1);
+                ts = rem;
+            }
+            continue;
+        }
+        for (int f = 0; f < 3; f++) {
+            uint64_t t0 = tu_thread_cpu_ns();
+            for (int r = 0; r < reps[f]; r++)
+                fns[f]();
+            w->truth_ns[f] += tu_thread_cpu_ns() - t0;
+        }
+    }
+    return NULL;
+}
+
+static void start_workers(worker_t *w, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ASSERT_EQ(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
+        while (!atomic_load(&w[i].ready))
+            usleep(1000);
+    }
+}
+
+static void stop_workers(worker_t *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        atomic_store(&w[i].stop, 1);
+    for (int i = 0; i < n; i++) {
+        pthread_join(w[i].th, NULL);
+        snapprof_thread_release(w[i].token);
+    }
+}
+
+static snapprof_profiler_t *make(worker_t *w, int n, snapprof_trigger_t trigger, uint64_t interval,
+                                 tu_collector_t *c)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = interval;
+    params.trigger = trigger;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    for (int i = 0; i < n; i++)
+        ASSERT_OK(snapprof_profiler_add_thread(p, w[i].token));
+    if (c)
+        ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
+    return p;
+}
+
+/* Waits (by samples, not by time: the host may stall) for n samples. */
+static void wait_samples(snapprof_profiler_t *p, uint64_t n)
+{
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    snapprof_stats_t st;
+    do {
+        usleep(10000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < n && tu_mono_ns() < deadline);
+    ASSERT_GE(st.samples, n);
+}
+
+/* Which of hot_a/b/c (0-2) a sample is in, or -1. */
+static int hot_of(const tu_sample_t *s)
+{
+    for (size_t i = 0; i < s->frame_count && i < 3; i++) {
+        const char *name = tu_frame_name(&s->frames[i]);
+        if (strcmp(name, "hot_a") == 0)
+            return 0;
+        if (strcmp(name, "hot_b") == 0)
+            return 1;
+        if (strcmp(name, "hot_c") == 0)
+            return 2;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Each trigger forced                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void run_forced(snapprof_trigger_t trigger)
+{
+    worker_t w[2] = {0};
+    start_workers(w, 2);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(w, 2, trigger, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("%s: %llu samples, %llu signalled, cpu %.3f s, sampled %.3f s, dropped %llu\n",
+           snapprof_trigger_name(trigger), (unsigned long long)st.samples,
+           (unsigned long long)st.samples_signalled, st.cpu_ns_total / 1e9, st.cpu_ns_sampled / 1e9,
+           (unsigned long long)st.samples_dropped);
+    ASSERT_UEQ(st.threads_by_trigger[trigger], 2);
+    ASSERT_EQ(st.trigger_fallback_errno, 0);
+    /* Every sample's stack is real: in the workers' code, hot functions
+     * on top. */
+    int hot = 0, stacks = 0, in_worker = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        const tu_sample_t *smp = &c.samples[i];
+        if (smp->flags & SNAPPROF_SAMPLE_REMAINDER)
+            continue;
+        stacks++;
+        hot += hot_of(smp) >= 0;
+        for (size_t f = 0; f < smp->frame_count; f++)
+            if (strcmp(tu_frame_name(&smp->frames[f]), "worker_main") == 0) {
+                in_worker++;
+                break;
+            }
+    }
+    printf("%d of %d stacks in hot_a/b/c, %d in worker_main\n", hot, stacks, in_worker);
+    ASSERT_GT(stacks, 50);
+    ASSERT_GE(in_worker * 10, stacks * 9);
+    /* The handshake lands where a thread is next scheduled, often in the
+     * clock_gettime between the hot calls on a busy machine (the bias the
+     * CPU-clock triggers remove), so only those are held to the hot code. */
+    if (trigger != SNAPPROF_TRIGGER_HANDSHAKE)
+        ASSERT_GE(hot * 10, stacks * 8);
+    /* The profile's CPU matches the threads' CPU clocks. */
+    uint64_t cpu = 0;
+    for (size_t i = 0; i < c.count; i++)
+        cpu += c.samples[i].cpu_ns;
+    if (trigger != SNAPPROF_TRIGGER_HANDSHAKE)
+        ASSERT_UEQ(cpu, st.cpu_ns_total);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 2);
+    tu_collector_free(&c);
+}
+
+static void test_perf_forced(void)
+{
+    need_perf_event();
+    run_forced(SNAPPROF_TRIGGER_PERF_EVENT);
+}
+
+static void test_timer_forced(void)
+{
+    run_forced(SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
+static void test_handshake_forced(void)
+{
+    run_forced(SNAPPROF_TRIGGER_HANDSHAKE);
+}
+
+/* perf_event_open refused (the test seam stands in for a kernel with
+ * perf_event_paranoid 3, or a seccomp filter): AUTO falls back to the
+ * timer, and the stats say why. */
+static void test_fallback_when_perf_refused(void)
+{
+    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_PERF_EVENT, EACCES);
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    snapprof_profiler_t *p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 20);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 1);
+    ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
+    ASSERT_EQ(st.trigger_fallback_errno, EACCES);
+    snapprof_profiler_destroy(p);
+
+    /* Both refused: the handshake. */
+    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_CPU_TIMER, EAGAIN);
+    p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 20);
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], 1);
+    ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
+    snapprof_profiler_destroy(p);
+    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_PERF_EVENT, 0);
+    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_CPU_TIMER, 0);
+    stop_workers(w, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attribution with more threads than cores                                 */
+/* ------------------------------------------------------------------------ */
+
+/* 8 threads on this machine's 2 cores: the hot functions keep the shares
+ * the threads measured with their own CPU clocks. A functional check with a
+ * generous tolerance, not a benchmark (bench/ measures the error). */
+static void test_oversubscribed_shares(void)
+{
+    need_perf_event();
+    enum { N = 8 };
+    worker_t w[N] = {0};
+    start_workers(w, N);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(w, N, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 3000);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, N);
+    double truth[3] = {0}, seen[3] = {0}, truth_sum = 0, seen_sum = 0;
+    for (int i = 0; i < N; i++)
+        for (int f = 0; f < 3; f++)
+            truth[f] += (double)w[i].truth_ns[f];
+    for (size_t i = 0; i < c.count; i++) {
+        int h = hot_of(&c.samples[i]);
+        if (h >= 0)
+            seen[h] += (double)c.samples[i].cpu_ns;
+    }
+    for (int f = 0; f < 3; f++) {
+        truth_sum += truth[f];
+        seen_sum += seen[f];
+    }
+    for (int f = 0; f < 3; f++) {
+        double t = 100 * truth[f] / truth_sum, s = 100 * seen[f] / seen_sum;
+        printf("hot_%c: truth %.1f %%, profile %.1f %%\n", 'a' + f, t, s);
+        ASSERT(s > t - 5 && s < t + 5);
+    }
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sleeping threads                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A thread that sleeps beside busy ones is never woken early: the perf
+ * event fires only while a thread runs its own code. */
+static void test_sleepers_no_eintr(void)
+{
+    need_perf_event();
+    worker_t w[3] = {0};
+    w[2].sleeper = 1;
+    start_workers(w, 3);
+    snapprof_profiler_t *p = make(w, 3, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 2000);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("sleeper: %d early returns\n", atomic_load(&w[2].eintr));
+    ASSERT_EQ(atomic_load(&w[2].eintr), 0);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads that come and go                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Our perf events among the open fds. */
+static int count_perf_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strstr(target, "perf_event") != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static int count_timers(void)
+{
+    FILE *f = fopen("/proc/self/timers", "r");
+    if (!f)
+        return 0;
+    int n = 0;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        n += strncmp(line, "ID:", 3) == 0;
+    fclose(f);
+    return n;
+}
+
+typedef struct churn {
+    snapprof_profiler_t *p;
+} churn_t;
+
+static void *churn_main(void *arg)
+{
+    churn_t *c = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    ASSERT_OK(snapprof_profiler_add_thread(c->p, me));
+    tu_burn_cpu_ns(100000);
+    if ((uintptr_t)me & 64)
+        ASSERT_OK(snapprof_profiler_remove_thread(c->p, me)); /* half leave, half just exit */
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+static void churn(snapprof_trigger_t trigger)
+{
+    if (trigger == SNAPPROF_TRIGGER_PERF_EVENT)
+        need_perf_event();
+    /* A first profile opens what stays open for the process (the module
+     * cache's files): the baseline is taken after it. */
+    snapprof_profiler_t *p = make(NULL, 0, trigger, 1000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_profiler_destroy(p);
+    int fds0 = count_dir("/proc/self/fd"), timers0 = count_timers();
+    p = make(NULL, 0, trigger, 1000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    churn_t c = {p};
+    for (int i = 0; i < 1000; i++) {
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, churn_main, &c), 0);
+        pthread_join(th, NULL);
+    }
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("%llu threads armed with %s; fds %d -> %d, timers %d -> %d while running\n",
+           (unsigned long long)st.threads_by_trigger[trigger], snapprof_trigger_name(trigger), fds0,
+           count_dir("/proc/self/fd"), timers0, count_timers());
+    ASSERT_GE(st.threads_by_trigger[trigger], 1);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_destroy(p);
+    int fds1 = count_dir("/proc/self/fd"), timers1 = count_timers();
+    printf("after: fds %d, timers %d\n", fds1, timers1);
+    ASSERT_EQ(fds1, fds0);
+    ASSERT_EQ(count_perf_fds(), 0);
+    ASSERT_EQ(timers1, timers0);
+}
+
+static void test_churn_perf(void)
+{
+    churn(SNAPPROF_TRIGGER_PERF_EVENT);
+}
+
+static void test_churn_timer(void)
+{
+    churn(SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A child forked while the parent's threads are armed keeps none of the
+ * parent's perf fds, and can profile itself. */
+static void test_fork_child(void)
+{
+    need_perf_event();
+    worker_t w[2] = {0};
+    start_workers(w, 2);
+    snapprof_profiler_t *p = make(w, 2, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 50);
+    ASSERT_EQ(count_perf_fds(), 2);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (count_perf_fds() != 0)
+            _exit(3);
+        snapprof_thread_t *me;
+        if (snapprof_thread_register(&me) != 0)
+            _exit(4);
+        snapprof_params_t params;
+        snapprof_params_init(&params);
+        params.interval_ns = 1000000u;
+        params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+        snapprof_profiler_t *cp;
+        if (snapprof_profiler_create(&params, &me, 1, &cp) != 0 || snapprof_profiler_start(cp) != 0)
+            _exit(5);
+        snapprof_stats_t st;
+        uint64_t deadline = tu_mono_ns() + 60000000000u;
+        do {
+            tu_burn_cpu_ns(10000000);
+            snapprof_profiler_get_stats(cp, &st);
+        } while (st.samples < 20 && tu_mono_ns() < deadline);
+        if (st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] != 1 || st.samples < 20)
+            _exit(6);
+        snapprof_profiler_destroy(cp);
+        _exit(count_perf_fds() == 0 ? 0 : 7);
+    }
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    wait_samples(p, 100); /* the parent's threads are still sampled */
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Full slots                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* With the sampling thread held up, captures find no free slot: they are
+ * counted, and the CPU time they stood for is in the remainder, so the
+ * profile's CPU total still matches the threads' CPU clocks. */
+static void test_full_slots(void)
+{
+    need_perf_event();
+    worker_t w[2] = {0};
+    start_workers(w, 2);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(w, 2, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 20);
+    snapprof__sampler_lock();
+    uint64_t t0 = tu_mono_ns();
+    while (tu_mono_ns() - t0 < 500000000u)
+        usleep(10000);
+    snapprof__sampler_unlock();
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    uint64_t cpu = 0, remainder = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        cpu += c.samples[i].cpu_ns;
+        if (c.samples[i].flags & SNAPPROF_SAMPLE_REMAINDER)
+            remainder += c.samples[i].cpu_ns;
+    }
+    printf("dropped %llu; cpu %.3f s, remainder %.3f s\n", (unsigned long long)st.samples_dropped,
+           cpu / 1e9, remainder / 1e9);
+    ASSERT_GT(st.samples_dropped, 0);
+    ASSERT_UEQ(cpu, st.cpu_ns_total);
+    ASSERT_GE(remainder, st.samples_dropped * 250000u / 2);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 2);
+    tu_collector_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deep stacks                                                              */
+/* ------------------------------------------------------------------------ */
+
+static atomic_int g_deep_stop;
+
+__attribute__((noinline)) static uint64_t deep(int depth)
+{
+    volatile char pad[512]; /* about 1.3 MiB at depth 2000, like the issue's case */
+    pad[0] = (char)depth;
+    if (depth > 0)
+        return deep(depth - 1) + pad[0];
+    volatile uint64_t x = 1;
+    while (!atomic_load(&g_deep_stop))
+        for (int i = 0; i < 10000; i++)
+            x = x * 6364136223846793005u + 1;
+    return x + pad[0];
+}
+
+static void *deep_main(void *arg)
+{
+    snapprof_thread_t **token = arg;
+    ASSERT_OK(snapprof_thread_register(token));
+    return (void *)(uintptr_t)deep(2000);
+}
+
+/* A thread 2000 frames deep gets a buffer that fits after its first
+ * truncated capture, so its later stacks are complete. At 100 Hz: each such
+ * stack takes about a millisecond to unwind with libunwind, and faster
+ * rates wait for the unwind-table issue (16). */
+static void test_deep_stack(void)
+{
+    need_perf_event();
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 8u << 20);
+    snapprof_thread_t *token = NULL;
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, &attr, deep_main, &token), 0);
+    while (!__atomic_load_n(&token, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    usleep(100000);
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 10000000u;
+    params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("%llu samples, %llu truncated copies, deepest %llu frames, copy max %llu bytes\n",
+           (unsigned long long)st.samples_signalled, (unsigned long long)st.truncated_copy,
+           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max);
+    ASSERT_GE(st.unwind_frames_max, 2000);
+    /* The first captures are truncated, and later ones too when the
+     * sampling thread has not yet handed back every large buffer (a slow
+     * machine, a sanitizer build): most are whole. */
+    ASSERT_LE(st.truncated_copy * 4, st.samples_signalled);
+    atomic_store(&g_deep_stop, 1);
+    pthread_join(th, NULL);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(token);
+    tu_collector_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"perf_forced", test_perf_forced},
+        {"timer_forced", test_timer_forced},
+        {"handshake_forced", test_handshake_forced},
+        {"fallback_when_perf_refused", test_fallback_when_perf_refused},
+        {"oversubscribed_shares", test_oversubscribed_shares},
+        {"sleepers_no_eintr", test_sleepers_no_eintr},
+        {"churn_perf", test_churn_perf},
+        {"churn_timer", test_churn_timer},
+        {"fork_child", test_fork_child},
+        {"full_slots", test_full_slots},
+        {"deep_stack", test_deep_stack},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}

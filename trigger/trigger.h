@@ -1,0 +1,102 @@
+/* Triggers: what decides when a thread's stack is captured. Internal.
+ *
+ * A CPU-clock trigger makes the kernel signal a thread every period of that
+ * thread's own CPU time; the thread's signal handler then captures itself
+ * into a capture slot (stack_copier_slots.h) and goes on. Two kinds, best
+ * first: a per-thread perf CPU-clock event (trigger_perf_event.c) and a
+ * per-thread POSIX CPU-time timer (trigger_cpu_timer.c). The third kind,
+ * the sampling thread's handshake, needs no arm: it is the stack copier's
+ * request and wait (stack_copier_signal.c).
+ *
+ * An arm is one thread's trigger. Arms live in one process-wide table that
+ * is never freed, so a signal that arrives late can always look its arm up
+ * safely; the arm's state word says whether it is still in force:
+ *   FREE -> ARMED (sampling side, when the kernel object is made);
+ *   ARMED -> BUSY -> ARMED (the thread's handler, around a capture);
+ *   ARMED -> OFF (sampling side, to disarm: it waits out a BUSY handler),
+ *   then the kernel object is closed and the arm goes back to FREE.
+ * The signal is the profile's signal (params.signal), shared with the
+ * handshake; the handler tells the three apart by si_code (SI_QUEUE: a
+ * handshake; SI_TIMER: a timer; POLL_HUP: a perf event's fd). */
+#ifndef SNAPPROF_TRIGGER_H
+#define SNAPPROF_TRIGGER_H
+
+#include <snapprof/snapprof.h>
+
+#include "stack_copier/stack_copier_slots.h"
+
+#include <stdatomic.h>
+#include <time.h>
+
+typedef struct snapprof__arm snapprof__arm_t;
+
+typedef struct snapprof__trigger_ops {
+    int version; /* 1 */
+    snapprof_trigger_t kind;
+    /* -- version 1 -- */
+    /* Makes arm->target->tid's kernel object: signo every period_ns of the
+     * thread's CPU time, not yet started. Returns 0 or a negative errno.
+     * Sampling side. */
+    int (*xCreate)(snapprof__arm_t *arm, int signo, uint64_t period_ns);
+    /* Starts it (after the arm is ARMED). Returns 0 or a negative errno. */
+    int (*xStart)(snapprof__arm_t *arm, uint64_t period_ns);
+    /* Re-arms after a capture. RUNS IN THE SIGNAL HANDLER.
+     * Async-signal-safe. May be NULL. */
+    void (*xRearm)(snapprof__arm_t *arm);
+    /* The thread's CPU time so far as the trigger's clock counts it (user
+     * and kernel), also after the thread exited where the kernel keeps it.
+     * Returns 0 or a negative errno. Sampling side. */
+    int (*xReadCpu)(snapprof__arm_t *arm, uint64_t *ns);
+    /* Closes the kernel object; no new signal comes from it after this.
+     * Sampling side. */
+    void (*xDestroy)(snapprof__arm_t *arm);
+} snapprof__trigger_ops_t;
+
+enum {
+    SNAPPROF__ARM_FREE = 0,
+    SNAPPROF__ARM_ARMED = 1,
+    SNAPPROF__ARM_BUSY = 2,
+    SNAPPROF__ARM_OFF = 3
+};
+
+struct snapprof__arm {
+    _Atomic uint32_t state;
+    uint32_t index, gen; /* gen changes each time the arm is reused */
+    int signo;
+    const snapprof__trigger_ops_t *ops;
+    int fd;        /* perf event */
+    timer_t timer; /* POSIX timer */
+    int has_timer;
+    snapprof__capture_pool_t *pool;     /* where captures go */
+    snapprof__capture_target_t *target; /* whose captures they are */
+    uint32_t next_free;
+};
+
+extern const snapprof__trigger_ops_t snapprof__trigger_perf_event;
+extern const snapprof__trigger_ops_t snapprof__trigger_cpu_timer;
+
+/* The ops of a CPU-clock trigger kind, or NULL (AUTO, HANDSHAKE). */
+const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind);
+
+/* Arms target's thread with ops: captures go to pool every period_ns of its
+ * CPU time, signalled with signo. Returns 0 with *out set, or a negative
+ * errno (the kernel's refusal, -ENOSPC when the arm table is full). Installs
+ * the signal hook on first use. Sampling side. */
+int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_pool_t *pool,
+                          snapprof__capture_target_t *target, int signo, uint64_t period_ns,
+                          snapprof__arm_t **out);
+
+/* Disarms: waits for a capture in progress, stops the kernel object and
+ * frees the arm. Reads the trigger's final CPU count into *cpu_ns first
+ * (left as it is when it cannot be read). Sampling side. */
+void snapprof__trigger_disarm(snapprof__arm_t *arm, uint64_t *cpu_ns);
+
+/* The signal hook (snapprof__signal_hook_fn) that dispatches a trigger's
+ * signal to its arm. RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
+int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc);
+
+/* Test seam: makes xCreate of kind fail with err (0: no failure). */
+void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err);
+int snapprof__trigger_test_failure(snapprof_trigger_t kind);
+
+#endif

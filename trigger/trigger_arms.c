@@ -1,0 +1,270 @@
+/* The process-wide table of arms (one per armed thread and profiler), the
+ * dispatch of a trigger's signal to its arm, and what fork does to them. */
+#include "trigger/trigger.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* At most this many threads armed at once; more fall back to the handshake. */
+#define ARM_MAX 65536u
+/* Perf event fds are looked up by number below this. */
+#define FD_MAX 65536
+/* An fd table entry for an fd we closed: a late signal from it is ours. */
+#define FD_RETIRED UINT32_MAX
+/* Timer payloads carry this tag in their upper 32 bits. */
+#define TIMER_TAG 0x534e5054u /* "SNPT" */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* Both tables are mapped once and never unmapped, so the handler can read
+ * them whatever the sampling side is doing. */
+static snapprof__arm_t *_Atomic g_arms;
+static _Atomic uint32_t *_Atomic g_fd_arm; /* fd -> arm index + 1 */
+static uint32_t g_arms_used;               /* arms ever handed out */
+static uint32_t g_free_head = UINT32_MAX;  /* free list through next_free */
+static int g_fail[SNAPPROF_TRIGGER_COUNT]; /* test seam */
+
+const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind)
+{
+    switch (kind) {
+    case SNAPPROF_TRIGGER_PERF_EVENT:
+        return &snapprof__trigger_perf_event;
+    case SNAPPROF_TRIGGER_CPU_TIMER:
+        return &snapprof__trigger_cpu_timer;
+    default:
+        return NULL;
+    }
+}
+
+void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err)
+{
+    if ((unsigned)kind < SNAPPROF_TRIGGER_COUNT)
+        g_fail[kind] = err;
+}
+
+int snapprof__trigger_test_failure(snapprof_trigger_t kind)
+{
+    return (unsigned)kind < SNAPPROF_TRIGGER_COUNT ? g_fail[kind] : 0;
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* The child has none of the parent's threads: its copies of their perf fds
+ * would only keep the parent's events alive (and a POSIX timer is not
+ * inherited at all), so every arm is closed and freed here. The profilers
+ * that owned them are not sampled in the child (sampling_thread.c). */
+static void fork_child(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    snapprof__arm_t *arms = atomic_load(&g_arms);
+    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
+    g_free_head = UINT32_MAX;
+    for (uint32_t i = g_arms_used; i-- > 0;) {
+        snapprof__arm_t *a = &arms[i];
+        if (atomic_load(&a->state) != SNAPPROF__ARM_FREE) {
+            if (a->fd >= 0) {
+                if (a->fd < FD_MAX)
+                    atomic_store(&fds[a->fd], FD_RETIRED);
+                close(a->fd);
+            }
+            a->fd = -1;
+            a->has_timer = 0;
+            a->gen++;
+            atomic_store(&a->state, SNAPPROF__ARM_FREE);
+        }
+        a->next_free = g_free_head;
+        g_free_head = i;
+    }
+}
+
+static void init_once(void)
+{
+    void *arms = mmap(NULL, ARM_MAX * sizeof(snapprof__arm_t), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *fds = mmap(NULL, FD_MAX * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (arms == MAP_FAILED || fds == MAP_FAILED) {
+        if (arms != MAP_FAILED)
+            munmap(arms, ARM_MAX * sizeof(snapprof__arm_t));
+        if (fds != MAP_FAILED)
+            munmap(fds, FD_MAX * sizeof(uint32_t));
+        return;
+    }
+    atomic_store(&g_fd_arm, (_Atomic uint32_t *)fds);
+    atomic_store(&g_arms, (snapprof__arm_t *)arms);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    snapprof__stack_copier_set_hook(snapprof__trigger_on_signal);
+}
+
+/* Takes a free arm. Lock held. */
+static snapprof__arm_t *take_arm(snapprof__arm_t *arms)
+{
+    uint32_t i;
+    if (g_free_head != UINT32_MAX) {
+        i = g_free_head;
+        g_free_head = arms[i].next_free;
+    } else if (g_arms_used < ARM_MAX) {
+        i = g_arms_used++;
+        arms[i].index = i;
+    } else {
+        return NULL;
+    }
+    return &arms[i];
+}
+
+/* Gives an arm back. Lock held. */
+static void put_arm(snapprof__arm_t *a)
+{
+    a->gen = (a->gen + 1) & 0xfffu;
+    a->fd = -1;
+    a->has_timer = 0;
+    a->pool = NULL;
+    a->target = NULL;
+    atomic_store_explicit(&a->state, SNAPPROF__ARM_FREE, memory_order_release);
+    a->next_free = g_free_head;
+    g_free_head = a->index;
+}
+
+/* The payload a timer's signal carries for arm a. */
+uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a);
+uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a)
+{
+    return ((uint64_t)TIMER_TAG << 32) | ((uint64_t)a->gen << 20) | a->index;
+}
+
+int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_pool_t *pool,
+                          snapprof__capture_target_t *target, int signo, uint64_t period_ns,
+                          snapprof__arm_t **out)
+{
+    pthread_once(&g_once, init_once);
+    snapprof__arm_t *arms = atomic_load(&g_arms);
+    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
+    if (!arms || !fds)
+        return -ENOMEM;
+    int fail = g_fail[ops->kind];
+    if (fail != 0)
+        return fail < 0 ? fail : -fail;
+    pthread_mutex_lock(&g_lock);
+    snapprof__arm_t *a = take_arm(arms);
+    pthread_mutex_unlock(&g_lock);
+    if (!a)
+        return -ENOSPC;
+    a->ops = ops;
+    a->signo = signo;
+    a->fd = -1;
+    a->has_timer = 0;
+    a->pool = pool;
+    a->target = target;
+    int rc = ops->xCreate(a, signo, period_ns);
+    if (rc == 0 && a->fd >= FD_MAX) {
+        ops->xDestroy(a);
+        rc = -EMFILE;
+    }
+    if (rc != 0) {
+        pthread_mutex_lock(&g_lock);
+        put_arm(a);
+        pthread_mutex_unlock(&g_lock);
+        return rc;
+    }
+    /* Published before the kernel object starts: its first signal must
+     * find the arm in force. */
+    atomic_store_explicit(&a->state, SNAPPROF__ARM_ARMED, memory_order_release);
+    if (a->fd >= 0)
+        atomic_store_explicit(&fds[a->fd], a->index + 1, memory_order_release);
+    rc = ops->xStart(a, period_ns);
+    if (rc != 0) {
+        snapprof__trigger_disarm(a, NULL);
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+void snapprof__trigger_disarm(snapprof__arm_t *a, uint64_t *cpu_ns)
+{
+    /* Wait out a capture in progress: bounded work on the target thread,
+     * though that thread may be descheduled in the middle of it. */
+    for (unsigned spins = 0;; spins++) {
+        uint32_t expected = SNAPPROF__ARM_ARMED;
+        if (atomic_compare_exchange_weak_explicit(&a->state, &expected, SNAPPROF__ARM_OFF,
+                                                  memory_order_acquire, memory_order_relaxed))
+            break;
+        if (spins < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    uint64_t ns;
+    if (cpu_ns && a->ops->xReadCpu && a->ops->xReadCpu(a, &ns) == 0)
+        *cpu_ns = ns;
+    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
+    if (a->fd >= 0 && a->fd < FD_MAX)
+        atomic_store_explicit(&fds[a->fd], FD_RETIRED, memory_order_release);
+    a->ops->xDestroy(a);
+    pthread_mutex_lock(&g_lock);
+    put_arm(a);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
+int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
+{
+    snapprof__arm_t *arms = atomic_load_explicit(&g_arms, memory_order_acquire);
+    _Atomic uint32_t *fds = atomic_load_explicit(&g_fd_arm, memory_order_acquire);
+    if (!arms || !fds)
+        return 0;
+    uint32_t index, gen = UINT32_MAX;
+    int fd = -1;
+    uint64_t periods = 1;
+    if (info->si_code == SI_TIMER) {
+        uint64_t payload = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
+        if ((uint32_t)(payload >> 32) != TIMER_TAG)
+            return 0;
+        index = (uint32_t)payload & 0xfffffu;
+        gen = ((uint32_t)payload >> 20) & 0xfffu;
+        if (info->si_overrun > 0)
+            periods += (uint64_t)info->si_overrun;
+    } else if (info->si_code == POLL_HUP || info->si_code == POLL_IN) {
+        fd = info->si_fd;
+        if (fd < 0 || fd >= FD_MAX)
+            return 0;
+        uint32_t v = atomic_load_explicit(&fds[fd], memory_order_acquire);
+        if (v == 0)
+            return 0;
+        if (v == FD_RETIRED)
+            return 1; /* a late signal from an event we closed */
+        index = v - 1;
+    } else {
+        return 0;
+    }
+    if (index >= ARM_MAX)
+        return 0;
+    snapprof__arm_t *a = &arms[index];
+    uint32_t expected = SNAPPROF__ARM_ARMED;
+    if (!atomic_compare_exchange_strong_explicit(&a->state, &expected, SNAPPROF__ARM_BUSY,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return 1; /* being disarmed, or not in force any more: drop it */
+    if (a->signo == signo && (gen == UINT32_MAX || a->gen == gen) && (fd < 0 || a->fd == fd) &&
+        a->target->tid == snapprof__gettid_cached()) {
+        snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc, periods);
+        if (a->ops->xRearm)
+            a->ops->xRearm(a);
+    }
+    atomic_store_explicit(&a->state, SNAPPROF__ARM_ARMED, memory_order_release);
+    return 1;
+}
