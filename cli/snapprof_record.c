@@ -43,6 +43,11 @@ static const char usage_text[] =
     "      --wall           sample every thread every tick, waiting ones too\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
+    "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
+    "                       event per thread), timer (a CPU-time timer per thread,\n"
+    "                       at most the kernel tick's rate), handshake (the sampling\n"
+    "                       thread signals and waits; default), auto (the best that\n"
+    "                       works, per thread)\n"
     "      --fork MODE      follow: children of fork(), and what they exec, are\n"
     "                       profiled too (default); stop: only CMD's own process\n"
     "  -q, --quiet          print no summary\n"
@@ -74,6 +79,7 @@ typedef struct options {
     const char *duration; /* as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
+    const char *trigger;
     int quiet;
     char **cmd;
 } options_t;
@@ -147,6 +153,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->fork_mode = option_value(argc, argv, &i, NULL, "--fork");
             if (snapprof__parse_fork(o->fork_mode, &follow, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --fork: %s", why);
+        } else if (matches(a, NULL, "--trigger")) {
+            int trigger;
+            o->trigger = option_value(argc, argv, &i, NULL, "--trigger");
+            if (snapprof__parse_trigger(o->trigger, &trigger, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --trigger: %s", why);
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else {
@@ -569,6 +580,10 @@ static int record(options_t *o)
     else
         unsetenv(SNAPPROF_ENV_DURATION);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
+    if (o->trigger)
+        set_env(SNAPPROF_ENV_TRIGGER, o->trigger);
+    else
+        unsetenv(SNAPPROF_ENV_TRIGGER);
     if (summary_dir[0])
         set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
     else

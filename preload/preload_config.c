@@ -77,6 +77,20 @@ int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
     return 0;
 }
 
+int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size)
+{
+    /* In the order of snapprof_trigger_t. */
+    static const char *const names[] = {"auto", "perf", "timer", "handshake"};
+    for (int i = 0; i < 4; i++) {
+        if (s && strcasecmp(s, names[i]) == 0) {
+            *trigger = i;
+            return 0;
+        }
+    }
+    WHY("'%s' is not a trigger (auto, perf, timer or handshake)", s ? s : "");
+    return -1;
+}
+
 static const struct {
     const char *name;
     int signo;

@@ -17,6 +17,7 @@
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"           /* e.g. SIGURG, RTMIN+4, 23 */
 #define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"       /* seconds of sampling, then stop */
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"               /* follow | stop */
+#define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"         /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR" /* set by `snapprof record` */
 #define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"       /* the first profiled process */
 #define SNAPPROF_ENV_CPUPROFILE "CPUPROFILE"
@@ -40,6 +41,7 @@ typedef struct snapprof__preload_config {
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
     int follow_fork; /* children of fork() and what they exec are profiled */
+    int trigger;     /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
     char summary_dir[PATH_MAX];
 } snapprof__preload_config_t;
 
@@ -48,6 +50,11 @@ int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size)
 int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);
+/* "auto", "perf", "timer" or "handshake", as snapprof_trigger_t's values. */
+int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
+/* What CPU mode uses unless told otherwise (the handshake, until the
+ * CPU-clock triggers are the proven default). */
+#define SNAPPROF_TRIGGER_DEFAULT 3
 /* Signal names with or without "SIG", any case; "RTMIN+n", "RTMAX-n"; or a
  * number. Refuses signals that cannot stop a thread for a sample without
  * changing what the program sees (see snapprof__signal_usable()). */

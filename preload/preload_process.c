@@ -661,6 +661,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     params.interval_ns = 1000000000u / c.hz;
     params.mode = c.wall ? SNAPPROF_MODE_WALL : SNAPPROF_MODE_CPU;
     params.signal = c.signo;
+    params.trigger = (snapprof_trigger_t)c.trigger;
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
@@ -983,6 +984,12 @@ static int config_from_env(snapprof__preload_config_t *cfg)
         snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {
         snapprof__preload_warn("ignoring %s: %s; following children", SNAPPROF_ENV_FORK, why);
         cfg->follow_fork = 1;
+    }
+    cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+    if ((v = getenv(SNAPPROF_ENV_TRIGGER)) &&
+        snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
+        snapprof__preload_warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
+        cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
     }
     if ((v = getenv(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
