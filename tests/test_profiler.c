@@ -3,6 +3,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "sampling_thread/profiler_internal.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -179,6 +181,123 @@ static void test_bad_params(void)
     ASSERT_EQ(snapprof_thread_register_tid(999999999, &none), -ESRCH);
     ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_ESIGNAL), "signal");
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
+}
+
+/* A builder whose xOnProfileStarted fails the first time it runs. */
+static atomic_int g_flaky_started;
+
+static int flaky_started(void *user_data, const snapprof_profile_info_t *info)
+{
+    (void)user_data;
+    (void)info;
+    return atomic_fetch_add(&g_flaky_started, 1) == 0 ? -EIO : 0;
+}
+
+static int flaky_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    (void)user_data;
+    (void)sample;
+    return 0;
+}
+
+static const snapprof_builder_ops_t flaky_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "fails-first-start",
+    .xOnProfileStarted = flaky_started,
+    .xOnSample = flaky_sample,
+};
+
+/* An unwinder that claims every frame and ends the walk there. */
+static atomic_int g_claim_all_calls;
+
+static int claim_all_can(void *user_data, const snapprof_frame_t *frame)
+{
+    (void)user_data;
+    (void)frame;
+    return 1;
+}
+
+static snapprof_unwind_result_t claim_all_try(void *user_data, snapprof_unwind_ctx_t *ctx)
+{
+    (void)user_data;
+    (void)ctx;
+    atomic_fetch_add(&g_claim_all_calls, 1);
+    return SNAPPROF_UNWIND_COMPLETED;
+}
+
+static const snapprof_unwinder_ops_t claim_all_ops = {
+    .version = SNAPPROF_UNWINDER_OPS_VERSION,
+    .name = "claim-all",
+    .xCanUnwindFrom = claim_all_can,
+    .xTryUnwind = claim_all_try,
+};
+
+static snapprof_profiler_t *make_flaky(target_t *t, tu_collector_t *c)
+{
+    snapprof_profiler_t *p = make(&t->token, 1, 2000000u, SNAPPROF_MODE_CPU, c);
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&flaky_ops, NULL, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    atomic_store(&g_flaky_started, 0);
+    return p;
+}
+
+/* A start that fails (here: the second builder's xOnProfileStarted) takes
+ * back what it did: the default unwinders it added go, so a retry builds
+ * the whole default chain again, and an unwinder added after the failure
+ * is the chain. The builder that had started is started again, and only
+ * the profile that ran completes. */
+static void test_start_failure_undone(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make_flaky(&t, &c);
+    ASSERT_EQ(snapprof_profiler_start(p), -EIO);
+    ASSERT_EQ(p->unwinder_count, 0);
+    ASSERT_EQ(p->state, PROFILER_CREATED);
+    ASSERT_EQ(c.started, 1);
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_EQ(p->unwinder_count, 4); /* JIT, libunwind, .debug_frame, frame pointers */
+    wait_samples(p, 20);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(c.started, 2);
+    ASSERT_EQ(c.completed, 1);
+    /* Unwound through the whole native stack, not stopped at the leaf. */
+    size_t mine = 0, whole = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        if (c.samples[i].tid != t.tid)
+            continue;
+        mine++;
+        size_t n =
+            c.samples[i].frame_count < TU_MAX_FRAMES ? c.samples[i].frame_count : TU_MAX_FRAMES;
+        for (size_t k = 1; k < n; k++) {
+            if (strcmp(tu_frame_name(&c.samples[i].frames[k]), "target_main") == 0) {
+                whole++;
+                break;
+            }
+        }
+    }
+    printf("%zu samples of the target, %zu unwound to target_main\n", mine, whole);
+    ASSERT_GE(mine, 10);
+    if (!tu_tsan_build()) /* TSan copies the stack of another moment than the registers' */
+        ASSERT_GE(whole * 10, mine * 9);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c);
+
+    /* The caller's own chain, chosen after the failed start, is used. */
+    p = make_flaky(&t, NULL);
+    ASSERT_EQ(snapprof_profiler_start(p), -EIO);
+    snapprof_unwinder_t *u;
+    ASSERT_OK(snapprof_unwinder_create(&claim_all_ops, NULL, &u));
+    ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 5);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(p->unwinder_count, 1);
+    ASSERT_GE(atomic_load(&g_claim_all_calls), 5);
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
 }
 
 /* Destroying a running profiler stops it, completes its builder once, and
@@ -544,6 +663,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"stop_without_start", test_stop_without_start},
         {"start_twice", test_start_twice},
+        {"start_failure_undone", test_start_failure_undone},
         {"bad_params", test_bad_params},
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},

@@ -39,7 +39,11 @@ typedef struct snapprof_builder_ops {
     int version;      /* SNAPPROF_BUILDER_OPS_VERSION the implementation was built for */
     const char *name; /* for statistics and debugging */
     /* -- version 1 -- */
-    /* The profile starts. May be NULL. */
+    /* The profile starts. A nonzero return fails snapprof_profiler_start()
+     * with that value. Each call begins the profile afresh: when a start
+     * fails after this ran (a later builder's xOnProfileStarted failed, or
+     * sampling could not start), no sample was delivered and no completion
+     * follows, and a retried start calls it again. May be NULL. */
     int (*xOnProfileStarted)(void *user_data, const snapprof_profile_info_t *info);
     /* One sample. A negative return is counted as SNAPPROF_FAIL_BUILDER and
      * sampling goes on. Required. */

@@ -488,7 +488,18 @@ SNAPPROF_API int snapprof_profiler_add_builder(snapprof_profiler_t *profiler,
 
 /* Starts sampling on the shared sampling thread. A profiler starts once:
  * a second start returns SNAPPROF_ESTATE. Fails with SNAPPROF_ESIGNAL when
- * the signal cannot be installed. */
+ * the signal cannot be installed, with the error of a builder's
+ * xOnProfileStarted (builders are started in the order they were added;
+ * those after the one that failed are not called), with -ENOMEM, or with
+ * -EAGAIN when the sampling thread cannot be created.
+ *
+ * A start that fails leaves the profiler as it was, so it may be retried
+ * or given other unwinders first: the default unwinders it added are
+ * removed again. Builders whose xOnProfileStarted already ran are not told
+ * (no sample reached them, and their xOnProfileCompleted runs only for a
+ * profile that ran); a retry calls it again. The one thing that stays is
+ * the signal handler, which is process-wide and installed once for the
+ * life of the process (it passes on any signal that is not ours). */
 SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
 
 /* Stops sampling and returns after every builder's on_profile_completed has
