@@ -515,6 +515,45 @@ static void test_register_tid_unanswered(void)
     stop_target(&w);
 }
 
+/* The handshake of a registration by tid uses the signal it is given: a
+ * thread that blocks SIGURG but not that signal is registered, with stack
+ * bounds right enough for a profiler using the same signal to sample it. */
+static void test_register_tid_signal(void)
+{
+    const int sig = SIGRTMIN + 3;
+    target_t w = {0};
+    start_target(&w, BLOCK_SIGNAL); /* blocks SIGURG only */
+    snapprof_thread_t *tok = NULL;
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, 0, &tok), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, NSIG, &tok), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, sig, NULL), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, SIGKILL, &tok), SNAPPROF_ESIGNAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(999999999, sig, &tok), -ESRCH);
+    ASSERT_NULL(tok);
+    ASSERT_OK(snapprof_thread_register_tid_ex(w.tid, sig, &tok));
+    ASSERT_EQ(snapprof_thread_tid(tok), w.tid);
+
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 2000000u;
+    params.signal = sig;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &tok, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 10);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(tok);
+    atomic_store(&w.stop, 1);
+    pthread_join(w.th, NULL);
+    snapprof_thread_release(w.token);
+    tu_collector_free(&c);
+}
+
 /* Builder errors are counted, not fatal; threads can join a running
  * profile and leave it. */
 static void test_add_remove_builder_errors(void)
@@ -674,6 +713,7 @@ int main(int argc, char **argv)
         {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
         {"register_tid", test_register_tid},
         {"register_tid_unanswered", test_register_tid_unanswered},
+        {"register_tid_signal", test_register_tid_signal},
         {"threads_and_builder_errors", test_add_remove_builder_errors},
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},

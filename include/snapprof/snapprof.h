@@ -273,15 +273,42 @@ typedef struct snapprof_stats {
  * notices when the thread exits (samples after that are counted as
  * SNAPPROF_FAIL_THREAD_EXITED) and when its tid is recycled. Registering the
  * same thread twice returns the same token with another reference.
- * Release each token with snapprof_thread_release(). */
+ * Release each token with snapprof_thread_release(). Returns 0, -EINVAL
+ * (out is NULL), -ENOMEM, or the negative errno that kept its stack bounds
+ * from being read (e.g. -ENOENT, -EMFILE from /proc/self/maps). */
 SNAPPROF_API int snapprof_thread_register(snapprof_thread_t **out);
 
 /* Names a thread of this process by tid, from any thread. Its stack bounds
- * are found from /proc/self/maps (the mapping that holds its stack pointer,
- * which the thread reports in a SIGURG handshake; "[stack]" for the main
- * thread). Returns -ESRCH when no such thread, -ETIMEDOUT when it did not
- * answer within about a second (it blocks SIGURG, is held in vfork(), or
- * was not scheduled): the call may be tried again later. */
+ * are read from /proc/self/maps: the main thread's are "[stack]"; any other
+ * thread is stopped with signal signo to report its stack pointer, and the
+ * mapping that holds it gives the bounds. The calling thread is registered
+ * as by snapprof_thread_register(). Pass the signal of the profilers that
+ * will sample the thread (params.signal): a thread that blocks it can be
+ * neither registered nor sampled, one that blocks other signals can be.
+ * signo's handler is installed as snapprof_profiler_start() installs it,
+ * once for the life of the process.
+ *
+ * Returns 0 or:
+ *   -EINVAL            out is NULL, tid <= 0, or signo is not a signal
+ *                      number;
+ *   SNAPPROF_ESIGNAL   signo cannot be used (SIGKILL, SIGSTOP, a fault
+ *                      signal), its handler cannot be installed, or
+ *                      someone replaced it;
+ *   -ESRCH             no such thread in this process, or it exited
+ *                      during the handshake;
+ *   -ETIMEDOUT         it did not answer within about a second (it blocks
+ *                      signo, is held in vfork(), or was not scheduled) or
+ *                      the signal could not be queued: the call may be
+ *                      tried again later;
+ *   -ENOMEM            out of memory;
+ *   -ENOENT, or another negative errno from reading /proc/self/maps: no
+ *                      mapping holds the stack pointer (no "[stack]"), or
+ *                      the file cannot be read;
+ *   for the calling thread, what snapprof_thread_register() returns. */
+SNAPPROF_API int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **out);
+
+/* snapprof_thread_register_tid_ex() with SIGURG, the default signal of
+ * snapprof_params_init(); errors as there. */
 SNAPPROF_API int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out);
 
 /* Drops a reference. Profilers that sample the thread hold references of
