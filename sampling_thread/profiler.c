@@ -33,8 +33,6 @@ const char *snapprof_strerror(int err)
         return "the profile could not be encoded";
     case SNAPPROF_EVERSION:
         return "unsupported ops struct version";
-    case SNAPPROF_ENOTHREAD:
-        return "no such thread";
     default:
         break;
     }

@@ -180,6 +180,7 @@ static void test_bad_params(void)
     snapprof_profiler_destroy(p);
     ASSERT_EQ(snapprof_thread_register_tid(999999999, &none), -ESRCH);
     ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_ESIGNAL), "signal");
+    ASSERT_STR_EQ(snapprof_strerror(-10005), "unknown error"); /* retired, never returned */
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
 }
 
@@ -317,6 +318,33 @@ static void test_destroy_while_running(void)
         tu_collector_free(&c);
     }
     stop_target(&t);
+}
+
+/* A token whose thread has exited is accepted (an exit can race the call
+ * anyway; there is no error for it): each is found gone at the first tick,
+ * counted once as SNAPPROF_FAIL_THREAD_EXITED and left alone after. Both
+ * kinds of token: registered on the thread, and by tid. */
+static void test_add_exited_thread(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    snapprof_thread_t *by_tid;
+    ASSERT_OK(snapprof_thread_register_tid(t.tid, &by_tid));
+    atomic_store(&t.stop, 1);
+    pthread_join(t.th, NULL);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&t.token, 1, 2000000u, SNAPPROF_MODE_WALL, &c);
+    ASSERT_OK(snapprof_profiler_add_thread(p, by_tid));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 10);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED], 2);
+    ASSERT_EQ(c.stats.failed_total, 2);
+    ASSERT_EQ(c.count, 0);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(by_tid);
+    snapprof_thread_release(t.token);
+    tu_collector_free(&c);
 }
 
 /* Two profilers at different rates share the sampling thread; stopping one
@@ -707,6 +735,7 @@ int main(int argc, char **argv)
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
         {"thread_exits", test_thread_exits},
+        {"add_exited_thread", test_add_exited_thread},
         {"blocked_signal", test_blocked_signal},
         {"idle_nanosleep_wall", test_idle_nanosleep_wall},
         {"idle_poll_wall", test_idle_poll_wall},

@@ -55,8 +55,11 @@ typedef struct snapprof_builder_ops {
     void (*xDestroy)(void *user_data);
 } snapprof_builder_ops_t;
 
-/* Wraps ops and user_data into a builder. ops must outlive it. On failure
- * xDestroy is not called. */
+/* Wraps ops and user_data into a builder. ops must outlive it. Returns 0;
+ * -EINVAL when ops or out is NULL or xOnSample is NULL; SNAPPROF_EVERSION
+ * when ops->version is below 1 (not an ops struct this library can read; a
+ * newer version is accepted and only the members this library knows are
+ * used); -ENOMEM. On failure xDestroy is not called. */
 SNAPPROF_API int snapprof_builder_create(const snapprof_builder_ops_t *ops, void *user_data,
                                          snapprof_builder_t **out);
 

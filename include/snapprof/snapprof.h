@@ -43,13 +43,15 @@ extern "C" {
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes. They lie below -10000 so they never collide
- * with a negated errno value. */
+ * with a negated errno value. -10005 is retired and not to be reused: it was
+ * SNAPPROF_ENOTHREAD, which no call returned (a tid that names no thread is
+ * -ESRCH; a profiled thread that exits is a counted
+ * SNAPPROF_FAIL_THREAD_EXITED). */
 enum {
-    SNAPPROF_ESTATE = -10001,   /* not valid in the object's current state */
-    SNAPPROF_ESIGNAL = -10002,  /* the sampling signal cannot be used */
-    SNAPPROF_EENCODE = -10003,  /* a profile could not be encoded */
-    SNAPPROF_EVERSION = -10004, /* an ops struct has an unsupported version */
-    SNAPPROF_ENOTHREAD = -10005 /* the thread is not (or no longer) there */
+    SNAPPROF_ESTATE = -10001,  /* not valid in the object's current state */
+    SNAPPROF_ESIGNAL = -10002, /* the sampling signal cannot be used */
+    SNAPPROF_EENCODE = -10003, /* a profile could not be encoded */
+    SNAPPROF_EVERSION = -10004 /* an ops struct has an unsupported version */
 };
 
 /* Returns a static, human-readable description of an error code.
@@ -493,7 +495,10 @@ SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
                                           snapprof_profiler_t **out);
 
 /* Adds or removes a target thread; allowed before and while running.
- * Removing a thread the profiler does not sample returns -ENOENT. */
+ * Removing a thread the profiler does not sample returns -ENOENT. A thread
+ * that has exited can be added (its exit could race the call anyway): the
+ * sampler finds it gone, counts SNAPPROF_FAIL_THREAD_EXITED once and leaves
+ * it alone. */
 SNAPPROF_API int snapprof_profiler_add_thread(snapprof_profiler_t *profiler,
                                               snapprof_thread_t *thread);
 SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
