@@ -15,7 +15,10 @@
  *
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
- * unwinder callback.
+ * unwinder callback. snapprof_symbolize(), snapprof_module_find() and the
+ * name functions (snapprof_strerror(), snapprof_trigger_name(),
+ * snapprof_fail_reason_name()) say otherwise: builder callbacks may call
+ * them.
  */
 #ifndef SNAPPROF_SNAPPROF_H
 #define SNAPPROF_SNAPPROF_H
@@ -55,7 +58,7 @@ enum {
 };
 
 /* Returns a static, human-readable description of an error code.
- * Thread-safe. Never returns NULL. */
+ * Thread-safe; builder callbacks may call it. Never returns NULL. */
 SNAPPROF_API const char *snapprof_strerror(int err);
 
 /* ------------------------------------------------------------------------ */
@@ -120,13 +123,18 @@ typedef struct snapprof_symbol {
 
 /* Returns the module holding addr, refreshing the module cache once if it
  * is not known, or NULL. The result stays valid for the life of the process.
- * Not async-signal-safe (it may read /proc and take the loader lock). */
+ * Not async-signal-safe (it may read /proc and take the loader lock). Any
+ * thread, builder callbacks included: it takes only the module cache's own
+ * locks, never one a profiler holds while it calls its builders. */
 SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
 
 /* Symbolizes one frame into out[0..max). Returns the number of symbols
  * written (0 when the address has no known function), or a negative error.
  * Strings belong to the module cache and live as long as the process.
- * Results are cached per module. Not async-signal-safe. */
+ * Results are cached per module. Not async-signal-safe. Any thread, builder
+ * callbacks included, as for snapprof_module_find(); the first lookup in a
+ * module loads its symbols and DWARF (up to about a second), so a builder
+ * does it when the profile completes rather than in xOnSample. */
 SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symbol_t *out,
                                     size_t max);
 
@@ -198,10 +206,12 @@ typedef enum {
     SNAPPROF_TRIGGER_COUNT
 } snapprof_trigger_t;
 
-/* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise). */
+/* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise).
+ * Any thread; builder callbacks may call it. */
 SNAPPROF_API const char *snapprof_trigger_name(snapprof_trigger_t trigger);
 
-/* Returns a short name such as "timeout" for a failure reason. */
+/* Returns a short name such as "timeout" for a failure reason. Any thread;
+ * builder callbacks may call it. */
 SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
 
 typedef struct snapprof_stats {
