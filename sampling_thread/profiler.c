@@ -33,8 +33,6 @@ const char *snapprof_strerror(int err)
         return "the profile could not be encoded";
     case SNAPPROF_EVERSION:
         return "unsupported ops struct version";
-    case SNAPPROF_ENOTHREAD:
-        return "no such thread";
     default:
         break;
     }
@@ -308,9 +306,16 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         return -EINVAL;
     if (p->state != PROFILER_CREATED)
         return SNAPPROF_ESTATE;
+    /* Process-wide and installed once: it stays even if this start fails
+     * (it passes on every signal that is not one of our requests). */
     int rc = snapprof__stack_copier_install(p->params.signal);
     if (rc != 0)
         return rc;
+    /* A start that fails takes back the unwinders it added, so that a
+     * retry sees the profiler as the caller left it: with no unwinder it
+     * builds the whole default chain again, instead of keeping a partial
+     * one (the JIT unwinder alone) or ignoring unwinders added since. */
+    size_t callers_unwinders = p->unwinder_count;
     if (p->unwinder_count == 0) {
         /* JIT frames first: that unwinder claims only frames in JIT code,
          * which no native unwinder can walk. Then CFI: most native code has
@@ -334,15 +339,17 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, fp);
         if (rc != 0)
-            return rc;
+            goto undo;
     }
     p->start_mono = snapprof__mono_ns();
     p->start_real = realtime_ns();
     snapprof_profile_info_t info = make_info(p, NULL);
+    /* Builders that started before one failed are not told: no sample
+     * reached them, and a retry starts them afresh (profile_builder.h). */
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
         if (b->ops->xOnProfileStarted && (rc = b->ops->xOnProfileStarted(b->user_data, &info)) != 0)
-            return rc;
+            goto undo;
     }
     snapprof__sampler_lock();
     if (p->params.mode == SNAPPROF_MODE_CPU && p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE &&
@@ -387,6 +394,12 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         p->stats.trigger_fallback_errno = 0;
     }
     snapprof__sampler_unlock();
+    if (rc == 0)
+        return 0;
+undo:
+    for (size_t i = callers_unwinders; i < p->unwinder_count; i++)
+        snapprof_unwinder_destroy(p->unwinders[i]);
+    p->unwinder_count = callers_unwinders;
     return rc;
 }
 

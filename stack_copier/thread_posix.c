@@ -167,7 +167,12 @@ int snapprof_thread_register(snapprof_thread_t **out)
 
 int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out)
 {
-    if (!out || tid <= 0)
+    return snapprof_thread_register_tid_ex(tid, SIGURG, out);
+}
+
+int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **out)
+{
+    if (!out || tid <= 0 || signo <= 0 || signo >= NSIG)
         return -EINVAL;
     uint64_t cpu;
     if (snapprof__thread_cpu_ns(tid, &cpu) != 0)
@@ -185,9 +190,9 @@ int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out)
     } else {
         /* Ask the thread where its stack pointer is (registers only), then
          * take the bounds of the mapping that holds it. */
-        rc = snapprof__stack_copier_install(SIGURG);
+        rc = snapprof__stack_copier_install(signo);
         if (rc == 0) {
-            snapprof__copy_request_t req = {.thread = t, .signo = SIGURG, .timeout_ns = 200000000u};
+            snapprof__copy_request_t req = {.thread = t, .signo = signo, .timeout_ns = 200000000u};
             snapprof__copy_result_t res;
             snapprof_fail_reason_t reason;
             t->stack_low = 0;
@@ -199,7 +204,9 @@ int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out)
             rc = -ETIMEDOUT;
             for (int i = 0; i < 5 && rc == -ETIMEDOUT; i++) {
                 if (snapprof__stack_copier_copy(&req, &res, &reason) != 0)
-                    rc = reason == SNAPPROF_FAIL_THREAD_EXITED ? -ESRCH : -ETIMEDOUT;
+                    rc = reason == SNAPPROF_FAIL_THREAD_EXITED      ? -ESRCH
+                         : reason == SNAPPROF_FAIL_HANDLER_REPLACED ? SNAPPROF_ESIGNAL
+                                                                    : -ETIMEDOUT;
                 else
                     rc = find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low, &t->stack_base);
             }

@@ -394,6 +394,111 @@ static void test_same_run_agree(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* callbacks_symbolize                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A builder that uses what snapprof.h allows in its callbacks: module
+ * lookups and symbols in xOnSample (the sampler's lock held) and in
+ * xOnProfileCompleted (also run by flush, with that lock held). */
+typedef struct sym_builder {
+    int symbolized_in_sample; /* samples whose leaf was looked up there */
+    int completions;
+    int completions_naming_hot; /* completions that found builders_hot */
+    snapprof_frame_t leaf[256];
+    size_t n;
+} sym_builder_t;
+
+static int sym_on_sample(void *user_data, const snapprof_sample_t *s)
+{
+    sym_builder_t *b = user_data;
+    if (s->frame_count == 0 || s->frames[0].kind != SNAPPROF_FRAME_NATIVE)
+        return 0;
+    if (b->symbolized_in_sample < 3) { /* slow the first time: loads DWARF */
+        snapprof_symbol_t sym[8];
+        if (snapprof_module_find(s->frames[0].pc) != NULL &&
+            snapprof_symbolize(&s->frames[0], sym, 8) >= 0)
+            b->symbolized_in_sample++;
+    }
+    if (b->n < sizeof b->leaf / sizeof b->leaf[0])
+        b->leaf[b->n++] = s->frames[0];
+    return 0;
+}
+
+static int sym_on_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    sym_builder_t *b = user_data;
+    (void)info;
+    int hot = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        snapprof_symbol_t sym[8];
+        (void)snapprof_module_find(b->leaf[i].pc);
+        int k = snapprof_symbolize(&b->leaf[i], sym, 8);
+        if (k > 0 && strcmp(sym[k - 1].name, "builders_hot") == 0)
+            hot = 1;
+    }
+    b->completions_naming_hot += hot;
+    b->completions++;
+    return 0;
+}
+
+static const snapprof_builder_ops_t sym_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "symbolizing",
+    .xOnSample = sym_on_sample,
+    .xOnProfileCompleted = sym_on_completed,
+};
+
+static void wait_samples(snapprof_profiler_t *p, uint64_t samples)
+{
+    snapprof_stats_t st;
+    uint64_t deadline = tu_mono_ns() + 60000000000u;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < samples && tu_mono_ns() < deadline);
+    ASSERT_GE(st.samples, samples);
+}
+
+/* Builder callbacks may call snapprof_symbolize() and
+ * snapprof_module_find(), also while a flush holds the sampler's lock
+ * (a deadlock would end in the ctest timeout); xOnProfileCompleted runs at
+ * every flush, before and after stop, and at stop. */
+static void test_callbacks_symbolize(void)
+{
+    atomic_store(&g_stop, 0);
+    snapprof_thread_t *token = NULL;
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, worker, &token), 0);
+    while (__atomic_load_n(&token, __ATOMIC_ACQUIRE) == NULL)
+        usleep(1000);
+    static sym_builder_t b;
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 2000000u;
+    snapprof_profiler_t *p;
+    snapprof_builder_t *builder;
+    ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));
+    ASSERT_OK(snapprof_builder_create(&sym_ops, &b, &builder));
+    ASSERT_OK(snapprof_profiler_add_builder(p, builder));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 10);
+    ASSERT_OK(snapprof_profiler_flush(p));
+    ASSERT_EQ(b.completions, 1);
+    wait_samples(p, 20);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(b.completions, 2);
+    ASSERT_OK(snapprof_profiler_flush(p));
+    ASSERT_EQ(b.completions, 3);
+    ASSERT_EQ(b.symbolized_in_sample, 3);
+    if (!tu_tsan_build()) /* TSan's leaves can be its own (see same_run_agree) */
+        ASSERT_EQ(b.completions_naming_hot, 3);
+    snapprof_profiler_destroy(p);
+    atomic_store(&g_stop, 1);
+    pthread_join(th, NULL);
+    snapprof_thread_release(token);
+}
+
+/* ------------------------------------------------------------------------ */
 /* bad_path                                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -423,6 +528,8 @@ int main(int argc, char **argv)
         test_same_run_agree();
     else if (!strcmp(c, "bad_path"))
         test_bad_path();
+    else if (!strcmp(c, "callbacks_symbolize"))
+        test_callbacks_symbolize();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;

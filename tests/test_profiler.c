@@ -3,6 +3,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "sampling_thread/profiler_internal.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -178,7 +180,125 @@ static void test_bad_params(void)
     snapprof_profiler_destroy(p);
     ASSERT_EQ(snapprof_thread_register_tid(999999999, &none), -ESRCH);
     ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_ESIGNAL), "signal");
+    ASSERT_STR_EQ(snapprof_strerror(-10005), "unknown error"); /* retired, never returned */
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
+}
+
+/* A builder whose xOnProfileStarted fails the first time it runs. */
+static atomic_int g_flaky_started;
+
+static int flaky_started(void *user_data, const snapprof_profile_info_t *info)
+{
+    (void)user_data;
+    (void)info;
+    return atomic_fetch_add(&g_flaky_started, 1) == 0 ? -EIO : 0;
+}
+
+static int flaky_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    (void)user_data;
+    (void)sample;
+    return 0;
+}
+
+static const snapprof_builder_ops_t flaky_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "fails-first-start",
+    .xOnProfileStarted = flaky_started,
+    .xOnSample = flaky_sample,
+};
+
+/* An unwinder that claims every frame and ends the walk there. */
+static atomic_int g_claim_all_calls;
+
+static int claim_all_can(void *user_data, const snapprof_frame_t *frame)
+{
+    (void)user_data;
+    (void)frame;
+    return 1;
+}
+
+static snapprof_unwind_result_t claim_all_try(void *user_data, snapprof_unwind_ctx_t *ctx)
+{
+    (void)user_data;
+    (void)ctx;
+    atomic_fetch_add(&g_claim_all_calls, 1);
+    return SNAPPROF_UNWIND_COMPLETED;
+}
+
+static const snapprof_unwinder_ops_t claim_all_ops = {
+    .version = SNAPPROF_UNWINDER_OPS_VERSION,
+    .name = "claim-all",
+    .xCanUnwindFrom = claim_all_can,
+    .xTryUnwind = claim_all_try,
+};
+
+static snapprof_profiler_t *make_flaky(target_t *t, tu_collector_t *c)
+{
+    snapprof_profiler_t *p = make(&t->token, 1, 2000000u, SNAPPROF_MODE_CPU, c);
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&flaky_ops, NULL, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    atomic_store(&g_flaky_started, 0);
+    return p;
+}
+
+/* A start that fails (here: the second builder's xOnProfileStarted) takes
+ * back what it did: the default unwinders it added go, so a retry builds
+ * the whole default chain again, and an unwinder added after the failure
+ * is the chain. The builder that had started is started again, and only
+ * the profile that ran completes. */
+static void test_start_failure_undone(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make_flaky(&t, &c);
+    ASSERT_EQ(snapprof_profiler_start(p), -EIO);
+    ASSERT_EQ(p->unwinder_count, 0);
+    ASSERT_EQ(p->state, PROFILER_CREATED);
+    ASSERT_EQ(c.started, 1);
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_EQ(p->unwinder_count, 4); /* JIT, libunwind, .debug_frame, frame pointers */
+    wait_samples(p, 20);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(c.started, 2);
+    ASSERT_EQ(c.completed, 1);
+    /* Unwound through the whole native stack, not stopped at the leaf. */
+    size_t mine = 0, whole = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        if (c.samples[i].tid != t.tid)
+            continue;
+        mine++;
+        size_t n =
+            c.samples[i].frame_count < TU_MAX_FRAMES ? c.samples[i].frame_count : TU_MAX_FRAMES;
+        for (size_t k = 1; k < n; k++) {
+            if (strcmp(tu_frame_name(&c.samples[i].frames[k]), "target_main") == 0) {
+                whole++;
+                break;
+            }
+        }
+    }
+    printf("%zu samples of the target, %zu unwound to target_main\n", mine, whole);
+    ASSERT_GE(mine, 10);
+    if (!tu_tsan_build()) /* TSan copies the stack of another moment than the registers' */
+        ASSERT_GE(whole * 10, mine * 9);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c);
+
+    /* The caller's own chain, chosen after the failed start, is used. */
+    p = make_flaky(&t, NULL);
+    ASSERT_EQ(snapprof_profiler_start(p), -EIO);
+    snapprof_unwinder_t *u;
+    ASSERT_OK(snapprof_unwinder_create(&claim_all_ops, NULL, &u));
+    ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 5);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(p->unwinder_count, 1);
+    ASSERT_GE(atomic_load(&g_claim_all_calls), 5);
+    snapprof_profiler_destroy(p);
+    stop_target(&t);
 }
 
 /* Destroying a running profiler stops it, completes its builder once, and
@@ -198,6 +318,33 @@ static void test_destroy_while_running(void)
         tu_collector_free(&c);
     }
     stop_target(&t);
+}
+
+/* A token whose thread has exited is accepted (an exit can race the call
+ * anyway; there is no error for it): each is found gone at the first tick,
+ * counted once as SNAPPROF_FAIL_THREAD_EXITED and left alone after. Both
+ * kinds of token: registered on the thread, and by tid. */
+static void test_add_exited_thread(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    snapprof_thread_t *by_tid;
+    ASSERT_OK(snapprof_thread_register_tid(t.tid, &by_tid));
+    atomic_store(&t.stop, 1);
+    pthread_join(t.th, NULL);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&t.token, 1, 2000000u, SNAPPROF_MODE_WALL, &c);
+    ASSERT_OK(snapprof_profiler_add_thread(p, by_tid));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 10);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED], 2);
+    ASSERT_EQ(c.stats.failed_total, 2);
+    ASSERT_EQ(c.count, 0);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(by_tid);
+    snapprof_thread_release(t.token);
+    tu_collector_free(&c);
 }
 
 /* Two profilers at different rates share the sampling thread; stopping one
@@ -396,6 +543,45 @@ static void test_register_tid_unanswered(void)
     stop_target(&w);
 }
 
+/* The handshake of a registration by tid uses the signal it is given: a
+ * thread that blocks SIGURG but not that signal is registered, with stack
+ * bounds right enough for a profiler using the same signal to sample it. */
+static void test_register_tid_signal(void)
+{
+    const int sig = SIGRTMIN + 3;
+    target_t w = {0};
+    start_target(&w, BLOCK_SIGNAL); /* blocks SIGURG only */
+    snapprof_thread_t *tok = NULL;
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, 0, &tok), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, NSIG, &tok), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, sig, NULL), -EINVAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(w.tid, SIGKILL, &tok), SNAPPROF_ESIGNAL);
+    ASSERT_EQ(snapprof_thread_register_tid_ex(999999999, sig, &tok), -ESRCH);
+    ASSERT_NULL(tok);
+    ASSERT_OK(snapprof_thread_register_tid_ex(w.tid, sig, &tok));
+    ASSERT_EQ(snapprof_thread_tid(tok), w.tid);
+
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 2000000u;
+    params.signal = sig;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &tok, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 10);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(tok);
+    atomic_store(&w.stop, 1);
+    pthread_join(w.th, NULL);
+    snapprof_thread_release(w.token);
+    tu_collector_free(&c);
+}
+
 /* Builder errors are counted, not fatal; threads can join a running
  * profile and leave it. */
 static void test_add_remove_builder_errors(void)
@@ -544,16 +730,19 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"stop_without_start", test_stop_without_start},
         {"start_twice", test_start_twice},
+        {"start_failure_undone", test_start_failure_undone},
         {"bad_params", test_bad_params},
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
         {"thread_exits", test_thread_exits},
+        {"add_exited_thread", test_add_exited_thread},
         {"blocked_signal", test_blocked_signal},
         {"idle_nanosleep_wall", test_idle_nanosleep_wall},
         {"idle_poll_wall", test_idle_poll_wall},
         {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
         {"register_tid", test_register_tid},
         {"register_tid_unanswered", test_register_tid_unanswered},
+        {"register_tid_signal", test_register_tid_signal},
         {"threads_and_builder_errors", test_add_remove_builder_errors},
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},

@@ -4,6 +4,7 @@
 #include "test_util.h"
 #include "unwinder/unwinder_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 /* Return addresses must lie in a native module, so use this code's own. */
@@ -163,6 +164,65 @@ static void test_unknown_pc(void)
     snapprof_unwinder_destroy(fpu);
 }
 
+static int never_claims(void *user_data, const snapprof_frame_t *frame)
+{
+    (void)user_data;
+    (void)frame;
+    return 0;
+}
+
+static snapprof_unwind_result_t gives_up(void *user_data, snapprof_unwind_ctx_t *ctx)
+{
+    (void)user_data;
+    (void)ctx;
+    return SNAPPROF_UNWIND_ABORTED;
+}
+
+static int destroyed;
+
+static void count_destroy(void *user_data)
+{
+    (void)user_data;
+    destroyed++;
+}
+
+/* The generic wrapper: a version below 1 is no ops struct this library
+ * can read (SNAPPROF_EVERSION), a newer one is read by its version-1
+ * members (append-only), the required members must be there, and a failed
+ * create never calls xDestroy. */
+static void test_create_checks_ops(void)
+{
+    snapprof_unwinder_ops_t ops = {
+        .version = SNAPPROF_UNWINDER_OPS_VERSION,
+        .name = "test",
+        .xCanUnwindFrom = never_claims,
+        .xTryUnwind = gives_up,
+        .xDestroy = count_destroy,
+    };
+    snapprof_unwinder_t *u = NULL;
+    ASSERT_EQ(snapprof_unwinder_create(NULL, NULL, &u), -EINVAL);
+    ASSERT_EQ(snapprof_unwinder_create(&ops, NULL, NULL), -EINVAL);
+    snapprof_unwinder_ops_t bad = ops;
+    bad.version = 0;
+    ASSERT_EQ(snapprof_unwinder_create(&bad, NULL, &u), SNAPPROF_EVERSION);
+    bad.version = -1;
+    ASSERT_EQ(snapprof_unwinder_create(&bad, NULL, &u), SNAPPROF_EVERSION);
+    bad = ops;
+    bad.xTryUnwind = NULL;
+    ASSERT_EQ(snapprof_unwinder_create(&bad, NULL, &u), -EINVAL);
+    bad = ops;
+    bad.xCanUnwindFrom = NULL;
+    ASSERT_EQ(snapprof_unwinder_create(&bad, NULL, &u), -EINVAL);
+    ASSERT_NULL(u);
+    ASSERT_EQ(destroyed, 0);
+    snapprof_unwinder_ops_t newer = ops;
+    newer.version = SNAPPROF_UNWINDER_OPS_VERSION + 1;
+    ASSERT_OK(snapprof_unwinder_create(&newer, NULL, &u));
+    snapprof_unwinder_destroy(u);
+    ASSERT_EQ(destroyed, 1);
+    ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_EVERSION), "version");
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -184,6 +244,8 @@ int main(int argc, char **argv)
         test_depth_cap();
     else if (!strcmp(c, "unknown_pc"))
         test_unknown_pc();
+    else if (!strcmp(c, "create_checks_ops"))
+        test_create_checks_ops();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;

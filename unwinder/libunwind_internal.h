@@ -14,7 +14,8 @@
 typedef struct snapprof__cfi snapprof__cfi_t;
 
 /* Creates an engine with its own libunwind address space and caches.
- * Returns 0, -ENOMEM, or SNAPPROF_EVERSION when libunwind refuses. */
+ * Returns 0 or -ENOMEM (libunwind's unw_create_addr_space fails only when
+ * it cannot allocate). */
 int snapprof__cfi_create(snapprof__cfi_t **out);
 void snapprof__cfi_destroy(snapprof__cfi_t *cfi);
 

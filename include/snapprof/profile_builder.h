@@ -3,9 +3,13 @@
  * A builder is told when the profile starts, gets every sample on the
  * sampling thread after the target has resumed, and is told when the
  * profile completes (on the thread that called snapprof_profiler_stop(), or
- * on the sampling thread when a duration or sample cap ended it). Callbacks
- * of one builder never run concurrently. They must not call back into the
- * profiler that drives them.
+ * on the sampling thread when a duration or sample cap ended it) and again
+ * at every snapprof_profiler_flush() (on the thread that called it, while
+ * sampling pauses). Callbacks of one builder never run concurrently. They
+ * must not call back into the profiler that drives them; of the rest of the
+ * API they may call snapprof_symbolize(), snapprof_module_find() and the
+ * name functions (snapprof_strerror() and the *_name() ones), nothing
+ * else.
  *
  * The ops struct is versioned like SQLite's sqlite3_io_methods: version
  * first, members grouped by the version that added them, append-only.
@@ -39,20 +43,32 @@ typedef struct snapprof_builder_ops {
     int version;      /* SNAPPROF_BUILDER_OPS_VERSION the implementation was built for */
     const char *name; /* for statistics and debugging */
     /* -- version 1 -- */
-    /* The profile starts. May be NULL. */
+    /* The profile starts. A nonzero return fails snapprof_profiler_start()
+     * with that value. Each call begins the profile afresh: when a start
+     * fails after this ran (a later builder's xOnProfileStarted failed, or
+     * sampling could not start), no sample was delivered and no completion
+     * follows, and a retried start calls it again. May be NULL. */
     int (*xOnProfileStarted)(void *user_data, const snapprof_profile_info_t *info);
     /* One sample. A negative return is counted as SNAPPROF_FAIL_BUILDER and
      * sampling goes on. Required. */
     int (*xOnSample)(void *user_data, const snapprof_sample_t *sample);
-    /* The profile is complete: write it out. The return value is what
-     * snapprof_profiler_stop() reports. May be NULL. */
+    /* The profile is complete, or flushed: write out everything received
+     * so far. Runs when the profile completes and again at every
+     * snapprof_profiler_flush(), before or after the profile completed, so
+     * it may run several times, with samples in between while the profile
+     * runs: keep what was collected. The return value is what
+     * snapprof_profiler_stop() or snapprof_profiler_flush() reports. May be
+     * NULL. */
     int (*xOnProfileCompleted)(void *user_data, const snapprof_profile_info_t *info);
     /* Frees user_data. May be NULL. */
     void (*xDestroy)(void *user_data);
 } snapprof_builder_ops_t;
 
-/* Wraps ops and user_data into a builder. ops must outlive it. On failure
- * xDestroy is not called. */
+/* Wraps ops and user_data into a builder. ops must outlive it. Returns 0;
+ * -EINVAL when ops or out is NULL or xOnSample is NULL; SNAPPROF_EVERSION
+ * when ops->version is below 1 (not an ops struct this library can read; a
+ * newer version is accepted and only the members this library knows are
+ * used); -ENOMEM. On failure xDestroy is not called. */
 SNAPPROF_API int snapprof_builder_create(const snapprof_builder_ops_t *ops, void *user_data,
                                          snapprof_builder_t **out);
 

@@ -15,7 +15,10 @@
  *
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
- * unwinder callback.
+ * unwinder callback. snapprof_symbolize(), snapprof_module_find() and the
+ * name functions (snapprof_strerror(), snapprof_trigger_name(),
+ * snapprof_fail_reason_name()) say otherwise: builder callbacks may call
+ * them.
  */
 #ifndef SNAPPROF_SNAPPROF_H
 #define SNAPPROF_SNAPPROF_H
@@ -43,17 +46,19 @@ extern "C" {
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes. They lie below -10000 so they never collide
- * with a negated errno value. */
+ * with a negated errno value. -10005 is retired and not to be reused: it was
+ * SNAPPROF_ENOTHREAD, which no call returned (a tid that names no thread is
+ * -ESRCH; a profiled thread that exits is a counted
+ * SNAPPROF_FAIL_THREAD_EXITED). */
 enum {
-    SNAPPROF_ESTATE = -10001,   /* not valid in the object's current state */
-    SNAPPROF_ESIGNAL = -10002,  /* the sampling signal cannot be used */
-    SNAPPROF_EENCODE = -10003,  /* a profile could not be encoded */
-    SNAPPROF_EVERSION = -10004, /* an ops struct has an unsupported version */
-    SNAPPROF_ENOTHREAD = -10005 /* the thread is not (or no longer) there */
+    SNAPPROF_ESTATE = -10001,  /* not valid in the object's current state */
+    SNAPPROF_ESIGNAL = -10002, /* the sampling signal cannot be used */
+    SNAPPROF_EENCODE = -10003, /* a profile could not be encoded */
+    SNAPPROF_EVERSION = -10004 /* an ops struct has an unsupported version */
 };
 
 /* Returns a static, human-readable description of an error code.
- * Thread-safe. Never returns NULL. */
+ * Thread-safe; builder callbacks may call it. Never returns NULL. */
 SNAPPROF_API const char *snapprof_strerror(int err);
 
 /* ------------------------------------------------------------------------ */
@@ -118,13 +123,18 @@ typedef struct snapprof_symbol {
 
 /* Returns the module holding addr, refreshing the module cache once if it
  * is not known, or NULL. The result stays valid for the life of the process.
- * Not async-signal-safe (it may read /proc and take the loader lock). */
+ * Not async-signal-safe (it may read /proc and take the loader lock). Any
+ * thread, builder callbacks included: it takes only the module cache's own
+ * locks, never one a profiler holds while it calls its builders. */
 SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
 
 /* Symbolizes one frame into out[0..max). Returns the number of symbols
  * written (0 when the address has no known function), or a negative error.
  * Strings belong to the module cache and live as long as the process.
- * Results are cached per module. Not async-signal-safe. */
+ * Results are cached per module. Not async-signal-safe. Any thread, builder
+ * callbacks included, as for snapprof_module_find(); the first lookup in a
+ * module loads its symbols and DWARF (up to about a second), so a builder
+ * does it when the profile completes rather than in xOnSample. */
 SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symbol_t *out,
                                     size_t max);
 
@@ -199,10 +209,12 @@ typedef enum {
     SNAPPROF_TRIGGER_COUNT
 } snapprof_trigger_t;
 
-/* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise). */
+/* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise).
+ * Any thread; builder callbacks may call it. */
 SNAPPROF_API const char *snapprof_trigger_name(snapprof_trigger_t trigger);
 
-/* Returns a short name such as "timeout" for a failure reason. */
+/* Returns a short name such as "timeout" for a failure reason. Any thread;
+ * builder callbacks may call it. */
 SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
 
 typedef struct snapprof_stats {
@@ -276,15 +288,42 @@ typedef struct snapprof_stats {
  * notices when the thread exits (samples after that are counted as
  * SNAPPROF_FAIL_THREAD_EXITED) and when its tid is recycled. Registering the
  * same thread twice returns the same token with another reference.
- * Release each token with snapprof_thread_release(). */
+ * Release each token with snapprof_thread_release(). Returns 0, -EINVAL
+ * (out is NULL), -ENOMEM, or the negative errno that kept its stack bounds
+ * from being read (e.g. -ENOENT, -EMFILE from /proc/self/maps). */
 SNAPPROF_API int snapprof_thread_register(snapprof_thread_t **out);
 
 /* Names a thread of this process by tid, from any thread. Its stack bounds
- * are found from /proc/self/maps (the mapping that holds its stack pointer,
- * which the thread reports in a SIGURG handshake; "[stack]" for the main
- * thread). Returns -ESRCH when no such thread, -ETIMEDOUT when it did not
- * answer within about a second (it blocks SIGURG, is held in vfork(), or
- * was not scheduled): the call may be tried again later. */
+ * are read from /proc/self/maps: the main thread's are "[stack]"; any other
+ * thread is stopped with signal signo to report its stack pointer, and the
+ * mapping that holds it gives the bounds. The calling thread is registered
+ * as by snapprof_thread_register(). Pass the signal of the profilers that
+ * will sample the thread (params.signal): a thread that blocks it can be
+ * neither registered nor sampled, one that blocks other signals can be.
+ * signo's handler is installed as snapprof_profiler_start() installs it,
+ * once for the life of the process.
+ *
+ * Returns 0 or:
+ *   -EINVAL            out is NULL, tid <= 0, or signo is not a signal
+ *                      number;
+ *   SNAPPROF_ESIGNAL   signo cannot be used (SIGKILL, SIGSTOP, a fault
+ *                      signal), its handler cannot be installed, or
+ *                      someone replaced it;
+ *   -ESRCH             no such thread in this process, or it exited
+ *                      during the handshake;
+ *   -ETIMEDOUT         it did not answer within about a second (it blocks
+ *                      signo, is held in vfork(), or was not scheduled) or
+ *                      the signal could not be queued: the call may be
+ *                      tried again later;
+ *   -ENOMEM            out of memory;
+ *   -ENOENT, or another negative errno from reading /proc/self/maps: no
+ *                      mapping holds the stack pointer (no "[stack]"), or
+ *                      the file cannot be read;
+ *   for the calling thread, what snapprof_thread_register() returns. */
+SNAPPROF_API int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **out);
+
+/* snapprof_thread_register_tid_ex() with SIGURG, the default signal of
+ * snapprof_params_init(); errors as there. */
 SNAPPROF_API int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out);
 
 /* Drops a reference. Profilers that sample the thread hold references of
@@ -479,7 +518,10 @@ SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
                                           snapprof_profiler_t **out);
 
 /* Adds or removes a target thread; allowed before and while running.
- * Removing a thread the profiler does not sample returns -ENOENT. */
+ * Removing a thread the profiler does not sample returns -ENOENT. A thread
+ * that has exited can be added (its exit could race the call anyway): the
+ * sampler finds it gone, counts SNAPPROF_FAIL_THREAD_EXITED once and leaves
+ * it alone. */
 SNAPPROF_API int snapprof_profiler_add_thread(snapprof_profiler_t *profiler,
                                               snapprof_thread_t *thread);
 SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
@@ -501,7 +543,18 @@ SNAPPROF_API int snapprof_profiler_add_builder(snapprof_profiler_t *profiler,
 
 /* Starts sampling on the shared sampling thread. A profiler starts once:
  * a second start returns SNAPPROF_ESTATE. Fails with SNAPPROF_ESIGNAL when
- * the signal cannot be installed. */
+ * the signal cannot be installed, with the error of a builder's
+ * xOnProfileStarted (builders are started in the order they were added;
+ * those after the one that failed are not called), with -ENOMEM, or with
+ * -EAGAIN when the sampling thread cannot be created.
+ *
+ * A start that fails leaves the profiler as it was, so it may be retried
+ * or given other unwinders first: the default unwinders it added are
+ * removed again. Builders whose xOnProfileStarted already ran are not told
+ * (no sample reached them, and their xOnProfileCompleted runs only for a
+ * profile that ran); a retry calls it again. The one thing that stays is
+ * the signal handler, which is process-wide and installed once for the
+ * life of the process (it passes on any signal that is not ours). */
 SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
 
 /* Stops sampling and returns after every builder's on_profile_completed has

@@ -102,7 +102,11 @@ typedef struct snapprof_unwinder_ops {
 } snapprof_unwinder_ops_t;
 
 /* Wraps ops and user_data into an unwinder. ops must outlive it (a static
- * struct is usual). On failure xDestroy is not called. */
+ * struct is usual). Returns 0; -EINVAL when ops or out is NULL or
+ * xCanUnwindFrom or xTryUnwind is NULL; SNAPPROF_EVERSION when
+ * ops->version is below 1 (not an ops struct this library can read; a
+ * newer version is accepted and only the members this library knows are
+ * used); -ENOMEM. On failure xDestroy is not called. */
 SNAPPROF_API int snapprof_unwinder_create(const snapprof_unwinder_ops_t *ops, void *user_data,
                                           snapprof_unwinder_t **out);
 
