@@ -363,11 +363,14 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             snapprof__capture_pool_init(&p->pool, slots, slot_bytes, snapprof__sampler_kick_word());
         if (rc != 0) {
             snapprof__sampler_unlock();
-            return rc;
+            goto undo;
         }
+        p->pool_ready = 1;
+    }
+    if (p->pool_ready) {
+        /* Set on every start: a failed start may have changed the chain. */
         p->pool.unwinders = p->unwinders;
         p->pool.unwinder_count = p->unwinder_count;
-        p->pool_ready = 1;
     }
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
