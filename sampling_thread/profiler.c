@@ -10,11 +10,14 @@
 #include <snapprof/jit.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* Errors and names                                                         */
@@ -829,6 +832,25 @@ static void drain(snapprof_profiler_t *p)
 /* One tick                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Whether the kernel says tid is running or runnable ('R' in its stat
+ * line); a thread we cannot ask counts as running. */
+static int thread_running(pid_t tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
+    const char *paren = strrchr(buf, ')');
+    return !paren || paren[1] != ' ' || paren[2] == 'R';
+}
+
 /* The handshake: signals t, waits for its copy, unwinds and delivers it.
  * Lock held. */
 static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
@@ -861,6 +883,13 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     if (t->backoff_left > 0) {
         t->backoff_left--;
+        return;
+    }
+    if (p->params.mode == SNAPPROF_MODE_CPU && !thread_running(th->tid)) {
+        /* It ran since its last sample but sleeps now: a signal would end
+         * its sleep early (EINTR) and land in the syscall return. Its CPU
+         * time goes with its next sample. */
+        p->stats.samples_skipped_idle++;
         return;
     }
 

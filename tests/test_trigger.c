@@ -336,6 +336,50 @@ static void test_sleepers_no_eintr(void)
     stop_workers(w, 3);
 }
 
+/* The handshake in CPU mode does not signal a thread that ran since its
+ * last sample but sleeps now. A thread that burns a little and sleeps a
+ * little is mostly asleep when the sampler looks: without the check, most
+ * signals would end a sleep early. The check races with the thread falling
+ * asleep, so a few early returns remain. */
+static void *burst_main(void *arg)
+{
+    worker_t *w = arg;
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    atomic_store(&w->ready, 1);
+    while (!atomic_load(&w->stop)) {
+        tu_burn_cpu_ns(300000);
+        struct timespec ts = {0, 3000000}, rem;
+        while (nanosleep(&ts, &rem) != 0 && errno == EINTR) {
+            atomic_fetch_add(&w->eintr, 1);
+            ts = rem;
+        }
+    }
+    return NULL;
+}
+
+static void test_handshake_skips_sleeping(void)
+{
+    worker_t w = {0};
+    ASSERT_EQ(pthread_create(&w.th, NULL, burst_main, &w), 0);
+    while (!atomic_load(&w.ready))
+        usleep(1000);
+    snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_HANDSHAKE, 1000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_samples(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    int eintr = atomic_load(&w.eintr);
+    printf("%llu signalled, %llu skipped, %d early returns\n",
+           (unsigned long long)st.samples_signalled, (unsigned long long)st.samples_skipped_idle,
+           eintr);
+    ASSERT_LE((uint64_t)eintr * 4, st.samples_signalled);
+    snapprof_profiler_destroy(p);
+    atomic_store(&w.stop, 1);
+    pthread_join(w.th, NULL);
+    snapprof_thread_release(w.token);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads that come and go                                                 */
 /* ------------------------------------------------------------------------ */
@@ -612,6 +656,7 @@ int main(int argc, char **argv)
         {"fallback_when_perf_refused", test_fallback_when_perf_refused},
         {"oversubscribed_shares", test_oversubscribed_shares},
         {"sleepers_no_eintr", test_sleepers_no_eintr},
+        {"handshake_skips_sleeping", test_handshake_skips_sleeping},
         {"churn_perf", test_churn_perf},
         {"churn_timer", test_churn_timer},
         {"fork_child", test_fork_child},
