@@ -7,6 +7,7 @@
 #include "test_util.h"
 
 #include <pthread.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -76,8 +77,16 @@ static void *allocating_target(void *arg)
     return NULL;
 }
 
-int main(void)
+/* Argument: the trigger (handshake, perf or timer; default handshake). The
+ * CPU-clock triggers capture in the thread's own handler, the handshake in
+ * the handler the sampling thread's signal runs. */
+int main(int argc, char **argv)
 {
+    snapprof_trigger_t trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    if (argc > 1 && strcmp(argv[1], "perf") == 0)
+        trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    else if (argc > 1 && strcmp(argv[1], "timer") == 0)
+        trigger = SNAPPROF_TRIGGER_CPU_TIMER;
     if (tu_sanitizer_build()) {
         printf("skipped: sanitizers interpose malloc themselves\n");
         return TEST_SKIP;
@@ -91,6 +100,7 @@ int main(void)
     snapprof_params_t params;
     snapprof_params_init(&params);
     params.interval_ns = 1000000;
+    params.trigger = trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));
     ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
@@ -105,6 +115,12 @@ int main(void)
     atomic_store(&g_stop, 1);
     pthread_join(th, NULL);
     /* The interposer was live, and samples were taken while it was. */
+    if (c.stats.threads_by_trigger[trigger] != 1) {
+        printf("skipped: the %s trigger was refused (errno %d)\n", snapprof_trigger_name(trigger),
+               c.stats.trigger_fallback_errno);
+        ASSERT_NE(c.stats.trigger_fallback_errno, 0);
+        return TEST_SKIP;
+    }
     ASSERT_GT(atomic_load(&g_calls) - before, 1000);
     ASSERT_GE(c.stats.samples_signalled, 300);
     printf("%llu samples taken while the target allocated; no allocation in the handler\n",
