@@ -193,8 +193,10 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     }
     snapprof__labels_capture(&slot->labels);
     slot->res.pause_ns = mono_ns() - entry;
+    /* Read before publishing: after it the slot is the drainer's. */
+    int used_large = slot->large >= 0;
     publish(pool, slot);
-    if (slot->large >= 0)
+    if (used_large)
         kick(pool); /* large buffers are few: have them drained soon */
     return 0;
 }

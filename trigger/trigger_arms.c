@@ -52,22 +52,15 @@ int snapprof__trigger_test_failure(snapprof_trigger_t kind)
     return (unsigned)kind < SNAPPROF_TRIGGER_COUNT ? g_fail[kind] : 0;
 }
 
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&g_lock);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&g_lock);
-}
-
 /* The child has none of the parent's threads: its copies of their perf fds
  * would only keep the parent's events alive (and a POSIX timer is not
  * inherited at all), so every arm is closed and freed here. The profilers
  * that owned them are not sampled in the child (sampling_thread.c). */
 static void fork_child(void)
 {
+    /* The lock is not held across fork (that would order it before the
+     * sampler lock, which is taken first everywhere else): whatever another
+     * thread was doing to the table is redone here from the state words. */
     pthread_mutex_init(&g_lock, NULL);
     snapprof__arm_t *arms = atomic_load(&g_arms);
     _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
@@ -105,7 +98,7 @@ static void init_once(void)
     }
     atomic_store(&g_fd_arm, (_Atomic uint32_t *)fds);
     atomic_store(&g_arms, (snapprof__arm_t *)arms);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(NULL, NULL, fork_child);
     snapprof__stack_copier_set_hook(snapprof__trigger_on_signal);
 }
 
