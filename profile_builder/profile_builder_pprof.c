@@ -1121,6 +1121,8 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
         err = pprof_init(b);
     if (err == 0)
         err = snapprof_builder_create(&pprof_ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
     if (err != 0)
         pprof_destroy(b);
     return err;
@@ -1130,12 +1132,5 @@ int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *pat
 {
     if (builder == NULL || builder->ops != &pprof_ops)
         return -EINVAL;
-    pprof_builder_t *b = builder->user_data;
-    snapprof__output_t out;
-    int err = snapprof__output_resolve(path, &out);
-    if (err != 0)
-        return err;
-    snapprof__output_free(&b->out);
-    b->out = out;
-    return 0;
+    return snapprof_builder_set_path(builder, path);
 }
