@@ -1,7 +1,8 @@
-/* snapprof, the command: `snapprof record [options] -- CMD ARGS...` runs CMD
- * with libsnapprof-preload.so, passes its exit status through and prints
- * what was collected. Everything is checked before CMD starts, so bad input
+/* `snapprof record [options] -- CMD ARGS...` runs CMD with
+ * libsnapprof-preload.so, passes its exit status through and prints what
+ * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
+#include "cli/cli.h"
 #include "preload/preload_config.h"
 
 #include <dirent.h>
@@ -20,18 +21,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef SNAPPROF_VERSION_STRING
-#define SNAPPROF_VERSION_STRING "unknown"
-#endif
 #ifndef SNAPPROF_PRELOAD_NAME
 #define SNAPPROF_PRELOAD_NAME "libsnapprof-preload.so"
 #endif
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE SNAPPROF_EXIT_USAGE
 #define EXIT_NOT_FOUND 127
 #define EXIT_NOT_EXECUTABLE 126
 
-static const char usage_text[] =
+const char snapprof__record_usage[] =
     "usage: snapprof record [options] -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with every thread sampled and writes a pprof profile.\n"
@@ -118,7 +116,7 @@ static void parse_options(int argc, char **argv, options_t *o)
         if (a[0] != '-' || a[1] == '\0')
             break; /* the command */
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(usage_text, stdout);
+            fputs(snapprof__record_usage, stdout);
             exit(0);
         } else if (matches(a, "-F", "--frequency")) {
             const char *v = option_value(argc, argv, &i, "-F", "--frequency");
@@ -643,24 +641,9 @@ static int record(options_t *o)
     return EXIT_USAGE;
 }
 
-int main(int argc, char **argv)
+int snapprof__cli_record(int argc, char **argv)
 {
-    if (argc < 2) {
-        fputs(usage_text, stderr);
-        return EXIT_USAGE;
-    }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("snapprof %s\n", SNAPPROF_VERSION_STRING);
-        return 0;
-    }
-    if (strcmp(argv[1], "record") != 0)
-        die(EXIT_USAGE, "unknown command '%s' (try: snapprof record -- CMD [ARGS...])", argv[1]);
     options_t o;
-    parse_options(argc - 2, argv + 2, &o);
+    parse_options(argc, argv, &o);
     return record(&o);
 }

@@ -49,6 +49,13 @@ snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c
         not_executable no_command bad_signal bad_duration bad_fork_mode missing_value
         static_program)
 
+# `snapprof stats`: the counters of a real profile read back, bad files
+# refused. No LD_PRELOAD: it runs under the sanitizers too.
+snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_util.c
+  CASES roundtrip bad_file merged TIMEOUT 120)
+target_compile_definitions(stats PRIVATE SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>")
+add_dependencies(stats snapprof_cli)
+
 # The preload library with LD_PRELOAD and the environment alone.
 snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
   CASES cpuprofile bad_env output_dir_missing not_asked program_signal_handler linked_threads
