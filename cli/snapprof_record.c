@@ -4,6 +4,7 @@
  * never leaves a program half-started. */
 #include "cli/cli.h"
 #include "preload/preload_config.h"
+#include "profile_builder/stats_text.h"
 
 #include <dirent.h>
 #include <elf.h>
@@ -279,11 +280,14 @@ static void check_loadable(const char *path)
 #define MAX_PROCS 256
 #define MAX_KEYS 48
 
+/* One process's summary file: its counters, read with the stats table
+ * that wrote them (profile_builder/stats_text.h), and its own keys. */
 typedef struct proc_summary {
     int pid;
     char keys[MAX_KEYS][40];
     char vals[MAX_KEYS][PATH_MAX];
     int n;
+    snapprof_stats_t st;
 } proc_summary_t;
 
 static const char *get(const proc_summary_t *s, const char *key)
@@ -306,12 +310,17 @@ static int read_summary(const char *path, proc_summary_t *s)
         return -1;
     char line[PATH_MAX + 64];
     s->n = 0;
-    while (fgets(line, sizeof line, f) && s->n < MAX_KEYS) {
+    memset(&s->st, 0, sizeof s->st);
+    while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *eq = strchr(line, '=');
-        if (!eq || eq - line >= (ptrdiff_t)sizeof s->keys[0])
+        if (!eq)
             continue;
         *eq = '\0';
+        if (snapprof__stats_set(&s->st, line, eq + 1) != -ENOENT)
+            continue; /* a counter */
+        if (eq - line >= (ptrdiff_t)sizeof s->keys[0] || s->n == MAX_KEYS)
+            continue;
         memcpy(s->keys[s->n], line, (size_t)(eq - line) + 1);
         snprintf(s->vals[s->n], sizeof s->vals[0], "%s", eq + 1);
         s->n++;
@@ -319,26 +328,6 @@ static int read_summary(const char *path, proc_summary_t *s)
     fclose(f);
     s->pid = atoi(get(s, "pid"));
     return 0;
-}
-
-/* "none" or "3 (timeout 2, thread_exited 1)". */
-static void failures_text(const proc_summary_t *s, char *out, size_t size)
-{
-    unsigned long long total = num(s, "failed_total");
-    if (total == 0) {
-        snprintf(out, size, "none");
-        return;
-    }
-    size_t len = (size_t)snprintf(out, size, "%llu (", total);
-    const char *sep = "";
-    for (int i = 0; i < s->n && len < size; i++) {
-        if (strncmp(s->keys[i], "failed.", 7) != 0)
-            continue;
-        len += (size_t)snprintf(out + len, size - len, "%s%s %s", sep, s->keys[i] + 7, s->vals[i]);
-        sep = ", ";
-    }
-    if (len < size)
-        snprintf(out + len, size - len, ")");
 }
 
 static int cmp_pid(const void *a, const void *b)
@@ -355,6 +344,51 @@ static int needs_detail(const proc_summary_t *s)
     const char *out = get(s, "output");
     return !*out || strcmp(out, get(s, "requested")) != 0 || num(s, "threads_skipped") != 0 ||
            !strncmp(get(s, "stopped"), "SIG", 3);
+}
+
+/* The lines of one process: what it collected, at what rate, what was
+ * lost, and where its profile went when that is not where it was asked
+ * for. */
+static void print_process(const proc_summary_t *s, int several)
+{
+    const char *in = several ? "  " : "";
+    const snapprof_stats_t *st = &s->st;
+    char rate[96], trigger[96], losses[256];
+    snapprof__stats_rate_text(st, num(s, "period_ns"), !strcmp(get(s, "mode"), "wall"), rate,
+                              sizeof rate);
+    snapprof__stats_trigger_text(st, trigger, sizeof trigger);
+    snapprof__stats_losses_text(st, losses, sizeof losses);
+    fprintf(stderr,
+            "snapprof: %s%s (pid %d): %llu samples from %llu thread%s in %.2f s, %s%s%s; %s; "
+            "target pause p50 %.1f us, p99 %.1f us\n",
+            in, get(s, "comm"), s->pid, (unsigned long long)st->samples, num(s, "threads"),
+            num(s, "threads") == 1 ? "" : "s", (double)num(s, "duration_ns") / 1e9, rate,
+            trigger[0] ? ", " : "", trigger, losses[0] ? losses : "nothing lost",
+            (double)st->pause_p50_ns / 1e3, (double)st->pause_p99_ns / 1e3);
+    double unplaced = snapprof__stats_unplaced_share(st);
+    if (unplaced > SNAPPROF__UNPLACED_NOTE)
+        fprintf(stderr, "snapprof: %s  %.0f%% of the threads' CPU time is not in any sample\n", in,
+                unplaced * 100);
+    if (st->trigger_fallback_errno != 0)
+        fprintf(stderr, "snapprof: %s  trigger %s was refused (%s); threads fell back\n", in,
+                snapprof_trigger_name(st->trigger_fallback_from),
+                strerror(st->trigger_fallback_errno));
+    const char *stopped = get(s, "stopped");
+    if (!strcmp(stopped, "duration"))
+        fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
+                in);
+    else if (!strncmp(stopped, "SIG", 3))
+        fprintf(stderr, "snapprof: %s  profile written on %s\n", in, stopped);
+    if (num(s, "threads_skipped"))
+        fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n", in,
+                num(s, "threads_skipped"), get(s, "signal"));
+    const char *out = get(s, "output"), *asked = get(s, "requested");
+    if (*out && strcmp(out, asked) != 0)
+        fprintf(stderr, "snapprof: %s  could not write %s; the profile is in %s\n", in, asked, out);
+    else if (!*out)
+        fprintf(stderr, "snapprof: %s  no profile written: %s\n", in, get(s, "error"));
+    else if (several)
+        fprintf(stderr, "snapprof:     -> %s\n", out);
 }
 
 static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
@@ -412,7 +446,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     for (; shown_n < SUMMARY_DETAIL; shown_n++) {
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (!shown[i] && (best < 0 || num(&procs[i], "samples") > num(&procs[best], "samples")))
+            if (!shown[i] && (best < 0 || procs[i].st.samples > procs[best].st.samples))
                 best = i;
         if (best < 0)
             break;
@@ -422,40 +456,15 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     int rest = 0;
     for (int i = 0; i < n; i++) {
         const proc_summary_t *s = &procs[i];
-        samples += num(s, "samples");
+        samples += s->st.samples;
         threads += num(s, "threads");
-        failed += num(s, "failed_total");
+        failed += s->st.failed_total;
         if (!shown[i]) {
             rest++;
-            rest_samples += num(s, "samples");
+            rest_samples += s->st.samples;
             continue;
         }
-        char fails[512];
-        failures_text(s, fails, sizeof fails);
-        const char *out = get(s, "output");
-        fprintf(stderr,
-                "snapprof: %s%s (pid %d): %llu samples from %llu thread%s in %.2f s; failures: "
-                "%s; target pause p50 %.1f us, p99 %.1f us\n",
-                n > 1 ? "  " : "", get(s, "comm"), s->pid, num(s, "samples"), num(s, "threads"),
-                num(s, "threads") == 1 ? "" : "s", (double)num(s, "duration_ns") / 1e9, fails,
-                (double)num(s, "pause_p50_ns") / 1e3, (double)num(s, "pause_p99_ns") / 1e3);
-        const char *stopped = get(s, "stopped");
-        if (!strcmp(stopped, "duration"))
-            fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
-                    n > 1 ? "  " : "");
-        else if (!strncmp(stopped, "SIG", 3))
-            fprintf(stderr, "snapprof: %s  profile written on %s\n", n > 1 ? "  " : "", stopped);
-        if (num(s, "threads_skipped"))
-            fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n",
-                    n > 1 ? "  " : "", num(s, "threads_skipped"), get(s, "signal"));
-        if (*out && strcmp(out, get(s, "requested")) != 0)
-            fprintf(stderr, "snapprof: %s  could not write %s; the profile is in %s\n",
-                    n > 1 ? "  " : "", get(s, "requested"), out);
-        else if (!*out)
-            fprintf(stderr, "snapprof: %s  no profile written: %s\n", n > 1 ? "  " : "",
-                    get(s, "error"));
-        else if (n > 1)
-            fprintf(stderr, "snapprof:     -> %s\n", out);
+        print_process(s, n > 1);
     }
     if (rest > 0)
         fprintf(stderr, "snapprof:   ... and %d more process%s with %llu samples in all\n", rest,

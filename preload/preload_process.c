@@ -4,6 +4,7 @@
  * and continues in children of fork() with their own files. A helper thread
  * does the work that signal handlers and timers cannot do themselves. */
 #include "preload/preload.h"
+#include "profile_builder/stats_text.h"
 
 #include <snapprof/snapprof.h>
 
@@ -727,8 +728,16 @@ int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flag
     return rc;
 }
 
+static int print_stat(void *arg, const char *key, const char *value)
+{
+    return fprintf((FILE *)arg, "%s=%s\n", key, value) < 0;
+}
+
 /* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
- * lines, through a temporary file so the command never reads half. */
+ * lines, through a temporary file so the command never reads half. The
+ * process's own keys come first, then every counter of the profile from
+ * the stats table (profile_builder/stats_text.h), which the command reads
+ * back with the same table; no process key is also a counter's. */
 static void write_summary(const char *note, const char *written, int write_rc,
                           const snapprof_stats_t *st)
 {
@@ -759,21 +768,12 @@ static void write_summary(const char *note, const char *written, int write_rc,
         fprintf(f, "error=%s\n", snapprof_strerror(write_rc));
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
+    fprintf(f, "mode=%s\nperiod_ns=%u\n", g.cfg.wall ? "wall" : "cpu", 1000000000u / g.cfg.hz);
     fprintf(f, "duration_ns=%llu\n", (unsigned long long)(mono_ns() - g.start_mono));
     fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
             (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
             atomic_load(&g_threads_skipped));
-    fprintf(f, "samples=%llu\nticks=%llu\nticks_missed=%llu\nfailed_total=%llu\n",
-            (unsigned long long)st->samples, (unsigned long long)st->ticks,
-            (unsigned long long)st->ticks_missed, (unsigned long long)st->failed_total);
-    for (int r = 0; r < SNAPPROF_FAIL_COUNT; r++)
-        if (st->failed[r])
-            fprintf(f, "failed.%s=%llu\n", snapprof_fail_reason_name((snapprof_fail_reason_t)r),
-                    (unsigned long long)st->failed[r]);
-    fprintf(f, "pause_p50_ns=%llu\npause_p99_ns=%llu\npause_max_ns=%llu\n",
-            (unsigned long long)st->pause_p50_ns, (unsigned long long)st->pause_p99_ns,
-            (unsigned long long)st->pause_max_ns);
-    fprintf(f, "sampler_cpu_ns=%llu\n", (unsigned long long)st->sampler_cpu_ns);
+    snapprof__stats_for_each(st, print_stat, f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
         unlink(tmp);

@@ -48,6 +48,8 @@ static void test_threads(void)
         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "from 4 threads");
+    /* The delivered rate against the requested one, and the trigger. */
+    ASSERT_CONTAINS(text, " Hz per CPU-second of 1000 Hz requested, trigger handshake; ");
     ASSERT_CONTAINS(text, "profile written to ");
     ASSERT_CONTAINS(text, "go tool pprof -http=: ");
     ASSERT_CONTAINS(text, out);
@@ -397,6 +399,8 @@ static void test_wall(void)
     char *text =
         pl_run(&st, "cd %s && %s record --wall -F 200 -o w.pb.gz -- sleep 0.5", g_dir, CLI);
     ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, " samples from 1 thread in ");
+    ASSERT_CONTAINS(text, ", 200 Hz of wall time requested, trigger handshake; ");
     char args[1200];
     snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
     char *raw = tu_pprof(args, &st);
