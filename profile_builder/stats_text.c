@@ -313,6 +313,9 @@ void snapprof__stats_rate_text(const snapprof_stats_t *st, uint64_t period_ns, i
         snprintf(buf, size, "%s Hz of wall time requested", requested);
     else if (st->cpu_ns_total == 0)
         snprintf(buf, size, "no CPU time seen, %s Hz requested", requested);
+    else if (st->cpu_ns_total < SNAPPROF__RATE_MIN_PERIODS * period_ns)
+        snprintf(buf, size, "only %.1f ms of CPU time, %s Hz requested",
+                 (double)st->cpu_ns_total / 1e6, requested);
     else
         snprintf(buf, size, "%.1f Hz per CPU-second of %s Hz requested",
                  (double)st->samples / ((double)st->cpu_ns_total / 1e9), requested);
@@ -416,8 +419,8 @@ int snapprof__stats_comments(const snapprof_stats_t *st, uint64_t period_ns, int
     snapprof__stats_rate_text(st, period_ns, wall, rate, sizeof rate);
     snapprof__stats_trigger_text(st, trigger, sizeof trigger);
     int n = 0;
-    snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %" PRIu64 " samples, %s%s%s",
-             st->samples, rate, trigger[0] ? ", " : "", trigger);
+    snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %" PRIu64 " sample%s, %s%s%s",
+             st->samples, st->samples == 1 ? "" : "s", rate, trigger[0] ? ", " : "", trigger);
     snapprof__stats_losses_text(st, losses, sizeof losses);
     if (losses[0])
         snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", losses);

@@ -112,7 +112,10 @@ int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__st
 
 /* "96.1 Hz per CPU-second of 100 Hz requested": the delivered rate,
  * samples / (cpu_ns_total / 1e9), against 1e9 / period_ns. In wall mode,
- * or with no CPU time seen, only the requested rate is said. */
+ * or with no CPU time seen, only the requested rate is said; with less CPU
+ * time than SNAPPROF__RATE_MIN_PERIODS periods (a rate from one or two
+ * samples says nothing), the CPU time and the requested rate. */
+#define SNAPPROF__RATE_MIN_PERIODS 10
 void snapprof__stats_rate_text(const snapprof_stats_t *st, uint64_t period_ns, int wall, char *buf,
                                size_t size);
 

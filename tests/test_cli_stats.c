@@ -235,9 +235,9 @@ static void test_merged(void)
     const char *a = path_in("a.pb.gz"), *b = path_in("b.pb.gz"), *m = path_in("m.pb.gz");
     snapprof_stats_t st;
     memset(&st, 0, sizeof st);
-    st.samples = 7;
-    st.cpu_ns_total = 70000000;
-    st.cpu_ns_sampled = 70000000;
+    st.samples = 70;
+    st.cpu_ns_total = 700000000;
+    st.cpu_ns_sampled = 700000000;
     st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
     profile_named(a, "merged_fn");
     snapprof_builder_t *bb = pbt_create(b);
@@ -252,7 +252,7 @@ static void test_merged(void)
     char *err;
     out = stats(&status, &err, "'%s'", m);
     ASSERT_EQ(status, 1);
-    ASSERT_STR_EQ(out, "# snapprof: 7 samples, 100.0 Hz per CPU-second of 100 Hz requested, "
+    ASSERT_STR_EQ(out, "# snapprof: 70 samples, 100.0 Hz per CPU-second of 100 Hz requested, "
                        "trigger handshake\n");
     ASSERT_CONTAINS(err, "carries no snapprof counters");
     free(out);

@@ -145,6 +145,17 @@ static void test_comments(void)
     expect_comments(path, unplaced, 3);
     pbt_remove(path);
 
+    /* Too little CPU time for a rate; one sample. */
+    st = clean_stats();
+    st.samples = 1;
+    st.cpu_ns_total = 250000;
+    st.cpu_ns_sampled = 250000;
+    path = write_profile("short.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *brief[] = {
+        "snapprof: 1 sample, only 0.2 ms of CPU time, 100 Hz requested, trigger perf"};
+    expect_comments(path, brief, 1);
+    pbt_remove(path);
+
     /* Wall time: no rate per CPU-second. */
     st = clean_stats();
     st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 0;
