@@ -1,8 +1,10 @@
-/* snapprof, the command: `snapprof record [options] -- CMD ARGS...` runs CMD
- * with libsnapprof-preload.so, passes its exit status through and prints
- * what was collected. Everything is checked before CMD starts, so bad input
+/* `snapprof record [options] -- CMD ARGS...` runs CMD with
+ * libsnapprof-preload.so, passes its exit status through and prints what
+ * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
+#include "cli/cli.h"
 #include "preload/preload_config.h"
+#include "profile_builder/stats_text.h"
 
 #include <dirent.h>
 #include <elf.h>
@@ -20,25 +22,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef SNAPPROF_VERSION_STRING
-#define SNAPPROF_VERSION_STRING "unknown"
-#endif
 #ifndef SNAPPROF_PRELOAD_NAME
 #define SNAPPROF_PRELOAD_NAME "libsnapprof-preload.so"
 #endif
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE SNAPPROF_EXIT_USAGE
 #define EXIT_NOT_FOUND 127
 #define EXIT_NOT_EXECUTABLE 126
 
-static const char usage_text[] =
+const char snapprof__record_usage[] =
     "usage: snapprof record [options] -- CMD [ARGS...]\n"
     "\n"
-    "Runs CMD with every thread sampled and writes a pprof profile.\n"
+    "Runs CMD with every thread sampled and writes its profile.\n"
     "\n"
     "  -F, --frequency HZ   samples per second of each thread (1-4000, default 100)\n"
-    "  -o, --output FILE    profile to write (default snapprof.pb.gz); profiled\n"
-    "                       child processes write FILE.<pid>\n"
+    "  -o, --output FILE    profile to write (default snapprof.pb.gz), in the format\n"
+    "                       its name says: .folded or .txt folded stacks, .json\n"
+    "                       trace events, else pprof; repeat for several files\n"
+    "                       (at most 4). Profiled child processes write FILE.<pid>\n"
+    "      --format LIST    pprof, folded or trace, comma-separated or repeated:\n"
+    "                       one per -o, or for one -o (or none) several files\n"
+    "                       named after it (-o prof --format pprof,folded writes\n"
+    "                       prof.pb.gz and prof.folded)\n"
     "      --cpu            sample threads while they use CPU (default)\n"
     "      --wall           sample every thread every tick, waiting ones too\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
@@ -52,7 +57,9 @@ static const char usage_text[] =
     "                       profiled too (default); stop: only CMD's own process\n"
     "  -q, --quiet          print no summary\n"
     "\n"
-    "Open the profile with: go tool pprof -http=: FILE\n"
+    "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
+    "snapprof stats FILE. Folded stacks open in speedscope or flamegraph.pl, trace\n"
+    "events in ui.perfetto.dev.\n"
     "Without this command: LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=FILE CMD\n"
     "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too).\n";
 
@@ -74,7 +81,10 @@ static void die(int status, const char *fmt, ...)
 
 typedef struct options {
     unsigned hz;
-    const char *output;
+    const char *paths[SNAPPROF_OUTPUTS_MAX]; /* -o, as given */
+    unsigned n_paths;
+    snapprof__format_t formats[SNAPPROF_OUTPUTS_MAX]; /* --format */
+    unsigned n_formats;
     int wall;
     const char *duration; /* as given, checked */
     const char *signal;   /* as given, checked */
@@ -113,7 +123,6 @@ static void parse_options(int argc, char **argv, options_t *o)
     char why[256];
     memset(o, 0, sizeof *o);
     o->hz = SNAPPROF_HZ_DEFAULT;
-    o->output = "snapprof.pb.gz";
     int i;
     for (i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -124,16 +133,27 @@ static void parse_options(int argc, char **argv, options_t *o)
         if (a[0] != '-' || a[1] == '\0')
             break; /* the command */
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(usage_text, stdout);
+            fputs(snapprof__record_usage, stdout);
             exit(0);
         } else if (matches(a, "-F", "--frequency")) {
             const char *v = option_value(argc, argv, &i, "-F", "--frequency");
             if (snapprof__parse_hz(v, &o->hz, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad frequency: %s", why);
         } else if (matches(a, "-o", "--output")) {
-            o->output = option_value(argc, argv, &i, "-o", "--output");
-            if (!*o->output)
+            const char *path = option_value(argc, argv, &i, "-o", "--output");
+            if (!*path)
                 die(EXIT_USAGE, "the output path is empty");
+            /* SNAPPROF_OUTPUT separates the paths with commas. */
+            if (strchr(path, ','))
+                die(EXIT_USAGE, "output path %s has a ',', which snapprof cannot pass on", path);
+            if (o->n_paths == SNAPPROF_OUTPUTS_MAX)
+                die(EXIT_USAGE, "more than %u outputs", SNAPPROF_OUTPUTS_MAX);
+            o->paths[o->n_paths++] = path;
+        } else if (matches(a, NULL, "--format")) {
+            const char *v = option_value(argc, argv, &i, NULL, "--format");
+            if (snapprof__parse_formats(v, o->formats, SNAPPROF_OUTPUTS_MAX, &o->n_formats, why,
+                                        sizeof why) != 0)
+                die(EXIT_USAGE, "bad --format: %s", why);
         } else if (strcmp(a, "--cpu") == 0) {
             o->wall = 0;
         } else if (strcmp(a, "--wall") == 0) {
@@ -292,11 +312,14 @@ static void check_loadable(const char *path)
 #define MAX_PROCS 256
 #define MAX_KEYS 48
 
+/* One process's summary file: its counters, read with the stats table
+ * that wrote them (profile_builder/stats_text.h), and its own keys. */
 typedef struct proc_summary {
     int pid;
     char keys[MAX_KEYS][40];
     char vals[MAX_KEYS][PATH_MAX];
     int n;
+    snapprof_stats_t st;
 } proc_summary_t;
 
 static const char *get(const proc_summary_t *s, const char *key)
@@ -307,9 +330,23 @@ static const char *get(const proc_summary_t *s, const char *key)
     return "";
 }
 
+/* The value of "key.i", for the keys of output i. */
+static const char *get_i(const proc_summary_t *s, const char *key, unsigned i)
+{
+    char k[48];
+    snprintf(k, sizeof k, "%s.%u", key, i);
+    return get(s, k);
+}
+
 static unsigned long long num(const proc_summary_t *s, const char *key)
 {
     return strtoull(get(s, key), NULL, 10);
+}
+
+static unsigned n_outputs(const proc_summary_t *s)
+{
+    unsigned long long n = num(s, "outputs");
+    return n > SNAPPROF_OUTPUTS_MAX ? SNAPPROF_OUTPUTS_MAX : (unsigned)n;
 }
 
 static int read_summary(const char *path, proc_summary_t *s)
@@ -319,12 +356,17 @@ static int read_summary(const char *path, proc_summary_t *s)
         return -1;
     char line[PATH_MAX + 64];
     s->n = 0;
-    while (fgets(line, sizeof line, f) && s->n < MAX_KEYS) {
+    memset(&s->st, 0, sizeof s->st);
+    while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *eq = strchr(line, '=');
-        if (!eq || eq - line >= (ptrdiff_t)sizeof s->keys[0])
+        if (!eq)
             continue;
         *eq = '\0';
+        if (snapprof__stats_set(&s->st, line, eq + 1) != -ENOENT)
+            continue; /* a counter */
+        if (eq - line >= (ptrdiff_t)sizeof s->keys[0] || s->n == MAX_KEYS)
+            continue;
         memcpy(s->keys[s->n], line, (size_t)(eq - line) + 1);
         snprintf(s->vals[s->n], sizeof s->vals[0], "%s", eq + 1);
         s->n++;
@@ -332,26 +374,6 @@ static int read_summary(const char *path, proc_summary_t *s)
     fclose(f);
     s->pid = atoi(get(s, "pid"));
     return 0;
-}
-
-/* "none" or "3 (timeout 2, thread_exited 1)". */
-static void failures_text(const proc_summary_t *s, char *out, size_t size)
-{
-    unsigned long long total = num(s, "failed_total");
-    if (total == 0) {
-        snprintf(out, size, "none");
-        return;
-    }
-    size_t len = (size_t)snprintf(out, size, "%llu (", total);
-    const char *sep = "";
-    for (int i = 0; i < s->n && len < size; i++) {
-        if (strncmp(s->keys[i], "failed.", 7) != 0)
-            continue;
-        len += (size_t)snprintf(out + len, size - len, "%s%s %s", sep, s->keys[i] + 7, s->vals[i]);
-        sep = ", ";
-    }
-    if (len < size)
-        snprintf(out + len, size - len, ")");
 }
 
 static int cmp_pid(const void *a, const void *b)
@@ -365,9 +387,97 @@ static int cmp_pid(const void *a, const void *b)
 /* A process whose line says something went wrong is always listed. */
 static int needs_detail(const proc_summary_t *s)
 {
-    const char *out = get(s, "output");
-    return !*out || strcmp(out, get(s, "requested")) != 0 || num(s, "threads_skipped") != 0 ||
-           !strncmp(get(s, "stopped"), "SIG", 3);
+    unsigned n = n_outputs(s);
+    int bad = n == 0;
+    for (unsigned i = 0; i < n; i++) {
+        const char *out = get_i(s, "output", i);
+        bad |= !*out || strcmp(out, get_i(s, "requested", i)) != 0;
+    }
+    return bad || num(s, "threads_skipped") != 0 || !strncmp(get(s, "stopped"), "SIG", 3);
+}
+
+/* The index of the first pprof output of s, or -1. */
+static int first_pprof(const proc_summary_t *s)
+{
+    for (unsigned i = 0; i < n_outputs(s); i++)
+        if (!strcmp(get_i(s, "format", i), "pprof"))
+            return (int)i;
+    return -1;
+}
+
+/* The lines of one process: what it collected, at what rate, what was
+ * lost, and where its files went when that is not where they were asked
+ * for. */
+static void print_process(const proc_summary_t *s, int several)
+{
+    const char *in = several ? "  " : "";
+    const snapprof_stats_t *st = &s->st;
+    char rate[96], trigger[96], losses[256];
+    snapprof__stats_rate_text(st, num(s, "period_ns"), !strcmp(get(s, "mode"), "wall"), rate,
+                              sizeof rate);
+    snapprof__stats_trigger_text(st, trigger, sizeof trigger);
+    snapprof__stats_losses_text(st, losses, sizeof losses);
+    fprintf(stderr,
+            "snapprof: %s%s (pid %d): %llu sample%s from %llu thread%s in %.2f s, %s%s%s; %s; "
+            "target pause p50 %.1f us, p99 %.1f us\n",
+            in, get(s, "comm"), s->pid, (unsigned long long)st->samples,
+            st->samples == 1 ? "" : "s", num(s, "threads"), num(s, "threads") == 1 ? "" : "s",
+            (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
+            losses[0] ? losses : "nothing lost", (double)st->pause_p50_ns / 1e3,
+            (double)st->pause_p99_ns / 1e3);
+    double unplaced = snapprof__stats_unplaced_share(st);
+    if (unplaced > SNAPPROF__UNPLACED_NOTE)
+        fprintf(stderr, "snapprof: %s  %.0f%% of the threads' CPU time is not in any sample\n", in,
+                unplaced * 100);
+    if (st->trigger_fallback_errno != 0)
+        fprintf(stderr, "snapprof: %s  trigger %s was refused (%s); threads fell back\n", in,
+                snapprof_trigger_name(st->trigger_fallback_from),
+                strerror(st->trigger_fallback_errno));
+    const char *stopped = get(s, "stopped");
+    if (!strcmp(stopped, "duration"))
+        fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
+                in);
+    else if (!strncmp(stopped, "SIG", 3))
+        fprintf(stderr, "snapprof: %s  profile written on %s\n", in, stopped);
+    if (num(s, "threads_skipped"))
+        fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n", in,
+                num(s, "threads_skipped"), get(s, "signal"));
+    char all[PATH_MAX * 2] = "";
+    size_t len = 0;
+    for (unsigned i = 0; i < n_outputs(s); i++) {
+        const char *out = get_i(s, "output", i), *asked = get_i(s, "requested", i);
+        if (*out && strcmp(out, asked) != 0)
+            fprintf(stderr, "snapprof: %s  could not write %s; the profile is in %s\n", in, asked,
+                    out);
+        else if (!*out)
+            fprintf(stderr, "snapprof: %s  no profile written to %s: %s\n", in, asked,
+                    get_i(s, "error", i));
+        if (*out && len < sizeof all)
+            len += (size_t)snprintf(all + len, sizeof all - len, "%s%s", len ? ", " : "", out);
+    }
+    if (several && len)
+        fprintf(stderr, "snapprof:     -> %s\n", all);
+}
+
+/* Where the program's own files went, and what opens each. */
+static void print_outputs(const proc_summary_t *s)
+{
+    for (unsigned i = 0; i < n_outputs(s); i++) {
+        const char *out = get_i(s, "output", i), *format = get_i(s, "format", i);
+        if (!*out)
+            continue;
+        if (!strcmp(format, "folded")) {
+            fprintf(stderr, "snapprof: folded stacks written to %s\n", out);
+            fprintf(stderr, "snapprof: view them in speedscope, or: flamegraph.pl %s > flame.svg\n",
+                    out);
+        } else if (!strcmp(format, "trace")) {
+            fprintf(stderr, "snapprof: trace events written to %s\n", out);
+            fprintf(stderr, "snapprof: view them in ui.perfetto.dev or chrome://tracing\n");
+        } else {
+            fprintf(stderr, "snapprof: profile written to %s\n", out);
+            fprintf(stderr, "snapprof: view it with: go tool pprof -http=: %s\n", out);
+        }
+    }
 }
 
 static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
@@ -425,7 +535,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     for (; shown_n < SUMMARY_DETAIL; shown_n++) {
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (!shown[i] && (best < 0 || num(&procs[i], "samples") > num(&procs[best], "samples")))
+            if (!shown[i] && (best < 0 || procs[i].st.samples > procs[best].st.samples))
                 best = i;
         if (best < 0)
             break;
@@ -435,40 +545,15 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     int rest = 0;
     for (int i = 0; i < n; i++) {
         const proc_summary_t *s = &procs[i];
-        samples += num(s, "samples");
+        samples += s->st.samples;
         threads += num(s, "threads");
-        failed += num(s, "failed_total");
+        failed += s->st.failed_total;
         if (!shown[i]) {
             rest++;
-            rest_samples += num(s, "samples");
+            rest_samples += s->st.samples;
             continue;
         }
-        char fails[512];
-        failures_text(s, fails, sizeof fails);
-        const char *out = get(s, "output");
-        fprintf(stderr,
-                "snapprof: %s%s (pid %d): %llu samples from %llu thread%s in %.2f s; failures: "
-                "%s; target pause p50 %.1f us, p99 %.1f us\n",
-                n > 1 ? "  " : "", get(s, "comm"), s->pid, num(s, "samples"), num(s, "threads"),
-                num(s, "threads") == 1 ? "" : "s", (double)num(s, "duration_ns") / 1e9, fails,
-                (double)num(s, "pause_p50_ns") / 1e3, (double)num(s, "pause_p99_ns") / 1e3);
-        const char *stopped = get(s, "stopped");
-        if (!strcmp(stopped, "duration"))
-            fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
-                    n > 1 ? "  " : "");
-        else if (!strncmp(stopped, "SIG", 3))
-            fprintf(stderr, "snapprof: %s  profile written on %s\n", n > 1 ? "  " : "", stopped);
-        if (num(s, "threads_skipped"))
-            fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n",
-                    n > 1 ? "  " : "", num(s, "threads_skipped"), get(s, "signal"));
-        if (*out && strcmp(out, get(s, "requested")) != 0)
-            fprintf(stderr, "snapprof: %s  could not write %s; the profile is in %s\n",
-                    n > 1 ? "  " : "", get(s, "requested"), out);
-        else if (!*out)
-            fprintf(stderr, "snapprof: %s  no profile written: %s\n", n > 1 ? "  " : "",
-                    get(s, "error"));
-        else if (n > 1)
-            fprintf(stderr, "snapprof:     -> %s\n", out);
+        print_process(s, n > 1);
     }
     if (rest > 0)
         fprintf(stderr, "snapprof:   ... and %d more process%s with %llu samples in all\n", rest,
@@ -476,20 +561,21 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     if (n > 1)
         fprintf(stderr, "snapprof: %d processes, %llu samples from %llu threads, %llu failures\n",
                 n, samples, threads, failed);
-    const char *main_out = n > 0 && procs[0].pid == root && *get(&procs[0], "output")
-                               ? get(&procs[0], "output")
-                               : NULL;
-    if (main_out) {
-        fprintf(stderr, "snapprof: profile written to %s\n", main_out);
-        fprintf(stderr, "snapprof: view it with: go tool pprof -http=: %s\n", main_out);
-    }
-    if (n > 1) {
+    int have_main = n > 0 && procs[0].pid == root;
+    if (have_main)
+        print_outputs(&procs[0]);
+    /* The pprof files of all processes open together (folded stacks and
+     * trace events do not merge that way). */
+    int k = have_main ? first_pprof(&procs[0]) : -1;
+    if (n > 1 && k >= 0) {
+        const char *main_out = get_i(&procs[0], "output", (unsigned)k);
         fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
         /* Many FILE.<pid> files are named by one pattern. */
-        size_t len = main_out ? strlen(main_out) : 0;
-        int pattern = main_out && n > SUMMARY_DETAIL;
+        size_t len = strlen(main_out);
+        int pattern = *main_out && n > SUMMARY_DETAIL;
         for (int i = 0; i < n; i++) {
-            const char *out = get(&procs[i], "output");
+            int j = first_pprof(&procs[i]);
+            const char *out = j >= 0 ? get_i(&procs[i], "output", (unsigned)j) : "";
             int child_file = pattern && !strncmp(out, main_out, len) && out[len] == '.';
             if (*out && !child_file)
                 fprintf(stderr, " %s", out);
@@ -540,12 +626,26 @@ static void set_env(const char *name, const char *value)
 
 static int record(options_t *o)
 {
-    char output[PATH_MAX], preload[PATH_MAX], program[PATH_MAX];
-    if (snapprof__absolute_path(o->output, output, sizeof output) != 0)
-        die(EXIT_USAGE, "output path %s is too long", o->output);
-    int err = snapprof__check_output(output);
-    if (err != 0)
-        die(EXIT_USAGE, "cannot write the profile to %s: %s", output, strerror(err));
+    char preload[PATH_MAX], program[PATH_MAX], why[256];
+    static snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
+    unsigned n_outputs;
+    if (snapprof__plan_outputs(o->paths, o->n_paths, o->formats, o->n_formats, outputs, &n_outputs,
+                               why, sizeof why) != 0)
+        die(EXIT_USAGE, "%s", why);
+    /* The preload library gets them as two comma-separated lists, a format
+     * for each path, so it decides nothing by itself. */
+    static char paths[SNAPPROF_OUTPUTS_MAX * (PATH_MAX + 1)];
+    char formats[SNAPPROF_OUTPUTS_MAX * 8] = "";
+    for (unsigned i = 0; i < n_outputs; i++) {
+        int err = snapprof__check_output(outputs[i].path);
+        if (err != 0)
+            die(EXIT_USAGE, "cannot write the profile to %s: %s", outputs[i].path, strerror(err));
+        if (strchr(outputs[i].path, ','))
+            die(EXIT_USAGE, "output path %s has a ',', which snapprof cannot pass on",
+                outputs[i].path);
+        strcat(i ? strcat(paths, ",") : paths, outputs[i].path);
+        strcat(i ? strcat(formats, ",") : formats, snapprof__format_name(outputs[i].format));
+    }
     find_preload(preload, sizeof preload);
     resolve_command(o->cmd[0], program, sizeof program);
     check_loadable(program);
@@ -567,7 +667,8 @@ static int record(options_t *o)
     else
         snprintf(buf, sizeof buf, "%s", preload);
     set_env("LD_PRELOAD", buf);
-    set_env(SNAPPROF_ENV_OUTPUT, output);
+    set_env(SNAPPROF_ENV_OUTPUT, paths);
+    set_env(SNAPPROF_ENV_FORMAT, formats);
     snprintf(buf, sizeof buf, "%u", o->hz);
     set_env(SNAPPROF_ENV_FREQUENCY, buf);
     set_env(SNAPPROF_ENV_MODE, o->wall ? "wall" : "cpu");
@@ -658,24 +759,9 @@ static int record(options_t *o)
     return EXIT_USAGE;
 }
 
-int main(int argc, char **argv)
+int snapprof__cli_record(int argc, char **argv)
 {
-    if (argc < 2) {
-        fputs(usage_text, stderr);
-        return EXIT_USAGE;
-    }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("snapprof %s\n", SNAPPROF_VERSION_STRING);
-        return 0;
-    }
-    if (strcmp(argv[1], "record") != 0)
-        die(EXIT_USAGE, "unknown command '%s' (try: snapprof record -- CMD [ARGS...])", argv[1]);
     options_t o;
-    parse_options(argc - 2, argv + 2, &o);
+    parse_options(argc, argv, &o);
     return record(&o);
 }

@@ -17,8 +17,11 @@
 static int config_for(const char *fname, snapprof__preload_config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    if (!fname || !*fname || snapprof__absolute_path(fname, cfg->output, sizeof cfg->output) != 0)
+    if (!fname || !*fname ||
+        snapprof__absolute_path(fname, cfg->outputs[0].path, sizeof cfg->outputs[0].path) != 0)
         return -1;
+    cfg->outputs[0].format = SNAPPROF__FORMAT_PPROF; /* gperftools' callers read pprof */
+    cfg->n_outputs = 1;
     char why[256];
     const char *v, *var;
     cfg->hz = SNAPPROF_HZ_DEFAULT;
@@ -43,12 +46,16 @@ static int config_for(const char *fname, snapprof__preload_config_t *cfg)
 SNAPPROF_PRELOAD_EXPORT int ProfilerStartWithOptions(const char *fname,
                                                      const struct ProfilerOptions *options)
 {
-    snapprof__preload_config_t cfg;
-    if (config_for(fname, &cfg) != 0)
+    /* A few pages of paths: on the heap, not on the caller's stack. */
+    snapprof__preload_config_t *cfg = malloc(sizeof *cfg);
+    if (!cfg || config_for(fname, cfg) != 0) {
+        free(cfg);
         return 0;
+    }
     (void)options; /* filter_in_thread would have to run in the signal handler */
     char why[512];
-    int rc = snapprof__preload_start(&cfg, 0, why, sizeof why);
+    int rc = snapprof__preload_start(cfg, 0, why, sizeof why);
+    free(cfg);
     if (rc != 0 && rc != -EALREADY)
         snapprof__preload_warn("ProfilerStart(\"%s\"): %s", fname, why);
     return rc == 0;

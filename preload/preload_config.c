@@ -257,3 +257,140 @@ int snapprof__check_output(const char *path)
         return EISDIR;
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Output formats                                                           */
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name, *ext;
+} g_formats[SNAPPROF__FORMAT_COUNT] = {
+    [SNAPPROF__FORMAT_PPROF] = {"pprof", ".pb.gz"},
+    [SNAPPROF__FORMAT_FOLDED] = {"folded", ".folded"},
+    [SNAPPROF__FORMAT_TRACE] = {"trace", ".json"},
+};
+
+const char *snapprof__format_name(snapprof__format_t format)
+{
+    return (unsigned)format < SNAPPROF__FORMAT_COUNT ? g_formats[format].name : "unknown";
+}
+
+const char *snapprof__format_ext(snapprof__format_t format)
+{
+    return (unsigned)format < SNAPPROF__FORMAT_COUNT ? g_formats[format].ext : "";
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+snapprof__format_t snapprof__format_of_path(const char *path)
+{
+    if (ends_with(path, ".folded") || ends_with(path, ".txt"))
+        return SNAPPROF__FORMAT_FOLDED;
+    if (ends_with(path, ".json"))
+        return SNAPPROF__FORMAT_TRACE;
+    return SNAPPROF__FORMAT_PPROF;
+}
+
+int snapprof__parse_formats(const char *s, snapprof__format_t *out, unsigned max, unsigned *n,
+                            char *why, size_t why_size)
+{
+    const char *p = s ? s : "";
+    do {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int f = 0; f < SNAPPROF__FORMAT_COUNT; f++)
+            if (strlen(g_formats[f].name) == len && strncasecmp(p, g_formats[f].name, len) == 0)
+                found = f;
+        if (found < 0) {
+            WHY("'%.*s' is not a format (pprof, folded or trace)", (int)len, p);
+            return -1;
+        }
+        if (*n >= max) {
+            WHY("more than %u formats", max);
+            return -1;
+        }
+        out[(*n)++] = (snapprof__format_t)found;
+        p += len;
+    } while (*p++ == ',');
+    return 0;
+}
+
+/* The length of path without an extension that names a format, so that
+ * "prof.pb.gz" and "prof" both name the files prof.pb.gz, prof.folded, ... */
+static size_t base_length(const char *path)
+{
+    static const char *const known[] = {".pb.gz", ".pb", ".prof", ".folded", ".txt", ".json"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (ends_with(path, known[i]))
+            return n - strlen(known[i]);
+    return n;
+}
+
+/* 1 when two absolute paths name the same file as far as their text says:
+ * "//" and "/./" do not count ("a/../b" does, a symlink may be behind it). */
+static int same_path(const char *a, const char *b)
+{
+    for (;;) {
+        while (a[0] == '/' && (a[1] == '/' || (a[1] == '.' && (a[2] == '/' || !a[2]))))
+            a += a[1] == '/' ? 1 : 2;
+        while (b[0] == '/' && (b[1] == '/' || (b[1] == '.' && (b[2] == '/' || !b[2]))))
+            b += b[1] == '/' ? 1 : 2;
+        if (*a != *b)
+            return 0;
+        if (!*a)
+            return 1;
+        a++;
+        b++;
+    }
+}
+
+int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
+                           const snapprof__format_t *formats, unsigned n_formats,
+                           snapprof__output_spec_t *out, unsigned *n_out, char *why,
+                           size_t why_size)
+{
+    unsigned n = n_formats ? n_formats : n_paths ? n_paths : 1;
+    if (n_formats && n_paths > 1 && n_paths != n_formats) {
+        WHY("%u outputs and %u formats: give one format per output, or one output for several "
+            "formats",
+            n_paths, n_formats);
+        return -1;
+    }
+    if (n > SNAPPROF_OUTPUTS_MAX) {
+        WHY("%u outputs; at most %u", n, SNAPPROF_OUTPUTS_MAX);
+        return -1;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        char name[PATH_MAX];
+        const char *given = n_paths ? paths[n_paths > 1 ? i : 0] : "snapprof";
+        snapprof__format_t f = n_formats ? formats[i] : snapprof__format_of_path(given);
+        int len;
+        if (n_paths > 1 || (n_paths == 1 && n_formats <= 1))
+            len = snprintf(name, sizeof name, "%s", given);
+        else if (n_paths == 0 && n_formats == 0)
+            len = snprintf(name, sizeof name, "snapprof.pb.gz");
+        else
+            len = snprintf(name, sizeof name, "%.*s%s", (int)base_length(given), given,
+                           snapprof__format_ext(f));
+        if (len < 0 || (size_t)len >= sizeof name ||
+            snapprof__absolute_path(name, out[i].path, sizeof out[i].path) != 0) {
+            WHY("output path %s is too long", given);
+            return -1;
+        }
+        memcpy(out[i].family, out[i].path, sizeof out[i].family);
+        out[i].format = f;
+        for (unsigned j = 0; j < i; j++) {
+            if (same_path(out[j].path, out[i].path)) {
+                WHY("%s would be written twice", out[i].path);
+                return -1;
+            }
+        }
+    }
+    *n_out = n;
+    return 0;
+}

@@ -11,7 +11,9 @@
 
 /* The environment the preload library reads. SNAPPROF_* win over the
  * gperftools names, which are honoured so that existing scripts work. */
-#define SNAPPROF_ENV_OUTPUT "SNAPPROF_OUTPUT"           /* profile path; enables profiling */
+#define SNAPPROF_ENV_OUTPUT                                                                        \
+    "SNAPPROF_OUTPUT" /* profile paths, comma-separated; enables profiling */
+#define SNAPPROF_ENV_FORMAT "SNAPPROF_FORMAT"           /* pprof | folded | trace, one per output */
 #define SNAPPROF_ENV_FREQUENCY "SNAPPROF_FREQUENCY"     /* samples per second per thread */
 #define SNAPPROF_ENV_MODE "SNAPPROF_MODE"               /* cpu | wall */
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"           /* e.g. SIGURG, RTMIN+4, 23 */
@@ -32,9 +34,26 @@
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
 
-typedef struct snapprof__preload_config {
-    char output[PATH_MAX]; /* absolute path of the profile */
+/* The files one run writes: each in one format. */
+typedef enum {
+    SNAPPROF__FORMAT_PPROF = 0,  /* gzipped perftools.profiles.Profile */
+    SNAPPROF__FORMAT_FOLDED = 1, /* "root;...;leaf count" lines */
+    SNAPPROF__FORMAT_TRACE = 2,  /* Chrome trace-event JSON */
+    SNAPPROF__FORMAT_COUNT
+} snapprof__format_t;
+
+/* Outputs of one run, at most. */
+#define SNAPPROF_OUTPUTS_MAX 4
+
+typedef struct snapprof__output_spec {
+    char path[PATH_MAX];   /* absolute path of the file this process writes */
     char family[PATH_MAX]; /* the path profiled children add ".<pid>" to */
+    snapprof__format_t format;
+} snapprof__output_spec_t;
+
+typedef struct snapprof__preload_config {
+    snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
+    unsigned n_outputs; /* at least 1 */
     unsigned hz;
     int wall;            /* 1: wall-clock mode */
     int signo;           /* sampling signal */
@@ -68,6 +87,36 @@ int snapprof__signal_usable(int signo);
 
 /* "SIGURG", "SIGRTMIN+4", ... into buf; returns buf. */
 const char *snapprof__signal_name(int signo, char *buf, size_t size);
+
+/* "pprof", "folded", "trace". */
+const char *snapprof__format_name(snapprof__format_t format);
+
+/* The extension a format's files get: ".pb.gz", ".folded", ".json". */
+const char *snapprof__format_ext(snapprof__format_t format);
+
+/* The format a file name asks for: ".folded" or ".txt" folded, ".json"
+ * trace, anything else pprof. */
+snapprof__format_t snapprof__format_of_path(const char *path);
+
+/* Appends the formats of a comma-separated list ("pprof,folded") to
+ * out[*n..max). Returns 0, or -1 with a reason (a name that is no format,
+ * more than max in all). */
+int snapprof__parse_formats(const char *s, snapprof__format_t *out, unsigned max, unsigned *n,
+                            char *why, size_t why_size);
+
+/* Decides the files of a run from the paths and the formats asked for:
+ *   - no format: each path in the format its name asks for (no path:
+ *     snapprof.pb.gz);
+ *   - as many formats as paths: the i-th path in the i-th format;
+ *   - one path (or none) and several formats: the path, less a known
+ *     extension, names them all: "-o prof --format pprof,folded" writes
+ *     prof.pb.gz and prof.folded (no path: snapprof.pb.gz, ...).
+ * Paths are made absolute (path and family alike). Returns 0, or -1 with a
+ * reason (counts that do not pair, a path named twice, a path too long). */
+int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
+                           const snapprof__format_t *formats, unsigned n_formats,
+                           snapprof__output_spec_t *out, unsigned *n_out, char *why,
+                           size_t why_size);
 
 /* Makes path absolute against the current directory into out. Returns 0 or
  * -1 (too long, or no current directory). */

@@ -4,6 +4,7 @@
  * and continues in children of fork() with their own files. A helper thread
  * does the work that signal handlers and timers cannot do themselves. */
 #include "preload/preload.h"
+#include "profile_builder/stats_text.h"
 
 #include <snapprof/snapprof.h>
 
@@ -42,8 +43,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     snapprof__preload_config_t cfg; /* as started (output: the path in use) */
     snapprof_profiler_t *profiler;
-    snapprof_builder_t *pprof; /* owned by the profiler */
-    pid_t owner;               /* the process that started it */
+    snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX]; /* one per output, owned by the profiler */
+    pid_t owner;                                        /* the process that started it */
     int signo;
     time_t start_time;
     uint64_t start_mono;
@@ -566,16 +567,36 @@ void snapprof__preload_finish_on_signal(int signo)
 /* Start, stop, flush                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Where a profile goes when its own path cannot be written: $TMPDIR when
- * it is a writable directory, else /tmp. */
-static void fallback_path(const char *dir, char *out, size_t size)
+/* Where output i goes when its own path cannot be written: $TMPDIR when it
+ * is a writable directory, else /tmp; "snapprof.<pid>.pb.gz" for a single
+ * output, "snapprof.<pid>.<i>.<ext>" among several (two of one format must
+ * not meet there). */
+static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg, unsigned i,
+                          char *out, size_t size)
 {
     const char *t = dir ? dir : getenv("TMPDIR");
     struct stat st;
     if (!t || t[0] != '/' || stat(t, &st) != 0 || !S_ISDIR(st.st_mode) ||
         access(t, W_OK | X_OK) != 0)
         t = "/tmp";
-    snprintf(out, size, "%s/snapprof.%d.pb.gz", t, (int)getpid());
+    const char *ext = snapprof__format_ext(cfg->outputs[i].format);
+    if (cfg->n_outputs > 1)
+        snprintf(out, size, "%s/snapprof.%d.%u%s", t, (int)getpid(), i, ext);
+    else
+        snprintf(out, size, "%s/snapprof.%d%s", t, (int)getpid(), ext);
+}
+
+/* Makes the builder of one output. */
+static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t **out)
+{
+    switch (o->format) {
+    case SNAPPROF__FORMAT_FOLDED:
+        return snapprof_folded_builder_create(o->path, out);
+    case SNAPPROF__FORMAT_TRACE:
+        return snapprof_trace_builder_create(o->path, out);
+    default:
+        return snapprof_pprof_builder_create(o->path, out);
+    }
 }
 
 /* A signal for sampling that the program does not use: real-time signals
@@ -604,24 +625,35 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
                         size_t why_size)
 {
     if (g.profiler) {
-        WHY("a profile is already running (writing %s)", g.cfg.output);
+        WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);
         return -EALREADY;
     }
+    if (cfg->n_outputs < 1 || cfg->n_outputs > SNAPPROF_OUTPUTS_MAX) {
+        WHY("no output to write");
+        return -EINVAL;
+    }
     pthread_once(&g_exit_key_once, make_exit_key);
-    snapprof__preload_config_t c = *cfg;
-    if (!c.family[0])
-        snprintf(c.family, sizeof c.family, "%s", c.output);
-    int err = snapprof__check_output(c.output);
-    if (err != 0) {
+    /* Static, not on the stack: the config holds a few pages of paths, and
+     * this may run on a small thread stack (in the child of a fork() made
+     * there). Always under g_lock. */
+    static snapprof__preload_config_t c;
+    c = *cfg;
+    for (unsigned i = 0; i < c.n_outputs; i++) {
+        snapprof__output_spec_t *o = &c.outputs[i];
+        if (!o->family[0])
+            memcpy(o->family, o->path, sizeof o->family);
+        int err = snapprof__check_output(o->path);
+        if (err == 0)
+            continue;
         if (!(flags & SNAPPROF_PRELOAD_FALLBACK)) {
-            WHY("cannot write %s: %s", c.output, strerror(err));
+            WHY("cannot write %s: %s", o->path, strerror(err));
             return -err;
         }
         char alt[PATH_MAX];
-        fallback_path(NULL, alt, sizeof alt);
-        snapprof__preload_warn("cannot write the profile to %s (%s); writing %s instead", c.output,
+        fallback_path(NULL, &c, i, alt, sizeof alt);
+        snapprof__preload_warn("cannot write the profile to %s (%s); writing %s instead", o->path,
                                strerror(err), alt);
-        snprintf(c.output, sizeof c.output, "%s", alt);
+        snprintf(o->path, sizeof o->path, "%s", alt);
     }
 
     char name[32], alt_name[32];
@@ -668,18 +700,20 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         WHY("cannot create the profiler: %s", snapprof_strerror(rc));
         return rc;
     }
-    snapprof_builder_t *b;
-    rc = snapprof_pprof_builder_create(c.output, &b);
-    if (rc == 0)
-        rc = snapprof_profiler_add_builder(p, b);
-    if (rc != 0) {
-        snapprof_profiler_destroy(p);
-        WHY("cannot write %s: %s", c.output, snapprof_strerror(rc));
-        return rc;
+    snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX] = {NULL};
+    for (unsigned i = 0; i < c.n_outputs; i++) {
+        rc = create_builder(&c.outputs[i], &builders[i]);
+        if (rc == 0)
+            rc = snapprof_profiler_add_builder(p, builders[i]);
+        if (rc != 0) {
+            snapprof_profiler_destroy(p);
+            WHY("cannot write %s: %s", c.outputs[i].path, snapprof_strerror(rc));
+            return rc;
+        }
     }
 
     g.profiler = p;
-    g.pprof = b;
+    memcpy(g.builders, builders, sizeof g.builders);
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
@@ -728,10 +762,23 @@ int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flag
     return rc;
 }
 
+/* What became of each output at stop. */
+typedef struct output_result {
+    char written[PATH_MAX]; /* where it is; "" when nowhere */
+    int err;                /* why it is not where asked, else 0 */
+} output_result_t;
+
+static int print_stat(void *arg, const char *key, const char *value)
+{
+    return fprintf((FILE *)arg, "%s=%s\n", key, value) < 0;
+}
+
 /* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
- * lines, through a temporary file so the command never reads half. */
-static void write_summary(const char *note, const char *written, int write_rc,
-                          const snapprof_stats_t *st)
+ * lines, through a temporary file so the command never reads half. The
+ * process's own keys come first, then every counter of the profile from
+ * the stats table (profile_builder/stats_text.h), which the command reads
+ * back with the same table; no process key is also a counter's. */
+static void write_summary(const char *note, const output_result_t *res, const snapprof_stats_t *st)
 {
     const char *dir = g.cfg.summary_dir;
     if (!dir[0])
@@ -753,31 +800,85 @@ static void write_summary(const char *note, const char *written, int write_rc,
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
     fprintf(f, "pid=%d\nppid=%d\ncomm=%s\nexe=%s\n", (int)getpid(), (int)getppid(), comm, exe);
-    fprintf(f, "requested=%s\n", g.cfg.output);
-    if (write_rc == 0)
-        fprintf(f, "output=%s\n", written);
-    else
-        fprintf(f, "error=%s\n", snapprof_strerror(write_rc));
+    fprintf(f, "outputs=%u\n", g.cfg.n_outputs);
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        fprintf(f, "requested.%u=%s\nformat.%u=%s\n", i, g.cfg.outputs[i].path, i,
+                snapprof__format_name(g.cfg.outputs[i].format));
+        if (res[i].written[0])
+            fprintf(f, "output.%u=%s\n", i, res[i].written);
+        else
+            fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));
+    }
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
+    fprintf(f, "mode=%s\nperiod_ns=%u\n", g.cfg.wall ? "wall" : "cpu", 1000000000u / g.cfg.hz);
     fprintf(f, "duration_ns=%llu\n", (unsigned long long)(mono_ns() - g.start_mono));
     fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
             (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
             atomic_load(&g_threads_skipped));
-    fprintf(f, "samples=%llu\nticks=%llu\nticks_missed=%llu\nfailed_total=%llu\n",
-            (unsigned long long)st->samples, (unsigned long long)st->ticks,
-            (unsigned long long)st->ticks_missed, (unsigned long long)st->failed_total);
-    for (int r = 0; r < SNAPPROF_FAIL_COUNT; r++)
-        if (st->failed[r])
-            fprintf(f, "failed.%s=%llu\n", snapprof_fail_reason_name((snapprof_fail_reason_t)r),
-                    (unsigned long long)st->failed[r]);
-    fprintf(f, "pause_p50_ns=%llu\npause_p99_ns=%llu\npause_max_ns=%llu\n",
-            (unsigned long long)st->pause_p50_ns, (unsigned long long)st->pause_p99_ns,
-            (unsigned long long)st->pause_max_ns);
-    fprintf(f, "sampler_cpu_ns=%llu\n", (unsigned long long)st->sampler_cpu_ns);
+    snapprof__stats_for_each(st, print_stat, f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
         unlink(tmp);
+}
+
+/* Tells a fresh write from a file that was there before: a builder
+ * replaces its file by renaming a new one over it, so a written output has
+ * a new inode. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    int exists;
+} file_id_t;
+
+static file_id_t file_id(const char *path)
+{
+    struct stat st;
+    file_id_t id = {0, 0, 0};
+    if (stat(path, &st) == 0)
+        id = (file_id_t){st.st_dev, st.st_ino, 1};
+    return id;
+}
+
+static int rewritten(const char *path, const file_id_t *before)
+{
+    file_id_t now = file_id(path);
+    return now.exists && (!before->exists || now.dev != before->dev || now.ino != before->ino);
+}
+
+/* After a failed write: moves each output that was not written to a
+ * fallback directory ($TMPDIR or /tmp, then /tmp, then /var/tmp) and
+ * writes again, until every output is somewhere. Nothing collected is
+ * lost: the builders keep their data after a failed write. Returns how
+ * many outputs are still nowhere. */
+static unsigned write_fallbacks(snapprof_profiler_t *p, output_result_t *res, unsigned failed)
+{
+    const char *dirs[] = {NULL, "/tmp", "/var/tmp"};
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && failed > 0; d++) {
+        static char alt[SNAPPROF_OUTPUTS_MAX][PATH_MAX];
+        file_id_t before[SNAPPROF_OUTPUTS_MAX];
+        int moved[SNAPPROF_OUTPUTS_MAX] = {0}, any = 0;
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (res[i].written[0])
+                continue;
+            fallback_path(dirs[d], &g.cfg, i, alt[i], sizeof alt[i]);
+            before[i] = file_id(alt[i]);
+            moved[i] = snapprof_builder_set_path(g.builders[i], alt[i]) == 0;
+            any |= moved[i];
+        }
+        if (!any)
+            continue;
+        /* Every builder writes again; those already written, where they
+         * are. */
+        snapprof_profiler_flush(p);
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (moved[i] && rewritten(alt[i], &before[i])) {
+                snprintf(res[i].written, sizeof res[i].written, "%s", alt[i]);
+                failed--;
+            }
+        }
+    }
+    return failed;
 }
 
 int snapprof__preload_stop(const char *note)
@@ -797,36 +898,43 @@ int snapprof__preload_stop(const char *note)
     atomic_store(&g_tracking, 0);
     atomic_store(&g_deadline, 0);
     snapprof_profiler_t *p = g.profiler;
+    static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under g_lock */
+    file_id_t before[SNAPPROF_OUTPUTS_MAX];
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
+        before[i] = file_id(g.cfg.outputs[i].path);
     int rc = snapprof_profiler_stop(p);
-    char written[PATH_MAX];
-    snprintf(written, sizeof written, "%s", g.cfg.output);
-    if (rc != 0) {
-        /* Nothing collected is lost: the builder keeps its data after a
-         * failed write, so it can be written again elsewhere. */
-        char tries[3][PATH_MAX];
-        fallback_path(NULL, tries[0], sizeof tries[0]);
-        fallback_path("/tmp", tries[1], sizeof tries[1]);
-        fallback_path("/var/tmp", tries[2], sizeof tries[2]);
-        int first_rc = rc;
-        for (int i = 0; i < 3 && rc != 0; i++) {
-            if (snapprof_pprof_builder_set_path(g.pprof, tries[i]) == 0 &&
-                snapprof_profiler_flush(p) == 0) {
-                rc = 0;
-                path_fmt(written, sizeof written, "%s", tries[i]);
-            }
+    unsigned failed = 0;
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        /* The profiler reports the first error of all its builders: which
+         * ones failed, their files say. */
+        const char *want = g.cfg.outputs[i].path;
+        int ok = rc == 0 || rewritten(want, &before[i]);
+        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
+        res[i].err = ok ? 0 : rc;
+        failed += !ok;
+    }
+    if (failed > 0) {
+        unsigned left = write_fallbacks(p, res, failed);
+        rc = left > 0 ? rc : 0;
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (res[i].err == 0)
+                continue;
+            /* Under `snapprof record` the summary says it; alone, we do. */
+            if (res[i].written[0] && !g.cfg.summary_dir[0])
+                snapprof__preload_warn("could not write the profile to %s (%s); it is in %s "
+                                       "instead",
+                                       g.cfg.outputs[i].path, snapprof_strerror(res[i].err),
+                                       res[i].written);
+            else if (!res[i].written[0])
+                snapprof__preload_warn("could not write the profile to %s (%s), nor to a "
+                                       "temporary directory",
+                                       g.cfg.outputs[i].path, snapprof_strerror(res[i].err));
         }
-        /* Under `snapprof record` the summary says it; alone, we do. */
-        if (rc == 0 && !g.cfg.summary_dir[0])
-            snapprof__preload_warn("could not write the profile to %s (%s); it is in %s instead",
-                                   g.cfg.output, snapprof_strerror(first_rc), written);
-        else if (rc != 0)
-            snapprof__preload_warn("could not write the profile to %s (%s), nor to %s",
-                                   g.cfg.output, snapprof_strerror(first_rc), tries[0]);
     }
     snapprof_stats_t st;
     memset(&st, 0, sizeof st);
     snapprof_profiler_get_stats(p, &st);
-    write_summary(note, written, rc, &st);
+    write_summary(note, res, &st);
     while (g.n_reg > 0)
         reg_drop(g.n_reg - 1);
     free(g.reg);
@@ -834,7 +942,7 @@ int snapprof__preload_stop(const char *note)
     g.cap_reg = 0;
     snapprof_profiler_destroy(p);
     g.profiler = NULL;
-    g.pprof = NULL;
+    memset(g.builders, 0, sizeof g.builders);
     atomic_store(&g_owner_pid, 0);
     unlock();
     return rc;
@@ -856,7 +964,7 @@ void snapprof__preload_get_state(snapprof__preload_state_t *out)
         snapprof_stats_t st;
         out->running = atomic_load(&g_tracking);
         out->start_time = g.start_time;
-        snprintf(out->path, sizeof out->path, "%s", g.cfg.output);
+        snprintf(out->path, sizeof out->path, "%s", g.cfg.outputs[0].path);
         if (snapprof_profiler_get_stats(g.profiler, &st) == 0)
             out->samples = st.samples;
     }
@@ -866,6 +974,21 @@ void snapprof__preload_get_state(snapprof__preload_state_t *out)
 /* ------------------------------------------------------------------------ */
 /* fork                                                                     */
 /* ------------------------------------------------------------------------ */
+
+/* Every output of a child of the first profiled process is FILE.<pid>.
+ * Returns 0, or -1 (with a warning) when a path gets too long. */
+static int child_paths(snapprof__preload_config_t *cfg, int pid)
+{
+    for (unsigned i = 0; i < cfg->n_outputs; i++) {
+        snapprof__output_spec_t *o = &cfg->outputs[i];
+        if (path_fmt(o->path, sizeof o->path, "%s.%d", o->family, pid) != 0) {
+            snapprof__preload_warn("not profiling process %d: %s.%d is too long a path", pid,
+                                   o->family, pid);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 void snapprof__preload_fork_prepare(void)
 {
@@ -910,15 +1033,16 @@ void snapprof__preload_fork_child(void)
         g_orphans[g_n_orphans++] = g.profiler;
         g_orphans[g_n_orphans++] = g.reg;
     }
-    snapprof__preload_config_t cfg = g.cfg;
+    /* Static rather than on the stack of whatever thread forked; only
+     * this thread runs in the child now. */
+    static snapprof__preload_config_t cfg;
+    cfg = g.cfg;
     memset(&g, 0, sizeof g);
     if (!was_running || !cfg.follow_fork)
         return;
     char why[256];
-    if (path_fmt(cfg.output, sizeof cfg.output, "%s.%d", cfg.family, (int)getpid()) != 0) {
-        snapprof__preload_warn("not profiling child %d: output path too long", (int)getpid());
+    if (child_paths(&cfg, (int)getpid()) != 0)
         return;
-    }
     lock();
     int rc = start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
     unlock();
@@ -945,12 +1069,50 @@ static int config_from_env(snapprof__preload_config_t *cfg)
         out = getenv(var = SNAPPROF_ENV_CPUPROFILE);
     if (!out || !*out)
         return 0;
-    if (snapprof__absolute_path(out, cfg->output, sizeof cfg->output) != 0) {
-        snapprof__preload_warn("not profiling: %s=%s is not a usable path", var, out);
-        return 0;
-    }
     char why[256];
     const char *v;
+    /* SNAPPROF_OUTPUT is a comma-separated list (empty entries are
+     * skipped); CPUPROFILE is one gperftools path, a pprof file unless
+     * SNAPPROF_FORMAT says otherwise. */
+    static char list[SNAPPROF_OUTPUTS_MAX * PATH_MAX];
+    const char *paths[SNAPPROF_OUTPUTS_MAX];
+    unsigned n_paths = 0;
+    snprintf(list, sizeof list, "%s", out);
+    int cpuprofile = strcmp(var, SNAPPROF_ENV_CPUPROFILE) == 0;
+    for (char *save = NULL, *p = cpuprofile ? list : strtok_r(list, ",", &save); p;
+         p = cpuprofile ? NULL : strtok_r(NULL, ",", &save)) {
+        if (n_paths == SNAPPROF_OUTPUTS_MAX) {
+            snapprof__preload_warn("ignoring %s after its first %u paths", var,
+                                   SNAPPROF_OUTPUTS_MAX);
+            break;
+        }
+        paths[n_paths++] = p;
+    }
+    if (n_paths == 0)
+        return 0;
+    snapprof__format_t formats[SNAPPROF_OUTPUTS_MAX];
+    unsigned n_formats = 0;
+    if ((v = getenv(SNAPPROF_ENV_FORMAT)) && *v) {
+        int ok = snapprof__parse_formats(v, formats, SNAPPROF_OUTPUTS_MAX, &n_formats, why,
+                                         sizeof why) == 0 &&
+                 snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs,
+                                        &cfg->n_outputs, why, sizeof why) == 0;
+        if (!ok) {
+            /* The outputs may still work without the formats. */
+            n_formats = 0;
+            cfg->n_outputs = 0;
+            snapprof__preload_warn("ignoring %s: %s; %s", SNAPPROF_ENV_FORMAT, why,
+                                   cpuprofile ? "writing pprof" : "choosing by the file names");
+        }
+    }
+    if (n_formats == 0 && cpuprofile)
+        formats[n_formats++] = SNAPPROF__FORMAT_PPROF;
+    if ((cfg->n_outputs == 0 || n_formats == 0) &&
+        snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs, &cfg->n_outputs,
+                               why, sizeof why) != 0) {
+        snapprof__preload_warn("not profiling: %s: %s", var, why);
+        return 0;
+    }
     cfg->hz = SNAPPROF_HZ_DEFAULT;
     if ((v = getenv(var = SNAPPROF_ENV_FREQUENCY)) ||
         (v = getenv(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
@@ -1001,12 +1163,11 @@ __attribute__((constructor)) static void preload_init(void)
     snapprof__preload_signals_init();
     atexit(on_exit_);
     pthread_atfork(NULL, NULL, atfork_child);
-    snapprof__preload_config_t cfg;
+    static snapprof__preload_config_t cfg; /* a few pages: not on the stack */
     if (!config_from_env(&cfg))
         return;
     if (getuid() != geteuid())
         return; /* as gperftools: never for set-user-ID programs */
-    snprintf(cfg.family, sizeof cfg.family, "%s", cfg.output);
     /* The first profiled process writes FILE; processes it starts, and
      * what they exec, write FILE.<pid>. */
     char me[32];
@@ -1015,12 +1176,8 @@ __attribute__((constructor)) static void preload_init(void)
     if (!root || !*root) {
         setenv(SNAPPROF_ENV_ROOT_PID, me, 1);
     } else if (strcmp(root, me) != 0) {
-        if (!cfg.follow_fork)
+        if (!cfg.follow_fork || child_paths(&cfg, (int)getpid()) != 0)
             return;
-        if (path_fmt(cfg.output, sizeof cfg.output, "%s.%s", cfg.family, me) != 0) {
-            snapprof__preload_warn("not profiling: %s.%s is too long a path", cfg.family, me);
-            return;
-        }
     }
     char why[512];
     if (snapprof__preload_start(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why) != 0)

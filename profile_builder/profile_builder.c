@@ -22,7 +22,21 @@ int snapprof_builder_create(const snapprof_builder_ops_t *ops, void *user_data,
         return -ENOMEM;
     builder->ops = ops;
     builder->user_data = user_data;
+    builder->output = NULL;
     *out = builder;
+    return 0;
+}
+
+int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path)
+{
+    if (builder == NULL || builder->output == NULL)
+        return -EINVAL;
+    snapprof__output_t out;
+    int err = snapprof__output_resolve(path, &out);
+    if (err != 0)
+        return err;
+    snapprof__output_free(builder->output);
+    *builder->output = out;
     return 0;
 }
 

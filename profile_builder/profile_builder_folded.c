@@ -191,6 +191,8 @@ int snapprof_folded_builder_create(const char *path, snapprof_builder_t **out)
         err = snapprof__stack_table_create(&b->stacks);
     if (err == 0)
         err = snapprof_builder_create(&folded_ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
     if (err != 0)
         folded_destroy(b);
     return err;

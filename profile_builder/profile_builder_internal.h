@@ -5,9 +5,14 @@
 
 #include <snapprof/profile_builder.h>
 
+struct snapprof__output;
+
 struct snapprof_builder {
     const snapprof_builder_ops_t *ops;
     void *user_data;
+    /* The built-in file builders (pprof, folded, trace): where they write,
+     * so snapprof_builder_set_path() can move them; NULL for others. */
+    struct snapprof__output *output;
 };
 
 /* ------------------------------------------------------------------------ */

@@ -2,6 +2,7 @@
 #include "profile_builder_internal.h"
 
 #include "module_cache/module_cache.h"
+#include "profile_builder/stats_text.h"
 #include "profile.pb-c.h"
 
 #include <errno.h>
@@ -915,100 +916,30 @@ static int apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info
     return err;
 }
 
-/* Adds "snapprof: NAME=VALUE" to the comments. */
-static int add_comment(pprof_builder_t *b, int64_t *comments, size_t *n, size_t cap,
-                       const char *name, uint64_t value)
-{
-    if (*n == cap)
-        return -EOVERFLOW;
-    char text[160];
-    snprintf(text, sizeof text, "snapprof: %s=%llu", name, (unsigned long long)value);
-    int64_t s = intern_string(b, text);
-    if (s < 0)
-        return (int)s;
-    comments[(*n)++] = s;
-    return 0;
-}
+/* The strings a completion adds after the interned ones: the comment
+ * lines and the hidden stats entry. They are made afresh for every
+ * completion and never interned, so a flush with newer counters leaves no
+ * stale copies in the table. */
+typedef struct run_strings {
+    char lines[SNAPPROF__COMMENTS_MAX][SNAPPROF__COMMENT_MAX];
+    int n_lines;
+    char *stats; /* malloc'd "snapprof-stats/1 ...", or NULL */
+} run_strings_t;
 
-/* The counters of the run, one comment line each, so that
- * `go tool pprof -comments` tells how trustworthy the profile is. Returns
- * the number of comments written to *out (arena memory) or -ENOMEM. */
-static int make_comments(pprof_builder_t *b, const snapprof_stats_t *st, int64_t **out)
+/* A few short comment lines (pprof prints every comment above every
+ * report), and every counter in the hidden entry: a string-table entry no
+ * message refers to, which pprof accepts and never shows (stats_text.h
+ * has the format; `snapprof stats FILE` reads it). Returns 0 or -ENOMEM. */
+static int make_run_strings(const snapprof_profile_info_t *info, run_strings_t *out)
 {
-    *out = NULL;
-    if (st == NULL)
+    out->n_lines = 0;
+    out->stats = NULL;
+    if (info->stats == NULL)
         return 0;
-    /* 27 counters, 5 abort reasons and one per failure reason, with room
-     * to add more (add_comment says -EOVERFLOW when it runs out). */
-    const size_t cap = 48 + SNAPPROF_FAIL_COUNT;
-    int64_t *c = arena_alloc(&b->arena, cap * sizeof *c);
-    if (c == NULL)
-        return -ENOMEM;
-    size_t n = 0;
-    int err = 0;
-#define COMMENT(field)                                                                             \
-    do {                                                                                           \
-        if (err == 0)                                                                              \
-            err = add_comment(b, c, &n, cap, #field, st->field);                                   \
-    } while (0)
-    COMMENT(samples);
-    COMMENT(ticks);
-    COMMENT(ticks_missed);
-    COMMENT(samples_signalled);
-    COMMENT(samples_reused);
-    COMMENT(samples_skipped_idle);
-    COMMENT(failed_total);
-    for (int r = 0; err == 0 && r < SNAPPROF_FAIL_COUNT; r++) {
-        /* pprof prints every comment above every report, so reasons that
-         * never happened are left out; failed_total says the rest. */
-        if (st->failed[r] == 0)
-            continue;
-        char name[96];
-        const char *reason = snapprof_fail_reason_name((snapprof_fail_reason_t)r);
-        snprintf(name, sizeof name, "failed.%s", reason ? reason : "unknown");
-        err = add_comment(b, c, &n, cap, name, st->failed[r]);
-    }
-    COMMENT(truncated_copy);
-    COMMENT(truncated_depth);
-    COMMENT(unwind_complete);
-    COMMENT(unwind_unknown);
-    COMMENT(unwind_aborted);
-    {
-        /* Like the failures: only the reasons that happened. */
-        const struct {
-            const char *name;
-            uint64_t value;
-        } aborted[] = {
-            {"unwind_aborted.bad_frame", st->unwind_aborted_bad_frame},
-            {"unwind_aborted.no_info", st->unwind_aborted_no_info},
-            {"unwind_aborted.memory", st->unwind_aborted_memory},
-            {"unwind_aborted.truncated_copy", st->unwind_aborted_truncated_copy},
-            {"unwind_aborted.other", st->unwind_aborted_other},
-        };
-        for (size_t i = 0; err == 0 && i < sizeof aborted / sizeof aborted[0]; i++)
-            if (aborted[i].value != 0)
-                err = add_comment(b, c, &n, cap, aborted[i].name, aborted[i].value);
-    }
-    COMMENT(unwind_frames_total);
-    COMMENT(unwind_frames_max);
-    COMMENT(copy_bytes_total);
-    COMMENT(copy_bytes_max);
-    COMMENT(pause_p50_ns);
-    COMMENT(pause_p99_ns);
-    COMMENT(pause_max_ns);
-    COMMENT(roundtrip_p50_ns);
-    COMMENT(roundtrip_p99_ns);
-    COMMENT(unwind_p50_ns);
-    COMMENT(unwind_p99_ns);
-    COMMENT(unwind_max_ns);
-    COMMENT(sampler_cpu_ns);
-    COMMENT(labels_skipped);
-    COMMENT(app_frames_lost);
-#undef COMMENT
-    if (err < 0)
-        return err;
-    *out = c;
-    return (int)n;
+    out->n_lines = snapprof__stats_comments(info->stats, info->period_ns,
+                                            info->mode == SNAPPROF_MODE_WALL, out->lines);
+    out->stats = snapprof__stats_encode(info->stats);
+    return out->stats != NULL ? 0 : -ENOMEM;
 }
 
 /* Builds the Profile message from what was collected and writes it. The
@@ -1026,10 +957,10 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
         err = apply_hitches(b, info);
     if (err < 0)
         return err;
-    int64_t *comments = NULL;
-    int n_comments = make_comments(b, info->stats, &comments);
-    if (n_comments < 0)
-        return n_comments;
+    run_strings_t run;
+    err = make_run_strings(info, &run);
+    if (err < 0)
+        return err;
     finish_mappings(b);
 
     /* The order and names are the Go runtime's CPU convention plus wall
@@ -1057,8 +988,11 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
     Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
     Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
+    size_t n_run = (size_t)run.n_lines + (run.stats != NULL);
+    char **strings = malloc((b->n_strings + n_run) * sizeof *strings);
+    int64_t comments[SNAPPROF__COMMENTS_MAX];
     uint8_t *buf = NULL;
-    if (samples == NULL || mappings == NULL || locations == NULL) {
+    if (samples == NULL || mappings == NULL || locations == NULL || strings == NULL) {
         err = -ENOMEM;
         goto out;
     }
@@ -1076,13 +1010,21 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     profile.location = locations;
     profile.n_function = b->n_functions;
     profile.function = b->functions;
-    profile.n_string_table = b->n_strings;
-    profile.string_table = b->strings;
+    memcpy(strings, b->strings, b->n_strings * sizeof *strings);
+    size_t n_strings = b->n_strings;
+    for (int i = 0; i < run.n_lines; i++) {
+        comments[i] = (int64_t)n_strings;
+        strings[n_strings++] = run.lines[i];
+    }
+    if (run.stats != NULL)
+        strings[n_strings++] = run.stats;
+    profile.n_string_table = n_strings;
+    profile.string_table = strings;
     profile.time_nanos = (int64_t)info->start_time_ns;
     profile.duration_nanos = (int64_t)info->duration_ns;
     profile.period_type = &period_type;
     profile.period = (int64_t)info->period_ns;
-    profile.n_comment = (size_t)n_comments;
+    profile.n_comment = (size_t)run.n_lines;
     profile.comment = comments;
     profile.default_sample_type = wall ? b->s_wall : b->s_cpu;
 
@@ -1098,6 +1040,8 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
         err = write_atomically(b, buf, len);
 out:
     free(buf);
+    free(strings);
+    free(run.stats);
     free(samples);
     free(mappings);
     free(locations);
@@ -1177,6 +1121,8 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
         err = pprof_init(b);
     if (err == 0)
         err = snapprof_builder_create(&pprof_ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
     if (err != 0)
         pprof_destroy(b);
     return err;
@@ -1186,12 +1132,5 @@ int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *pat
 {
     if (builder == NULL || builder->ops != &pprof_ops)
         return -EINVAL;
-    pprof_builder_t *b = builder->user_data;
-    snapprof__output_t out;
-    int err = snapprof__output_resolve(path, &out);
-    if (err != 0)
-        return err;
-    snapprof__output_free(&b->out);
-    b->out = out;
-    return 0;
+    return snapprof_builder_set_path(builder, path);
 }

@@ -516,6 +516,8 @@ int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out)
         err = snapprof__stack_table_create(&b->stacks);
     if (err == 0)
         err = snapprof_builder_create(&trace_ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
     if (err != 0)
         trace_destroy(b);
     return err;

@@ -28,7 +28,8 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
   PRELOAD_PROG="$<TARGET_FILE:preload_prog>"
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
-  GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>")
+  GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
+  SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 
 # snapprof_add_preload_tests(EXE <exe> SOURCES <files...> CASES <case...>)
 function(snapprof_add_preload_tests)
@@ -47,12 +48,20 @@ snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c
         unknown_option unknown_command frequency_zero frequency_too_high frequency_not_number
         output_dir_missing output_dir_unwritable output_is_directory missing_program
         not_executable no_command bad_signal bad_duration bad_fork_mode missing_value
-        static_program)
+        static_program format_folded format_trace format_list several_outputs_fork
+        output_fallback_formats bad_format)
+
+# `snapprof stats`: the counters of a real profile read back, bad files
+# refused. No LD_PRELOAD: it runs under the sanitizers too.
+snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_util.c
+  CASES roundtrip bad_file merged TIMEOUT 120)
+target_compile_definitions(stats PRIVATE SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>")
+add_dependencies(stats snapprof_cli)
 
 # The preload library with LD_PRELOAD and the environment alone.
 snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
   CASES cpuprofile bad_env output_dir_missing not_asked program_signal_handler linked_threads
-        exports)
+        exports output_list)
 
 # The gperftools API.
 snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
@@ -61,7 +70,8 @@ snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
 
 # The library calls the preload needed, tested on their own.
 snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c
-  CASES flush_while_running set_path_after_failed_write thread_update_name register_in_fork_child)
+  CASES flush_while_running set_path_after_failed_write set_path_any_builder thread_update_name
+        register_in_fork_child)
 
 # cmake --install into a temporary prefix, then build against it with
 # pkg-config and with find_package(snapprof). A sanitized install cannot be

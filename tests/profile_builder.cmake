@@ -5,3 +5,7 @@ foreach(t roundtrip validity aggregation bad_path write_failure scale oom native
   snapprof_add_test(NAME profile_builder_pprof_${t}
     SOURCES test_profile_builder_pprof_${t}.c ${PBT_UTIL})
 endforeach()
+# The comment lines and the hidden counters of a pprof profile.
+snapprof_add_test_cases(EXE profile_builder_pprof_stats
+  SOURCES test_profile_builder_pprof_stats.c ${PBT_UTIL}
+  CASES comments hidden_entry merge)

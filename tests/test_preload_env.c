@@ -50,11 +50,11 @@ static void test_bad_env(void)
     char *text = pl_run(&st,
                         "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=e.pb.gz SNAPPROF_FREQUENCY=abc "
                         "SNAPPROF_MODE=sideways SNAPPROF_SIGNAL=KILL SNAPPROF_DURATION=-1 "
-                        "SNAPPROF_FORK=maybe %s burn hot_a 200; echo st=$?",
+                        "SNAPPROF_FORK=maybe SNAPPROF_FORMAT=svg %s burn hot_a 200; echo st=$?",
                         g_dir, LIB, PROG);
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "st=0");
-    pl_require_count(text, "snapprof: ", 5);
+    pl_require_count(text, "snapprof: ", 6);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FREQUENCY: 'abc' is not a whole number of "
                           "samples per second; sampling at 100 Hz\n");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_MODE: 'sideways' is not a mode (cpu or "
@@ -63,6 +63,8 @@ static void test_bad_env(void)
                           "signal");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_DURATION: -1 seconds is out of range");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORK: 'maybe' is not a fork mode");
+    ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 'svg' is not a format (pprof, "
+                          "folded or trace); choosing by the file names\n");
     char prof[1024], args[1200];
     snprintf(prof, sizeof prof, "%s/e.pb.gz", g_dir);
     snprintf(args, sizeof args, "-raw '%s'", prof);
@@ -94,6 +96,64 @@ static void test_output_dir_missing(void)
     ASSERT(strncmp(alt, "/tmp/snapprof.", 14) == 0);
     pl_require_fn(alt, "", "hot_a", 1);
     unlink(alt);
+    free(text);
+}
+
+/* SNAPPROF_OUTPUT lists several files, each in the format its name says
+ * (empty entries skipped); SNAPPROF_FORMAT names formats for one base
+ * name, or one per file; formats that do not pair with the files cost one
+ * line and the names decide. CPUPROFILE is one pprof file, whatever its
+ * name. */
+static void test_output_list(void)
+{
+    pl_skip_if_sanitized();
+    setup("pre-outputs");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=l.pb.gz,,l.txt, "
+                        "SNAPPROF_FREQUENCY=1000 %s burn hot_a 300",
+                        g_dir, LIB, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(text, "snapprof:") == NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/l.pb.gz", g_dir);
+    pl_require_fn(path, "", "hot_a", 1);
+    free(text);
+    text = pl_run(&st, "grep -c ';hot_a [0-9]*$' %s/l.txt", g_dir);
+    ASSERT_EQ(st, 0);
+    free(text);
+
+    text = pl_run(&st,
+                  "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=base SNAPPROF_FORMAT=folded,trace "
+                  "SNAPPROF_FREQUENCY=1000 %s burn hot_b 300 && ls",
+                  g_dir, LIB, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(text, "snapprof:") == NULL);
+    ASSERT_CONTAINS(text, "base.folded\n");
+    ASSERT_CONTAINS(text, "base.json\n");
+    free(text);
+
+    text = pl_run(&st,
+                  "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=m.pb.gz,m.folded,m.json "
+                  "SNAPPROF_FORMAT=trace,folded SNAPPROF_FREQUENCY=1000 %s burn hot_c 300 && ls",
+                  g_dir, LIB, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_count(text, "snapprof: ", 1);
+    ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 3 outputs and 2 formats: ");
+    ASSERT_CONTAINS(text, "; choosing by the file names\n");
+    snprintf(path, sizeof path, "%s/m.pb.gz", g_dir);
+    pl_require_fn(path, "", "hot_c", 1);
+    ASSERT_CONTAINS(text, "m.folded\n");
+    ASSERT_CONTAINS(text, "m.json\n");
+    free(text);
+
+    text = pl_run(&st,
+                  "cd %s && env -u SNAPPROF_OUTPUT LD_PRELOAD=%s CPUPROFILE=c.txt "
+                  "CPUPROFILE_FREQUENCY=1000 %s burn hot_a 300",
+                  g_dir, LIB, PROG);
+    ASSERT_EQ(st, 0);
+    snprintf(path, sizeof path, "%s/c.txt", g_dir);
+    pl_require_fn(path, "", "hot_a", 1);
     free(text);
 }
 
@@ -227,6 +287,7 @@ int main(int argc, char **argv)
         {"program_signal_handler", test_program_signal_handler},
         {"linked_threads", test_linked_threads},
         {"exports", test_exports},
+        {"output_list", test_output_list},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -1,5 +1,6 @@
 /* The library calls the preload library needed: snapprof_profiler_flush,
- * snapprof_pprof_builder_set_path, snapprof_thread_update_name, and thread
+ * snapprof_pprof_builder_set_path and snapprof_builder_set_path,
+ * snapprof_thread_update_name, and thread
  * registration in the child of a fork() made by a thread that is not
  * main. */
 #include "test_preload_util.h"
@@ -116,6 +117,72 @@ static void test_set_path_after_failed_write(void)
     free(dir);
 }
 
+static char *slurp(const char *path)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat '%s'", path);
+    int st;
+    char *text = tu_run(cmd, &st);
+    ASSERT_EQ(st, 0);
+    return text;
+}
+
+/* A run that writes folded stacks and trace events loses neither to a
+ * directory that vanished: both builders move, and one flush writes both.
+ * A builder that writes no file of its own has no path to move. */
+static void test_set_path_any_builder(void)
+{
+    char *dir = tu_make_tmpdir("api-setpath-any");
+    char sub[600], folded[700], trace[700], alt_folded[700], alt_trace[700];
+    snprintf(sub, sizeof sub, "%s/gone", dir);
+    snprintf(folded, sizeof folded, "%s/x.folded", sub);
+    snprintf(trace, sizeof trace, "%s/x.json", sub);
+    snprintf(alt_folded, sizeof alt_folded, "%s/y.folded", dir);
+    snprintf(alt_trace, sizeof alt_trace, "%s/y.json", dir);
+    ASSERT_EQ(mkdir(sub, 0755), 0);
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
+    snapprof_builder_t *fb, *tb;
+    ASSERT_OK(snapprof_folded_builder_create(folded, &fb));
+    ASSERT_OK(snapprof_trace_builder_create(trace, &tb));
+    ASSERT_OK(snapprof_profiler_add_builder(p, fb));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tb));
+    ASSERT_OK(snapprof_profiler_start(p));
+    burn_until(p, api_hot, 20);
+    ASSERT_EQ(rmdir(sub), 0);
+    ASSERT_EQ(snapprof_profiler_stop(p), -ENOENT);
+    ASSERT_EQ(snapprof_builder_set_path(fb, "/nonexistent-dir/z.folded"), -ENOENT);
+    ASSERT_OK(snapprof_builder_set_path(fb, alt_folded));
+    ASSERT_OK(snapprof_builder_set_path(tb, alt_trace));
+    /* pprof's own call still refuses the others. */
+    ASSERT_EQ(snapprof_pprof_builder_set_path(fb, alt_folded), -EINVAL);
+    ASSERT_OK(snapprof_profiler_flush(p));
+    char *text = slurp(alt_folded);
+    ASSERT_CONTAINS(text, ";api_hot ");
+    free(text);
+    text = slurp(alt_trace);
+    ASSERT_CONTAINS(text, "\"name\":\"api_hot\"");
+    free(text);
+    tu_collector_t c;
+    memset(&c, 0, sizeof c);
+    snapprof_builder_t *other = tu_collector_builder(&c);
+    ASSERT_EQ(snapprof_builder_set_path(other, alt_folded), -EINVAL);
+    ASSERT_EQ(snapprof_builder_set_path(NULL, alt_folded), -EINVAL);
+    snapprof_builder_destroy(other);
+    tu_collector_free(&c);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(me);
+    unlink(alt_folded);
+    unlink(alt_trace);
+    rmdir(dir);
+    free(dir);
+}
+
 /* Samples after a rename carry the new name. */
 static void test_thread_update_name(void)
 {
@@ -200,6 +267,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"flush_while_running", test_flush_while_running},
         {"set_path_after_failed_write", test_set_path_after_failed_write},
+        {"set_path_any_builder", test_set_path_any_builder},
         {"thread_update_name", test_thread_update_name},
         {"register_in_fork_child", test_register_in_fork_child},
     };

@@ -48,6 +48,8 @@ static void test_threads(void)
         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "from 4 threads");
+    /* The delivered rate against the requested one, and the trigger. */
+    ASSERT_CONTAINS(text, " Hz per CPU-second of 1000 Hz requested, trigger handshake; ");
     ASSERT_CONTAINS(text, "profile written to ");
     ASSERT_CONTAINS(text, "go tool pprof -http=: ");
     ASSERT_CONTAINS(text, out);
@@ -397,6 +399,8 @@ static void test_wall(void)
     char *text =
         pl_run(&st, "cd %s && %s record --wall -F 200 -o w.pb.gz -- sleep 0.5", g_dir, CLI);
     ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, " samples from 1 thread in ");
+    ASSERT_CONTAINS(text, ", 200 Hz of wall time requested, trigger handshake; ");
     char args[1200];
     snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
     char *raw = tu_pprof(args, &st);
@@ -405,6 +409,181 @@ static void test_wall(void)
     ASSERT_CONTAINS(raw, "wall/nanoseconds[dflt]");
     ASSERT_CONTAINS(raw, "thread_name:[sleep]");
     free(raw);
+    free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Formats                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static char *slurp(const char *path)
+{
+    char *text = pl_run(NULL, "cat '%s'", path);
+    return text;
+}
+
+/* Fails unless path holds folded stacks, "root;...;leaf count" lines, one
+ * of which has fn as its leaf with at least one sample. */
+static void require_folded(const char *path, const char *fn)
+{
+    ASSERT(pl_exists(path));
+    char *text = slurp(path);
+    int lines = 0, found = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *space = strrchr(line, ' ');
+        if (space == NULL || space == line || atol(space + 1) < 1 ||
+            strspn(space + 1, "0123456789") != strlen(space + 1))
+            TEST_FAIL("%s: not a folded line: %s", path, line);
+        lines++;
+        size_t n = strlen(fn);
+        if ((size_t)(space - line) > n && !strncmp(space - n, fn, n) && space[-(long)n - 1] == ';')
+            found = 1;
+    }
+    if (!found)
+        TEST_FAIL("%s: no stack ends in %s", path, fn);
+    printf("%s: %d folded lines, %s among the leaves\n", path, lines, fn);
+    free(text);
+}
+
+/* Fails unless path is trace-event JSON that tests/check_trace.py accepts
+ * (the checker of the builder tests) and that names fn. */
+static void require_trace(const char *path, const char *fn)
+{
+    int st;
+    char *out = pl_run(&st, "python3 '%s/check_trace.py' '%s'", SNAPPROF_TEST_SOURCE_DIR, path);
+    ASSERT_EQ(st, 0);
+    free(out);
+    out = pl_run(&st, "grep -c '\"name\":\"%s\"' '%s'", fn, path);
+    ASSERT_EQ(st, 0);
+    free(out);
+}
+
+/* -o NAME.folded (or .txt): folded stacks, and the summary says how to
+ * view them. */
+static void test_format_folded(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-folded");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.folded -- %s burn hot_a 300", g_dir,
+                        CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "folded stacks written to ");
+    ASSERT(strstr(text, "go tool pprof") == NULL);
+    require_folded(path_in("f.folded"), "hot_a");
+    free(text);
+    text =
+        pl_run(&st, "cd %s && %s record -F 1000 -o f.txt -- %s burn hot_b 300", g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    require_folded(path_in("f.txt"), "hot_b");
+    free(text);
+}
+
+/* -o NAME.json: trace events a viewer reads. */
+static void test_format_trace(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-trace");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record -F 1000 -o t.json -- %s burn hot_a 300", g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "trace events written to ");
+    require_trace(path_in("t.json"), "hot_a");
+    free(text);
+}
+
+/* --format names the formats; one -o names the files after it. */
+static void test_format_list(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-formats");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 --format pprof,folded --format=trace -o prof "
+                        "-- %s burn hot_a 300",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    pl_require_fn(path_in("prof.pb.gz"), "", "hot_a", 1);
+    require_folded(path_in("prof.folded"), "hot_a");
+    require_trace(path_in("prof.json"), "hot_a");
+    ASSERT(!pl_exists(path_in("prof")));
+    free(text);
+    /* One format for one -o: whatever its name says. */
+    text = pl_run(&st,
+                  "cd %s && %s record -F 1000 --format folded -o plain.pb.gz -- %s burn hot_b 300",
+                  g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    require_folded(path_in("plain.pb.gz"), "hot_b");
+    free(text);
+}
+
+/* Several outputs from one run, and a child of fork() writes FILE.<pid>
+ * for each of them. */
+static void test_several_outputs_fork(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-several");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 -o a.pb.gz -o b.folded -o c.json -- %s "
+                        "forkexec 300",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "3 processes");
+    int execd, forked;
+    const char *c = strstr(text, "children ");
+    ASSERT_NOT_NULL(c);
+    ASSERT_EQ(sscanf(c, "children %d %d", &execd, &forked), 2);
+    pl_require_fn(path_in("a.pb.gz"), "", "hot_fork_parent", 1);
+    require_folded(path_in("b.folded"), "hot_fork_parent");
+    require_trace(path_in("c.json"), "hot_fork_parent");
+    char p[1024];
+    snprintf(p, sizeof p, "%s.%d", path_in("a.pb.gz"), forked);
+    pl_require_fn(p, "", "hot_forked_child", 1);
+    snprintf(p, sizeof p, "%s.%d", path_in("b.folded"), forked);
+    require_folded(p, "hot_forked_child");
+    snprintf(p, sizeof p, "%s.%d", path_in("c.json"), execd);
+    require_trace(p, "hot_exec");
+    ASSERT_EQ(pl_count_prefix(g_dir, "a.pb.gz."), 2);
+    ASSERT_EQ(pl_count_prefix(g_dir, "b.folded."), 2);
+    ASSERT_EQ(pl_count_prefix(g_dir, "c.json."), 2);
+    /* Only the pprof files open together in pprof. */
+    ASSERT_CONTAINS(text, "all processes together: go tool pprof -http=: ");
+    const char *together = strstr(text, "all processes together");
+    ASSERT(strstr(together, ".folded") == NULL);
+    free(text);
+}
+
+/* The output directory is gone by the time the program exits: every
+ * output goes to its own file in /tmp, and the summary says where. */
+static void test_output_fallback_formats(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-fallback-formats");
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/out", g_dir);
+    ASSERT_EQ(mkdir(sub, 0755), 0);
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 -o out/x.pb.gz -o out/x.folded -- %s rmdir %s "
+                        "300",
+                        g_dir, CLI, PROG, sub);
+    ASSERT_EQ(st, 0);
+    pl_require_count(text, "the profile is in ", 2);
+    char alt[2][1024];
+    const char *p = text;
+    for (int i = 0; i < 2; i++) {
+        p = strstr(p, "the profile is in ") + 18;
+        ASSERT_EQ(sscanf(p, "%1023s", alt[i]), 1);
+        ASSERT(strstr(alt[i], "/snapprof.") != NULL);
+    }
+    ASSERT(strcmp(alt[0], alt[1]) != 0);
+    pl_require_fn(alt[0], "", "hot_a", 1);
+    require_folded(alt[1], "hot_a");
+    unlink(alt[0]);
+    unlink(alt[1]);
     free(text);
 }
 
@@ -524,6 +703,23 @@ static void test_missing_value(void)
     bad_input("record -o", 2, "-o needs a value");
 }
 
+static void test_bad_format(void)
+{
+    bad_input("record --format svg -- touch MARKER", 2,
+              "bad --format: 'svg' is not a format (pprof, folded or trace)");
+    bad_input("record --format pprof, -- touch MARKER", 2, "bad --format: '' is not a format");
+    bad_input("record -o a.pb.gz -o b.pb.gz -o c.json --format pprof,folded -- touch MARKER", 2,
+              "3 outputs and 2 formats: give one format per output, or one output for several "
+              "formats");
+    bad_input("record -o a.pb.gz -o ./a.pb.gz -- touch MARKER", 2,
+              "a.pb.gz would be written twice");
+    bad_input("record -o a,b.pb.gz -- touch MARKER", 2,
+              "output path a,b.pb.gz has a ',', which snapprof cannot pass on");
+    bad_input("record -o 1 -o 2 -o 3 -o 4 -o 5 -- touch MARKER", 2, "more than 4 outputs");
+    bad_input("record -o /nonexistent-dir/x.folded -o ok.pb.gz -- touch MARKER", 2,
+              "cannot write the profile to /nonexistent-dir/x.folded: No such file or directory");
+}
+
 static void test_static_program(void)
 {
     /* ldconfig is static-pie on Debian: no dynamic loader, no LD_PRELOAD. */
@@ -571,6 +767,12 @@ int main(int argc, char **argv)
         {"bad_fork_mode", test_bad_fork_mode},
         {"missing_value", test_missing_value},
         {"static_program", test_static_program},
+        {"format_folded", test_format_folded},
+        {"format_trace", test_format_trace},
+        {"format_list", test_format_list},
+        {"several_outputs_fork", test_several_outputs_fork},
+        {"output_fallback_formats", test_output_fallback_formats},
+        {"bad_format", test_bad_format},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

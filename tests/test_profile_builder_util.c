@@ -1,5 +1,6 @@
 /* Helpers for the profile_builder tests (see test_profile_builder_util.h). */
 #include "test_profile_builder_util.h"
+#include "profile_builder/stats_text.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -260,6 +261,43 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
     free(mapping_ids);
     free(location_ids);
     free(function_ids);
+}
+
+const char *pbt_stats_entry(const Perftools__Profiles__Profile *p)
+{
+    for (size_t i = p->n_string_table; i-- > 0;)
+        if (snapprof__stats_is_entry(p->string_table[i]))
+            return p->string_table[i];
+    return NULL;
+}
+
+typedef struct pairs {
+    char text[8192];
+    size_t len;
+} pairs_t;
+
+static int add_pair(void *arg, const char *key, const char *value)
+{
+    pairs_t *t = arg;
+    int n = snprintf(t->text + t->len, sizeof t->text - t->len, "%s=%s\n", key, value);
+    ASSERT(n > 0 && (size_t)n < sizeof t->text - t->len);
+    t->len += (size_t)n;
+    return 0;
+}
+
+void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want)
+{
+    const char *entry = pbt_stats_entry(p);
+    if (entry == NULL)
+        TEST_FAIL("the profile has no snapprof-stats entry");
+    snapprof_stats_t got;
+    ASSERT_OK(snapprof__stats_decode(entry, &got, NULL, NULL));
+    static pairs_t a, b;
+    a.len = b.len = 0;
+    snapprof__stats_for_each(want, add_pair, &a);
+    snapprof__stats_for_each(&got, add_pair, &b);
+    if (strcmp(a.text, b.text) != 0)
+        TEST_FAIL("hidden stats differ:\nwant:\n%s\ngot:\n%s\nentry: %s", a.text, b.text, entry);
 }
 
 char *pbt_tmp_path(const char *tag, const char *name)

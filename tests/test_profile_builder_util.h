@@ -43,6 +43,13 @@ const char *pbt_location_name(const Perftools__Profiles__Profile *p, uint64_t id
 const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *p,
                                             const Perftools__Profiles__Sample *s, const char *key);
 
+/* The hidden stats entry of a profile ("snapprof-stats/1 ..."): the last
+ * string-table entry that is one, or NULL. */
+const char *pbt_stats_entry(const Perftools__Profiles__Profile *p);
+
+/* Fails unless the profile's hidden entry decodes to exactly want. */
+void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want);
+
 /* A temporary output path "<fresh dir>/<name>" (malloc'd). */
 char *pbt_tmp_path(const char *tag, const char *name);
 

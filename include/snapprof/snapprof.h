@@ -590,6 +590,12 @@ SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
  * -EINVAL for a builder that is not a pprof builder. */
 SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
 
+/* The same for any built-in builder that writes a file (pprof, folded,
+ * trace), so that a run writing several formats loses none of them to a
+ * failed write. Returns -EINVAL for a builder that writes no file of its
+ * own (one made with snapprof_builder_create()). */
+SNAPPROF_API int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path);
+
 /* Sets the thread name that later samples carry (the thread_name label),
  * for a thread renamed after it was registered. The name is cut to 15
  * bytes, like the kernel's. */

@@ -1,0 +1,318 @@
+/* profile_builder_pprof_stats: what a profile says about its own run. A
+ * few short comment lines that pprof prints above every report, and every
+ * counter in a hidden string-table entry that pprof accepts, never prints,
+ * and drops when it merges. */
+#include "profile_builder/stats_text.h"
+#include "test.h"
+#include "test_profile_builder_util.h"
+#include "test_util.h"
+
+#include <snapprof/snapprof.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static snapprof_frame_t jit(const char *name)
+{
+    static const snapprof_module_t module = {
+        .start = 0x7f0000000000u,
+        .limit = 0x7f0000100000u,
+        .path = "[jit]",
+        .build_id = "",
+        .kind = SNAPPROF_MODULE_JIT,
+        .is_loaded = 1,
+    };
+    snapprof_frame_t f = {module.start + 0x100, &module, SNAPPROF_FRAME_JIT, name};
+    return f;
+}
+
+/* Writes a profile of a few samples in stats_hot and stats_cold with the
+ * given counters; returns its path (free with pbt_remove). */
+static char *write_profile(const char *name, snapprof_mode_t mode, const snapprof_stats_t *stats)
+{
+    char *path = pbt_tmp_path("pb-stats", name);
+    snapprof_builder_t *b = pbt_create(path);
+    snapprof_frame_t hot[] = {jit("stats_hot"), jit("stats_main")};
+    snapprof_frame_t cold[] = {jit("stats_cold"), jit("stats_main")};
+    for (int i = 0; i < 4; i++) {
+        snapprof_sample_t s = {.frames = i < 3 ? hot : cold,
+                               .frame_count = 2,
+                               .cpu_ns = 10000000,
+                               .wall_ns = 10000000,
+                               .tid = 7,
+                               .thread_name = "w"};
+        pbt_sample(b, &s);
+    }
+    ASSERT_OK(pbt_complete(b, mode, stats));
+    snapprof_builder_destroy(b);
+    return path;
+}
+
+/* Fails unless the profile's comments are exactly want[0..n). */
+static void expect_comments(const char *path, const char *const *want, int n)
+{
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    pbt_check_valid(p);
+    ASSERT_LE(p->n_comment, SNAPPROF__COMMENTS_MAX);
+    ASSERT_EQ(p->n_comment, n);
+    for (int i = 0; i < n; i++)
+        ASSERT_STR_EQ(pbt_str(p, p->comment[i]), want[i]);
+    perftools__profiles__profile__free_unpacked(p, NULL);
+
+    /* What a reader of `go tool pprof -top` sees above the table: these
+     * lines and nothing else of ours. */
+    char args[1200];
+    snprintf(args, sizeof args, "-top '%s'", path);
+    int status;
+    char *top = tu_pprof(args, &status);
+    printf("%s", top);
+    ASSERT_EQ(status, 0);
+    ASSERT(strstr(top, "snapprof-stats") == NULL);
+    const char *table = strstr(top, "Type: ");
+    ASSERT_NOT_NULL(table);
+    int seen = 0;
+    for (const char *line = top; line < table; line = strchr(line, '\n') + 1) {
+        if (strncmp(line, "snapprof", 8) != 0)
+            continue;
+        size_t len = strcspn(line, "\n");
+        if (seen >= n || strlen(want[seen]) != len || strncmp(line, want[seen], len) != 0)
+            TEST_FAIL("unexpected line above the table: %.*s", (int)len, line);
+        seen++;
+    }
+    ASSERT_EQ(seen, n);
+    ASSERT_CONTAINS(top, "stats_hot");
+    free(top);
+}
+
+/* Counters as a real run would leave them: 4012 samples over 41.75 s of
+ * CPU (96.1 Hz) at 100 Hz, four perf threads, nothing lost. */
+static snapprof_stats_t clean_stats(void)
+{
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.ticks = 4100;
+    st.samples = 4012;
+    st.samples_signalled = 4012;
+    st.cpu_ns_total = 41750000000ull;
+    st.cpu_ns_sampled = 41000000000ull;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 4;
+    st.pause_p50_ns = 900;
+    return st;
+}
+
+static void test_comments(void)
+{
+    /* Nothing lost: one line. */
+    snapprof_stats_t st = clean_stats();
+    char *path = write_profile("clean.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *clean[] = {
+        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, trigger perf"};
+    expect_comments(path, clean, 1);
+    pbt_remove(path);
+
+    /* Losses, and threads on two triggers (the better one refused for one
+     * of them: that stays in the hidden entry). */
+    st.failed[SNAPPROF_FAIL_TIMEOUT] = 10;
+    st.failed[SNAPPROF_FAIL_THREAD_EXITED] = 2;
+    st.failed_total = 12;
+    st.samples_dropped = 3;
+    st.truncated_copy = 1;
+    st.truncated_depth = 4;
+    st.unwind_aborted = 5;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 3;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
+    st.trigger_fallback_from = SNAPPROF_TRIGGER_PERF_EVENT;
+    st.trigger_fallback_errno = EACCES;
+    path = write_profile("lossy.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *lossy[] = {
+        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, triggers perf "
+        "(3 threads), handshake (1)",
+        "snapprof: failed 12 (thread_exited 2, timeout 10), samples_dropped 3, truncated_copy 1, "
+        "truncated_depth 4, unwind_aborted 5"};
+    expect_comments(path, lossy, 2);
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    pbt_expect_stats(p, &st);
+    perftools__profiles__profile__free_unpacked(p, NULL);
+    pbt_remove(path);
+
+    /* A quarter of the CPU time in no sample: the third line. */
+    st.cpu_ns_sampled = st.cpu_ns_total / 4 * 3;
+    path = write_profile("unplaced.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *unplaced[] = {lossy[0], lossy[1],
+                              "snapprof: 25% of the threads' CPU time is not in any sample"};
+    expect_comments(path, unplaced, 3);
+    pbt_remove(path);
+
+    /* Too little CPU time for a rate; one sample. */
+    st = clean_stats();
+    st.samples = 1;
+    st.cpu_ns_total = 250000;
+    st.cpu_ns_sampled = 250000;
+    path = write_profile("short.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *brief[] = {
+        "snapprof: 1 sample, only 0.2 ms of CPU time, 100 Hz requested, trigger perf"};
+    expect_comments(path, brief, 1);
+    pbt_remove(path);
+
+    /* Wall time: no rate per CPU-second. */
+    st = clean_stats();
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 0;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 2;
+    path = write_profile("wall.pb.gz", SNAPPROF_MODE_WALL, &st);
+    const char *wall[] = {
+        "snapprof: 4012 samples, 100 Hz of wall time requested, trigger handshake"};
+    expect_comments(path, wall, 1);
+    pbt_remove(path);
+}
+
+/* Gives every counter its own value, through the table's own keys. */
+static int set_distinct(void *arg, const char *key, const char *value)
+{
+    (void)value;
+    static int i;
+    snapprof_stats_t *st = arg;
+    char v[32];
+    snprintf(v, sizeof v, "%d", 1000 + i++);
+    int rc = snapprof__stats_set(st, key, v);
+    if (rc == -EINVAL)
+        rc = snapprof__stats_set(st, key, "timer"); /* trigger_fallback_from */
+    ASSERT_OK(rc);
+    return 0;
+}
+
+/* 1 when string index s is used by any message of p. */
+static int referenced(const Perftools__Profiles__Profile *p, int64_t s)
+{
+    for (size_t i = 0; i < p->n_sample_type; i++)
+        if (p->sample_type[i]->type == s || p->sample_type[i]->unit == s)
+            return 1;
+    for (size_t i = 0; i < p->n_sample; i++)
+        for (size_t k = 0; k < p->sample[i]->n_label; k++) {
+            const Perftools__Profiles__Label *l = p->sample[i]->label[k];
+            if (l->key == s || l->str == s || l->num_unit == s)
+                return 1;
+        }
+    for (size_t i = 0; i < p->n_mapping; i++)
+        if (p->mapping[i]->filename == s || p->mapping[i]->build_id == s)
+            return 1;
+    for (size_t i = 0; i < p->n_function; i++)
+        if (p->function[i]->name == s || p->function[i]->system_name == s ||
+            p->function[i]->filename == s)
+            return 1;
+    for (size_t i = 0; i < p->n_comment; i++)
+        if (p->comment[i] == s)
+            return 1;
+    return p->drop_frames == s || p->keep_frames == s || p->default_sample_type == s ||
+           (p->period_type && (p->period_type->type == s || p->period_type->unit == s));
+}
+
+/* Every counter goes into one entry that nothing refers to; completing
+ * again (a flush) replaces it rather than adding a second one. */
+static void test_hidden_entry(void)
+{
+    snapprof_stats_t first, st;
+    memset(&first, 0, sizeof first);
+    first.samples = 1;
+    memset(&st, 0, sizeof st);
+    snapprof__stats_for_each(&st, set_distinct, &st);
+    ASSERT_NE(st.trigger_fallback_from, 0);
+    ASSERT_NE(st.failed[SNAPPROF_FAIL_COUNT - 1], 0);
+    ASSERT_NE(st.threads_by_trigger[SNAPPROF_TRIGGER_COUNT - 1], 0);
+    ASSERT_NE(st.samples_dropped, 0);
+
+    char *path = pbt_tmp_path("pb-stats", "hidden.pb.gz");
+    snapprof_builder_t *b = pbt_create(path);
+    snapprof_frame_t f[] = {jit("stats_hot")};
+    snapprof_sample_t s = {.frames = f, .frame_count = 1, .tid = 7, .thread_name = "w"};
+    pbt_sample(b, &s);
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &first));
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &st));
+    snapprof_builder_destroy(b);
+
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    pbt_check_valid(p);
+    int entries = 0;
+    for (size_t i = 0; i < p->n_string_table; i++)
+        entries += snapprof__stats_is_entry(p->string_table[i]);
+    ASSERT_EQ(entries, 1);
+    int64_t last = (int64_t)p->n_string_table - 1;
+    ASSERT(snapprof__stats_is_entry(p->string_table[last]));
+    ASSERT(!referenced(p, last));
+    pbt_expect_stats(p, &st);
+    printf("%s\n", p->string_table[last]);
+    perftools__profiles__profile__free_unpacked(p, NULL);
+
+    /* pprof reads the file and shows none of it. */
+    int status;
+    char args[1200];
+    snprintf(args, sizeof args, "-raw '%s'", path);
+    char *raw = tu_pprof(args, &status);
+    ASSERT_EQ(status, 0);
+    ASSERT(strstr(raw, "snapprof-stats") == NULL);
+    free(raw);
+    pbt_remove(path);
+
+    /* Readers: a newer version is refused, unknown keys of this one are
+     * kept, a missing key reads as 0, a bad value is an error. */
+    snapprof_stats_t got;
+    ASSERT_EQ(snapprof__stats_decode("snapprof-stats/2 samples=1", &got, NULL, NULL),
+              -EPROTONOSUPPORT);
+    ASSERT_OK(
+        snapprof__stats_decode("snapprof-stats/1 samples=5 future_counter=9", &got, NULL, NULL));
+    ASSERT_UEQ(got.samples, 5);
+    ASSERT_UEQ(got.ticks, 0);
+    ASSERT_EQ(snapprof__stats_decode("snapprof-stats/1 samples=x", &got, NULL, NULL), -EINVAL);
+    ASSERT_EQ(snapprof__stats_decode("snapprof-stats/1 samples", &got, NULL, NULL), -EINVAL);
+    ASSERT_EQ(snapprof__stats_decode("snapprof: samples=1", &got, NULL, NULL), -EINVAL);
+}
+
+/* `go tool pprof -proto a b` merges two of our profiles: the result opens,
+ * holds both profiles' samples and both sets of short comments. */
+static void test_merge(void)
+{
+    snapprof_stats_t st = clean_stats();
+    char *a = write_profile("a.pb.gz", SNAPPROF_MODE_CPU, &st);
+    st.samples = 17;
+    st.failed_total = st.failed[SNAPPROF_FAIL_TIMEOUT] = 1;
+    char *b = write_profile("b.pb.gz", SNAPPROF_MODE_CPU, &st);
+    char merged[1200], args[4096];
+    snprintf(merged, sizeof merged, "%s.merged.pb.gz", a);
+    snprintf(args, sizeof args, "-proto '%s' '%s' > '%s'", a, b, merged);
+    int status;
+    char *out = tu_pprof(args, &status);
+    printf("%s", out);
+    ASSERT_EQ(status, 0);
+    free(out);
+
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(merged, "-sample_index=samples", &rows, &raw);
+    printf("%s", raw);
+    const tu_top_row_t *hot = tu_top_find(rows, n, "stats_hot");
+    ASSERT_NOT_NULL(hot);
+    ASSERT(hot->flat == 6); /* 3 from each */
+    ASSERT_CONTAINS(raw, "snapprof: 4012 samples, 96.1 Hz per CPU-second");
+    ASSERT_CONTAINS(raw, "snapprof: 17 samples, ");
+    ASSERT_CONTAINS(raw, "snapprof: failed 1 (timeout 1)");
+    free(rows);
+    free(raw);
+
+    Perftools__Profiles__Profile *p = pbt_load(merged);
+    ASSERT_LE(p->n_comment, 2 * SNAPPROF__COMMENTS_MAX);
+    perftools__profiles__profile__free_unpacked(p, NULL);
+    unlink(merged);
+    pbt_remove(a);
+    pbt_remove(b);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"comments", test_comments},
+        {"hidden_entry", test_hidden_entry},
+        {"merge", test_merge},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
