@@ -229,9 +229,9 @@ static uint64_t clock_read_ns(void)
     uint64_t best = UINT64_MAX;
     for (int k = 0; k < 3; k++) {
         uint64_t t0 = thread_cpu_ns();
-        for (int i = 0; i < 255; i++)
+        for (int i = 0; i < 63; i++)
             thread_cpu_ns();
-        uint64_t d = (thread_cpu_ns() - t0) / 256;
+        uint64_t d = (thread_cpu_ns() - t0) / 64;
         if (d < best)
             best = d;
     }
