@@ -557,16 +557,24 @@ md=$root/docs/BENCHMARKS.md
   echo "## Samples timed by each thread's own CPU clock (issue 10)"
   echo
   if [ "$quick" = 1 ]; then
-    echo "**A \`--quick\` run: seconds of work and a few hundred samples per cell, so the"
-    echo "figures are not meaningful; it shows the table's shape. The full run replaces it.**"
+    echo "**A \`--quick\` run: a fraction of a CPU-second per cell and a few hundred samples,"
+    echo "on whatever else the machine was doing, so the figures are not meaningful; it shows"
+    echo "the table's shape. The full run, \`bash bench/bench_trigger.sh\` (about 25 minutes on"
+    echo "an idle 2-vCPU machine), replaces it.**"
     echo
   fi
-  triggers_note=""
+  triggers_note="" missing_note=""
   for p in snap-perf snap-timer snap-handshake; do
-    [ -z "${why_na[$p]:-}" ] && triggers_note="$triggers_note ${label[$p]#snapprof/}"
+    if [ -z "${why_na[$p]:-}" ]; then
+      triggers_note="$triggers_note ${label[$p]#snapprof/}"
+    else
+      missing_note="$missing_note ${label[$p]#snapprof/}"
+    fi
   done
-  echo "snapprof triggers measured:${triggers_note:- none}. A trigger that \`snapprof record"
-  echo "--trigger X\` refused is shown as n/a."
+  echo "snapprof triggers measured:${triggers_note:- none}."
+  if [ -n "$missing_note" ]; then
+    echo "Not measured, shown as n/a (\`snapprof record --trigger X\` refused them):$missing_note."
+  fi
   echo
   echo "- machine: $ncpu CPUs ($cpu_model), kernel $kernel, perf_event_paranoid $paranoid;"
   echo "  $machine_line"
