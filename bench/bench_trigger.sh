@@ -394,7 +394,8 @@ plotdata=$work/attribution.dat
   printf '   largest |pp| of the three.\n'
   printf '%-7s %-19s %8s %4s | %14s %14s %14s | %14s %6s\n' case profiler samples runs \
     "hot_a % (pp)" "hot_b % (pp)" "hot_c % (pp)" "hot sum (pp)" worst
-  awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v plot="$plotdata" "$awk_lib"'
+  awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v plot="$plotdata" \
+    -v target="$attr_target" -v maxruns="$attr_max_runs" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); nl = split(labels, L, ";");
             for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
             split(na, N, " "); for (i in N) isna[N[i]] = 1
@@ -426,10 +427,12 @@ plotdata=$work/attribution.dat
           pa = 100 * tA[c, p] / tT[c, p]; pb = 100 * tB[c, p] / tT[c, p]; pc = 100 * tC[c, p] / tT[c, p]
           w = a - pa; if (w < 0) w = -w; x = b - pb; if (x < 0) x = -x; if (x > w) w = x
           x = cc - pc; if (x < 0) x = -x; if (x > w) w = x
-          printf "%-7s %-19s %8d %4d | %14s %14s %14s | %14s %6.2f\n", "", lab[p], S[c, p], runs[c, p],
+          short = S[c, p] < target; few += short
+          printf "%-7s %-19s %8s %4d | %14s %14s %14s | %14s %6.2f\n", "", lab[p], S[c, p] (short ? "*" : ""), runs[c, p],
             cell(a, pa), cell(b, pb), cell(cc, pc), cell(a + b + cc, pa + pb + pc), w
           printf " %.3f", (w < 0.01 ? 0.01 : w) > plot }
         printf "\n" > plot }
+      if (few) printf "* fewer than %d samples after %d runs\n", target, maxruns
     }' "$results"
 
   # 2. Delivered/requested.
