@@ -513,6 +513,7 @@ plotdata=$work/attribution.dat
 
   printf '\nmachine during the run: %s; the run took %d s\n' "$machine_line" "$elapsed"
 } >"$table"
+sed -i 's/ *$//' "$table" # padding of empty cells
 
 cat "$table"
 
@@ -574,9 +575,11 @@ md=$root/docs/BENCHMARKS.md
       missing_note="$missing_note ${label[$p]#snapprof/}"
     fi
   done
-  echo "snapprof triggers measured:${triggers_note:- none}."
   if [ -n "$missing_note" ]; then
-    echo "Not measured, shown as n/a (\`snapprof record --trigger X\` refused them):$missing_note."
+    echo "**snapprof triggers measured:${triggers_note:- none} only.** Not measured, shown as n/a"
+    echo "(\`snapprof record --trigger X\` refused them):$missing_note."
+  else
+    echo "snapprof triggers measured:$triggers_note."
   fi
   echo
   echo "- machine: $ncpu CPUs ($cpu_model), kernel $kernel, perf_event_paranoid $paranoid;"
