@@ -17,7 +17,7 @@ root=$(cd "$here/.." && pwd)
 quick=0
 build=$root/build
 docs=1
-command_line="bench/bench_trigger.sh${*:+ $*}"
+command_line="bash bench/bench_trigger.sh${*:+ $*}"
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
