@@ -10,7 +10,10 @@
 #   --quick    seconds instead of a quarter of an hour; figures not meaningful
 #   --build    the CMake build tree (default: build)
 #   --no-docs  print the table only
-set -euo pipefail
+set -Eeuo pipefail
+# set -e ends the script on a failed command; say which, so it never ends
+# without a word.
+trap 'echo "bench_trigger.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -88,7 +91,9 @@ label[snap-perf]="snapprof/perf"
 label[snap-timer]="snapprof/timer"
 label[snap-handshake]="snapprof/handshake"
 
-libprofiler=$(ldconfig -p 2>/dev/null | awk '$1 == "libprofiler.so.0" {print $NF; exit}')
+# No early exit in a reader of a pipe: under pipefail the writer's SIGPIPE
+# would fail the assignment, and set -e would end the script without a word.
+libprofiler=$(ldconfig -p 2>/dev/null | awk '$1 == "libprofiler.so.0" && !found { print $NF; found = 1 }')
 if ! command -v perf >/dev/null; then
   why_na[perf]="perf is not installed (bash bench/setup.sh)"
 elif ! perf record -q -e cpu-clock:u -c 1000000 -o "$work/probe.data" -- "$W" calibrate \
@@ -146,7 +151,7 @@ run_one() {
   if [ "${prof#snap-}" != "$prof" ] && [ -z "${said[$prof]:-}" ]; then
     # The summary names the trigger that ran (and why a better one did not)
     # once triggers land; keep its first word on it for the header.
-    said[$prof]=$(grep -io 'trigger[^;]*' "$tag.err" | head -n 1 || true)
+    said[$prof]=$(grep -io 'trigger[^;]*' "$tag.err" | sed -n 1p)
   fi
 }
 
@@ -188,7 +193,7 @@ profile_of() {
 # stderr (this tree has no `snapprof stats`).
 pause_of() {
   sed -n 's/.*target pause p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/pause_p50_us=\1 pause_p99_us=\2/p' \
-    "$work/$1.err" | head -n 1
+    "$work/$1.err" | sed -n 1p
 }
 
 # record SECTION KEY=VALUE...: one line of the results file (an argument may
@@ -204,7 +209,7 @@ stat_before=$(read_stat)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 t_start=$(date +%s)
 cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-[ -n "$cpu_model" ] || cpu_model=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ { print $2; exit }')
+[ -n "$cpu_model" ] || cpu_model=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ && !m { m = $2 } END { print m }')
 kernel=$(uname -r)
 paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo "?")
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?")
