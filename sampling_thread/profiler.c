@@ -232,6 +232,10 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
             drain(p);
             disarm(p, t);
             drain(p);
+            uint64_t cpu_now;
+            if (!t->dead && snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) == 0 &&
+                cpu_now > t->cpu_last)
+                t->cpu_last = cpu_now; /* its CPU time up to now counts */
             deliver_remainder(p, t);
             if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
                 p->handshake_count--;
