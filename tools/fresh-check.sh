@@ -85,17 +85,17 @@ find_mirror() {
 mirror=$(find_mirror | awk 'NR == 1')
 [ -n "$mirror" ] || die "no Debian mirror for $suite in /etc/apt/sources.list{,.d/}"
 
+mkdir -p "$cache"
 if ! command -v debootstrap >/dev/null; then
   log "installing debootstrap"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  { apt-get update -q && apt-get install -y -q --no-install-recommends debootstrap; } \
+    >"$cache/host-apt.log" 2>&1 || { tail -n 20 "$cache/host-apt.log" >&2; die "could not install debootstrap"; }
 fi
 
 # The cached base: a plain minbase root, only ever written by debootstrap,
 # never entered; each run works on a copy.
 arch=$(dpkg --print-architecture)
-mkdir -p "$cache"
 base="$cache/$suite-minbase-$arch-$(printf %s "$mirror" | md5sum | cut -c1-8)"
 exec 9>"$cache/lock"
 flock 9
