@@ -6,8 +6,9 @@
 # only git and ca-certificates in it, clones the committed HEAD of this
 # checkout into /root/snapprof and runs, as root in the chroot,
 # `bash tools/demo.sh` and then `bash tools/test.sh`. Prints each one's exit
-# status and wall time (full logs stay in the root, their tails are printed
-# on failure) and exits non-zero if either fails.
+# status and wall time (the tail of a failing one's log; full logs in the
+# root's /root and in /var/cache/snapprof-fresh-check/last-run/) and exits
+# non-zero if either fails.
 #
 # Usage (as root): tools/fresh-check.sh [--keep] [--root DIR] [--refresh]
 #   --keep      keep the root for inspection (default: removed at the end)
@@ -15,6 +16,12 @@
 #   --refresh   debootstrap the cached base again
 # The chroot shares this machine's kernel (perf_event_paranoid included).
 set -euo pipefail
+
+# Every mount below is made in a private mount namespace: the host never
+# sees them, and they go away with this process even if it is killed.
+if [ -z "${SNAPPROF_FRESH_CHECK_NS:-}" ] && [ "$(id -u)" = 0 ]; then
+  SNAPPROF_FRESH_CHECK_NS=1 exec unshare --mount --propagation private bash "$0" "$@"
+fi
 
 suite=bookworm
 cache=/var/cache/snapprof-fresh-check
@@ -25,18 +32,12 @@ while [ $# -gt 0 ]; do
     --refresh) refresh=1 ;;
     --root) [ $# -ge 2 ] || { echo "fresh-check: --root needs a directory" >&2; exit 2; }
             root=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "$(id -u)" = 0 ] || { echo "fresh-check: run as root (debootstrap, mount, chroot)" >&2; exit 2; }
-
-# Every mount below is made in a private mount namespace: the host never
-# sees them, and they go away with this process even if it is killed.
-if [ -z "${SNAPPROF_FRESH_CHECK_NS:-}" ]; then
-  SNAPPROF_FRESH_CHECK_NS=1 exec unshare --mount --propagation private bash "$0" "$@"
-fi
 
 log() { echo "fresh-check: $*" >&2; }
 die() { log "$*"; exit 1; }
