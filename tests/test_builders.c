@@ -496,7 +496,7 @@ static void test_callbacks_symbolize(void)
     atomic_store(&g_stop, 0);
     snapprof_thread_t *token = NULL;
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, worker, &token), 0);
+    ASSERT_EQ(pthread_create(&th, NULL, builders_worker, &token), 0);
     while (__atomic_load_n(&token, __ATOMIC_ACQUIRE) == NULL)
         usleep(1000);
     static sym_builder_t b;
