@@ -75,6 +75,11 @@ static uint64_t mono_ns(void)
 static snapprof__capture_slot_t *take_slot(snapprof__capture_pool_t *pool)
 {
     for (size_t i = 0; i < pool->slot_count; i++) {
+        /* A plain load first: a compare-and-swap on every full slot would
+         * take each one's cache line from the drainer for nothing. */
+        if (atomic_load_explicit(&pool->slots[i].state, memory_order_relaxed) !=
+            SNAPPROF__SLOT_FREE)
+            continue;
         uint32_t expected = SNAPPROF__SLOT_FREE;
         if (atomic_compare_exchange_strong_explicit(&pool->slots[i].state, &expected,
                                                     SNAPPROF__SLOT_FILLING, memory_order_acquire,

@@ -476,17 +476,6 @@ static const snapprof_builder_ops_t sym_ops = {
     .xOnProfileCompleted = sym_on_completed,
 };
 
-static void wait_samples(snapprof_profiler_t *p, uint64_t samples)
-{
-    snapprof_stats_t st;
-    uint64_t deadline = tu_mono_ns() + 60000000000u;
-    do {
-        usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < samples && tu_mono_ns() < deadline);
-    ASSERT_GE(st.samples, samples);
-}
-
 /* Builder callbacks may call snapprof_symbolize() and
  * snapprof_module_find(), also while a flush holds the sampler's lock
  * (a deadlock would end in the ctest timeout); xOnProfileCompleted runs at
@@ -509,10 +498,10 @@ static void test_callbacks_symbolize(void)
     ASSERT_OK(snapprof_builder_create(&sym_ops, &b, &builder));
     ASSERT_OK(snapprof_profiler_add_builder(p, builder));
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 10);
+    tu_wait_samples(p, 10);
     ASSERT_OK(snapprof_profiler_flush(p));
     ASSERT_EQ(b.completions, 1);
-    wait_samples(p, 20);
+    tu_wait_samples(p, 20);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_EQ(b.completions, 2);
     ASSERT_OK(snapprof_profiler_flush(p));

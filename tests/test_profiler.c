@@ -119,19 +119,6 @@ static void wait_ticks(snapprof_profiler_t *p, uint64_t ticks)
     ASSERT_GE(st.ticks, ticks);
 }
 
-/* Likewise for samples: a busy thread that the host barely runs is idle
- * for many ticks. */
-static void wait_samples(snapprof_profiler_t *p, uint64_t samples)
-{
-    uint64_t deadline = tu_mono_ns() + 60000000000u;
-    snapprof_stats_t st;
-    do {
-        usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < samples && tu_mono_ns() < deadline);
-    ASSERT_GE(st.samples, samples);
-}
-
 static void test_stop_without_start(void)
 {
     target_t t = {0};
@@ -260,7 +247,7 @@ static void test_start_failure_undone(void)
     ASSERT_EQ(c.started, 1);
     ASSERT_OK(snapprof_profiler_start(p));
     ASSERT_EQ(p->unwinder_count, 4); /* JIT, libunwind, .debug_frame, frame pointers */
-    wait_samples(p, 20);
+    tu_wait_samples(p, 20);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_EQ(c.started, 2);
     ASSERT_EQ(c.completed, 1);
@@ -293,7 +280,7 @@ static void test_start_failure_undone(void)
     ASSERT_OK(snapprof_unwinder_create(&claim_all_ops, NULL, &u));
     ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 5);
+    tu_wait_samples(p, 5);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_EQ(p->unwinder_count, 1);
     ASSERT_GE(atomic_load(&g_claim_all_calls), 5);
@@ -360,13 +347,13 @@ static void test_two_concurrent(void)
     snapprof_profiler_t *pb = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &cb);
     ASSERT_OK(snapprof_profiler_start(pa));
     ASSERT_OK(snapprof_profiler_start(pb));
-    wait_samples(pa, 40);
-    wait_samples(pb, 60);
+    tu_wait_samples(pa, 40);
+    tu_wait_samples(pb, 60);
     ASSERT_OK(snapprof_profiler_stop(pa));
     size_t a_after_stop = ca.count;
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(pb, &st));
-    wait_samples(pb, st.samples + 40);
+    tu_wait_samples(pb, st.samples + 40);
     ASSERT_OK(snapprof_profiler_stop(pb));
     ASSERT_EQ(ca.count, a_after_stop);
     ASSERT_EQ(tu_collector_count_tid(&ca, b.tid), 0);
@@ -394,7 +381,7 @@ static void test_thread_exits(void)
     snapprof_thread_t *both[2] = {gone.token, stays.token};
     snapprof_profiler_t *p = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &c);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 10); /* both are busy: each has its share */
+    tu_wait_samples(p, 10); /* both are busy: each has its share */
     atomic_store(&gone.leave, 1);
     while (!atomic_load(&gone.exited))
         usleep(1000);
@@ -570,7 +557,7 @@ static void test_register_tid_signal(void)
     ASSERT_OK(snapprof_profiler_create(&params, &tok, 1, &p));
     ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 10);
+    tu_wait_samples(p, 10);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
     ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);

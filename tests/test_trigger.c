@@ -144,18 +144,6 @@ static snapprof_profiler_t *make(worker_t *w, int n, snapprof_trigger_t trigger,
     return p;
 }
 
-/* Waits (by samples, not by time: the host may stall) for n samples. */
-static void wait_samples(snapprof_profiler_t *p, uint64_t n)
-{
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
-    snapprof_stats_t st;
-    do {
-        usleep(10000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < n && tu_mono_ns() < deadline);
-    ASSERT_GE(st.samples, n);
-}
-
 /* Which of hot_a/b/c (0-2) a sample is in, or -1. */
 static int hot_of(const tu_sample_t *s)
 {
@@ -182,7 +170,7 @@ static void run_forced(snapprof_trigger_t trigger)
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make(w, 2, trigger, 2000000u, &c);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 100);
+    tu_wait_samples(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
@@ -252,7 +240,7 @@ static void test_fallback_when_perf_refused(void)
     start_workers(w, 1);
     snapprof_profiler_t *p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 20);
+    tu_wait_samples(p, 20);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 1);
@@ -264,7 +252,7 @@ static void test_fallback_when_perf_refused(void)
     snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_CPU_TIMER, EAGAIN);
     p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 20);
+    tu_wait_samples(p, 20);
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], 1);
     ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
@@ -290,7 +278,7 @@ static void test_oversubscribed_shares(void)
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make(w, N, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 3000);
+    tu_wait_samples(p, 3000);
     ASSERT_OK(snapprof_profiler_stop(p));
     stop_workers(w, N);
     double truth[3] = {0}, seen[3] = {0}, truth_sum = 0, seen_sum = 0;
@@ -329,7 +317,7 @@ static void test_sleepers_no_eintr(void)
     start_workers(w, 3);
     snapprof_profiler_t *p = make(w, 3, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 2000);
+    tu_wait_samples(p, 2000);
     ASSERT_OK(snapprof_profiler_stop(p));
     printf("sleeper: %d early returns\n", atomic_load(&w[2].eintr));
     ASSERT_EQ(atomic_load(&w[2].eintr), 0);
@@ -366,7 +354,7 @@ static void test_handshake_skips_sleeping(void)
         usleep(1000);
     snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_HANDSHAKE, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 100);
+    tu_wait_samples(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
@@ -504,7 +492,7 @@ static void test_fork_child(void)
     start_workers(w, 2);
     snapprof_profiler_t *p = make(w, 2, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 50);
+    tu_wait_samples(p, 50);
     ASSERT_EQ(count_perf_fds(), 2);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
@@ -536,7 +524,7 @@ static void test_fork_child(void)
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT(WIFEXITED(status));
     ASSERT_EQ(WEXITSTATUS(status), 0);
-    wait_samples(p, 100); /* the parent's threads are still sampled */
+    tu_wait_samples(p, 100); /* the parent's threads are still sampled */
     snapprof_profiler_destroy(p);
     stop_workers(w, 2);
 }
@@ -556,7 +544,7 @@ static void test_full_slots(void)
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make(w, 2, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, &c);
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 20);
+    tu_wait_samples(p, 20);
     snapprof__sampler_lock();
     uint64_t t0 = tu_mono_ns();
     while (tu_mono_ns() - t0 < 500000000u)
@@ -633,7 +621,7 @@ static void test_deep_stack(void)
     ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));
     ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
     ASSERT_OK(snapprof_profiler_start(p));
-    wait_samples(p, 100);
+    tu_wait_samples(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));

@@ -177,6 +177,17 @@ char *tu_make_tmpdir(const char *tag)
     return path;
 }
 
+void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
+{
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    snapprof_stats_t st;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < n && tu_mono_ns() < deadline);
+    ASSERT_GE(st.samples, n);
+}
+
 void tu_burn_cpu_ns(uint64_t ns)
 {
     uint64_t end = tu_thread_cpu_ns() + ns;

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include <snapprof/snapprof.h>
+
 uint64_t tu_mono_ns(void);
 uint64_t tu_thread_cpu_ns(void);
 
@@ -50,6 +52,11 @@ char *tu_make_tmpdir(const char *tag);
 
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
+
+/* Waits until the profiler has delivered n samples, checking every 5 ms,
+ * and fails the test after 120 s. Tests wait for samples, not for time: a
+ * busy thread that this VM's host barely runs is idle for many ticks. */
+void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
 
 #endif
 

@@ -95,8 +95,11 @@ void snapprof__trigger_disarm(snapprof__arm_t *arm, uint64_t *cpu_ns);
  * signal to its arm. RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc);
 
-/* Test seam: makes xCreate of kind fail with err (0: no failure). */
+/* The payload a timer's signal carries for arm a (the arm's index and
+ * generation, under a tag), which the hook checks. */
+uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a);
+
+/* Test seam: makes arming with kind fail with err (0: no failure). */
 void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err);
-int snapprof__trigger_test_failure(snapprof_trigger_t kind);
 
 #endif

@@ -47,11 +47,6 @@ void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err)
         g_fail[kind] = err;
 }
 
-int snapprof__trigger_test_failure(snapprof_trigger_t kind)
-{
-    return (unsigned)kind < SNAPPROF_TRIGGER_COUNT ? g_fail[kind] : 0;
-}
-
 /* The child has none of the parent's threads: its copies of their perf fds
  * would only keep the parent's events alive (and a POSIX timer is not
  * inherited at all), so every arm is closed and freed here. The profilers
@@ -131,8 +126,6 @@ static void put_arm(snapprof__arm_t *a)
     g_free_head = a->index;
 }
 
-/* The payload a timer's signal carries for arm a. */
-uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a);
 uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a)
 {
     return ((uint64_t)TIMER_TAG << 32) | ((uint64_t)a->gen << 20) | a->index;

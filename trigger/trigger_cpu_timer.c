@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a);
-
 static clockid_t thread_clock(pid_t tid)
 {
     /* As glibc's pthread_getcpuclockid: ~tid << 3 | PERTHREAD | SCHED. */
