@@ -395,9 +395,8 @@ void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t s
         const char *name;
         uint64_t value;
     } parts[] = {
-        {"samples_dropped", st->samples_dropped},
-        {"truncated_copy", st->truncated_copy},
-        {"truncated_depth", st->truncated_depth},
+        {"samples_dropped", st->samples_dropped}, {"trigger_blocked", st->trigger_blocked},
+        {"truncated_copy", st->truncated_copy},   {"truncated_depth", st->truncated_depth},
         {"unwind_aborted", st->unwind_aborted},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)

@@ -73,7 +73,8 @@
     XX(INT, trigger_fallback_errno)                                                                \
     XX(U64, cpu_ns_total)                                                                          \
     XX(U64, cpu_ns_sampled)                                                                        \
-    XX(U64, samples_dropped)
+    XX(U64, samples_dropped)                                                                       \
+    XX(U64, trigger_blocked)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

@@ -936,6 +936,10 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof__thread_cpu_ns(th->tid, &t->cpu_after);
 }
 
+/* Periods of CPU time with no capture after which an armed thread is
+ * checked for blocking the signal. */
+#define BLOCKED_PERIODS 50
+
 /* A thread with a CPU-clock trigger needs no signal from us: only notice
  * when it has gone, and keep its CPU clock for the remainder. Lock held. */
 static void check_armed(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -949,6 +953,23 @@ static void check_armed(snapprof_profiler_t *p, snapprof__target_t *t)
     }
     if (cpu_now > t->cpu_last)
         t->cpu_last = cpu_now;
+    if (t->periods != t->watch_periods || cpu_now < t->watch_cpu) {
+        t->watch_periods = t->periods;
+        t->watch_cpu = cpu_now;
+    } else if (cpu_now - t->watch_cpu >= BLOCKED_PERIODS * p->params.interval_ns) {
+        /* Many periods of CPU time and not one capture: if the thread
+         * blocks the signal, the first one stays pending for ever (and a
+         * perf event is never re-armed). The handshake at least counts its
+         * timeouts. A thread that only ran in the kernel is left alone. */
+        if (snapprof__thread_blocks_signal(t->thread->tid, p->params.signal)) {
+            disarm(p, t);
+            t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+            p->handshake_count++;
+            p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+            p->stats.trigger_blocked++;
+        }
+        t->watch_cpu = cpu_now;
+    }
 }
 
 /* How often the slots are drained when nothing fills them sooner, and the

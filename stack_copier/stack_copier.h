@@ -76,6 +76,10 @@ void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *
  * errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 
+/* 1 when thread tid blocks signo (its SigBlk in /proc/self/task/TID/status),
+ * 0 when it does not or cannot be asked. Sampling side. */
+int snapprof__thread_blocks_signal(pid_t tid, int signo);
+
 /* Takes another reference on a thread token. */
 void snapprof__thread_retain(struct snapprof_thread *t);
 

@@ -42,6 +42,25 @@ static void make_exit_key(void)
     pthread_key_create(&g_exit_key, on_thread_exit);
 }
 
+int snapprof__thread_blocks_signal(pid_t tid, int signo)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int blocked = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        if (strncmp(buf, "SigBlk:", 7) == 0) {
+            unsigned long long mask = strtoull(buf + 7, NULL, 16);
+            blocked = signo >= 1 && signo <= 64 && ((mask >> (signo - 1)) & 1u);
+            break;
+        }
+    }
+    fclose(f);
+    return blocked;
+}
+
 const struct snapprof_thread *snapprof__thread_self(void)
 {
     return snapprof__tls_self;

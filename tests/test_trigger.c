@@ -369,6 +369,53 @@ static void test_handshake_skips_sleeping(void)
     snapprof_thread_release(w.token);
 }
 
+/* A thread that blocks the signal gets one perf overflow, whose signal then
+ * stays pending: the sampler notices that its CPU time grows with no
+ * capture, finds the signal in its SigBlk, and moves it to the handshake,
+ * counted. The program's mask is left as it is. */
+static void *blocking_main(void *arg)
+{
+    worker_t *w = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGURG);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    atomic_store(&w->ready, 1);
+    while (!atomic_load(&w->stop))
+        tu_burn_cpu_ns(1000000);
+    return NULL;
+}
+
+static void test_blocked_signal(void)
+{
+    need_perf_event();
+    worker_t w = {0};
+    ASSERT_EQ(pthread_create(&w.th, NULL, blocking_main, &w), 0);
+    while (!atomic_load(&w.ready))
+        usleep(1000);
+    snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    do {
+        usleep(10000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.trigger_blocked == 0 && tu_mono_ns() < deadline);
+    printf("blocked %llu, perf %llu, handshake %llu threads, %llu samples\n",
+           (unsigned long long)st.trigger_blocked,
+           (unsigned long long)st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT],
+           (unsigned long long)st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE],
+           (unsigned long long)st.samples);
+    ASSERT_UEQ(st.trigger_blocked, 1);
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], 1);
+    ASSERT_LE(st.samples, 1);
+    snapprof_profiler_destroy(p);
+    atomic_store(&w.stop, 1);
+    pthread_join(w.th, NULL);
+    snapprof_thread_release(w.token);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads that come and go                                                 */
 /* ------------------------------------------------------------------------ */
@@ -650,6 +697,7 @@ int main(int argc, char **argv)
         {"oversubscribed_shares", test_oversubscribed_shares},
         {"sleepers_no_eintr", test_sleepers_no_eintr},
         {"handshake_skips_sleeping", test_handshake_skips_sleeping},
+        {"blocked_signal", test_blocked_signal},
         {"churn_perf", test_churn_perf},
         {"churn_timer", test_churn_timer},
         {"fork_child", test_fork_child},

@@ -277,6 +277,10 @@ typedef struct snapprof_stats {
     /* Captures lost because no capture slot was free (their CPU time stays
      * in cpu_ns_total - cpu_ns_sampled). */
     uint64_t samples_dropped;
+    /* Threads moved from a CPU-clock trigger to the handshake because they
+     * block the signal: their trigger fired once, and the signal stayed
+     * pending. */
+    uint64_t trigger_blocked;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
