@@ -596,6 +596,9 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             if (rc == 0) {
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
+                t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
+                                        ? p->params.interval_ns - t->arm->first_period_ns
+                                        : 0;
                 p->armed_count++;
                 p->stats.threads_by_trigger[k]++;
                 return;
@@ -627,10 +630,10 @@ static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
 }
 
 /* CPU time t spent while profiled that its samples do not stand for. */
-static uint64_t target_unsampled_ns(const snapprof_profiler_t *p, const snapprof__target_t *t)
+static uint64_t target_unsampled_ns(const snapprof__target_t *t)
 {
-    uint64_t total = target_cpu_ns(t), sampled = t->periods * p->params.interval_ns;
-    return total > sampled ? total - sampled : 0;
+    uint64_t total = target_cpu_ns(t);
+    return total > t->sampled_ns ? total - t->sampled_ns : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -682,7 +685,7 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
 {
     if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER)
         return;
-    uint64_t unsampled = target_unsampled_ns(p, t);
+    uint64_t unsampled = target_unsampled_ns(t);
     if (unsampled <= t->remainder_ns)
         return;
     snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
@@ -825,9 +828,16 @@ static void drain(snapprof_profiler_t *p)
             if (slot->fail >= 0) {
                 fail(p, (snapprof_fail_reason_t)slot->fail);
             } else {
+                /* A spread first expiry (the timer's) makes the first
+                 * period short: its sample weighs only what it stands for,
+                 * so the samples never add up to more than the clock. */
+                uint64_t weight = slot->periods * p->params.interval_ns;
+                uint64_t cut = t->first_short_ns < weight ? t->first_short_ns : weight - 1;
+                weight -= cut;
+                t->first_short_ns = 0;
                 t->periods += slot->periods;
-                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels,
-                                   slot->periods * p->params.interval_ns);
+                t->sampled_ns += weight;
+                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels, weight);
             }
             snapprof__capture_slot_release(pool, slot);
         }

@@ -39,6 +39,8 @@ typedef struct snapprof__target {
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
     uint64_t periods;                  /* trigger periods its delivered samples stand for */
+    uint64_t sampled_ns;               /* CPU time its delivered samples stand for */
+    uint64_t first_short_ns;           /* how much shorter than a period its first one is */
     uint64_t remainder_ns;             /* CPU time already delivered as its remainder */
     uint64_t watch_periods, watch_cpu; /* periods and CPU clock when last seen to progress */
 } snapprof__target_t;

@@ -1,6 +1,6 @@
 # Tests of the CPU-clock triggers (trigger/, stack_copier/stack_copier_slots.c).
 snapprof_add_test_cases(EXE trigger SOURCES test_trigger.c
-  CASES perf_forced timer_forced handshake_forced fallback_when_perf_refused sleepers_no_eintr
+  CASES perf_forced timer_forced timer_first_period handshake_forced fallback_when_perf_refused sleepers_no_eintr
         handshake_skips_sleeping blocked_signal
         churn_perf churn_timer fork_child full_slots deep_stack TIMEOUT 600)
 # Shares of CPU with more threads than cores: run alone, in the plain build.

@@ -67,6 +67,9 @@ struct snapprof__arm {
     int fd;        /* perf event */
     timer_t timer; /* POSIX timer */
     int has_timer;
+    /* The thread's CPU time until the first signal: one period, or less
+     * where the trigger spreads its first expiry (set by xStart). */
+    uint64_t first_period_ns;
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
     uint32_t next_free;

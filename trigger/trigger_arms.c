@@ -154,6 +154,7 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->has_timer = 0;
     a->pool = pool;
     a->target = target;
+    a->first_period_ns = period_ns;
     int rc = ops->xCreate(a, signo, period_ns);
     if (rc == 0 && a->fd >= FD_MAX) {
         ops->xDestroy(a);

@@ -39,6 +39,7 @@ static int timer_start(snapprof__arm_t *arm, uint64_t period_ns)
 {
     /* A first expiry somewhere in the first period (golang/go#35057). */
     uint64_t first = 1 + ((uint64_t)arm->target->tid * 2654435761u) % period_ns;
+    arm->first_period_ns = first; /* the first signal stands for this much */
     struct itimerspec its = {
         .it_interval = {(time_t)(period_ns / 1000000000u), (long)(period_ns % 1000000000u)},
         .it_value = {(time_t)(first / 1000000000u), (long)(first % 1000000000u)},
