@@ -40,7 +40,8 @@ static const field_t g_fields[] = {SNAPPROF__STATS_TABLE(FIELD)};
 SNAPPROF__STATS_TABLE(CHECK_KIND)
 #undef CHECK_KIND
 #define ADD_SIZE(kind, field) +SIZE_##kind
-_Static_assert(0 SNAPPROF__STATS_TABLE(ADD_SIZE) == sizeof(snapprof_stats_t),
+/* Rounded up to the struct's 8-byte alignment: an int may end it. */
+_Static_assert((0 SNAPPROF__STATS_TABLE(ADD_SIZE) + 7) / 8 * 8 == sizeof(snapprof_stats_t),
                "a field of snapprof_stats_t is missing from SNAPPROF__STATS_TABLE "
                "(profile_builder/stats_text.h)");
 #undef ADD_SIZE

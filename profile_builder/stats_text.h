@@ -74,7 +74,10 @@
     XX(U64, cpu_ns_total)                                                                          \
     XX(U64, cpu_ns_sampled)                                                                        \
     XX(U64, samples_dropped)                                                                       \
-    XX(U64, trigger_blocked)
+    XX(U64, trigger_blocked)                                                                       \
+    XX(U64, samples_blocked)                                                                       \
+    XX(U64, wall_copy_raced)                                                                       \
+    XX(INT, wall_proc_errno)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

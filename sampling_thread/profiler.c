@@ -136,6 +136,8 @@ static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
     snapprof_thread_release(t->thread);
     free(t->prev);
     free(t->prev_labels);
+    if (t->syscall_fd >= 0)
+        close(t->syscall_fd);
     free(t);
 }
 
@@ -164,6 +166,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         p->buffer = NULL;
     if (!p->frames || !p->labels || !p->buffer || pthread_cond_init(&p->done_cv, NULL) != 0) {
         free(p->frames);
+        free(p->frames_alt);
         free(p->labels);
         if (p->buffer)
             munmap(p->buffer, p->buffer_size);
@@ -205,6 +208,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         rc = -ENOMEM;
         goto out;
     }
+    t->syscall_fd = -1;
     p->targets[p->target_count++] = t;
     snapprof__thread_retain(thread);
     t->thread = thread;
@@ -554,6 +558,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);
     free(p->frames);
+    free(p->frames_alt);
     free(p->labels);
     free(p->app_frames);
     munmap(p->buffer, p->buffer_size);
@@ -646,11 +651,88 @@ static void fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
     p->stats.failed_total++;
 }
 
+/* What a wall-mode sample found its thread doing. /proc cannot tell a
+ * thread on a CPU from one waiting for a CPU, so "running" means running
+ * or runnable. */
+enum { WALL_STATE_NONE = 0, WALL_STATE_RUNNING, WALL_STATE_BLOCKED };
+
+/* The names of the x86-64 system calls threads wait in. */
+static const char *syscall_name(long nr)
+{
+    static const struct {
+        long nr;
+        const char *name;
+    } names[] = {
+        {0, "read"},
+        {1, "write"},
+        {7, "poll"},
+        {17, "pread64"},
+        {18, "pwrite64"},
+        {19, "readv"},
+        {20, "writev"},
+        {23, "select"},
+        {34, "pause"},
+        {35, "nanosleep"},
+        {42, "connect"},
+        {43, "accept"},
+        {44, "sendto"},
+        {45, "recvfrom"},
+        {46, "sendmsg"},
+        {47, "recvmsg"},
+        {61, "wait4"},
+        {69, "msgsnd"},
+        {70, "msgrcv"},
+        {72, "fcntl"},
+        {73, "flock"},
+        {74, "fsync"},
+        {75, "fdatasync"},
+        {128, "rt_sigtimedwait"},
+        {130, "rt_sigsuspend"},
+        {202, "futex"},
+        {206, "io_setup"},
+        {208, "io_getevents"},
+        {230, "clock_nanosleep"},
+        {232, "epoll_wait"},
+        {247, "waitid"},
+        {257, "openat"},
+        {270, "pselect6"},
+        {271, "ppoll"},
+        {281, "epoll_pwait"},
+        {288, "accept4"},
+        {299, "recvmmsg"},
+        {307, "sendmmsg"},
+        {426, "io_uring_enter"},
+        {441, "epoll_pwait2"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].nr == nr)
+            return names[i].name;
+    return NULL;
+}
+
+/* Appends t's state (and system call) labels to out; returns how many. */
+static size_t wall_state_labels(const snapprof__target_t *t, snapprof_label_t *out)
+{
+    out[0] = (snapprof_label_t){.key = "state",
+                                .str = t->wall_state == WALL_STATE_BLOCKED ? "blocked" : "running"};
+    if (t->wall_state != WALL_STATE_BLOCKED)
+        return 1;
+    const char *name = syscall_name(t->wall_syscall);
+    if (name)
+        out[1] = (snapprof_label_t){.key = "syscall", .str = name};
+    else
+        out[1] = (snapprof_label_t){.key = "syscall", .num = t->wall_syscall};
+    return 2;
+}
+
 static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
                     const snapprof_frame_t *frames, size_t count, unsigned flags,
                     uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels)
 {
     size_t label_count = labels ? snapprof__labels_decode(labels, p->label_views) : 0;
+    if (p->params.mode == SNAPPROF_MODE_WALL &&
+        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC && t->wall_state != WALL_STATE_NONE)
+        label_count += wall_state_labels(t, p->label_views + label_count);
     snapprof_sample_t s = {
         .labels = p->label_views,
         .label_count = label_count,
@@ -714,14 +796,113 @@ static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count
     t->prev_flags = flags;
 }
 
+/* Wall mode, blocked threads: whether the copy's word at a is a plausible frame record: a saved
+ * frame pointer that is 0 or points higher up the copy, then a return address in a loaded module's
+ * code. */
+static int frame_record_at(const snapprof_stack_copy_t *stack, uintptr_t a)
+{
+    if (a < stack->bottom || a + 16 > stack->top)
+        return 0;
+    uintptr_t saved, ra;
+    memcpy(&saved, (const void *)a, sizeof saved);
+    memcpy(&ra, (const void *)(a + 8), sizeof ra);
+    if (saved != 0 && (saved <= a || saved + 16 > stack->top || saved % 8 != 0))
+        return 0;
+    const snapprof_module_t *m = snapprof__module_find_at(ra, 0);
+    return m && m->kind == SNAPPROF_MODULE_NATIVE && m->is_loaded;
+}
+
+/* The address of the first frame record in the copy at or above from, or
+ * above the word that holds return_address when that is not 0: the frame
+ * pointer of the frame that return_address returns into, most likely. At
+ * most max_scan bytes are searched (0: up to the top). */
+static uintptr_t guess_fp(const snapprof_stack_copy_t *stack, uintptr_t from,
+                          uintptr_t return_address, size_t max_scan)
+{
+    from = (from + 7) & ~(uintptr_t)7;
+    uintptr_t end = stack->top - 16;
+    if (max_scan && from + max_scan < end)
+        end = from + max_scan;
+    uintptr_t a = from;
+    if (return_address != 0) {
+        /* The frame whose caller is return_address starts just above the
+         * word that holds it. */
+        for (; a + 8 <= stack->top; a += 8) {
+            uintptr_t w;
+            memcpy(&w, (const void *)a, sizeof w);
+            if (w == return_address)
+                break;
+        }
+        if (a + 8 > stack->top)
+            return 0;
+        a += 8;
+    }
+    for (; a <= end; a += 8)
+        if (frame_record_at(stack, a))
+            return a;
+    return 0;
+}
+
+/* Whether walk a (n_a frames) is better than walk b: it reached the
+ * outermost frame and b did not, or it found more frames. */
+static int walk_better(size_t n_a, const snapprof__unwind_outcome_t *a, size_t n_b,
+                       const snapprof__unwind_outcome_t *b)
+{
+    if (a->completed != b->completed)
+        return a->completed;
+    return n_a > n_b;
+}
+
+/* A blocked thread's copy comes with pc and sp only: the kernel does not
+ * say what rbp held, and code with frame records finds its CFA from rbp.
+ * p->frames holds the walk made without it (count frames). Where a frame
+ * record lies above the frame that walk stopped at, rbp most likely held
+ * its address (the first frame record above a frame is its own, as
+ * Breakpad's stack scan assumes): unwind again from there, trying up to
+ * three such records, and keep the best walk. Returns its frame count. */
+static size_t unwind_guessing_fp(snapprof_profiler_t *p, snapprof_regs_t *regs,
+                                 const snapprof_stack_copy_t *stack, size_t count,
+                                 snapprof__unwind_outcome_t *outcome)
+{
+    size_t last = count;
+    if (last > 0 && p->frames[last - 1].kind == SNAPPROF_FRAME_MARKER)
+        last--;
+    if (last == 0)
+        return count;
+    if (!p->frames_alt && !(p->frames_alt = calloc(p->params.max_frames, sizeof *p->frames_alt)))
+        return count;
+    uintptr_t ra = last > 1 ? p->frames[last - 1].pc + 1 : 0;
+    uintptr_t from = regs->r[SNAPPROF_REG_SP];
+    for (int attempt = 0; attempt < 3; attempt++) {
+        uintptr_t fp = guess_fp(stack, from, attempt == 0 ? ra : 0, 64u << 10);
+        if (fp == 0)
+            break;
+        regs->r[SNAPPROF_REG_FP] = fp;
+        snapprof__unwind_outcome_t o;
+        size_t n = snapprof__unwind_chain(p->unwinders, p->unwinder_count, regs, stack,
+                                          p->frames_alt, p->params.max_frames, &o);
+        if (walk_better(n, &o, count, outcome)) {
+            memcpy(p->frames, p->frames_alt, n * sizeof *p->frames);
+            count = n;
+            *outcome = o;
+        }
+        if (outcome->completed)
+            break;
+        from = fp + 16;
+    }
+    return count;
+}
+
 /* Unwinds a stack copy that buffer holds (the target has resumed) and
  * delivers it with cpu_ns as its weight. Lock held. */
 static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                const snapprof__copy_result_t *res, uint8_t *buffer,
-                               snapprof__label_capture_t *labels, uint64_t cpu_ns)
+                               snapprof__label_capture_t *labels, uint64_t cpu_ns, int without_fp)
 {
-    p->stats.samples_signalled++;
-    snapprof__hist_add(&p->pause, res->pause_ns);
+    if (!without_fp) { /* a signal stopped the thread */
+        p->stats.samples_signalled++;
+        snapprof__hist_add(&p->pause, res->pause_ns);
+    }
     p->stats.copy_bytes_total += res->copy_size;
     if (res->copy_size > p->stats.copy_bytes_max)
         p->stats.copy_bytes_max = res->copy_size;
@@ -738,6 +919,8 @@ static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
     snapprof__unwind_outcome_t outcome;
     size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
                                           p->params.max_frames, &outcome);
+    if (without_fp)
+        count = unwind_guessing_fp(p, &regs, &stack, count, &outcome);
     snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
     if (outcome.completed)
         p->stats.unwind_complete++;
@@ -837,7 +1020,7 @@ static void drain(snapprof_profiler_t *p)
                 t->first_short_ns = 0;
                 t->periods += slot->periods;
                 t->sampled_ns += weight;
-                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels, weight);
+                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels, weight, 0);
             }
             snapprof__capture_slot_release(pool, slot);
         }
@@ -868,6 +1051,85 @@ static int thread_running(pid_t tid)
     return !paren || paren[1] != ' ' || paren[2] == 'R';
 }
 
+/* Wall mode: t's previous stack again, for a tick it spent where it was. */
+static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+{
+    if (t->prev_count == 0)
+        return;
+    deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0,
+            t->prev_labels);
+    p->stats.samples_reused++;
+}
+
+/* Wall mode, SNAPPROF_WALL_BLOCKED_PROC: samples t without a signal if it
+ * is blocked in a system call. Returns 1 when t is dealt with (sampled, or
+ * a counted failure), 0 when it runs and the caller should signal it.
+ * Lock held. */
+static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+{
+    struct snapprof_thread *th = t->thread;
+    uint64_t cpu0, cpu1;
+    snapprof__blocked_t b, again;
+    int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
+                                      : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
+    if (rc == 0)
+        return 0;
+    if (rc == -ESRCH) {
+        fail(p, SNAPPROF_FAIL_THREAD_EXITED);
+        t->dead = 1;
+        return 1;
+    }
+    if (rc < 0) {
+        /* /proc cannot say (not mounted, or refused): said once in the
+         * stats. A sleeping thread keeps its last stack rather than be
+         * woken by a signal; a running one is signalled. */
+        p->stats.wall_proc_errno = -rc;
+        if (thread_running(th->tid))
+            return 0;
+        deliver_previous(p, t, now);
+        return 1;
+    }
+    /* Its CPU clock from before the copy: if it moves, the thread ran and
+     * its stack may have changed under the copy. */
+    if (snapprof__thread_cpu_ns(th->tid, &cpu0) != 0) {
+        fail(p, SNAPPROF_FAIL_THREAD_EXITED);
+        t->dead = 1;
+        return 1;
+    }
+    rc = snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &again);
+    if (rc != 1 || again.nr != b.nr || again.sp != b.sp || again.pc != b.pc)
+        return 0; /* it woke between the two reads */
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    if (snapprof__proc_copy_blocked(th, &b, p->buffer, p->buffer_size, &res, &reason) != 0) {
+        fail(p, reason);
+        if (reason == SNAPPROF_FAIL_THREAD_EXITED && snapprof__thread_cpu_ns(th->tid, &cpu1) != 0)
+            t->dead = 1;
+        return 1;
+    }
+    if (snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0 ||
+        snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &again) != 1 || again.nr != b.nr ||
+        again.sp != b.sp || again.pc != b.pc) {
+        /* It ran while its stack was read: the copy may be torn. */
+        p->stats.wall_copy_raced++;
+        return 0;
+    }
+    t->wall_state = WALL_STATE_BLOCKED;
+    t->wall_syscall = b.nr;
+    /* Its labels: the process's (a thread's own labels live where only its
+     * handler can read them safely). */
+    snapprof__labels_capture(p->labels);
+    uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
+    res.cpu_ns = cpu0;
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu0 >= since ? cpu0 - since : 0, 1);
+    p->stats.samples_blocked++;
+    t->cpu_at_sample = cpu0;
+    t->cpu_after = cpu0;
+    t->cpu_last = cpu0;
+    t->sampled = 1;
+    return 1;
+}
+
 /* The handshake: signals t, waits for its copy, unwinds and delivers it.
  * Lock held. */
 static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
@@ -891,12 +1153,22 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
          * do not disturb it. */
         if (p->params.mode == SNAPPROF_MODE_CPU) {
             p->stats.samples_skipped_idle++;
-        } else if (t->prev_count > 0) {
-            deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0,
-                    t->prev_labels);
-            p->stats.samples_reused++;
+        } else {
+            deliver_previous(p, t, now);
         }
         return;
+    }
+    if (p->params.mode == SNAPPROF_MODE_WALL &&
+        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC) {
+        /* Blocked threads are copied without a signal (which would end
+         * their wait early); only a running one is signalled. */
+        if (sample_blocked(p, t, now))
+            return;
+        if (!thread_running(th->tid)) { /* it went back to sleep meanwhile */
+            deliver_previous(p, t, now);
+            return;
+        }
+        t->wall_state = WALL_STATE_RUNNING;
     }
     if (t->backoff_left > 0) {
         t->backoff_left--;
@@ -938,7 +1210,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof__hist_add(&p->roundtrip, res.roundtrip_ns);
     uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
     uint64_t cpu_ns = res.cpu_ns >= since ? res.cpu_ns - since : 0;
-    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns);
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 0);
     t->cpu_at_sample = res.cpu_ns;
     t->sampled = 1;
     /* Read after the target resumed: our handler's own CPU time must not

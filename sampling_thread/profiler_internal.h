@@ -43,6 +43,12 @@ typedef struct snapprof__target {
     uint64_t first_short_ns;           /* how much shorter than a period its first one is */
     uint64_t remainder_ns;             /* CPU time already delivered as its remainder */
     uint64_t watch_periods, watch_cpu; /* periods and CPU clock when last seen to progress */
+    /* Wall mode without signals to blocked threads: its
+     * /proc/self/task/TID/syscall (-1 until opened), and what its latest
+     * sample found it doing (a WALL_STATE_* and the system call). */
+    int syscall_fd;
+    int wall_state;
+    long wall_syscall;
 } snapprof__target_t;
 
 struct snapprof_profiler {
@@ -70,12 +76,13 @@ struct snapprof_profiler {
 
     uint8_t *buffer; /* stack copies, mmap'd */
     size_t buffer_size;
-    snapprof_frame_t *frames; /* params.max_frames */
+    snapprof_frame_t *frames;     /* params.max_frames */
+    snapprof_frame_t *frames_alt; /* as many, for a second walk (wall mode) */
 
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */
     snapprof__label_capture_t *labels;
-    snapprof_label_t label_views[SNAPPROF__LABELS_MAX];
+    snapprof_label_t label_views[SNAPPROF__LABELS_MAX + 2]; /* + state and syscall */
     /* App frames that ended while running, drained from the process-wide
      * log on every tick; given to the builders at completion. */
     uint64_t app_cursor;

@@ -72,6 +72,37 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
 void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
                                    snapprof_regs_t *regs, snapprof_stack_copy_t *stack);
 
+/* A thread blocked in a system call, as /proc/self/task/TID/syscall says
+ * (stack_copier_proc.c). */
+typedef struct snapprof__blocked {
+    long nr;          /* the system call's number */
+    uintptr_t sp, pc; /* its user stack pointer and program counter */
+} snapprof__blocked_t;
+
+/* Reads where thread tid is through *fd, its /proc/self/task/TID/syscall
+ * (opened O_CLOEXEC on first use when *fd < 0; the caller closes it).
+ * Returns 1 when it is blocked in a system call (*out filled), 0 when it
+ * is running or in the kernel for another reason, -ESRCH when it is gone,
+ * or another negative errno when the file cannot be read. Sampling side. */
+int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out);
+
+/* Copies the stack of thread th, blocked as b says, from b->sp up to its
+ * base (at most size bytes: more is truncated) into buffer, with
+ * process_vm_readv: memory that went away fails the read, never faults.
+ * Fills res as a handshake would, with only pc and sp among the registers
+ * (the kernel tells no others). Returns 0, or -1 with *reason. The caller
+ * checks afterwards that the thread did not run meanwhile. Sampling side. */
+int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof__blocked_t *b,
+                                uint8_t *buffer, size_t size, snapprof__copy_result_t *res,
+                                snapprof_fail_reason_t *reason);
+
+/* Test seams: make snapprof__proc_blocked_read fail with err (0: no
+ * failure); run fn(tid, user_data) after each copy, before the caller's
+ * check (fn NULL: none). */
+typedef void (*snapprof__proc_hook_fn)(pid_t tid, void *user_data);
+void snapprof__proc_fail_for_test(int err);
+void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data);
+
 /* Reads a thread's CPU clock (no signal needed). Returns 0 or a negative
  * errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);

@@ -227,6 +227,13 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
     memcpy(t->frames, s->frames, n * sizeof *s->frames);
     if (s->frame_count > 0)
         t->outermost = s->frames[s->frame_count - 1];
+    for (size_t i = 0; i < s->label_count; i++) {
+        const snapprof_label_t *l = &s->labels[i];
+        if (strcmp(l->key, "state") == 0 && l->str)
+            snprintf(t->state, sizeof t->state, "%s", l->str);
+        else if (strcmp(l->key, "syscall") == 0 && l->str)
+            snprintf(t->syscall, sizeof t->syscall, "%s", l->str);
+    }
     return 0;
 }
 

@@ -73,6 +73,7 @@ typedef struct tu_sample {
     uint64_t cpu_ns, wall_ns, timestamp_ns;
     snapprof_frame_t frames[TU_MAX_FRAMES]; /* leaf first */
     snapprof_frame_t outermost;
+    char state[16], syscall[24]; /* its "state" and "syscall" labels, "" if none */
 } tu_sample_t;
 
 typedef struct tu_collector {

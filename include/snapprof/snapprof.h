@@ -147,6 +147,15 @@ typedef enum {
     SNAPPROF_MODE_WALL = 1 /* sample every thread every tick, idle ones too */
 } snapprof_mode_t;
 
+/* Wall mode: how the stack of a thread blocked in a system call is taken.
+ * A signal ends nanosleep, poll, epoll_wait and many other waits early
+ * (EINTR), even under SA_RESTART; /proc/self/task/TID/syscall tells where
+ * a blocked thread waits without disturbing it. */
+typedef enum {
+    SNAPPROF_WALL_BLOCKED_SIGNAL = 0, /* the handshake signals it */
+    SNAPPROF_WALL_BLOCKED_PROC = 1    /* no signal: /proc and process_vm_readv */
+} snapprof_wall_blocked_t;
+
 /* A key/value attached to a sample: a string or a number, never both. */
 typedef struct snapprof_label {
     const char *key;
@@ -281,6 +290,15 @@ typedef struct snapprof_stats {
      * block the signal: their trigger fired once, and the signal stayed
      * pending. */
     uint64_t trigger_blocked;
+    /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: samples of blocked threads
+     * copied without a signal; copies thrown away because the thread ran
+     * while its stack was read (it was then signalled if running); the
+     * errno that kept /proc/self/task/TID/syscall from being read (0: it
+     * could be; else blocked threads keep their last stack, and only
+     * running threads are signalled). */
+    uint64_t samples_blocked;
+    uint64_t wall_copy_raced;
+    int wall_proc_errno;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -509,6 +527,12 @@ typedef struct snapprof_params {
      * any number of threads; past it a deep thread's copy is truncated
      * (counted). Default 64 MiB. */
     size_t capture_memory_max;
+    /* Wall mode: how blocked threads are sampled. Default
+     * SNAPPROF_WALL_BLOCKED_SIGNAL (the handshake, as before); with
+     * SNAPPROF_WALL_BLOCKED_PROC a blocked thread is never signalled, and
+     * every wall-mode sample carries state=running|blocked (and a blocked
+     * one syscall=NAME) as labels. */
+    snapprof_wall_blocked_t wall_blocked;
 } snapprof_params_t;
 
 /* Fills params with the defaults. */

@@ -1,0 +1,372 @@
+/* Tests of wall mode without signals to blocked threads
+ * (SNAPPROF_WALL_BLOCKED_PROC): threads asleep in nanosleep, a pipe read
+ * and pthread_cond_timedwait beside a busy one are sampled every tick, with
+ * their callers, and never woken early; a thread that blocks every signal
+ * is sampled too; a thread that wakes while its stack is read is not
+ * recorded with a torn stack; where /proc refuses, sleepers are still left
+ * alone. */
+#include "test.h"
+#include "test_util.h"
+
+#include "stack_copier/stack_copier.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum { NANOSLEEP, PIPE_READ, COND_WAIT, BUSY, KIND_COUNT } kind_t;
+
+static const char *const g_fn[KIND_COUNT] = {"sleeper_nanosleep", "sleeper_read", "sleeper_cond",
+                                             "busy_loop"};
+static const char *const g_syscall[KIND_COUNT] = {"clock_nanosleep", "read", "futex", ""};
+
+typedef struct sleeper {
+    kind_t kind;
+    int block_all_signals;
+    pthread_t th;
+    pid_t tid;
+    snapprof_thread_t *token;
+    atomic_int ready, stop;
+    atomic_int early;   /* waits that ended before their time */
+    atomic_int wakeups; /* bytes read (pipe) */
+    int pipe_fd[2];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} sleeper_t;
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((noinline)) static void sleeper_nanosleep(sleeper_t *s)
+{
+    while (!atomic_load(&s->stop)) {
+        struct timespec ts = {0, 50000000};
+        if (nanosleep(&ts, NULL) != 0 && errno == EINTR)
+            atomic_fetch_add(&s->early, 1);
+    }
+}
+
+__attribute__((noinline)) static void sleeper_read(sleeper_t *s)
+{
+    while (!atomic_load(&s->stop)) {
+        char c;
+        ssize_t n = read(s->pipe_fd[0], &c, 1);
+        if (n < 0 && errno == EINTR)
+            atomic_fetch_add(&s->early, 1);
+        else if (n == 1)
+            atomic_fetch_add(&s->wakeups, 1);
+    }
+}
+
+__attribute__((noinline)) static void sleeper_cond(sleeper_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (!atomic_load(&s->stop)) {
+        uint64_t deadline = realtime_ns() + 50000000u;
+        struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
+        int rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        /* Nobody signals the condition: a return before the deadline is a
+         * wait ended early. */
+        if (rc == 0 && realtime_ns() < deadline && !atomic_load(&s->stop))
+            atomic_fetch_add(&s->early, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+__attribute__((noinline)) static void busy_loop(sleeper_t *s)
+{
+    while (!atomic_load(&s->stop))
+        tu_burn_cpu_ns(1000000u);
+}
+
+static void *sleeper_main(void *arg)
+{
+    sleeper_t *s = arg;
+    if (s->block_all_signals) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, NULL);
+    }
+    s->tid = (pid_t)syscall(SYS_gettid);
+    ASSERT_OK(snapprof_thread_register(&s->token));
+    atomic_store(&s->ready, 1);
+    switch (s->kind) {
+    case NANOSLEEP:
+        sleeper_nanosleep(s);
+        break;
+    case PIPE_READ:
+        sleeper_read(s);
+        break;
+    case COND_WAIT:
+        sleeper_cond(s);
+        break;
+    default:
+        busy_loop(s);
+        break;
+    }
+    return NULL;
+}
+
+static void start(sleeper_t *s, kind_t kind)
+{
+    s->kind = kind;
+    ASSERT_EQ(pipe(s->pipe_fd), 0);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    ASSERT_EQ(pthread_create(&s->th, NULL, sleeper_main, s), 0);
+    while (!atomic_load(&s->ready))
+        usleep(1000);
+}
+
+static void stop(sleeper_t *s)
+{
+    atomic_store(&s->stop, 1);
+    ASSERT_EQ(write(s->pipe_fd[1], "x", 1), 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    snapprof_thread_release(s->token);
+    close(s->pipe_fd[0]);
+    close(s->pipe_fd[1]);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+}
+
+static snapprof_profiler_t *make(sleeper_t *s, int n, uint64_t interval, tu_collector_t *c)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = interval;
+    params.mode = SNAPPROF_MODE_WALL;
+    params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    for (int i = 0; i < n; i++)
+        ASSERT_OK(snapprof_profiler_add_thread(p, s[i].token));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
+    return p;
+}
+
+static void wait_ticks(snapprof_profiler_t *p, uint64_t n)
+{
+    snapprof_stats_t st;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.ticks < n);
+}
+
+/* Whether sample smp has a frame in function fn. */
+static int has_fn(const tu_sample_t *smp, const char *fn)
+{
+    for (size_t f = 0; f < smp->frame_count && f < TU_MAX_FRAMES; f++)
+        if (strcmp(tu_frame_name(&smp->frames[f]), fn) == 0)
+            return 1;
+    return 0;
+}
+
+/* Checks thread s's samples: how many, and that those taken while blocked
+ * carry its wait's caller, up to the thread's entry, and its system call.
+ * Returns its sample count. */
+static size_t check_thread(const tu_collector_t *c, const sleeper_t *s, size_t *blocked_out)
+{
+    size_t n = 0, blocked = 0, with_caller = 0, running = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        const tu_sample_t *smp = &c->samples[i];
+        if (smp->tid != s->tid)
+            continue;
+        n++;
+        if (strcmp(smp->state, "blocked") == 0) {
+            if (blocked++ == 0) { /* one stack, for the log */
+                printf("  %s:", g_fn[s->kind]);
+                for (size_t f = 0; f < smp->frame_count && f < TU_MAX_FRAMES; f++)
+                    printf(" %s", tu_frame_name(&smp->frames[f]));
+                printf("\n");
+            }
+            /* Up to the thread's entry: the frames between the wait and
+             * it need the frame pointer the kernel does not report. */
+            with_caller += has_fn(smp, g_fn[s->kind]) && has_fn(smp, "sleeper_main");
+            ASSERT_STR_EQ(smp->syscall, g_syscall[s->kind]);
+        } else {
+            ASSERT_STR_EQ(smp->state, "running");
+            running++;
+        }
+    }
+    printf("%-18s %zu samples: %zu blocked (%zu with the caller), %zu running; %d early, %d "
+           "woken\n",
+           g_fn[s->kind], n, blocked, with_caller, running, atomic_load(&s->early),
+           atomic_load(&s->wakeups));
+    /* Whole stacks: the wait with its caller, in at least 99 % of them. */
+    ASSERT_GE(with_caller * 100, blocked * 99);
+    if (blocked_out)
+        *blocked_out = blocked;
+    return n;
+}
+
+/* Three kinds of sleeper beside a busy thread, 1 kHz wall mode: every tick
+ * samples every thread, none wakes early, the sleepers' stacks are whole
+ * and labelled, and every sample carries cpu and wall. */
+static void test_sleepers(void)
+{
+    sleeper_t s[KIND_COUNT];
+    memset(s, 0, sizeof s);
+    for (int k = 0; k < KIND_COUNT; k++)
+        start(&s[k], (kind_t)k);
+    usleep(20000);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(s, KIND_COUNT, 1000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 400);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    const snapprof_stats_t *st = &c.stats;
+    printf("ticks %llu samples %llu blocked %llu signalled %llu reused %llu raced %llu\n",
+           (unsigned long long)st->ticks, (unsigned long long)st->samples,
+           (unsigned long long)st->samples_blocked, (unsigned long long)st->samples_signalled,
+           (unsigned long long)st->samples_reused, (unsigned long long)st->wall_copy_raced);
+    ASSERT_EQ(st->wall_proc_errno, 0);
+    for (int k = 0; k < KIND_COUNT; k++) {
+        size_t blocked = 0;
+        size_t n = check_thread(&c, &s[k], &blocked);
+        /* Every tick samples it (a late sampler skips ticks, counted). */
+        ASSERT_GE(n + 2, st->ticks - st->ticks_missed);
+        if (k != BUSY) {
+            ASSERT_EQ(atomic_load(&s[k].early), 0);
+            ASSERT_GE(blocked * 10, n * 9);
+        }
+    }
+    ASSERT_GE(st->samples_blocked, 3);
+    uint64_t cpu = 0, wall = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        cpu += c.samples[i].cpu_ns;
+        wall += c.samples[i].wall_ns;
+    }
+    printf("cpu %.3f s, wall %.3f s in the samples\n", cpu / 1e9, wall / 1e9);
+    ASSERT_UEQ(wall, c.stats.samples * 1000000u);
+    ASSERT_GT(cpu, 0);
+    snapprof_profiler_destroy(p);
+    for (int k = 0; k < KIND_COUNT; k++)
+        stop(&s[k]);
+    tu_collector_free(&c);
+}
+
+/* A thread that blocks every signal cannot answer the handshake; asleep,
+ * it needs none. */
+static void test_blocks_all_signals(void)
+{
+    sleeper_t s;
+    memset(&s, 0, sizeof s);
+    s.block_all_signals = 1;
+    start(&s, NANOSLEEP);
+    usleep(20000);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&s, 1, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    size_t blocked = 0;
+    size_t n = check_thread(&c, &s, &blocked);
+    ASSERT_GE(n + 2, c.stats.ticks - c.stats.ticks_missed);
+    ASSERT_GE(blocked + 2, n);
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], 0);
+    snapprof_profiler_destroy(p);
+    stop(&s);
+    tu_collector_free(&c);
+}
+
+/* The race, forced: right after a copy of the reader's stack, a byte wakes
+ * it, and the copy is read back only after the thread ran. The copy must be
+ * thrown away (counted), never recorded as a stack. */
+static _Atomic pid_t g_race_tid;
+static _Atomic int g_races_left;
+static sleeper_t *g_race_sleeper;
+
+static void race_hook(pid_t tid, void *user_data)
+{
+    (void)user_data;
+    if (tid != atomic_load(&g_race_tid) || atomic_load(&g_races_left) <= 0)
+        return;
+    atomic_fetch_sub(&g_races_left, 1);
+    int before = atomic_load(&g_race_sleeper->wakeups);
+    ASSERT_EQ(write(g_race_sleeper->pipe_fd[1], "r", 1), 1);
+    uint64_t t0 = tu_mono_ns();
+    while (atomic_load(&g_race_sleeper->wakeups) == before && tu_mono_ns() - t0 < 2000000000u)
+        usleep(100);
+}
+
+static void test_woken_during_copy(void)
+{
+    sleeper_t s;
+    memset(&s, 0, sizeof s);
+    start(&s, PIPE_READ);
+    usleep(20000);
+    g_race_sleeper = &s;
+    atomic_store(&g_race_tid, s.tid);
+    atomic_store(&g_races_left, 5);
+    snapprof__proc_set_hook_for_test(race_hook, NULL);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&s, 1, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof__proc_set_hook_for_test(NULL, NULL);
+    printf("raced %llu, woken %d\n", (unsigned long long)c.stats.wall_copy_raced,
+           atomic_load(&s.wakeups));
+    ASSERT_EQ(atomic_load(&g_races_left), 0);
+    ASSERT_GE(c.stats.wall_copy_raced, 5);
+    /* Every stack recorded is whole: none of the thrown-away copies. */
+    check_thread(&c, &s, NULL);
+    snapprof_profiler_destroy(p);
+    stop(&s);
+    tu_collector_free(&c);
+}
+
+/* /proc refused (the seam stands in for a hardened /proc): said once in
+ * the stats; sleepers are still not signalled, the busy thread is. */
+static void test_proc_refused(void)
+{
+    sleeper_t s[2];
+    memset(s, 0, sizeof s);
+    start(&s[0], NANOSLEEP);
+    start(&s[1], BUSY);
+    usleep(20000);
+    snapprof__proc_fail_for_test(EACCES);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof__proc_fail_for_test(0);
+    printf("errno %d, signalled %llu, early %d\n", c.stats.wall_proc_errno,
+           (unsigned long long)c.stats.samples_signalled, atomic_load(&s[0].early));
+    ASSERT_EQ(c.stats.wall_proc_errno, EACCES);
+    ASSERT_EQ(c.stats.samples_blocked, 0);
+    ASSERT_EQ(atomic_load(&s[0].early), 0);
+    ASSERT_GE(tu_collector_count_tid(&c, s[1].tid), 10);
+    snapprof_profiler_destroy(p);
+    stop(&s[0]);
+    stop(&s[1]);
+    tu_collector_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"sleepers", test_sleepers},
+        {"blocks_all_signals", test_blocks_all_signals},
+        {"woken_during_copy", test_woken_during_copy},
+        {"proc_refused", test_proc_refused},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
