@@ -46,6 +46,9 @@ const char snapprof__record_usage[] =
     "                       prof.pb.gz and prof.folded)\n"
     "      --cpu            sample threads while they use CPU (default)\n"
     "      --wall           sample every thread every tick, waiting ones too\n"
+    "      --wall-blocked H how --wall samples a thread blocked in a system call:\n"
+    "                       signal (the handshake; default; a signal can end its\n"
+    "                       wait early) or proc (no signal: read through /proc)\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
     "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
@@ -90,6 +93,7 @@ typedef struct options {
     const char *signal;   /* as given, checked */
     const char *fork_mode;
     const char *trigger;
+    const char *wall_blocked;
     int quiet;
     char **cmd;
 } options_t;
@@ -178,6 +182,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->trigger = option_value(argc, argv, &i, NULL, "--trigger");
             if (snapprof__parse_trigger(o->trigger, &trigger, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --trigger: %s", why);
+        } else if (matches(a, NULL, "--wall-blocked")) {
+            int how;
+            o->wall_blocked = option_value(argc, argv, &i, NULL, "--wall-blocked");
+            if (snapprof__parse_wall_blocked(o->wall_blocked, &how, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --wall-blocked: %s", why);
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else {
@@ -433,6 +442,11 @@ static void print_process(const proc_summary_t *s, int several)
         fprintf(stderr, "snapprof: %s  trigger %s was refused (%s); threads fell back\n", in,
                 snapprof_trigger_name(st->trigger_fallback_from),
                 strerror(st->trigger_fallback_errno));
+    if (st->wall_proc_errno != 0)
+        fprintf(stderr,
+                "snapprof: %s  /proc/self/task/TID/syscall could not be read (%s); blocked "
+                "threads kept their last stack, unsignalled\n",
+                in, strerror(st->wall_proc_errno));
     const char *stopped = get(s, "stopped");
     if (!strcmp(stopped, "duration"))
         fprintf(stderr, "snapprof: %s  sampling stopped after --duration; the program ran on\n",
@@ -685,6 +699,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_TRIGGER, o->trigger);
     else
         unsetenv(SNAPPROF_ENV_TRIGGER);
+    if (o->wall_blocked)
+        set_env(SNAPPROF_ENV_WALL_BLOCKED, o->wall_blocked);
+    else
+        unsetenv(SNAPPROF_ENV_WALL_BLOCKED);
     if (summary_dir[0])
         set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
     else

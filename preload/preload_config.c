@@ -91,6 +91,20 @@ int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_s
     return -1;
 }
 
+int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_size)
+{
+    /* In the order of snapprof_wall_blocked_t. */
+    static const char *const names[] = {"signal", "proc"};
+    for (int i = 0; i < 2; i++) {
+        if (s && strcasecmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    WHY("'%s' is not a way to sample blocked threads (signal or proc)", s ? s : "");
+    return -1;
+}
+
 static const struct {
     const char *name;
     int signo;

@@ -13,15 +13,16 @@
  * gperftools names, which are honoured so that existing scripts work. */
 #define SNAPPROF_ENV_OUTPUT                                                                        \
     "SNAPPROF_OUTPUT" /* profile paths, comma-separated; enables profiling */
-#define SNAPPROF_ENV_FORMAT "SNAPPROF_FORMAT"           /* pprof | folded | trace, one per output */
-#define SNAPPROF_ENV_FREQUENCY "SNAPPROF_FREQUENCY"     /* samples per second per thread */
-#define SNAPPROF_ENV_MODE "SNAPPROF_MODE"               /* cpu | wall */
-#define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"           /* e.g. SIGURG, RTMIN+4, 23 */
-#define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"       /* seconds of sampling, then stop */
-#define SNAPPROF_ENV_FORK "SNAPPROF_FORK"               /* follow | stop */
-#define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"         /* auto | perf | timer | handshake */
-#define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR" /* set by `snapprof record` */
-#define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"       /* the first profiled process */
+#define SNAPPROF_ENV_FORMAT "SNAPPROF_FORMAT"       /* pprof | folded | trace, one per output */
+#define SNAPPROF_ENV_FREQUENCY "SNAPPROF_FREQUENCY" /* samples per second per thread */
+#define SNAPPROF_ENV_MODE "SNAPPROF_MODE"           /* cpu | wall */
+#define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"       /* e.g. SIGURG, RTMIN+4, 23 */
+#define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"   /* seconds of sampling, then stop */
+#define SNAPPROF_ENV_FORK "SNAPPROF_FORK"           /* follow | stop */
+#define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"     /* auto | perf | timer | handshake */
+#define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
+#define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR"   /* set by `snapprof record` */
+#define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"         /* the first profiled process */
 #define SNAPPROF_ENV_CPUPROFILE "CPUPROFILE"
 #define SNAPPROF_ENV_CPUPROFILE_FREQUENCY "CPUPROFILE_FREQUENCY"
 #define SNAPPROF_ENV_CPUPROFILE_REALTIME "CPUPROFILE_REALTIME"
@@ -59,8 +60,9 @@ typedef struct snapprof__preload_config {
     int signo;           /* sampling signal */
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
-    int follow_fork; /* children of fork() and what they exec are profiled */
-    int trigger;     /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
+    int follow_fork;  /* children of fork() and what they exec are profiled */
+    int trigger;      /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
+    int wall_blocked; /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];
 } snapprof__preload_config_t;
 
@@ -71,6 +73,8 @@ int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);
 /* "auto", "perf", "timer" or "handshake", as snapprof_trigger_t's values. */
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
+/* "signal" or "proc", as snapprof_wall_blocked_t's values. */
+int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_size);
 /* What CPU mode uses unless told otherwise (the handshake, until the
  * CPU-clock triggers are the proven default). */
 #define SNAPPROF_TRIGGER_DEFAULT 3

@@ -694,6 +694,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     params.mode = c.wall ? SNAPPROF_MODE_WALL : SNAPPROF_MODE_CPU;
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
+    params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
@@ -1152,6 +1153,13 @@ static int config_from_env(snapprof__preload_config_t *cfg)
         snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
         snapprof__preload_warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
         cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+    }
+    cfg->wall_blocked = 0;
+    if ((v = getenv(SNAPPROF_ENV_WALL_BLOCKED)) &&
+        snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
+        snapprof__preload_warn("ignoring %s: %s; signalling blocked threads",
+                               SNAPPROF_ENV_WALL_BLOCKED, why);
+        cfg->wall_blocked = 0;
     }
     if ((v = getenv(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);

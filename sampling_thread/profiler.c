@@ -740,7 +740,10 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
         .frame_count = count,
         .timestamp_ns = timestamp,
         .cpu_ns = cpu_ns,
-        .wall_ns = flags & SNAPPROF_SAMPLE_REMAINDER ? 0 : p->params.interval_ns,
+        .wall_ns = flags & SNAPPROF_SAMPLE_REMAINDER ? 0
+                   : p->params.mode == SNAPPROF_MODE_WALL
+                       ? (1 + p->wall_ticks_owed) * p->params.interval_ns
+                       : p->params.interval_ns,
         .tid = t->thread->tid,
         .thread_name = t->thread->name,
         .flags = flags,
@@ -1148,7 +1151,13 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         t->dead = 1;
         return;
     }
-    if (t->sampled && cpu_now - t->cpu_after < p->params.idle_threshold_ns) {
+    int proc_mode = p->params.mode == SNAPPROF_MODE_WALL &&
+                    p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC;
+    /* Found running last time: it may have gone to sleep since, even
+     * before its CPU clock was read after the handshake, and /proc says so
+     * without a signal. */
+    int look_again = proc_mode && t->wall_state == WALL_STATE_RUNNING;
+    if (t->sampled && cpu_now - t->cpu_after < p->params.idle_threshold_ns && !look_again) {
         /* It has not run since its last sample, so its stack is the same:
          * do not disturb it. */
         if (p->params.mode == SNAPPROF_MODE_CPU) {
@@ -1158,8 +1167,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         }
         return;
     }
-    if (p->params.mode == SNAPPROF_MODE_WALL &&
-        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC) {
+    if (proc_mode) {
         /* Blocked threads are copied without a signal (which would end
          * their wait early); only a running one is signalled. */
         if (sample_blocked(p, t, now))
@@ -1172,6 +1180,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     if (t->backoff_left > 0) {
         t->backoff_left--;
+        if (p->params.mode == SNAPPROF_MODE_WALL)
+            deliver_previous(p, t, now); /* its wall time still passes */
         return;
     }
     if (p->params.mode == SNAPPROF_MODE_CPU && !thread_running(th->tid)) {
@@ -1204,6 +1214,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
             t->backoff = t->backoff ? (t->backoff < 64 ? t->backoff * 2 : 64) : 1;
             t->backoff_left = t->backoff;
         }
+        if (p->params.mode == SNAPPROF_MODE_WALL && !t->dead)
+            deliver_previous(p, t, now); /* its wall time still passes */
         return;
     }
     t->backoff = 0;
@@ -1302,6 +1314,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             else
                 sample_target(p, t, now);
         }
+        p->wall_ticks_owed = 0;
         p->ticks_done++;
         uint64_t after = snapprof__mono_ns();
         p->next_tick += p->params.interval_ns;
@@ -1315,6 +1328,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 p->stats.ticks_missed += missed;
             else
                 p->ticks_done += missed;
+            p->wall_ticks_owed = missed;
         }
     }
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);

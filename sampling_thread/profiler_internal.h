@@ -64,6 +64,10 @@ struct snapprof_profiler {
     int result; /* of completion */
     uint64_t start_mono, start_real, end_mono;
     uint64_t next_tick, deadline, ticks_done;
+    /* Wall mode: ticks the sampler missed since the last one it ran; that
+     * one's samples carry their wall time, so each thread's wall total
+     * stays its elapsed time on a machine too busy for every tick. */
+    uint64_t wall_ticks_owed;
     /* CPU-clock triggers: the slots their captures go to, when to drain
      * them next, and the large buffers of deep threads. */
     snapprof__capture_pool_t pool;
