@@ -44,7 +44,7 @@ endfunction()
 # `snapprof record`: programs, signals, fork and exec, and bad input.
 snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c
   CASES threads python many_processes pipeline fork_exec fork_stop fork_from_thread exit_status sigint
-        sigterm_forwarded sigterm_program_handler output_fallback duration wall
+        sigterm_forwarded sigterm_program_handler output_fallback duration wall wall_proc wall_blocked_bad
         unknown_option unknown_command frequency_zero frequency_too_high frequency_not_number
         output_dir_missing output_dir_unwritable output_is_directory missing_program
         not_executable no_command bad_signal bad_duration bad_fork_mode missing_value

@@ -16,7 +16,11 @@
  *                      exit 3 unless its handler saw every one
  *   exit N             exit with status N
  *   fork_thread MS     fork from a thread other than main; the child burns
- *                      in hot_thread_fork_child */
+ *                      in hot_thread_fork_child
+ *   sleepers MS        three threads wait in nanosleep, a pipe read and
+ *                      pthread_cond_timedwait (working 300 us between
+ *                      waits) for MS ms; prints how many waits a signal
+ *                      ended early */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -321,6 +325,94 @@ static int mode_sigurg(uint64_t ms)
     return 0;
 }
 
+static atomic_int g_sleepers_stop, g_early;
+static int g_pipe[2];
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+
+static uint64_t clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* About 300 us of this thread's CPU time. */
+static void work_a_little(void)
+{
+    uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    while (clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0 < 300000u)
+        ;
+}
+
+__attribute__((noinline)) static void sleeper_nanosleep(void)
+{
+    while (!atomic_load(&g_sleepers_stop)) {
+        work_a_little();
+        struct timespec ts = {0, 2000000};
+        if (nanosleep(&ts, NULL) != 0 && errno == EINTR)
+            atomic_fetch_add(&g_early, 1);
+    }
+}
+
+__attribute__((noinline)) static void sleeper_read(void)
+{
+    char c;
+    while (!atomic_load(&g_sleepers_stop)) {
+        work_a_little();
+        if (read(g_pipe[0], &c, 1) < 0 && errno == EINTR)
+            atomic_fetch_add(&g_early, 1);
+    }
+}
+
+__attribute__((noinline)) static void sleeper_cond(void)
+{
+    pthread_mutex_lock(&g_mu);
+    while (!atomic_load(&g_sleepers_stop)) {
+        work_a_little();
+        uint64_t deadline = clock_ns(CLOCK_REALTIME) + 2000000u;
+        struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
+        /* Nobody signals the condition before the end: an early return
+         * was a signal's doing. */
+        if (pthread_cond_timedwait(&g_cv, &g_mu, &ts) == 0 && !atomic_load(&g_sleepers_stop) &&
+            clock_ns(CLOCK_REALTIME) < deadline)
+            atomic_fetch_add(&g_early, 1);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void *sleeper_thread(void *arg)
+{
+    ((void (*)(void))arg)();
+    return NULL;
+}
+
+static int mode_sleepers(uint64_t ms)
+{
+    if (pipe(g_pipe) != 0)
+        return 2;
+    void (*const fns[3])(void) = {sleeper_nanosleep, sleeper_read, sleeper_cond};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, sleeper_thread, (void *)fns[i]);
+    uint64_t end = clock_ns(CLOCK_MONOTONIC) + ms * 1000000u;
+    while (clock_ns(CLOCK_MONOTONIC) < end) { /* the reader's data, every 2 ms */
+        usleep(2000);
+        if (write(g_pipe[1], "x", 1) != 1)
+            return 2;
+    }
+    atomic_store(&g_sleepers_stop, 1);
+    if (write(g_pipe[1], "x", 1) != 1)
+        return 2;
+    pthread_mutex_lock(&g_mu);
+    pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    printf("early returns: %d\n", atomic_load(&g_early));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -339,9 +431,12 @@ int main(int argc, char **argv)
         return mode_rmdir(argv[2], ms);
     if (!strcmp(mode, "sigurg"))
         return mode_sigurg(ms);
+    if (!strcmp(mode, "sleepers"))
+        return mode_sleepers(ms);
     if (!strcmp(mode, "exit") && argc > 2)
         return atoi(argv[2]);
-    fprintf(stderr, "usage: %s threads|burn|forkexec|fork_thread|spin|rmdir|sigurg|exit ...\n",
+    fprintf(stderr,
+            "usage: %s threads|burn|forkexec|fork_thread|spin|rmdir|sigurg|sleepers|exit ...\n",
             argv[0]);
     return 2;
 }

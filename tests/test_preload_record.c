@@ -412,6 +412,49 @@ static void test_wall(void)
     free(text);
 }
 
+/* --wall --wall-blocked proc: sleepers are never woken early, and one
+ * profile answers both questions: where the wall time went (their waits,
+ * with callers, labelled blocked and by system call) and where the CPU
+ * went. */
+static void test_wall_proc(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-wall-proc");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record --wall --wall-blocked proc -F 1000 -o w.pb.gz -- %s "
+                        "sleepers 600",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "early returns: 0\n");
+    const char *prof = path_in("w.pb.gz");
+    pl_require_under(prof, "sleeper_nanosleep", 1);
+    pl_require_under(prof, "sleeper_read", 1);
+    pl_require_under(prof, "sleeper_cond", 1);
+    char args[1200];
+    snprintf(args, sizeof args, "-tags '%s'", prof);
+    char *tags = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(tags, "blocked");
+    ASSERT_CONTAINS(tags, "running");
+    ASSERT_CONTAINS(tags, "clock_nanosleep");
+    ASSERT_CONTAINS(tags, "futex");
+    free(tags);
+    /* Only the waits under -tagfocus=state=blocked; cpu is a value too. */
+    snprintf(args, sizeof args, "-top -tagfocus=state=blocked -sample_index=cpu '%s'", prof);
+    char *top = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(top, "Type: cpu");
+    free(top);
+    snprintf(args, sizeof args, "-top -cum -tagfocus=state=blocked '%s'", prof);
+    top = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(top, "sleeper_read");
+    ASSERT(strstr(top, "work_a_little") == NULL);
+    free(top);
+    free(text);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Formats                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -631,6 +674,13 @@ static void test_frequency_not_number(void)
               "bad frequency: 'fast' is not a whole number of samples per second");
 }
 
+static void test_wall_blocked_bad(void)
+{
+    bad_input("record --wall --wall-blocked ptrace -- touch MARKER", 2,
+              "bad --wall-blocked: 'ptrace' is not a way to sample blocked threads (signal or "
+              "proc)");
+}
+
 static void test_output_dir_missing(void)
 {
     bad_input("record -o /nonexistent-dir/x.pb.gz -- touch MARKER", 2,
@@ -751,6 +801,8 @@ int main(int argc, char **argv)
         {"output_fallback", test_output_fallback},
         {"duration", test_duration},
         {"wall", test_wall},
+        {"wall_proc", test_wall_proc},
+        {"wall_blocked_bad", test_wall_blocked_bad},
         {"unknown_option", test_unknown_option},
         {"unknown_command", test_unknown_command},
         {"frequency_zero", test_frequency_zero},
