@@ -125,6 +125,16 @@ static uint64_t target_cpu_ns(const snapprof__target_t *t)
     return t->cpu_last > t->cpu_start ? t->cpu_last - t->cpu_start : 0;
 }
 
+/* Wall mode where nothing is signalled: CPU-clock triggers time the
+ * running threads' captures, and /proc gives the blocked threads' stacks.
+ * Without SNAPPROF_WALL_BLOCKED_PROC wall mode keeps the handshake. */
+static int wall_by_triggers(const snapprof_profiler_t *p)
+{
+    return p->params.mode == SNAPPROF_MODE_WALL &&
+           p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC &&
+           p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE;
+}
+
 static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
 static void disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 static void drain(snapprof_profiler_t *p);
@@ -363,7 +373,8 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             goto undo;
     }
     snapprof__sampler_lock();
-    if (p->params.mode == SNAPPROF_MODE_CPU && p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE &&
+    if ((wall_by_triggers(p) || (p->params.mode == SNAPPROF_MODE_CPU &&
+                                 p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE)) &&
         !p->pool_ready) {
         /* Slots for the captures, in a quarter of the memory budget (256
          * of 64 KiB by default; only the pages a copy touches are ever
@@ -711,28 +722,46 @@ static const char *syscall_name(long nr)
 }
 
 /* Appends t's state (and system call) labels to out; returns how many. */
-static size_t wall_state_labels(const snapprof__target_t *t, snapprof_label_t *out)
+static size_t wall_state_labels(int state, long syscall, snapprof_label_t *out)
 {
     out[0] = (snapprof_label_t){.key = "state",
-                                .str = t->wall_state == WALL_STATE_BLOCKED ? "blocked" : "running"};
-    if (t->wall_state != WALL_STATE_BLOCKED)
+                                .str = state == WALL_STATE_BLOCKED ? "blocked" : "running"};
+    if (state != WALL_STATE_BLOCKED)
         return 1;
-    const char *name = syscall_name(t->wall_syscall);
+    const char *name = syscall_name(syscall);
     if (name)
         out[1] = (snapprof_label_t){.key = "syscall", .str = name};
     else
-        out[1] = (snapprof_label_t){.key = "syscall", .num = t->wall_syscall};
+        out[1] = (snapprof_label_t){.key = "syscall", .num = syscall};
     return 2;
 }
 
-static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
-                    const snapprof_frame_t *frames, size_t count, unsigned flags,
-                    uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels)
+/* The wall time a sample stands for. In wall mode a tick's sample carries
+ * the ticks since t's previous one (those the sampler was too late for,
+ * and those t had no stack for); a trigger's capture stands for CPU time
+ * only. */
+static uint64_t sample_wall_ns(const snapprof_profiler_t *p, const snapprof__target_t *t,
+                               unsigned flags)
+{
+    if (flags & SNAPPROF_SAMPLE_REMAINDER)
+        return 0;
+    if (p->params.mode != SNAPPROF_MODE_WALL)
+        return p->params.interval_ns;
+    if (p->draining)
+        return 0;
+    return (1 + p->wall_ticks_owed + t->wall_unplaced_ticks) * p->params.interval_ns;
+}
+
+static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snapprof_frame_t *frames,
+                    size_t count, unsigned flags, uint64_t timestamp, uint64_t cpu_ns,
+                    snapprof__label_capture_t *labels)
 {
     size_t label_count = labels ? snapprof__labels_decode(labels, p->label_views) : 0;
     if (p->params.mode == SNAPPROF_MODE_WALL &&
-        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC && t->wall_state != WALL_STATE_NONE)
-        label_count += wall_state_labels(t, p->label_views + label_count);
+        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC &&
+        (p->draining || t->wall_state != WALL_STATE_NONE))
+        label_count += wall_state_labels(p->draining ? WALL_STATE_RUNNING : t->wall_state,
+                                         t->wall_syscall, p->label_views + label_count);
     snapprof_sample_t s = {
         .labels = p->label_views,
         .label_count = label_count,
@@ -740,10 +769,9 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
         .frame_count = count,
         .timestamp_ns = timestamp,
         .cpu_ns = cpu_ns,
-        .wall_ns = flags & SNAPPROF_SAMPLE_REMAINDER ? 0
-                   : p->params.mode == SNAPPROF_MODE_WALL
-                       ? (1 + p->wall_ticks_owed) * p->params.interval_ns
-                       : p->params.interval_ns,
+        /* In wall mode a trigger's capture (drained) stands for CPU time;
+         * the ticks' samples carry the wall time. */
+        .wall_ns = sample_wall_ns(p, t, flags),
         .tid = t->thread->tid,
         .thread_name = t->thread->name,
         .flags = flags,
@@ -751,6 +779,8 @@ static void deliver(snapprof_profiler_t *p, const snapprof__target_t *t,
     int failed = 0;
     if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
         p->stats.cpu_ns_sampled += cpu_ns;
+    if (s.wall_ns > 0)
+        t->wall_unplaced_ticks = 0;
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
         if (b->ops->xOnSample(b->user_data, &s) < 0)
@@ -1008,6 +1038,7 @@ static void drain(snapprof_profiler_t *p)
         snapprof__capture_pool_grow(pool, p->params.stack_buffer_size,
                                     p->params.capture_memory_max -
                                         pool->slot_count * pool->slot_bytes);
+        p->draining = 1;
         for (size_t i = 0; i < n; i++) {
             snapprof__capture_slot_t *slot = full[i];
             snapprof__target_t *t = slot->target->owner;
@@ -1027,6 +1058,7 @@ static void drain(snapprof_profiler_t *p)
             }
             snapprof__capture_slot_release(pool, slot);
         }
+        p->draining = 0;
     }
     p->last_drain = snapprof__mono_ns();
 }
@@ -1057,8 +1089,12 @@ static int thread_running(pid_t tid)
 /* Wall mode: t's previous stack again, for a tick it spent where it was. */
 static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
 {
-    if (t->prev_count == 0)
+    if (t->prev_count == 0) {
+        /* No stack yet (a trigger's first capture is still to come): the
+         * tick's wall time goes with t's first sample. */
+        t->wall_unplaced_ticks += 1 + p->wall_ticks_owed;
         return;
+    }
     deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0,
             t->prev_labels);
     p->stats.samples_reused++;
@@ -1124,13 +1160,35 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof__labels_capture(p->labels);
     uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
     res.cpu_ns = cpu0;
-    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu0 >= since ? cpu0 - since : 0, 1);
+    /* An armed thread's CPU time is in its trigger's samples. */
+    uint64_t cpu_ns = t->arm || cpu0 < since ? 0 : cpu0 - since;
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 1);
     p->stats.samples_blocked++;
     t->cpu_at_sample = cpu0;
     t->cpu_after = cpu0;
     t->cpu_last = cpu0;
     t->sampled = 1;
     return 1;
+}
+
+/* Wall mode with a CPU-clock trigger (wall_by_triggers): t's trigger
+ * captures it while it runs; each tick gives it one wall sample without a
+ * signal: from /proc if it is blocked, else its latest capture's stack.
+ * Lock held, after check_armed(). */
+static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+{
+    uint64_t cpu_now;
+    if (t->dead || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0)
+        return;
+    if (t->wall_state == WALL_STATE_BLOCKED && t->sampled &&
+        cpu_now - t->cpu_after < p->params.idle_threshold_ns) {
+        deliver_previous(p, t, now); /* it has hardly run: still in the same wait */
+        return;
+    }
+    if (sample_blocked(p, t, now))
+        return;
+    t->wall_state = WALL_STATE_RUNNING;
+    deliver_previous(p, t, now);
 }
 
 /* The handshake: signals t, waits for its copy, unwinds and delivers it.
@@ -1280,7 +1338,7 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     uint64_t due = p->next_drain;
-    if (p->handshake_count > 0 && p->next_tick < due)
+    if ((p->handshake_count > 0 || p->params.mode == SNAPPROF_MODE_WALL) && p->next_tick < due)
         due = p->next_tick;
     if (p->deadline && p->deadline < due)
         due = p->deadline;
@@ -1309,10 +1367,13 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             snapprof__target_t *t = p->targets[i];
             if (t->dead)
                 continue;
-            if (t->arm)
+            if (t->arm) {
                 check_armed(p, t);
-            else
+                if (t->arm && p->params.mode == SNAPPROF_MODE_WALL)
+                    wall_tick_armed(p, t, now);
+            } else {
                 sample_target(p, t, now);
+            }
         }
         p->wall_ticks_owed = 0;
         p->ticks_done++;
@@ -1324,7 +1385,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
              * are counted as done, not missed. */
             uint64_t missed = (after - p->next_tick) / p->params.interval_ns + 1;
             p->next_tick += missed * p->params.interval_ns;
-            if (p->handshake_count > 0)
+            if (p->handshake_count > 0 || p->params.mode == SNAPPROF_MODE_WALL)
                 p->stats.ticks_missed += missed;
             else
                 p->ticks_done += missed;

@@ -46,6 +46,7 @@ typedef struct snapprof__target {
     /* Wall mode without signals to blocked threads: its
      * /proc/self/task/TID/syscall (-1 until opened), and what its latest
      * sample found it doing (a WALL_STATE_* and the system call). */
+    uint64_t wall_unplaced_ticks; /* ticks of wall time still to go on a sample */
     int syscall_fd;
     int wall_state;
     long wall_syscall;
@@ -68,6 +69,7 @@ struct snapprof_profiler {
      * one's samples carry their wall time, so each thread's wall total
      * stays its elapsed time on a machine too busy for every tick. */
     uint64_t wall_ticks_owed;
+    int draining; /* drain() is delivering captures (CPU samples) */
     /* CPU-clock triggers: the slots their captures go to, when to drain
      * them next, and the large buffers of deep threads. */
     snapprof__capture_pool_t pool;

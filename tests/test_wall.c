@@ -11,6 +11,7 @@
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -144,6 +145,8 @@ static void stop(sleeper_t *s)
     pthread_cond_destroy(&s->cv);
 }
 
+static snapprof_trigger_t g_trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+
 static snapprof_profiler_t *make(sleeper_t *s, int n, uint64_t interval, tu_collector_t *c)
 {
     snapprof_params_t params;
@@ -151,6 +154,7 @@ static snapprof_profiler_t *make(sleeper_t *s, int n, uint64_t interval, tu_coll
     params.interval_ns = interval;
     params.mode = SNAPPROF_MODE_WALL;
     params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
+    params.trigger = g_trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
     for (int i = 0; i < n; i++)
@@ -185,7 +189,9 @@ static size_t check_thread(const tu_collector_t *c, const sleeper_t *s, size_t *
     size_t n = 0, blocked = 0, with_caller = 0, running = 0;
     for (size_t i = 0; i < c->count; i++) {
         const tu_sample_t *smp = &c->samples[i];
-        if (smp->tid != s->tid)
+        /* A trigger's captures stand for CPU time (no wall time): the
+         * ticks' samples are the thread's wall profile. */
+        if (smp->tid != s->tid || smp->wall_ns == 0)
             continue;
         n++;
         if (strcmp(smp->state, "blocked") == 0) {
@@ -266,10 +272,43 @@ static void test_sleepers(void)
         ASSERT(wall * 10 >= elapsed * 9);
     }
     ASSERT_GT(cpu, 0);
+    if (g_trigger != SNAPPROF_TRIGGER_HANDSHAKE) {
+        /* Nothing signalled but by the threads' own CPU clocks, and the
+         * profile's CPU time is theirs. */
+        ASSERT_UEQ(st->threads_by_trigger[g_trigger], KIND_COUNT);
+        ASSERT_UEQ(cpu, st->cpu_ns_total);
+    }
     snapprof_profiler_destroy(p);
     for (int k = 0; k < KIND_COUNT; k++)
         stop(&s[k]);
     tu_collector_free(&c);
+}
+
+/* The same with CPU-clock triggers: running threads' stacks come from their
+ * own captures, so no thread is signalled by the sampler at all. */
+static void test_sleepers_timer(void)
+{
+    g_trigger = SNAPPROF_TRIGGER_CPU_TIMER;
+    test_sleepers();
+}
+
+static void test_sleepers_perf(void)
+{
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.exclude_kernel = 1;
+    attr.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        printf("skipped: perf_event_open refused (%s)\n", strerror(errno));
+        exit(TEST_SKIP);
+    }
+    close(fd);
+    g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    test_sleepers();
 }
 
 /* A thread that blocks every signal cannot answer the handshake; asleep,
@@ -375,6 +414,8 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"sleepers", test_sleepers},
+        {"sleepers_timer", test_sleepers_timer},
+        {"sleepers_perf", test_sleepers_perf},
         {"blocks_all_signals", test_blocks_all_signals},
         {"woken_during_copy", test_woken_during_copy},
         {"proc_refused", test_proc_refused},
