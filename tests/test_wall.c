@@ -253,7 +253,10 @@ static void test_sleepers(void)
         ASSERT_GE(n + 2, st->ticks - st->ticks_missed);
         if (k != BUSY) {
             ASSERT_EQ(atomic_load(&s[k].early), 0);
-            ASSERT_GE(blocked * 10, n * 9);
+            /* Mostly blocked: a sleeper that woke counts as running
+             * until it is back asleep, and a loaded machine (a TSan
+             * build beside other jobs) can keep it waiting for a CPU. */
+            ASSERT_GE(blocked * 3, n * 2);
         }
     }
     ASSERT_GE(st->samples_blocked, 3);
