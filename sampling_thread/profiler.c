@@ -148,6 +148,8 @@ static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
     free(t->prev_labels);
     if (t->syscall_fd >= 0)
         close(t->syscall_fd);
+    if (t->schedstat_fd >= 0)
+        close(t->schedstat_fd);
     free(t);
 }
 
@@ -219,6 +221,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         goto out;
     }
     t->syscall_fd = -1;
+    t->schedstat_fd = -1;
     p->targets[p->target_count++] = t;
     snapprof__thread_retain(thread);
     t->thread = thread;
@@ -665,7 +668,7 @@ static void fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
 /* What a wall-mode sample found its thread doing. /proc cannot tell a
  * thread on a CPU from one waiting for a CPU, so "running" means running
  * or runnable. */
-enum { WALL_STATE_NONE = 0, WALL_STATE_RUNNING, WALL_STATE_BLOCKED };
+enum { WALL_STATE_NONE = 0, WALL_STATE_RUNNING, WALL_STATE_RUNNABLE, WALL_STATE_BLOCKED };
 
 /* The names of the x86-64 system calls threads wait in. */
 static const char *syscall_name(long nr)
@@ -724,8 +727,8 @@ static const char *syscall_name(long nr)
 /* Appends t's state (and system call) labels to out; returns how many. */
 static size_t wall_state_labels(int state, long syscall, snapprof_label_t *out)
 {
-    out[0] = (snapprof_label_t){.key = "state",
-                                .str = state == WALL_STATE_BLOCKED ? "blocked" : "running"};
+    static const char *const names[] = {"running", "running", "runnable", "blocked"};
+    out[0] = (snapprof_label_t){.key = "state", .str = names[state]};
     if (state != WALL_STATE_BLOCKED)
         return 1;
     const char *name = syscall_name(syscall);
@@ -1086,6 +1089,20 @@ static int thread_running(pid_t tid)
     return !paren || paren[1] != ' ' || paren[2] == 'R';
 }
 
+/* Wall mode: whether t, which is not blocked, spent the time since its
+ * previous look mostly on a CPU (running) or mostly waiting for one
+ * (runnable), as its schedstat says; running when that cannot be read. */
+static int running_or_runnable(snapprof__target_t *t)
+{
+    uint64_t run, wait;
+    if (snapprof__proc_schedstat_read(t->thread->tid, &t->schedstat_fd, &run, &wait) != 0)
+        return WALL_STATE_RUNNING;
+    int waited = wait - t->sched_wait > run - t->sched_run;
+    t->sched_run = run;
+    t->sched_wait = wait;
+    return waited ? WALL_STATE_RUNNABLE : WALL_STATE_RUNNING;
+}
+
 /* Wall mode: t's previous stack again, for a tick it spent where it was. */
 static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
 {
@@ -1187,7 +1204,7 @@ static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint6
     }
     if (sample_blocked(p, t, now))
         return;
-    t->wall_state = WALL_STATE_RUNNING;
+    t->wall_state = running_or_runnable(t);
     deliver_previous(p, t, now);
 }
 
@@ -1214,7 +1231,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     /* Found running last time: it may have gone to sleep since, even
      * before its CPU clock was read after the handshake, and /proc says so
      * without a signal. */
-    int look_again = proc_mode && t->wall_state == WALL_STATE_RUNNING;
+    int look_again =
+        proc_mode && (t->wall_state == WALL_STATE_RUNNING || t->wall_state == WALL_STATE_RUNNABLE);
     if (t->sampled && cpu_now - t->cpu_after < p->params.idle_threshold_ns && !look_again) {
         /* It has not run since its last sample, so its stack is the same:
          * do not disturb it. */
@@ -1234,7 +1252,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
             deliver_previous(p, t, now);
             return;
         }
-        t->wall_state = WALL_STATE_RUNNING;
+        t->wall_state = running_or_runnable(t);
     }
     if (t->backoff_left > 0) {
         t->backoff_left--;

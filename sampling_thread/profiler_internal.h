@@ -48,6 +48,8 @@ typedef struct snapprof__target {
      * sample found it doing (a WALL_STATE_* and the system call). */
     uint64_t wall_unplaced_ticks; /* ticks of wall time still to go on a sample */
     int syscall_fd;
+    int schedstat_fd;               /* its /proc/self/task/TID/schedstat, -1 until opened */
+    uint64_t sched_run, sched_wait; /* what it said last time */
     int wall_state;
     long wall_syscall;
 } snapprof__target_t;

@@ -96,6 +96,11 @@ int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof
                                 uint8_t *buffer, size_t size, snapprof__copy_result_t *res,
                                 snapprof_fail_reason_t *reason);
 
+/* Reads thread tid's /proc/self/task/TID/schedstat through *fd (opened on
+ * first use as above): nanoseconds it ran on a CPU and waited on a run
+ * queue. Returns 0 or a negative errno. Sampling side. */
+int snapprof__proc_schedstat_read(pid_t tid, int *fd, uint64_t *run_ns, uint64_t *wait_ns);
+
 /* Test seams: make snapprof__proc_blocked_read fail with err (0: no
  * failure); run fn(tid, user_data) after each copy, before the caller's
  * check (fn NULL: none). */

@@ -92,6 +92,28 @@ int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out)
     return 1;
 }
 
+int snapprof__proc_schedstat_read(pid_t tid, int *fd, uint64_t *run_ns, uint64_t *wait_ns)
+{
+    if (*fd < 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+        *fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (*fd < 0)
+            return -errno;
+    }
+    char buf[128];
+    ssize_t n = pread(*fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return n < 0 ? -errno : -ESRCH;
+    buf[n] = '\0';
+    unsigned long long run, wait;
+    if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
+        return -EPROTO;
+    *run_ns = run;
+    *wait_ns = wait;
+    return 0;
+}
+
 int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof__blocked_t *b,
                                 uint8_t *buffer, size_t size, snapprof__copy_result_t *res,
                                 snapprof_fail_reason_t *reason)
