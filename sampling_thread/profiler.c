@@ -1197,9 +1197,10 @@ static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint6
     uint64_t cpu_now;
     if (t->dead || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0)
         return;
-    if (t->wall_state == WALL_STATE_BLOCKED && t->sampled &&
-        cpu_now - t->cpu_after < p->params.idle_threshold_ns) {
-        deliver_previous(p, t, now); /* it has hardly run: still in the same wait */
+    if (t->wall_state == WALL_STATE_BLOCKED && t->sampled && cpu_now == t->cpu_after) {
+        /* Its clock stood still since the copy: still in the same wait.
+         * Any CPU time may have taken it to another one. */
+        deliver_previous(p, t, now);
         return;
     }
     if (sample_blocked(p, t, now))
