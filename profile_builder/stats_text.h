@@ -74,7 +74,9 @@
     XX(U64, cpu_ns_total)                                                                          \
     XX(U64, cpu_ns_sampled)                                                                        \
     XX(U64, samples_dropped)                                                                       \
-    XX(U64, trigger_blocked)
+    XX(U64, trigger_blocked)                                                                       \
+    XX(U64, events_dropped)                                                                        \
+    XX(U64, events_lost)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"
