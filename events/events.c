@@ -169,6 +169,11 @@ static int64_t to_label(double value, double scale)
 
 enum { EV_BEGIN = SNAPPROF_EVENT_ZONE_BEGIN, EV_END = SNAPPROF_EVENT_ZONE_END };
 
+/* What became of an open zone's begin: no profiler recorded it, it is in
+ * the ring (its end will be), or the ring had no room (its end is dropped
+ * and counted too). */
+enum { ZONE_UNRECORDED = 0, ZONE_RECORDED = 1, ZONE_DROPPED = 2 };
+
 typedef struct ring_event {
     uint64_t time_ns;
     uint32_t name;
@@ -182,7 +187,7 @@ typedef struct tstate {
     _Atomic uint32_t depth;
     _Atomic uint32_t stack[SNAPPROF_ZONE_DEPTH_MAX];
     /* Owner only. */
-    uint8_t recorded[SNAPPROF_ZONE_DEPTH_MAX]; /* the begin went into the ring */
+    uint8_t recorded[SNAPPROF_ZONE_DEPTH_MAX]; /* ZONE_* of each open zone */
     uint32_t overflow;                         /* zones open past SNAPPROF_ZONE_DEPTH_MAX */
     uint32_t reserved; /* recorded zones open: ring room kept for their ends */
     pid_t tid;
@@ -303,10 +308,12 @@ static void close_open_zones(tstate_t *t)
     t->overflow = 0;
     for (uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed); d > 0; d--) {
         atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
-        if (t->recorded[d - 1]) {
+        if (t->recorded[d - 1] == ZONE_RECORDED) {
             t->reserved--;
             push(t, t->reserved, EV_END, (uint16_t)d,
                  atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), now, 0);
+        } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+            atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
         }
     }
 }
@@ -330,9 +337,12 @@ int snapprof_zone_begin(const char *name)
         return -E2BIG;
     }
     /* Recorded only with room for this begin, its end and the ends owed. */
-    t->recorded[d] = recording() && push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1),
-                                         (uint32_t)id, mono_ns(), 0);
-    t->reserved += t->recorded[d];
+    t->recorded[d] = ZONE_UNRECORDED;
+    if (recording()) {
+        int ok = push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), (uint32_t)id, mono_ns(), 0);
+        t->recorded[d] = ok ? ZONE_RECORDED : ZONE_DROPPED;
+        t->reserved += (uint32_t)ok;
+    }
     atomic_store_explicit(&t->stack[d], (uint32_t)id, memory_order_relaxed);
     atomic_signal_fence(memory_order_release);
     atomic_store_explicit(&t->depth, d + 1, memory_order_relaxed);
@@ -352,10 +362,12 @@ int snapprof_zone_end(void)
     if (d == 0)
         return -ENOENT;
     atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
-    if (t->recorded[d - 1]) {
+    if (t->recorded[d - 1] == ZONE_RECORDED) {
         t->reserved--;
         push(t, t->reserved, EV_END, (uint16_t)d,
              atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), mono_ns(), 0);
+    } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
     }
     return 0;
 }
