@@ -3,3 +3,6 @@ snapprof_add_test_cases(EXE events SOURCES test_events.c test_sample_log.c
   CASES misuse name_table_full capture_labels zones_exact overflow_counts_drops trace_tracks cost)
 target_compile_definitions(events PRIVATE
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+# Through the real client, go tool pprof (-tags, -tagfocus=zone=...).
+snapprof_add_test_cases(EXE events_e2e SOURCES test_events_end_to_end.c
+  CASES tagfocus_zone LABELS accuracy TIMEOUT 300)

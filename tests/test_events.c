@@ -355,11 +355,13 @@ static void test_overflow_counts_drops(void)
 __attribute__((noinline)) void events_physics_hot(uint64_t ns)
 {
     tu_burn_cpu_ns(ns);
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
 __attribute__((noinline)) void events_render_hot(uint64_t ns)
 {
     tu_burn_cpu_ns(ns);
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
 /* A frame loop profiled into a trace: the checker accepts it, zones sit
