@@ -412,6 +412,62 @@ static void test_trace_tracks(void)
     sl_free(&log);
 }
 
+static void *churn_thread(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2000; i++) {
+        ASSERT_OK(snapprof_zone_begin("churn"));
+        ASSERT_OK(snapprof_counter_set("churn_count", i));
+        ASSERT_OK(snapprof_zone_end());
+    }
+    ASSERT_OK(snapprof_zone_begin("exiting"));
+    return NULL; /* exits inside it: the exit ends it and hands over the ring */
+}
+
+/* Threads that make events and exit while a profiler drains every
+ * millisecond: every event made is kept or counted as dropped, and each
+ * thread's zones pair up, the one left open ended by the exit. */
+static void test_threads_churn(void)
+{
+    sample_log_t log = {0};
+    snapprof_thread_t *self;
+    snapprof_profiler_t *p = start_profiler(&log, 1000000u, 0, NULL, &self);
+    enum { ROUNDS = 8, THREADS = 3 };
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_t th[THREADS];
+        for (int i = 0; i < THREADS; i++)
+            ASSERT_EQ(pthread_create(&th[i], NULL, churn_thread, NULL), 0);
+        for (int i = 0; i < THREADS; i++)
+            ASSERT_EQ(pthread_join(th[i], NULL), 0);
+    }
+    stop_profiler(p, self);
+    uint64_t made = (uint64_t)ROUNDS * THREADS * (3 * 2000 + 2);
+    printf("%llu events made, %zu kept, %llu dropped, %llu lost\n", (unsigned long long)made,
+           log.event_count, (unsigned long long)log.stats.events_dropped,
+           (unsigned long long)log.stats.events_lost);
+    ASSERT_EQ(log.stats.events_lost, 0);
+    ASSERT_EQ(log.event_count + log.stats.events_dropped, made);
+    /* Per thread (tids may be reused, so in order): depth never below 0,
+     * 0 at the end. */
+    int depth[65536] = {0};
+    size_t exits = 0;
+    for (size_t i = 0; i < log.event_count; i++) {
+        const snapprof_event_t *e = &log.events[i];
+        int *d = &depth[e->tid & 0xffff];
+        if (e->kind == SNAPPROF_EVENT_ZONE_BEGIN)
+            ASSERT_EQ(++*d, (int)e->depth);
+        else if (e->kind == SNAPPROF_EVENT_ZONE_END)
+            ASSERT_EQ((*d)--, (int)e->depth);
+        ASSERT_GE(*d, 0);
+        exits += e->kind == SNAPPROF_EVENT_ZONE_END && strcmp(e->name, "exiting") == 0;
+    }
+    for (size_t i = 0; i < 65536; i++)
+        ASSERT_EQ(depth[i], 0);
+    if (log.stats.events_dropped == 0)
+        ASSERT_EQ(exits, ROUNDS * THREADS);
+    sl_free(&log);
+}
+
 /* ------------------------------------------------------------------------ */
 /* cost                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -499,6 +555,8 @@ int main(int argc, char **argv)
         test_overflow_counts_drops();
     else if (!strcmp(c, "trace_tracks"))
         test_trace_tracks();
+    else if (!strcmp(c, "threads_churn"))
+        test_threads_churn();
     else if (!strcmp(c, "cost"))
         test_cost();
     else
