@@ -76,4 +76,14 @@ uint64_t snapprof__event_reader_dropped(const snapprof__event_reader_t *r);
 /* Frees r's events. */
 void snapprof__event_reader_free(snapprof__event_reader_t *r);
 
+/* Function timing: one call path of a thread (path[0] the function,
+ * path[depth - 1] the outermost caller), with its calls and self time. */
+typedef void (*snapprof__calls_visit_cb)(void *ud, pid_t tid, const uintptr_t *path, size_t depth,
+                                         uint64_t calls, uint64_t self_ns);
+/* Calls cb for every call path of every thread that called
+ * snapprof_func_enter(), live or exited (the last 256 exited ones), under
+ * the log's mutex. Returns the calls no path holds (trees full, exited
+ * trees let go). Sampler side. */
+uint64_t snapprof__calls_visit(snapprof__calls_visit_cb cb, void *ud);
+
 #endif

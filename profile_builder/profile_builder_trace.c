@@ -20,7 +20,10 @@
  *     track of their own per thread ("<thread> zones", tid ZONE_TID + tid:
  *     sampled and exact slices do not nest with each other), instants as
  *     "i" events on that track, and one "C" event per counter set (a
- *     track per counter).
+ *     track per counter);
+ *   - timed functions (snapprof_func_enter/_exit, -finstrument-functions)
+ *     as exact nested "X" slices on a "<thread> functions" track (tid
+ *     FUNC_TID + tid), named by symbolizing their addresses.
  * Samples are kept compactly (stack id, time, thread, labels id) while the
  * profile runs, and symbolized and written when it completes, so the
  * sampling thread never waits for DWARF or the disk. */
@@ -374,8 +377,9 @@ static void write_samples(writer_t *w, trace_sample_t *const *s, size_t n)
     }
 }
 
-/* The zone track of thread tid. Linux tids stay below 2^22. */
+/* The zone and function tracks of thread tid. Linux tids stay below 2^22. */
 #define ZONE_TID 1000000000
+#define FUNC_TID 2000000000
 
 typedef struct zone_slice {
     const char *name;
@@ -388,6 +392,12 @@ typedef struct open_zone {
     uint64_t begin_ns;
     int valid;
 } open_zone_t;
+
+typedef struct open_fn {
+    uintptr_t address;
+    uint64_t begin_ns;
+    int valid;
+} open_fn_t;
 
 typedef struct zone_time {
     size_t frame;
@@ -467,6 +477,65 @@ static const char *thread_name_of(const trace_builder_t *b, pid_t tid)
     return NULL;
 }
 
+/* Function names by address, symbolized like sampled frames. A small
+ * direct-mapped cache: symbolize() caches per module behind it. */
+#define FN_CACHE 4096
+typedef struct fn_cache {
+    uintptr_t addr[FN_CACHE];
+    const char *name[FN_CACHE];
+} fn_cache_t;
+
+static const char *fn_name(const trace_builder_t *b, fn_cache_t *c, uintptr_t addr)
+{
+    size_t i = (size_t)((addr * 0x9e3779b97f4a7c15u) >> 52) & (FN_CACHE - 1);
+    if (c->addr[i] == addr && c->name[i] != NULL)
+        return c->name[i];
+    snapprof_frame_t f = {
+        .pc = addr, .module = snapprof_module_find(addr), .kind = SNAPPROF_FRAME_NATIVE};
+    snapprof_symbol_t syms[8];
+    const char *name = NULL;
+    if (snapprof_symbolize(&f, syms, 8) > 0)
+        name = syms[0].name;
+    if (name == NULL) {
+        char hex[32];
+        snprintf(hex, sizeof hex, "0x%" PRIxPTR, addr);
+        int64_t id = snapprof__stack_table_intern(b->stacks, hex);
+        name = id >= 0 ? snapprof__stack_table_string(b->stacks, (uint32_t)id) : "?";
+    }
+    c->addr[i] = addr;
+    c->name[i] = name;
+    return name;
+}
+
+static void func_slice_event(writer_t *w, pid_t tid, const char *name, uint64_t begin_ns,
+                             uint64_t end_ns, int open)
+{
+    begin_event(w);
+    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"function\",\"name\":");
+    put_str(w->t, name);
+    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, FUNC_TID + (int)tid);
+    put_us(w->t, rel(w, begin_ns));
+    puts_(w->t, ",\"dur\":");
+    put_us(w->t, end_ns > begin_ns ? end_ns - begin_ns : 0);
+    printf_(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid, open ? ",\"open\":true" : "");
+}
+
+static void track_name(writer_t *w, pid_t tid, int base, const char *what)
+{
+    const char *tn = thread_name_of(w->b, tid);
+    char name[96];
+    if (tn != NULL && tn[0] != '\0')
+        snprintf(name, sizeof name, "%s %s", tn, what);
+    else
+        snprintf(name, sizeof name, "thread %d %s", (int)tid, what);
+    begin_event(w);
+    printf_(w->t,
+            "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+            (int)w->pid, base + (int)tid);
+    put_str(w->t, name);
+    puts_(w->t, "}}");
+}
+
 static void zone_slice_event(writer_t *w, pid_t tid, const zone_slice_t *z, int open)
 {
     begin_event(w);
@@ -492,9 +561,13 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
         return 0;
     const snapprof_event_t **ev = malloc(n * sizeof *ev);
     zone_slice_t *slices = malloc(n * sizeof *slices); /* at most one per begin */
-    if (ev == NULL || slices == NULL) {
+    open_fn_t *open_fn = malloc((SNAPPROF_CALL_DEPTH_MAX + 1) * sizeof *open_fn);
+    fn_cache_t *fns = calloc(1, sizeof *fns);
+    if (ev == NULL || slices == NULL || open_fn == NULL || fns == NULL) {
         free(ev);
         free(slices);
+        free(open_fn);
+        free(fns);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
@@ -508,25 +581,17 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
         size_t j = i;
         while (j < n && ev[j]->tid == tid)
             j++;
-        int has_track = 0;
-        for (size_t k = i; k < j && !has_track; k++)
-            has_track = ev[k]->kind != SNAPPROF_EVENT_COUNTER;
-        if (has_track) {
-            const char *tn = thread_name_of(w->b, tid);
-            char name[96];
-            if (tn != NULL && tn[0] != '\0')
-                snprintf(name, sizeof name, "%s zones", tn);
-            else
-                snprintf(name, sizeof name, "thread %d zones", (int)tid);
-            begin_event(w);
-            printf_(w->t,
-                    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
-                    "\"args\":{\"name\":",
-                    (int)w->pid, ZONE_TID + (int)tid);
-            put_str(w->t, name);
-            puts_(w->t, "}}");
+        int has_zones = 0, has_funcs = 0;
+        for (size_t k = i; k < j; k++) {
+            has_zones |= ev[k]->kind <= SNAPPROF_EVENT_INSTANT;
+            has_funcs |= ev[k]->kind == SNAPPROF_EVENT_FUNC_ENTER;
         }
+        if (has_zones)
+            track_name(w, tid, ZONE_TID, "zones");
+        if (has_funcs)
+            track_name(w, tid, FUNC_TID, "functions");
         memset(open, 0, sizeof open);
+        memset(open_fn, 0, (SNAPPROF_CALL_DEPTH_MAX + 1) * sizeof *open_fn);
         for (size_t k = i; k < j; k++) {
             const snapprof_event_t *e = ev[k];
             uint32_t d = e->depth;
@@ -550,6 +615,19 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
                 if (e->kind == SNAPPROF_EVENT_ZONE_BEGIN)
                     open[d] = (open_zone_t){e->name, e->time_ns, 1};
                 break;
+            case SNAPPROF_EVENT_FUNC_ENTER:
+            case SNAPPROF_EVENT_FUNC_EXIT:
+                if (d == 0 || d > SNAPPROF_CALL_DEPTH_MAX)
+                    break;
+                if (e->kind == SNAPPROF_EVENT_FUNC_EXIT && open_fn[d].valid &&
+                    open_fn[d].address == e->address)
+                    func_slice_event(w, tid, fn_name(w->b, fns, e->address), open_fn[d].begin_ns,
+                                     e->time_ns, 0);
+                for (uint32_t a = d; a <= SNAPPROF_CALL_DEPTH_MAX; a++)
+                    open_fn[a].valid = 0;
+                if (e->kind == SNAPPROF_EVENT_FUNC_ENTER)
+                    open_fn[d] = (open_fn_t){e->address, e->time_ns, 1};
+                break;
             case SNAPPROF_EVENT_INSTANT:
                 begin_event(w);
                 puts_(w->t, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"instant\",\"name\":");
@@ -568,6 +646,11 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
                 break;
             }
         }
+        for (uint32_t d = 1; d <= SNAPPROF_CALL_DEPTH_MAX; d++)
+            if (open_fn[d].valid)
+                func_slice_event(w, tid, fn_name(w->b, fns, open_fn[d].address),
+                                 open_fn[d].begin_ns,
+                                 end_ns > open_fn[d].begin_ns ? end_ns : open_fn[d].begin_ns, 1);
         /* Zones open when the profile ended end there, marked open. */
         for (uint32_t d = 1; d <= SNAPPROF_ZONE_DEPTH_MAX; d++) {
             if (!open[d].valid)
@@ -582,6 +665,8 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
         i = j;
     }
     free(ev);
+    free(open_fn);
+    free(fns);
     *zs = slices;
     *n_zs = n_slices;
     return 0;

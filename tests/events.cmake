@@ -7,3 +7,10 @@ target_compile_definitions(events PRIVATE
 # Through the real client, go tool pprof (-tags, -tagfocus=zone=...).
 snapprof_add_test_cases(EXE events_e2e SOURCES test_events_end_to_end.c
   CASES tagfocus_zone LABELS accuracy TIMEOUT 300)
+# Exact function timing: this test is built with -finstrument-functions
+# (its own functions only) and linked with libsnapprof-instrument.
+snapprof_add_test_cases(EXE calls SOURCES test_calls.c CASES profile unbalanced
+  LIBS snapprof_instrument)
+target_compile_options(calls PRIVATE -finstrument-functions
+  -finstrument-functions-exclude-function-list=calls_excluded_burn)
+target_compile_definitions(calls PRIVATE SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")

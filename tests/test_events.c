@@ -502,12 +502,16 @@ static double cost(int which, int batches)
             case 3:
                 snapprof_counter_set("attached", i);
                 break;
+            case 4:
+                snapprof_func_enter((void *)cost);
+                snapprof_func_exit((void *)cost);
+                break;
             default:
                 snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "request", (i & 1) ? "a" : "b");
                 break;
             }
         }
-        v[b] = (double)(tu_mono_ns() - t0) / BATCH / (which == 0 ? 2 : 1);
+        v[b] = (double)(tu_mono_ns() - t0) / BATCH / (which == 0 || which == 4 ? 2 : 1);
         usleep(2000); /* a tick drains the buffer */
     }
     qsort(v, (size_t)batches, sizeof *v, sort_double);
@@ -525,10 +529,14 @@ static void test_cost(void)
     snapprof_thread_t *self;
     snapprof_profiler_t *p = start_profiler(&log, 1000000u, 0, NULL, &self);
     ASSERT_OK(snapprof_counter_attach("attached", NULL, 1));
-    const char *what[5] = {"zone_begin/zone_end (per call)", "instant", "counter_set",
-                           "counter_set (attached)", "label_set_str (thread)"};
+    const char *what[6] = {"zone_begin/zone_end (per call)",
+                           "instant",
+                           "counter_set",
+                           "counter_set (attached)",
+                           "func_enter/func_exit (per call)",
+                           "label_set_str (thread)"};
     int batches = tu_sanitizer_build() ? 20 : 200;
-    for (int which = 0; which < 5; which++) {
+    for (int which = 0; which < 6; which++) {
         double ns = cost(which, batches);
         printf("%s: %.1f ns median\n", what[which], ns);
         ASSERT_LT(ns, tu_sanitizer_build() ? 20000 : 1000);

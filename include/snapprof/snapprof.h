@@ -563,21 +563,56 @@ SNAPPROF_API int snapprof_counter_set(const char *name, double value);
  * full). */
 SNAPPROF_API int snapprof_counter_attach(const char *name, const char *unit, double scale);
 
+/* Exact function timing, for programs built with -finstrument-functions
+ * and linked with libsnapprof-instrument (whose __cyg_profile_func_enter
+ * and _exit call these; docs/zones.md). Each thread aggregates its calls
+ * by call path: count, and self time (CLOCK_MONOTONIC, wall time), in a
+ * tree of up to SNAPPROF_CALL_NODES_MAX paths (calls past it are timed
+ * into their caller and counted) that no event buffer limits; the calls
+ * builder writes them as a profile of their own. While a profiler runs,
+ * each call is also an enter and an exit event for the trace (dropped and
+ * counted like any event when the thread's buffer is full). The first
+ * call on a thread allocates about 170 KiB (its tree and shadow stack),
+ * kept after the thread exits for the calls builder (the last 256 exited
+ * threads). Not async-signal-safe: exclude signal handlers from
+ * instrumentation (-finstrument-functions-exclude-function-list).
+ *
+ * enter returns 0, -ENOMEM, or -E2BIG past SNAPPROF_CALL_DEPTH_MAX calls
+ * deep (not timed, but its exit is matched so nothing else ends). exit
+ * returns 0, or -ENOENT when fn is not being timed on this thread; an exit
+ * that skips calls (longjmp) ends them too. */
+#define SNAPPROF_CALL_DEPTH_MAX 256
+#define SNAPPROF_CALL_NODES_MAX 4096
+SNAPPROF_API int snapprof_func_enter(void *fn);
+SNAPPROF_API int snapprof_func_exit(void *fn);
+
+/* The calls builder: when the profile completes, writes the function
+ * timing of every thread (snapprof_func_enter) as a gzipped pprof profile
+ * with sample types calls/count and time/nanoseconds: one sample per call
+ * path, whose values are the calls and the self time, so that pprof's
+ * flat is a function's self time (or calls, with -sample_index=calls) and
+ * cum its total; labeled thread_id. Totals are since each thread's first
+ * timed call. Path rules as for pprof. */
+SNAPPROF_API int snapprof_calls_builder_create(const char *path, snapprof_builder_t **out);
+
 typedef enum {
     SNAPPROF_EVENT_ZONE_BEGIN = 0,
     SNAPPROF_EVENT_ZONE_END = 1,
     SNAPPROF_EVENT_INSTANT = 2,
-    SNAPPROF_EVENT_COUNTER = 3
+    SNAPPROF_EVENT_COUNTER = 3,
+    SNAPPROF_EVENT_FUNC_ENTER = 4, /* snapprof_func_enter(): name "", address set */
+    SNAPPROF_EVENT_FUNC_EXIT = 5
 } snapprof_event_kind_t;
 
 /* An event as builders see it when the profile completes. */
 typedef struct snapprof_event {
     snapprof_event_kind_t kind;
-    pid_t tid;        /* the thread that made the call */
-    uint32_t depth;   /* zones: nesting level, 1 for the outermost; else 0 */
-    uint64_t time_ns; /* CLOCK_MONOTONIC */
-    const char *name; /* interned: valid for the life of the process */
-    double value;     /* counters: the value set; else 0 */
+    pid_t tid;         /* the thread that made the call */
+    uint32_t depth;    /* zones and functions: nesting level, 1 for the outermost; else 0 */
+    uint64_t time_ns;  /* CLOCK_MONOTONIC */
+    const char *name;  /* interned: valid for the life of the process */
+    double value;      /* counters: the value set; else 0 */
+    uintptr_t address; /* functions: the function's address; else 0 */
 } snapprof_event_t;
 
 /* ------------------------------------------------------------------------ */
