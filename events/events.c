@@ -197,7 +197,7 @@ typedef struct tstate {
     /* The ring: head written by the owner, tail by the reader. */
     _Atomic uint64_t head, tail;
     /* Function timing (snapprof_func_enter/_exit), made on first use. */
-    struct call_tree *calls;
+    _Atomic(struct call_tree *) calls; /* read by the calls builder */
     /* The registry of threads (under g_log_lock). */
     struct tstate *next, *prev;
     ring_event_t ring[SNAPPROF__EVENT_RING];
@@ -533,14 +533,14 @@ int snapprof_func_enter(void *fn)
     tstate_t *t = thread_state(&err);
     if (t == NULL)
         return err;
-    call_tree_t *c = t->calls;
+    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
     if (c == NULL) {
         c = calloc(1, sizeof *c);
         if (c == NULL)
             return -ENOMEM;
         c->tid = t->tid;
         atomic_store_explicit(&c->count, 1, memory_order_release); /* the root */
-        t->calls = c;
+        atomic_store_explicit(&t->calls, c, memory_order_release);
     }
     if (c->depth == SNAPPROF_CALL_DEPTH_MAX) {
         c->overflow++;
@@ -569,7 +569,7 @@ int snapprof_func_enter(void *fn)
 int snapprof_func_exit(void *fn)
 {
     tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
-    call_tree_t *c = t ? t->calls : NULL;
+    call_tree_t *c = t ? atomic_load_explicit(&t->calls, memory_order_relaxed) : NULL;
     if (c == NULL)
         return -ENOENT;
     if (c->overflow > 0) {
@@ -592,10 +592,10 @@ int snapprof_func_exit(void *fn)
  * builder. g_log_lock held. */
 static void retire_calls_locked(tstate_t *t)
 {
-    call_tree_t *c = t->calls;
+    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
     if (c == NULL)
         return;
-    t->calls = NULL;
+    atomic_store_explicit(&t->calls, NULL, memory_order_relaxed);
     uint64_t now = mono_ns();
     c->overflow = 0;
     while (c->depth > 0)
@@ -639,11 +639,13 @@ uint64_t snapprof__calls_visit(snapprof__calls_visit_cb cb, void *ud)
 {
     pthread_mutex_lock(&g_log_lock);
     uint64_t unplaced = atomic_load_explicit(&g_retired_lost, memory_order_relaxed);
-    for (tstate_t *t = g_threads; t != NULL; t = t->next)
-        if (t->calls != NULL) {
-            visit_tree(t->calls, cb, ud);
-            unplaced += atomic_load_explicit(&t->calls->unplaced, memory_order_relaxed);
+    for (tstate_t *t = g_threads; t != NULL; t = t->next) {
+        call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_acquire);
+        if (c != NULL) {
+            visit_tree(c, cb, ud);
+            unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
         }
+    }
     for (call_tree_t *c = g_retired; c != NULL; c = c->next) {
         visit_tree(c, cb, ud);
         unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
