@@ -12,7 +12,7 @@ if [ "${1:-}" = "frames" ]; then
   # (docs/zones.md): its labels, the physics zone's functions, and a check
   # of its trace (open build/frame_loop.trace.json in ui.perfetto.dev).
   ./build/examples/frame_loop build/frame_loop
-  go tool pprof -tags build/frame_loop.pb.gz | grep -v '^ *[0-9.]*m\?s (.*): [0-9]*$'
+  go tool pprof -tags -tagshow='zone|hitch|draw_calls' build/frame_loop.pb.gz
   go tool pprof -tagfocus=zone=physics -top -nodecount=8 build/frame_loop.pb.gz
   python3 tests/check_trace.py build/frame_loop.trace.json --zones-in-frames
   exit 0
