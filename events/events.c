@@ -229,10 +229,11 @@ static void retire_calls_locked(tstate_t *t);
 static void free_state(void *p)
 {
     tstate_t *t = p;
-    /* Zones still open end at the thread's exit; what the ring holds goes
-     * to the log before the ring goes away. */
+    /* Zones and calls still open end at the thread's exit; what the ring
+     * holds then goes to the log before the ring goes away. */
     close_open_zones(t);
     pthread_mutex_lock(&g_log_lock);
+    retire_calls_locked(t);
     drain_ring_locked(t);
     if (t->prev)
         t->prev->next = t->next;
@@ -240,7 +241,6 @@ static void free_state(void *p)
         g_threads = t->next;
     if (t->next)
         t->next->prev = t->prev;
-    retire_calls_locked(t);
     pthread_mutex_unlock(&g_log_lock);
     /* A signal that arrives from here on finds no state. */
     atomic_store_explicit(&tls_state, NULL, memory_order_relaxed);

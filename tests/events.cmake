@@ -1,6 +1,7 @@
 # Tests of zones, counters and instant events (events/).
 snapprof_add_test_cases(EXE events SOURCES test_events.c test_sample_log.c
-  CASES misuse name_table_full capture_labels zones_exact overflow_counts_drops trace_tracks threads_churn
+  CASES misuse name_table_full capture_labels zones_exact calls_end_at_exit
+        overflow_counts_drops trace_tracks threads_churn
         cost)
 target_compile_definitions(events PRIVATE
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")

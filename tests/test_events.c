@@ -307,6 +307,50 @@ static void test_zones_exact(void)
     sl_free(&log);
 }
 
+static void *calls_and_exit(void *arg)
+{
+    pid_t *tid = arg;
+    *tid = my_gettid();
+    ASSERT_OK(snapprof_func_enter((void *)test_zones_exact));
+    ASSERT_OK(snapprof_func_enter((void *)calls_and_exit));
+    return NULL; /* exits inside two timed calls */
+}
+
+/* Calls still open when a thread exits end at its exit, and their exit
+ * events reach the profile before the thread's buffer goes away. */
+static void test_calls_end_at_exit(void)
+{
+    sample_log_t log = {0};
+    snapprof_thread_t *self;
+    snapprof_profiler_t *p = start_profiler(&log, 5000000u, 0, NULL, &self);
+    pthread_t th;
+    pid_t worker = 0;
+    ASSERT_EQ(pthread_create(&th, NULL, calls_and_exit, &worker), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    stop_profiler(p, self);
+    struct {
+        snapprof_event_kind_t kind;
+        void *fn;
+        uint32_t depth;
+    } want[4] = {{SNAPPROF_EVENT_FUNC_ENTER, (void *)test_zones_exact, 1},
+                 {SNAPPROF_EVENT_FUNC_ENTER, (void *)calls_and_exit, 2},
+                 {SNAPPROF_EVENT_FUNC_EXIT, (void *)calls_and_exit, 2},
+                 {SNAPPROF_EVENT_FUNC_EXIT, (void *)test_zones_exact, 1}};
+    size_t k = 0;
+    for (size_t i = 0; i < log.event_count; i++) {
+        const snapprof_event_t *e = &log.events[i];
+        if (e->tid != worker)
+            continue;
+        ASSERT_LT(k, 4);
+        ASSERT_EQ(e->kind, want[k].kind);
+        ASSERT_PTR_EQ((void *)e->address, want[k].fn);
+        ASSERT_EQ(e->depth, want[k].depth);
+        k++;
+    }
+    ASSERT_EQ(k, 4);
+    sl_free(&log);
+}
+
 /* Nobody drains for a long while (the first tick is an hour away): the
  * thread's buffer fills, later events are dropped and counted, the caller
  * is never blocked, what was kept is the oldest, and every kept begin has
@@ -563,6 +607,8 @@ int main(int argc, char **argv)
         test_overflow_counts_drops();
     else if (!strcmp(c, "trace_tracks"))
         test_trace_tracks();
+    else if (!strcmp(c, "calls_end_at_exit"))
+        test_calls_end_at_exit();
     else if (!strcmp(c, "threads_churn"))
         test_threads_churn();
     else if (!strcmp(c, "cost"))
