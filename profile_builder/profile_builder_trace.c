@@ -785,8 +785,13 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     uint64_t period = info->period_ns ? info->period_ns : 10000000u;
     printf_(&t,
             "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"snapprof\","
-            "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"},\n\"traceEvents\":[",
+            "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"",
             period, info->mode == SNAPPROF_MODE_WALL ? "wall" : "cpu");
+    /* Zones, counters and instants the trace lacks: say so in the file. */
+    if (info->stats != NULL)
+        printf_(&t, ",\"events_dropped\":%" PRIu64 ",\"events_lost\":%" PRIu64,
+                info->stats->events_dropped, info->stats->events_lost);
+    puts_(&t, "},\n\"traceEvents\":[");
     begin_event(&w);
     printf_(&t,
             "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":%d,"

@@ -359,7 +359,12 @@ static void test_overflow_counts_drops(void)
 {
     sample_log_t log = {0};
     snapprof_thread_t *self;
-    snapprof_profiler_t *p = start_profiler(&log, 10000000u, 3600000000000u, NULL, &self);
+    char *dir = tu_make_tmpdir("events-drops");
+    char path[512];
+    snprintf(path, sizeof path, "%s/drops.json", dir);
+    snapprof_builder_t *tb;
+    ASSERT_OK(snapprof_trace_builder_create(path, &tb));
+    snapprof_profiler_t *p = start_profiler(&log, 10000000u, 3600000000000u, tb, &self);
     const int pairs = 3 * SNAPPROF__EVENT_RING;
     char name[16];
     for (int i = 0; i < pairs; i++) {
@@ -393,6 +398,18 @@ static void test_overflow_counts_drops(void)
         ASSERT_GE(depth, 0);
     }
     ASSERT_EQ(depth, 0);
+    /* The trace says what it lacks. */
+    char cmd[1024], want[128];
+    snprintf(cmd, sizeof cmd, "head -c 300 '%s'", path);
+    int status;
+    char *head = tu_run(cmd, &status);
+    snprintf(want, sizeof want, "\"events_dropped\":%llu,\"events_lost\":0",
+             (unsigned long long)log.stats.events_dropped);
+    ASSERT_CONTAINS(head, want);
+    free(head);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
     sl_free(&log);
 }
 
