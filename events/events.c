@@ -795,6 +795,8 @@ int snapprof__event_reader_open(snapprof__event_reader_t *r)
     /* What threads left from an earlier profile is not this one's. */
     drain_all_locked();
     r->cursor = g_log_head;
+    r->count = 0; /* a retried start begins afresh */
+    r->lost = 0;
     r->dropped_base = atomic_load_explicit(&g_dropped, memory_order_relaxed);
     r->open = 1;
     atomic_fetch_add_explicit(&g_readers, 1, memory_order_relaxed);

@@ -388,6 +388,12 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         p->pool.unwinders = p->unwinders;
         p->pool.unwinder_count = p->unwinder_count;
     }
+    /* Before any target is armed: its failure has nothing to undo here. */
+    rc = snapprof__event_reader_open(&p->events);
+    if (rc != 0) {
+        snapprof__sampler_unlock();
+        goto undo;
+    }
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
@@ -395,11 +401,6 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         arm_target(p, t);
     }
     p->app_cursor = snapprof__app_frames_head();
-    rc = snapprof__event_reader_open(&p->events);
-    if (rc != 0) {
-        snapprof__sampler_unlock();
-        goto undo;
-    }
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
     p->next_drain = p->next_tick;
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
