@@ -166,12 +166,12 @@ static int pack(uint64_t *words, int w, size_t max, const char *s)
     return 0;
 }
 
-/* Keys the library sets itself: the pprof builder's thread labels and the
- * app frame labels. */
+/* Keys the library sets itself: the pprof builder's thread labels, the
+ * app frame labels and the zone. */
 static int reserved_key(const char *key)
 {
     return strcmp(key, "thread_id") == 0 || strcmp(key, "thread_name") == 0 ||
-           strcmp(key, "frame") == 0 || strcmp(key, "hitch") == 0;
+           strcmp(key, "frame") == 0 || strcmp(key, "hitch") == 0 || strcmp(key, "zone") == 0;
 }
 
 /* The slot holding key (packed in words), or -1. */
@@ -321,6 +321,7 @@ void snapprof__labels_capture(snapprof__label_capture_t *out)
     if (t != NULL)
         capture_table(t, 1, out);
     snapprof__app_frame_capture(&out->in_app_frame, &out->app_frame_id);
+    snapprof__events_capture(&out->events);
 }
 
 size_t snapprof__labels_decode(snapprof__label_capture_t *c, snapprof_label_t *out)
@@ -368,5 +369,6 @@ size_t snapprof__labels_decode(snapprof__label_capture_t *c, snapprof_label_t *o
         l->key = "frame";
         l->num = (int64_t)c->app_frame_id;
     }
+    n += snapprof__events_decode(&c->events, out + n);
     return n;
 }

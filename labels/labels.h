@@ -10,6 +10,8 @@
 #ifndef SNAPPROF_LABELS_H
 #define SNAPPROF_LABELS_H
 
+#include "events/events.h"
+
 #include <snapprof/profile_builder.h>
 
 #include <stdint.h>
@@ -18,8 +20,9 @@
  * string), so a slot is copied with word-sized atomic loads. */
 #define SNAPPROF__LABEL_WORDS 16
 
-/* Labels a sample can carry: both scopes' slots, and the app frame. */
-#define SNAPPROF__LABELS_MAX (2 * SNAPPROF_LABEL_SLOTS + 1)
+/* Labels a sample can carry: both scopes' slots, the app frame, the zone
+ * and the attached counters. */
+#define SNAPPROF__LABELS_MAX (2 * SNAPPROF_LABEL_SLOTS + 1 + SNAPPROF__EVENT_LABELS_MAX)
 
 typedef struct snapprof__label_capture {
     uint32_t count;   /* slots copied into slots[] */
@@ -28,16 +31,18 @@ typedef struct snapprof__label_capture {
     uint64_t app_frame_id;
     uint8_t is_thread[2 * SNAPPROF_LABEL_SLOTS]; /* slot i came from the thread scope */
     uint64_t slots[2 * SNAPPROF_LABEL_SLOTS][SNAPPROF__LABEL_WORDS];
+    snapprof__event_capture_t events; /* the zone and the attached counters */
 } snapprof__label_capture_t;
 
-/* Copies the calling thread's labels, the process's labels and the app
- * frame in progress into out. RUNS IN THE SIGNAL HANDLER on the target
- * thread: no allocation, no locks, bounded work. Async-signal-safe. */
+/* Copies the calling thread's labels, the process's labels, the app frame
+ * in progress, the thread's zone and the attached counters into out. RUNS IN THE SIGNAL HANDLER on
+ * the target thread: no allocation, no locks, bounded work. Async-signal-safe. */
 void snapprof__labels_capture(snapprof__label_capture_t *out);
 
 /* Fills out[0..SNAPPROF__LABELS_MAX) with views of a capture: the process
  * labels whose key the thread does not also set, the thread labels, then
- * "frame" (numeric) when an app frame was in progress. The strings point
+ * "frame" (numeric) when an app frame was in progress, "zone" and the
+ * attached counters (snapprof__events_decode()). The strings point
  * into c, which must outlive the views. Returns the count. Sampler side. */
 size_t snapprof__labels_decode(snapprof__label_capture_t *c, snapprof_label_t *out);
 

@@ -1,6 +1,7 @@
 /* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
 #include "profile_builder_internal.h"
 
+#include "events/events.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/stats_text.h"
 #include "profile.pb-c.h"
@@ -293,6 +294,10 @@ typedef struct pprof_builder {
     /* String indices used for every profile. */
     int64_t s_thread_id, s_thread_name;
     int64_t s_samples, s_count, s_cpu, s_wall, s_nanoseconds;
+    /* The calls builder: function timing instead of samples, with the
+     * sample types calls/count and time/nanoseconds. */
+    int calls;
+    int64_t s_calls, s_time;
 } pprof_builder_t;
 
 /* ------------------------------------------------------------------------ */
@@ -666,7 +671,7 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     memcpy(e->values, values, sizeof e->values);
     e->msg.n_location_id = k->n_locations;
     e->msg.location_id = locations;
-    e->msg.n_value = VALUE_COUNT;
+    e->msg.n_value = b->calls ? 2 : VALUE_COUNT;
     e->msg.value = e->values;
     e->msg.n_label = k->n_labels;
     e->msg.label = labels;
@@ -968,20 +973,27 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
      * reorder them. */
     Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
     Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
-    const int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
-    const int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
-    for (int i = 0; i < VALUE_COUNT; i++) {
+    int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
+    int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
+    int n_types = VALUE_COUNT;
+    if (b->calls) {
+        /* Function timing: calls and self time per call path. */
+        type_names[0] = b->s_calls;
+        type_names[1] = b->s_time;
+        n_types = 2;
+    }
+    for (int i = 0; i < n_types; i++) {
         perftools__profiles__value_type__init(&types[i]);
         types[i].type = type_names[i];
         types[i].unit = type_units[i];
         type_ptrs[i] = &types[i];
     }
     perftools__profiles__value_type__init(&period_type);
-    period_type.type = wall ? b->s_wall : b->s_cpu;
+    period_type.type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
     period_type.unit = b->s_nanoseconds;
 
     Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
-    profile.n_sample_type = VALUE_COUNT;
+    profile.n_sample_type = (size_t)n_types;
     profile.sample_type = type_ptrs;
     /* The entries start with their messages; protobuf-c wants arrays of
      * message pointers, made here for this one pack. */
@@ -1023,10 +1035,10 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
     profile.time_nanos = (int64_t)info->start_time_ns;
     profile.duration_nanos = (int64_t)info->duration_ns;
     profile.period_type = &period_type;
-    profile.period = (int64_t)info->period_ns;
+    profile.period = b->calls ? 1 : (int64_t)info->period_ns;
     profile.n_comment = (size_t)run.n_lines;
     profile.comment = comments;
-    profile.default_sample_type = wall ? b->s_wall : b->s_cpu;
+    profile.default_sample_type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
 
     size_t len = perftools__profiles__profile__get_packed_size(&profile);
     buf = malloc(len ? len : 1);
@@ -1121,6 +1133,124 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
         err = pprof_init(b);
     if (err == 0)
         err = snapprof_builder_create(&pprof_ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
+    if (err != 0)
+        pprof_destroy(b);
+    return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The calls builder                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct calls_visit {
+    pprof_builder_t *b;
+    int err;
+    snapprof_frame_t frames[SNAPPROF_CALL_DEPTH_MAX];
+} calls_visit_t;
+
+/* One call path becomes one sample: its functions (innermost first) as
+ * locations, its calls and self time as values. */
+static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t depth, uint64_t calls,
+                           uint64_t self_ns)
+{
+    calls_visit_t *v = ud;
+    if (v->err != 0)
+        return;
+    for (size_t i = 0; i < depth; i++)
+        v->frames[i] = (snapprof_frame_t){
+            .pc = path[i], .module = snapprof_module_find(path[i]), .kind = SNAPPROF_FRAME_NATIVE};
+    pprof_builder_t *b = v->b;
+    uint64_t *locations =
+        reserve(b->scratch_locations, &b->cap_scratch_locations, depth + 1, sizeof *locations);
+    if (locations == NULL) {
+        v->err = -ENOMEM;
+        return;
+    }
+    b->scratch_locations = locations;
+    Perftools__Profiles__Label *label =
+        reserve(b->scratch_labels, &b->cap_scratch_labels, 1, sizeof *label);
+    if (label == NULL) {
+        v->err = -ENOMEM;
+        return;
+    }
+    b->scratch_labels = label;
+    for (size_t i = 0; i < depth && v->err == 0; i++)
+        v->err = intern_location(b, &v->frames[i], &locations[i]);
+    snapprof_label_t thread_id = {.key = "thread_id", .num = tid};
+    if (v->err == 0)
+        v->err = make_label(b, &label[0], &thread_id);
+    if (v->err != 0)
+        return;
+    sample_key_t key = {locations, depth, label, 1};
+    int64_t values[VALUE_COUNT] = {(int64_t)calls, (int64_t)self_ns, 0};
+    uint64_t h = sample_hash(&key);
+    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    if (!found) {
+        v->err = add_sample(b, &key, h, values);
+        return;
+    }
+    sample_entry_t *e = b->samples[found - 1];
+    for (int i = 0; i < VALUE_COUNT; i++)
+        e->values[i] += values[i];
+}
+
+static int calls_on_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    (void)user_data;
+    (void)sample;
+    return 0; /* the calls come from the function timing, not from samples */
+}
+
+static int calls_on_profile_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    pprof_builder_t *b = user_data;
+    if (info == NULL)
+        return -EINVAL;
+    /* The totals so far, afresh at every completion. */
+    table_free(&b->sample_index);
+    memset(&b->sample_index, 0, sizeof b->sample_index);
+    b->n_samples = 0;
+    calls_visit_t *v = calloc(1, sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    v->b = b;
+    snapprof__calls_visit(calls_add_path, v);
+    int err = v->err;
+    free(v);
+    return err != 0 ? err : pprof_on_profile_completed(b, info);
+}
+
+static const snapprof_builder_ops_t calls_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "calls",
+    .xOnProfileStarted = NULL,
+    .xOnSample = calls_on_sample,
+    .xOnProfileCompleted = calls_on_profile_completed,
+    .xDestroy = pprof_destroy,
+};
+
+int snapprof_calls_builder_create(const char *path, snapprof_builder_t **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    pprof_builder_t *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return -ENOMEM;
+    b->calls = 1;
+    int err = snapprof__output_resolve(path, &b->out);
+    if (err == 0)
+        err = pprof_init(b);
+    if (err == 0) {
+        b->s_calls = intern_string(b, "calls");
+        b->s_time = intern_string(b, "time");
+        if (b->s_calls < 0 || b->s_time < 0)
+            err = -ENOMEM;
+    }
+    if (err == 0)
+        err = snapprof_builder_create(&calls_ops, b, out);
     if (err == 0)
         (*out)->output = &b->out;
     if (err != 0)

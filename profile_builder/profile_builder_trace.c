@@ -14,7 +14,16 @@
  *     unsampled for more than two periods (idle in CPU mode) closes its
  *     slices one period after its last sample;
  *   - when the program marked app frames, one "X" slice per frame on an
- *     "app frames" track (tid 0), hitches named as such.
+ *     "app frames" track (tid 0), hitches named as such, with the time
+ *     each zone took within the frame in its args ("zones_ms");
+ *   - zones (snapprof_zone_begin/_end) as exact nested "X" slices on a
+ *     track of their own per thread ("<thread> zones", tid ZONE_TID + tid:
+ *     sampled and exact slices do not nest with each other), instants as
+ *     "i" events on that track, and one "C" event per counter set (a
+ *     track per counter);
+ *   - timed functions (snapprof_func_enter/_exit, -finstrument-functions)
+ *     as exact nested "X" slices on a "<thread> functions" track (tid
+ *     FUNC_TID + tid), named by symbolizing their addresses.
  * Samples are kept compactly (stack id, time, thread, labels id) while the
  * profile runs, and symbolized and written when it completes, so the
  * sampling thread never waits for DWARF or the disk. */
@@ -368,7 +377,36 @@ static void write_samples(writer_t *w, trace_sample_t *const *s, size_t n)
     }
 }
 
-static void write_app_frames(writer_t *w, const snapprof_profile_info_t *info)
+/* The zone and function tracks of thread tid. Linux tids stay below 2^22. */
+#define ZONE_TID 1000000000
+#define FUNC_TID 2000000000
+
+typedef struct zone_slice {
+    const char *name;
+    uint64_t begin_ns, end_ns;
+    int outermost; /* no enclosing zone of the same name: counts for frames */
+} zone_slice_t;
+
+typedef struct open_zone {
+    const char *name;
+    uint64_t begin_ns;
+    int valid;
+} open_zone_t;
+
+typedef struct open_fn {
+    uintptr_t address;
+    uint64_t begin_ns;
+    int valid;
+} open_fn_t;
+
+typedef struct zone_time {
+    size_t frame;
+    const char *name;
+    uint64_t ns;
+} zone_time_t;
+
+static void write_app_frames(writer_t *w, const snapprof_profile_info_t *info,
+                             const zone_time_t *zt, size_t n_zt)
 {
     if (info->app_frame_count == 0 || info->app_frames == NULL)
         return;
@@ -386,9 +424,310 @@ static void write_app_frames(writer_t *w, const snapprof_profile_info_t *info)
         put_us(w->t, rel(w, f->begin_ns));
         puts_(w->t, ",\"dur\":");
         put_us(w->t, f->end_ns > f->begin_ns ? f->end_ns - f->begin_ns : 0);
-        printf_(w->t, ",\"args\":{\"frame\":%" PRIu64 ",\"hitch\":%s}}", f->id,
+        printf_(w->t, ",\"args\":{\"frame\":%" PRIu64 ",\"hitch\":%s", f->id,
                 f->hitch ? "true" : "false");
+        /* How long each zone took within the frame: the one that grew
+         * explains a hitch. */
+        while (n_zt > 0 && zt->frame < i) {
+            zt++;
+            n_zt--;
+        }
+        if (n_zt > 0 && zt->frame == i) {
+            puts_(w->t, ",\"zones_ms\":{");
+            for (int first = 1; n_zt > 0 && zt->frame == i; zt++, n_zt--, first = 0) {
+                if (!first)
+                    puts_(w->t, ",");
+                put_str(w->t, zt->name);
+                printf_(w->t, ":%.3f", (double)zt->ns / 1e6);
+            }
+            puts_(w->t, "}");
+        }
+        puts_(w->t, "}}");
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Zones, instants, counters                                                */
+/* ------------------------------------------------------------------------ */
+
+static int event_cmp(const void *a, const void *b)
+{
+    const snapprof_event_t *x = *(const snapprof_event_t *const *)a;
+    const snapprof_event_t *y = *(const snapprof_event_t *const *)b;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    if (x->time_ns != y->time_ns)
+        return x->time_ns < y->time_ns ? -1 : 1;
+    return x < y ? -1 : x > y; /* stable: each thread's order */
+}
+
+static int zone_time_cmp(const void *a, const void *b)
+{
+    const zone_time_t *x = a, *y = b;
+    if (x->frame != y->frame)
+        return x->frame < y->frame ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static const char *thread_name_of(const trace_builder_t *b, pid_t tid)
+{
+    for (size_t i = 0; i < b->n_threads; i++)
+        if (b->threads[i].tid == tid)
+            return snapprof__stack_table_string(b->stacks, b->threads[i].name);
+    return NULL;
+}
+
+/* Function names by address, symbolized like sampled frames. A small
+ * direct-mapped cache: symbolize() caches per module behind it. */
+#define FN_CACHE 4096
+typedef struct fn_cache {
+    uintptr_t addr[FN_CACHE];
+    const char *name[FN_CACHE];
+} fn_cache_t;
+
+static const char *fn_name(const trace_builder_t *b, fn_cache_t *c, uintptr_t addr)
+{
+    size_t i = (size_t)((addr * 0x9e3779b97f4a7c15u) >> 52) & (FN_CACHE - 1);
+    if (c->addr[i] == addr && c->name[i] != NULL)
+        return c->name[i];
+    snapprof_frame_t f = {
+        .pc = addr, .module = snapprof_module_find(addr), .kind = SNAPPROF_FRAME_NATIVE};
+    snapprof_symbol_t syms[8];
+    const char *name = NULL;
+    if (snapprof_symbolize(&f, syms, 8) > 0)
+        name = syms[0].name;
+    if (name == NULL) {
+        char hex[32];
+        snprintf(hex, sizeof hex, "0x%" PRIxPTR, addr);
+        int64_t id = snapprof__stack_table_intern(b->stacks, hex);
+        name = id >= 0 ? snapprof__stack_table_string(b->stacks, (uint32_t)id) : "?";
+    }
+    c->addr[i] = addr;
+    c->name[i] = name;
+    return name;
+}
+
+static void func_slice_event(writer_t *w, pid_t tid, const char *name, uint64_t begin_ns,
+                             uint64_t end_ns, int open)
+{
+    begin_event(w);
+    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"function\",\"name\":");
+    put_str(w->t, name);
+    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, FUNC_TID + (int)tid);
+    put_us(w->t, rel(w, begin_ns));
+    puts_(w->t, ",\"dur\":");
+    put_us(w->t, end_ns > begin_ns ? end_ns - begin_ns : 0);
+    printf_(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid, open ? ",\"open\":true" : "");
+}
+
+static void track_name(writer_t *w, pid_t tid, int base, const char *what)
+{
+    const char *tn = thread_name_of(w->b, tid);
+    char name[96];
+    if (tn != NULL && tn[0] != '\0')
+        snprintf(name, sizeof name, "%s %s", tn, what);
+    else
+        snprintf(name, sizeof name, "thread %d %s", (int)tid, what);
+    begin_event(w);
+    printf_(w->t,
+            "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+            (int)w->pid, base + (int)tid);
+    put_str(w->t, name);
+    puts_(w->t, "}}");
+}
+
+static void zone_slice_event(writer_t *w, pid_t tid, const zone_slice_t *z, int open)
+{
+    begin_event(w);
+    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"zone\",\"name\":");
+    put_str(w->t, z->name);
+    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, ZONE_TID + (int)tid);
+    put_us(w->t, rel(w, z->begin_ns));
+    puts_(w->t, ",\"dur\":");
+    put_us(w->t, z->end_ns > z->begin_ns ? z->end_ns - z->begin_ns : 0);
+    printf_(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid, open ? ",\"open\":true" : "");
+}
+
+/* Writes the zones, instants and counters of info->events, and collects
+ * the zone slices into *zs (for the frames' zone times). end_ns closes
+ * zones still open. Returns 0 or -ENOMEM. */
+static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64_t end_ns,
+                        zone_slice_t **zs, size_t *n_zs)
+{
+    *zs = NULL;
+    *n_zs = 0;
+    size_t n = info->events ? info->event_count : 0;
+    if (n == 0)
+        return 0;
+    const snapprof_event_t **ev = malloc(n * sizeof *ev);
+    zone_slice_t *slices = malloc(n * sizeof *slices); /* at most one per begin */
+    open_fn_t *open_fn = malloc((SNAPPROF_CALL_DEPTH_MAX + 1) * sizeof *open_fn);
+    fn_cache_t *fns = calloc(1, sizeof *fns);
+    if (ev == NULL || slices == NULL || open_fn == NULL || fns == NULL) {
+        free(ev);
+        free(slices);
+        free(open_fn);
+        free(fns);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        ev[i] = &info->events[i];
+    qsort(ev, n, sizeof *ev, event_cmp);
+    /* The open zones of the thread at hand, by depth (1-based). */
+    open_zone_t open[SNAPPROF_ZONE_DEPTH_MAX + 1];
+    size_t n_slices = 0;
+    for (size_t i = 0; i < n;) {
+        pid_t tid = ev[i]->tid;
+        size_t j = i;
+        while (j < n && ev[j]->tid == tid)
+            j++;
+        int has_zones = 0, has_funcs = 0;
+        for (size_t k = i; k < j; k++) {
+            has_zones |= ev[k]->kind <= SNAPPROF_EVENT_INSTANT;
+            has_funcs |= ev[k]->kind == SNAPPROF_EVENT_FUNC_ENTER;
+        }
+        if (has_zones)
+            track_name(w, tid, ZONE_TID, "zones");
+        if (has_funcs)
+            track_name(w, tid, FUNC_TID, "functions");
+        memset(open, 0, sizeof open);
+        memset(open_fn, 0, (SNAPPROF_CALL_DEPTH_MAX + 1) * sizeof *open_fn);
+        for (size_t k = i; k < j; k++) {
+            const snapprof_event_t *e = ev[k];
+            uint32_t d = e->depth;
+            switch (e->kind) {
+            case SNAPPROF_EVENT_ZONE_BEGIN:
+            case SNAPPROF_EVENT_ZONE_END:
+                if (d == 0 || d > SNAPPROF_ZONE_DEPTH_MAX)
+                    break;
+                if (e->kind == SNAPPROF_EVENT_ZONE_END && open[d].valid &&
+                    strcmp(open[d].name, e->name) == 0) {
+                    zone_slice_t *z = &slices[n_slices++];
+                    *z = (zone_slice_t){open[d].name, open[d].begin_ns, e->time_ns, 1};
+                    for (uint32_t a = 1; a < d && z->outermost; a++)
+                        z->outermost = !(open[a].valid && strcmp(open[a].name, z->name) == 0);
+                    zone_slice_event(w, tid, z, 0);
+                }
+                /* A begin replaces, and an end closes, this level and any
+                 * deeper one whose end was lost. */
+                for (uint32_t a = d; a <= SNAPPROF_ZONE_DEPTH_MAX; a++)
+                    open[a].valid = 0;
+                if (e->kind == SNAPPROF_EVENT_ZONE_BEGIN)
+                    open[d] = (open_zone_t){e->name, e->time_ns, 1};
+                break;
+            case SNAPPROF_EVENT_FUNC_ENTER:
+            case SNAPPROF_EVENT_FUNC_EXIT:
+                if (d == 0 || d > SNAPPROF_CALL_DEPTH_MAX)
+                    break;
+                if (e->kind == SNAPPROF_EVENT_FUNC_EXIT && open_fn[d].valid &&
+                    open_fn[d].address == e->address)
+                    func_slice_event(w, tid, fn_name(w->b, fns, e->address), open_fn[d].begin_ns,
+                                     e->time_ns, 0);
+                for (uint32_t a = d; a <= SNAPPROF_CALL_DEPTH_MAX; a++)
+                    open_fn[a].valid = 0;
+                if (e->kind == SNAPPROF_EVENT_FUNC_ENTER)
+                    open_fn[d] = (open_fn_t){e->address, e->time_ns, 1};
+                break;
+            case SNAPPROF_EVENT_INSTANT:
+                begin_event(w);
+                puts_(w->t, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"instant\",\"name\":");
+                put_str(w->t, e->name);
+                printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, ZONE_TID + (int)tid);
+                put_us(w->t, rel(w, e->time_ns));
+                printf_(w->t, ",\"args\":{\"thread\":%d}}", (int)tid);
+                break;
+            case SNAPPROF_EVENT_COUNTER:
+                begin_event(w);
+                puts_(w->t, "{\"ph\":\"C\",\"cat\":\"counter\",\"name\":");
+                put_str(w->t, e->name);
+                printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, (int)tid);
+                put_us(w->t, rel(w, e->time_ns));
+                printf_(w->t, ",\"args\":{\"value\":%.17g}}", e->value);
+                break;
+            }
+        }
+        for (uint32_t d = 1; d <= SNAPPROF_CALL_DEPTH_MAX; d++)
+            if (open_fn[d].valid)
+                func_slice_event(w, tid, fn_name(w->b, fns, open_fn[d].address),
+                                 open_fn[d].begin_ns,
+                                 end_ns > open_fn[d].begin_ns ? end_ns : open_fn[d].begin_ns, 1);
+        /* Zones open when the profile ended end there, marked open. */
+        for (uint32_t d = 1; d <= SNAPPROF_ZONE_DEPTH_MAX; d++) {
+            if (!open[d].valid)
+                continue;
+            zone_slice_t *z = &slices[n_slices++];
+            uint64_t end = end_ns > open[d].begin_ns ? end_ns : open[d].begin_ns;
+            *z = (zone_slice_t){open[d].name, open[d].begin_ns, end, 1};
+            for (uint32_t a = 1; a < d && z->outermost; a++)
+                z->outermost = !(open[a].valid && strcmp(open[a].name, z->name) == 0);
+            zone_slice_event(w, tid, z, 1);
+        }
+        i = j;
+    }
+    free(ev);
+    free(open_fn);
+    free(fns);
+    *zs = slices;
+    *n_zs = n_slices;
+    return 0;
+}
+
+/* The time each zone name took within each app frame (summed over
+ * threads; a zone inside one of its own name counts once), sorted by
+ * frame and name. Frames are oldest first and do not overlap. */
+static int frame_zone_times(const snapprof_profile_info_t *info, const zone_slice_t *zs,
+                            size_t n_zs, zone_time_t **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t nf = info->app_frames ? info->app_frame_count : 0;
+    if (nf == 0 || n_zs == 0)
+        return 0;
+    zone_time_t *v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < n_zs; i++) {
+        if (!zs[i].outermost)
+            continue;
+        /* The first frame that ends after the zone begins. */
+        size_t lo = 0, hi = nf;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (info->app_frames[mid].end_ns <= zs[i].begin_ns)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t f = lo; f < nf && info->app_frames[f].begin_ns < zs[i].end_ns; f++) {
+            const snapprof_app_frame_t *fr = &info->app_frames[f];
+            uint64_t b = fr->begin_ns > zs[i].begin_ns ? fr->begin_ns : zs[i].begin_ns;
+            uint64_t e = fr->end_ns < zs[i].end_ns ? fr->end_ns : zs[i].end_ns;
+            if (e <= b)
+                continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 256;
+                zone_time_t *nv = realloc(v, cap * sizeof *nv);
+                if (nv == NULL) {
+                    free(v);
+                    return -ENOMEM;
+                }
+                v = nv;
+            }
+            v[n++] = (zone_time_t){f, zs[i].name, e - b};
+        }
+    }
+    if (n > 0)
+        qsort(v, n, sizeof *v, zone_time_cmp);
+    /* Sums entries of the same frame and name. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0 && v[m - 1].frame == v[i].frame && strcmp(v[m - 1].name, v[i].name) == 0)
+            v[m - 1].ns += v[i].ns;
+        else
+            v[m++] = v[i];
+    }
+    *out = v;
+    *n_out = m;
+    return 0;
 }
 
 static void write_stack_frames(writer_t *w)
@@ -446,8 +785,13 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     uint64_t period = info->period_ns ? info->period_ns : 10000000u;
     printf_(&t,
             "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"snapprof\","
-            "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"},\n\"traceEvents\":[",
+            "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"",
             period, info->mode == SNAPPROF_MODE_WALL ? "wall" : "cpu");
+    /* Zones, counters and instants the trace lacks: say so in the file. */
+    if (info->stats != NULL)
+        printf_(&t, ",\"events_dropped\":%" PRIu64 ",\"events_lost\":%" PRIu64,
+                info->stats->events_dropped, info->stats->events_lost);
+    puts_(&t, "},\n\"traceEvents\":[");
     begin_event(&w);
     printf_(&t,
             "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":%d,"
@@ -469,7 +813,18 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
         thread_slices(&w, sorted + i, j - i, period, path, open, open_start);
         i = j;
     }
-    write_app_frames(&w, info);
+    zone_slice_t *zs = NULL;
+    zone_time_t *zt = NULL;
+    size_t n_zs = 0, n_zt = 0;
+    err = write_events(&w, info, b->have_start ? b->start_mono_ns + info->duration_ns : 0, &zs,
+                       &n_zs);
+    if (err == 0)
+        err = frame_zone_times(info, zs, n_zs, &zt, &n_zt);
+    write_app_frames(&w, info, zt, n_zt);
+    free(zs);
+    free(zt);
+    if (err != 0 && t.err == 0)
+        t.err = err;
     write_stack_frames(&w);
     flush_text(&t);
     err = snapprof__output_commit(&b->out, t.fd, tmp, t.err);

@@ -75,6 +75,8 @@
     XX(U64, cpu_ns_sampled)                                                                        \
     XX(U64, samples_dropped)                                                                       \
     XX(U64, trigger_blocked)                                                                       \
+    XX(U64, events_dropped)                                                                        \
+    XX(U64, events_lost)                                                                           \
     XX(U64, samples_blocked)                                                                       \
     XX(U64, wall_copy_raced)                                                                       \
     XX(INT, wall_proc_errno)

@@ -321,6 +321,12 @@ static snapprof_profile_info_t make_info(const snapprof_profiler_t *p,
         .mode = p->params.mode,
         .stats = stats,
     };
+    if (stats != NULL) {
+        info.app_frames = p->app_frames;
+        info.app_frame_count = p->app_frame_count;
+        info.events = p->events.events;
+        info.event_count = p->events.count;
+    }
     return info;
 }
 
@@ -400,6 +406,12 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         p->pool.unwinders = p->unwinders;
         p->pool.unwinder_count = p->unwinder_count;
     }
+    /* Before any target is armed: its failure has nothing to undo here. */
+    rc = snapprof__event_reader_open(&p->events);
+    if (rc != 0) {
+        snapprof__sampler_unlock();
+        goto undo;
+    }
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
@@ -413,6 +425,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     p->state = PROFILER_RUNNING;
     rc = snapprof__sampler_activate(p);
     if (rc != 0) {
+        snapprof__event_reader_close(&p->events);
         p->state = PROFILER_CREATED;
         for (size_t i = 0; i < p->target_count; i++) {
             disarm(p, p->targets[i]);
@@ -451,6 +464,8 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->unwind_p50_ns = snapprof__hist_quantile(&p->unwind, 0.50);
     out->unwind_p99_ns = snapprof__hist_quantile(&p->unwind, 0.99);
     out->unwind_max_ns = p->unwind.max;
+    out->events_dropped = snapprof__event_reader_dropped(&p->events);
+    out->events_lost = p->events.lost;
 }
 
 /* Moves the app frames that ended since the last call into p->app_frames,
@@ -504,11 +519,10 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->target_count; i++)
         deliver_remainder(p, p->targets[i]);
     drain_app_frames(p);
+    snapprof__event_reader_close(&p->events);
     snapshot_stats(p, &stats);
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
-    info.app_frames = p->app_frames;
-    info.app_frame_count = p->app_frame_count;
     int result = complete_builders(p, &info);
     snapprof__sampler_lock();
     p->result = result;
@@ -575,6 +589,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     free(p->frames_alt);
     free(p->labels);
     free(p->app_frames);
+    snapprof__event_reader_free(&p->events);
     munmap(p->buffer, p->buffer_size);
     pthread_cond_destroy(&p->done_cv);
     free(p);
@@ -1382,6 +1397,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             if (p->unwinders[i]->ops->xUpdateModules)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         drain_app_frames(p);
+        snapprof__event_reader_read(&p->events);
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];
             if (t->dead)
@@ -1447,6 +1463,10 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
                 snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
             deliver_remainder(p, t);
         }
+    }
+    if (p->state == PROFILER_RUNNING) {
+        drain_app_frames(p);
+        snapprof__event_reader_read(&p->events);
     }
     snapprof_stats_t stats;
     snapshot_stats(p, &stats);

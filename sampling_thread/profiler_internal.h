@@ -96,6 +96,8 @@ struct snapprof_profiler {
     uint64_t app_cursor;
     snapprof_app_frame_t *app_frames;
     size_t app_frame_count, app_frame_cap;
+    /* Zones, counters and instants, read on every tick (events/). */
+    snapprof__event_reader_t events;
 
     pthread_cond_t done_cv;
     struct snapprof_profiler *next_active;

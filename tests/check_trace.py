@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks a snapprof trace-event JSON file the way a viewer would read it.
 
-usage: check_trace.py FILE [TID:COUNT ...] [--frames N]
+usage: check_trace.py FILE [TID:COUNT ...] [--frames N] [--zones N]
+                       [--instants N] [--counter NAME:N] [--zones-in-frames]
+                       [--hitch-zone NAME:K]
 
 Parses the file with the json module and checks that every sample ("P"
 event) has a timestamp and thread, that timestamps never go backwards
@@ -9,7 +11,15 @@ within a thread, that every stack reference resolves in "stackFrames"
 (parents included), and that the "X" slices of each thread nest perfectly
 (Perfetto's rule). With TID:COUNT arguments, each thread must have exactly
 COUNT samples and no other thread any; with --frames N, exactly N app
-frames. Prints a summary; exits 1 on the first failure.
+frames. Zones ("X" slices of category "zone") must sit on zone tracks of
+their own (no sampled slice on the same tid) and nest there too; --zones N
+wants exactly N of them, --instants N exactly N instants ("i"), --counter
+NAME:N exactly N points ("C") of counter NAME, and --zones-in-frames that
+every zone lies within an app frame; --hitch-zone NAME:K that in at
+least K hitch frames' zone times ("zones_ms") NAME took more than twice
+its median in the other frames and no zone grew much more (a host stall
+can make a hitch of its own). Prints a summary; exits 1 on the
+first failure.
 """
 import json
 import sys
@@ -24,11 +34,27 @@ def main(argv):
     path = argv[1]
     want = {}
     want_frames = None
+    want_zones = want_instants = None
+    want_counters = {}
+    zones_in_frames = False
+    hitch_zone = None
     args = argv[2:]
     while args:
         a = args.pop(0)
         if a == "--frames":
             want_frames = int(args.pop(0))
+        elif a == "--zones":
+            want_zones = int(args.pop(0))
+        elif a == "--instants":
+            want_instants = int(args.pop(0))
+        elif a == "--counter":
+            name, n = args.pop(0).rsplit(":", 1)
+            want_counters[name] = int(n)
+        elif a == "--hitch-zone":
+            hitch_zone, hitch_min = args.pop(0).rsplit(":", 1)
+            hitch_min = int(hitch_min)
+        elif a == "--zones-in-frames":
+            zones_in_frames = True
         else:
             tid, count = a.split(":")
             want[int(tid)] = int(count)
@@ -44,6 +70,9 @@ def main(argv):
     counts, last_ts, slices = {}, {}, {}
     app_frames = 0
     names = {}
+    zones, frame_spans, instants, counters = [], [], 0, {}
+    frame_zone_ms = []  # (hitch, {zone: ms})
+    stack_tids, zone_tids = set(), set()
     for e in events:
         ph = e.get("ph")
         if ph == "M":
@@ -61,11 +90,27 @@ def main(argv):
             if "sf" in e and e["sf"] not in frames:
                 fail("sample refers to unknown stack frame %s" % e["sf"])
         elif ph == "X":
-            if e.get("cat") == "app_frame":
-                app_frames += 1
             if float(e["dur"]) < 0:
                 fail("negative duration: %r" % e)
+            if e.get("cat") == "app_frame":
+                app_frames += 1
+                frame_spans.append((ts, ts + float(e["dur"])))
+                frame_zone_ms.append((e["args"]["hitch"], e["args"].get("zones_ms", {})))
+            elif e.get("cat") == "zone":
+                zones.append((ts, ts + float(e["dur"]), e["name"]))
+                zone_tids.add(tid)
+            else:
+                stack_tids.add(tid)
             slices.setdefault(tid, []).append((ts, ts + float(e["dur"]), e["name"]))
+        elif ph == "i":
+            instants += 1
+            if tid not in zone_tids and tid in stack_tids:
+                fail("instant on a sampled track: %r" % e)
+        elif ph == "C":
+            v = e.get("args", {}).get("value")
+            if not isinstance(v, (int, float)):
+                fail("counter without a numeric value: %r" % e)
+            counters[e["name"]] = counters.get(e["name"], 0) + 1
         else:
             fail("unexpected phase %r" % ph)
     # Nesting: sorted by start (longer first on ties), every slice lies
@@ -85,14 +130,49 @@ def main(argv):
                      % (tid, name, start, end, stack[-1][2], stack[-1][0], stack[-1][1]))
             stack.append((start, end, name))
             n_slices += 1
+    mixed = zone_tids & stack_tids
+    if mixed:
+        fail("zones and sampled slices share tracks %r" % sorted(mixed))
+    if want_zones is not None and len(zones) != want_zones:
+        fail("%d zones, expected %d" % (len(zones), want_zones))
+    if want_instants is not None and instants != want_instants:
+        fail("%d instants, expected %d" % (instants, want_instants))
+    for name, n in want_counters.items():
+        if counters.get(name, 0) != n:
+            fail("counter %s has %d points, expected %d" % (name, counters.get(name, 0), n))
+    if zones_in_frames:
+        frame_spans.sort()
+        for start, end, name in zones:
+            if not any(fs - 1e-3 <= start and end <= fe + 1e-3 for fs, fe in frame_spans):
+                fail("zone %s [%.3f, %.3f] lies in no app frame" % (name, start, end))
+    if hitch_zone is not None:
+        hitches = [z for h, z in frame_zone_ms if h]
+        if not hitches or len(hitches) == len(frame_zone_ms):
+            fail("no hitch frames or no other frames to compare")
+        def median(name):
+            v = sorted(z.get(name, 0.0) for h, z in frame_zone_ms if not h)
+            return v[len(v) // 2]
+        explained = 0
+        for z in hitches:
+            grew = z.get(hitch_zone, 0.0) - median(hitch_zone)
+            # Zones that enclose it grew as much; none grew much more.
+            others = [n for n in z if z[n] - median(n) > 1.2 * grew + 1.0]
+            if z.get(hitch_zone, 0.0) > 2 * median(hitch_zone) and not others:
+                explained += 1
+            else:
+                print("hitch not explained by %s: %r" % (hitch_zone, z))
+        if explained < hitch_min:
+            fail("%d hitch frames point at %s, expected at least %d (median %.3f ms)"
+                 % (explained, hitch_zone, hitch_min, median(hitch_zone)))
     if want:
         if counts != want:
             fail("samples per thread %r, expected %r" % (counts, want))
     if want_frames is not None and app_frames != want_frames:
         fail("%d app frames, expected %d" % (app_frames, want_frames))
-    print("trace ok: %d samples on %d threads %s, %d slices, %d stack frames, %d app frames"
+    print("trace ok: %d samples on %d threads %s, %d slices, %d stack frames, %d app frames, "
+          "%d zones, %d instants, counters %r"
           % (sum(counts.values()), len(counts), sorted(names.values()), n_slices, len(frames),
-             app_frames))
+             app_frames, len(zones), instants, counters))
 
 
 if __name__ == "__main__":

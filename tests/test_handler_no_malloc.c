@@ -69,11 +69,19 @@ static void *allocating_target(void *arg)
 {
     (void)arg;
     ASSERT_OK(snapprof_thread_register(&g_token));
+    /* Samples also carry a zone and an attached counter, which the handler
+     * reads too. */
+    ASSERT_OK(snapprof_counter_attach("allocs", NULL, 1));
+    ASSERT_OK(snapprof_zone_begin("allocating"));
     atomic_store(&g_ready, 1);
-    while (!atomic_load(&g_stop)) {
+    for (int i = 0; !atomic_load(&g_stop); i++) {
+        ASSERT_OK(snapprof_zone_begin("malloc_free"));
         void *p = malloc(64);
         free(p);
+        ASSERT_OK(snapprof_counter_set("allocs", i));
+        ASSERT_OK(snapprof_zone_end());
     }
+    ASSERT_OK(snapprof_zone_end());
     return NULL;
 }
 

@@ -65,6 +65,16 @@ static int sl_on_completed(void *ud, const snapprof_profile_info_t *info)
         ASSERT_NOT_NULL(log->app_frames);
         memcpy(log->app_frames, info->app_frames, info->app_frame_count * sizeof *log->app_frames);
     }
+    free(log->events);
+    log->events = NULL;
+    log->event_count = info->event_count;
+    if (info->event_count > 0) {
+        log->events = malloc(info->event_count * sizeof *log->events);
+        ASSERT_NOT_NULL(log->events);
+        memcpy(log->events, info->events, info->event_count * sizeof *log->events);
+    }
+    if (info->stats != NULL)
+        log->stats = *info->stats;
     atomic_store(&log->completed, 1);
     return 0;
 }
@@ -103,5 +113,6 @@ void sl_free(sample_log_t *log)
 {
     free(log->samples);
     free(log->app_frames);
+    free(log->events);
     memset(log, 0, sizeof *log);
 }

@@ -1,5 +1,6 @@
 /* A builder for tests that keeps every sample with copies of its labels and
- * its leaf pcs, and the app frames handed over at completion. Read it after
+ * its leaf pcs, and the app frames, events (zones, counters, instants) and
+ * counters handed over at completion. Read it after
  * the profiler stopped. */
 #ifndef SNAPPROF_TESTS_TEST_SAMPLE_LOG_H
 #define SNAPPROF_TESTS_TEST_SAMPLE_LOG_H
@@ -8,7 +9,7 @@
 
 #include <stdatomic.h>
 
-#define SL_MAX_LABELS 40
+#define SL_MAX_LABELS 48
 #define SL_MAX_FRAMES 16
 
 typedef struct sl_label {
@@ -38,6 +39,9 @@ typedef struct sample_log {
     } per_tid[16]; /* sample counts by thread, readable while the profile runs */
     snapprof_app_frame_t *app_frames;
     size_t app_frame_count;
+    snapprof_event_t *events; /* names point into the process's name table */
+    size_t event_count;
+    snapprof_stats_t stats;
     atomic_int completed;
 } sample_log_t;
 

@@ -35,6 +35,12 @@ typedef struct snapprof_profile_info {
      * frame in the numeric label "frame". NULL and 0 in on_profile_started. */
     const snapprof_app_frame_t *app_frames;
     size_t app_frame_count;
+    /* Zones, counters and instants recorded while the profile ran, in the
+     * order each thread made them (threads interleave; sort by time_ns for
+     * a timeline). A zone begun before the profile started has no begin
+     * event here. NULL and 0 in on_profile_started. */
+    const snapprof_event_t *events;
+    size_t event_count;
 } snapprof_profile_info_t;
 
 #define SNAPPROF_BUILDER_OPS_VERSION 1

@@ -290,6 +290,12 @@ typedef struct snapprof_stats {
      * block the signal: their trigger fired once, and the signal stayed
      * pending. */
     uint64_t trigger_blocked;
+    /* Zones, counters and instants (snapprof_zone_begin() and friends):
+     * events a thread's full buffer dropped, and events lost because this
+     * profiler fell behind the process-wide log or its profile held
+     * 2^20 events (32 MiB) already. */
+    uint64_t events_dropped;
+    uint64_t events_lost;
     /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: samples of blocked threads
      * copied without a signal; copies thrown away because the thread ran
      * while its stack was read (it was then signalled if running); the
@@ -440,8 +446,8 @@ SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
  * SNAPPROF_LABEL_KEY_MAX - 1 bytes, string values up to
  * SNAPPROF_LABEL_STR_MAX - 1, units up to SNAPPROF_LABEL_UNIT_MAX - 1
  * (longer ones fail with -ENAMETOOLONG, nothing is truncated). The keys
- * "thread_id", "thread_name", "frame" and "hitch" are the library's own
- * (-EINVAL). A thread label hides a process label of the same key.
+ * "thread_id", "thread_name", "frame", "hitch" and "zone" are the
+ * library's own (-EINVAL). A thread label hides a process label of the same key.
  *
  * Threads: any thread, but not from a signal handler. Thread-scope labels
  * belong to the calling thread and go away when it exits. Strings are
@@ -497,6 +503,135 @@ typedef struct snapprof_app_frame {
     uint64_t begin_ns, end_ns; /* CLOCK_MONOTONIC */
     int hitch;                 /* end_ns - begin_ns > the profiler's hitch_threshold_ns */
 } snapprof_app_frame_t;
+
+/* ------------------------------------------------------------------------ */
+/* Zones, counters and instant events                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The vocabulary of frame profilers (Tracy, Optick), beside the sampler:
+ * a zone ("physics", "upload") opens and closes on a thread, nested; a
+ * counter ("draw calls") takes a value; an instant ("GC") marks a moment.
+ * They are recorded with exact times (CLOCK_MONOTONIC, the clock of sample
+ * timestamps), not sampled, and the trace builder draws them: per thread a
+ * track of nested zone slices (with the thread's instants), a track per
+ * counter, and per app frame the time each zone took within it. Every
+ * sample taken inside a zone carries the innermost one as the string label
+ * zone=<name> (pprof: -tagfocus=zone=physics); samples carry a counter's
+ * value only for counters attached with snapprof_counter_attach().
+ *
+ * Names are interned: the first use of a name copies it into a
+ * process-wide table of SNAPPROF_EVENT_NAMES_MAX names that lives as long
+ * as the process; the caller keeps its strings. A name is 1 to
+ * SNAPPROF_EVENT_NAME_MAX - 1 bytes (longer: -ENAMETOOLONG, nothing is
+ * truncated); a name past the table's capacity is -ENOSPC.
+ *
+ * Cost and memory: no system call and no lock (clock_gettime through the
+ * vDSO); the first call on a thread allocates that thread's state (about
+ * 100 KiB: a ring of 4096 events and the zone stack), freed when the
+ * thread exits, and the first call with a new name takes a mutex. Events
+ * are written only while a profiler runs; when a thread's ring is full
+ * (no profiler drained it for a whole tick) an event is dropped and counted
+ * (snapprof_stats_t.events_dropped), the call never blocks. A zone whose
+ * begin was recorded always gets its end recorded (room is kept for it).
+ *
+ * Threads: any thread, not from a signal handler. Zones belong to the
+ * calling thread; counters and instants are process-wide names, and an
+ * instant is drawn on the calling thread's zone track. */
+
+#define SNAPPROF_EVENT_NAME_MAX 64    /* bytes of a name, with its NUL */
+#define SNAPPROF_EVENT_NAMES_MAX 4096 /* distinct names per process */
+#define SNAPPROF_ZONE_DEPTH_MAX 64    /* zones open at once on a thread */
+#define SNAPPROF_COUNTER_ATTACH_MAX 8 /* counters attached to samples */
+
+/* Opens a zone on the calling thread, inside the zones already open.
+ * Returns 0; -EINVAL (name NULL or ""), -ENAMETOOLONG, -ENOSPC (name
+ * table full) or -ENOMEM (the thread's first call), and then no zone was
+ * opened: do not end it. -E2BIG when SNAPPROF_ZONE_DEPTH_MAX zones are
+ * already open: the zone is neither recorded nor a label, but it counts as
+ * open, so that its snapprof_zone_end() (which returns 0) closes nothing
+ * else; code that ends every zone it begins stays balanced. */
+SNAPPROF_API int snapprof_zone_begin(const char *name);
+
+/* Closes the calling thread's innermost zone. Returns 0, or -ENOENT when
+ * the thread has no zone open (nothing changes). Zones still open when a
+ * thread exits end at its exit; zones open when a profile stops end at the
+ * profile's end in its trace. */
+SNAPPROF_API int snapprof_zone_end(void);
+
+/* Marks a moment on the calling thread's zone track. Returns 0, -EINVAL,
+ * -ENAMETOOLONG, -ENOSPC or -ENOMEM as snapprof_zone_begin(). */
+SNAPPROF_API int snapprof_instant(const char *name);
+
+/* Sets counter name to value: one point on its track in the trace, and,
+ * when the counter is attached, its value in every later sample. value
+ * must be finite (-EINVAL: JSON has no NaN). Returns as
+ * snapprof_instant(). */
+SNAPPROF_API int snapprof_counter_set(const char *name, double value);
+
+/* Makes every sample carry counter name's latest value as a numeric label
+ * with key name and the given unit (NULL for none), from the counter's
+ * next set on. pprof labels are integers: the label is value * scale
+ * rounded to the nearest integer (halves away from zero), saturated to the int64 range;
+ * e.g. scale 1000 keeps milliseconds to the microsecond, with unit "us".
+ * An attachment lasts as long as the process. Returns 0; -EINVAL (name
+ * not a valid label key or one of the library's own, scale not finite or
+ * 0); -ENAMETOOLONG (name of SNAPPROF_LABEL_KEY_MAX bytes or more, unit of
+ * SNAPPROF_LABEL_UNIT_MAX or more); -EEXIST (already attached); -ENOSPC
+ * (SNAPPROF_COUNTER_ATTACH_MAX counters attached, or the name table is
+ * full). */
+SNAPPROF_API int snapprof_counter_attach(const char *name, const char *unit, double scale);
+
+/* Exact function timing, for programs built with -finstrument-functions
+ * and linked with libsnapprof-instrument (whose __cyg_profile_func_enter
+ * and _exit call these; docs/zones.md). Each thread aggregates its calls
+ * by call path: count, and self time (CLOCK_MONOTONIC, wall time), in a
+ * tree of up to SNAPPROF_CALL_NODES_MAX paths (calls past it are timed
+ * into their caller and counted) that no event buffer limits; the calls
+ * builder writes them as a profile of their own. While a profiler runs,
+ * each call is also an enter and an exit event for the trace (dropped and
+ * counted like any event when the thread's buffer is full). The first
+ * call on a thread allocates about 170 KiB (its tree and shadow stack),
+ * kept after the thread exits for the calls builder (the last 256 exited
+ * threads). Not async-signal-safe: exclude signal handlers from
+ * instrumentation (-finstrument-functions-exclude-function-list).
+ *
+ * enter returns 0, -ENOMEM, or -E2BIG past SNAPPROF_CALL_DEPTH_MAX calls
+ * deep (not timed, but its exit is matched so nothing else ends). exit
+ * returns 0, or -ENOENT when fn is not being timed on this thread; an exit
+ * that skips calls (longjmp) ends them too. */
+#define SNAPPROF_CALL_DEPTH_MAX 256
+#define SNAPPROF_CALL_NODES_MAX 4096
+SNAPPROF_API int snapprof_func_enter(void *fn);
+SNAPPROF_API int snapprof_func_exit(void *fn);
+
+/* The calls builder: when the profile completes, writes the function
+ * timing of every thread (snapprof_func_enter) as a gzipped pprof profile
+ * with sample types calls/count and time/nanoseconds: one sample per call
+ * path, whose values are the calls and the self time, so that pprof's
+ * flat is a function's self time (or calls, with -sample_index=calls) and
+ * cum its total; labeled thread_id. Totals are since each thread's first
+ * timed call. Path rules as for pprof. */
+SNAPPROF_API int snapprof_calls_builder_create(const char *path, snapprof_builder_t **out);
+
+typedef enum {
+    SNAPPROF_EVENT_ZONE_BEGIN = 0,
+    SNAPPROF_EVENT_ZONE_END = 1,
+    SNAPPROF_EVENT_INSTANT = 2,
+    SNAPPROF_EVENT_COUNTER = 3,
+    SNAPPROF_EVENT_FUNC_ENTER = 4, /* snapprof_func_enter(): name "", address set */
+    SNAPPROF_EVENT_FUNC_EXIT = 5
+} snapprof_event_kind_t;
+
+/* An event as builders see it when the profile completes. */
+typedef struct snapprof_event {
+    snapprof_event_kind_t kind;
+    pid_t tid;         /* the thread that made the call */
+    uint32_t depth;    /* zones and functions: nesting level, 1 for the outermost; else 0 */
+    uint64_t time_ns;  /* CLOCK_MONOTONIC */
+    const char *name;  /* interned: valid for the life of the process */
+    double value;      /* counters: the value set; else 0 */
+    uintptr_t address; /* functions: the function's address; else 0 */
+} snapprof_event_t;
 
 /* ------------------------------------------------------------------------ */
 /* Profilers                                                                */

@@ -1,0 +1,840 @@
+/* Zones, counters and instant events: per-thread zone stacks that the
+ * signal handler reads for the zone= label, per-thread event rings that
+ * the profilers drain, the process-wide name table and event log.
+ *
+ * Names. A name is interned once into g_names (append-only, never freed)
+ * and found again through an open-addressing hash of atomic ids: a lookup
+ * takes no lock, an insert takes g_names_lock (once per name). Events and
+ * the handler's capture carry the 32-bit id; the strings they turn into
+ * live as long as the process, so views of them never dangle.
+ *
+ * Zone stack. The owning thread writes the stack entry, then the depth; a
+ * signal handler on the same thread reads the depth, then the entry, so it
+ * sees either the zone before or after the call, never a half-written one
+ * (relaxed atomics and signal fences: only the same thread reads them).
+ *
+ * Event ring. One writer (the thread) and one reader (whoever holds
+ * g_log_lock): head and tail are atomics with release/acquire, the entries
+ * plain memory ordered by them. When the ring has no room the event is
+ * dropped and counted. Room is kept for the end of every recorded zone
+ * that is open (reserved), so a recorded begin always gets its end and the
+ * trace never shows a zone that seems to run on forever.
+ *
+ * Log. Whoever reads (a profiler on its tick, or a thread that exits)
+ * moves the rings' events into g_log under g_log_lock; each profiler
+ * copies the entries it has not seen from there. Threads write events only
+ * while a profiler reads (g_readers > 0). */
+#include "events/events.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Names                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define NAME_HASH_SIZE (2 * SNAPPROF_EVENT_NAMES_MAX) /* power of two */
+
+/* Id i (1-based) is g_names[i]; [0] stays "". */
+static char g_names[SNAPPROF_EVENT_NAMES_MAX + 1][SNAPPROF_EVENT_NAME_MAX];
+static _Atomic uint32_t g_name_hash[NAME_HASH_SIZE];
+static uint32_t g_name_count; /* under g_names_lock */
+static pthread_mutex_t g_names_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t hash_name(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The id of name (len bytes), or 0; *slot is where the probe stopped. */
+static uint32_t find_name(const char *name, size_t len, uint32_t h, uint32_t *slot)
+{
+    for (uint32_t i = h & (NAME_HASH_SIZE - 1);; i = (i + 1) & (NAME_HASH_SIZE - 1)) {
+        uint32_t id = atomic_load_explicit(&g_name_hash[i], memory_order_acquire);
+        if (id == 0) {
+            *slot = i;
+            return 0;
+        }
+        if (memcmp(g_names[id], name, len + 1) == 0)
+            return id;
+    }
+}
+
+/* Checks a name and returns its id (interning it on first use), or a
+ * negative error. */
+static int64_t intern(const char *name)
+{
+    if (name == NULL || name[0] == '\0')
+        return -EINVAL;
+    size_t len = strnlen(name, SNAPPROF_EVENT_NAME_MAX);
+    if (len == SNAPPROF_EVENT_NAME_MAX)
+        return -ENAMETOOLONG;
+    uint32_t h = hash_name(name, len), slot;
+    uint32_t id = find_name(name, len, h, &slot);
+    if (id != 0)
+        return id;
+    pthread_mutex_lock(&g_names_lock);
+    id = find_name(name, len, h, &slot); /* another thread may have added it */
+    if (id == 0 && g_name_count < SNAPPROF_EVENT_NAMES_MAX) {
+        id = ++g_name_count;
+        memcpy(g_names[id], name, len + 1);
+        atomic_store_explicit(&g_name_hash[slot], id, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_names_lock);
+    return id != 0 ? (int64_t)id : -ENOSPC;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attached counters                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct attached {
+    uint32_t name; /* written before the slot is published */
+    double scale;
+    char unit[SNAPPROF_LABEL_UNIT_MAX];
+    _Atomic int64_t value;
+    _Atomic int set; /* value holds a set value */
+} attached_t;
+
+static attached_t g_attached[SNAPPROF_COUNTER_ATTACH_MAX];
+static _Atomic uint32_t g_attached_count; /* published slots */
+/* By name id: 1 + the attached slot, 0 when not attached. */
+static _Atomic uint8_t g_name_attach[SNAPPROF_EVENT_NAMES_MAX + 1];
+
+/* Keys the library's labels use (labels.c refuses them too). */
+static int reserved_key(const char *key)
+{
+    return strcmp(key, "thread_id") == 0 || strcmp(key, "thread_name") == 0 ||
+           strcmp(key, "frame") == 0 || strcmp(key, "hitch") == 0 || strcmp(key, "zone") == 0;
+}
+
+int snapprof_counter_attach(const char *name, const char *unit, double scale)
+{
+    if (name == NULL || name[0] == '\0' || reserved_key(name) || !isfinite(scale) || scale == 0)
+        return -EINVAL;
+    if (strnlen(name, SNAPPROF_LABEL_KEY_MAX) == SNAPPROF_LABEL_KEY_MAX ||
+        (unit != NULL && strnlen(unit, SNAPPROF_LABEL_UNIT_MAX) == SNAPPROF_LABEL_UNIT_MAX))
+        return -ENAMETOOLONG;
+    int64_t id = intern(name);
+    if (id < 0)
+        return (int)id;
+    /* g_names_lock serializes attaches; neither the handler nor a set ever
+     * takes it. */
+    pthread_mutex_lock(&g_names_lock);
+    int err = 0;
+    uint32_t n = atomic_load_explicit(&g_attached_count, memory_order_relaxed);
+    if (atomic_load_explicit(&g_name_attach[id], memory_order_relaxed) != 0) {
+        err = -EEXIST;
+    } else if (n == SNAPPROF_COUNTER_ATTACH_MAX) {
+        err = -ENOSPC;
+    } else {
+        attached_t *a = &g_attached[n];
+        a->name = (uint32_t)id;
+        a->scale = scale;
+        memset(a->unit, 0, sizeof a->unit);
+        if (unit != NULL)
+            memcpy(a->unit, unit, strlen(unit));
+        atomic_store_explicit(&g_attached_count, n + 1, memory_order_release);
+        atomic_store_explicit(&g_name_attach[id], (uint8_t)(n + 1), memory_order_release);
+    }
+    pthread_mutex_unlock(&g_names_lock);
+    return err;
+}
+
+/* value * scale as an integer label: rounded to nearest, saturated. */
+static int64_t to_label(double value, double scale)
+{
+    double v = value * scale;
+    if (!(v < 9.2233720368547748e18))
+        return INT64_MAX;
+    if (!(v > -9.2233720368547748e18))
+        return INT64_MIN;
+    /* Half away from zero, as llround() does (without needing libm). */
+    return v >= 0 ? (int64_t)(v + 0.5) : -(int64_t)(-v + 0.5);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-thread state                                                         */
+/* ------------------------------------------------------------------------ */
+
+enum { EV_BEGIN = SNAPPROF_EVENT_ZONE_BEGIN, EV_END = SNAPPROF_EVENT_ZONE_END };
+
+/* What became of an open zone's begin: no profiler recorded it, it is in
+ * the ring (its end will be), or the ring had no room (its end is dropped
+ * and counted too). */
+enum { ZONE_UNRECORDED = 0, ZONE_RECORDED = 1, ZONE_DROPPED = 2 };
+
+typedef struct ring_event {
+    uint64_t time_ns;
+    uint32_t name;
+    uint16_t kind;
+    uint16_t depth;
+    union {
+        double value;     /* counters */
+        uint64_t address; /* functions */
+    } u;
+} ring_event_t;
+
+typedef struct tstate {
+    /* The zone stack: the handler reads depth, then stack[depth - 1]. */
+    _Atomic uint32_t depth;
+    _Atomic uint32_t stack[SNAPPROF_ZONE_DEPTH_MAX];
+    /* Owner only. */
+    uint8_t recorded[SNAPPROF_ZONE_DEPTH_MAX]; /* ZONE_* of each open zone */
+    uint32_t overflow;                         /* zones open past SNAPPROF_ZONE_DEPTH_MAX */
+    uint32_t reserved; /* recorded zones open: ring room kept for their ends */
+    pid_t tid;
+    /* The ring: head written by the owner, tail by the reader. */
+    _Atomic uint64_t head, tail;
+    /* Function timing (snapprof_func_enter/_exit), made on first use. */
+    _Atomic(struct call_tree *) calls; /* read by the calls builder */
+    /* The registry of threads (under g_log_lock). */
+    struct tstate *next, *prev;
+    ring_event_t ring[SNAPPROF__EVENT_RING];
+} tstate_t;
+
+/* Initial-exec TLS holds only the pointer, as for the label tables. */
+static __thread _Atomic(tstate_t *) tls_state __attribute__((tls_model("initial-exec")));
+
+static pthread_key_t g_state_key;
+static pthread_once_t g_state_key_once = PTHREAD_ONCE_INIT;
+static int g_state_key_ok;
+
+static _Atomic int g_readers;      /* profilers reading: threads record events */
+static _Atomic uint64_t g_dropped; /* events thread rings had no room for */
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static tstate_t *g_threads; /* registry, under g_log_lock */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void drain_ring_locked(tstate_t *t);
+static void close_open_zones(tstate_t *t);
+static void retire_calls_locked(tstate_t *t);
+
+static void free_state(void *p)
+{
+    tstate_t *t = p;
+    /* Zones and calls still open end at the thread's exit; what the ring
+     * holds then goes to the log before the ring goes away. */
+    close_open_zones(t);
+    pthread_mutex_lock(&g_log_lock);
+    retire_calls_locked(t);
+    drain_ring_locked(t);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        g_threads = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&g_log_lock);
+    /* A signal that arrives from here on finds no state. */
+    atomic_store_explicit(&tls_state, NULL, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    free(t);
+}
+
+static void make_state_key(void)
+{
+    g_state_key_ok = pthread_key_create(&g_state_key, free_state) == 0;
+}
+
+/* The calling thread's state, made on first use; NULL with *err set when
+ * it cannot be. */
+static tstate_t *thread_state(int *err)
+{
+    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    if (t != NULL)
+        return t;
+    pthread_once(&g_state_key_once, make_state_key);
+    if (!g_state_key_ok) {
+        *err = -EAGAIN;
+        return NULL;
+    }
+    t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    if (pthread_setspecific(g_state_key, t) != 0) {
+        free(t);
+        *err = -ENOMEM;
+        return NULL;
+    }
+    t->tid = (pid_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&g_log_lock);
+    t->next = g_threads;
+    if (g_threads)
+        g_threads->prev = t;
+    g_threads = t;
+    pthread_mutex_unlock(&g_log_lock);
+    atomic_store_explicit(&tls_state, t, memory_order_relaxed);
+    return t;
+}
+
+/* Appends an event if the ring has room beyond keep entries (kept for the
+ * ends of recorded zones). Returns 1 when written, 0 when dropped. */
+static int push_raw(tstate_t *t, uint32_t keep, ring_event_t ev)
+{
+    uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
+    if (SNAPPROF__EVENT_RING - (head - tail) <= keep) {
+        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+        return 0;
+    }
+    t->ring[head % SNAPPROF__EVENT_RING] = ev;
+    atomic_store_explicit(&t->head, head + 1, memory_order_release);
+    return 1;
+}
+
+static int push(tstate_t *t, uint32_t keep, uint16_t kind, uint16_t depth, uint32_t name,
+                uint64_t time_ns, double value)
+{
+    return push_raw(
+        t, keep,
+        (ring_event_t){
+            .time_ns = time_ns, .name = name, .kind = kind, .depth = depth, .u.value = value});
+}
+
+static int recording(void)
+{
+    return atomic_load_explicit(&g_readers, memory_order_relaxed) > 0;
+}
+
+/* Ends every zone still open on t now (thread exit). Owner. */
+static void close_open_zones(tstate_t *t)
+{
+    uint64_t now = mono_ns();
+    t->overflow = 0;
+    for (uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed); d > 0; d--) {
+        atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
+        if (t->recorded[d - 1] == ZONE_RECORDED) {
+            t->reserved--;
+            push(t, t->reserved, EV_END, (uint16_t)d,
+                 atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), now, 0);
+        } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+            atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                               */
+/* ------------------------------------------------------------------------ */
+
+int snapprof_zone_begin(const char *name)
+{
+    int64_t id = intern(name);
+    if (id < 0)
+        return (int)id;
+    int err = 0;
+    tstate_t *t = thread_state(&err);
+    if (t == NULL)
+        return err;
+    uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
+    if (d == SNAPPROF_ZONE_DEPTH_MAX) {
+        t->overflow++;
+        return -E2BIG;
+    }
+    /* Recorded only with room for this begin, its end and the ends owed. */
+    t->recorded[d] = ZONE_UNRECORDED;
+    if (recording()) {
+        int ok = push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), (uint32_t)id, mono_ns(), 0);
+        t->recorded[d] = ok ? ZONE_RECORDED : ZONE_DROPPED;
+        t->reserved += (uint32_t)ok;
+    }
+    atomic_store_explicit(&t->stack[d], (uint32_t)id, memory_order_relaxed);
+    atomic_signal_fence(memory_order_release);
+    atomic_store_explicit(&t->depth, d + 1, memory_order_relaxed);
+    return 0;
+}
+
+int snapprof_zone_end(void)
+{
+    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    if (t == NULL)
+        return -ENOENT;
+    if (t->overflow > 0) {
+        t->overflow--;
+        return 0;
+    }
+    uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
+    if (d == 0)
+        return -ENOENT;
+    atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
+    if (t->recorded[d - 1] == ZONE_RECORDED) {
+        t->reserved--;
+        push(t, t->reserved, EV_END, (uint16_t)d,
+             atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), mono_ns(), 0);
+    } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+    }
+    return 0;
+}
+
+int snapprof_instant(const char *name)
+{
+    int64_t id = intern(name);
+    if (id < 0)
+        return (int)id;
+    int err = 0;
+    tstate_t *t = thread_state(&err);
+    if (t == NULL)
+        return err;
+    if (recording())
+        push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, (uint32_t)id, mono_ns(), 0);
+    return 0;
+}
+
+int snapprof_counter_set(const char *name, double value)
+{
+    if (!isfinite(value))
+        return -EINVAL;
+    int64_t id = intern(name);
+    if (id < 0)
+        return (int)id;
+    int err = 0;
+    tstate_t *t = thread_state(&err);
+    if (t == NULL)
+        return err;
+    uint8_t a = atomic_load_explicit(&g_name_attach[id], memory_order_acquire);
+    if (a != 0) {
+        attached_t *c = &g_attached[a - 1];
+        atomic_store_explicit(&c->value, to_label(value, c->scale), memory_order_relaxed);
+        atomic_store_explicit(&c->set, 1, memory_order_release);
+    }
+    if (recording())
+        push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, (uint32_t)id, mono_ns(), value);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Function timing                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A thread's calls aggregated by call path: node i is a function reached
+ * through its parent's path; calls and self time add up on the node. The
+ * owner adds nodes and counts; readers (the calls builder, under
+ * g_log_lock) see the nodes below count, their counts as atomics. Nothing
+ * here goes through the event ring, so a full ring loses no call. */
+typedef struct call_node {
+    uintptr_t fn;    /* set before the node is published */
+    uint32_t parent; /* node index; 0 is the root (no function) */
+    _Atomic uint64_t calls, self_ns;
+} call_node_t;
+
+typedef struct call_frame {
+    uintptr_t fn;
+    uint32_t node;
+    uint8_t recorded; /* ZONE_* for its events */
+    uint64_t enter_ns, child_ns;
+} call_frame_t;
+
+typedef struct call_tree {
+    _Atomic uint32_t count; /* published nodes, the root included */
+    pid_t tid;
+    _Atomic uint64_t unplaced; /* calls timed into their caller: the tree was full */
+    struct call_tree *next;    /* retired trees (under g_log_lock) */
+    uint32_t depth, overflow;  /* owner: the shadow stack */
+    call_frame_t stack[SNAPPROF_CALL_DEPTH_MAX];
+    uint32_t hash[2 * SNAPPROF_CALL_NODES_MAX]; /* owner: 1 + node by (parent, fn) */
+    call_node_t nodes[SNAPPROF_CALL_NODES_MAX];
+} call_tree_t;
+
+#define RETIRED_MAX 256
+static call_tree_t *g_retired; /* trees of exited threads, under g_log_lock */
+static size_t g_retired_count;
+static _Atomic uint64_t g_retired_lost; /* calls of trees let go past RETIRED_MAX */
+
+static uint32_t call_hash(uint32_t parent, uintptr_t fn)
+{
+    uint64_t h = ((uint64_t)fn ^ ((uint64_t)parent << 40)) * 0x9e3779b97f4a7c15u;
+    return (uint32_t)(h >> 32) & (2 * SNAPPROF_CALL_NODES_MAX - 1);
+}
+
+/* The node of fn called from parent, added on first use; parent itself
+ * when the tree is full (the call's time then counts as the caller's). */
+#define UNPLACED UINT32_MAX
+
+static uint32_t call_node(call_tree_t *c, uint32_t parent, uintptr_t fn)
+{
+    if (parent == UNPLACED)
+        return UNPLACED; /* under a call the full tree could not place */
+    uint32_t i = call_hash(parent, fn);
+    for (;; i = (i + 1) & (2 * SNAPPROF_CALL_NODES_MAX - 1)) {
+        uint32_t n = c->hash[i];
+        if (n == 0)
+            break;
+        if (c->nodes[n - 1].fn == fn && c->nodes[n - 1].parent == parent)
+            return n - 1;
+    }
+    uint32_t count = atomic_load_explicit(&c->count, memory_order_relaxed);
+    if (count == SNAPPROF_CALL_NODES_MAX) {
+        return UNPLACED;
+    }
+    c->nodes[count].fn = fn;
+    c->nodes[count].parent = parent;
+    c->hash[i] = count + 1;
+    atomic_store_explicit(&c->count, count + 1, memory_order_release);
+    return count;
+}
+
+static void add_relaxed(_Atomic uint64_t *a, uint64_t v)
+{
+    /* One writer: a load and a store, no locked instruction. */
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+/* Pops the innermost call at now. Owner. */
+static void call_pop(tstate_t *t, call_tree_t *c, uint64_t now)
+{
+    call_frame_t *f = &c->stack[--c->depth];
+    uint64_t dur = now > f->enter_ns ? now - f->enter_ns : 0;
+    if (f->node != UNPLACED) {
+        call_node_t *n = &c->nodes[f->node];
+        add_relaxed(&n->calls, 1);
+        add_relaxed(&n->self_ns, dur > f->child_ns ? dur - f->child_ns : 0);
+        if (c->depth > 0)
+            c->stack[c->depth - 1].child_ns += dur;
+    } else {
+        /* Its time stays in its caller's self time. */
+        add_relaxed(&c->unplaced, 1);
+    }
+    if (f->recorded == ZONE_RECORDED) {
+        t->reserved--;
+        push_raw(t, t->reserved,
+                 (ring_event_t){.time_ns = now,
+                                .kind = SNAPPROF_EVENT_FUNC_EXIT,
+                                .depth = (uint16_t)(c->depth + 1),
+                                .u.address = f->fn});
+    } else if (f->recorded == ZONE_DROPPED) {
+        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+    }
+}
+
+int snapprof_func_enter(void *fn)
+{
+    int err = 0;
+    tstate_t *t = thread_state(&err);
+    if (t == NULL)
+        return err;
+    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
+    if (c == NULL) {
+        c = calloc(1, sizeof *c);
+        if (c == NULL)
+            return -ENOMEM;
+        c->tid = t->tid;
+        atomic_store_explicit(&c->count, 1, memory_order_release); /* the root */
+        atomic_store_explicit(&t->calls, c, memory_order_release);
+    }
+    if (c->depth == SNAPPROF_CALL_DEPTH_MAX) {
+        c->overflow++;
+        return -E2BIG;
+    }
+    uint32_t parent = c->depth > 0 ? c->stack[c->depth - 1].node : 0;
+    call_frame_t *f = &c->stack[c->depth];
+    f->fn = (uintptr_t)fn;
+    f->node = call_node(c, parent, (uintptr_t)fn);
+    f->child_ns = 0;
+    f->recorded = ZONE_UNRECORDED;
+    f->enter_ns = mono_ns();
+    if (recording()) {
+        int ok = push_raw(t, t->reserved + 1,
+                          (ring_event_t){.time_ns = f->enter_ns,
+                                         .kind = SNAPPROF_EVENT_FUNC_ENTER,
+                                         .depth = (uint16_t)(c->depth + 1),
+                                         .u.address = (uintptr_t)fn});
+        f->recorded = ok ? ZONE_RECORDED : ZONE_DROPPED;
+        t->reserved += (uint32_t)ok;
+    }
+    c->depth++;
+    return 0;
+}
+
+int snapprof_func_exit(void *fn)
+{
+    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    call_tree_t *c = t ? atomic_load_explicit(&t->calls, memory_order_relaxed) : NULL;
+    if (c == NULL)
+        return -ENOENT;
+    if (c->overflow > 0) {
+        c->overflow--;
+        return 0;
+    }
+    /* Calls that longjmp() or an unwinder skipped end here too. */
+    uint32_t d = c->depth;
+    while (d > 0 && c->stack[d - 1].fn != (uintptr_t)fn)
+        d--;
+    if (d == 0)
+        return -ENOENT;
+    uint64_t now = mono_ns();
+    while (c->depth >= d)
+        call_pop(t, c, now);
+    return 0;
+}
+
+/* Ends t's open calls (thread exit) and keeps its tree for the calls
+ * builder. g_log_lock held. */
+static void retire_calls_locked(tstate_t *t)
+{
+    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
+    if (c == NULL)
+        return;
+    atomic_store_explicit(&t->calls, NULL, memory_order_relaxed);
+    uint64_t now = mono_ns();
+    c->overflow = 0;
+    while (c->depth > 0)
+        call_pop(t, c, now);
+    if (g_retired_count == RETIRED_MAX) {
+        /* Bounded: the oldest retired tree goes, its calls counted. */
+        call_tree_t **pp = &g_retired;
+        while ((*pp)->next != NULL)
+            pp = &(*pp)->next;
+        call_tree_t *old = *pp;
+        uint32_t n = atomic_load_explicit(&old->count, memory_order_relaxed);
+        uint64_t calls = 0;
+        for (uint32_t i = 1; i < n; i++)
+            calls += atomic_load_explicit(&old->nodes[i].calls, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_retired_lost, calls, memory_order_relaxed);
+        *pp = NULL;
+        free(old);
+        g_retired_count--;
+    }
+    c->next = g_retired;
+    g_retired = c;
+    g_retired_count++;
+}
+
+static void visit_tree(call_tree_t *c, snapprof__calls_visit_cb cb, void *ud)
+{
+    uint32_t n = atomic_load_explicit(&c->count, memory_order_acquire);
+    uintptr_t path[SNAPPROF_CALL_DEPTH_MAX];
+    for (uint32_t i = 1; i < n; i++) {
+        size_t depth = 0;
+        for (uint32_t k = i; k != 0 && depth < SNAPPROF_CALL_DEPTH_MAX; k = c->nodes[k].parent)
+            path[depth++] = c->nodes[k].fn;
+        uint64_t calls = atomic_load_explicit(&c->nodes[i].calls, memory_order_relaxed);
+        uint64_t self = atomic_load_explicit(&c->nodes[i].self_ns, memory_order_relaxed);
+        if (calls > 0)
+            cb(ud, c->tid, path, depth, calls, self);
+    }
+}
+
+uint64_t snapprof__calls_visit(snapprof__calls_visit_cb cb, void *ud)
+{
+    pthread_mutex_lock(&g_log_lock);
+    uint64_t unplaced = atomic_load_explicit(&g_retired_lost, memory_order_relaxed);
+    for (tstate_t *t = g_threads; t != NULL; t = t->next) {
+        call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_acquire);
+        if (c != NULL) {
+            visit_tree(c, cb, ud);
+            unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
+        }
+    }
+    for (call_tree_t *c = g_retired; c != NULL; c = c->next) {
+        visit_tree(c, cb, ud);
+        unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g_log_lock);
+    return unplaced;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Capture (signal handler) and decoding (sampler)                          */
+/* ------------------------------------------------------------------------ */
+
+/* Async-signal-safe. */
+void snapprof__events_capture(snapprof__event_capture_t *out)
+{
+    out->zone = 0;
+    out->counter_count = 0;
+    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    if (t != NULL) {
+        uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
+        atomic_signal_fence(memory_order_acquire);
+        if (d > 0 && d <= SNAPPROF_ZONE_DEPTH_MAX)
+            out->zone = atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed);
+    }
+    uint32_t n = atomic_load_explicit(&g_attached_count, memory_order_acquire);
+    for (uint32_t i = 0; i < n && i < SNAPPROF_COUNTER_ATTACH_MAX; i++) {
+        attached_t *a = &g_attached[i];
+        if (!atomic_load_explicit(&a->set, memory_order_acquire))
+            continue;
+        out->counters[out->counter_count].name = a->name;
+        out->counters[out->counter_count].attach = i;
+        out->counters[out->counter_count].value =
+            atomic_load_explicit(&a->value, memory_order_relaxed);
+        out->counter_count++;
+    }
+}
+
+size_t snapprof__events_decode(const snapprof__event_capture_t *c, snapprof_label_t *out)
+{
+    size_t n = 0;
+    if (c->zone != 0 && c->zone <= SNAPPROF_EVENT_NAMES_MAX) {
+        out[n] = (snapprof_label_t){.key = "zone", .str = g_names[c->zone]};
+        n++;
+    }
+    uint32_t count = c->counter_count <= SNAPPROF_COUNTER_ATTACH_MAX ? c->counter_count
+                                                                     : SNAPPROF_COUNTER_ATTACH_MAX;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t name = c->counters[i].name, attach = c->counters[i].attach;
+        if (name == 0 || name > SNAPPROF_EVENT_NAMES_MAX || attach >= SNAPPROF_COUNTER_ATTACH_MAX)
+            continue;
+        const char *unit = g_attached[attach].unit;
+        out[n] = (snapprof_label_t){
+            .key = g_names[name], .num = c->counters[i].value, .num_unit = unit[0] ? unit : NULL};
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The log and its readers                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct log_event {
+    ring_event_t e;
+    pid_t tid;
+} log_event_t;
+
+static log_event_t *g_log; /* SNAPPROF__EVENT_LOG entries, under g_log_lock */
+static uint64_t g_log_head;
+
+/* Moves t's events into the log (dropping them when nobody reads).
+ * g_log_lock held: the ring's only reader. */
+static void drain_ring_locked(tstate_t *t)
+{
+    uint64_t head = atomic_load_explicit(&t->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
+    if (g_log != NULL) {
+        for (uint64_t i = tail; i < head; i++) {
+            log_event_t *l = &g_log[g_log_head % SNAPPROF__EVENT_LOG];
+            l->e = t->ring[i % SNAPPROF__EVENT_RING];
+            l->tid = t->tid;
+            g_log_head++;
+        }
+    }
+    atomic_store_explicit(&t->tail, head, memory_order_release);
+}
+
+static void drain_all_locked(void)
+{
+    for (tstate_t *t = g_threads; t != NULL; t = t->next)
+        drain_ring_locked(t);
+}
+
+/* Copies the log's entries r has not seen. g_log_lock held. */
+static void copy_locked(snapprof__event_reader_t *r)
+{
+    if (g_log_head - r->cursor > SNAPPROF__EVENT_LOG) {
+        r->lost += g_log_head - SNAPPROF__EVENT_LOG - r->cursor;
+        r->cursor = g_log_head - SNAPPROF__EVENT_LOG;
+    }
+    size_t want = (size_t)(g_log_head - r->cursor);
+    if (r->count + want > r->cap && r->cap < SNAPPROF__EVENTS_PROFILE_MAX) {
+        size_t cap = r->cap ? r->cap : 1024;
+        while (cap < r->count + want && cap < SNAPPROF__EVENTS_PROFILE_MAX)
+            cap *= 2;
+        snapprof_event_t *n = realloc(r->events, cap * sizeof *n);
+        if (n != NULL) {
+            r->events = n;
+            r->cap = cap;
+        }
+    }
+    for (; r->cursor < g_log_head; r->cursor++) {
+        if (r->count == r->cap) {
+            r->lost += g_log_head - r->cursor;
+            r->cursor = g_log_head;
+            break;
+        }
+        const log_event_t *l = &g_log[r->cursor % SNAPPROF__EVENT_LOG];
+        uint32_t name = l->e.name <= SNAPPROF_EVENT_NAMES_MAX ? l->e.name : 0;
+        r->events[r->count++] = (snapprof_event_t){
+            .kind = (snapprof_event_kind_t)l->e.kind,
+            .tid = l->tid,
+            .depth = l->e.depth,
+            .time_ns = l->e.time_ns,
+            .name = g_names[name],
+        };
+        snapprof_event_t *e = &r->events[r->count - 1];
+        if (e->kind == SNAPPROF_EVENT_FUNC_ENTER || e->kind == SNAPPROF_EVENT_FUNC_EXIT)
+            e->address = (uintptr_t)l->e.u.address;
+        else
+            e->value = l->e.u.value;
+    }
+}
+
+int snapprof__event_reader_open(snapprof__event_reader_t *r)
+{
+    if (r->open)
+        return 0;
+    pthread_mutex_lock(&g_log_lock);
+    if (g_log == NULL) {
+        g_log = malloc(SNAPPROF__EVENT_LOG * sizeof *g_log);
+        if (g_log == NULL) {
+            pthread_mutex_unlock(&g_log_lock);
+            return -ENOMEM;
+        }
+    }
+    /* What threads left from an earlier profile is not this one's. */
+    drain_all_locked();
+    r->cursor = g_log_head;
+    r->count = 0; /* a retried start begins afresh */
+    r->lost = 0;
+    r->dropped_base = atomic_load_explicit(&g_dropped, memory_order_relaxed);
+    r->open = 1;
+    atomic_fetch_add_explicit(&g_readers, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&g_log_lock);
+    return 0;
+}
+
+void snapprof__event_reader_read(snapprof__event_reader_t *r)
+{
+    if (!r->open)
+        return;
+    pthread_mutex_lock(&g_log_lock);
+    drain_all_locked();
+    copy_locked(r);
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+void snapprof__event_reader_close(snapprof__event_reader_t *r)
+{
+    if (!r->open)
+        return;
+    snapprof__event_reader_read(r);
+    r->dropped_base = atomic_load_explicit(&g_dropped, memory_order_relaxed) - r->dropped_base;
+    r->open = 0;
+    atomic_fetch_sub_explicit(&g_readers, 1, memory_order_relaxed);
+}
+
+uint64_t snapprof__event_reader_dropped(const snapprof__event_reader_t *r)
+{
+    /* Once closed, dropped_base holds the final count. */
+    return r->open ? atomic_load_explicit(&g_dropped, memory_order_relaxed) - r->dropped_base
+                   : r->dropped_base;
+}
+
+void snapprof__event_reader_free(snapprof__event_reader_t *r)
+{
+    snapprof__event_reader_close(r);
+    free(r->events);
+    r->events = NULL;
+    r->count = r->cap = 0;
+}
