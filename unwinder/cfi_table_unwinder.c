@@ -35,14 +35,31 @@ typedef struct mod_table {
     snapprof__cfi_table_t *table;    /* NULL: no usable CFI, or over budget */
 } mod_table_t;
 
+/* Rows found per pc, kept: 1024 slots, direct-mapped. A profile meets the
+ * same return addresses sample after sample, and a recursion the same one
+ * frame after frame; a hit skips both binary searches. */
+#define ROW_SLOTS 1024u
+
+typedef struct row_slot {
+    uintptr_t pc;
+    const snapprof_module_t *module;
+    snapprof__cfi_row_t row;
+} row_slot_t;
+
 typedef struct ct {
     snapprof__cfi_t *engine; /* object table, checked reads, fallback steps */
     int eager;               /* compile whole tables when a module is first met */
     mod_table_t *mods;
     size_t mod_count, mod_cap;
-    size_t last;          /* index of the entry found last: walks stay in few modules */
-    size_t bytes_at_open; /* sum of the tables' sizes when they were opened */
+    size_t last;                /* index of the entry found last: walks stay in few modules */
+    size_t bytes_at_open;       /* sum of the tables' sizes when they were opened */
+    row_slot_t rows[ROW_SLOTS]; /* copies of rows the tables can step */
 } ct_t;
+
+static size_t row_slot(uintptr_t pc)
+{
+    return (size_t)((pc * 0x9e3779b97f4a7c15ull) >> 54) % ROW_SLOTS;
+}
 
 /* The table of module, opened on first use; NULL when it has none. */
 static snapprof__cfi_table_t *table_of(ct_t *c, const snapprof_module_t *m)
@@ -82,10 +99,16 @@ static int plan(ct_t *c, const snapprof_frame_t *f, const snapprof__cfi_row_t **
     const snapprof_module_t *m = f->module;
     if (f->kind != SNAPPROF_FRAME_NATIVE || !m || m->kind != SNAPPROF_MODULE_NATIVE)
         return STEP_NONE;
+    row_slot_t *slot = &c->rows[row_slot(f->pc)];
+    if (slot->pc == f->pc && slot->module == m) {
+        *row_out = &slot->row;
+        return STEP_TABLE;
+    }
     snapprof__cfi_table_t *t = table_of(c, m);
     const snapprof__cfi_row_t *row = t ? snapprof__cfi_table_find(t, f->pc) : NULL;
     if (row && (row->kind & SNAPPROF__CFI_ROW_KIND_MASK) != SNAPPROF__CFI_ROW_FALLBACK) {
-        *row_out = row;
+        *slot = (row_slot_t){.pc = f->pc, .module = m, .row = *row};
+        *row_out = &slot->row;
         return STEP_TABLE;
     }
     /* Rows it cannot express, and modules without a table: libunwind's
@@ -201,6 +224,9 @@ static void ct_update_modules(void *user_data)
     }
     c->mod_count = out;
     c->last = 0;
+    /* Module entries are never freed, but be plain about it: nothing
+     * learned before the objects changed is kept. */
+    memset(c->rows, 0, sizeof c->rows);
 }
 
 static void ct_destroy(void *user_data)
