@@ -13,13 +13,19 @@
  * and the CFI tables each followed by the .debug_frame and frame-pointer
  * unwinders. "same" is the share of copies whose frames equal the
  * libunwind chain's, pc for pc. Then the CFI tables of the modules met are
- * built whole, to time and size them. Prints figures, judges nothing.
+ * built whole, to time and size them; and two threads recursing 2000 deep
+ * without frame pointers are profiled at 1 kHz with the default chain and
+ * with the tables in front of it, for the share of requested samples
+ * delivered. Prints figures, judges nothing.
  *
  * Usage: bench_unwind [--quick]; BENCH_READS=1 also prints how many words
  * the CFI engine reads from the copy and from modules per sample. */
 #include "stack_copier/stack_copier.h"
 #include "unwinder/cfi_table_unwinder.h"
 #include "unwinder/libunwind_internal.h"
+
+#include <snapprof/jit.h>
+#include <snapprof/profile_builder.h>
 
 #include <libunwind.h>
 #include <pthread.h>
@@ -324,6 +330,137 @@ static void table_report(snapprof_unwinder_t *u)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The deep-recursion profile                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Two threads recursing 2000 deep without frame pointers, profiled at
+ * 1 kHz with a CPU-clock trigger: how many of the requested samples the
+ * sampling thread delivers, and how many of them are whole stacks, with
+ * the default chain and with the CFI tables in front of it. */
+typedef struct spinner {
+    snapprof_thread_t *token;
+    pthread_t th;
+    atomic_int ready, stop;
+    clockid_t clock;
+} spinner_t;
+
+static uint64_t spin_bottom(void *arg)
+{
+    spinner_t *s = arg;
+    atomic_store(&s->ready, 1);
+    uint64_t x = 1;
+    while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+        x = x * 6364136223846793005u + 1;
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x;
+}
+
+static void *spinner_main(void *arg)
+{
+    spinner_t *s = arg;
+    if (snapprof_thread_register(&s->token) != 0)
+        abort();
+    g_sink += bench_work_nofp(s, 2000, spin_bottom);
+    return NULL;
+}
+
+typedef struct tally {
+    atomic_size_t samples, complete;
+} tally_t;
+
+static int tally_sample(void *user_data, const snapprof_sample_t *s)
+{
+    tally_t *t = user_data;
+    atomic_fetch_add(&t->samples, 1);
+    /* Whole: past the recursion and not ended by a marker. */
+    if (s->frame_count > 2000 && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
+        atomic_fetch_add(&t->complete, 1);
+    return 0;
+}
+
+static const snapprof_builder_ops_t tally_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "tally",
+    .xOnSample = tally_sample,
+};
+
+static double thread_cpu_s(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void deep_profile(int with_table, double seconds)
+{
+    enum { THREADS = 2 };
+    spinner_t sp[THREADS];
+    snapprof_thread_t *tokens[THREADS];
+    memset(sp, 0, sizeof sp);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 16u << 20);
+        if (pthread_create(&sp[i].th, &attr, spinner_main, &sp[i]) != 0)
+            exit(1);
+        pthread_attr_destroy(&attr);
+        while (!atomic_load(&sp[i].ready))
+            usleep(1000);
+        tokens[i] = sp[i].token;
+        pthread_getcpuclockid(sp[i].th, &sp[i].clock);
+    }
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.trigger = SNAPPROF_TRIGGER_AUTO;
+    snapprof_profiler_t *p;
+    tally_t t = {0};
+    snapprof_builder_t *b;
+    if (snapprof_profiler_create(&params, tokens, THREADS, &p) != 0 ||
+        snapprof_builder_create(&tally_ops, &t, &b) != 0 ||
+        snapprof_profiler_add_builder(p, b) != 0)
+        exit(1);
+    /* The libunwind chain (the default chain before issue 16), with the
+     * tables in front of libunwind or without. */
+    snapprof_unwinder_t *u[5];
+    size_t n_u = 0;
+    int rc = snapprof_jit_unwinder_create(&u[n_u++]);
+    if (rc == 0 && with_table)
+        rc = snapprof_cfi_table_unwinder_create(&u[n_u++]);
+    rc = rc ? rc : snapprof_libunwind_unwinder_create(&u[n_u++]);
+    rc = rc ? rc : snapprof_debug_frame_unwinder_create(&u[n_u++]);
+    rc = rc ? rc : snapprof_frame_pointer_unwinder_create(&u[n_u++]);
+    for (size_t i = 0; rc == 0 && i < n_u; i++)
+        rc = snapprof_profiler_add_unwinder(p, u[i]);
+    if (rc != 0)
+        exit(1);
+    double cpu0 = 0, cpu1 = 0;
+    for (int i = 0; i < THREADS; i++)
+        cpu0 += thread_cpu_s(sp[i].clock);
+    if (snapprof_profiler_start(p) != 0)
+        exit(1);
+    usleep((useconds_t)(seconds * 1e6));
+    snapprof_profiler_stop(p);
+    for (int i = 0; i < THREADS; i++)
+        cpu1 += thread_cpu_s(sp[i].clock);
+    snapprof_stats_t st;
+    snapprof_profiler_get_stats(p, &st);
+    snapprof_profiler_destroy(p);
+    for (int i = 0; i < THREADS; i++) {
+        atomic_store(&sp[i].stop, 1);
+        pthread_join(sp[i].th, NULL);
+        snapprof_thread_release(sp[i].token);
+    }
+    size_t n = atomic_load(&t.samples), whole = atomic_load(&t.complete);
+    double requested = (cpu1 - cpu0) * 1000.0;
+    printf("%-34s %8zu %10.0f %10.3f %9.2f%% %9llu\n",
+           with_table ? "jit, cfi-table, libunwind, df, fp" : "jit, libunwind, df, fp", n,
+           requested, requested > 0 ? (double)n / requested : 0.0,
+           n ? 100.0 * (double)whole / (double)n : 0.0, (unsigned long long)st.unwind_p50_ns);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -412,5 +549,12 @@ int main(int argc, char **argv)
         table_report(report_u);
     }
     chain_destroy(&report_chain);
+    printf("\n2 threads x 2000 frames, -fomit-frame-pointer, 1 kHz of thread CPU time, "
+           "CPU-clock trigger, %.0f s each\n",
+           quick ? 0.5 : 5.0);
+    printf("%-34s %8s %10s %10s %10s %9s\n", "chain", "samples", "requested", "delivered",
+           "complete", "unwind p50");
+    for (int with_table = 0; with_table <= 1; with_table++)
+        deep_profile(with_table, quick ? 0.5 : 5.0);
     return 0;
 }
