@@ -442,9 +442,12 @@ static void deep_profile(int with_table, double seconds)
     if (snapprof_profiler_start(p) != 0)
         exit(1);
     usleep((useconds_t)(seconds * 1e6));
-    snapprof_profiler_stop(p);
+    /* Requested: what the threads ran while the profile ran. Stopping
+     * drains the captures still waiting to be unwound, which with a slow
+     * unwinder takes long; the threads keep running meanwhile. */
     for (int i = 0; i < THREADS; i++)
         cpu1 += thread_cpu_s(sp[i].clock);
+    snapprof_profiler_stop(p);
     snapprof_stats_t st;
     snapprof_profiler_get_stats(p, &st);
     snapprof_profiler_destroy(p);
