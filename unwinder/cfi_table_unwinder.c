@@ -52,7 +52,6 @@ typedef struct ct {
     mod_table_t *mods;
     size_t mod_count, mod_cap;
     size_t last;                /* index of the entry found last: walks stay in few modules */
-    size_t bytes_at_open;       /* sum of the tables' sizes when they were opened */
     row_slot_t rows[ROW_SLOTS]; /* copies of rows the tables can step */
 } ct_t;
 
@@ -80,12 +79,19 @@ static snapprof__cfi_table_t *table_of(ct_t *c, const snapprof_module_t *m)
         c->mods = p;
         c->mod_cap = n;
     }
-    snapprof__cfi_table_t *t = NULL;
-    if (c->bytes_at_open < TABLE_BYTES_MAX && snapprof__cfi_table_open(m, c->eager, &t) == 0) {
-        snapprof__cfi_table_stats_t st;
-        snapprof__cfi_table_stats(t, &st);
-        c->bytes_at_open += st.bytes;
+    /* The budget counts what the tables hold now, rows compiled since they
+     * were opened included; a module met past it has no table. */
+    size_t bytes = 0;
+    for (size_t i = 0; i < c->mod_count; i++) {
+        if (c->mods[i].table) {
+            snapprof__cfi_table_stats_t st;
+            snapprof__cfi_table_stats(c->mods[i].table, &st);
+            bytes += st.bytes;
+        }
     }
+    snapprof__cfi_table_t *t = NULL;
+    if (bytes < TABLE_BYTES_MAX && snapprof__cfi_table_open(m, c->eager, &t) != 0)
+        t = NULL;
     c->mods[c->mod_count] = (mod_table_t){.module = m, .table = t};
     c->last = c->mod_count++;
     return t;
@@ -215,12 +221,7 @@ static void ct_update_modules(void *user_data)
             c->mods[out++] = *e;
             continue;
         }
-        if (e->table) {
-            snapprof__cfi_table_stats_t st;
-            snapprof__cfi_table_stats(e->table, &st);
-            c->bytes_at_open -= st.bytes < c->bytes_at_open ? st.bytes : c->bytes_at_open;
-            snapprof__cfi_table_destroy(e->table);
-        }
+        snapprof__cfi_table_destroy(e->table);
     }
     c->mod_count = out;
     c->last = 0;
