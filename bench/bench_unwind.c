@@ -343,6 +343,7 @@ typedef struct spinner {
     pthread_t th;
     atomic_int ready, stop;
     clockid_t clock;
+    uint64_t result; /* the recursion's, so that no pass drops it */
 } spinner_t;
 
 static uint64_t spin_bottom(void *arg)
@@ -362,7 +363,8 @@ static void *spinner_main(void *arg)
     spinner_t *s = arg;
     if (snapprof_thread_register(&s->token) != 0)
         abort();
-    g_sink += bench_work_nofp(s, 2000, spin_bottom);
+    /* Each thread keeps its own result: the two would race on g_sink. */
+    s->result = bench_work_nofp(s, 2000, spin_bottom);
     return NULL;
 }
 
@@ -454,6 +456,7 @@ static void deep_profile(int with_table, double seconds)
     for (int i = 0; i < THREADS; i++) {
         atomic_store(&sp[i].stop, 1);
         pthread_join(sp[i].th, NULL);
+        g_sink += sp[i].result;
         snapprof_thread_release(sp[i].token);
     }
     size_t n = atomic_load(&t.samples), whole = atomic_load(&t.complete);
