@@ -297,6 +297,7 @@ static void test_rates(void)
     ASSERT_GE(rate[UW_DEFAULT], 99.0);
     ASSERT_GE(rate[UW_LIBUNWIND], 99.0);
     ASSERT_GE(rate[UW_HYBRID], 99.0);
+    ASSERT_GE(rate[UW_CFI_TABLE], 99.0);
     /* The build really has no frame pointers: frame-pointer walking fails. */
     ASSERT_LT(rate[UW_FP], 50.0);
 }
@@ -1062,6 +1063,7 @@ static void test_jit_handoff(void)
     make_jit();
     check_jit(UW_LIBUNWIND);
     check_jit(UW_HYBRID);
+    check_jit(UW_CFI_TABLE);
     munmap(g_jit, g_jit_size);
 }
 
@@ -1073,10 +1075,11 @@ static void test_jit_handoff(void)
  * default chain: no crash, no read outside the copy or a loaded object. */
 static void test_corrupted_copy(void)
 {
-    snapprof_unwinder_t *u[3];
+    snapprof_unwinder_t *u[4];
     u[0] = uw_create_unwinder(UW_LIBUNWIND);
     u[1] = uw_create_unwinder(UW_HYBRID);
     u[2] = uw_create_unwinder(UW_FP);
+    u[3] = uw_create_unwinder(UW_CFI_TABLE);
     static const uintptr_t code[] = {(uintptr_t)ratio_leaf_a, (uintptr_t)qs_compare,
                                      (uintptr_t)deep_recurse, (uintptr_t)sig_handler,
                                      (uintptr_t)memcpy,       (uintptr_t)qsort,
@@ -1091,18 +1094,18 @@ static void test_corrupted_copy(void)
         .start_count = 1,
         .start_span = 64,
         .start_pc_percent = 50, /* mostly start in real code, so CFI runs */
-        .chains = {{u[0]}, {u[1]}, {u[0], u[2]}, {u[2]}},
-        .chain_len = {1, 1, 2, 1},
-        .chain_count = 4,
-        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1])},
-        .engine_count = 2,
+        .chains = {{u[0]}, {u[1]}, {u[0], u[2]}, {u[2]}, {u[3]}, {u[3], u[0], u[2]}},
+        .chain_len = {1, 1, 2, 1, 1, 3},
+        .chain_count = 6,
+        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1]), snapprof__cfi_of(u[3])},
+        .engine_count = 3,
     };
     uw_fuzz_result_t r;
     uw_fuzz_corrupt_copies(&spec, &r);
     ASSERT_UEQ(r.bad_reads, 0);
     ASSERT_GT(r.copy_reads, 1000);
     ASSERT_GT(r.module_reads, 100);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         snapprof_unwinder_destroy(u[i]);
 }
 

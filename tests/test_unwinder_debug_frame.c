@@ -275,10 +275,11 @@ static void test_executable(void)
  * default chain: no crash, no read outside the copy or a loaded object. */
 static void test_corrupted_copy(void)
 {
-    snapprof_unwinder_t *u[3];
+    snapprof_unwinder_t *u[4];
     ASSERT_OK(snapprof_debug_frame_unwinder_create(&u[0]));
     u[1] = uw_create_unwinder(UW_LIBUNWIND);
     u[2] = uw_create_unwinder(UW_FP);
+    u[3] = uw_create_unwinder(UW_CFI_TABLE);
     static const uintptr_t code[] = {(uintptr_t)dflib_hot,       (uintptr_t)dflib_middle,
                                      (uintptr_t)dflib_outer,     (uintptr_t)df_caller,
                                      (uintptr_t)df_callback,     (uintptr_t)memcpy,
@@ -296,17 +297,17 @@ static void test_corrupted_copy(void)
         .start_span = 96,
         .start_pc_percent = 75,
         .sp_in_copy = 1, /* so that the CFI rules read the copy */
-        .chains = {{u[0]}, {u[1], u[0], u[2]}},
-        .chain_len = {1, 3},
-        .chain_count = 2,
-        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1])},
-        .engine_count = 2,
+        .chains = {{u[0]}, {u[1], u[0], u[2]}, {u[3]}, {u[3], u[0], u[2]}},
+        .chain_len = {1, 3, 1, 3},
+        .chain_count = 4,
+        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1]), snapprof__cfi_of(u[3])},
+        .engine_count = 3,
     };
     uw_fuzz_result_t r;
     uw_fuzz_corrupt_copies(&spec, &r);
     ASSERT_UEQ(r.bad_reads, 0);
     ASSERT_GT(r.copy_reads, 1000);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         snapprof_unwinder_destroy(u[i]);
 }
 

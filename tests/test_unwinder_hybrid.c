@@ -120,7 +120,7 @@ static result_t measure(uw_worker_t *w, uw_kind_t kind)
         int ok = s->count > 1 && uw_frame_is(&f[1], want);
         with_caller += ok;
         /* SHOW_FP=1 also shows what the other unwinders lose. */
-        if (!ok && (kind == UW_HYBRID || getenv("SHOW_FP")) && shown++ < 2)
+        if (!ok && (kind == UW_HYBRID || kind == UW_CFI_TABLE || getenv("SHOW_FP")) && shown++ < 2)
             uw_print_sample(&c, s);
     }
     r.caller = r.leaf_samples ? 100.0 * (double)with_caller / (double)r.leaf_samples : 0;
@@ -142,10 +142,14 @@ static void test_leaf_caller(void)
     uw_worker_start(&w);
     result_t fp = measure(&w, UW_FP);
     result_t hy = measure(&w, UW_HYBRID);
+    result_t ct = measure(&w, UW_CFI_TABLE);
     uw_worker_stop(&w);
     ASSERT_GE(hy.leaf_samples, 300);
     if (hy.caller < 99.0)
         TEST_FAIL("hybrid: hot leaf's caller in %.2f %% of samples < 99 %%", hy.caller);
+    ASSERT_GE(ct.leaf_samples, 300);
+    if (ct.caller < 99.0)
+        TEST_FAIL("CFI tables: hot leaf's caller in %.2f %% of samples < 99 %%", ct.caller);
     printf("frame pointers alone keep it in %.2f %%\n", fp.caller);
 }
 
@@ -162,6 +166,7 @@ static void test_rates(void)
     ASSERT_GE(r[UW_DEFAULT].complete, 99.0);
     ASSERT_GE(r[UW_LIBUNWIND].complete, 99.0);
     ASSERT_GE(r[UW_HYBRID].complete, 99.0);
+    ASSERT_GE(r[UW_CFI_TABLE].complete, 99.0);
 }
 
 int main(int argc, char **argv)

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { UW_FUZZ_MAX_CHAINS = 4, UW_FUZZ_MAX_CHAIN = 3, UW_FUZZ_MAX_ENGINES = 3 };
+enum { UW_FUZZ_MAX_CHAINS = 6, UW_FUZZ_MAX_CHAIN = 3, UW_FUZZ_MAX_ENGINES = 4 };
 
 typedef struct uw_fuzz_spec {
     int seeds; /* copies to make */

@@ -5,6 +5,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include <snapprof/jit.h>
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 const char *uw_kind_name(uw_kind_t kind)
 {
     static const char *const names[UW_KIND_COUNT] = {"default", "frame-pointer", "libunwind",
-                                                     "hybrid"};
+                                                     "hybrid", "cfi-table"};
     return (unsigned)kind < UW_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -30,6 +32,9 @@ snapprof_unwinder_t *uw_create_unwinder(uw_kind_t kind)
         break;
     case UW_HYBRID:
         ASSERT_OK(snapprof_hybrid_unwinder_create(&u));
+        break;
+    case UW_CFI_TABLE:
+        ASSERT_OK(snapprof_cfi_table_unwinder_create(&u));
         break;
     default:
         break;
@@ -153,11 +158,32 @@ void uw_profile(uw_worker_t *w, const uw_run_t *run, uw_collector_t *out)
         params.stack_buffer_size = run->stack_buffer_size;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &w->token, 1, &p));
-    snapprof_unwinder_t *u = uw_create_unwinder(run->kind);
-    if (u)
-        ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
-    if (run->extra)
-        ASSERT_OK(snapprof_profiler_add_unwinder(p, run->extra));
+    uw_kind_t kind = run->kind;
+    const char *env = getenv("SNAPPROF_TEST_UNWINDER");
+    if (kind == UW_DEFAULT && env && strcmp(env, "cfi_table") == 0)
+        kind = UW_CFI_TABLE;
+    if (kind == UW_CFI_TABLE) {
+        /* The default chain with the tables in front of libunwind; an
+         * extra unwinder goes before the frame-pointer unwinder, which
+         * would claim any frame. */
+        snapprof_unwinder_t *chain[6];
+        size_t n = 0;
+        ASSERT_OK(snapprof_jit_unwinder_create(&chain[n++]));
+        ASSERT_OK(snapprof_cfi_table_unwinder_create(&chain[n++]));
+        ASSERT_OK(snapprof_libunwind_unwinder_create(&chain[n++]));
+        ASSERT_OK(snapprof_debug_frame_unwinder_create(&chain[n++]));
+        if (run->extra)
+            chain[n++] = run->extra;
+        ASSERT_OK(snapprof_frame_pointer_unwinder_create(&chain[n++]));
+        for (size_t i = 0; i < n; i++)
+            ASSERT_OK(snapprof_profiler_add_unwinder(p, chain[i]));
+    } else {
+        snapprof_unwinder_t *u = uw_create_unwinder(kind);
+        if (u)
+            ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
+        if (run->extra)
+            ASSERT_OK(snapprof_profiler_add_unwinder(p, run->extra));
+    }
     ASSERT_OK(snapprof_profiler_add_builder(p, uw_collector_builder(out)));
     ASSERT_OK(snapprof_profiler_start(p));
     /* Under TSan samples come slowly (it defers our signal), so a run is

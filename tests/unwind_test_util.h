@@ -10,10 +10,23 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-typedef enum { UW_DEFAULT = 0, UW_FP, UW_LIBUNWIND, UW_HYBRID, UW_KIND_COUNT } uw_kind_t;
+/* UW_CFI_TABLE profiles with the default chain plus the CFI table unwinder
+ * in front of libunwind (JIT, CFI tables, libunwind, .debug_frame, frame
+ * pointers). With SNAPPROF_TEST_UNWINDER=cfi_table in the environment,
+ * UW_DEFAULT runs that chain too, so that every test written for the
+ * default chain can be run again with the tables (tests/unwinder.cmake). */
+typedef enum {
+    UW_DEFAULT = 0,
+    UW_FP,
+    UW_LIBUNWIND,
+    UW_HYBRID,
+    UW_CFI_TABLE,
+    UW_KIND_COUNT
+} uw_kind_t;
 
 const char *uw_kind_name(uw_kind_t kind);
-/* Creates the unwinder of that kind (UW_DEFAULT: none, returns NULL). */
+/* Creates the unwinder of that kind (UW_DEFAULT: none, returns NULL;
+ * UW_CFI_TABLE: the CFI table unwinder alone). */
 snapprof_unwinder_t *uw_create_unwinder(uw_kind_t kind);
 
 /* A worker thread. Its entry function lives in the test's own file (so it

@@ -73,3 +73,27 @@ target_compile_definitions(unwinder_debug_frame PRIVATE
   SNAPPROF_TEST_DFLIB_SPLIT="$<TARGET_FILE:unwinder_dflib_split>")
 set_target_properties(unwinder_debug_frame PROPERTIES ENABLE_EXPORTS ON)
 add_dependencies(unwinder_debug_frame unwinder_dflib_split)
+
+# The CFI table unwinder (issue 16): the cases above that the default chain
+# runs, again with the tables in front of libunwind (see uw_profile()).
+foreach(c qsort_bsearch shared_lib alloca_vla deep_recursion depth_cap signal_handler dlclose)
+  add_test(NAME unwinder_cfi_table_${c} COMMAND unwinder_cfi ${c})
+  set_tests_properties(unwinder_cfi_table_${c} PROPERTIES SKIP_RETURN_CODE 77
+    TIMEOUT ${SNAPPROF_TEST_TIMEOUT} ENVIRONMENT SNAPPROF_TEST_UNWINDER=cfi_table)
+endforeach()
+foreach(c no_eh_frame default_chain separate_debug_file executable)
+  add_test(NAME unwinder_cfi_table_df_${c} COMMAND unwinder_debug_frame ${c})
+  set_tests_properties(unwinder_cfi_table_df_${c} PROPERTIES SKIP_RETURN_CODE 77
+    TIMEOUT ${SNAPPROF_TEST_TIMEOUT} ENVIRONMENT SNAPPROF_TEST_UNWINDER=cfi_table)
+endforeach()
+
+# The CFI tables against libunwind on the same copies, one step from every
+# pc of a set of functions, per-FDE against whole tables, and dlclose.
+snapprof_add_test_cases(EXE unwinder_cfi_table SOURCES test_unwinder_cfi_table.c
+  CASES same_frames rows_match_libunwind lazy_matches_whole dlclose_frees
+  LIBS snapprof_unwind_testutil unwinder_testlib unwinder_dflib ${CMAKE_DL_LIBS})
+target_compile_options(unwinder_cfi_table PRIVATE ${SNAPPROF_NOFP_FLAGS})
+target_compile_definitions(unwinder_cfi_table PRIVATE
+  SNAPPROF_TEST_DLLIB="$<TARGET_FILE:unwinder_dllib>")
+set_target_properties(unwinder_cfi_table PROPERTIES ENABLE_EXPORTS ON)
+add_dependencies(unwinder_cfi_table unwinder_dllib)

@@ -80,10 +80,13 @@ typedef struct snapprof__cfi_hooks {
 } snapprof__cfi_hooks_t;
 void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
 
-/* The engine of a libunwind, hybrid or .debug_frame unwinder (the last
- * uses it for its object table and its reads), or NULL for any other. */
+/* The engine of a libunwind, hybrid, CFI table or .debug_frame unwinder
+ * (the last two use it for its object table and its reads; the CFI table
+ * unwinder also for the frames its tables cannot step), or NULL for any
+ * other. */
 snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
 snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
 snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *unwinder);
+snapprof__cfi_t *snapprof__cfi_table_cfi(snapprof_unwinder_t *unwinder);
 
 #endif

@@ -810,5 +810,7 @@ snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *u)
     if (u->ops == &lu_ops)
         return u->user_data;
     snapprof__cfi_t *c = snapprof__hybrid_cfi(u);
+    if (!c)
+        c = snapprof__cfi_table_cfi(u);
     return c ? c : snapprof__debug_frame_cfi(u);
 }

@@ -60,6 +60,26 @@ int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snappro
     return 0;
 }
 
+int snapprof__unwind_push_frame_near(snapprof_unwind_ctx_t *ctx, uintptr_t pc,
+                                     const snapprof_module_t *near)
+{
+    uint64_t when = ctx->stack ? ctx->stack->timestamp_ns : 0;
+    /* The module cache would answer with near itself: pc lies in its
+     * range, it is still loaded native code, and no JIT region (which the
+     * cache asks first) holds pc. That saves the cache's lock and clock
+     * read, most of a frame's cost in a tight walk. */
+    if (near == NULL || near->kind != SNAPPROF_MODULE_NATIVE ||
+        pc - near->start >= near->limit - near->start ||
+        !__atomic_load_n(&near->is_loaded, __ATOMIC_RELAXED) ||
+        snapprof__jit_find(pc, when) != NULL)
+        return snapprof_unwind_push_frame(ctx, pc, SNAPPROF_FRAME_NATIVE, NULL);
+    if (ctx->frame_count >= ctx->max_frames)
+        return -ENOSPC;
+    ctx->frames[ctx->frame_count++] =
+        (snapprof_frame_t){.pc = pc, .module = near, .kind = SNAPPROF_FRAME_NATIVE, .name = NULL};
+    return 0;
+}
+
 snapprof__abort_kind_t snapprof__abort_kind(const char *reason)
 {
     static const struct {

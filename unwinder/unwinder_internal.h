@@ -9,6 +9,13 @@ struct snapprof_unwinder {
     void *user_data;
 };
 
+/* snapprof_unwind_push_frame(ctx, pc, SNAPPROF_FRAME_NATIVE, NULL) for a
+ * caller that is likely in module near (the callee's): when it is, the
+ * frame gets near without a trip through the module cache's lock, with the
+ * same answer the cache would give. Sampler thread. */
+int snapprof__unwind_push_frame_near(snapprof_unwind_ctx_t *ctx, uintptr_t pc,
+                                     const snapprof_module_t *near);
+
 /* Why a walk was aborted, as the profiler counts it. */
 typedef enum {
     SNAPPROF__ABORT_OTHER = 0,

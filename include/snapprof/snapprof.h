@@ -397,6 +397,21 @@ SNAPPROF_API int snapprof_debug_frame_unwinder_create(snapprof_unwinder_t **out)
  * thread; the caller owns *out until it hands it to a profiler. */
 SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
 
+/* The CFI table unwinder: DWARF CFI (.eh_frame, or .debug_frame for
+ * objects without .eh_frame_hdr) compiled per module, through elfutils
+ * libdw, into tables sorted by address (CFA = rsp or rbp + offset; return
+ * address and rbp saved at CFA + offset), built on the sampler thread the
+ * first time a pc in an FDE is met, then walked over the stack copy with a
+ * binary search and checked reads per frame. Frames the tables cannot
+ * express (signal trampolines, PLT stubs, DWARF expressions) are stepped
+ * by libunwind, as the libunwind unwinder would; code only .debug_frame
+ * describes that way, JIT code and code without CFI are handed to the next
+ * unwinder in the chain. It reads only the stack copy and the loaded
+ * objects' readable segments. Not in the default chain (yet): add it
+ * first, before a libunwind and a .debug_frame unwinder. Any thread; the
+ * caller owns *out until it hands it to a profiler. */
+SNAPPROF_API int snapprof_cfi_table_unwinder_create(snapprof_unwinder_t **out);
+
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
 
