@@ -4,6 +4,7 @@
  *
  * Usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]
  *        bench_wall cost --threads N --seconds S (--blocked | --wait-us W) [--stack-kib K]
+ *        bench_wall calibrate
  *
  * sleepers: three threads wait in nanosleep, a pipe read and
  * pthread_cond_timedwait (sleeper_nanosleep, sleeper_read, sleeper_cond),
@@ -18,17 +19,25 @@
  * and go straight back to sleep (a new copy on every tick), each with a
  * K KiB frame below the wait, so that the copy is about that size.
  *
+ * calibrate: what the system calls a wall sample of a blocked thread is made
+ * of cost on this machine, with no profiler: a bare one (getppid), a pread of
+ * a sleeping thread's /proc/self/task/TID/syscall, a read of its CPU clock,
+ * and a process_vm_readv of 16 KiB of its stack. A paravirtualized VM can
+ * make every one of them several times dearer than on bare metal.
+ *
  * It links nothing of snapprof: every profiler sees the same plain program. */
 #include <alloca.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -341,6 +350,99 @@ static int run_cost(int threads, uint64_t run_ns, uint64_t wait_ns, uint64_t sta
 }
 
 /* ------------------------------------------------------------------------ */
+/* calibrate                                                                */
+/* ------------------------------------------------------------------------ */
+
+#define CAL_KIB 16
+
+typedef struct cal_target {
+    atomic_int ready;
+    pid_t tid;
+    volatile char stack[CAL_KIB * 1024];
+    int pipe_rd;
+} cal_target_t;
+
+static void *cal_thread(void *p)
+{
+    cal_target_t *t = p;
+    t->tid = (pid_t)syscall(SYS_gettid);
+    for (size_t i = 0; i < sizeof t->stack; i += 64)
+        t->stack[i] = (char)i;
+    atomic_store(&t->ready, 1);
+    char c;
+    while (read(t->pipe_rd, &c, 1) < 0 && errno == EINTR) {
+    }
+    return NULL;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median over 15 batches of 200 calls of what one call costs the
+ * calling thread's CPU clock, in ns. */
+#define CAL_MEDIAN(out, call)                                                                      \
+    do {                                                                                           \
+        uint64_t v_[15];                                                                           \
+        for (int b_ = 0; b_ < 15; b_++) {                                                          \
+            uint64_t t0_ = clock_ns(CLOCK_THREAD_CPUTIME_ID);                                      \
+            for (int i_ = 0; i_ < 200; i_++) {                                                     \
+                call;                                                                              \
+            }                                                                                      \
+            v_[b_] = (clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0_) / 200;                              \
+        }                                                                                          \
+        qsort(v_, 15, sizeof v_[0], by_value);                                                     \
+        (out) = v_[7];                                                                             \
+    } while (0)
+
+static int run_calibrate(void)
+{
+    static cal_target_t t;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        die("pipe2", errno);
+    t.pipe_rd = fds[0];
+    pthread_t th;
+    int err = pthread_create(&th, NULL, cal_thread, &t);
+    if (err)
+        die("pthread_create", err);
+    while (!atomic_load(&t.ready))
+        sched_yield();
+    struct timespec ms = {0, 20000000};
+    nanosleep(&ms, NULL); /* until it waits in its read */
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)t.tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        die(path, errno);
+    clockid_t cid;
+    err = pthread_getcpuclockid(th, &cid);
+    if (err)
+        die("pthread_getcpuclockid", err);
+    static char copy[CAL_KIB * 1024];
+    struct iovec local = {copy, sizeof copy}, remote = {(void *)t.stack, sizeof copy};
+    pid_t pid = getpid();
+    uint64_t bare, proc, cpu, vm;
+    CAL_MEDIAN(bare, syscall(SYS_getppid));
+    CAL_MEDIAN(proc, if (pread(fd, buf, sizeof buf, 0) <= 0) die("pread", errno));
+    CAL_MEDIAN(cpu, clock_ns(cid));
+    CAL_MEDIAN(vm, if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof copy)
+                       die("process_vm_readv", errno));
+    close(fd);
+    close(fds[1]);
+    pthread_join(th, NULL);
+    close(fds[0]);
+    printf(
+        "BENCH_WALL calibrate syscall_ns=%llu proc_syscall_pread_ns=%llu thread_cpu_clock_ns=%llu "
+        "process_vm_readv_16k_ns=%llu\n",
+        (unsigned long long)bare, (unsigned long long)proc, (unsigned long long)cpu,
+        (unsigned long long)vm);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -349,7 +451,8 @@ static void usage(void)
 {
     fputs("usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]\n"
           "       bench_wall cost --threads N --seconds S (--blocked | --wait-us W) "
-          "[--stack-kib K]\n",
+          "[--stack-kib K]\n"
+          "       bench_wall calibrate\n",
           stderr);
     exit(2);
 }
@@ -407,6 +510,8 @@ int main(int argc, char **argv)
             usage();
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (strcmp(mode, "calibrate") == 0)
+        return run_calibrate();
     if (run_ns == 0)
         usage();
     if (strcmp(mode, "sleepers") == 0) {

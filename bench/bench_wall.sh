@@ -174,7 +174,9 @@ kernel=$(uname -r)
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?")
 git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
 load=$(cut -d' ' -f1-3 /proc/loadavg)
+calib=$("$W" calibrate | sed -n 's/^BENCH_WALL calibrate //p')
 say "bench_wall: $ncpu CPUs, $cpu_model, kernel $kernel, load $load"
+say "bench_wall: system calls here: $calib"
 say "bench_wall: profilers: ${available[*]}"
 
 # ---------------------------------------------------------------------------
@@ -262,6 +264,11 @@ table=$work/table.txt
   for p in "${profilers[@]}"; do
     [ -n "${why_na[$p]:-}" ] && printf '  %-16s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
   done
+  # What a wall sample is made of, priced on this machine with no profiler.
+  printf '%s\n' "$calib" | awk '{ for (i = 1; i <= NF; i++) { k = index($i, "="); v[substr($i, 1, k - 1)] = substr($i, k + 1) }
+    printf "system calls here, us each (bench_wall calibrate, no profiler): bare %.2f, pread of\n", v["syscall_ns"] / 1e3
+    printf "a sleeping thread'"'"'s /proc/self/task/TID/syscall %.2f, its CPU clock %.2f,\n", v["proc_syscall_pread_ns"] / 1e3, v["thread_cpu_clock_ns"] / 1e3
+    printf "process_vm_readv of 16 KiB of its stack %.2f\n", v["process_vm_readv_16k_ns"] / 1e3 }'
   printf 'workload: sleeper_nanosleep, sleeper_read (a pipe), sleeper_cond (timedwait), each\n'
   printf '%s us of CPU after every %s us wait, beside one busy thread; %s s a run, %s run(s)\n' \
     "$work_us" "$wait_us" "$seconds" "$runs"
