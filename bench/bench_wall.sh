@@ -116,8 +116,8 @@ kv() { sed -n '/^BENCH_WALL /{s/^BENCH_WALL [a-z]* //; p;}' "$work/$1.out"; }
 # stats_of TAG: snapprof's stats of the run as key=value words (s_KEY).
 stats_of() {
   "$SNAP" stats "$work/$1.pb.gz" 2>/dev/null |
-    awk '$1 ~ /^(samples|samples_signalled|samples_reused|samples_blocked|wall_copy_raced|sampler_cpu_ns|ticks|ticks_missed|failed_total)$/ {
-           printf " s_%s=%s", $1, $2 }'
+    awk '$1 ~ /^(samples|samples_signalled|samples_reused|samples_blocked|wall_copy_raced|sampler_cpu_ns|ticks|ticks_missed|failed_total|failed\.thread_exited|failed\.tid_recycled|failed\.timeout)$/ {
+           k = $1; sub(/\./, "_", k); printf " s_%s=%s", k, $2 }'
 }
 
 # threads_of TAG: one line per thread of the profile, from `go tool pprof
@@ -298,10 +298,11 @@ table=$work/table.txt
   printf '   whose stack holds its own function (sleeper_*, busy, main) and the thread\n'
   printf '   entry (start_thread, __libc_start_main); all samples, then those labelled\n'
   printf '   state=blocked. 3. Its wall total over its own elapsed time (the workload'"'"'s\n'
-  printf '   clock from its first to its last line): pooled, and the worst run.\n'
+  printf '   clock from its first to its last line): pooled, the worst run, and the runs\n'
+  printf '   more than 2 %% off.\n'
   printf '   gperftools: n/a (its profile has no threads)\n'
-  printf '%-16s %-10s %8s %8s %8s %8s | %9s %10s\n' profiler thread samples complete blocked complete \
-    "wall/elap" "worst run"
+  printf '%-16s %-10s %8s %8s %8s %8s | %9s %10s %6s\n' profiler thread samples complete blocked complete \
+    "wall/elap" "worst run" ">2%"
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init(); split(na, N, " "); for (i in N) isna[N[i]] = 1
             nt = split("nanosleep read cond busy main", T, " ") }
@@ -311,31 +312,36 @@ table=$work/table.txt
       k = p SUBSEP role; S[k] += f["samples"]; F[k] += f["full"]; B[k] += f["blocked"]; BF[k] += f["blocked_full"]
       el = role == "main" ? f["main_elapsed_ns"] : f[role "_elapsed_ns"]
       Wt[k] += f["wall_ns"]; E[k] += el
-      d = el > 0 ? 100 * (f["wall_ns"] - el) / el : 0; if (d * d > worst[k] * worst[k] || !(k in worst)) worst[k] = d }
+      d = el > 0 ? 100 * (f["wall_ns"] - el) / el : 0; if (d * d > worst[k] * worst[k] || !(k in worst)) worst[k] = d
+      runs[k]++; if (d > 2 || d < -2) off[k]++ }
     function pct(a, b) { return b ? sprintf("%7.2f%%", 100 * a / b) : sprintf("%8s", "-") }
     END { for (j = 1; j <= np; j++) { p = P[j]; if (p == "gperftools") continue
         for (i = 1; i <= nt; i++) { k = p SUBSEP T[i]
           if (isna[p] || !S[k]) { printf "%-16s %-10s %8s\n", lab[p], T[i], "n/a"; continue }
-          printf "%-16s %-10s %8d %8s %8d %8s | %8.2f%% %+9.2f%%\n", lab[p], T[i], S[k], pct(F[k], S[k]),
-            B[k], pct(BF[k], B[k]), 100 * Wt[k] / E[k], worst[k] } } }' "$results"
+          printf "%-16s %-10s %8d %8s %8d %8s | %8.2f%% %+9.2f%% %6s\n", lab[p], T[i], S[k], pct(F[k], S[k]),
+            B[k], pct(BF[k], B[k]), 100 * Wt[k] / E[k], worst[k], (off[k] + 0) "/" runs[k] } } }' "$results"
 
   # 4. The sampler's CPU.
   printf '\n4. Sampler CPU per sample (stats: sampler_cpu_ns / samples) in the sleepers runs,\n'
   printf '   with what the samples were: blocked = copied without a signal, reused = the\n'
   printf '   last stack again (the thread did not run), signalled = the handshake; raced =\n'
-  printf '   copies dropped because the thread ran meanwhile; ticks: done and missed, runs pooled\n'
-  printf '%-16s %7s %9s %8s %8s %8s %9s %7s %8s %8s\n' profiler rate us/sample samples blocked reused \
-    signalled raced ticks missed
+  printf '   copies dropped because the thread ran meanwhile; ticks: done and missed; failed:\n'
+  printf '   failed samples, of them exited/recycled (the thread was then dropped) and\n'
+  printf '   timeouts; runs pooled\n'
+  printf '%-16s %7s %9s %8s %8s %8s %9s %7s %8s %8s %14s\n' profiler rate us/sample samples blocked reused \
+    signalled raced ticks missed "failed (e/r/t)"
   awk -v profs="$prof_list" -v labels="$labels" -v rates="${rates[*]}" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init(); nr = split(rates, R, " ") }
     $1 == "sleepers" { parse(); if (f["failed"] || f["s_samples"] == "") next
       k = f["prof"] SUBSEP f["hz"]; seen[k] = 1; cpu[k] += f["s_sampler_cpu_ns"]; s[k] += f["s_samples"]
       bl[k] += f["s_samples_blocked"]; re[k] += f["s_samples_reused"]; sg[k] += f["s_samples_signalled"]
-      ra[k] += f["s_wall_copy_raced"]; ti[k] += f["s_ticks"]; mi[k] += f["s_ticks_missed"] }
+      ra[k] += f["s_wall_copy_raced"]; ti[k] += f["s_ticks"]; mi[k] += f["s_ticks_missed"]
+      fa[k] += f["s_failed_total"]; fe[k] += f["s_failed_thread_exited"]; fr[k] += f["s_failed_tid_recycled"]
+      ft[k] += f["s_failed_timeout"] }
     END { for (j = 1; j <= np; j++) { p = P[j]; if (p == "gperftools") continue
         for (i = 1; i <= nr; i++) { k = p SUBSEP R[i]; if (!seen[k]) continue
-          printf "%-16s %7s %9.2f %8d %8d %9d %7d %8d %8d %8d\n", lab[p], R[i] " Hz", s[k] ? cpu[k] / s[k] / 1e3 : 0,
-            s[k], bl[k], re[k], sg[k], ra[k], ti[k], mi[k] } } }' "$results"
+          printf "%-16s %7s %9.2f %8d %8d %8d %9d %7d %8d %8d %14s\n", lab[p], R[i] " Hz", s[k] ? cpu[k] / s[k] / 1e3 : 0,
+            s[k], bl[k], re[k], sg[k], ra[k], ti[k], mi[k], fa[k] " (" fe[k] "/" fr[k] "/" ft[k] ")" } } }' "$results"
 
   printf '\n   The cost runs, %s Hz, %s s: N threads, each with a %s KiB frame below its wait,\n' \
     "$hz_main" "$cost_seconds" "$stack_kib"
@@ -401,6 +407,11 @@ section=$work/section.md
   fi
   echo "- machine: $ncpu CPUs ($cpu_model), kernel $kernel; load $load when it started;"
   echo "  $machine_line"
+  if awk -v l="${load%% *}" -v n="$ncpu" 'BEGIN { exit !(l > n) }'; then
+    echo "- **the machine was loaded by other work** (load ${load%% *} on $ncpu CPUs when the run"
+    echo "  started): the threads, the sampler and the peers all waited for a CPU, so"
+    echo "  missed ticks and per-sample CPU are those of a busy machine, not an idle one"
+  fi
   echo "- made by: \`$command_line\` (after \`bash bench/setup.sh\` and a RelWithDebInfo build),"
   echo "  at snapprof \`$commit\`, $started, in $elapsed s"
   echo "- peers: gperftools $(dpkg-query -W -f='${Version}' libgoogle-perftools-dev 2>/dev/null || echo 'n/a')"
