@@ -1249,7 +1249,14 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
      * without a signal. */
     int look_again =
         proc_mode && (t->wall_state == WALL_STATE_RUNNING || t->wall_state == WALL_STATE_RUNNABLE);
-    if (t->sampled && cpu_now - t->cpu_after < p->params.idle_threshold_ns && !look_again) {
+    /* Found blocked last time: its stack is still good only while its CPU
+     * clock stands still (its clock was read with the copy, exactly). Any
+     * CPU time means it woke, and a short wake-up, well under the idle
+     * threshold, is enough to wait somewhere else now; looking costs a
+     * /proc read, never a signal. */
+    uint64_t idle_ns =
+        proc_mode && t->wall_state == WALL_STATE_BLOCKED ? 1 : p->params.idle_threshold_ns;
+    if (t->sampled && cpu_now - t->cpu_after < idle_ns && !look_again) {
         /* It has not run since its last sample, so its stack is the same:
          * do not disturb it. */
         if (p->params.mode == SNAPPROF_MODE_CPU) {

@@ -449,6 +449,103 @@ static void test_proc_refused(void)
     tu_collector_free(&c);
 }
 
+/* A thread found blocked that wakes, runs for less than the idle threshold
+ * (100 us) and blocks again somewhere else has run: its CPU clock moved,
+ * so its old stack is no longer where it waits. Wall mode must look again,
+ * not reuse the first wait's stack for the rest of the run. */
+typedef struct mover {
+    int first[2], second[2];
+    atomic_int ready, moved;
+    pid_t tid;
+    snapprof_thread_t *token;
+} mover_t;
+
+__attribute__((noinline)) static void mover_wait_first(mover_t *m)
+{
+    char c;
+    while (read(m->first[0], &c, 1) < 0 && errno == EINTR) {
+    }
+}
+
+__attribute__((noinline)) static void mover_wait_second(mover_t *m)
+{
+    char c;
+    while (read(m->second[0], &c, 1) < 0 && errno == EINTR) {
+    }
+}
+
+static void *mover_main(void *arg)
+{
+    mover_t *m = arg;
+    m->tid = (pid_t)syscall(SYS_gettid);
+    ASSERT_OK(snapprof_thread_register(&m->token));
+    atomic_store(&m->ready, 1);
+    mover_wait_first(m);
+    atomic_store(&m->moved, 1); /* a few us of CPU between the two waits */
+    mover_wait_second(m);
+    return NULL;
+}
+
+static void test_moved_wait(void)
+{
+    mover_t m;
+    memset(&m, 0, sizeof m);
+    ASSERT_EQ(pipe(m.first), 0);
+    ASSERT_EQ(pipe(m.second), 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, mover_main, &m), 0);
+    while (!atomic_load(&m.ready))
+        usleep(1000);
+    usleep(20000);
+    tu_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.mode = SNAPPROF_MODE_WALL;
+    params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_OK(snapprof_profiler_add_thread(p, m.token));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 50);
+    ASSERT_EQ(write(m.first[1], "x", 1), 1);
+    while (!atomic_load(&m.moved))
+        usleep(1000);
+    uint64_t moved = tu_mono_ns();
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    wait_ticks(p, st.ticks + 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    /* From 20 ms after the move on, the thread waits in the second read. */
+    size_t first = 0, second = 0, after = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        const tu_sample_t *smp = &c.samples[i];
+        if (smp->tid != m.tid)
+            continue;
+        if (smp->timestamp_ns < moved + 20000000u) {
+            first += has_fn(smp, "mover_wait_first");
+            continue;
+        }
+        after++;
+        second += has_fn(smp, "mover_wait_second");
+    }
+    printf("before the move: %zu in the first wait; after: %zu samples, %zu in the second wait\n",
+           first, after, second);
+    ASSERT_GT(first, 0);
+    ASSERT_GT(after, 10);
+    ASSERT_EQ(second, after);
+    snapprof_profiler_destroy(p);
+    ASSERT_EQ(write(m.second[1], "x", 1), 1);
+    pthread_join(th, NULL);
+    snapprof_thread_release(m.token);
+    close(m.first[0]);
+    close(m.first[1]);
+    close(m.second[0]);
+    close(m.second[1]);
+    tu_collector_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -459,6 +556,7 @@ int main(int argc, char **argv)
         {"blocks_all_signals", test_blocks_all_signals},
         {"woken_during_copy", test_woken_during_copy},
         {"proc_refused", test_proc_refused},
+        {"moved_wait", test_moved_wait},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -1,4 +1,5 @@
 # Tests of wall mode without signals to blocked threads
 # (stack_copier/stack_copier_proc.c, sampling_thread/profiler.c).
 snapprof_add_test_cases(EXE wall SOURCES test_wall.c
-  CASES sleepers sleepers_timer sleepers_perf runnable blocks_all_signals woken_during_copy proc_refused TIMEOUT 300)
+  CASES sleepers sleepers_timer sleepers_perf runnable blocks_all_signals woken_during_copy
+        proc_refused moved_wait TIMEOUT 300)
