@@ -422,11 +422,15 @@ static void test_wall_proc(void)
     setup("rec-wall-proc");
     int st;
     char *text = pl_run(&st,
-                        "cd %s && %s record --wall --wall-blocked proc -F 1000 -o w.pb.gz -- %s "
-                        "sleepers 600",
+                        "cd %s && %s record --wall --wall-blocked proc --trigger auto -F 1000 -o "
+                        "w.pb.gz -- %s sleepers 600",
                         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
-    ASSERT_CONTAINS(text, "early returns: 0\n");
+    /* With a perf event timing the running threads' captures nothing
+     * signals a thread inside a system call; a CPU timer's signal (where
+     * perf_event_open is refused) can fall in one. */
+    if (strstr(text, "trigger perf"))
+        ASSERT_CONTAINS(text, "early returns: 0\n");
     const char *prof = path_in("w.pb.gz");
     pl_require_under(prof, "sleeper_nanosleep", 1);
     pl_require_under(prof, "sleeper_read", 1);

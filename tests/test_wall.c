@@ -253,7 +253,14 @@ static void test_sleepers(void)
         /* Every tick samples it (a late sampler skips ticks, counted). */
         ASSERT_GE(n + 2, st->ticks - st->ticks_missed);
         if (k != BUSY) {
-            ASSERT_EQ(atomic_load(&s[k].early), 0);
+            /* A blocked thread is never signalled. The handshake still
+             * signals a thread it finds running, and on a loaded machine
+             * the signal can land in its next wait; a perf event fires
+             * only in user mode, inside no system call at all. */
+            if (g_trigger == SNAPPROF_TRIGGER_PERF_EVENT)
+                ASSERT_EQ(atomic_load(&s[k].early), 0);
+            else
+                ASSERT_LE((size_t)atomic_load(&s[k].early), n - blocked);
             /* Mostly blocked: a sleeper that woke counts as running
              * until it is back asleep, and a loaded machine (a TSan
              * build beside other jobs) can keep it waiting for a CPU. */
