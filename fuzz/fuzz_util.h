@@ -1,0 +1,63 @@
+/* Shared by the libFuzzer harnesses: a check that turns a broken promise
+ * into a crash libFuzzer records (with its input), and a reader of the
+ * fuzzer's bytes. */
+#ifndef SNAPPROF_FUZZ_UTIL_H
+#define SNAPPROF_FUZZ_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* libFuzzer's entry points. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define FUZZ_CHECK(expr)                                                                           \
+    do {                                                                                           \
+        if (!(expr)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #expr);               \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* The input, consumed from the front; reads past its end give zeros. */
+typedef struct fuzz_in {
+    const uint8_t *p;
+    size_t n;
+} fuzz_in_t;
+
+static inline uint8_t fuzz_u8(fuzz_in_t *in)
+{
+    if (in->n == 0)
+        return 0;
+    in->n--;
+    return *in->p++;
+}
+
+static inline uint64_t fuzz_u64(fuzz_in_t *in)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)fuzz_u8(in) << (8 * i);
+    return v;
+}
+
+/* A NUL-terminated string of the next bytes up to a NUL (or the end),
+ * malloc'd so that ASan sees reads past it. */
+static inline char *fuzz_str(fuzz_in_t *in)
+{
+    const uint8_t *nul = memchr(in->p, 0, in->n);
+    size_t len = nul ? (size_t)(nul - in->p) : in->n;
+    char *s = malloc(len + 1);
+    if (s == NULL)
+        abort();
+    memcpy(s, in->p, len);
+    s[len] = '\0';
+    in->p += len + (nul != NULL);
+    in->n -= len + (nul != NULL);
+    return s;
+}
+
+#endif
