@@ -36,7 +36,8 @@ typedef struct cu_range {
 
 struct snapprof__dwarf {
     Dwarf *dbg;
-    Elf *elf; /* the ELF dbg reads (the object itself or its debug file) */
+    Elf *elf;     /* the ELF dbg reads (the object itself or its debug file) */
+    int owns_elf; /* elf is a separate debug file, opened here */
     cu_range_t *ranges;
     size_t n_ranges;
 };
@@ -302,9 +303,21 @@ snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *
         elf_cntl(sep.elf, ELF_C_FDDONE);
         close(sep.fd);
         *debug_elf = sep.elf;
+        d->owns_elf = 1;
     }
     d->elf = use;
     return d;
+}
+
+void snapprof__dwarf_close(snapprof__dwarf_t *d)
+{
+    if (d == NULL)
+        return;
+    dwarf_end(d->dbg);
+    if (d->owns_elf)
+        elf_end(d->elf);
+    free(d->ranges);
+    free(d);
 }
 
 /* Whether elf has a .debug_frame with contents. */
