@@ -265,7 +265,10 @@ static int index_units(snapprof__dwarf_t *d)
             d->ranges[d->n_ranges++] = (cu_range_t){.lo = lo, .hi = hi, .cudie = cudie};
         }
     }
-    qsort(d->ranges, d->n_ranges, sizeof *d->ranges, range_cmp);
+    /* DWARF without a single code range leaves d->ranges NULL, which
+     * qsort() must not get even for no elements (found by fuzz_symbols). */
+    if (d->n_ranges > 1)
+        qsort(d->ranges, d->n_ranges, sizeof *d->ranges, range_cmp);
     return 0;
 }
 
