@@ -899,12 +899,20 @@ static void pm_refresh_locked(void)
     }
     int did_read = 0;
     char *buf = NULL;
+    size_t buf_size = 0;
     for (;;) {
         size_t want = PERF_MAP_CHUNK;
         if ((uint64_t)st.st_size > g_pm.offset && (uint64_t)st.st_size - g_pm.offset < want)
             want = (size_t)((uint64_t)st.st_size - g_pm.offset) + 1;
-        if (buf == NULL && (buf = malloc(PERF_MAP_CHUNK)) == NULL)
-            break;
+        /* Only as much as there is to read: a JIT adds a few lines at a
+         * time, and a 16 MiB buffer for each look costs a fresh mapping
+         * (and, under ASan, 2 MiB of shadow to poison). */
+        if (want > buf_size) {
+            free(buf);
+            if ((buf = malloc(want)) == NULL)
+                break;
+            buf_size = want;
+        }
         size_t got = 0;
         while (got < want) {
             ssize_t r = pread(fd, buf + got, want - got, (off_t)(g_pm.offset + got));
