@@ -1031,6 +1031,27 @@ const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t 
     return find_in(&g_perf, addr, when_ns);
 }
 
+void snapprof__jit_perf_map_refresh_now(void)
+{
+    pthread_mutex_lock(&g_perf.lock);
+    pm_refresh_locked();
+    pthread_mutex_unlock(&g_perf.lock);
+}
+
+void snapprof__jit_perf_map_forget(void)
+{
+    pthread_mutex_lock(&g_perf.lock);
+    free(atomic_exchange(&g_perf.current, NULL));
+    /* With no reader about, two rounds free every snapshot retired so far. */
+    retire(NULL);
+    retire(NULL);
+    snapprof__arena_release(&g_perf.arena);
+    free(g_pm.path);
+    memset(&g_pm, 0, sizeof g_pm);
+    atomic_store(&g_perf_checked_ns, 0);
+    pthread_mutex_unlock(&g_perf.lock);
+}
+
 SNAPPROF_API int snapprof_jit_get_stats(snapprof_jit_stats_t *out)
 {
     if (out == NULL)

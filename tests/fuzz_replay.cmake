@@ -19,3 +19,4 @@ set_source_files_properties(${PROJECT_SOURCE_DIR}/fuzz/fuzz_unwind_dframe.c PROP
   COMPILE_OPTIONS "-g;-fno-asynchronous-unwind-tables;-fno-unwind-tables")
 snapprof_add_fuzz_replay(pprof ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_util.c)
 snapprof_add_fuzz_replay(symbols)
+snapprof_add_fuzz_replay(perf_map)
