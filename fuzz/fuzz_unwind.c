@@ -74,6 +74,29 @@ static int note_segments(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+static int seg_cmp(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Joins segments that touch: an object's text and read-only data are
+ * mapped back to back, and a word read across the boundary is sound. */
+static void merge_segments(void)
+{
+    qsort(g_segs, g_nsegs, sizeof g_segs[0], seg_cmp);
+    size_t n = 0;
+    for (size_t i = 0; i < g_nsegs; i++) {
+        if (n > 0 && g_segs[i].start <= g_segs[n - 1].end) {
+            if (g_segs[i].end > g_segs[n - 1].end)
+                g_segs[n - 1].end = g_segs[i].end;
+        } else {
+            g_segs[n++] = g_segs[i];
+        }
+    }
+    g_nsegs = n;
+}
+
 /* The copy being unwound, for the read check. */
 static uintptr_t g_bottom, g_top;
 
@@ -162,6 +185,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snapprof__cfi_set_hooks(snapprof__debug_frame_cfi(g_unwinders[2]), &hooks);
     snapprof__cfi_set_hooks(snapprof__hybrid_cfi(g_unwinders[3]), &hooks);
     dl_iterate_phdr(note_segments, NULL);
+    merge_segments();
     g_verbose = getenv("SNAPPROF_FUZZ_VERBOSE") != NULL;
     if (getenv("SNAPPROF_FUZZ_WRITE_SEEDS"))
         seed_init();
