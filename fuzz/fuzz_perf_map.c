@@ -25,7 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    const char *tmp = fuzz_tmpdir();
     snprintf(g_dir, sizeof g_dir, "%s/fuzz_perf_map.XXXXXX", tmp);
     FUZZ_CHECK(mkdtemp(g_dir) != NULL);
     snprintf(g_path, sizeof g_path, "%s/perf.map", g_dir);

@@ -33,8 +33,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    snprintf(g_dir, sizeof g_dir, "%s/fuzz_pprof.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_dir, sizeof g_dir, "%s/fuzz_pprof.XXXXXX", fuzz_tmpdir());
     FUZZ_CHECK(mkdtemp(g_dir) != NULL);
     snprintf(g_pprof, sizeof g_pprof, "%s/p.pb.gz", g_dir);
     snprintf(g_folded, sizeof g_folded, "%s/p.folded", g_dir);
@@ -104,10 +103,12 @@ static void read_frame(fuzz_in_t *in, snapprof_frame_t *f, strs_t *strs)
     f->kind = (snapprof_frame_kind_t)(k % 3);
     if (msel < 128 && g_nmodules > 0) {
         f->module = g_modules[msel % g_nmodules];
-        /* The first 16 KiB of each: enough code to name, few enough pcs
-         * that their symbols are soon cached (libc's DWARF is large). */
+        /* 64 pcs spread over the first 16 KiB of each: enough code to
+         * name, few enough pcs that their symbols are soon cached (each
+         * new pc in libc is a DWARF lookup in a large debug file). */
         uintptr_t span = f->module->limit - f->module->start;
-        f->pc = f->module->start + off % (span < 0x4000 ? span + 1 : 0x4000);
+        uintptr_t at = (uintptr_t)(off % 64) * 251;
+        f->pc = f->module->start + (span > at ? at : 0);
     } else if (msel < 192) {
         f->module = &g_fake[msel % (sizeof g_fake / sizeof g_fake[0])];
         f->pc = f->module->start + off % 0x10000;

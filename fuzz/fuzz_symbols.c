@@ -32,7 +32,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    const char *tmp = fuzz_tmpdir();
     snprintf(g_dir, sizeof g_dir, "%s/fuzz_symbols.XXXXXX", tmp);
     FUZZ_CHECK(mkdtemp(g_dir) != NULL);
     snprintf(g_obj, sizeof g_obj, "%s/obj", g_dir);

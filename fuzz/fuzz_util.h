@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* libFuzzer's entry points. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,6 +22,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
             abort();                                                                               \
         }                                                                                          \
     } while (0)
+
+/* Where harnesses keep their scratch files: tmpfs when there is one, for
+ * the library fsyncs what it writes (profiles are written atomically) and
+ * a disk's fsync costs more than the code under test. */
+static inline const char *fuzz_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    if (t != NULL && t[0] == '/')
+        return t;
+    return access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+}
 
 /* The input, consumed from the front; reads past its end give zeros. */
 typedef struct fuzz_in {
