@@ -25,9 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = fuzz_tmpdir();
-    snprintf(g_dir, sizeof g_dir, "%s/fuzz_perf_map.XXXXXX", tmp);
-    FUZZ_CHECK(mkdtemp(g_dir) != NULL);
+    fuzz_scratch_dir("fuzz_perf_map", g_dir, sizeof g_dir);
     snprintf(g_path, sizeof g_path, "%s/perf.map", g_dir);
     snprintf(g_tmp, sizeof g_tmp, "%s/perf.map.new", g_dir);
     return 0;

@@ -33,8 +33,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    snprintf(g_dir, sizeof g_dir, "%s/fuzz_pprof.XXXXXX", fuzz_tmpdir());
-    FUZZ_CHECK(mkdtemp(g_dir) != NULL);
+    fuzz_scratch_dir("fuzz_pprof", g_dir, sizeof g_dir);
     snprintf(g_pprof, sizeof g_pprof, "%s/p.pb.gz", g_dir);
     snprintf(g_folded, sizeof g_folded, "%s/p.folded", g_dir);
     snprintf(g_trace, sizeof g_trace, "%s/p.json", g_dir);

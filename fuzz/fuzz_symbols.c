@@ -32,9 +32,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *tmp = fuzz_tmpdir();
-    snprintf(g_dir, sizeof g_dir, "%s/fuzz_symbols.XXXXXX", tmp);
-    FUZZ_CHECK(mkdtemp(g_dir) != NULL);
+    fuzz_scratch_dir("fuzz_symbols", g_dir, sizeof g_dir);
     snprintf(g_obj, sizeof g_obj, "%s/obj", g_dir);
     snprintf(g_link, sizeof g_link, "%s/fuzz.debug", g_dir);
     snprintf(g_debug_dir, sizeof g_debug_dir, "%s/debug", g_dir);

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* libFuzzer's entry points. */
@@ -32,6 +34,33 @@ static inline const char *fuzz_tmpdir(void)
     if (t != NULL && t[0] == '/')
         return t;
     return access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+}
+
+static inline int fuzz_rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Makes a fresh scratch directory named after tag into dir (size bytes)
+ * and removes it, with what is left in it, when the process exits. */
+static char g_fuzz_scratch[512];
+static inline void fuzz_rm_scratch(void)
+{
+    nftw(g_fuzz_scratch, fuzz_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+static inline void fuzz_scratch_dir(const char *tag, char *dir, size_t size)
+{
+    snprintf(dir, size, "%s/%s.XXXXXX", fuzz_tmpdir(), tag);
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        abort();
+    }
+    snprintf(g_fuzz_scratch, sizeof g_fuzz_scratch, "%s", dir);
+    atexit(fuzz_rm_scratch);
 }
 
 /* The input, consumed from the front; reads past its end give zeros. */
