@@ -899,12 +899,20 @@ static void pm_refresh_locked(void)
     }
     int did_read = 0;
     char *buf = NULL;
+    size_t buf_size = 0;
     for (;;) {
         size_t want = PERF_MAP_CHUNK;
         if ((uint64_t)st.st_size > g_pm.offset && (uint64_t)st.st_size - g_pm.offset < want)
             want = (size_t)((uint64_t)st.st_size - g_pm.offset) + 1;
-        if (buf == NULL && (buf = malloc(PERF_MAP_CHUNK)) == NULL)
-            break;
+        /* Only as much as there is to read: a JIT adds a few lines at a
+         * time, and a 16 MiB buffer for each look costs a fresh mapping
+         * (and, under ASan, 2 MiB of shadow to poison). */
+        if (want > buf_size) {
+            free(buf);
+            if ((buf = malloc(want)) == NULL)
+                break;
+            buf_size = want;
+        }
         size_t got = 0;
         while (got < want) {
             ssize_t r = pread(fd, buf + got, want - got, (off_t)(g_pm.offset + got));
@@ -1021,6 +1029,27 @@ const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t 
     if (!atomic_load_explicit(&g_any, memory_order_relaxed))
         return NULL;
     return find_in(&g_perf, addr, when_ns);
+}
+
+void snapprof__jit_perf_map_refresh_now(void)
+{
+    pthread_mutex_lock(&g_perf.lock);
+    pm_refresh_locked();
+    pthread_mutex_unlock(&g_perf.lock);
+}
+
+void snapprof__jit_perf_map_forget(void)
+{
+    pthread_mutex_lock(&g_perf.lock);
+    free(atomic_exchange(&g_perf.current, NULL));
+    /* With no reader about, two rounds free every snapshot retired so far. */
+    retire(NULL);
+    retire(NULL);
+    snapprof__arena_release(&g_perf.arena);
+    free(g_pm.path);
+    memset(&g_pm, 0, sizeof g_pm);
+    atomic_store(&g_perf_checked_ns, 0);
+    pthread_mutex_unlock(&g_perf.lock);
 }
 
 SNAPPROF_API int snapprof_jit_get_stats(snapprof_jit_stats_t *out)

@@ -37,4 +37,13 @@ const snapprof_module_t *snapprof__jit_find(uintptr_t addr, uint64_t when_ns);
  * last millisecond). For addresses no native module holds. */
 const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t when_ns);
 
+/* Fuzzing seams (fuzz/fuzz_perf_map.c). The first reads what the perf map
+ * gained now, without the usual wait between looks. The second forgets the
+ * perf map altogether, as if it had never been configured or read: its
+ * regions, names and snapshots are freed, so that millions of perf maps can
+ * be read in one process. Only while no other thread looks anything up or
+ * holds a perf map region. */
+void snapprof__jit_perf_map_refresh_now(void);
+void snapprof__jit_perf_map_forget(void);
+
 #endif

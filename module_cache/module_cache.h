@@ -91,4 +91,21 @@ void *snapprof__arena_alloc(snapprof__arena_t *arena, size_t size, size_t align)
 /* Copies s (NUL-terminated) into the arena; NULL when out of memory. */
 char *snapprof__arena_strdup(snapprof__arena_t *arena, const char *s);
 
+/* Frees every block and empties the arena. Only for an arena whose
+ * contents nobody kept (the fuzzing seam of symbols_elf.c). */
+void snapprof__arena_release(snapprof__arena_t *arena);
+
+/* Fuzzing seam (fuzz/fuzz_symbols.c): reads the ELF file at path the way
+ * snapprof__symbols_lookup() reads a module's file (its symbol tables, its
+ * own DWARF or a separate debug file found through the debug directories,
+ * which the caller points somewhere harmless), looks up each of
+ * vaddrs[0..n) and the start of each of its first 256 functions, hands
+ * every symbol found to check, and then frees all of it, so that it can
+ * run millions of times in one process. build_id is the module's ("" for
+ * none). Returns the number of symbols found or a negative errno. Takes
+ * the symbolizer's lock; any thread. */
+int snapprof__symbols_fuzz_file(const char *path, const char *build_id, const uint64_t *vaddrs,
+                                size_t n, void (*check)(const snapprof_symbol_t *sym, void *arg),
+                                void *arg);
+
 #endif

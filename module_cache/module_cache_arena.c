@@ -59,3 +59,15 @@ char *snapprof__arena_strdup(snapprof__arena_t *arena, const char *s)
         memcpy(p, s, n);
     return p;
 }
+
+void snapprof__arena_release(snapprof__arena_t *arena)
+{
+    snapprof__arena_block_t *b = arena->head;
+    while (b != NULL) {
+        snapprof__arena_block_t *next = b->next;
+        free(b);
+        b = next;
+    }
+    arena->head = NULL;
+    arena->bytes = 0;
+}

@@ -37,6 +37,11 @@ typedef struct snapprof__dwarf_frame {
 snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *build_id,
                                         Elf **debug_elf);
 
+/* Frees d, and the separate debug file it read (*debug_elf of
+ * snapprof__dwarf_open()). Only for DWARF whose strings nobody kept: the
+ * cache never frees its own; the fuzzing seam does. NULL is a no-op. */
+void snapprof__dwarf_close(snapprof__dwarf_t *d);
+
 /* Writes up to max frames for vaddr (an address in the ELF file's virtual
  * address space), innermost first: the innermost with the line table's
  * file:line, each outer one with the file:line of the inlined call it

@@ -635,3 +635,50 @@ int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snap
     pthread_mutex_unlock(&g_sym_lock);
     return (int)n;
 }
+
+int snapprof__symbols_fuzz_file(const char *path, const char *build_id, const uint64_t *vaddrs,
+                                size_t n, void (*check)(const snapprof_symbol_t *sym, void *arg),
+                                void *arg)
+{
+    pthread_once(&g_sym_once, sym_init_once);
+    if (!g_elf_ok)
+        return -ENOSYS;
+    pthread_mutex_lock(&g_sym_lock);
+    /* Everything this builds goes to a private arena and demangling table,
+     * freed at the end; the process-wide ones stay as they were. */
+    snapprof__arena_t saved_arena = g_sym_arena;
+    demangled_t *saved_demangled = g_demangled;
+    size_t saved_cap = g_demangled_cap, saved_n = g_demangled_n;
+    memset(&g_sym_arena, 0, sizeof g_sym_arena);
+    g_demangled = NULL;
+    g_demangled_cap = g_demangled_n = 0;
+
+    symtab_t t = {.path = path, .build_id = build_id ? build_id : ""};
+    int found = load_from_file(&t, path, path);
+    snapprof_symbol_t out[MAX_CHAIN];
+    for (size_t i = 0; found >= 0 && i < n + 256; i++) {
+        uint64_t vaddr;
+        if (i < n)
+            vaddr = vaddrs[i];
+        else if (i - n < t.count)
+            vaddr = t.syms[i - n].value;
+        else
+            break;
+        int k = resolve(&t, vaddr, out);
+        for (int j = 0; j < k; j++)
+            check(&out[j], arg);
+        found += k;
+    }
+    snapprof__dwarf_close(t.dwarf);
+    if (t.keep != NULL)
+        elf_end(t.keep);
+    free(t.cache);
+    snapprof__arena_release(&g_sym_arena);
+    free(g_demangled);
+    g_sym_arena = saved_arena;
+    g_demangled = saved_demangled;
+    g_demangled_cap = saved_cap;
+    g_demangled_n = saved_n;
+    pthread_mutex_unlock(&g_sym_lock);
+    return found;
+}

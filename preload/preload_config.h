@@ -122,6 +122,15 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
                            snapprof__output_spec_t *out, unsigned *n_out, char *why,
                            size_t why_size);
 
+/* Reads a process's settings from its environment into cfg, as the preload
+ * library does when it loads: get looks a variable up (getenv), warn
+ * reports a bad value in one line (the setting then keeps its default).
+ * SNAPPROF_* win over the gperftools names. Returns 1 when the environment
+ * asks for a profile (SNAPPROF_OUTPUT or CPUPROFILE names a usable path),
+ * else 0. */
+int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
+                              void (*warn)(const char *fmt, ...));
+
 /* Makes path absolute against the current directory into out. Returns 0 or
  * -1 (too long, or no current directory). */
 int snapprof__absolute_path(const char *path, char *out, size_t size);

@@ -1060,110 +1060,11 @@ static void on_exit_(void)
     snapprof__preload_stop("exit");
 }
 
-/* Reads the environment into cfg. Returns 1 when it asks for a profile.
- * A bad value costs one line on stderr and falls back to the default. */
+/* Reads the environment into cfg (preload_config.c). Returns 1 when it
+ * asks for a profile. */
 static int config_from_env(snapprof__preload_config_t *cfg)
 {
-    memset(cfg, 0, sizeof *cfg);
-    const char *var = SNAPPROF_ENV_OUTPUT, *out = getenv(var);
-    if (!out || !*out)
-        out = getenv(var = SNAPPROF_ENV_CPUPROFILE);
-    if (!out || !*out)
-        return 0;
-    char why[256];
-    const char *v;
-    /* SNAPPROF_OUTPUT is a comma-separated list (empty entries are
-     * skipped); CPUPROFILE is one gperftools path, a pprof file unless
-     * SNAPPROF_FORMAT says otherwise. */
-    static char list[SNAPPROF_OUTPUTS_MAX * PATH_MAX];
-    const char *paths[SNAPPROF_OUTPUTS_MAX];
-    unsigned n_paths = 0;
-    snprintf(list, sizeof list, "%s", out);
-    int cpuprofile = strcmp(var, SNAPPROF_ENV_CPUPROFILE) == 0;
-    for (char *save = NULL, *p = cpuprofile ? list : strtok_r(list, ",", &save); p;
-         p = cpuprofile ? NULL : strtok_r(NULL, ",", &save)) {
-        if (n_paths == SNAPPROF_OUTPUTS_MAX) {
-            snapprof__preload_warn("ignoring %s after its first %u paths", var,
-                                   SNAPPROF_OUTPUTS_MAX);
-            break;
-        }
-        paths[n_paths++] = p;
-    }
-    if (n_paths == 0)
-        return 0;
-    snapprof__format_t formats[SNAPPROF_OUTPUTS_MAX];
-    unsigned n_formats = 0;
-    if ((v = getenv(SNAPPROF_ENV_FORMAT)) && *v) {
-        int ok = snapprof__parse_formats(v, formats, SNAPPROF_OUTPUTS_MAX, &n_formats, why,
-                                         sizeof why) == 0 &&
-                 snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs,
-                                        &cfg->n_outputs, why, sizeof why) == 0;
-        if (!ok) {
-            /* The outputs may still work without the formats. */
-            n_formats = 0;
-            cfg->n_outputs = 0;
-            snapprof__preload_warn("ignoring %s: %s; %s", SNAPPROF_ENV_FORMAT, why,
-                                   cpuprofile ? "writing pprof" : "choosing by the file names");
-        }
-    }
-    if (n_formats == 0 && cpuprofile)
-        formats[n_formats++] = SNAPPROF__FORMAT_PPROF;
-    if ((cfg->n_outputs == 0 || n_formats == 0) &&
-        snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs, &cfg->n_outputs,
-                               why, sizeof why) != 0) {
-        snapprof__preload_warn("not profiling: %s: %s", var, why);
-        return 0;
-    }
-    cfg->hz = SNAPPROF_HZ_DEFAULT;
-    if ((v = getenv(var = SNAPPROF_ENV_FREQUENCY)) ||
-        (v = getenv(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
-        if (snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
-            snapprof__preload_warn("ignoring %s: %s; sampling at %u Hz", var, why,
-                                   SNAPPROF_HZ_DEFAULT);
-            cfg->hz = SNAPPROF_HZ_DEFAULT;
-        }
-    if ((v = getenv(SNAPPROF_ENV_MODE))) {
-        if (snapprof__parse_mode(v, &cfg->wall, why, sizeof why) != 0) {
-            snapprof__preload_warn("ignoring %s: %s; sampling CPU time", SNAPPROF_ENV_MODE, why);
-            cfg->wall = 0;
-        }
-    } else if ((v = getenv(SNAPPROF_ENV_CPUPROFILE_REALTIME)) && *v) {
-        cfg->wall = 1; /* gperftools' wall-clock switch */
-    }
-    cfg->signo = SIGURG;
-    if ((v = getenv(SNAPPROF_ENV_SIGNAL))) {
-        if (snapprof__parse_signal(v, &cfg->signo, why, sizeof why) == 0)
-            cfg->signal_explicit = 1;
-        else
-            snapprof__preload_warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
-    }
-    if ((v = getenv(SNAPPROF_ENV_DURATION)) &&
-        snapprof__parse_duration(v, &cfg->duration_ns, why, sizeof why) != 0) {
-        snapprof__preload_warn("ignoring %s: %s; sampling until exit", SNAPPROF_ENV_DURATION, why);
-        cfg->duration_ns = 0;
-    }
-    cfg->follow_fork = 1;
-    if ((v = getenv(SNAPPROF_ENV_FORK)) &&
-        snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {
-        snapprof__preload_warn("ignoring %s: %s; following children", SNAPPROF_ENV_FORK, why);
-        cfg->follow_fork = 1;
-    }
-    cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
-    if ((v = getenv(SNAPPROF_ENV_TRIGGER)) &&
-        snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
-        snapprof__preload_warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
-        cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
-    }
-    cfg->wall_blocked = 0;
-    if ((v = getenv(SNAPPROF_ENV_WALL_BLOCKED)) &&
-        snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
-        snapprof__preload_warn("ignoring %s: %s; signalling blocked threads",
-                               SNAPPROF_ENV_WALL_BLOCKED, why);
-        cfg->wall_blocked = 0;
-    }
-    if ((v = getenv(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
-        snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
-    return 1;
+    return snapprof__config_from_env(cfg, getenv, snapprof__preload_warn);
 }
 
 __attribute__((constructor)) static void preload_init(void)

@@ -290,8 +290,10 @@ int64_t snapprof__stack_table_add(snapprof__stack_table_t *t, const snapprof_fra
     if (count > UINT32_MAX / 2)
         return -EINVAL;
     /* The frame ids go at the end of the pool; they stay there only when
-     * the stack is new. */
-    if (grow((void **)&t->frame_pool, &t->cap_frame_pool, t->n_frame_pool + count,
+     * the stack is new. The pool always gets a slot: an empty stack as the
+     * first sample would otherwise point into a pool not yet allocated
+     * (NULL + 0 is undefined; found by fuzz_pprof). */
+    if (grow((void **)&t->frame_pool, &t->cap_frame_pool, t->n_frame_pool + (count ? count : 1),
              sizeof *t->frame_pool) != 0)
         return -ENOMEM;
     uint32_t *ids = t->frame_pool + t->n_frame_pool;

@@ -174,6 +174,42 @@ static void test_folded_format(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* empty_stack_first                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* A sample without frames as the very first one: the stack table's frame
+ * pool did not exist yet and the empty stack pointed at NULL + 0, which
+ * UBSan (clang) reports; fuzz_pprof found it (fuzz/corpus/pprof/
+ * regress-empty-stack-first replays it). The empty stack must be counted
+ * and later stacks come out as ever. */
+static void test_empty_stack_first(void)
+{
+    int (*create[2])(const char *, snapprof_builder_t **) = {snapprof_folded_builder_create,
+                                                             snapprof_trace_builder_create};
+    const char *names[2] = {"out.folded", "out.json"};
+    for (int i = 0; i < 2; i++) {
+        char *path = pbt_tmp_path("empty_first", names[i]);
+        snapprof_builder_t *b;
+        ASSERT_OK(create[i](path, &b));
+        snapprof_frame_t a[] = {native((uintptr_t)bt_leaf + 4), native((uintptr_t)bt_middle + 4),
+                                native((uintptr_t)bt_root + 4)};
+        feed(b, NULL, 0, 11, 1000000000u, NULL, 0);
+        feed(b, NULL, 0, 11, 1001000000u, NULL, 0);
+        feed(b, a, 3, 11, 1002000000u, NULL, 0);
+        complete(b, NULL, 0);
+        snapprof_builder_destroy(b);
+        char *text = read_file(path);
+        printf("%s\n", text);
+        if (i == 0)
+            ASSERT_CONTAINS(text, "bt_root;bt_middle;bt_leaf 1\n");
+        else
+            ASSERT_CONTAINS(text, "bt_leaf");
+        free(text);
+        pbt_remove(path);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* trace_format                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -543,6 +579,8 @@ int main(int argc, char **argv)
         test_trace_format();
     else if (!strcmp(c, "same_run_agree"))
         test_same_run_agree();
+    else if (!strcmp(c, "empty_stack_first"))
+        test_empty_stack_first();
     else if (!strcmp(c, "bad_path"))
         test_bad_path();
     else if (!strcmp(c, "callbacks_symbolize"))

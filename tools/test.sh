@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command (b): set up, build with -Werror, run the whole ctest suite.
 # With --sanitizers it then also builds and runs the suite under ASan+UBSan
-# and under TSan (what .ci/run does).
+# and under TSan, and runs the bounded fuzz step (tools/fuzz.sh, which
+# installs clang; the plain run needs no clang). That is what .ci/run does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -27,4 +28,6 @@ if [ "${1:-}" = "--sanitizers" ]; then
   echo "== TSan ==" >&2
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=thread -- -LE "accuracy|nosan"
+  echo "== fuzz (libFuzzer, bounded) ==" >&2
+  bash tools/fuzz.sh
 fi
