@@ -559,11 +559,13 @@ else
   say "bench_trigger: gnuplot is missing (bash bench/setup.sh): no plot"
 fi
 
+# The section replaces its previous version in docs/BENCHMARKS.md (from its
+# heading to the next "## " heading) and leaves the other benchmarks' alone.
 md=$root/docs/BENCHMARKS.md
+heading="## Samples timed by each thread's own CPU clock (issue 10)"
+section=$work/section.md
 {
-  echo "# Benchmarks"
-  echo
-  echo "## Samples timed by each thread's own CPU clock (issue 10)"
+  echo "$heading"
   echo
   if [ "$quick" = 1 ]; then
     echo "**A \`--quick\` run: a fraction of a CPU-second per cell and a few hundred samples,"
@@ -602,5 +604,18 @@ md=$root/docs/BENCHMARKS.md
   echo "![attribution error against oversubscription](bench_attribution.png)"
   echo
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_trigger)."
-} >"$md"
+  echo
+} >"$section"
+if [ -f "$md" ]; then
+  awk -v heading="$heading" -v section="$section" '
+    function put(    l) { while ((getline l < section) > 0) print l; done = 1 }
+    $0 == heading { put(); skip = 1; next }
+    skip && /^## / { skip = 0 }
+    !skip { print }
+    END { if (!done) { print ""; put() } }' "$md" >"$work/md"
+  # No trailing blank lines.
+  sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$work/md" >"$md"
+else
+  { echo "# Benchmarks"; echo; cat "$section"; } >"$md"
+fi
 say "bench_trigger: wrote $md and $png"
