@@ -19,6 +19,8 @@ trap 'echo "bench_wall.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+# shellcheck source=bench/docs_section.sh
+. "$here/docs_section.sh"
 quick=0
 build=$root/build
 docs=1
@@ -425,16 +427,5 @@ section=$work/section.md
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_wall)."
   echo
 } >"$section"
-if [ -f "$md" ]; then
-  awk -v heading="$heading" -v section="$section" '
-    function put(    l) { while ((getline l < section) > 0) print l; done = 1 }
-    $0 == heading { put(); skip = 1; next }
-    skip && /^## / { skip = 0 }
-    !skip { print }
-    END { if (!done) { print ""; put() } }' "$md" >"$work/md"
-  # No trailing blank lines.
-  sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$work/md" >"$md"
-else
-  { echo "# Benchmarks"; echo; cat "$section"; } >"$md"
-fi
+replace_section "$md" "$heading" "$section" "$work"
 say "bench_wall: wrote $md"

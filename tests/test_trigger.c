@@ -24,26 +24,6 @@
 void snapprof__sampler_lock(void);
 void snapprof__sampler_unlock(void);
 
-/* Skips the test (77) when this kernel refuses a per-thread perf event, as
- * stock Debian (perf_event_paranoid 3) and container seccomp profiles do. */
-static void need_perf_event(void)
-{
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.exclude_kernel = 1;
-    attr.disabled = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) {
-        printf("skipped: perf_event_open refused (%s); see /proc/sys/kernel/perf_event_paranoid\n",
-               strerror(errno));
-        exit(TEST_SKIP);
-    }
-    close(fd);
-}
-
 /* ------------------------------------------------------------------------ */
 /* A known-ratio workload                                                   */
 /* ------------------------------------------------------------------------ */
@@ -216,7 +196,7 @@ static void run_forced(snapprof_trigger_t trigger)
 
 static void test_perf_forced(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     run_forced(SNAPPROF_TRIGGER_PERF_EVENT);
 }
 
@@ -302,7 +282,7 @@ static void test_fallback_when_perf_refused(void)
  * generous tolerance, not a benchmark (bench/ measures the error). */
 static void test_oversubscribed_shares(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     enum { N = 8 };
     worker_t w[N] = {0};
     start_workers(w, N);
@@ -342,7 +322,7 @@ static void test_oversubscribed_shares(void)
  * event fires only while a thread runs its own code. */
 static void test_sleepers_no_eintr(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     worker_t w[3] = {0};
     w[2].sleeper = 1;
     start_workers(w, 3);
@@ -420,7 +400,7 @@ static void *blocking_main(void *arg)
 
 static void test_blocked_signal(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     worker_t w = {0};
     ASSERT_EQ(pthread_create(&w.th, NULL, blocking_main, &w), 0);
     while (!atomic_load(&w.ready))
@@ -514,7 +494,7 @@ static void *churn_main(void *arg)
 static void churn(snapprof_trigger_t trigger)
 {
     if (trigger == SNAPPROF_TRIGGER_PERF_EVENT)
-        need_perf_event();
+        tu_need_perf_event();
     /* A first profile opens what stays open for the process (the module
      * cache's files): the baseline is taken after it. */
     snapprof_profiler_t *p = make(NULL, 0, trigger, 1000000u, NULL);
@@ -562,7 +542,7 @@ static void test_churn_timer(void)
  * parent's perf fds, and can profile itself. */
 static void test_fork_child(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     /* TSan reports in a child forked from a threaded process that goes on
      * to make threads (what this child does). */
     tu_skip_under_tsan("the child of a threaded process starts threads");
@@ -616,7 +596,7 @@ static void test_fork_child(void)
  * profile's CPU total still matches the threads' CPU clocks. */
 static void test_full_slots(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     worker_t w[2] = {0};
     start_workers(w, 2);
     tu_collector_t c = {0};
@@ -680,7 +660,7 @@ static void *deep_main(void *arg)
  * rates wait for the unwind-table issue (16). */
 static void test_deep_stack(void)
 {
-    need_perf_event();
+    tu_need_perf_event();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 8u << 20);

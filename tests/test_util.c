@@ -3,10 +3,12 @@
 #include "test.h"
 
 #include <errno.h>
+#include <linux/perf_event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,4 +285,22 @@ const char *tu_frame_name(const snapprof_frame_t *frame)
     snapprof_symbol_t sym[64];
     int n = snapprof_symbolize(frame, sym, 64);
     return n > 0 && sym[n - 1].name ? sym[n - 1].name : "?";
+}
+
+void tu_need_perf_event(void)
+{
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.exclude_kernel = 1;
+    attr.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        printf("skipped: perf_event_open refused (%s); see /proc/sys/kernel/perf_event_paranoid\n",
+               strerror(errno));
+        exit(TEST_SKIP);
+    }
+    close(fd);
 }

@@ -58,6 +58,10 @@ void tu_burn_cpu_ns(uint64_t ns);
  * busy thread that this VM's host barely runs is idle for many ticks. */
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
 
+/* Skips the test (77) when this kernel refuses a per-thread perf event, as
+ * stock Debian (perf_event_paranoid 3) and container seccomp profiles do. */
+void tu_need_perf_event(void);
+
 #endif
 
 /* A builder that records every sample it gets (up to 64 frames each, leaf

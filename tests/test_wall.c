@@ -11,7 +11,6 @@
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
-#include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -305,19 +304,7 @@ static void test_sleepers_timer(void)
 
 static void test_sleepers_perf(void)
 {
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.exclude_kernel = 1;
-    attr.disabled = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) {
-        printf("skipped: perf_event_open refused (%s)\n", strerror(errno));
-        exit(TEST_SKIP);
-    }
-    close(fd);
+    tu_need_perf_event();
     g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
     test_sleepers();
 }
