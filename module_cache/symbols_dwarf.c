@@ -200,7 +200,8 @@ static int find_separate(Elf *elf, const char *path, const char *build_id, opene
     }
     Elf_Scn *scn = find_section(elf, ".gnu_debuglink");
     Elf_Data *data = scn ? elf_getdata(scn, NULL) : NULL;
-    if (data == NULL || data->d_size < 8)
+    /* A SHT_NOBITS section has a size and no bytes (d_buf NULL). */
+    if (data == NULL || data->d_buf == NULL || data->d_size < 8)
         return -1;
     const char *name = data->d_buf;
     size_t name_len = strnlen(name, data->d_size);
