@@ -1133,13 +1133,14 @@ static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint
 }
 
 /* Wall mode, SNAPPROF_WALL_BLOCKED_PROC: samples t without a signal if it
- * is blocked in a system call. Returns 1 when t is dealt with (sampled, or
- * a counted failure), 0 when it runs and the caller should signal it.
- * Lock held. */
-static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+ * is blocked in a system call; cpu0 is its CPU clock, read just before. Returns 1 when t is dealt
+ * with (sampled, or a counted failure), 0 when it runs and the caller should signal it. Lock held.
+ */
+static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
+                          uint64_t cpu0)
 {
     struct snapprof_thread *th = t->thread;
-    uint64_t cpu0, cpu1;
+    uint64_t cpu1;
     snapprof__blocked_t b, again;
     int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
                                       : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
@@ -1160,16 +1161,9 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         deliver_previous(p, t, now);
         return 1;
     }
-    /* Its CPU clock from before the copy: if it moves, the thread ran and
-     * its stack may have changed under the copy. */
-    if (snapprof__thread_cpu_ns(th->tid, &cpu0) != 0) {
-        fail(p, SNAPPROF_FAIL_THREAD_EXITED);
-        t->dead = 1;
-        return 1;
-    }
-    rc = snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &again);
-    if (rc != 1 || again.nr != b.nr || again.sp != b.sp || again.pc != b.pc)
-        return 0; /* it woke between the two reads */
+    /* cpu0, the caller's read of its CPU clock, came before the /proc read:
+     * if the clock moved by the end of the copy, the thread ran somewhere
+     * in between and its stack may have changed under the copy. */
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;
     if (snapprof__proc_copy_blocked(th, &b, p->buffer, p->buffer_size, &res, &reason) != 0) {
@@ -1218,7 +1212,7 @@ static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint6
         deliver_previous(p, t, now);
         return;
     }
-    if (sample_blocked(p, t, now))
+    if (sample_blocked(p, t, now, cpu_now))
         return;
     t->wall_state = running_or_runnable(t);
     deliver_previous(p, t, now);
@@ -1269,7 +1263,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (proc_mode) {
         /* Blocked threads are copied without a signal (which would end
          * their wait early); only a running one is signalled. */
-        if (sample_blocked(p, t, now))
+        if (sample_blocked(p, t, now, cpu_now))
             return;
         if (!thread_running(th->tid)) { /* it went back to sleep meanwhile */
             deliver_previous(p, t, now);
