@@ -827,11 +827,16 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
     t->remainder_ns = unsampled;
 }
 
-/* Wall mode keeps each thread's last stack for the ticks it sleeps through. */
+/* Wall mode keeps each thread's latest stack for the ticks it sleeps
+ * through. A trigger's capture can be drained after a later look found the
+ * thread blocked (it ran, was captured, then blocked before the drain): it
+ * is older than the wait and must not replace the wait's stack. */
 static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count, unsigned flags,
-                     const snapprof__label_capture_t *labels)
+                     const snapprof__label_capture_t *labels, uint64_t taken_ns)
 {
     if (p->params.mode != SNAPPROF_MODE_WALL)
+        return;
+    if (t->prev_count > 0 && taken_ns < t->prev_time)
         return;
     if (!t->prev && !(t->prev = malloc(p->params.max_frames * sizeof *t->prev))) {
         t->prev_count = 0;
@@ -845,6 +850,7 @@ static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count
     memcpy(t->prev_labels, labels, sizeof *t->prev_labels);
     t->prev_count = count;
     t->prev_flags = flags;
+    t->prev_time = taken_ns;
 }
 
 /* Wall mode, blocked threads: whether the copy's word at a is a plausible frame record: a saved
@@ -1012,7 +1018,7 @@ static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         fail(p, SNAPPROF_FAIL_NO_FRAMES);
     else
         deliver(p, t, p->frames, count, flags, res->timestamp_ns, cpu_ns, labels);
-    remember(p, t, count, flags, labels);
+    remember(p, t, count, flags, labels, res->timestamp_ns);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -31,6 +31,7 @@ typedef struct snapprof__target {
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
     size_t prev_count;
     unsigned prev_flags;
+    uint64_t prev_time;                     /* when prev was taken (its copy's timestamp) */
     snapprof__label_capture_t *prev_labels; /* wall mode: the labels of that stack */
     /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
      * its arm and where its captures go. */
