@@ -806,7 +806,10 @@ static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snappro
     }
     if (failed)
         fail(p, SNAPPROF_FAIL_BUILDER);
-    p->stats.samples++;
+    /* A remainder is CPU time no sample placed, not a sample: counted, it
+     * would add one "sample" per thread to the rate. */
+    if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
+        p->stats.samples++;
 }
 
 /* Delivers the CPU time of t that no sample placed since the last call, as

@@ -516,6 +516,14 @@ static void churn(snapprof_trigger_t trigger)
            count_dir("/proc/self/fd"), timers0, count_timers());
     ASSERT_GE(st.threads_by_trigger[trigger], 1);
     ASSERT_OK(snapprof_profiler_stop(p));
+    /* The samples are one per period of CPU time at most: each thread's
+     * remainder (its CPU time no sample placed) is not one of them, or
+     * the rate said would be one sample per thread (22 171 Hz "per
+     * CPU-second of 100 Hz requested" for 4000 short threads). */
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("%llu samples for %.1f ms of CPU time\n", (unsigned long long)st.samples,
+           (double)st.cpu_ns_total / 1e6);
+    ASSERT_LE(st.samples, st.cpu_ns_total / 1000000u * 3 / 2 + 20);
     snapprof_profiler_destroy(p);
     int fds1 = count_dir("/proc/self/fd"), timers1 = count_timers();
     printf("after: fds %d, timers %d\n", fds1, timers1);

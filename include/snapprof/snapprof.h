@@ -229,7 +229,7 @@ SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason
 typedef struct snapprof_stats {
     uint64_t ticks;                       /* sampling intervals that fired */
     uint64_t ticks_missed;                /* intervals skipped because the sampler was late */
-    uint64_t samples;                     /* samples delivered to the builders */
+    uint64_t samples;                     /* samples delivered, remainders not counted */
     uint64_t samples_signalled;           /* of those, stacks copied through the signal */
     uint64_t samples_reused;              /* of those, idle threads' previous stacks (wall mode) */
     uint64_t samples_skipped_idle;        /* idle threads left alone in CPU mode */
