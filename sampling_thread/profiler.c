@@ -139,6 +139,9 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
 static void disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 static void drain(snapprof_profiler_t *p);
 static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
+static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t);
+static void deliver_unarmed(snapprof_profiler_t *p);
+static uint64_t target_unsampled_ns(const snapprof__target_t *t);
 
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -228,7 +231,26 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     if (p->state == PROFILER_RUNNING) {
         snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
         t->cpu_last = t->cpu_start;
-        arm_target(p, t);
+        if (p->params.trigger == SNAPPROF_TRIGGER_HANDSHAKE) {
+            arm_target(p, t);
+        } else {
+            /* Opening a perf event or a timer is most of what profiling
+             * costs a short thread (perf_event_open, fcntl, ioctl, close,
+             * and the event's teardown at exit): the next tick does it, if
+             * the thread is still there. It loses no sample by waiting:
+             * its first would come one period of CPU time after arming. */
+            t->arm_pending = 1;
+            p->pending_count++;
+            /* The first one since the last tick makes the profile due at
+             * its next tick (the sampling thread may be asleep until a
+             * later drain); it stays due then even if that thread has
+             * gone, so that threads coming and going wake it once a tick,
+             * not once each. */
+            if (!p->joined_since_tick) {
+                p->joined_since_tick = 1;
+                snapprof__sampler_kick();
+            }
+        }
     }
 out:
     snapprof__sampler_unlock();
@@ -245,15 +267,22 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
         snapprof__target_t *t = p->targets[i];
         if (t->thread == thread) {
             /* Its captures so far are delivered, and none can come after
-             * the disarm: only then may its record go. */
-            drain(p);
-            disarm(p, t);
-            drain(p);
+             * the disarm: only then may its record go. (A thread never
+             * armed has none; one disarmed since may still have some.) */
+            if (!t->arm_pending && !t->never_armed) {
+                drain(p);
+                disarm(p, t);
+                drain(p);
+            }
+            settle_pending(p, t);
             uint64_t cpu_now;
             if (!t->dead && snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) == 0 &&
                 cpu_now > t->cpu_last)
                 t->cpu_last = cpu_now; /* its CPU time up to now counts */
-            deliver_remainder(p, t);
+            if (t->never_armed)
+                p->unarmed_ns += target_unsampled_ns(t); /* see deliver_unarmed() */
+            else
+                deliver_remainder(p, t);
             if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
                 p->handshake_count--;
             p->cpu_removed_ns += target_cpu_ns(t);
@@ -516,8 +545,14 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->target_count; i++)
         disarm(p, p->targets[i]);
     drain(p);
-    for (size_t i = 0; i < p->target_count; i++)
-        deliver_remainder(p, p->targets[i]);
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (t->arm_pending && !t->dead)
+            snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
+        settle_pending(p, t);
+        deliver_remainder(p, t);
+    }
+    deliver_unarmed(p);
     drain_app_frames(p);
     snapprof__event_reader_close(&p->events);
     snapshot_stats(p, &stats);
@@ -613,6 +648,7 @@ static void note_fallback(snapprof_profiler_t *p, snapprof_trigger_t from, int e
 static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
 {
     t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    t->never_armed = 0;
     if (p->pool_ready && !atomic_load(&t->thread->exited)) {
         struct snapprof_thread *th = t->thread;
         t->cap.tid = th->tid;
@@ -642,6 +678,17 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
     }
     p->handshake_count++;
     p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+}
+
+/* t leaves (or the profile ends) before the tick that was to arm it.
+ * Lock held. */
+static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (!t->arm_pending)
+        return;
+    t->arm_pending = 0;
+    t->never_armed = 1;
+    p->pending_count--;
 }
 
 /* Stops t's trigger, keeping the CPU time it counted. Lock held. */
@@ -819,7 +866,10 @@ static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snappro
  * CPU time since the previous one). Lock held. */
 static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
 {
-    if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER)
+    /* A thread never armed (it came and went between two ticks) was to
+     * get a CPU-clock trigger: all its CPU time is remainder. */
+    if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER &&
+        !t->never_armed)
         return;
     uint64_t unsampled = target_unsampled_ns(t);
     if (unsampled <= t->remainder_ns)
@@ -828,6 +878,33 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
     deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(),
             unsampled - t->remainder_ns, NULL);
     t->remainder_ns = unsampled;
+}
+
+/* The CPU time of the threads that came and went between two ticks
+ * (never armed), as one remainder sample: thousands of short threads would
+ * otherwise make thousands of samples, one thread_id each. Its thread_name
+ * says what it is; its thread_id is 0. Lock held. */
+static void deliver_unarmed(snapprof_profiler_t *p)
+{
+    if (p->unarmed_ns == 0)
+        return;
+    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
+    snapprof_sample_t s = {
+        .frames = &frame,
+        .frame_count = 1,
+        .timestamp_ns = snapprof__mono_ns(),
+        .cpu_ns = p->unarmed_ns,
+        .tid = 0,
+        .thread_name = "(threads that ended before their first tick)",
+        .flags = SNAPPROF_SAMPLE_REMAINDER,
+    };
+    int failed = 0;
+    for (size_t i = 0; i < p->builder_count; i++)
+        if (p->builders[i]->ops->xOnSample(p->builders[i]->user_data, &s) < 0)
+            failed = 1;
+    if (failed)
+        fail(p, SNAPPROF_FAIL_BUILDER);
+    p->unarmed_ns = 0;
 }
 
 /* Wall mode keeps each thread's latest stack for the ticks it sleeps
@@ -1382,7 +1459,8 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     uint64_t due = p->next_drain;
-    if ((p->handshake_count > 0 || p->params.mode == SNAPPROF_MODE_WALL) && p->next_tick < due)
+    if ((p->handshake_count > 0 || p->joined_since_tick || p->params.mode == SNAPPROF_MODE_WALL) &&
+        p->next_tick < due)
         due = p->next_tick;
     if (p->deadline && p->deadline < due)
         due = p->deadline;
@@ -1408,8 +1486,19 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         drain_app_frames(p);
         snapprof__event_reader_read(&p->events);
+        p->joined_since_tick = 0; /* every pending target is armed below */
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];
+            if (t->arm_pending) {
+                if (t->dead || atomic_load(&t->thread->exited)) {
+                    settle_pending(p, t); /* gone before its tick */
+                    t->dead = 1;
+                    continue;
+                }
+                t->arm_pending = 0;
+                p->pending_count--;
+                arm_target(p, t);
+            }
             if (t->dead)
                 continue;
             if (t->arm) {
@@ -1473,6 +1562,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
                 snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
             deliver_remainder(p, t);
         }
+        deliver_unarmed(p);
     }
     if (p->state == PROFILER_RUNNING) {
         drain_app_frames(p);

@@ -36,6 +36,11 @@ typedef struct snapprof__target {
     /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
      * its arm and where its captures go. */
     snapprof_trigger_t trigger;
+    /* Joined a running profile with a CPU-clock trigger asked for: the
+     * sampling thread arms it at its next tick, so a thread that ends
+     * sooner costs no trigger at all (its CPU time is its remainder). */
+    int arm_pending;
+    int never_armed; /* it left, or the profile ended, while arm_pending */
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
@@ -78,6 +83,11 @@ struct snapprof_profiler {
     snapprof__capture_pool_t pool;
     int pool_ready;
     size_t armed_count, handshake_count;
+    size_t pending_count;  /* targets with arm_pending set */
+    int joined_since_tick; /* a target became arm_pending since the last tick */
+    /* CPU time of threads that left before their first tick (never armed),
+     * delivered as one remainder, not one per thread. */
+    uint64_t unarmed_ns;
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
@@ -113,6 +123,9 @@ int snapprof__sampler_activate(snapprof_profiler_t *p);
 void snapprof__sampler_deactivate(snapprof_profiler_t *p);
 /* Waits on p->done_cv. Lock held. */
 void snapprof__sampler_wait(snapprof_profiler_t *p);
+/* Makes the sampling thread ask every profiler again when it is due (one
+ * became due sooner). Lock held. */
+void snapprof__sampler_kick(void);
 
 /* Profiler (profiler.c), called by the sampling thread with the lock held:
  * drains its capture slots and samples every handshake target whose tick

@@ -84,6 +84,11 @@ void snapprof__sampler_unlock(void)
     pthread_mutex_unlock(&g_lock);
 }
 
+void snapprof__sampler_kick(void)
+{
+    wake_sampler();
+}
+
 void snapprof__sampler_wait(snapprof_profiler_t *p)
 {
     pthread_cond_wait(&p->done_cv, &g_lock);

@@ -476,6 +476,7 @@ static int count_timers(void)
 
 typedef struct churn {
     snapprof_profiler_t *p;
+    uint64_t linger_ns; /* how long each thread stays after its work */
 } churn_t;
 
 static void *churn_main(void *arg)
@@ -485,6 +486,8 @@ static void *churn_main(void *arg)
     ASSERT_OK(snapprof_thread_register(&me));
     ASSERT_OK(snapprof_profiler_add_thread(c->p, me));
     tu_burn_cpu_ns(100000);
+    if (c->linger_ns)
+        usleep((useconds_t)(c->linger_ns / 1000u));
     if ((uintptr_t)me & 64)
         ASSERT_OK(snapprof_profiler_remove_thread(c->p, me)); /* half leave, half just exit */
     snapprof_thread_release(me);
@@ -503,7 +506,9 @@ static void churn(snapprof_trigger_t trigger)
     int fds0 = count_dir("/proc/self/fd"), timers0 = count_timers();
     p = make(NULL, 0, trigger, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
-    churn_t c = {p};
+    /* Each stays past a tick (1 ms), so that it is armed: a thread is
+     * armed at the first tick after it joins. */
+    churn_t c = {p, 3000000u};
     for (int i = 0; i < 1000; i++) {
         pthread_t th;
         ASSERT_EQ(pthread_create(&th, NULL, churn_main, &c), 0);
@@ -514,7 +519,7 @@ static void churn(snapprof_trigger_t trigger)
     printf("%llu threads armed with %s; fds %d -> %d, timers %d -> %d while running\n",
            (unsigned long long)st.threads_by_trigger[trigger], snapprof_trigger_name(trigger), fds0,
            count_dir("/proc/self/fd"), timers0, count_timers());
-    ASSERT_GE(st.threads_by_trigger[trigger], 1);
+    ASSERT_GE(st.threads_by_trigger[trigger], 900);
     ASSERT_OK(snapprof_profiler_stop(p));
     /* The samples are one per period of CPU time at most: each thread's
      * remainder (its CPU time no sample placed) is not one of them, or
@@ -540,6 +545,39 @@ static void test_churn_perf(void)
 static void test_churn_timer(void)
 {
     churn(SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
+/* Threads that come and go between two ticks are never armed (no perf
+ * event or timer to open and close, which is most of what a short thread
+ * pays): their CPU time is still in the profile, as their remainder. */
+static void test_short_threads_unarmed(void)
+{
+    tu_collector_t col = {0};
+    snapprof_profiler_t *p = make(NULL, 0, SNAPPROF_TRIGGER_AUTO, 50000000u, &col);
+    ASSERT_OK(snapprof_profiler_start(p));
+    churn_t c = {p, 0};
+    for (int i = 0; i < 200; i++) {
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, churn_main, &c), 0);
+        pthread_join(th, NULL);
+    }
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st = col.stats;
+    uint64_t armed = st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] +
+                     st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] +
+                     st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE];
+    uint64_t cpu = 0;
+    for (size_t i = 0; i < col.count; i++)
+        cpu += col.samples[i].cpu_ns;
+    printf("200 threads of 100 us at 20 Hz: %llu armed; cpu %.1f ms, in the profile %.1f ms\n",
+           (unsigned long long)armed, st.cpu_ns_total / 1e6, cpu / 1e6);
+    /* A tick every 50 ms, each thread alive for well under one: a loaded
+     * machine may stretch a few across one. */
+    ASSERT_LE(armed, 20);
+    ASSERT_GE(st.cpu_ns_total, 200u * 100000u);
+    ASSERT_UEQ(cpu, st.cpu_ns_total);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&col);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -720,6 +758,7 @@ int main(int argc, char **argv)
         {"blocked_signal", test_blocked_signal},
         {"churn_perf", test_churn_perf},
         {"churn_timer", test_churn_timer},
+        {"short_threads_unarmed", test_short_threads_unarmed},
         {"fork_child", test_fork_child},
         {"full_slots", test_full_slots},
         {"deep_stack", test_deep_stack},
