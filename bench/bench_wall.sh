@@ -4,7 +4,9 @@
 # --wall --wall-blocked signal` (the handshake signals every thread that ran
 # since its last sample) and `snapprof record --wall --wall-blocked proc`
 # (blocked threads are read from /proc and process_vm_readv, never
-# signalled) side by side in one run, prints the table and writes it, with
+# signalled), and that with `--trigger perf` (running threads captured by
+# their own perf events: no signal from the sampler at all) side by side in
+# one run, prints the table and writes it, with
 # the machine and the command, as a section of docs/BENCHMARKS.md. It prints
 # figures and never judges them; bench/README.md says how to read them.
 #
@@ -68,20 +70,27 @@ say() { printf '%s\n' "$*" >&2; }
 # The profilers
 # ---------------------------------------------------------------------------
 
-profilers=(gperftools snap-signal snap-proc)
-declare -A why_na=() label=()
+profilers=(gperftools snap-signal snap-proc snap-proc-perf)
+declare -A why_na=() label=() snap_args=()
 label[gperftools]="gperftools"
 label[snap-signal]="snapprof/signal"
 label[snap-proc]="snapprof/proc"
+label[snap-proc-perf]="snapprof/proc+perf"
+# snapprof's record options for each: the handshake's ticks, or (proc+perf)
+# per-thread perf events timing the running threads' captures.
+snap_args[snap-signal]="--wall-blocked signal"
+snap_args[snap-proc]="--wall-blocked proc"
+snap_args[snap-proc-perf]="--wall-blocked proc --trigger perf"
 
 # No early exit in a reader of a pipe: under pipefail the writer's SIGPIPE
 # would fail the assignment, and set -e would end the script without a word.
 libprofiler=$(ldconfig -p 2>/dev/null | awk '$1 == "libprofiler.so.0" && !found { print $NF; found = 1 }')
 [ -n "$libprofiler" ] || why_na[gperftools]="libprofiler.so.0 not found (bash bench/setup.sh)"
-for m in signal proc; do
-  if ! "$SNAP" record -q --wall --wall-blocked "$m" -o "$work/probe.pb.gz" -- \
+for p in snap-signal snap-proc snap-proc-perf; do
+  # shellcheck disable=SC2086 # the options are words
+  if ! "$SNAP" record -q --wall ${snap_args[$p]} -o "$work/probe.pb.gz" -- \
       "$W" sleepers --seconds 0.05 >/dev/null 2>"$work/probe.err"; then
-    why_na[snap-$m]="record --wall --wall-blocked $m: $(head -n 1 "$work/probe.err")"
+    why_na[$p]="record --wall ${snap_args[$p]}: $(head -n 1 "$work/probe.err")"
   fi
 done
 available=()
@@ -103,7 +112,8 @@ run_one() {
       env LD_PRELOAD="$libprofiler" CPUPROFILE="$tag.prof" CPUPROFILE_REALTIME=1 \
         CPUPROFILE_FREQUENCY="$hz" "$W" "$@" >"$tag.out" 2>"$tag.err" || rc=$? ;;
     snap-*)
-      "$SNAP" record -F "$hz" --wall --wall-blocked "${prof#snap-}" -o "$tag.pb.gz" -- "$W" "$@" \
+      # shellcheck disable=SC2086 # the options are words
+      "$SNAP" record -F "$hz" --wall ${snap_args[$prof]} -o "$tag.pb.gz" -- "$W" "$@" \
         >"$tag.out" 2>"$tag.err" || rc=$? ;;
   esac
   if [ "$rc" != 0 ] || ! grep -q '^BENCH_WALL ' "$tag.out"; then
@@ -264,7 +274,7 @@ table=$work/table.txt
     "$commit" "$ncpu" "$cpu_model" "$kernel" "$load" \
     "$([ "$quick" = 1 ] && echo ' (--quick: figures are not meaningful)')"
   for p in "${profilers[@]}"; do
-    [ -n "${why_na[$p]:-}" ] && printf '  %-16s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
+    [ -n "${why_na[$p]:-}" ] && printf '  %-18s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
   done
   # What a wall sample is made of, priced on this machine with no profiler.
   printf '%s\n' "$calib" | awk '{ for (i = 1; i <= NF; i++) { k = index($i, "="); v[substr($i, 1, k - 1)] = substr($i, k + 1) }
@@ -279,7 +289,7 @@ table=$work/table.txt
   printf '\n1. Early returns of the sleeping threads, all runs: nanosleep/read/cond\n'
   printf '   (EINTR, or a timed wait back before its deadline unsignalled), and the\n'
   printf '   waits they were out of; worst = the most in one run\n'
-  printf '%-16s' profiler; for hz in "${rates[@]}"; do printf ' %16s %6s' "$hz Hz" worst; done
+  printf '%-18s' profiler; for hz in "${rates[@]}"; do printf ' %16s %6s' "$hz Hz" worst; done
   printf ' %8s\n' waits
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v rates="${rates[*]}" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init(); split(na, N, " "); for (i in N) isna[N[i]] = 1
@@ -289,7 +299,7 @@ table=$work/table.txt
       seen[k]++; a[k] += f["nanosleep_early"]; b[k] += f["read_early"]; c[k] += f["cond_early"]
       e = f["nanosleep_early"] + f["read_early"] + f["cond_early"]; if (e > worst[k]) worst[k] = e
       waits[f["prof"]] += f["nanosleep_waits"] + f["read_waits"] + f["cond_waits"] }
-    END { for (j = 1; j <= np; j++) { p = P[j]; printf "%-16s", lab[p]
+    END { for (j = 1; j <= np; j++) { p = P[j]; printf "%-18s", lab[p]
         for (i = 1; i <= nr; i++) { k = R[i] SUBSEP p
           if (isna[p] || !seen[k]) { printf " %16s %6s", "n/a", ""; continue }
           printf " %16s %6d", a[k] "/" b[k] "/" c[k] (failed[k] ? " (" failed[k] " failed)" : ""), worst[k] }
@@ -303,7 +313,7 @@ table=$work/table.txt
   printf '   clock from its first to its last line): pooled, the worst run, and the runs\n'
   printf '   more than 2 %% off.\n'
   printf '   gperftools: n/a (its profile has no threads)\n'
-  printf '%-16s %-10s %8s %8s %8s %8s | %9s %10s %6s\n' profiler thread samples complete blocked complete \
+  printf '%-18s %-10s %8s %8s %8s %8s | %9s %10s %6s\n' profiler thread samples complete blocked complete \
     "wall/elap" "worst run" ">2%"
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init(); split(na, N, " "); for (i in N) isna[N[i]] = 1
@@ -319,8 +329,8 @@ table=$work/table.txt
     function pct(a, b) { return b ? sprintf("%7.2f%%", 100 * a / b) : sprintf("%8s", "-") }
     END { for (j = 1; j <= np; j++) { p = P[j]; if (p == "gperftools") continue
         for (i = 1; i <= nt; i++) { k = p SUBSEP T[i]
-          if (isna[p] || !S[k]) { printf "%-16s %-10s %8s\n", lab[p], T[i], "n/a"; continue }
-          printf "%-16s %-10s %8d %8s %8d %8s | %8.2f%% %+9.2f%% %6s\n", lab[p], T[i], S[k], pct(F[k], S[k]),
+          if (isna[p] || !S[k]) { printf "%-18s %-10s %8s\n", lab[p], T[i], "n/a"; continue }
+          printf "%-18s %-10s %8d %8s %8d %8s | %8.2f%% %+9.2f%% %6s\n", lab[p], T[i], S[k], pct(F[k], S[k]),
             B[k], pct(BF[k], B[k]), 100 * Wt[k] / E[k], worst[k], (off[k] + 0) "/" runs[k] } } }' "$results"
 
   # 4. The sampler's CPU.
@@ -330,7 +340,7 @@ table=$work/table.txt
   printf '   copies dropped because the thread ran meanwhile; ticks: done and missed; failed:\n'
   printf '   failed samples, of them exited/recycled (the thread was then dropped) and\n'
   printf '   timeouts; runs pooled\n'
-  printf '%-16s %7s %9s %8s %8s %8s %9s %7s %8s %8s %14s\n' profiler rate us/sample samples blocked reused \
+  printf '%-18s %7s %9s %8s %8s %8s %9s %7s %8s %8s %14s\n' profiler rate us/sample samples blocked reused \
     signalled raced ticks missed "failed (e/r/t)"
   awk -v profs="$prof_list" -v labels="$labels" -v rates="${rates[*]}" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init(); nr = split(rates, R, " ") }
@@ -342,13 +352,13 @@ table=$work/table.txt
       ft[k] += f["s_failed_timeout"] }
     END { for (j = 1; j <= np; j++) { p = P[j]; if (p == "gperftools") continue
         for (i = 1; i <= nr; i++) { k = p SUBSEP R[i]; if (!seen[k]) continue
-          printf "%-16s %7s %9.2f %8d %8d %8d %9d %7d %8d %8d %14s\n", lab[p], R[i] " Hz", s[k] ? cpu[k] / s[k] / 1e3 : 0,
+          printf "%-18s %7s %9.2f %8d %8d %8d %9d %7d %8d %8d %14s\n", lab[p], R[i] " Hz", s[k] ? cpu[k] / s[k] / 1e3 : 0,
             s[k], bl[k], re[k], sg[k], ra[k], ti[k], mi[k], fa[k] " (" fe[k] "/" fr[k] "/" ft[k] ")" } } }' "$results"
 
   printf '\n   The cost runs, %s Hz, %s s: N threads, each with a %s KiB frame below its wait,\n' \
     "$hz_main" "$cost_seconds" "$stack_kib"
   printf '   that block in a read the whole run (blocked) or wake every 300 us (wakers)\n'
-  printf '%-16s %-8s %3s %9s %8s %8s %8s %9s %7s\n' profiler case N us/sample samples blocked reused \
+  printf '%-18s %-8s %3s %9s %8s %8s %8s %9s %7s\n' profiler case N us/sample samples blocked reused \
     signalled raced
   awk -v profs="$prof_list" -v labels="$labels" -v big="$cost_big" "$awk_lib"'
     BEGIN { np = split(profs, P, " "); labels_init() }
@@ -361,7 +371,7 @@ table=$work/table.txt
     END { for (j = 1; j <= np; j++) { p = P[j]
         for (c = 1; c <= 2; c++) { kind = c == 1 ? "blocked" : "wakers"
           for (m = 1; m <= 2; m++) { n = m == 1 ? 1 : big; k = p SUBSEP kind SUBSEP n; if (!seen[k]) continue
-            printf "%-16s %-8s %3d %9.2f %8d %8d %8d %9d %7d\n", lab[p], kind, n, s[k] ? cpu[k] / s[k] / 1e3 : 0,
+            printf "%-18s %-8s %3d %9.2f %8d %8d %8d %9d %7d\n", lab[p], kind, n, s[k] ? cpu[k] / s[k] / 1e3 : 0,
               s[k], bl[k], re[k], sg[k], ra[k] } } }
       # Per kind of sample, the tick'"'"'s own work taken off by the difference
       # between the runs with big threads and with 1: a reused sample from the
@@ -370,7 +380,7 @@ table=$work/table.txt
       # the proc mode'"'"'s wakers, less their reused and signalled ones.
       printf "\n   Per sample of each kind, us of sampler CPU (from the differences above; a\n"
       printf "   copy dropped as raced counts in the new copies'"'"' cost):\n"
-      printf "%-16s %10s %10s %10s\n", "profiler", "reused", "signalled", "new copy"
+      printf "%-18s %10s %10s %10s\n", "profiler", "reused", "signalled", "new copy"
       for (j = 1; j <= np; j++) { p = P[j]; if (!have(p, "blocked")) continue
         ds = d(s, p, "blocked"); r[p] = ds > 0 ? d(cpu, p, "blocked") / ds : -1 }
       sig = "snap-signal"
@@ -383,7 +393,7 @@ table=$work/table.txt
         three = sprintf("%10s", "-")
         if (p != sig && r[p] >= 0 && sgc >= 0 && have(p, "wakers") && d(bl, p, "wakers") > 0)
           three = sprintf("%10.2f", (d(cpu, p, "wakers") - r[p] * d(re, p, "wakers") - sgc * d(sg, p, "wakers")) / d(bl, p, "wakers") / 1e3)
-        printf "%-16s %s %s %s\n", lab[p], one, two, three } }' "$results"
+        printf "%-18s %s %s %s\n", lab[p], one, two, three } }' "$results"
 
   printf '\nmachine during the run: %s; the run took %d s\n' "$machine_line" "$elapsed"
 } >"$table"
