@@ -1491,8 +1491,15 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             snapprof__target_t *t = p->targets[i];
             if (t->arm_pending) {
                 if (t->dead || atomic_load(&t->thread->exited)) {
-                    settle_pending(p, t); /* gone before its tick */
+                    /* Gone before its tick, without leaving: its CPU time
+                     * is what its clock said as it exited. */
+                    uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit);
+                    if (at_exit > t->cpu_last)
+                        t->cpu_last = at_exit;
+                    settle_pending(p, t);
                     t->dead = 1;
+                    p->unarmed_ns += target_unsampled_ns(t); /* see deliver_unarmed() */
+                    t->remainder_ns = target_unsampled_ns(t);
                     continue;
                 }
                 t->arm_pending = 0;

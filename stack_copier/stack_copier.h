@@ -29,6 +29,9 @@ struct snapprof_thread {
     uintptr_t stack_base; /* one past the highest: where the stack starts */
     int on_thread;        /* registered on the thread itself: its TLS names it */
     atomic_int exited;    /* set when the thread's TLS destructors ran */
+    /* Its CPU clock as it exited (read by itself just before exited is
+     * set; 0 if unknown), for a thread that was never armed. */
+    _Atomic uint64_t cpu_at_exit;
     char name[16];
 };
 

@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The token registered on this thread; the handler compares it with the
@@ -33,6 +34,9 @@ static void on_thread_exit(void *arg)
 {
     struct snapprof_thread *t = arg;
     snapprof__tls_self = NULL;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+        atomic_store(&t->cpu_at_exit, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
     atomic_store(&t->exited, 1);
     thread_release(t);
 }

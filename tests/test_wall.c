@@ -633,7 +633,10 @@ static void test_proc_refused(void)
            (unsigned long long)c.stats.samples_signalled, atomic_load(&s[0].early));
     ASSERT_EQ(c.stats.wall_proc_errno, EACCES);
     ASSERT_EQ(c.stats.samples_blocked, 0);
-    ASSERT_EQ(atomic_load(&s[0].early), 0);
+    /* Asleep, it is never signalled; but /proc/TID/stat can say R just as
+     * it wakes (every 50 ms), and the signal then lands in its next wait:
+     * once in a loaded ASan run. Signalled each tick, it would be ~100. */
+    ASSERT_LE(atomic_load(&s[0].early), 2);
     ASSERT_GE(tu_collector_count_tid(&c, s[1].tid), 10);
     snapprof_profiler_destroy(p);
     stop(&s[0]);
