@@ -7,7 +7,8 @@
  * Conventions (as in libuv):
  *   - Functions return int: 0 (or a non-negative count) on success, a
  *     negative errno value (-EINVAL, -ENOMEM, -ESRCH, ...) or one of the
- *     SNAPPROF_E* codes below on failure. snapprof_strerror() names them.
+ *     SNAPPROF_E* codes below on failure. snapprof_strerror() describes
+ *     them, snapprof_err_name() names them.
  *   - A call that fails leaves nothing half-built and changes no state.
  *   - Objects made by _create() are released by the matching _destroy();
  *     _destroy(NULL) is a no-op.
@@ -16,9 +17,9 @@
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
  * unwinder callback. snapprof_symbolize(), snapprof_module_find() and the
- * name functions (snapprof_strerror(), snapprof_trigger_name(),
- * snapprof_fail_reason_name()) say otherwise: builder callbacks may call
- * them.
+ * name functions (snapprof_strerror(), snapprof_err_name(),
+ * snapprof_trigger_name(), snapprof_fail_reason_name()) say otherwise:
+ * builder callbacks may call them.
  */
 #ifndef SNAPPROF_SNAPPROF_H
 #define SNAPPROF_SNAPPROF_H
@@ -42,24 +43,45 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 1
+#define SNAPPROF_VERSION_MINOR 2
 #define SNAPPROF_VERSION_PATCH 0
 
-/* Library-specific error codes. They lie below -10000 so they never collide
- * with a negated errno value. -10005 is retired and not to be reused: it was
- * SNAPPROF_ENOTHREAD, which no call returned (a tid that names no thread is
- * -ESRCH; a profiled thread that exits is a counted
- * SNAPPROF_FAIL_THREAD_EXITED). */
+/* Library-specific error codes, one table: XX(name, value, description).
+ * SNAPPROF_ERRNO_MAP(XX) expands XX once per code, in the libuv style, so
+ * code that needs every code (the enum below, snapprof_strerror(),
+ * snapprof_err_name(), a test) derives it from this list. The codes lie
+ * below -10000 so they never collide with a negated errno value. -10005 is
+ * retired and not to be reused: it was SNAPPROF_ENOTHREAD, which no call
+ * returned (a tid that names no thread is -ESRCH; a profiled thread that
+ * exits is a counted SNAPPROF_FAIL_THREAD_EXITED). The enum below defines
+ * SNAPPROF_ESTATE, SNAPPROF_ESIGNAL, SNAPPROF_EENCODE and SNAPPROF_EVERSION;
+ * each description is what snapprof_strerror() returns for its code. */
+#define SNAPPROF_ERRNO_MAP(XX)                                                                     \
+    XX(ESTATE, -10001, "not valid in the current state")                                           \
+    XX(ESIGNAL, -10002, "the sampling signal cannot be used")                                      \
+    XX(EENCODE, -10003, "the profile could not be encoded")                                        \
+    XX(EVERSION, -10004, "unsupported ops struct version")
+
 enum {
-    SNAPPROF_ESTATE = -10001,  /* not valid in the object's current state */
-    SNAPPROF_ESIGNAL = -10002, /* the sampling signal cannot be used */
-    SNAPPROF_EENCODE = -10003, /* a profile could not be encoded */
-    SNAPPROF_EVERSION = -10004 /* an ops struct has an unsupported version */
+#define SNAPPROF_ERRNO_ENUM_(name, value, description) SNAPPROF_##name = (value),
+    SNAPPROF_ERRNO_MAP(SNAPPROF_ERRNO_ENUM_)
+#undef SNAPPROF_ERRNO_ENUM_
 };
 
-/* Returns a static, human-readable description of an error code.
- * Thread-safe; builder callbacks may call it. Never returns NULL. */
+/* Returns a static, human-readable description of an error code: 0 is
+ * "success", a SNAPPROF_E* code its description in the table above, a
+ * negated errno value the C library's description (as strerror()), any
+ * other value "unknown error". Thread-safe; builder callbacks may call it.
+ * Never returns NULL. */
 SNAPPROF_API const char *snapprof_strerror(int err);
+
+/* Returns the static name of an error code, for logs and tests that want
+ * a stable token rather than prose: "SNAPPROF_ESTATE" and so on for the
+ * codes in the table above, the errno name for a negated errno value
+ * ("ENOENT" for -ENOENT), "OK" for 0, and "UNKNOWN" for any other value
+ * (a retired code such as -10005 included). Thread-safe; builder callbacks
+ * may call it. Never returns NULL. Added in 0.2.0. */
+SNAPPROF_API const char *snapprof_err_name(int err);
 
 /* ------------------------------------------------------------------------ */
 /* Forward typedefs                                                         */
