@@ -276,7 +276,7 @@ static size_t pm_parse(const char *buf, size_t len, pm_vec_t *lines, uint64_t *b
  * snapprof__jit_perf_table.lock. */
 static void pm_refresh_locked(void)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     atomic_store(&snapprof__jit_perf_checked_ns, now);
     if (!g_pm.enabled)
         return;
@@ -387,7 +387,7 @@ static void pm_refresh_locked(void)
 /* Reads new perf map lines if the last check is older than interval_ns. */
 void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns)
 {
-    if (mono_ns() - atomic_load(&snapprof__jit_perf_checked_ns) < interval_ns)
+    if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) < interval_ns)
         return;
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     if (!g_pm.configured) {
@@ -395,7 +395,7 @@ void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns)
         g_pm.enabled = 1;
         snapprof_jit_layout_init_frame_pointer(&g_pm.layout);
     }
-    if (mono_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= interval_ns)
+    if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= interval_ns)
         pm_refresh_locked();
     pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
 }
@@ -410,7 +410,7 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
     if (path != NULL && path[0] != '\0' && (copy = strdup(path)) == NULL)
         return -ENOMEM;
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
-    pm_drop_all(mono_ns());
+    pm_drop_all(snapprof__monotonic_ns());
     free(g_pm.path);
     g_pm.path = copy;
     g_pm.configured = 1;

@@ -481,8 +481,9 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
     if (overlaps(old, start, start + size, NULL)) {
         rc = -EEXIST;
     } else {
-        snapprof__jit_region_t *r = snapprof__jit_region_new(
-            &g_api, start, start + size, name, strlen(name), k_api_path, &lay, mono_ns());
+        snapprof__jit_region_t *r =
+            snapprof__jit_region_new(&g_api, start, start + size, name, strlen(name), k_api_path,
+                                     &lay, snapprof__monotonic_ns());
         if (r != NULL)
             r->prev = snapprof__jit_predecessor(old, NULL, 0, start, start + size);
         snapshot_t *next = r ? snapprof__jit_snapshot_next(old, NULL, 0, &r, 1) : NULL;
@@ -512,7 +513,7 @@ SNAPPROF_API int snapprof_jit_region_move(uintptr_t from, uintptr_t to)
         } else if (overlaps(old, to, to + size, r)) {
             rc = -EEXIST;
         } else {
-            uint64_t now = mono_ns();
+            uint64_t now = snapprof__monotonic_ns();
             snapprof__jit_region_t *moved = snapprof__jit_region_new(
                 &g_api, to, to + size, r->name, strlen(r->name), k_api_path, &r->layout, now);
             if (moved != NULL)
@@ -545,7 +546,7 @@ SNAPPROF_API int snapprof_jit_region_unregister(uintptr_t start)
         if (next == NULL) {
             rc = -ENOMEM;
         } else {
-            snapprof__jit_region_kill(r, mono_ns());
+            snapprof__jit_region_kill(r, snapprof__monotonic_ns());
             snapprof__jit_publish(&g_api, next);
         }
     }
@@ -583,8 +584,8 @@ const snapprof_module_t *snapprof__jit_find(uintptr_t addr, uint64_t when_ns)
     if (m != NULL)
         return m;
     m = find_in(&snapprof__jit_perf_table, addr, when_ns);
-    if (m != NULL &&
-        mono_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= PERF_MAP_HIT_CHECK_NS) {
+    if (m != NULL && snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >=
+                         PERF_MAP_HIT_CHECK_NS) {
         /* A JIT that reuses memory writes a new line for the same address:
          * a hit is worth a look at the file too, now and then. */
         snapprof__jit_perf_map_maybe_refresh(PERF_MAP_HIT_CHECK_NS);

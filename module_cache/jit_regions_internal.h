@@ -4,6 +4,8 @@
 #ifndef SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 #define SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 
+#include "common/clock.h"
+#include "common/clock.h"
 #include "module_cache/jit_regions.h"
 #include "module_cache/module_cache.h"
 
@@ -11,14 +13,6 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
-
-static inline uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Snapshots and tables (jit_regions.c)                                     */

@@ -143,7 +143,7 @@ static void *helper_main(void *arg)
             futex_wake(&g_finish_done);
             continue;
         }
-        uint64_t deadline = atomic_load(&g_deadline), now = mono_ns();
+        uint64_t deadline = atomic_load(&g_deadline), now = snapprof__monotonic_ns();
         if (deadline && now >= deadline) {
             atomic_store(&g_deadline, 0);
             stop_at_deadline();
@@ -154,7 +154,7 @@ static void *helper_main(void *arg)
         if (every && atomic_load(&g_tracking)) {
             if (now >= next_rescan) {
                 rescan_threads();
-                next_rescan = mono_ns() + every;
+                next_rescan = snapprof__monotonic_ns() + every;
             }
             if (!wake || next_rescan < wake)
                 wake = next_rescan;
@@ -401,7 +401,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         return rc;
     }
     g.start_time = time(NULL);
-    g.start_mono = mono_ns();
+    g.start_mono = snapprof__monotonic_ns();
     atomic_store(&g_owner_pid, (int)getpid());
     ensure_helper();
     atomic_store(&g_deadline, c.duration_ns ? g.start_mono + c.duration_ns : 0);

@@ -7,6 +7,8 @@
 #ifndef SNAPPROF_PRELOAD_PROCESS_H
 #define SNAPPROF_PRELOAD_PROCESS_H
 
+#include "common/clock.h"
+#include "common/clock.h"
 #include "preload/preload.h"
 
 #include <snapprof/snapprof.h>
@@ -64,13 +66,6 @@ extern atomic_int g_lock_owner;       /* tid holding g_lock, for signal context 
 /* Take and leave g_lock, noting its holder in g_lock_owner. */
 void lock(void);
 void unlock(void);
-
-static inline uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static inline pid_t gettid_(void)
 {

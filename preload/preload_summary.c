@@ -51,7 +51,7 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
     fprintf(f, "mode=%s\nperiod_ns=%u\n", g.cfg.wall ? "wall" : "cpu", 1000000000u / g.cfg.hz);
-    fprintf(f, "duration_ns=%llu\n", (unsigned long long)(mono_ns() - g.start_mono));
+    fprintf(f, "duration_ns=%llu\n", (unsigned long long)(snapprof__monotonic_ns() - g.start_mono));
     fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
             (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
             atomic_load(&g_threads_skipped));
