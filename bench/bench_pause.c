@@ -33,8 +33,9 @@
 static const size_t k_sizes[] = {1024, 16 * 1024, 256 * 1024};
 #define SIZE_COUNT (sizeof k_sizes / sizeof k_sizes[0])
 
-/* What the snapprof handler copies below the interrupted sp (DESIGN.md's
- * red zone); the floor copies the same range so both move the same bytes. */
+/* What the snapprof handler copies below the interrupted sp (the System V
+ * red zone, SNAPPROF_RED_ZONE in stack_copier/registers_x86_64.h); the
+ * floor copies the same range so both move the same bytes. */
 #define RED_ZONE 128u
 /* Both copy into buffers of snapprof's default size, 8 MiB. */
 #define BUFFER_SIZE (8u << 20)

@@ -24,6 +24,7 @@
  * moves the rings' events into g_log under g_log_lock; each profiler
  * copies the entries it has not seen from there. Threads write events only
  * while a profiler reads (g_readers > 0). */
+#include "common/clock.h"
 #include "events/events.h"
 
 #include <errno.h>
@@ -215,13 +216,6 @@ static _Atomic uint64_t g_dropped; /* events thread rings had no room for */
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static tstate_t *g_threads; /* registry, under g_log_lock */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void drain_ring_locked(tstate_t *t);
 static void close_open_zones(tstate_t *t);
 static void retire_calls_locked(tstate_t *t);
@@ -318,7 +312,7 @@ static int recording(void)
 /* Ends every zone still open on t now (thread exit). Owner. */
 static void close_open_zones(tstate_t *t)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     t->overflow = 0;
     for (uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed); d > 0; d--) {
         atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
@@ -353,7 +347,8 @@ int snapprof_zone_begin(const char *name)
     /* Recorded only with room for this begin, its end and the ends owed. */
     t->recorded[d] = ZONE_UNRECORDED;
     if (recording()) {
-        int ok = push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), (uint32_t)id, mono_ns(), 0);
+        int ok = push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), (uint32_t)id,
+                      snapprof__monotonic_ns(), 0);
         t->recorded[d] = ok ? ZONE_RECORDED : ZONE_DROPPED;
         t->reserved += (uint32_t)ok;
     }
@@ -379,7 +374,8 @@ int snapprof_zone_end(void)
     if (t->recorded[d - 1] == ZONE_RECORDED) {
         t->reserved--;
         push(t, t->reserved, EV_END, (uint16_t)d,
-             atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), mono_ns(), 0);
+             atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), snapprof__monotonic_ns(),
+             0);
     } else if (t->recorded[d - 1] == ZONE_DROPPED) {
         atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
     }
@@ -396,7 +392,7 @@ int snapprof_instant(const char *name)
     if (t == NULL)
         return err;
     if (recording())
-        push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, (uint32_t)id, mono_ns(), 0);
+        push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, (uint32_t)id, snapprof__monotonic_ns(), 0);
     return 0;
 }
 
@@ -418,7 +414,8 @@ int snapprof_counter_set(const char *name, double value)
         atomic_store_explicit(&c->set, 1, memory_order_release);
     }
     if (recording())
-        push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, (uint32_t)id, mono_ns(), value);
+        push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, (uint32_t)id, snapprof__monotonic_ns(),
+             value);
     return 0;
 }
 
@@ -552,7 +549,7 @@ int snapprof_func_enter(void *fn)
     f->node = call_node(c, parent, (uintptr_t)fn);
     f->child_ns = 0;
     f->recorded = ZONE_UNRECORDED;
-    f->enter_ns = mono_ns();
+    f->enter_ns = snapprof__monotonic_ns();
     if (recording()) {
         int ok = push_raw(t, t->reserved + 1,
                           (ring_event_t){.time_ns = f->enter_ns,
@@ -582,7 +579,7 @@ int snapprof_func_exit(void *fn)
         d--;
     if (d == 0)
         return -ENOENT;
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     while (c->depth >= d)
         call_pop(t, c, now);
     return 0;
@@ -596,7 +593,7 @@ static void retire_calls_locked(tstate_t *t)
     if (c == NULL)
         return;
     atomic_store_explicit(&t->calls, NULL, memory_order_relaxed);
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     c->overflow = 0;
     while (c->depth > 0)
         call_pop(t, c, now);

@@ -11,6 +11,7 @@
  * hands the builders the list of frames with their hitch verdicts
  * (snapprof_profile_info_t.app_frames); the pprof builder then adds
  * hitch=true/false to the samples of those frames. */
+#include "common/clock.h"
 #include "labels/labels.h"
 
 #include <errno.h>
@@ -39,13 +40,6 @@ static uint64_t g_begin_ns; /* under g_lock */
 /* What the handler reads: id + 1 of the frame in progress, 0 for none. */
 static _Atomic uint64_t g_current;
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Appends an ended frame to the log. g_lock held: one writer. */
 static void log_append(uint64_t id, uint64_t begin_ns, uint64_t end_ns)
 {
@@ -64,7 +58,7 @@ int snapprof_app_frame_begin(uint64_t frame_id)
 {
     if (frame_id == UINT64_MAX)
         return -EINVAL;
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     pthread_mutex_lock(&g_lock);
     if (g_open)
         log_append(g_open_id, g_begin_ns, now); /* begin ends the previous frame */
@@ -78,7 +72,7 @@ int snapprof_app_frame_begin(uint64_t frame_id)
 
 int snapprof_app_frame_end(uint64_t frame_id)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = snapprof__monotonic_ns();
     pthread_mutex_lock(&g_lock);
     if (!g_open || g_open_id != frame_id) {
         pthread_mutex_unlock(&g_lock);

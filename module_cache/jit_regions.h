@@ -1,5 +1,5 @@
 /* JIT code regions inside the module cache: internal interface of
- * jit_regions.c. The public part is <snapprof/jit.h>.
+ * jit_regions.c and jit_perf_map.c. The public part is <snapprof/jit.h>.
  *
  * Lookups read an immutable snapshot without taking a lock and may run on
  * any thread, concurrently with registrations. None of this is

@@ -11,6 +11,8 @@
  * dlopen) that calls into the cache waits for g_lock without holding the
  * lock dl_iterate_phdr() needs (glibc's dl_load_write_lock is only held
  * while the link map list itself changes). */
+#include "common/clock.h"
+#include "common/hash.h"
 #include "module_cache/module_cache.h"
 
 #include "module_cache/jit_regions.h"
@@ -129,19 +131,10 @@ static void init_once(void)
     }
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
+/* FNV-1a from this module cache's own basis (SNAPPROF_MODULE_HASH_BASIS). */
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return snapprof__fnv1a64(SNAPPROF_MODULE_HASH_BASIS, s);
 }
 
 /* Returns the arena's copy of s, or NULL when out of memory. */
@@ -628,7 +621,7 @@ static int refresh_locked(void)
     g_loaded = loaded;
     g_nloaded = cv.n;
     g_refreshed = 1;
-    g_last_probe_ns = mono_ns();
+    g_last_probe_ns = snapprof__monotonic_ns();
     if (maps_ok)
         g_last_scan_ns = g_last_probe_ns;
     candidate_vec_free(&cv);
@@ -652,7 +645,7 @@ static int dl_changed_locked(void)
 {
     unsigned long long counts[3] = {0, 0, 0};
     dl_iterate_phdr(probe_cb, counts);
-    g_last_probe_ns = mono_ns();
+    g_last_probe_ns = snapprof__monotonic_ns();
     return !counts[2] || counts[0] != g_dl_adds || counts[1] != g_dl_subs;
 }
 
@@ -717,8 +710,8 @@ static const snapprof_module_t *find_loaded(uintptr_t addr)
          * was read, so it is worth a rescan under the same limits. */
         if (miss_refresh_due_locked() && refresh_locked() == 0)
             e = lookup_locked(addr);
-    } else if (mono_ns() - g_last_probe_ns >= HIT_CHECK_INTERVAL_NS && dl_changed_locked() &&
-               refresh_locked() == 0) {
+    } else if (snapprof__monotonic_ns() - g_last_probe_ns >= HIT_CHECK_INTERVAL_NS &&
+               dl_changed_locked() && refresh_locked() == 0) {
         e = lookup_locked(addr);
     }
     pthread_mutex_unlock(&g_lock);

@@ -6,6 +6,7 @@
  * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
  * g_sym_lock is never held while calling into module_cache_posix.c, so the
  * two locks are never nested. */
+#include "common/hash.h"
 #include "module_cache/module_cache.h"
 #include "module_cache/symbols_dwarf.h"
 
@@ -77,14 +78,13 @@ static void sym_init_once(void)
     g_elf_ok = elf_version(EV_CURRENT) != EV_NONE;
 }
 
+/* FNV-1a over path, a 0xff separator and build_id, from the module
+ * cache's basis (SNAPPROF_MODULE_HASH_BASIS). */
 static uint64_t hash_key(const char *path, const char *build_id, int is_main)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *s = path; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;
-    for (const char *s = build_id; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    uint64_t h = snapprof__fnv1a64(SNAPPROF_MODULE_HASH_BASIS, path);
+    h = (h ^ 0xff) * SNAPPROF_FNV1A64_PRIME;
+    h = snapprof__fnv1a64(h, build_id);
     return h ^ (uint64_t)is_main;
 }
 

@@ -5,6 +5,8 @@
  * file. Internal to the preload library.
  *
  * Files: preload_process.c (the profile, the helper thread, exit and fork),
+ * preload_threads.c (the thread registry), preload_summary.c (the summary
+ * for `snapprof record`), preload_process.h (what those three share),
  * preload_interpose.c (pthread_create, pthread_setname_np, fork and
  * _exit interposed), preload_signals.c (signals shared with the program),
  * gperftools_compat.c (the gperftools API), preload_config.c (settings).

@@ -2,18 +2,18 @@
  * environment when the library loads (or by ProfilerStart), it samples
  * every thread, is written at exit or when a terminating signal arrives,
  * and continues in children of fork() with their own files. A helper thread
- * does the work that signal handlers and timers cannot do themselves. */
-#include "preload/preload.h"
-#include "profile_builder/stats_text.h"
+ * does the work that signal handlers and timers cannot do themselves.
+ *
+ * This file: the state, the helper thread, start/stop/flush, fork, and
+ * loading from the environment. The thread registry is preload_threads.c,
+ * the summary for `snapprof record` preload_summary.c. */
+#include "preload/preload_process.h"
 
 #include <snapprof/snapprof.h>
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,37 +29,15 @@
 /* State                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* One registered thread. The entry owns one reference on the token. */
-typedef struct reg_entry {
-    pid_t tid;
-    pthread_t pth;
-    int has_pth;   /* pth is known (the thread registered itself) */
-    int from_scan; /* found in /proc/self/task, registered by tid */
-    snapprof_thread_t *token;
-} reg_entry_t;
+/* Shared with preload_threads.c and preload_summary.c (preload_process.h). */
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+preload_state_t g;
+atomic_int g_tracking;
+atomic_int g_signo;
+atomic_uint g_threads_skipped;
+atomic_int g_lock_owner;
 
-/* Everything below is guarded by g_lock. */
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    snapprof__preload_config_t cfg; /* as started (output: the path in use) */
-    snapprof_profiler_t *profiler;
-    snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX]; /* one per output, owned by the profiler */
-    pid_t owner;                                        /* the process that started it */
-    int signo;
-    time_t start_time;
-    uint64_t start_mono;
-    reg_entry_t *reg;
-    size_t n_reg, cap_reg;
-    uint64_t threads_seen, threads_failed;
-} g;
-
-static atomic_int g_tracking;         /* new threads register themselves */
-static atomic_int g_owner_pid;        /* the process whose profile runs, else 0 */
-static atomic_int g_signo;            /* the sampling signal while tracking */
-static atomic_uint g_threads_skipped; /* threads that block the sampling signal */
-static atomic_int g_lock_owner;       /* tid holding g_lock, for signal context */
-static pthread_key_t g_exit_key;
-static pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+static atomic_int g_owner_pid; /* the process whose profile runs, else 0 */
 static int g_fork_locked;
 static int g_fork_tracking; /* a profile ran when fork() was called */
 
@@ -76,35 +54,19 @@ static atomic_int g_finish_signal;
 static atomic_int g_helper_running;
 static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
 
-static void lock(void)
+void lock(void)
 {
     pthread_mutex_lock(&g_lock);
     atomic_store(&g_lock_owner, (int)syscall(SYS_gettid));
 }
 
-static void unlock(void)
+void unlock(void)
 {
     atomic_store(&g_lock_owner, 0);
     pthread_mutex_unlock(&g_lock);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static pid_t gettid_(void)
-{
-    return (pid_t)syscall(SYS_gettid);
-}
-
-/* snprintf for paths: returns 0, or -1 when the result did not fit (then
- * out holds a cut, still terminated, string that must not be used). */
-static int path_fmt(char *out, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int path_fmt(char *out, size_t size, const char *fmt, ...)
+int path_fmt(char *out, size_t size, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -127,310 +89,6 @@ void snapprof__preload_warn(const char *fmt, ...)
     buf[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, len);
     (void)w;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Thread registry                                                          */
-/* ------------------------------------------------------------------------ */
-
-static ssize_t reg_find(pid_t tid)
-{
-    for (size_t i = 0; i < g.n_reg; i++)
-        if (g.reg[i].tid == tid)
-            return (ssize_t)i;
-    return -1;
-}
-
-static void reg_drop(size_t i)
-{
-    snapprof_profiler_remove_thread(g.profiler, g.reg[i].token);
-    snapprof_thread_release(g.reg[i].token);
-    g.reg[i] = g.reg[--g.n_reg];
-}
-
-/* Adds a registered thread to the profile; takes over the token's
- * reference in every case. A thread registering itself replaces an entry
- * for its tid (a recycled tid, or the scan at start that saw it first). */
-static void reg_add(const reg_entry_t *e)
-{
-    ssize_t old = reg_find(e->tid);
-    if (old >= 0 && e->from_scan) {
-        snapprof_thread_release(e->token);
-        return;
-    }
-    int counted = 1;
-    if (old >= 0) {
-        counted = !g.reg[old].from_scan; /* else the same thread, seen twice */
-        reg_drop((size_t)old);
-    }
-    if (g.n_reg == g.cap_reg) {
-        size_t cap = g.cap_reg ? g.cap_reg * 2 : 16;
-        reg_entry_t *n = realloc(g.reg, cap * sizeof *n);
-        if (!n) {
-            g.threads_failed++;
-            snapprof_thread_release(e->token);
-            return;
-        }
-        g.reg = n;
-        g.cap_reg = cap;
-    }
-    if (snapprof_profiler_add_thread(g.profiler, e->token) != 0) {
-        g.threads_failed++;
-        snapprof_thread_release(e->token);
-        return;
-    }
-    g.reg[g.n_reg++] = *e;
-    if (counted)
-        g.threads_seen++;
-}
-
-/* Runs when a thread that registered itself exits: it leaves the profile
- * now instead of being found gone (and counted a failure) at the next tick. */
-static void on_thread_exit(void *unused)
-{
-    (void)unused;
-    pid_t tid = gettid_();
-    lock();
-    ssize_t i = g.profiler ? reg_find(tid) : -1;
-    if (i >= 0)
-        reg_drop((size_t)i);
-    unlock();
-}
-
-static void make_exit_key(void)
-{
-    pthread_key_create(&g_exit_key, on_thread_exit);
-}
-
-/* 1 when the "SigBlk:" (or "SigPnd:") line of thread tid's status has
- * signo set. A thread that blocks the sampling signal cannot be sampled:
- * snapprof's own threads block everything. */
-static int thread_sigset_has(pid_t tid, const char *line_name, int signo)
-{
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char key[16];
-    snprintf(key, sizeof key, "\n%s:", line_name);
-    const char *line = strstr(buf, key);
-    if (!line)
-        return 0;
-    unsigned long long mask = strtoull(line + strlen(key), NULL, 16);
-    return (mask >> (signo - 1)) & 1u;
-}
-
-static int thread_blocks(pid_t tid, int signo)
-{
-    return thread_sigset_has(tid, "SigBlk", signo);
-}
-
-/* The token the calling thread registered itself with. snapprof keeps a
- * reference on it for the thread itself, so it lives as long as the thread:
- * the thread renames itself through it without taking g_lock. */
-static __thread snapprof_thread_t *tls_token;
-
-static void register_self(void)
-{
-    snapprof_thread_t *t;
-    if (snapprof_thread_register(&t) != 0) {
-        g.threads_failed++;
-        return;
-    }
-    tls_token = t;
-    reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
-    reg_add(&e);
-    pthread_setspecific(g_exit_key, (void *)1);
-}
-
-/* Set when a thread found by a scan did not answer the handshake that
- * finds its stack (a stalled host; a thread waiting in vfork()): the helper
- * scans again, every RETRY_NS, until it answers or is gone. */
-static atomic_int g_rescan_due;
-#define RETRY_NS 20000000u
-
-/* The tids in /proc/self/task that are neither registered nor the caller,
- * and that do not block the signals we stop them with; when retrying, not
- * those that have yet to take the last one we sent. Under g_lock. Returns
- * how many (*out is malloc'd, NULL when none). */
-static size_t scan_unregistered(int signo, int retrying, pid_t **out)
-{
-    *out = NULL;
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return 0;
-    pid_t self = gettid_(), *tids = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        pid_t tid = (pid_t)atoi(de->d_name);
-        if (tid <= 0 || tid == self || reg_find(tid) >= 0)
-            continue;
-        /* snapprof finds a foreign thread's stack by stopping it with
-         * SIGURG, whatever the sampling signal. */
-        if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
-            if (!retrying)
-                atomic_fetch_add(&g_threads_skipped, 1);
-            continue;
-        }
-        if (retrying && thread_sigset_has(tid, "SigPnd", SIGURG)) {
-            /* The last handshake's signal still waits: the thread has not
-             * run since. Try again later rather than wait for it now. */
-            atomic_store(&g_rescan_due, 1);
-            continue;
-        }
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 16;
-            pid_t *t = realloc(tids, c * sizeof *t);
-            if (!t) {
-                g.threads_failed++;
-                continue;
-            }
-            tids = t;
-            cap = c;
-        }
-        tids[n++] = tid;
-    }
-    closedir(d);
-    *out = tids;
-    return n;
-}
-
-/* Registers tid by its stack pointer (a handshake: may wait up to its
- * timeout). Returns the token, or NULL: gone, late (the helper retries) or
- * failed (*failed set, for the caller to count under g_lock). */
-static snapprof_thread_t *register_tid(pid_t tid, int *failed)
-{
-    snapprof_thread_t *t;
-    *failed = 0;
-    snapprof__preload_signals_passthrough(1);
-    int rc = snapprof_thread_register_tid(tid, &t);
-    snapprof__preload_signals_passthrough(0);
-    if (rc == 0)
-        return t;
-    if (rc == -ETIMEDOUT)
-        atomic_store(&g_rescan_due, 1);
-    else if (rc != -ESRCH)
-        *failed = 1;
-    return NULL;
-}
-
-/* Threads that are there but not registered, at start: those that existed
- * before. Under g_lock, which the caller already holds: threads that
- * register themselves wait until the scan is done. */
-static void register_existing(int signo)
-{
-    pid_t *tids;
-    size_t n = scan_unregistered(signo, 0, &tids);
-    for (size_t i = 0; i < n; i++) {
-        int failed;
-        snapprof_thread_t *t = register_tid(tids[i], &failed);
-        g.threads_failed += (uint64_t)failed;
-        if (t) {
-            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
-            reg_add(&e);
-        }
-    }
-    free(tids);
-}
-
-/* Later, from the helper: threads that did not answer before, and (see
- * RESCAN_NS) those made without our pthread_create. The handshakes run
- * without g_lock, so a thread that is slow to answer does not hold up the
- * program's pthread_create() or ProfilerStop(). */
-static void rescan_threads(void)
-{
-    atomic_store(&g_rescan_due, 0);
-    lock();
-    pid_t *tids = NULL;
-    size_t n = g.profiler && atomic_load(&g_tracking) ? scan_unregistered(g.signo, 1, &tids) : 0;
-    unlock();
-    for (size_t i = 0; i < n; i++) {
-        int failed;
-        snapprof_thread_t *t = register_tid(tids[i], &failed);
-        if (!t && !failed)
-            continue;
-        lock();
-        g.threads_failed += (uint64_t)failed;
-        if (t && g.profiler && atomic_load(&g_tracking)) {
-            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
-            reg_add(&e); /* a no-op if the thread registered itself meanwhile */
-        } else if (t) {
-            snapprof_thread_release(t);
-        }
-        unlock();
-    }
-    free(tids);
-}
-
-int snapprof__preload_tracking(void)
-{
-    return atomic_load_explicit(&g_tracking, memory_order_relaxed);
-}
-
-void snapprof__preload_thread_started(void)
-{
-    if (!atomic_load(&g_tracking))
-        return;
-    sigset_t mask;
-    if (pthread_sigmask(SIG_BLOCK, NULL, &mask) == 0 && sigismember(&mask, atomic_load(&g_signo))) {
-        atomic_fetch_add(&g_threads_skipped, 1);
-        return;
-    }
-    snapprof_thread_t *t;
-    int rc = snapprof_thread_register(&t);
-    lock();
-    if (rc == 0)
-        tls_token = t;
-    if (rc == 0 && g.profiler && atomic_load(&g_tracking)) {
-        reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
-        reg_add(&e);
-        pthread_setspecific(g_exit_key, (void *)1);
-    } else if (rc == 0) {
-        snapprof_thread_release(t);
-    } else if (g.profiler) {
-        g.threads_failed++;
-    }
-    unlock();
-}
-
-void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
-{
-    if (!atomic_load(&g_tracking) || !name)
-        return;
-    /* A thread naming itself, as most do: straight to its token. (Only
-     * threads that registered themselves have one; snapprof's own threads,
-     * which may hold the sampler lock here, never do.) */
-    snapprof_thread_t *self = tls_token;
-    if (self && pthread_equal(thread, pthread_self()) && snapprof_thread_tid(self) == gettid_()) {
-        snapprof_thread_update_name(self, name);
-        return;
-    }
-    /* snapprof names its own threads while it holds its sampler lock, which
-     * ranks below ours: waiting for our lock there could deadlock with a
-     * thread that holds ours and waits for the sampler's. So never wait for
-     * long: a rename lost to a busy lock only costs a label. */
-    if (atomic_load(&g_lock_owner) == gettid_())
-        return;
-    int locked = 0;
-    for (int i = 0; i < 2000 && !(locked = pthread_mutex_trylock(&g_lock) == 0); i++)
-        sched_yield();
-    if (!locked)
-        return;
-    atomic_store(&g_lock_owner, gettid_());
-    for (size_t i = 0; g.profiler && i < g.n_reg; i++) {
-        if (g.reg[i].has_pth && pthread_equal(g.reg[i].pth, thread)) {
-            snapprof_thread_update_name(g.reg[i].token, name);
-            break;
-        }
-    }
-    unlock();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -485,7 +143,7 @@ static void *helper_main(void *arg)
             futex_wake(&g_finish_done);
             continue;
         }
-        uint64_t deadline = atomic_load(&g_deadline), now = mono_ns();
+        uint64_t deadline = atomic_load(&g_deadline), now = snapprof__monotonic_ns();
         if (deadline && now >= deadline) {
             atomic_store(&g_deadline, 0);
             stop_at_deadline();
@@ -496,7 +154,7 @@ static void *helper_main(void *arg)
         if (every && atomic_load(&g_tracking)) {
             if (now >= next_rescan) {
                 rescan_threads();
-                next_rescan = mono_ns() + every;
+                next_rescan = snapprof__monotonic_ns() + every;
             }
             if (!wake || next_rescan < wake)
                 wake = next_rescan;
@@ -743,7 +401,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         return rc;
     }
     g.start_time = time(NULL);
-    g.start_mono = mono_ns();
+    g.start_mono = snapprof__monotonic_ns();
     atomic_store(&g_owner_pid, (int)getpid());
     ensure_helper();
     atomic_store(&g_deadline, c.duration_ns ? g.start_mono + c.duration_ns : 0);
@@ -761,66 +419,6 @@ int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flag
     int rc = start_locked(cfg, flags, why, why_size);
     unlock();
     return rc;
-}
-
-/* What became of each output at stop. */
-typedef struct output_result {
-    char written[PATH_MAX]; /* where it is; "" when nowhere */
-    int err;                /* why it is not where asked, else 0 */
-} output_result_t;
-
-static int print_stat(void *arg, const char *key, const char *value)
-{
-    return fprintf((FILE *)arg, "%s=%s\n", key, value) < 0;
-}
-
-/* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
- * lines, through a temporary file so the command never reads half. The
- * process's own keys come first, then every counter of the profile from
- * the stats table (profile_builder/stats_text.h), which the command reads
- * back with the same table; no process key is also a counter's. */
-static void write_summary(const char *note, const output_result_t *res, const snapprof_stats_t *st)
-{
-    const char *dir = g.cfg.summary_dir;
-    if (!dir[0])
-        return;
-    char tmp[PATH_MAX], path[PATH_MAX];
-    if (path_fmt(path, sizeof path, "%s/%d.summary", dir, (int)getpid()) != 0 ||
-        path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
-        return;
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return;
-    char comm[64] = "", exe[PATH_MAX] = "", name[32];
-    FILE *cf = fopen("/proc/self/comm", "re");
-    if (cf) {
-        if (fgets(comm, sizeof comm, cf))
-            comm[strcspn(comm, "\n")] = '\0';
-        fclose(cf);
-    }
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = '\0';
-    fprintf(f, "pid=%d\nppid=%d\ncomm=%s\nexe=%s\n", (int)getpid(), (int)getppid(), comm, exe);
-    fprintf(f, "outputs=%u\n", g.cfg.n_outputs);
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
-        fprintf(f, "requested.%u=%s\nformat.%u=%s\n", i, g.cfg.outputs[i].path, i,
-                snapprof__format_name(g.cfg.outputs[i].format));
-        if (res[i].written[0])
-            fprintf(f, "output.%u=%s\n", i, res[i].written);
-        else
-            fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));
-    }
-    fprintf(f, "stopped=%s\n", note);
-    fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
-    fprintf(f, "mode=%s\nperiod_ns=%u\n", g.cfg.wall ? "wall" : "cpu", 1000000000u / g.cfg.hz);
-    fprintf(f, "duration_ns=%llu\n", (unsigned long long)(mono_ns() - g.start_mono));
-    fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
-            (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
-            atomic_load(&g_threads_skipped));
-    snapprof__stats_for_each(st, print_stat, f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
-        unlink(tmp);
 }
 
 /* Tells a fresh write from a file that was there before: a builder

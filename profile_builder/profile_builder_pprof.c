@@ -1,6 +1,7 @@
 /* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
 #include "profile_builder_internal.h"
 
+#include "common/hash.h"
 #include "events/events.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/stats_text.h"
@@ -129,12 +130,7 @@ static uint64_t hash_word(uint64_t h, uint64_t v)
 
 static uint64_t hash_string(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return hash_finish(h);
+    return hash_finish(snapprof__fnv1a64(SNAPPROF_FNV1A64_BASIS, s));
 }
 
 /* ------------------------------------------------------------------------ */

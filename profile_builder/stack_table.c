@@ -3,6 +3,7 @@
  * completion turns every stack into a path in a tree of function names
  * (inlined calls expanded), so that builders can count, print and compare
  * stacks by name. See stack_table.h. */
+#include "common/hash.h"
 #include "profile_builder/stack_table.h"
 
 #include <errno.h>
@@ -93,10 +94,7 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return mix(h, 0);
+    return mix(snapprof__fnv1a64(SNAPPROF_FNV1A64_BASIS, s), 0);
 }
 
 /* Grows *v (elements of size elem) to hold need; 0 or -ENOMEM. */

@@ -20,29 +20,8 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
-/* Errors and names                                                         */
+/* Names (those of error codes are in common/errors.c)                     */
 /* ------------------------------------------------------------------------ */
-
-const char *snapprof_strerror(int err)
-{
-    switch (err) {
-    case 0:
-        return "success";
-    case SNAPPROF_ESTATE:
-        return "not valid in the current state";
-    case SNAPPROF_ESIGNAL:
-        return "the sampling signal cannot be used";
-    case SNAPPROF_EENCODE:
-        return "the profile could not be encoded";
-    case SNAPPROF_EVERSION:
-        return "unsupported ops struct version";
-    default:
-        break;
-    }
-    if (err < 0 && err > -4096)
-        return strerrordesc_np(-err) ? strerrordesc_np(-err) : "unknown error";
-    return "unknown error";
-}
 
 const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
 {

@@ -5,8 +5,7 @@ target_compile_options(snapprof_jit_testutil PRIVATE ${SNAPPROF_WARNINGS})
 target_link_libraries(snapprof_jit_testutil PUBLIC snapprof_testutil)
 
 snapprof_add_test_cases(EXE jit_regions SOURCES test_jit_regions.c LIBS snapprof_jit_testutil
-  CASES register_lookup bad_args unregister_keeps_entry lookup_by_time graveyard_cap concurrent
-        cost)
+  CASES register_lookup bad_args unregister_keeps_entry lookup_by_time graveyard_cap concurrent)
 snapprof_add_test_cases(EXE jit_perf_map SOURCES test_jit_perf_map.c LIBS snapprof_jit_testutil
   CASES lines grows replaced rewritten overlong_line layout_and_off)
 snapprof_add_test_cases(EXE jit_unwinder SOURCES test_jit_unwinder.c LIBS snapprof_jit_testutil

@@ -2,7 +2,8 @@
 snapprof_add_test_cases(EXE profiler SOURCES test_profiler.c
   CASES stop_without_start start_twice start_failure_undone bad_params destroy_while_running two_concurrent
         thread_exits add_exited_thread blocked_signal idle_nanosleep_wall idle_poll_wall idle_nanosleep_cpu
-        register_tid register_tid_unanswered register_tid_signal threads_and_builder_errors duration start_in_fork_child TIMEOUT 600)
+        register_tid register_tid_unanswered register_tid_signal threads_and_builder_errors duration start_in_fork_child
+        error_names TIMEOUT 600)
 # Through the real client, go tool pprof.
 snapprof_add_test_cases(EXE pprof_e2e SOURCES test_pprof_end_to_end.c
   CASES known_ratio demo_binary_moved LABELS accuracy TIMEOUT 600)

@@ -340,33 +340,6 @@ static void test_concurrent(void)
     ASSERT_GT(atomic_load(&g_hits), 0);
 }
 
-/* What a registration and a lookup cost (thread CPU time: this VM's
- * stalls would swamp wall time) with up to N regions live. */
-static void test_cost(void)
-{
-    const int N = tu_sanitizer_build() ? 2000 : 10000;
-    uint8_t *code = tj_map((size_t)N * 16);
-    uintptr_t base = (uintptr_t)code;
-    uint64_t t0 = tu_thread_cpu_ns();
-    for (int i = 0; i < N; i++)
-        ASSERT_OK(snapprof_jit_region_register(base + (uintptr_t)i * 16, 16, "f", NULL));
-    uint64_t t1 = tu_thread_cpu_ns();
-    for (int i = 0; i < N; i++)
-        ASSERT(snapprof_module_find(base + (uintptr_t)i * 16 + 5) != NULL);
-    uint64_t t2 = tu_thread_cpu_ns(), when = tu_mono_ns();
-    for (int i = 0; i < N; i++)
-        ASSERT_OK(snapprof_jit_region_unregister(base + (uintptr_t)i * 16));
-    uint64_t t3 = tu_thread_cpu_ns();
-    /* The last 1024 gone are still found for copies made before. */
-    for (int i = N - 1024; i < N; i++)
-        ASSERT(snapprof__module_find_at(base + (uintptr_t)i * 16 + 5, when) != NULL);
-    uint64_t t4 = tu_thread_cpu_ns();
-    printf("%d regions: register %.2f us, lookup %.3f us, unregister %.2f us, "
-           "lookup of a region gone since %.3f us (averages, CPU time)\n",
-           N, (double)(t1 - t0) / N / 1000, (double)(t2 - t1) / N / 1000,
-           (double)(t3 - t2) / N / 1000, (double)(t4 - t3) / 1024 / 1000);
-}
-
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -384,8 +357,6 @@ int main(int argc, char **argv)
         test_graveyard_cap();
     else if (!strcmp(c, "concurrent"))
         test_concurrent();
-    else if (!strcmp(c, "cost"))
-        test_cost();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;

@@ -22,8 +22,9 @@ int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_sta
  * magic) and decodes it. Free with perftools__profiles__profile__free_unpacked(p, NULL). */
 Perftools__Profiles__Profile *pbt_load(const char *path);
 
-/* Checks every invariant go tool pprof relies on (see DESIGN.md, "pprof
- * output"), and that the mappings' has_* flags match their locations. */
+/* Checks every invariant go tool pprof relies on (profile_builder/README.md
+ * lists them: string_table[0] "", dense ids, the sample types in order),
+ * and that the mappings' has_* flags match their locations. */
 void pbt_check_valid(const Perftools__Profiles__Profile *p);
 
 /* The string at index i (checked). */

@@ -6,10 +6,12 @@
 #include "sampling_thread/profiler_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -169,6 +171,45 @@ static void test_bad_params(void)
     ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_ESIGNAL), "signal");
     ASSERT_STR_EQ(snapprof_strerror(-10005), "unknown error"); /* retired, never returned */
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
+}
+
+/* Every code in the error table has a name of its own and a description;
+ * errno values get their errno names, anything else a clear "UNKNOWN". */
+static void test_error_names(void)
+{
+    static const struct {
+        int code;
+        const char *name;
+        const char *description;
+    } table[] = {
+#define ROW(name, value, description) {value, "SNAPPROF_" #name, description},
+        SNAPPROF_ERRNO_MAP(ROW)
+#undef ROW
+    };
+    const size_t n = sizeof table / sizeof table[0];
+    ASSERT_GE(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_LT(table[i].code, -10000); /* never a negated errno value */
+        ASSERT_STR_EQ(snapprof_err_name(table[i].code), table[i].name);
+        ASSERT_STR_EQ(snapprof_strerror(table[i].code), table[i].description);
+        ASSERT_NE(strcmp(snapprof_strerror(table[i].code), "unknown error"), 0);
+        for (size_t j = 0; j < i; j++) {
+            ASSERT_NE(table[i].code, table[j].code);
+            ASSERT_NE(strcmp(snapprof_err_name(table[i].code), snapprof_err_name(table[j].code)),
+                      0);
+        }
+    }
+    ASSERT_STR_EQ(snapprof_err_name(SNAPPROF_ESTATE), "SNAPPROF_ESTATE");
+    ASSERT_STR_EQ(snapprof_err_name(0), "OK");
+    ASSERT_STR_EQ(snapprof_err_name(-ENOENT), "ENOENT");
+    ASSERT_STR_EQ(snapprof_err_name(-EINVAL), "EINVAL");
+    /* Unknown: a retired code, a positive value, the extremes, an errno
+     * number the C library does not know. */
+    static const int unknown[] = {-10005, -10000, 1, INT_MAX, INT_MIN, -4095};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        ASSERT_STR_EQ(snapprof_err_name(unknown[i]), "UNKNOWN");
+        ASSERT_STR_EQ(snapprof_strerror(unknown[i]), "unknown error");
+    }
 }
 
 /* A builder whose xOnProfileStarted fails the first time it runs. */
@@ -733,6 +774,7 @@ int main(int argc, char **argv)
         {"threads_and_builder_errors", test_add_remove_builder_errors},
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},
+        {"error_names", test_error_names},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -26,19 +26,19 @@ extern "C" {
 typedef struct snapprof_profile_info {
     uint64_t start_time_ns; /* CLOCK_REALTIME at start, ns since the epoch */
     uint64_t start_mono_ns; /* CLOCK_MONOTONIC at start (sample timestamps' clock) */
-    uint64_t duration_ns;   /* 0 in on_profile_started */
+    uint64_t duration_ns;   /* 0 in xOnProfileStarted */
     uint64_t period_ns;     /* sampling interval */
     snapprof_mode_t mode;
-    const snapprof_stats_t *stats; /* final counters; NULL in on_profile_started */
+    const snapprof_stats_t *stats; /* final counters; NULL in xOnProfileStarted */
     /* The app frames that ended while the profile ran (snapprof_app_frame_begin
      * and _end), oldest first, with their hitch verdicts; samples name their
-     * frame in the numeric label "frame". NULL and 0 in on_profile_started. */
+     * frame in the numeric label "frame". NULL and 0 in xOnProfileStarted. */
     const snapprof_app_frame_t *app_frames;
     size_t app_frame_count;
     /* Zones, counters and instants recorded while the profile ran, in the
      * order each thread made them (threads interleave; sort by time_ns for
      * a timeline). A zone begun before the profile started has no begin
-     * event here. NULL and 0 in on_profile_started. */
+     * event here. NULL and 0 in xOnProfileStarted. */
     const snapprof_event_t *events;
     size_t event_count;
 } snapprof_profile_info_t;

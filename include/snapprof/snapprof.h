@@ -1,13 +1,25 @@
 /* snapprof: an in-process sampling CPU profiler for Linux.
  *
- * This is the one public header. It reads top to bottom: version and errors,
- * forward typedefs, the shared value types (frames, modules, samples), then
- * one section per object: threads, unwinders, builders, profilers.
+ * This is the main public header: everything a program needs to profile
+ * itself. Three more public headers build on it (each includes this one):
+ *   <snapprof/jit.h>              JIT code regions and perf maps, so that
+ *                                 frames in generated code get names;
+ *   <snapprof/unwinder.h>         the ops struct for writing an unwinder;
+ *   <snapprof/profile_builder.h>  the ops struct for writing a builder.
+ * (The preload library's gperftools-compatible <gperftools/profiler.h>,
+ * installed under snapprof/compat/, is for programs written against
+ * gperftools, not part of this API.)
+ *
+ * It reads top to bottom: version and errors, forward typedefs, the shared
+ * value types (modules, frames, symbols; samples and statistics), then one
+ * section per object: threads, unwinders, builders; then labels, app
+ * frames, zones, counters and instants; and profilers last.
  *
  * Conventions (as in libuv):
  *   - Functions return int: 0 (or a non-negative count) on success, a
  *     negative errno value (-EINVAL, -ENOMEM, -ESRCH, ...) or one of the
- *     SNAPPROF_E* codes below on failure. snapprof_strerror() names them.
+ *     SNAPPROF_E* codes below on failure. snapprof_strerror() describes
+ *     them, snapprof_err_name() names them.
  *   - A call that fails leaves nothing half-built and changes no state.
  *   - Objects made by _create() are released by the matching _destroy();
  *     _destroy(NULL) is a no-op.
@@ -16,9 +28,9 @@
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
  * unwinder callback. snapprof_symbolize(), snapprof_module_find() and the
- * name functions (snapprof_strerror(), snapprof_trigger_name(),
- * snapprof_fail_reason_name()) say otherwise: builder callbacks may call
- * them.
+ * name functions (snapprof_strerror(), snapprof_err_name(),
+ * snapprof_trigger_name(), snapprof_fail_reason_name()) say otherwise:
+ * builder callbacks may call them.
  */
 #ifndef SNAPPROF_SNAPPROF_H
 #define SNAPPROF_SNAPPROF_H
@@ -42,24 +54,45 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 1
+#define SNAPPROF_VERSION_MINOR 2
 #define SNAPPROF_VERSION_PATCH 0
 
-/* Library-specific error codes. They lie below -10000 so they never collide
- * with a negated errno value. -10005 is retired and not to be reused: it was
- * SNAPPROF_ENOTHREAD, which no call returned (a tid that names no thread is
- * -ESRCH; a profiled thread that exits is a counted
- * SNAPPROF_FAIL_THREAD_EXITED). */
+/* Library-specific error codes, one table: XX(name, value, description).
+ * SNAPPROF_ERRNO_MAP(XX) expands XX once per code, in the libuv style, so
+ * code that needs every code (the enum below, snapprof_strerror(),
+ * snapprof_err_name(), a test) derives it from this list. The codes lie
+ * below -10000 so they never collide with a negated errno value. -10005 is
+ * retired and not to be reused: it was SNAPPROF_ENOTHREAD, which no call
+ * returned (a tid that names no thread is -ESRCH; a profiled thread that
+ * exits is a counted SNAPPROF_FAIL_THREAD_EXITED). The enum below defines
+ * SNAPPROF_ESTATE, SNAPPROF_ESIGNAL, SNAPPROF_EENCODE and SNAPPROF_EVERSION;
+ * each description is what snapprof_strerror() returns for its code. */
+#define SNAPPROF_ERRNO_MAP(XX)                                                                     \
+    XX(ESTATE, -10001, "not valid in the current state")                                           \
+    XX(ESIGNAL, -10002, "the sampling signal cannot be used")                                      \
+    XX(EENCODE, -10003, "the profile could not be encoded")                                        \
+    XX(EVERSION, -10004, "unsupported ops struct version")
+
 enum {
-    SNAPPROF_ESTATE = -10001,  /* not valid in the object's current state */
-    SNAPPROF_ESIGNAL = -10002, /* the sampling signal cannot be used */
-    SNAPPROF_EENCODE = -10003, /* a profile could not be encoded */
-    SNAPPROF_EVERSION = -10004 /* an ops struct has an unsupported version */
+#define SNAPPROF_ERRNO_ENUM_(name, value, description) SNAPPROF_##name = (value),
+    SNAPPROF_ERRNO_MAP(SNAPPROF_ERRNO_ENUM_)
+#undef SNAPPROF_ERRNO_ENUM_
 };
 
-/* Returns a static, human-readable description of an error code.
- * Thread-safe; builder callbacks may call it. Never returns NULL. */
+/* Returns a static, human-readable description of an error code: 0 is
+ * "success", a SNAPPROF_E* code its description in the table above, a
+ * negated errno value the C library's description (as strerror()), any
+ * other value "unknown error". Thread-safe; builder callbacks may call it.
+ * Never returns NULL. */
 SNAPPROF_API const char *snapprof_strerror(int err);
+
+/* Returns the static name of an error code, for logs and tests that want
+ * a stable token rather than prose: "SNAPPROF_ESTATE" and so on for the
+ * codes in the table above, the errno name for a negated errno value
+ * ("ENOENT" for -ENOENT), "OK" for 0, and "UNKNOWN" for any other value
+ * (a retired code such as -10005 included). Thread-safe; builder callbacks
+ * may call it. Never returns NULL. Added in 0.2.0. */
+SNAPPROF_API const char *snapprof_err_name(int err);
 
 /* ------------------------------------------------------------------------ */
 /* Forward typedefs                                                         */
@@ -174,7 +207,7 @@ typedef struct snapprof_label {
 #define SNAPPROF_SAMPLE_REMAINDER 0x10u
 
 /* One sample as builders receive it. Everything it points to is valid only
- * during the on_sample call. */
+ * during the builder's xOnSample call. */
 typedef struct snapprof_sample {
     const snapprof_frame_t *frames; /* innermost first */
     size_t frame_count;
@@ -182,7 +215,7 @@ typedef struct snapprof_sample {
     uint64_t cpu_ns;         /* thread CPU time since its previous sample */
     uint64_t wall_ns;        /* wall time this sample stands for (interval) */
     pid_t tid;               /* the sampled thread */
-    const char *thread_name; /* its name at registration, never NULL */
+    const char *thread_name; /* its name (see snapprof_thread_update_name()), never NULL */
     /* The labels in force on the thread when its stack was taken (see
      * "Labels"), and frame=N during an app frame. A wall-mode sample that
      * repeats an idle thread's previous stack (SNAPPROF_SAMPLE_REUSED)
@@ -195,21 +228,22 @@ typedef struct snapprof_sample {
 
 /* Why a sample could not be taken. */
 typedef enum {
-    SNAPPROF_FAIL_THREAD_EXITED = 0, /* tgkill said ESRCH or the CPU clock is gone */
+    SNAPPROF_FAIL_THREAD_EXITED = 0, /* the thread is gone (ESRCH, its CPU clock gone) */
     SNAPPROF_FAIL_TID_RECYCLED,      /* the tid now belongs to another thread */
     SNAPPROF_FAIL_TIMEOUT,           /* the handler did not run in time (signal blocked?) */
     SNAPPROF_FAIL_SP_OUT_OF_RANGE,   /* sp outside the thread's stack (sigaltstack, fiber) */
     SNAPPROF_FAIL_SEND,              /* sending the signal failed otherwise */
     SNAPPROF_FAIL_HANDLER_REPLACED,  /* someone replaced our signal handler */
     SNAPPROF_FAIL_NO_FRAMES,         /* nothing could be unwound, not even the pc */
-    SNAPPROF_FAIL_BUILDER,           /* a builder's on_sample returned an error */
+    SNAPPROF_FAIL_BUILDER,           /* a builder's xOnSample returned an error */
     SNAPPROF_FAIL_COUNT
 } snapprof_fail_reason_t;
 
-/* What decides when a thread's stack is taken. The first two are timed by
- * the thread's own CPU clock, so a sample lands where the thread spent its
- * CPU even when it waits for a core; the handshake is timed by the sampling
- * thread and lands where the thread is next scheduled. */
+/* What decides when a thread's stack is taken. The perf event and the CPU
+ * timer are timed by the thread's own CPU clock, so a sample lands where
+ * the thread spent its CPU even when it waits for a core; the handshake is
+ * timed by the sampling thread and lands where the thread is next
+ * scheduled. */
 typedef enum {
     SNAPPROF_TRIGGER_AUTO = 0,       /* the best one that works, per thread */
     SNAPPROF_TRIGGER_PERF_EVENT = 1, /* a per-thread perf CPU-clock event */
@@ -244,7 +278,8 @@ typedef struct snapprof_stats {
     /* Time the target spent in our signal handler (it was not running its
      * own code): percentiles over all signalled samples, in ns. */
     uint64_t pause_p50_ns, pause_p99_ns, pause_max_ns;
-    /* Sampler side: tgkill to handshake done, in ns. */
+    /* Sampler side: from sending the request (rt_tgsigqueueinfo) to the
+     * handshake done, or for a wall-mode copy through /proc the copy, in ns. */
     uint64_t roundtrip_p50_ns, roundtrip_p99_ns;
     /* Sampler side: unwinding one sample, in ns. */
     uint64_t unwind_p50_ns, unwind_p99_ns;
@@ -358,8 +393,14 @@ SNAPPROF_API int snapprof_thread_register_tid(pid_t tid, snapprof_thread_t **out
  * their own, so releasing a token in use is safe. NULL is a no-op. */
 SNAPPROF_API void snapprof_thread_release(snapprof_thread_t *thread);
 
-/* The tid a token stands for. */
+/* The tid a token stands for; -1 for NULL. */
 SNAPPROF_API pid_t snapprof_thread_tid(const snapprof_thread_t *thread);
+
+/* A thread's name is read once, at registration. This sets the name that
+ * later samples carry (snapprof_sample_t.thread_name, the thread_name
+ * label), for a thread renamed since. The name is cut to 15 bytes, like
+ * the kernel's. Returns 0, or -EINVAL when thread or name is NULL. */
+SNAPPROF_API int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Unwinders (the interface is in <snapprof/unwinder.h>)                    */
@@ -372,7 +413,7 @@ SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **ou
 /* The libunwind unwinder: DWARF CFI (.eh_frame) unwinding of the stack
  * copy through libunwind's remote API; it reads only the copy and the
  * loaded objects' readable segments. Works on code built without frame
- * pointers; the default when a profiler is given no unwinder. It claims
+ * pointers; in the default chain (snapprof_profiler_add_unwinder()). It claims
  * native frames in objects that have .eh_frame_hdr and hands a caller in
  * other code (JIT) to the next unwinder in the chain. Any thread; the
  * caller owns *out until it hands it to a profiler. */
@@ -439,6 +480,19 @@ SNAPPROF_API int snapprof_folded_builder_create(const char *path, snapprof_build
  * own track. Times are microseconds since the profile started. Symbolizes
  * at completion. Path rules as for pprof. */
 SNAPPROF_API int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out);
+
+/* Points a pprof builder at another output path, with the same checks as
+ * snapprof_pprof_builder_create(); on failure the old path stays. For a
+ * write that failed at completion: set a path that works, then flush. Call
+ * it only when no completion can run (before start, after stop). Returns
+ * -EINVAL for a builder that is not a pprof builder. */
+SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
+
+/* The same for any built-in builder that writes a file (pprof, folded,
+ * trace), so that a run writing several formats loses none of them to a
+ * failed write. Returns -EINVAL for a builder that writes no file of its
+ * own (one made with snapprof_builder_create()). */
+SNAPPROF_API int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path);
 
 /* Destroys a builder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
@@ -735,12 +789,20 @@ SNAPPROF_API int snapprof_profiler_add_builder(snapprof_profiler_t *profiler,
  * life of the process (it passes on any signal that is not ours). */
 SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
 
-/* Stops sampling and returns after every builder's on_profile_completed has
+/* Stops sampling and returns after every builder's xOnProfileCompleted has
  * run; returns the first error a builder reported, else 0. Stopping a
  * profiler that already completed (duration or sample cap reached) waits for
  * that completion and returns its result. Stop without start returns
  * SNAPPROF_ESTATE. */
 SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
+
+/* Writes the profile collected so far while sampling goes on (or, after the
+ * profile completed, writes it once more): every builder's
+ * xOnProfileCompleted runs again with the counters so far. Sampling pauses
+ * while the builders write. Returns the first error a builder reported, else
+ * 0; SNAPPROF_ESTATE before start. Builders must accept more than one
+ * completion (the pprof builder does: a failed write loses nothing). */
+SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
 
 /* Copies the counters so far. Allowed at any time. */
 SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snapprof_stats_t *out);
@@ -748,36 +810,6 @@ SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snap
 /* Stops the profiler if it runs (completing its builders) and frees it with
  * its unwinders and builders. NULL is a no-op. */
 SNAPPROF_API void snapprof_profiler_destroy(snapprof_profiler_t *profiler);
-
-/* ------------------------------------------------------------------------ */
-/* Long-running and whole-process profiles                                  */
-/* ------------------------------------------------------------------------ */
-
-/* Writes the profile collected so far while sampling goes on (or, after the
- * profile completed, writes it once more): every builder's
- * on_profile_completed runs again with the counters so far. Sampling pauses
- * while the builders write. Returns the first error a builder reported, else
- * 0; SNAPPROF_ESTATE before start. Builders must accept more than one
- * completion (the pprof builder does: a failed write loses nothing). */
-SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
-
-/* Points a pprof builder at another output path, with the same checks as
- * snapprof_pprof_builder_create(); on failure the old path stays. For a
- * write that failed at completion: set a path that works, then flush. Call
- * it only when no completion can run (before start, after stop). Returns
- * -EINVAL for a builder that is not a pprof builder. */
-SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
-
-/* The same for any built-in builder that writes a file (pprof, folded,
- * trace), so that a run writing several formats loses none of them to a
- * failed write. Returns -EINVAL for a builder that writes no file of its
- * own (one made with snapprof_builder_create()). */
-SNAPPROF_API int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path);
-
-/* Sets the thread name that later samples carry (the thread_name label),
- * for a thread renamed after it was registered. The name is cut to 15
- * bytes, like the kernel's. */
-SNAPPROF_API int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name);
 
 #ifdef __cplusplus
 }

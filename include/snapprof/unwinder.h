@@ -2,8 +2,8 @@
  *
  * Unwinders are chained. The profiler starts every sample with one frame
  * (the interrupted pc), then repeatedly asks the first unwinder, in the
- * order they were added, whose can_unwind_from() claims the last frame to
- * continue with try_unwind(). An unwinder appends caller frames until it
+ * order they were added, whose xCanUnwindFrom() claims the last frame to
+ * continue with xTryUnwind(). An unwinder appends caller frames until it
  * reaches the end of the stack (COMPLETED), a frame it does not handle
  * (it appends that frame, leaves ctx->regs describing it, and returns
  * UNRECOGNIZED_FRAME so that another unwinder can take over), or something

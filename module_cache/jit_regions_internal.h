@@ -1,0 +1,88 @@
+/* JIT code regions: what jit_regions.c (the snapshots, their tables and
+ * the API) shares with jit_perf_map.c (the perf map reader). Private to
+ * those two files. */
+#ifndef SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
+#define SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
+
+#include "common/clock.h"
+#include "common/clock.h"
+#include "module_cache/jit_regions.h"
+#include "module_cache/module_cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------------ */
+/* Snapshots and tables (jit_regions.c)                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct snapshot {
+    size_t n_live, n_dead;
+    uintptr_t dead_max_len;        /* the longest dead region: bounds a search */
+    snapprof__jit_region_t **live; /* sorted by start, disjoint */
+    snapprof__jit_region_t **dead; /* sorted by start; may overlap */
+    struct snapshot *retired_next;
+    uint64_t retired_epoch;
+    snapprof__jit_region_t *slots[]; /* live, then dead */
+} snapshot_t;
+
+typedef struct table {
+    _Atomic(snapshot_t *) current; /* NULL until the first change */
+    pthread_mutex_t lock;          /* held by this table's writers only */
+    snapprof__arena_t arena;       /* regions and names; under lock */
+} table_t;
+
+/* The table of perf map regions; its lock is held by the perf map reader. */
+extern table_t snapprof__jit_perf_table;
+
+/* Retires old (already replaced, may be NULL) and frees what no reader can
+ * reach any more. Never waits for readers. */
+void snapprof__jit_retire(snapshot_t *old);
+
+/* The region that went away from [start, limit) last: one of going (live
+ * regions of s going away now, sorted by start, disjoint), else the newest
+ * overlapping one in the graveyard of s. NULL when none. */
+const snapprof__jit_region_t *snapprof__jit_predecessor(const snapshot_t *s,
+                                                        snapprof__jit_region_t *const *going,
+                                                        size_t n_going, uintptr_t start,
+                                                        uintptr_t limit);
+
+/* Builds the snapshot that follows old (may be NULL): its live regions
+ * minus gone plus born, and its dead regions plus gone. NULL when out of
+ * memory. */
+snapshot_t *snapprof__jit_snapshot_next(const snapshot_t *old, snapprof__jit_region_t *const *gone,
+                                        size_t n_gone, snapprof__jit_region_t *const *born,
+                                        size_t n_born);
+
+/* Makes next the table's snapshot. Under t->lock. */
+void snapprof__jit_publish(table_t *t, snapshot_t *next);
+
+/* A new live region, in t's arena; name is copied (name_len bytes). Under
+ * t->lock. NULL when out of memory. */
+snapprof__jit_region_t *snapprof__jit_region_new(table_t *t, uintptr_t start, uintptr_t limit,
+                                                 const char *name, size_t name_len,
+                                                 const char *path,
+                                                 const snapprof_jit_layout_t *layout, uint64_t now);
+
+/* Marks r as gone at when. */
+void snapprof__jit_region_kill(snapprof__jit_region_t *r, uint64_t when);
+
+/* Checks layout (NULL: frame pointer) and stores the one to use in out. */
+int snapprof__jit_layout_check(const snapprof_jit_layout_t *layout, snapprof_jit_layout_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* The perf map reader (jit_perf_map.c)                                     */
+/* ------------------------------------------------------------------------ */
+
+/* When the perf map was last checked, mono ns; 0: check at once. */
+extern _Atomic uint64_t snapprof__jit_perf_checked_ns;
+
+/* Reads new perf map lines if the last check is older than interval_ns. */
+void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns);
+
+/* Fills the perf_map_* counters of out. */
+void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out);
+
+#endif

@@ -1,0 +1,62 @@
+/* The summary of the whole-process profile for `snapprof record`
+ * (preload_process.c writes it at stop). */
+#include "preload/preload_process.h"
+#include "profile_builder/stats_text.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int print_stat(void *arg, const char *key, const char *value)
+{
+    return fprintf((FILE *)arg, "%s=%s\n", key, value) < 0;
+}
+
+/* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
+ * lines, through a temporary file so the command never reads half. The
+ * process's own keys come first, then every counter of the profile from
+ * the stats table (profile_builder/stats_text.h), which the command reads
+ * back with the same table; no process key is also a counter's. */
+void write_summary(const char *note, const output_result_t *res, const snapprof_stats_t *st)
+{
+    const char *dir = g.cfg.summary_dir;
+    if (!dir[0])
+        return;
+    char tmp[PATH_MAX], path[PATH_MAX];
+    if (path_fmt(path, sizeof path, "%s/%d.summary", dir, (int)getpid()) != 0 ||
+        path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
+        return;
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    char comm[64] = "", exe[PATH_MAX] = "", name[32];
+    FILE *cf = fopen("/proc/self/comm", "re");
+    if (cf) {
+        if (fgets(comm, sizeof comm, cf))
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(cf);
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    fprintf(f, "pid=%d\nppid=%d\ncomm=%s\nexe=%s\n", (int)getpid(), (int)getppid(), comm, exe);
+    fprintf(f, "outputs=%u\n", g.cfg.n_outputs);
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        fprintf(f, "requested.%u=%s\nformat.%u=%s\n", i, g.cfg.outputs[i].path, i,
+                snapprof__format_name(g.cfg.outputs[i].format));
+        if (res[i].written[0])
+            fprintf(f, "output.%u=%s\n", i, res[i].written);
+        else
+            fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));
+    }
+    fprintf(f, "stopped=%s\n", note);
+    fprintf(f, "signal=%s\n", snapprof__signal_name(g.signo, name, sizeof name));
+    fprintf(f, "mode=%s\nperiod_ns=%u\n", g.cfg.wall ? "wall" : "cpu", 1000000000u / g.cfg.hz);
+    fprintf(f, "duration_ns=%llu\n", (unsigned long long)(snapprof__monotonic_ns() - g.start_mono));
+    fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
+            (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
+            atomic_load(&g_threads_skipped));
+    snapprof__stats_for_each(st, print_stat, f);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+        unlink(tmp);
+}

@@ -1,0 +1,317 @@
+/* The thread registry of the whole-process profile (preload_process.c):
+ * threads that register themselves (made through our pthread_create) or
+ * are found in /proc/self/task, added to and removed from the profiler,
+ * and renamed. Everything here is under g_lock unless it says otherwise. */
+#include "preload/preload_process.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+pthread_key_t g_exit_key;
+pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+
+static ssize_t reg_find(pid_t tid)
+{
+    for (size_t i = 0; i < g.n_reg; i++)
+        if (g.reg[i].tid == tid)
+            return (ssize_t)i;
+    return -1;
+}
+
+void reg_drop(size_t i)
+{
+    snapprof_profiler_remove_thread(g.profiler, g.reg[i].token);
+    snapprof_thread_release(g.reg[i].token);
+    g.reg[i] = g.reg[--g.n_reg];
+}
+
+/* Adds a registered thread to the profile; takes over the token's
+ * reference in every case. A thread registering itself replaces an entry
+ * for its tid (a recycled tid, or the scan at start that saw it first). */
+static void reg_add(const reg_entry_t *e)
+{
+    ssize_t old = reg_find(e->tid);
+    if (old >= 0 && e->from_scan) {
+        snapprof_thread_release(e->token);
+        return;
+    }
+    int counted = 1;
+    if (old >= 0) {
+        counted = !g.reg[old].from_scan; /* else the same thread, seen twice */
+        reg_drop((size_t)old);
+    }
+    if (g.n_reg == g.cap_reg) {
+        size_t cap = g.cap_reg ? g.cap_reg * 2 : 16;
+        reg_entry_t *n = realloc(g.reg, cap * sizeof *n);
+        if (!n) {
+            g.threads_failed++;
+            snapprof_thread_release(e->token);
+            return;
+        }
+        g.reg = n;
+        g.cap_reg = cap;
+    }
+    if (snapprof_profiler_add_thread(g.profiler, e->token) != 0) {
+        g.threads_failed++;
+        snapprof_thread_release(e->token);
+        return;
+    }
+    g.reg[g.n_reg++] = *e;
+    if (counted)
+        g.threads_seen++;
+}
+
+/* Runs when a thread that registered itself exits: it leaves the profile
+ * now instead of being found gone (and counted a failure) at the next tick. */
+static void on_thread_exit(void *unused)
+{
+    (void)unused;
+    pid_t tid = gettid_();
+    lock();
+    ssize_t i = g.profiler ? reg_find(tid) : -1;
+    if (i >= 0)
+        reg_drop((size_t)i);
+    unlock();
+}
+
+void make_exit_key(void)
+{
+    pthread_key_create(&g_exit_key, on_thread_exit);
+}
+
+/* 1 when the "SigBlk:" (or "SigPnd:") line of thread tid's status has
+ * signo set. A thread that blocks the sampling signal cannot be sampled:
+ * snapprof's own threads block everything. */
+static int thread_sigset_has(pid_t tid, const char *line_name, int signo)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char key[16];
+    snprintf(key, sizeof key, "\n%s:", line_name);
+    const char *line = strstr(buf, key);
+    if (!line)
+        return 0;
+    unsigned long long mask = strtoull(line + strlen(key), NULL, 16);
+    return (mask >> (signo - 1)) & 1u;
+}
+
+static int thread_blocks(pid_t tid, int signo)
+{
+    return thread_sigset_has(tid, "SigBlk", signo);
+}
+
+/* The token the calling thread registered itself with. snapprof keeps a
+ * reference on it for the thread itself, so it lives as long as the thread:
+ * the thread renames itself through it without taking g_lock. */
+static __thread snapprof_thread_t *tls_token;
+
+void register_self(void)
+{
+    snapprof_thread_t *t;
+    if (snapprof_thread_register(&t) != 0) {
+        g.threads_failed++;
+        return;
+    }
+    tls_token = t;
+    reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
+    reg_add(&e);
+    pthread_setspecific(g_exit_key, (void *)1);
+}
+
+/* Set when a thread found by a scan did not answer the handshake that
+ * finds its stack (a stalled host; a thread waiting in vfork()): the helper
+ * scans again, every RETRY_NS, until it answers or is gone. */
+atomic_int g_rescan_due;
+
+/* The tids in /proc/self/task that are neither registered nor the caller,
+ * and that do not block the signals we stop them with; when retrying, not
+ * those that have yet to take the last one we sent. Under g_lock. Returns
+ * how many (*out is malloc'd, NULL when none). */
+static size_t scan_unregistered(int signo, int retrying, pid_t **out)
+{
+    *out = NULL;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    pid_t self = gettid_(), *tids = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid <= 0 || tid == self || reg_find(tid) >= 0)
+            continue;
+        /* snapprof finds a foreign thread's stack by stopping it with
+         * SIGURG, whatever the sampling signal. */
+        if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
+            if (!retrying)
+                atomic_fetch_add(&g_threads_skipped, 1);
+            continue;
+        }
+        if (retrying && thread_sigset_has(tid, "SigPnd", SIGURG)) {
+            /* The last handshake's signal still waits: the thread has not
+             * run since. Try again later rather than wait for it now. */
+            atomic_store(&g_rescan_due, 1);
+            continue;
+        }
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 16;
+            pid_t *t = realloc(tids, c * sizeof *t);
+            if (!t) {
+                g.threads_failed++;
+                continue;
+            }
+            tids = t;
+            cap = c;
+        }
+        tids[n++] = tid;
+    }
+    closedir(d);
+    *out = tids;
+    return n;
+}
+
+/* Registers tid by its stack pointer (a handshake: may wait up to its
+ * timeout). Returns the token, or NULL: gone, late (the helper retries) or
+ * failed (*failed set, for the caller to count under g_lock). */
+static snapprof_thread_t *register_tid(pid_t tid, int *failed)
+{
+    snapprof_thread_t *t;
+    *failed = 0;
+    snapprof__preload_signals_passthrough(1);
+    int rc = snapprof_thread_register_tid(tid, &t);
+    snapprof__preload_signals_passthrough(0);
+    if (rc == 0)
+        return t;
+    if (rc == -ETIMEDOUT)
+        atomic_store(&g_rescan_due, 1);
+    else if (rc != -ESRCH)
+        *failed = 1;
+    return NULL;
+}
+
+/* Threads that are there but not registered, at start: those that existed
+ * before. Under g_lock, which the caller already holds: threads that
+ * register themselves wait until the scan is done. */
+void register_existing(int signo)
+{
+    pid_t *tids;
+    size_t n = scan_unregistered(signo, 0, &tids);
+    for (size_t i = 0; i < n; i++) {
+        int failed;
+        snapprof_thread_t *t = register_tid(tids[i], &failed);
+        g.threads_failed += (uint64_t)failed;
+        if (t) {
+            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
+            reg_add(&e);
+        }
+    }
+    free(tids);
+}
+
+/* Later, from the helper: threads that did not answer before, and (see
+ * RESCAN_NS) those made without our pthread_create. The handshakes run
+ * without g_lock, so a thread that is slow to answer does not hold up the
+ * program's pthread_create() or ProfilerStop(). */
+void rescan_threads(void)
+{
+    atomic_store(&g_rescan_due, 0);
+    lock();
+    pid_t *tids = NULL;
+    size_t n = g.profiler && atomic_load(&g_tracking) ? scan_unregistered(g.signo, 1, &tids) : 0;
+    unlock();
+    for (size_t i = 0; i < n; i++) {
+        int failed;
+        snapprof_thread_t *t = register_tid(tids[i], &failed);
+        if (!t && !failed)
+            continue;
+        lock();
+        g.threads_failed += (uint64_t)failed;
+        if (t && g.profiler && atomic_load(&g_tracking)) {
+            reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
+            reg_add(&e); /* a no-op if the thread registered itself meanwhile */
+        } else if (t) {
+            snapprof_thread_release(t);
+        }
+        unlock();
+    }
+    free(tids);
+}
+
+int snapprof__preload_tracking(void)
+{
+    return atomic_load_explicit(&g_tracking, memory_order_relaxed);
+}
+
+void snapprof__preload_thread_started(void)
+{
+    if (!atomic_load(&g_tracking))
+        return;
+    sigset_t mask;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &mask) == 0 && sigismember(&mask, atomic_load(&g_signo))) {
+        atomic_fetch_add(&g_threads_skipped, 1);
+        return;
+    }
+    snapprof_thread_t *t;
+    int rc = snapprof_thread_register(&t);
+    lock();
+    if (rc == 0)
+        tls_token = t;
+    if (rc == 0 && g.profiler && atomic_load(&g_tracking)) {
+        reg_entry_t e = {.tid = gettid_(), .pth = pthread_self(), .has_pth = 1, .token = t};
+        reg_add(&e);
+        pthread_setspecific(g_exit_key, (void *)1);
+    } else if (rc == 0) {
+        snapprof_thread_release(t);
+    } else if (g.profiler) {
+        g.threads_failed++;
+    }
+    unlock();
+}
+
+void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
+{
+    if (!atomic_load(&g_tracking) || !name)
+        return;
+    /* A thread naming itself, as most do: straight to its token. (Only
+     * threads that registered themselves have one; snapprof's own threads,
+     * which may hold the sampler lock here, never do.) */
+    snapprof_thread_t *self = tls_token;
+    if (self && pthread_equal(thread, pthread_self()) && snapprof_thread_tid(self) == gettid_()) {
+        snapprof_thread_update_name(self, name);
+        return;
+    }
+    /* snapprof names its own threads while it holds its sampler lock, which
+     * ranks below ours: waiting for our lock there could deadlock with a
+     * thread that holds ours and waits for the sampler's. So never wait for
+     * long: a rename lost to a busy lock only costs a label. */
+    if (atomic_load(&g_lock_owner) == gettid_())
+        return;
+    int locked = 0;
+    for (int i = 0; i < 2000 && !(locked = pthread_mutex_trylock(&g_lock) == 0); i++)
+        sched_yield();
+    if (!locked)
+        return;
+    atomic_store(&g_lock_owner, gettid_());
+    for (size_t i = 0; g.profiler && i < g.n_reg; i++) {
+        if (g.reg[i].has_pth && pthread_equal(g.reg[i].pth, thread)) {
+            snapprof_thread_update_name(g.reg[i].token, name);
+            break;
+        }
+    }
+    unlock();
+}
