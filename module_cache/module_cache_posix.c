@@ -49,11 +49,16 @@
 #define HIT_CHECK_INTERVAL_NS (10ull * 1000 * 1000)
 
 typedef struct module_entry {
-    snapprof_module_t pub;     /* first member: handed out as snapprof_module_t * */
-    const char *ident;         /* the source's own name: dlpi_name or the maps name */
-    uint64_t inode;            /* maps-only modules: the mapping's inode */
-    int from_maps;             /* 1 when only /proc/self/maps described it */
-    unsigned seen;             /* the refresh generation that last saw it */
+    snapprof_module_t pub; /* first member: handed out as snapprof_module_t * */
+    const char *ident;     /* the source's own name: dlpi_name or the maps name */
+    uint64_t inode;        /* maps-only modules: the mapping's inode */
+    int from_maps;         /* 1 when only /proc/self/maps described it */
+    unsigned seen;         /* the refresh generation that last saw it */
+    /* CLOCK_MONOTONIC at the end of the scan of the refresh that made the
+     * entry (it was mapped by then) and of the one that found it gone (it
+     * was unmapped by then; 0 while loaded). A copy taken before
+     * unloaded_ns may have frames in it: see snapprof__module_find_at(). */
+    uint64_t loaded_ns, unloaded_ns;
     struct module_entry *next; /* every entry ever made, in creation order */
 } module_entry_t;
 
@@ -534,7 +539,7 @@ static int same_module(const module_entry_t *e, const candidate_t *c)
            strcmp(e->ident, c->ident) == 0 && strcmp(e->pub.build_id, c->build_id) == 0;
 }
 
-static module_entry_t *new_entry(const candidate_t *c)
+static module_entry_t *new_entry(const candidate_t *c, uint64_t scanned_ns)
 {
     const char *ident = intern(c->ident);
     const char *path = ident ? intern(c->path) : NULL;
@@ -553,6 +558,7 @@ static module_entry_t *new_entry(const candidate_t *c)
     e->pub.kind = c->kind;
     e->pub.is_main_executable = c->is_main;
     e->pub.is_loaded = 1;
+    e->loaded_ns = scanned_ns;
     e->ident = ident;
     e->inode = c->inode;
     e->from_maps = c->from_maps;
@@ -564,6 +570,7 @@ static int refresh_locked(void)
     candidate_vec_t cv = {0};
     int maps_ok = 0;
     int err = collect(&cv, &maps_ok);
+    uint64_t scanned_ns = mono_ns();
     module_entry_t **loaded = NULL;
     if (err == 0 && cv.n > 0) {
         loaded = malloc(cv.n * sizeof *loaded);
@@ -581,7 +588,7 @@ static int refresh_locked(void)
         if (e != NULL && e->seen != gen && same_module(e, c)) {
             e->seen = gen;
         } else {
-            e = new_entry(c);
+            e = new_entry(c, scanned_ns);
             if (e == NULL) {
                 err = -ENOMEM;
                 break;
@@ -598,8 +605,10 @@ static int refresh_locked(void)
         return err;
     }
     for (size_t i = 0; i < g_nloaded; i++) {
-        if (g_loaded[i]->seen != gen)
+        if (g_loaded[i]->seen != gen) {
+            g_loaded[i]->unloaded_ns = scanned_ns;
             __atomic_store_n(&g_loaded[i]->pub.is_loaded, 0, __ATOMIC_RELAXED);
+        }
     }
     g_main = NULL;
     for (size_t i = 0; i < cv.n; i++) {
@@ -698,8 +707,27 @@ int snapprof__module_cache_update(void)
     return err;
 }
 
-/* The loaded object (or executable mapping) holding addr, or NULL. */
-static const snapprof_module_t *find_loaded(uintptr_t addr)
+/* The unloaded entry that held addr at when_ns, if one may have: it was
+ * found gone by a scan that ended at or after when_ns, so it may still
+ * have been mapped then. Of several, the one found gone first: entries
+ * at one address follow each other, and that one is the oldest that can
+ * still have been there. NULL when none. Lock held. */
+static module_entry_t *unloaded_at_locked(uintptr_t addr, uint64_t when_ns)
+{
+    module_entry_t *best = NULL;
+    for (module_entry_t *e = g_all_head; e != NULL; e = e->next) {
+        if (e->pub.is_loaded || addr < e->pub.start || addr >= e->pub.limit ||
+            e->unloaded_ns < when_ns)
+            continue;
+        if (best == NULL || e->unloaded_ns < best->unloaded_ns)
+            best = e;
+    }
+    return best;
+}
+
+/* The object (or executable mapping) holding addr at when_ns (0 = now),
+ * or NULL. */
+static const snapprof_module_t *find_loaded(uintptr_t addr, uint64_t when_ns)
 {
     if (lock_ready() != 0)
         return NULL;
@@ -714,6 +742,14 @@ static const snapprof_module_t *find_loaded(uintptr_t addr)
                dl_changed_locked() && refresh_locked() == 0) {
         e = lookup_locked(addr);
     }
+    /* A stack copied before a dlclose() that a refresh has seen since can
+     * point into the unloaded object: its kept entry answers, unless the
+     * loaded one was certainly mapped already when the copy was taken. */
+    if (when_ns != 0 && (e == NULL || e->loaded_ns > when_ns)) {
+        module_entry_t *gone = unloaded_at_locked(addr, when_ns);
+        if (gone != NULL)
+            e = gone;
+    }
     pthread_mutex_unlock(&g_lock);
     return e ? &e->pub : NULL;
 }
@@ -726,7 +762,7 @@ const snapprof_module_t *snapprof__module_find_at(uintptr_t addr, uint64_t when_
     const snapprof_module_t *m = snapprof__jit_find(addr, when_ns);
     if (m != NULL)
         return m;
-    m = find_loaded(addr);
+    m = find_loaded(addr, when_ns);
     if (m != NULL && m->kind == SNAPPROF_MODULE_NATIVE)
         return m;
     /* Executable memory nobody described: perhaps a perf map names it. */

@@ -357,13 +357,19 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     if (p->unwinder_count == 0) {
         /* JIT frames first: that unwinder claims only frames in JIT code,
          * which no native unwinder can walk. Then CFI: most native code has
-         * no frame pointers. Then .debug_frame CFI for objects that ship no
-         * .eh_frame_hdr but were built with -g, and frame pointers for
-         * what is left. */
-        snapprof_unwinder_t *jit, *lu, *df, *fp;
+         * no frame pointers. The CFI tables step most frames; libunwind
+         * takes the frames they mark (signal trampolines, PLT stubs, DWARF
+         * expressions) and the modules they have none for. Then
+         * .debug_frame CFI for objects that ship no .eh_frame_hdr but were
+         * built with -g, and frame pointers for what is left. */
+        snapprof_unwinder_t *jit, *ct, *lu, *df, *fp;
         rc = snapprof_jit_unwinder_create(&jit);
         if (rc == 0)
             rc = snapprof_profiler_add_unwinder(p, jit);
+        if (rc == 0)
+            rc = snapprof_cfi_table_unwinder_create(&ct);
+        if (rc == 0)
+            rc = snapprof_profiler_add_unwinder(p, ct);
         if (rc == 0)
             rc = snapprof_libunwind_unwinder_create(&lu);
         if (rc == 0)

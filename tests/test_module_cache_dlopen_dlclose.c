@@ -61,6 +61,8 @@ int main(void)
     expect_name(m, fn, "mc_testlib_fn");
     ASSERT(is_listed(m));
     snapprof_module_t copy = *m;
+    /* A stack copied now and unwound after the unload. */
+    uint64_t copied_ns = tu_mono_ns();
 
     ASSERT_EQ(dlclose(h), 0);
     void *still = dlopen(MC_TESTLIB_PATH, RTLD_NOW | RTLD_NOLOAD);
@@ -83,6 +85,14 @@ int main(void)
     ASSERT_STR_EQ(m->path, want);
     ASSERT_STR_EQ(m->build_id, copy.build_id);
     ASSERT(is_listed(m));
+    /* A frame of a copy taken while it was loaded still finds it, however
+     * late it is unwound: the sampler unwinds copies after the update that
+     * found the library gone (frame 0 used to get no module then). A copy
+     * taken after the unload was noticed does not. */
+    ASSERT_PTR_EQ(snapprof__module_find_at(fn + 2, copied_ns), m);
+    ASSERT_PTR_EQ(snapprof__module_find_at(other, copied_ns), m);
+    after = snapprof__module_find_at(fn + 2, tu_mono_ns());
+    ASSERT(after == NULL || after != m);
     /* Frames that point at it still symbolize, also for functions not
      * looked up while it was loaded. */
     expect_name(m, fn, "mc_testlib_fn");
@@ -106,6 +116,12 @@ int main(void)
     printf("first load at %#lx, reload at %#lx (%s place)\n", (unsigned long)copy.start,
            (unsigned long)m2->start, copy.start == m2->start ? "same" : "another");
     expect_name(m2, fn2, "mc_testlib_fn");
+    /* The old copy's frames keep the old entry even where the new one
+     * lies, since the new one was not known to be mapped yet then; a new
+     * copy's get the new one. */
+    if (copy.start == m2->start)
+        ASSERT_PTR_EQ(snapprof__module_find_at(fn2 + 2, copied_ns), m);
+    ASSERT_PTR_EQ(snapprof__module_find_at(fn2 + 2, tu_mono_ns()), m2);
     /* The update the sampling thread runs notices an unload at once. */
     ASSERT_EQ(dlclose(h), 0);
     ASSERT_EQ(snapprof__module_cache_update(), 0);

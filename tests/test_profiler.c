@@ -287,7 +287,7 @@ static void test_start_failure_undone(void)
     ASSERT_EQ(p->state, PROFILER_CREATED);
     ASSERT_EQ(c.started, 1);
     ASSERT_OK(snapprof_profiler_start(p));
-    ASSERT_EQ(p->unwinder_count, 4); /* JIT, libunwind, .debug_frame, frame pointers */
+    ASSERT_EQ(p->unwinder_count, 5); /* JIT, CFI tables, libunwind, .debug_frame, frame pointers */
     tu_wait_samples(p, 20);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_EQ(c.started, 2);

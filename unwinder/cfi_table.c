@@ -313,10 +313,11 @@ static int push_row(snapprof__cfi_table_t *t, snapprof__cfi_row_t r)
 /* Makes the rows of FDE i: the row at its start, then the row at the end
  * of each, until libdw finds no row, the next FDE begins, or a row does not
  * hold the address asked for. An FDE that yields no row keeps none, so its
- * pcs are not covered. Returns 0 or -ENOMEM (the FDE stays uncompiled). */
+ * pcs are not covered. Returns 0 or -ENOMEM (the FDE stays uncompiled).
+ * The caller times it: reading the thread's CPU clock is a system call,
+ * which cost a third of a whole-table build when made for every FDE. */
 static int compile_fde(snapprof__cfi_table_t *t, size_t i)
 {
-    uint64_t t0 = cpu_ns();
     fde_t *fde = &t->fdes[i];
     uint64_t limit = i + 1 < t->fde_count ? t->fdes[i + 1].start : UINT64_MAX;
     size_t first = t->row_count;
@@ -350,7 +351,6 @@ static int compile_fde(snapprof__cfi_table_t *t, size_t i)
         fde->end = pc;
         t->fdes_compiled++;
     }
-    t->build_ns += cpu_ns() - t0;
     return rc;
 }
 
@@ -434,9 +434,9 @@ int snapprof__cfi_table_open(const snapprof_module_t *m, int eager, snapprof__cf
     }
     if (rc == 0) {
         sort_index(t);
-        t->build_ns += cpu_ns() - t0;
         for (size_t i = 0; eager && rc == 0 && i < t->fde_count; i++)
             rc = compile_fde(t, i);
+        t->build_ns += cpu_ns() - t0;
     }
     if (rc != 0) {
         snapprof__cfi_table_destroy(t);
@@ -466,8 +466,13 @@ const snapprof__cfi_row_t *snapprof__cfi_table_find(snapprof__cfi_table_t *t, ui
     if (lo == 0)
         return NULL;
     fde_t *fde = &t->fdes[lo - 1];
-    if (fde->first_row == NOT_COMPILED && compile_fde(t, lo - 1) != 0)
-        return NULL;
+    if (fde->first_row == NOT_COMPILED) {
+        uint64_t t0 = cpu_ns();
+        int rc = compile_fde(t, lo - 1);
+        t->build_ns += cpu_ns() - t0;
+        if (rc != 0)
+            return NULL;
+    }
     if (vaddr >= fde->end || fde->row_count == 0)
         return NULL;
     uint32_t off = (uint32_t)(vaddr - fde->start);

@@ -52,6 +52,7 @@ typedef struct ct {
     mod_table_t *mods;
     size_t mod_count, mod_cap;
     size_t last;                /* index of the entry found last: walks stay in few modules */
+    int unloaded;               /* a table of an unloaded module was opened since the last update */
     row_slot_t rows[ROW_SLOTS]; /* copies of rows the tables can step */
 } ct_t;
 
@@ -94,6 +95,11 @@ static snapprof__cfi_table_t *table_of(ct_t *c, const snapprof_module_t *m)
         t = NULL;
     c->mods[c->mod_count] = (mod_table_t){.module = m, .table = t};
     c->last = c->mod_count++;
+    /* A copy taken before a dlclose() has frames in the unloaded module
+     * (the module cache keeps its entry): its table comes from the file,
+     * as any table does, and goes at the next update. */
+    if (!__atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED))
+        c->unloaded = 1;
     return t;
 }
 
@@ -209,11 +215,13 @@ static snapprof_unwind_result_t ct_try_unwind(void *user_data, snapprof_unwind_c
 static void ct_update_modules(void *user_data)
 {
     ct_t *c = user_data;
-    if (!snapprof__cfi_update_modules(c->engine))
+    if (!snapprof__cfi_update_modules(c->engine) && !c->unloaded)
         return;
-    /* Objects came or went: free the tables of modules that were unloaded.
-     * Their entries stay in the module cache, but no new copy can have
-     * frames in them, and the engine no longer reads their memory either. */
+    /* Objects came or went, or a copy needed the table of an unloaded
+     * module: free the tables of modules that are unloaded. Their entries
+     * stay in the module cache, and copies taken before the unload may
+     * still point at them: such a copy opens the table again. */
+    c->unloaded = 0;
     size_t out = 0;
     for (size_t i = 0; i < c->mod_count; i++) {
         mod_table_t *e = &c->mods[i];

@@ -413,7 +413,9 @@ SNAPPROF_API int snapprof_frame_pointer_unwinder_create(snapprof_unwinder_t **ou
 /* The libunwind unwinder: DWARF CFI (.eh_frame) unwinding of the stack
  * copy through libunwind's remote API; it reads only the copy and the
  * loaded objects' readable segments. Works on code built without frame
- * pointers; in the default chain (snapprof_profiler_add_unwinder()). It claims
+ * pointers; in the default chain (snapprof_profiler_add_unwinder()) after
+ * the CFI table unwinder, which hands it the frames its tables cannot
+ * express. It claims
  * native frames in objects that have .eh_frame_hdr and hands a caller in
  * other code (JIT) to the next unwinder in the chain. Any thread; the
  * caller owns *out until it hands it to a profiler. */
@@ -448,9 +450,9 @@ SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
  * by libunwind, as the libunwind unwinder would; code only .debug_frame
  * describes that way, JIT code and code without CFI are handed to the next
  * unwinder in the chain. It reads only the stack copy and the loaded
- * objects' readable segments. Not in the default chain (yet): add it
- * first, before a libunwind and a .debug_frame unwinder. Any thread; the
- * caller owns *out until it hands it to a profiler. */
+ * objects' readable segments. The default native unwinder; in a chain of
+ * your own, add it before a libunwind and a .debug_frame unwinder. Any
+ * thread; the caller owns *out until it hands it to a profiler. */
 SNAPPROF_API int snapprof_cfi_table_unwinder_create(snapprof_unwinder_t **out);
 
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
@@ -762,7 +764,8 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
  * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
- * used, then the libunwind unwinder, then the .debug_frame unwinder (for
+ * used, then the CFI table unwinder, then the libunwind unwinder (for the
+ * frames the tables cannot express), then the .debug_frame unwinder (for
  * objects with no .eh_frame), then the frame-pointer unwinder for
  * objects that have no CFI. */
 SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
