@@ -570,7 +570,7 @@ static int refresh_locked(void)
     candidate_vec_t cv = {0};
     int maps_ok = 0;
     int err = collect(&cv, &maps_ok);
-    uint64_t scanned_ns = mono_ns();
+    uint64_t scanned_ns = snapprof__monotonic_ns();
     module_entry_t **loaded = NULL;
     if (err == 0 && cv.n > 0) {
         loaded = malloc(cv.n * sizeof *loaded);
