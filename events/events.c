@@ -26,6 +26,7 @@
  * while a profiler reads (g_readers > 0). */
 #include "common/clock.h"
 #include "events/events.h"
+#include "labels/labels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -112,16 +113,10 @@ static _Atomic uint32_t g_attached_count; /* published slots */
 /* By name id: 1 + the attached slot, 0 when not attached. */
 static _Atomic uint8_t g_name_attach[SNAPPROF_EVENT_NAMES_MAX + 1];
 
-/* Keys the library's labels use (labels.c refuses them too). */
-static int reserved_key(const char *key)
-{
-    return strcmp(key, "thread_id") == 0 || strcmp(key, "thread_name") == 0 ||
-           strcmp(key, "frame") == 0 || strcmp(key, "hitch") == 0 || strcmp(key, "zone") == 0;
-}
-
 int snapprof_counter_attach(const char *name, const char *unit, double scale)
 {
-    if (name == NULL || name[0] == '\0' || reserved_key(name) || !isfinite(scale) || scale == 0)
+    if (name == NULL || name[0] == '\0' || snapprof__label_key_reserved(name) || !isfinite(scale) ||
+        scale == 0)
         return -EINVAL;
     if (strnlen(name, SNAPPROF_LABEL_KEY_MAX) == SNAPPROF_LABEL_KEY_MAX ||
         (unit != NULL && strnlen(unit, SNAPPROF_LABEL_UNIT_MAX) == SNAPPROF_LABEL_UNIT_MAX))

@@ -166,12 +166,14 @@ static int pack(uint64_t *words, int w, size_t max, const char *s)
     return 0;
 }
 
-/* Keys the library sets itself: the pprof builder's thread labels, the
- * app frame labels and the zone. */
-static int reserved_key(const char *key)
+int snapprof__label_key_reserved(const char *key)
 {
-    return strcmp(key, "thread_id") == 0 || strcmp(key, "thread_name") == 0 ||
-           strcmp(key, "frame") == 0 || strcmp(key, "hitch") == 0 || strcmp(key, "zone") == 0;
+    static const char *const keys[] = {"thread_id", "thread_name", "frame",  "hitch",
+                                       "zone",      "state",       "syscall"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return 1;
+    return 0;
 }
 
 /* The slot holding key (packed in words), or -1. */
@@ -239,7 +241,7 @@ static int begin(snapprof_label_scope_t scope, const char *key, uint64_t *words)
 {
     if (scope != SNAPPROF_LABEL_THREAD && scope != SNAPPROF_LABEL_PROCESS)
         return -EINVAL;
-    if (key == NULL || key[0] == '\0' || reserved_key(key))
+    if (key == NULL || key[0] == '\0' || snapprof__label_key_reserved(key))
         return -EINVAL;
     memset(words, 0, SNAPPROF__LABEL_WORDS * sizeof *words);
     return pack(words, W_KEY, SNAPPROF_LABEL_KEY_MAX, key);

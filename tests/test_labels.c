@@ -110,8 +110,9 @@ static void test_api(void)
         ASSERT_EQ(snapprof_label_set_str(sc, NULL, "b"), -EINVAL);
         ASSERT_EQ(snapprof_label_set_str(sc, "", "b"), -EINVAL);
         ASSERT_EQ(snapprof_label_set_str(sc, "a", NULL), -EINVAL);
-        const char *reserved[] = {"thread_id", "thread_name", "frame", "hitch"};
-        for (int r = 0; r < 4; r++) {
+        const char *reserved[] = {"thread_id", "thread_name", "frame",  "hitch",
+                                  "zone",      "state",       "syscall"};
+        for (int r = 0; r < 7; r++) {
             ASSERT_EQ(snapprof_label_set_str(sc, reserved[r], "x"), -EINVAL);
             ASSERT_EQ(snapprof_label_set_num(sc, reserved[r], 1, NULL), -EINVAL);
         }

@@ -517,8 +517,8 @@ SNAPPROF_API void snapprof_builder_destroy(snapprof_builder_t *builder);
  * SNAPPROF_LABEL_KEY_MAX - 1 bytes, string values up to
  * SNAPPROF_LABEL_STR_MAX - 1, units up to SNAPPROF_LABEL_UNIT_MAX - 1
  * (longer ones fail with -ENAMETOOLONG, nothing is truncated). The keys
- * "thread_id", "thread_name", "frame", "hitch" and "zone" are the
- * library's own (-EINVAL). A thread label hides a process label of the same key.
+ * "thread_id", "thread_name", "frame", "hitch", "zone", "state" and
+ * "syscall" are the library's own (-EINVAL). A thread label hides a process label of the same key.
  *
  * Threads: any thread, but not from a signal handler. Thread-scope labels
  * belong to the calling thread and go away when it exits. Strings are
