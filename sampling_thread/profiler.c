@@ -532,8 +532,14 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     drain(p);
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
-        if (t->arm_pending && !t->dead)
-            snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
+        if (t->arm_pending && !t->dead) {
+            /* Never armed: its clock now, or as it exited. */
+            uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit), now;
+            if (at_exit == 0 && snapprof__thread_cpu_ns(t->thread->tid, &now) == 0)
+                at_exit = now;
+            if (at_exit > t->cpu_last)
+                t->cpu_last = at_exit;
+        }
         settle_pending(p, t);
         deliver_remainder(p, t);
     }
@@ -691,6 +697,11 @@ static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
     else if (t->trigger == SNAPPROF_TRIGGER_CPU_TIMER && counted != UINT64_MAX &&
              counted > t->cpu_last)
         t->cpu_last = counted;
+    /* Armed at a tick after it joined, the event counted from then on only:
+     * a thread that exited says its whole clock itself. */
+    uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit);
+    if (at_exit > t->cpu_last)
+        t->cpu_last = at_exit;
     t->arm = NULL;
     p->armed_count--;
 }
