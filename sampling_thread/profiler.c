@@ -1163,6 +1163,11 @@ static void drain(snapprof_profiler_t *p)
     p->last_drain = snapprof__mono_ns();
 }
 
+void snapprof__profiler_drain(snapprof_profiler_t *p)
+{
+    drain(p);
+}
+
 /* ------------------------------------------------------------------------ */
 /* One tick                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1589,8 +1594,11 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     if (!thread || !name)
         return -EINVAL;
     /* Samples read the name on the sampling thread under the sampler lock,
-     * so writing it under the same lock never tears a name in flight. */
+     * so writing it under the same lock never tears a name in flight. The
+     * captures already taken (a thread renaming itself has finished all of
+     * its own) are delivered first, under the name they were taken with. */
     snapprof__sampler_lock();
+    snapprof__sampler_drain_active();
     size_t n = strnlen(name, sizeof thread->name - 1);
     memcpy(thread->name, name, n);
     thread->name[n] = '\0';

@@ -126,6 +126,11 @@ void snapprof__sampler_wait(snapprof_profiler_t *p);
 /* Makes the sampling thread ask every profiler again when it is due (one
  * became due sooner). Lock held. */
 void snapprof__sampler_kick(void);
+/* Delivers what every running profiler's capture slots hold now. Lock
+ * held. */
+void snapprof__sampler_drain_active(void);
+/* Delivers what p's capture slots hold now (profiler.c). Lock held. */
+void snapprof__profiler_drain(snapprof_profiler_t *p);
 
 /* Profiler (profiler.c), called by the sampling thread with the lock held:
  * drains its capture slots and samples every handshake target whose tick

@@ -89,6 +89,12 @@ void snapprof__sampler_kick(void)
     wake_sampler();
 }
 
+void snapprof__sampler_drain_active(void)
+{
+    for (snapprof_profiler_t *p = g_active; p; p = p->next_active)
+        snapprof__profiler_drain(p);
+}
+
 void snapprof__sampler_wait(snapprof_profiler_t *p)
 {
     pthread_cond_wait(&p->done_cv, &g_lock);

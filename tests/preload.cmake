@@ -70,7 +70,7 @@ snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
 
 # The library calls the preload needed, tested on their own.
 snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c
-  CASES flush_while_running set_path_after_failed_write set_path_any_builder thread_update_name
+  CASES flush_while_running set_path_after_failed_write set_path_any_builder thread_update_name thread_update_name_perf
         register_in_fork_child)
 
 # cmake --install into a temporary prefix, then build against it with

@@ -28,12 +28,15 @@ __attribute__((noinline)) void api_later(uint64_t units)
         x = x * 6364136223846793005u + 1442695040888963407u;
 }
 
+static snapprof_trigger_t g_trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+
 static snapprof_profiler_t *make_profiler(snapprof_thread_t *t, const char *path,
                                           snapprof_builder_t **pprof)
 {
     snapprof_params_t params;
     snapprof_params_init(&params);
     params.interval_ns = 1000000u;
+    params.trigger = g_trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &t, 1, &p));
     ASSERT_OK(snapprof_pprof_builder_create(path, pprof));
@@ -208,6 +211,17 @@ static void test_thread_update_name(void)
     free(dir);
 }
 
+/* The same with the perf trigger, whose captures wait in their slots for
+ * the sampling thread: one taken before the rename must still carry the
+ * old name (it got the new one, read at delivery, before the rename
+ * drained the slots). */
+static void test_thread_update_name_perf(void)
+{
+    tu_need_perf_event();
+    g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    test_thread_update_name();
+}
+
 /* In the child of a fork() made by a thread that is not main: the child's
  * only thread has tid == pid but runs on that thread's stack. Its own
  * registration must give it a fresh token with the right bounds, and
@@ -269,6 +283,7 @@ int main(int argc, char **argv)
         {"set_path_after_failed_write", test_set_path_after_failed_write},
         {"set_path_any_builder", test_set_path_any_builder},
         {"thread_update_name", test_thread_update_name},
+        {"thread_update_name_perf", test_thread_update_name_perf},
         {"register_in_fork_child", test_register_in_fork_child},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
