@@ -420,6 +420,23 @@ static int read_raw(snapprof__cfi_t *c, uintptr_t addr, void *out, size_t size)
     return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
 }
 
+/* The LINE_SIZE bytes at line (aligned) of a read-only segment, from the
+ * line cache or read into it; NULL when they cannot be read. A line never
+ * crosses a page, so a line holding a byte of a segment lies in its
+ * mapping. */
+static const uint8_t *cached_line(snapprof__cfi_t *c, uintptr_t line)
+{
+    size_t slot = (line / LINE_SIZE) % LINE_COUNT;
+    if (c->line_tag[slot] != (line | 1u)) {
+        if (read_raw(c, line, c->line[slot], LINE_SIZE) != 0) {
+            c->line_tag[slot] = 0;
+            return NULL;
+        }
+        c->line_tag[slot] = line | 1u;
+    }
+    return c->line[slot];
+}
+
 /* Reads a word of a loaded object's memory, or returns -1 when addr is not
  * in one of their readable segments (or no longer mapped). */
 static int read_object_word(snapprof__cfi_t *c, uintptr_t addr, unw_word_t *out)
@@ -427,20 +444,22 @@ static int read_object_word(snapprof__cfi_t *c, uintptr_t addr, unw_word_t *out)
     const cfi_range_t *r = find_range(c->table.mem, c->table.mem_count, addr);
     if (!r || r->end - addr < sizeof *out)
         return -1;
-    uintptr_t offset = addr % LINE_SIZE;
-    if (r->writable || offset > LINE_SIZE - sizeof *out)
+    if (r->writable)
         return read_raw(c, addr, out, sizeof *out);
-    /* A line never crosses a page, so it lies in the same mapping. */
-    uintptr_t line = addr - offset;
-    size_t slot = (line / LINE_SIZE) % LINE_COUNT;
-    if (c->line_tag[slot] != (line | 1u)) {
-        if (read_raw(c, line, c->line[slot], LINE_SIZE) != 0) {
-            c->line_tag[slot] = 0;
+    /* A word may straddle two lines (tables are only 4-byte aligned): it
+     * takes both, each from the cache. */
+    uintptr_t offset = addr % LINE_SIZE;
+    size_t first = offset + sizeof *out <= LINE_SIZE ? sizeof *out : LINE_SIZE - offset;
+    const uint8_t *a = cached_line(c, addr - offset);
+    if (!a)
+        return -1;
+    memcpy(out, a + offset, first);
+    if (first < sizeof *out) {
+        const uint8_t *b = cached_line(c, addr - offset + LINE_SIZE);
+        if (!b)
             return -1;
-        }
-        c->line_tag[slot] = line | 1u;
+        memcpy((uint8_t *)out + first, b, sizeof *out - first);
     }
-    memcpy(out, &c->line[slot][offset], sizeof *out);
     return 0;
 }
 
