@@ -121,6 +121,8 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
 static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t);
 static void deliver_unarmed(snapprof_profiler_t *p);
 static uint64_t target_unsampled_ns(const snapprof__target_t *t);
+static void clock_at_end(snapprof__target_t *t, int read_live);
+static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
 
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -254,12 +256,9 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
                 drain(p);
             }
             settle_pending(p, t);
-            uint64_t cpu_now;
-            if (!t->dead && snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) == 0 &&
-                cpu_now > t->cpu_last)
-                t->cpu_last = cpu_now; /* its CPU time up to now counts */
+            clock_at_end(t, 1); /* its CPU time up to now counts */
             if (t->never_armed)
-                p->unarmed_ns += target_unsampled_ns(t); /* see deliver_unarmed() */
+                retire_unarmed(p, t);
             else
                 deliver_remainder(p, t);
             if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
@@ -532,14 +531,8 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     drain(p);
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
-        if (t->arm_pending && !t->dead) {
-            /* Never armed: its clock now, or as it exited. */
-            uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit), now;
-            if (at_exit == 0 && snapprof__thread_cpu_ns(t->thread->tid, &now) == 0)
-                at_exit = now;
-            if (at_exit > t->cpu_last)
-                t->cpu_last = at_exit;
-        }
+        if (t->arm_pending)
+            clock_at_end(t, 1); /* never armed: no count to read */
         settle_pending(p, t);
         deliver_remainder(p, t);
     }
@@ -682,6 +675,27 @@ static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t)
     p->pending_count--;
 }
 
+/* Brings t's CPU clock up to where it ended: the clock the thread read
+ * itself as it exited, or else, with read_live, its clock now. Lock held. */
+static void clock_at_end(snapprof__target_t *t, int read_live)
+{
+    uint64_t end = atomic_load(&t->thread->cpu_at_exit);
+    if (end == 0 && read_live && !t->dead && snapprof__thread_cpu_ns(t->thread->tid, &end) != 0)
+        end = 0;
+    if (end > t->cpu_last)
+        t->cpu_last = end;
+}
+
+/* t was never armed and is gone: its CPU time joins the one remainder of
+ * such threads (deliver_unarmed()). Lock held. */
+static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    uint64_t unsampled = target_unsampled_ns(t);
+    if (unsampled > t->remainder_ns)
+        p->unarmed_ns += unsampled - t->remainder_ns;
+    t->remainder_ns = unsampled;
+}
+
 /* Stops t's trigger, keeping the CPU time it counted. Lock held. */
 static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
 {
@@ -699,9 +713,7 @@ static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
         t->cpu_last = counted;
     /* Armed at a tick after it joined, the event counted from then on only:
      * a thread that exited says its whole clock itself. */
-    uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit);
-    if (at_exit > t->cpu_last)
-        t->cpu_last = at_exit;
+    clock_at_end(t, 0);
     t->arm = NULL;
     p->armed_count--;
 }
@@ -813,6 +825,18 @@ static uint64_t sample_wall_ns(const snapprof_profiler_t *p, const snapprof__tar
     return (1 + p->wall_ticks_owed + t->wall_unplaced_ticks) * p->params.interval_ns;
 }
 
+/* Gives s to every builder; one failure among them is one BUILDER failure.
+ * Lock held. */
+static void to_builders(snapprof_profiler_t *p, const snapprof_sample_t *s)
+{
+    int failed = 0;
+    for (size_t i = 0; i < p->builder_count; i++)
+        if (p->builders[i]->ops->xOnSample(p->builders[i]->user_data, s) < 0)
+            failed = 1;
+    if (failed)
+        fail(p, SNAPPROF_FAIL_BUILDER);
+}
+
 static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snapprof_frame_t *frames,
                     size_t count, unsigned flags, uint64_t timestamp, uint64_t cpu_ns,
                     snapprof__label_capture_t *labels)
@@ -837,18 +861,11 @@ static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snappro
         .thread_name = t->thread->name,
         .flags = flags,
     };
-    int failed = 0;
     if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
         p->stats.cpu_ns_sampled += cpu_ns;
     if (s.wall_ns > 0)
         t->wall_unplaced_ticks = 0;
-    for (size_t i = 0; i < p->builder_count; i++) {
-        snapprof_builder_t *b = p->builders[i];
-        if (b->ops->xOnSample(b->user_data, &s) < 0)
-            failed = 1;
-    }
-    if (failed)
-        fail(p, SNAPPROF_FAIL_BUILDER);
+    to_builders(p, &s);
     /* A remainder is CPU time no sample placed, not a sample: counted, it
      * would add one "sample" per thread to the rate. */
     if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
@@ -894,12 +911,7 @@ static void deliver_unarmed(snapprof_profiler_t *p)
         .thread_name = "(threads that ended before their first tick)",
         .flags = SNAPPROF_SAMPLE_REMAINDER,
     };
-    int failed = 0;
-    for (size_t i = 0; i < p->builder_count; i++)
-        if (p->builders[i]->ops->xOnSample(p->builders[i]->user_data, &s) < 0)
-            failed = 1;
-    if (failed)
-        fail(p, SNAPPROF_FAIL_BUILDER);
+    to_builders(p, &s);
     p->unarmed_ns = 0;
 }
 
@@ -1494,13 +1506,10 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 if (t->dead || atomic_load(&t->thread->exited)) {
                     /* Gone before its tick, without leaving: its CPU time
                      * is what its clock said as it exited. */
-                    uint64_t at_exit = atomic_load(&t->thread->cpu_at_exit);
-                    if (at_exit > t->cpu_last)
-                        t->cpu_last = at_exit;
+                    clock_at_end(t, 0);
                     settle_pending(p, t);
                     t->dead = 1;
-                    p->unarmed_ns += target_unsampled_ns(t); /* see deliver_unarmed() */
-                    t->remainder_ns = target_unsampled_ns(t);
+                    retire_unarmed(p, t);
                     continue;
                 }
                 t->arm_pending = 0;

@@ -11,6 +11,9 @@
 
 uint64_t tu_mono_ns(void);
 uint64_t tu_thread_cpu_ns(void);
+/* Thread tid's one-letter state (R, S, D...) from /proc/self/task/tid/stat;
+ * '?' when it cannot be read. */
+char tu_thread_state(int tid);
 
 /* 1 when built with a sanitizer (SNAPPROF_SANITIZER_BUILD). */
 int tu_sanitizer_build(void);

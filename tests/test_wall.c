@@ -55,10 +55,10 @@ typedef struct sleeper {
     pthread_cond_t cv;
 } sleeper_t;
 
-static uint64_t realtime_ns(void)
+static uint64_t clock_now_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -87,12 +87,12 @@ __attribute__((noinline)) static void sleeper_cond(sleeper_t *s)
 {
     pthread_mutex_lock(&s->mu);
     while (!atomic_load(&s->stop)) {
-        uint64_t deadline = realtime_ns() + 50000000u;
+        uint64_t deadline = clock_now_ns(CLOCK_REALTIME) + 50000000u;
         struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
         int rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         /* Nobody signals the condition: a return before the deadline is a
          * wait ended early. */
-        if (rc == 0 && realtime_ns() < deadline && !atomic_load(&s->stop))
+        if (rc == 0 && clock_now_ns(CLOCK_REALTIME) < deadline && !atomic_load(&s->stop))
             atomic_fetch_add(&s->early, 1);
     }
     pthread_mutex_unlock(&s->mu);
@@ -363,24 +363,40 @@ static void test_sleepers_perf(void)
     test_sleepers();
 }
 
-/* Three busy threads on one CPU wait for it two thirds of the time: /proc
- * says R for all of them, their schedstat tells running from runnable. */
-static void test_runnable(void)
+/* Starts three threads of kind on CPU 0 and profiles them for 150 ticks
+ * of 2 ms into c; the caller checks c, then calls one_cpu_done(). */
+static snapprof_profiler_t *one_cpu_run(sleeper_t s[3], kind_t kind, tu_collector_t *c)
 {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(0, &one);
-    sleeper_t s[3];
-    memset(s, 0, sizeof s);
+    memset(s, 0, 3 * sizeof *s);
     for (int i = 0; i < 3; i++) {
-        start(&s[i], BUSY);
+        start(&s[i], kind);
         ASSERT_EQ(pthread_setaffinity_np(s[i].th, sizeof one, &one), 0);
     }
-    tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 3, 2000000u, &c);
+    snapprof_profiler_t *p = make(s, 3, 2000000u, c);
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, 150);
     ASSERT_OK(snapprof_profiler_stop(p));
+    return p;
+}
+
+static void one_cpu_done(snapprof_profiler_t *p, sleeper_t s[3], tu_collector_t *c)
+{
+    snapprof_profiler_destroy(p);
+    for (int i = 0; i < 3; i++)
+        stop(&s[i]);
+    tu_collector_free(c);
+}
+
+/* Three busy threads on one CPU wait for it two thirds of the time: /proc
+ * says R for all of them, their schedstat tells running from runnable. */
+static void test_runnable(void)
+{
+    sleeper_t s[3];
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = one_cpu_run(s, BUSY, &c);
     for (int i = 0; i < 3; i++) {
         size_t n = 0, runnable = 0;
         for (size_t k = 0; k < c.count; k++)
@@ -392,34 +408,18 @@ static void test_runnable(void)
         ASSERT_GT(n, 50);
         ASSERT_GE(runnable * 3, n);
     }
-    snapprof_profiler_destroy(p);
-    for (int i = 0; i < 3; i++)
-        stop(&s[i]);
-    tu_collector_free(&c);
+    one_cpu_done(p, s, &c);
 }
 
 /* Three threads on one CPU that spend their time in read(2) of /dev/zero
- * are mostly preempted inside that system call, so /proc/TID/syscall names
- * it for them, with sp and pc, as for a thread asleep in one. They wait for
- * a CPU, not for an event: never labelled blocked. (CI's loaded machine
- * showed such a thread's CPU work as a wait, state=blocked syscall=
- * clock_gettime.) */
+ * are often preempted inside that system call. They wait for a CPU, not
+ * for an event: never labelled blocked. (/proc/TID/syscall says "running"
+ * for any task in state R, so nothing here should take them for waiting.) */
 static void test_preempted_in_syscall(void)
 {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(0, &one);
     sleeper_t s[3];
-    memset(s, 0, sizeof s);
-    for (int i = 0; i < 3; i++) {
-        start(&s[i], SYSCALLS);
-        ASSERT_EQ(pthread_setaffinity_np(s[i].th, sizeof one, &one), 0);
-    }
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 3, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 150);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = one_cpu_run(s, SYSCALLS, &c);
     for (int i = 0; i < 3; i++) {
         size_t n = 0, blocked = 0, in_loop = 0;
         for (size_t k = 0; k < c.count; k++)
@@ -433,10 +433,7 @@ static void test_preempted_in_syscall(void)
         ASSERT_GT(n, 50);
         ASSERT_EQ(blocked, 0);
     }
-    snapprof_profiler_destroy(p);
-    for (int i = 0; i < 3; i++)
-        stop(&s[i]);
-    tu_collector_free(&c);
+    one_cpu_done(p, s, &c);
 }
 
 /* A thread that blocks every signal cannot answer the handshake; asleep,
@@ -510,28 +507,6 @@ static void test_woken_during_copy(void)
     tu_collector_free(&c);
 }
 
-/* The state letter of thread tid in /proc ('?' when unreadable). */
-static char thread_state(pid_t tid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' ? paren[2] : '?';
-}
-
-static uint64_t clock_now_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static sleeper_t *g_late;
 static _Atomic pid_t g_late_trigger_tid;
 
@@ -554,7 +529,7 @@ static void late_hook(pid_t tid, void *user_data)
         usleep(1000);
     atomic_store(&g_late->go_block, 1);
     t0 = tu_mono_ns();
-    while (thread_state(g_late->tid) != 'S' && tu_mono_ns() - t0 < 2000000000u)
+    while (tu_thread_state(g_late->tid) != 'S' && tu_mono_ns() - t0 < 2000000000u)
         usleep(100);
 }
 
