@@ -118,7 +118,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
 static void disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 static void drain(snapprof_profiler_t *p);
 static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
-static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t);
+static void settle_pending(snapprof__target_t *t);
 static void deliver_unarmed(snapprof_profiler_t *p);
 static uint64_t target_unsampled_ns(const snapprof__target_t *t);
 static void clock_at_end(snapprof__target_t *t, int read_live);
@@ -221,7 +221,6 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
              * the thread is still there. It loses no sample by waiting:
              * its first would come one period of CPU time after arming. */
             t->arm_pending = 1;
-            p->pending_count++;
             /* The first one since the last tick makes the profile due at
              * its next tick (the sampling thread may be asleep until a
              * later drain); it stays due then even if that thread has
@@ -255,7 +254,7 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
                 disarm(p, t);
                 drain(p);
             }
-            settle_pending(p, t);
+            settle_pending(t);
             clock_at_end(t, 1); /* its CPU time up to now counts */
             if (t->never_armed)
                 retire_unarmed(p, t);
@@ -533,7 +532,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
         snapprof__target_t *t = p->targets[i];
         if (t->arm_pending)
             clock_at_end(t, 1); /* never armed: no count to read */
-        settle_pending(p, t);
+        settle_pending(t);
         deliver_remainder(p, t);
     }
     deliver_unarmed(p);
@@ -666,13 +665,12 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
 
 /* t leaves (or the profile ends) before the tick that was to arm it.
  * Lock held. */
-static void settle_pending(snapprof_profiler_t *p, snapprof__target_t *t)
+static void settle_pending(snapprof__target_t *t)
 {
     if (!t->arm_pending)
         return;
     t->arm_pending = 0;
     t->never_armed = 1;
-    p->pending_count--;
 }
 
 /* Brings t's CPU clock up to where it ended: the clock the thread read
@@ -1507,13 +1505,12 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                     /* Gone before its tick, without leaving: its CPU time
                      * is what its clock said as it exited. */
                     clock_at_end(t, 0);
-                    settle_pending(p, t);
+                    settle_pending(t);
                     t->dead = 1;
                     retire_unarmed(p, t);
                     continue;
                 }
                 t->arm_pending = 0;
-                p->pending_count--;
                 arm_target(p, t);
             }
             if (t->dead)

@@ -83,7 +83,6 @@ struct snapprof_profiler {
     snapprof__capture_pool_t pool;
     int pool_ready;
     size_t armed_count, handshake_count;
-    size_t pending_count;  /* targets with arm_pending set */
     int joined_since_tick; /* a target became arm_pending since the last tick */
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */

@@ -30,7 +30,8 @@ struct snapprof_thread {
     int on_thread;        /* registered on the thread itself: its TLS names it */
     atomic_int exited;    /* set when the thread's TLS destructors ran */
     /* Its CPU clock as it exited (read by itself just before exited is
-     * set; 0 if unknown), for a thread that was never armed. */
+     * set; 0 if unknown): its whole CPU time once no one can read its clock,
+     * where no trigger counted all of it. */
     _Atomic uint64_t cpu_at_exit;
     char name[16];
 };
