@@ -431,6 +431,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         arm_target(p, t);
     }
     p->app_cursor = snapprof__app_frames_head();
+    p->pid = getpid();
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
     p->next_drain = p->next_tick;
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
@@ -1238,7 +1239,7 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
 {
     struct snapprof_thread *th = t->thread;
     uint64_t cpu1;
-    snapprof__blocked_t b, again;
+    snapprof__blocked_t b;
     int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
                                       : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
     if (rc == 0)
@@ -1260,18 +1261,19 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     /* cpu0, the caller's read of its CPU clock, came before the /proc read:
      * if the clock moved by the end of the copy, the thread ran somewhere
-     * in between and its stack may have changed under the copy. */
+     * in between and its stack may have changed under the copy. If it did
+     * not move, the thread never ran (its clock counts kernel time too), so
+     * its system call, sp and pc are still the ones read: no second look. */
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;
-    if (snapprof__proc_copy_blocked(th, &b, p->buffer, p->buffer_size, &res, &reason) != 0) {
+    if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
+        0) {
         fail(p, reason);
         if (reason == SNAPPROF_FAIL_THREAD_EXITED && snapprof__thread_cpu_ns(th->tid, &cpu1) != 0)
             t->dead = 1;
         return 1;
     }
-    if (snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0 ||
-        snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &again) != 1 || again.nr != b.nr ||
-        again.sp != b.sp || again.pc != b.pc) {
+    if (snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0) {
         /* It ran while its stack was read: the copy may be torn. */
         p->stats.wall_copy_raced++;
         return 0;

@@ -71,6 +71,7 @@ struct snapprof_profiler {
 
     int state;
     int result; /* of completion */
+    pid_t pid;  /* ours, read at start (getpid() is a system call) */
     uint64_t start_mono, start_real, end_mono;
     uint64_t next_tick, deadline, ticks_done;
     /* Wall mode: ticks the sampler missed since the last one it ran; that

@@ -90,15 +90,16 @@ typedef struct snapprof__blocked {
  * or another negative errno when the file cannot be read. Sampling side. */
 int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out);
 
-/* Copies the stack of thread th, blocked as b says, from b->sp up to its
- * base (at most size bytes: more is truncated) into buffer, with
+/* Copies the stack of thread th of process pid (ours: the caller keeps
+ * getpid(), a system call), blocked as b says, from b->sp up to its base
+ * (at most size bytes: more is truncated) into buffer, with
  * process_vm_readv: memory that went away fails the read, never faults.
  * Fills res as a handshake would, with only pc and sp among the registers
  * (the kernel tells no others). Returns 0, or -1 with *reason. The caller
  * checks afterwards that the thread did not run meanwhile. Sampling side. */
-int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof__blocked_t *b,
-                                uint8_t *buffer, size_t size, snapprof__copy_result_t *res,
-                                snapprof_fail_reason_t *reason);
+int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
+                                const snapprof__blocked_t *b, uint8_t *buffer, size_t size,
+                                snapprof__copy_result_t *res, snapprof_fail_reason_t *reason);
 
 /* Reads thread tid's /proc/self/task/TID/schedstat through *fd (opened on
  * first use as above): nanoseconds it ran on a CPU and waited on a run

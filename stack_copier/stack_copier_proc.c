@@ -114,9 +114,9 @@ int snapprof__proc_schedstat_read(pid_t tid, int *fd, uint64_t *run_ns, uint64_t
     return 0;
 }
 
-int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof__blocked_t *b,
-                                uint8_t *buffer, size_t size, snapprof__copy_result_t *res,
-                                snapprof_fail_reason_t *reason)
+int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
+                                const snapprof__blocked_t *b, uint8_t *buffer, size_t size,
+                                snapprof__copy_result_t *res, snapprof_fail_reason_t *reason)
 {
     memset(res, 0, sizeof *res);
     if (th->stack_base == 0 || b->sp < th->stack_low || b->sp >= th->stack_base) {
@@ -136,7 +136,7 @@ int snapprof__proc_copy_blocked(const struct snapprof_thread *th, const snapprof
     if (res->truncated)
         want = size & ~(size_t)15;
     struct iovec local = {buffer, want}, remote = {(void *)lo, want};
-    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)want) {
+    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)want) {
         /* The stack went away under us: the thread exited. */
         *reason = SNAPPROF_FAIL_THREAD_EXITED;
         return -1;
