@@ -369,6 +369,8 @@ static void test_same_run_agree(void)
     ASSERT_OK(snapprof_profiler_add_builder(p, b));
     ASSERT_OK(snapprof_trace_builder_create(tpath, &b));
     ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    tu_collector_t col = {0}; /* counts the remainders, which are not samples */
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&col)));
     ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_PROCESS, "run", "agree"));
     ASSERT_OK(snapprof_profiler_start(p));
     snapprof_stats_t st;
@@ -391,7 +393,11 @@ static void test_same_run_agree(void)
     pid_t tids[8];
     int n;
     pprof_counts(ppath, &total, tids, counts, &n);
-    ASSERT_EQ(total, (int64_t)st.samples);
+    /* Each sample, and with a CPU-clock trigger each thread's "[kernel and
+     * unsampled]" remainder, is one count. */
+    ASSERT_UEQ(col.offered, st.samples + col.remainders);
+    ASSERT_EQ(total, (int64_t)col.offered);
+    tu_collector_free(&col);
 
     /* Folded: every line "frames count", the counts summing to pprof's. */
     char *text = read_file(fpath);

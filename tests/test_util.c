@@ -225,6 +225,9 @@ static int collector_started(void *ud, const snapprof_profile_info_t *info)
 static int collector_sample(void *ud, const snapprof_sample_t *s)
 {
     tu_collector_t *c = ud;
+    c->offered++;
+    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
+        c->remainders++;
     if (c->fail_samples)
         return -EIO;
     if (c->count == c->cap) {
@@ -302,7 +305,7 @@ const char *tu_frame_name(const snapprof_frame_t *frame)
     return n > 0 && sym[n - 1].name ? sym[n - 1].name : "?";
 }
 
-void tu_need_perf_event(void)
+int tu_perf_event_allowed(void)
 {
     struct perf_event_attr attr;
     memset(&attr, 0, sizeof attr);
@@ -312,10 +315,17 @@ void tu_need_perf_event(void)
     attr.exclude_kernel = 1;
     attr.disabled = 1;
     int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) {
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+void tu_need_perf_event(void)
+{
+    if (!tu_perf_event_allowed()) {
         printf("skipped: perf_event_open refused (%s); see /proc/sys/kernel/perf_event_paranoid\n",
                strerror(errno));
         exit(TEST_SKIP);
     }
-    close(fd);
 }

@@ -61,8 +61,11 @@ void tu_burn_cpu_ns(uint64_t ns);
  * busy thread that this VM's host barely runs is idle for many ticks. */
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
 
-/* Skips the test (77) when this kernel refuses a per-thread perf event, as
- * stock Debian (perf_event_paranoid 3) and container seccomp profiles do. */
+/* Whether this kernel allows a per-thread perf event (stock Debian's
+ * perf_event_paranoid 3 and container seccomp profiles refuse it): what the
+ * default trigger (auto) then uses. */
+int tu_perf_event_allowed(void);
+/* Skips the test (77) when it does not. */
 void tu_need_perf_event(void);
 
 #endif
@@ -90,6 +93,7 @@ typedef struct tu_collector {
     snapprof_profile_info_t info;  /* as completed */
     snapprof_stats_t stats;        /* as completed */
     int fail_samples;              /* make xOnSample return an error */
+    size_t offered, remainders;    /* xOnSample calls; of those, REMAINDER samples */
 } tu_collector_t;
 
 /* Makes a builder feeding c (exits the test on failure). */

@@ -268,6 +268,16 @@ static size_t check_thread(const tu_collector_t *c, const sleeper_t *s, size_t *
     return n;
 }
 
+/* The ticks whose wall time tid's samples carry. */
+static uint64_t ticks_covered(const tu_collector_t *c, pid_t tid, uint64_t interval_ns)
+{
+    uint64_t wall = 0;
+    for (size_t i = 0; i < c->count; i++)
+        if (c->samples[i].tid == tid)
+            wall += c->samples[i].wall_ns;
+    return wall / interval_ns;
+}
+
 /* Three kinds of sleeper beside a busy thread, 1 kHz wall mode: every tick
  * samples every thread, none wakes early, the sleepers' stacks are whole
  * and labelled, and every sample carries cpu and wall. */
@@ -303,6 +313,12 @@ static void test_sleepers(void)
          * first sample (the wall totals below check it). */
         if (k == BUSY && g_trigger != SNAPPROF_TRIGGER_HANDSHAKE)
             ASSERT_GE(n * 2, st->ticks - st->ticks_missed);
+        else if (g_trigger != SNAPPROF_TRIGGER_HANDSHAKE)
+            /* A sleeper found between two waits before its first blocked
+             * copy has no stack either (10 such ticks of 346 seen on a
+             * loaded machine): those ticks ride on its first sample's wall
+             * time. */
+            ASSERT_GE(ticks_covered(&c, s[k].tid, 1000000u) + 2, st->ticks - st->ticks_missed);
         else
             ASSERT_GE(n + 2, st->ticks - st->ticks_missed);
         if (k != BUSY) {
@@ -691,7 +707,9 @@ static void test_moved_wait(void)
     size_t first = 0, second = 0, after = 0;
     for (size_t i = 0; i < c.count; i++) {
         const tu_sample_t *smp = &c.samples[i];
-        if (smp->tid != m.tid)
+        /* A remainder ("[kernel and unsampled]", CPU time no capture
+         * placed, delivered at the stop) has no stack to check. */
+        if (smp->tid != m.tid || (smp->flags & SNAPPROF_SAMPLE_REMAINDER))
             continue;
         if (smp->timestamp_ns < moved + 20000000u) {
             first += has_fn(smp, "mover_wait_first");

@@ -156,6 +156,7 @@ void uw_profile(uw_worker_t *w, const uw_run_t *run, uw_collector_t *out)
         params.max_frames = run->max_frames;
     if (run->stack_buffer_size)
         params.stack_buffer_size = run->stack_buffer_size;
+    params.trigger = run->trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &w->token, 1, &p));
     uw_kind_t kind = run->kind;

@@ -83,6 +83,7 @@ typedef struct uw_run {
     size_t max_frames;          /* 0: default */
     size_t stack_buffer_size;   /* 0: default */
     snapprof_unwinder_t *extra; /* appended after kind's unwinder; owned by the run */
+    snapprof_trigger_t trigger; /* 0: the default (auto) */
 } uw_run_t;
 
 void uw_profile(uw_worker_t *w, const uw_run_t *run, uw_collector_t *out);
