@@ -70,7 +70,7 @@ void snapprof_params_init(snapprof_params_t *params)
     params->max_frames = 4096;
     params->idle_threshold_ns = 100000u;
     params->hitch_threshold_ns = 50000000u;
-    params->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    params->trigger = SNAPPROF_TRIGGER_AUTO;
     params->capture_memory_max = 64u << 20;
 }
 

@@ -722,11 +722,12 @@ typedef struct snapprof_params {
                                     default 100 us */
     uint64_t hitch_threshold_ns; /* app frames longer than this are hitches;
                                     default 50 ms */
-    /* What times each thread's samples in CPU mode (wall mode uses the
-     * handshake). AUTO and a named CPU-clock trigger try that one, then
+    /* What times each thread's samples in CPU mode, and in wall mode with
+     * SNAPPROF_WALL_BLOCKED_PROC the captures of running threads (with
+     * SNAPPROF_WALL_BLOCKED_SIGNAL wall mode uses the handshake). AUTO and a named CPU-clock trigger try that one, then
      * the next one down (perf event, CPU timer, handshake), per thread; the
      * stats say which ran and why a better one did not. Default
-     * SNAPPROF_TRIGGER_HANDSHAKE. */
+     * SNAPPROF_TRIGGER_AUTO. */
     snapprof_trigger_t trigger;
     /* CPU-clock triggers: memory for stack copies, the capture slots and
      * the buffers of threads whose stacks do not fit a slot, together, for
