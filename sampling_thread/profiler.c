@@ -1299,12 +1299,12 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
 /* Wall mode with a CPU-clock trigger (wall_by_triggers): t's trigger
  * captures it while it runs; each tick gives it one wall sample without a
  * signal: from /proc if it is blocked, else its latest capture's stack.
- * Lock held, after check_armed(). */
-static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now)
+ * cpu_now is its CPU clock as check_armed() just read it (one read per
+ * tick: on these machines a thread's clock is a 1.2 us system call, most
+ * of what a reused sample costs). Lock held. */
+static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
+                            uint64_t cpu_now)
 {
-    uint64_t cpu_now;
-    if (t->dead || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0)
-        return;
     if (t->wall_state == WALL_STATE_BLOCKED && t->sampled && cpu_now == t->cpu_after) {
         /* Its clock stood still since the copy: still in the same wait.
          * Any CPU time may have taken it to another one. */
@@ -1427,16 +1427,19 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
 #define BLOCKED_PERIODS 50
 
 /* A thread with a CPU-clock trigger needs no signal from us: only notice
- * when it has gone, and keep its CPU clock for the remainder. Lock held. */
-static void check_armed(snapprof_profiler_t *p, snapprof__target_t *t)
+ * when it has gone, and keep its CPU clock for the remainder. Returns 0
+ * with the clock's reading in *cpu_now, or -1 when the thread is gone.
+ * Lock held. */
+static int check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out)
 {
     uint64_t cpu_now;
     if (atomic_load(&t->thread->exited) || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0) {
         drain(p);
         disarm(p, t);
         t->dead = 1;
-        return;
+        return -1;
     }
+    *cpu_now_out = cpu_now;
     if (cpu_now > t->cpu_last)
         t->cpu_last = cpu_now;
     if (t->periods != t->watch_periods || cpu_now < t->watch_cpu) {
@@ -1456,6 +1459,7 @@ static void check_armed(snapprof_profiler_t *p, snapprof__target_t *t)
         }
         t->watch_cpu = cpu_now;
     }
+    return 0;
 }
 
 /* How often the slots are drained when nothing fills them sooner, and the
@@ -1518,9 +1522,10 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             if (t->dead)
                 continue;
             if (t->arm) {
-                check_armed(p, t);
-                if (t->arm && p->params.mode == SNAPPROF_MODE_WALL)
-                    wall_tick_armed(p, t, now);
+                uint64_t cpu_now;
+                if (check_armed(p, t, &cpu_now) == 0 && t->arm &&
+                    p->params.mode == SNAPPROF_MODE_WALL)
+                    wall_tick_armed(p, t, now, cpu_now);
             } else {
                 sample_target(p, t, now);
             }
