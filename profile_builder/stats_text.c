@@ -406,9 +406,10 @@ void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t s
             add_part(buf, size, &len, "%s %" PRIu64, parts[i].name, parts[i].value);
 }
 
-double snapprof__stats_unplaced_share(const snapprof_stats_t *st)
+double snapprof__stats_unplaced_share(const snapprof_stats_t *st, uint64_t period_ns)
 {
-    if (st->cpu_ns_total == 0 || st->cpu_ns_sampled >= st->cpu_ns_total)
+    if (st->cpu_ns_total == 0 || st->cpu_ns_sampled >= st->cpu_ns_total ||
+        st->cpu_ns_total - st->cpu_ns_sampled < SNAPPROF__UNPLACED_PERIODS * period_ns)
         return 0;
     return (double)(st->cpu_ns_total - st->cpu_ns_sampled) / (double)st->cpu_ns_total;
 }
@@ -425,7 +426,7 @@ int snapprof__stats_comments(const snapprof_stats_t *st, uint64_t period_ns, int
     snapprof__stats_losses_text(st, losses, sizeof losses);
     if (losses[0])
         snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", losses);
-    double unplaced = snapprof__stats_unplaced_share(st);
+    double unplaced = snapprof__stats_unplaced_share(st, period_ns);
     if (unplaced > SNAPPROF__UNPLACED_NOTE)
         snprintf(lines[n++], SNAPPROF__COMMENT_MAX,
                  "snapprof: %.0f%% of the threads' CPU time is not in any sample", unplaced * 100);

@@ -135,11 +135,14 @@ void snapprof__stats_trigger_text(const snapprof_stats_t *st, char *buf, size_t 
 void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t size);
 
 /* The share of the threads' CPU time that no sample stands for, 0..1 (0
- * when none was seen). */
-double snapprof__stats_unplaced_share(const snapprof_stats_t *st);
+ * when none was seen, and when that time is under
+ * SNAPPROF__UNPLACED_PERIODS sampling periods: a program that mostly
+ * sleeps, with a few ms of CPU in all, has nothing worth a note). */
+double snapprof__stats_unplaced_share(const snapprof_stats_t *st, uint64_t period_ns);
 
 /* Above this share the comments and the record summary say it. */
 #define SNAPPROF__UNPLACED_NOTE 0.10
+#define SNAPPROF__UNPLACED_PERIODS 10
 
 /* The profile's comment lines, each starting "snapprof: ": what a reader
  * needs above every pprof report, and nothing more.

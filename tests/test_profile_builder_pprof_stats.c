@@ -145,6 +145,20 @@ static void test_comments(void)
     expect_comments(path, unplaced, 3);
     pbt_remove(path);
 
+    /* The same quarter of a program that barely ran (40 ms of CPU, 10 ms
+     * unplaced: under 10 periods of 10 ms) is not worth the line: `record
+     * --wall -- sleep 0.5` said "100% of the threads' CPU time is not in
+     * any sample" of its 1 ms. */
+    st.cpu_ns_total = 40000000;
+    st.cpu_ns_sampled = 30000000;
+    path = write_profile("barely.pb.gz", SNAPPROF_MODE_CPU, &st);
+    Perftools__Profiles__Profile *barely = pbt_load(path);
+    for (size_t i = 0; i < barely->n_comment; i++)
+        if (strstr(pbt_str(barely, barely->comment[i]), "is not in any sample"))
+            TEST_FAIL("comment: %s", pbt_str(barely, barely->comment[i]));
+    perftools__profiles__profile__free_unpacked(barely, NULL);
+    pbt_remove(path);
+
     /* Too little CPU time for a rate; one sample. */
     st = clean_stats();
     st.samples = 1;
