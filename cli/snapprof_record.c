@@ -47,8 +47,8 @@ const char snapprof__record_usage[] =
     "      --cpu            sample threads while they use CPU (default)\n"
     "      --wall           sample every thread every tick, waiting ones too\n"
     "      --wall-blocked H how --wall samples a thread blocked in a system call:\n"
-    "                       signal (the handshake; default; a signal can end its\n"
-    "                       wait early) or proc (no signal: read through /proc)\n"
+    "                       proc (no signal: read through /proc; default) or\n"
+    "                       signal (the handshake; a signal can end its wait early)\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
     "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
@@ -434,7 +434,7 @@ static void print_process(const proc_summary_t *s, int several)
             (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
             losses[0] ? losses : "nothing lost", (double)st->pause_p50_ns / 1e3,
             (double)st->pause_p99_ns / 1e3);
-    double unplaced = snapprof__stats_unplaced_share(st);
+    double unplaced = snapprof__stats_unplaced_share(st, num(s, "period_ns"));
     if (unplaced > SNAPPROF__UNPLACED_NOTE)
         fprintf(stderr, "snapprof: %s  %.0f%% of the threads' CPU time is not in any sample\n", in,
                 unplaced * 100);

@@ -78,6 +78,9 @@ int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_
 /* What CPU mode uses unless told otherwise: auto (perf event, else CPU
  * timer, else the handshake, per thread), as snapprof_params_init(). */
 #define SNAPPROF_TRIGGER_DEFAULT 0
+/* How wall mode samples blocked threads unless told otherwise: proc (read
+ * through /proc, never signalled), as snapprof_params_init(). */
+#define SNAPPROF_WALL_BLOCKED_DEFAULT 1
 /* Signal names with or without "SIG", any case; "RTMIN+n", "RTMAX-n"; or a
  * number. Refuses signals that cannot stop a thread for a sample without
  * changing what the program sees (see snapprof__signal_usable()). */

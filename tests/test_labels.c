@@ -64,19 +64,28 @@ static void stop_worker(worker_t *w)
     snapprof_thread_release(w->token);
 }
 
+/* A running profile of threads, with the default parameters but these. */
+static snapprof_profiler_t *profile_params(snapprof_params_t *params,
+                                           snapprof_thread_t *const *threads, size_t n,
+                                           uint64_t interval, snapprof_mode_t mode,
+                                           sample_log_t *log)
+{
+    params->interval_ns = interval;
+    params->mode = mode;
+    params->hitch_threshold_ns = 20000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(params, threads, n, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, sl_builder(log)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    return p;
+}
+
 static snapprof_profiler_t *profile(snapprof_thread_t *const *threads, size_t n, uint64_t interval,
                                     snapprof_mode_t mode, sample_log_t *log)
 {
     snapprof_params_t params;
     snapprof_params_init(&params);
-    params.interval_ns = interval;
-    params.mode = mode;
-    params.hitch_threshold_ns = 20000000u;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, sl_builder(log)));
-    ASSERT_OK(snapprof_profiler_start(p));
-    return p;
+    return profile_params(&params, threads, n, interval, mode, log);
 }
 
 /* Waits for samples, not for time: this VM's host stalls vCPUs. */
@@ -461,7 +470,13 @@ static void test_wall_reuse_keeps_labels(void)
     worker_t w = {0};
     start_worker(&w, sleeper_body);
     sample_log_t log = {0};
-    snapprof_profiler_t *p = profile(&w.token, 1, 5000000u, SNAPPROF_MODE_WALL, &log);
+    /* Signalled blocked threads: their samples carry the thread's labels
+     * (copies through /proc carry only the process's, see the README). */
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.wall_blocked = SNAPPROF_WALL_BLOCKED_SIGNAL;
+    snapprof_profiler_t *p =
+        profile_params(&params, &w.token, 1, 5000000u, SNAPPROF_MODE_WALL, &log);
     wait_samples(&log, w.tid, 5);
     ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_PROCESS, "epoch", "second"));
     wait_samples(&log, w.tid, 40);

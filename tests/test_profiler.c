@@ -94,7 +94,8 @@ static void stop_target(target_t *t)
 }
 
 /* A profiler of threads with the default trigger (the best this machine
- * allows, in CPU mode), or with the one given. */
+ * allows), or with the one given; with the handshake, wall mode signals
+ * blocked threads too (SNAPPROF_WALL_BLOCKED_SIGNAL). */
 static snapprof_profiler_t *make_with(snapprof_thread_t *const *threads, size_t n,
                                       uint64_t interval, snapprof_mode_t mode,
                                       snapprof_trigger_t trigger, tu_collector_t *c)
@@ -104,6 +105,8 @@ static snapprof_profiler_t *make_with(snapprof_thread_t *const *threads, size_t 
     params.interval_ns = interval;
     params.mode = mode;
     params.trigger = trigger;
+    if (trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+        params.wall_blocked = SNAPPROF_WALL_BLOCKED_SIGNAL;
     params.copy_timeout_ns = 20000000u;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
