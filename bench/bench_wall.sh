@@ -10,8 +10,9 @@
 # the machine and the command, as a section of docs/BENCHMARKS.md. It prints
 # figures and never judges them; bench/README.md says how to read them.
 #
-# usage: bench/bench_wall.sh [--quick] [--build DIR] [--no-docs]
+# usage: bench/bench_wall.sh [--quick] [--cost-only] [--build DIR] [--no-docs]
 #   --quick    about a minute instead of ten; figures not meaningful
+#   --cost-only  only part 4's cost runs (about a minute; implies --no-docs)
 #   --build    the CMake build tree (default: build)
 #   --no-docs  print the table only
 set -Eeuo pipefail
@@ -24,16 +25,18 @@ root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/docs_section.sh
 . "$here/docs_section.sh"
 quick=0
+cost_only=0
 build=$root/build
 docs=1
 command_line="bash bench/bench_wall.sh${*:+ $*}"
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
-    --build) [ $# -ge 2 ] || { echo "usage: $0 [--quick] [--build DIR] [--no-docs]" >&2; exit 2; }
+    --cost-only) cost_only=1 docs=0 ;;
+    --build) [ $# -ge 2 ] || { echo "usage: $0 [--quick] [--cost-only] [--build DIR] [--no-docs]" >&2; exit 2; }
              build=$(cd "$2" && pwd); shift ;;
     --no-docs) docs=0 ;;
-    *) echo "usage: $0 [--quick] [--build DIR] [--no-docs]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--cost-only] [--build DIR] [--no-docs]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -196,7 +199,9 @@ say "bench_wall: profilers: ${available[*]}"
 #      completeness of their stacks and their wall totals
 # ---------------------------------------------------------------------------
 
-for ((r = 1; r <= runs; r++)); do
+sleeper_runs=$runs
+[ "$cost_only" = 1 ] && sleeper_runs=0
+for ((r = 1; r <= sleeper_runs; r++)); do
   for hz in "${rates[@]}"; do
     for p in "${available[@]}"; do
       tag=sl-$hz-$p-$r
