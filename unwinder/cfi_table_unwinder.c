@@ -19,7 +19,7 @@
  * limit after its frame-pointer steps. */
 #include "unwinder/cfi_table.h"
 #include "unwinder/cfi_table_unwinder.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -270,6 +270,8 @@ int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&ct_ops, c, out);
         if (rc != 0)
             snapprof__cfi_destroy(c->engine);
+        else
+            (*out)->cfi = c->engine;
     }
     if (rc != 0)
         free(c);
@@ -279,11 +281,6 @@ int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
 int snapprof_cfi_table_unwinder_create(snapprof_unwinder_t **out)
 {
     return snapprof__cfi_table_unwinder_create(0, out);
-}
-
-snapprof__cfi_t *snapprof__cfi_table_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &ct_ops ? ((ct_t *)u->user_data)->engine : NULL;
 }
 
 size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *u,

@@ -14,7 +14,7 @@
  * tells which code its .eh_frame tables cover; that code is libunwind's,
  * and a walk that reaches it hands over. */
 #include "module_cache/symbols_dwarf.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -424,13 +424,10 @@ int snapprof_debug_frame_unwinder_create(snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&df_ops, d, out);
         if (rc != 0)
             snapprof__cfi_destroy(d->engine);
+        else
+            (*out)->cfi = d->engine;
     }
     if (rc != 0)
         free(d);
     return rc;
-}
-
-snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &df_ops ? ((df_t *)u->user_data)->engine : NULL;
 }

@@ -10,7 +10,7 @@
  * standard frame record (CFA = rbp + 16, rbp saved at CFA - 16); that
  * answer belongs to the code, not to the sample, so it is cached per pc and
  * later samples take the cheap frame-pointer step there. */
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -159,13 +159,10 @@ int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&hybrid_ops, h, out);
         if (rc != 0)
             snapprof__cfi_destroy(h->cfi);
+        else
+            (*out)->cfi = h->cfi;
     }
     if (rc != 0)
         free(h);
     return rc;
-}
-
-snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &hybrid_ops ? ((hybrid_t *)u->user_data)->cfi : NULL;
 }

@@ -36,6 +36,11 @@ void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder)
     free(unwinder);
 }
 
+snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder)
+{
+    return unwinder ? unwinder->cfi : NULL;
+}
+
 int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snapprof_frame_kind_t kind,
                                const char *name)
 {

@@ -4,10 +4,21 @@
 
 #include <snapprof/unwinder.h>
 
+typedef struct snapprof__cfi snapprof__cfi_t; /* unwinder/cfi_engine.h */
+
 struct snapprof_unwinder {
     const snapprof_unwinder_ops_t *ops;
     void *user_data;
+    /* The CFI engine the unwinder owns, set by the create function of the
+     * libunwind, hybrid, CFI table and .debug_frame unwinders (the last two
+     * use it for its object table and its reads; the CFI table unwinder
+     * also for the frames its tables cannot step); NULL for others. */
+    snapprof__cfi_t *cfi;
 };
+
+/* unwinder->cfi, or NULL when unwinder is NULL: the seam tests, the fuzzer
+ * and the benchmark use to reach an unwinder's engine. */
+snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
 
 /* snapprof_unwind_push_frame(ctx, pc, SNAPPROF_FRAME_NATIVE, NULL) for a
  * caller that is likely in module near (the callee's): when it is, the
