@@ -631,7 +631,7 @@ void snapprof__cfi_set_hooks(snapprof__cfi_t *c, const snapprof__cfi_hooks_t *ho
         memset(&c->hooks, 0, sizeof c->hooks);
 }
 
-static const char *reason_of(int rc, const cfi_walk_t *w)
+static snapprof__reason_t reason_of(int rc, const cfi_walk_t *w)
 {
     if (w->bad_read)
         return SNAPPROF__REASON_MEMORY;
@@ -680,10 +680,8 @@ snapprof_unwind_result_t snapprof__cfi_walk(snapprof__cfi_t *c, snapprof_unwind_
     init_walk(&w, c, ctx->stack, &ctx->regs, ctx->frames[ctx->frame_count - 1].pc);
     unw_cursor_t cur;
     int rc = unw_init_remote(&cur, c->as, &w);
-    if (rc < 0) {
-        ctx->abort_reason = reason_of(rc, &w);
-        return SNAPPROF_UNWIND_ABORTED;
-    }
+    if (rc < 0)
+        return snapprof__unwind_abort(ctx, reason_of(rc, &w));
     /* Frame 0 has the exact interrupted pc; callers that some unwinder
      * pushed have return address - 1. */
     int last_adjusted = ctx->frame_count > 1;
@@ -692,10 +690,8 @@ snapprof_unwind_result_t snapprof__cfi_walk(snapprof__cfi_t *c, snapprof_unwind_
         rc = unw_step(&cur);
         if (rc == 0)
             return SNAPPROF_UNWIND_COMPLETED; /* the CFI marks the outermost frame */
-        if (rc < 0) {
-            ctx->abort_reason = reason_of(rc, &w);
-            return SNAPPROF_UNWIND_ABORTED;
-        }
+        if (rc < 0)
+            return snapprof__unwind_abort(ctx, reason_of(rc, &w));
         unw_word_t ip = 0, sp = 0;
         unw_get_reg(&cur, UNW_REG_IP, &ip);
         unw_get_reg(&cur, UNW_REG_SP, &sp);
@@ -703,10 +699,8 @@ snapprof_unwind_result_t snapprof__cfi_walk(snapprof__cfi_t *c, snapprof_unwind_
             return SNAPPROF_UNWIND_COMPLETED;
         /* Every caller's frame lies above its callee's, signal frames too;
          * this also ends any cycle corrupt data could make. */
-        if (sp <= prev_sp) {
-            ctx->abort_reason = SNAPPROF__REASON_SP_ORDER;
-            return SNAPPROF_UNWIND_ABORTED;
-        }
+        if (sp <= prev_sp)
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_SP_ORDER);
         prev_sp = sp;
         /* After stepping through a signal trampoline the pc is where the
          * signal interrupted: exact, not a return address. The trampoline
@@ -733,7 +727,7 @@ snapprof_unwind_result_t snapprof__cfi_walk(snapprof__cfi_t *c, snapprof_unwind_
 
 int snapprof__cfi_step(snapprof__cfi_t *c, const snapprof_stack_copy_t *stack,
                        snapprof_regs_t *regs, uintptr_t lookup_pc, snapprof__cfi_step_t *out,
-                       const char **reason)
+                       snapprof__reason_t *reason)
 {
     if (!c->scanned)
         snapprof__cfi_update_modules(c);

@@ -70,7 +70,7 @@ typedef struct snapprof__cfi_step {
  * *reason set. */
 int snapprof__cfi_step(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
                        snapprof_regs_t *regs, uintptr_t lookup_pc, snapprof__cfi_step_t *out,
-                       const char **reason);
+                       snapprof__reason_t *reason);
 
 /* Test seam: every successful memory read the engine makes for libunwind
  * is reported here (address and size), after it was validated. */

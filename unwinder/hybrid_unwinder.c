@@ -64,15 +64,15 @@ static int fp_step(snapprof_unwind_ctx_t *ctx, uintptr_t *ret_out)
     if (fp == 0)
         return 0;
     if (fp < s->bottom || s->top - s->bottom < 16 || fp > s->top - 16) {
-        ctx->abort_reason = "frame pointer outside the stack";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_OUTSIDE);
         return -1;
     }
     if (fp % 16 != 0) {
-        ctx->abort_reason = "misaligned frame pointer";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_MISALIGNED);
         return -1;
     }
     if (fp < sp) {
-        ctx->abort_reason = "frame pointer below the stack pointer";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_BELOW_SP);
         return -1;
     }
     const uintptr_t *record = (const uintptr_t *)fp;
@@ -100,7 +100,10 @@ static snapprof_unwind_result_t hy_try_unwind(void *user_data, snapprof_unwind_c
             rc = fp_step(ctx, &next);
         } else {
             snapprof__cfi_step_t step;
-            rc = snapprof__cfi_step(h->cfi, ctx->stack, &ctx->regs, pc, &step, &ctx->abort_reason);
+            snapprof__reason_t why = SNAPPROF__REASON_NONE;
+            rc = snapprof__cfi_step(h->cfi, ctx->stack, &ctx->regs, pc, &step, &why);
+            if (rc < 0)
+                snapprof__unwind_abort(ctx, why);
             if (rc == 1) {
                 class_put(h, pc, step.frame_record ? CLASS_RECORD : CLASS_OTHER);
                 next = step.ip;
