@@ -22,7 +22,7 @@
  * the CFI engine reads from the copy and from modules per sample. */
 #include "stack_copier/stack_copier.h"
 #include "unwinder/cfi_table_unwinder.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <snapprof/jit.h>
 #include <snapprof/profile_builder.h>

@@ -18,7 +18,7 @@
  * how fuzz/corpus/unwind/ was made. */
 #include "fuzz_util.h"
 
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 #include "unwinder/unwinder_internal.h"
 
 #include <snapprof/jit.h>
@@ -182,8 +182,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(snapprof_frame_pointer_unwinder_create(&g_unwinders[4]) == 0);
     static const snapprof__cfi_hooks_t hooks = {.xOnRead = on_read};
     snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[1]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__debug_frame_cfi(g_unwinders[2]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__hybrid_cfi(g_unwinders[3]), &hooks);
+    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[2]), &hooks);
+    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[3]), &hooks);
     dl_iterate_phdr(note_segments, NULL);
     merge_segments();
     g_verbose = getenv("SNAPPROF_FUZZ_VERBOSE") != NULL;

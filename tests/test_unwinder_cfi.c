@@ -8,7 +8,7 @@
 #include "unwind_fuzz.h"
 #include "unwind_test_util.h"
 #include "module_cache/module_cache.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -12,7 +12,7 @@
 #include "module_cache/module_cache.h"
 #include "stack_copier/stack_copier.h"
 #include "unwinder/cfi_table_unwinder.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <dlfcn.h>
 #include <signal.h>

@@ -9,7 +9,7 @@
 #include "test_util.h"
 #include "unwind_fuzz.h"
 #include "unwind_test_util.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -1,5 +1,6 @@
 /* Tests of the frame-pointer unwinder on stack copies built by hand: a good
- * chain, and every kind of bad frame pointer it must refuse to follow. */
+ * chain, and every kind of bad frame pointer it must refuse to follow; and
+ * of the generic wrapper a third-party unwinder goes through. */
 #include "test.h"
 #include "test_util.h"
 #include "unwinder/unwinder_internal.h"
@@ -223,6 +224,94 @@ static void test_create_checks_ops(void)
     ASSERT_CONTAINS(snapprof_strerror(SNAPPROF_EVERSION), "version");
 }
 
+/* A third-party unwinder that claims every frame and aborts with the code
+ * user_data points at, and a text of its own. */
+static int claims_all(void *user_data, const snapprof_frame_t *frame)
+{
+    (void)user_data;
+    return frame->kind != SNAPPROF_FRAME_MARKER;
+}
+
+static snapprof_unwind_result_t aborts_with_code(void *user_data, snapprof_unwind_ctx_t *ctx)
+{
+    ctx->abort_error = *(const snapprof_unwind_error_t *)user_data;
+    ctx->abort_reason = "custom: gave up";
+    return SNAPPROF_UNWIND_ABORTED;
+}
+
+static const snapprof_unwinder_ops_t aborting_ops = {
+    .version = SNAPPROF_UNWINDER_OPS_VERSION,
+    .name = "aborting",
+    .xCanUnwindFrom = claims_all,
+    .xTryUnwind = aborts_with_code,
+};
+
+/* A custom unwinder's abort code decides the stats counter its samples
+ * land in (its text goes along for logs): each code in the chain's
+ * outcome, then through a profiler into snapprof_stats_t. An unknown code
+ * counts as other. */
+static void test_custom_abort_counted(void)
+{
+    static const struct {
+        snapprof_unwind_error_t code;
+        snapprof__abort_kind_t kind;
+    } cases[] = {
+        {SNAPPROF_UNWIND_EBADFRAME, SNAPPROF__ABORT_BAD_FRAME},
+        {SNAPPROF_UNWIND_ENOINFO, SNAPPROF__ABORT_NO_INFO},
+        {SNAPPROF_UNWIND_EMEMORY, SNAPPROF__ABORT_MEMORY},
+        {SNAPPROF_UNWIND_EUNSPEC, SNAPPROF__ABORT_OTHER},
+        {(snapprof_unwind_error_t)99, SNAPPROF__ABORT_OTHER},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snapprof_unwinder_t *u;
+        ASSERT_OK(snapprof_unwinder_create(&aborting_ops, (void *)&cases[i].code, &u));
+        snapprof_stack_copy_t stack = whole_stack();
+        snapprof_regs_t regs = {{0}};
+        regs.r[SNAPPROF_REG_PC] = CODE(0);
+        regs.r[SNAPPROF_REG_SP] = (uintptr_t)g_stack;
+        snapprof_frame_t frames[4];
+        snapprof__unwind_outcome_t out;
+        snapprof__unwind_chain(&u, 1, &regs, &stack, frames, 4, &out);
+        ASSERT_EQ(out.aborted, 1);
+        ASSERT_EQ(out.abort_kind, cases[i].kind);
+        ASSERT_STR_EQ(out.abort_reason, "custom: gave up");
+        snapprof_unwinder_destroy(u);
+    }
+
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    for (size_t i = 0; i < 4; i++) {
+        snapprof_params_t params;
+        snapprof_params_init(&params);
+        params.interval_ns = 1000000; /* 1 ms */
+        snapprof_profiler_t *p;
+        ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
+        snapprof_unwinder_t *u;
+        ASSERT_OK(snapprof_unwinder_create(&aborting_ops, (void *)&cases[i].code, &u));
+        ASSERT_OK(snapprof_profiler_add_unwinder(p, u));
+        ASSERT_OK(snapprof_profiler_start(p));
+        snapprof_stats_t st;
+        uint64_t deadline = tu_mono_ns() + 120ull * 1000000000u; /* only against hangs */
+        do {
+            tu_burn_cpu_ns(10000000);
+            ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        } while (st.unwind_aborted < 5 && tu_mono_ns() < deadline);
+        ASSERT_OK(snapprof_profiler_stop(p));
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        snapprof_profiler_destroy(p);
+        ASSERT_GE(st.unwind_aborted, 5);
+        /* Every aborted sample in the code's counter, save any whose copy
+         * was truncated (counted as such whatever the code). */
+        uint64_t want = st.unwind_aborted - st.unwind_aborted_truncated_copy;
+        const uint64_t got[] = {st.unwind_aborted_bad_frame, st.unwind_aborted_no_info,
+                                st.unwind_aborted_memory, st.unwind_aborted_other};
+        for (size_t k = 0; k < 4; k++)
+            ASSERT_EQ(got[k], k == i ? want : 0);
+        ASSERT_GE(want, 1);
+    }
+    snapprof_thread_release(me);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -246,6 +335,8 @@ int main(int argc, char **argv)
         test_unknown_pc();
     else if (!strcmp(c, "create_checks_ops"))
         test_create_checks_ops();
+    else if (!strcmp(c, "custom_abort_counted"))
+        test_custom_abort_counted();
     else
         TEST_FAIL("unknown case '%s'", c);
     return 0;

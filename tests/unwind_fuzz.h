@@ -5,7 +5,7 @@
 #ifndef SNAPPROF_TESTS_UNWIND_FUZZ_H
 #define SNAPPROF_TESTS_UNWIND_FUZZ_H
 
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <snapprof/unwinder.h>
 

@@ -1,7 +1,7 @@
 # Tests of the unwinder component.
 snapprof_add_test_cases(EXE unwinder_fp SOURCES test_unwinder_fp.c
   CASES good_chain outside_stack points_to_itself cycle overflow misaligned below_sp depth_cap
-        unknown_pc create_checks_ops)
+        unknown_pc create_checks_ops custom_abort_counted)
 
 # Workloads for the CFI tests are built like most code on a distribution:
 # -O2 without frame pointers (the later flags win over the project's

@@ -19,7 +19,7 @@
  * limit after its frame-pointer steps. */
 #include "unwinder/cfi_table.h"
 #include "unwinder/cfi_table_unwinder.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -138,7 +138,7 @@ static int ct_can_unwind_from(void *user_data, const snapprof_frame_t *frame)
 /* One step by a row: regs describes the callee; on success the caller.
  * Returns 1, 0 at the outermost frame, -1 with *reason. */
 static int table_step(ct_t *c, const snapprof_stack_copy_t *s, snapprof_regs_t *regs,
-                      const snapprof__cfi_row_t *row, uintptr_t *ip, const char **reason)
+                      const snapprof__cfi_row_t *row, uintptr_t *ip, snapprof__reason_t *reason)
 {
     if ((row->kind & SNAPPROF__CFI_ROW_KIND_MASK) == SNAPPROF__CFI_ROW_OUTERMOST)
         return 0;
@@ -181,23 +181,22 @@ static snapprof_unwind_result_t ct_try_unwind(void *user_data, snapprof_unwind_c
         snapprof_frame_t *f = &ctx->frames[ctx->frame_count - 1];
         uintptr_t next = 0;
         int sig = 0, rc;
+        snapprof__reason_t why = SNAPPROF__REASON_NONE;
         if (how == STEP_TABLE) {
-            rc = table_step(c, ctx->stack, &ctx->regs, row, &next, &ctx->abort_reason);
+            rc = table_step(c, ctx->stack, &ctx->regs, row, &next, &why);
         } else if (how == STEP_ENGINE) {
             snapprof__cfi_step_t step = {0};
-            rc = snapprof__cfi_step(c->engine, ctx->stack, &ctx->regs, f->pc, &step,
-                                    &ctx->abort_reason);
+            rc = snapprof__cfi_step(c->engine, ctx->stack, &ctx->regs, f->pc, &step, &why);
             next = step.ip;
             sig = rc == 1 && step.signal;
         } else {
             /* Only when the objects changed since xCanUnwindFrom. */
-            ctx->abort_reason = SNAPPROF__REASON_NO_INFO;
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_NO_INFO);
         }
         if (rc == 0)
             return SNAPPROF_UNWIND_COMPLETED;
         if (rc < 0)
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, why);
         /* After a signal frame the pc is where the signal interrupted, and
          * the trampoline keeps its own exact address, as in the CFI walk. */
         if (sig && last_adjusted)
@@ -270,6 +269,8 @@ int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&ct_ops, c, out);
         if (rc != 0)
             snapprof__cfi_destroy(c->engine);
+        else
+            (*out)->cfi = c->engine;
     }
     if (rc != 0)
         free(c);
@@ -279,11 +280,6 @@ int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
 int snapprof_cfi_table_unwinder_create(snapprof_unwinder_t **out)
 {
     return snapprof__cfi_table_unwinder_create(0, out);
-}
-
-snapprof__cfi_t *snapprof__cfi_table_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &ct_ops ? ((ct_t *)u->user_data)->engine : NULL;
 }
 
 size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *u,

@@ -14,7 +14,7 @@
  * tells which code its .eh_frame tables cover; that code is libunwind's,
  * and a walk that reaches it hands over. */
 #include "module_cache/symbols_dwarf.h"
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -148,7 +148,7 @@ typedef struct df_eval {
     const uintptr_t *regs; /* the callee's registers */
     uintptr_t cfa;
     int have_cfa;
-    const char *reason; /* why the last evaluation failed */
+    snapprof__reason_t reason; /* why the last evaluation failed */
 } df_eval_t;
 
 #define EVAL_STACK 8
@@ -279,7 +279,7 @@ static int register_rule(df_eval_t *ev, Dwarf_Frame *row, int reg, uintptr_t *ou
  * a signal frame's. Returns 1 after a step, 0 at the outermost frame, -1
  * on error with *reason set. */
 static int step(df_t *d, const snapprof_stack_copy_t *stack, snapprof_regs_t *regs,
-                Dwarf_Frame *row, int *signal, const char **reason)
+                Dwarf_Frame *row, int *signal, snapprof__reason_t *reason)
 {
     bool sig = false;
     int ra = dwarf_frame_info(row, NULL, NULL, &sig);
@@ -358,18 +358,18 @@ static snapprof_unwind_result_t df_try_unwind(void *user_data, snapprof_unwind_c
         snapprof_frame_t *f = &ctx->frames[ctx->frame_count - 1];
         if (!owns(d, f)) {
             /* Only when the objects changed since xCanUnwindFrom. */
-            ctx->abort_reason = SNAPPROF__REASON_NO_INFO;
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_NO_INFO);
         }
         Dwarf_Frame *row = d->row;
         d->row = NULL;
         int sig = 0;
-        int rc = step(d, ctx->stack, &ctx->regs, row, &sig, &ctx->abort_reason);
+        snapprof__reason_t why = SNAPPROF__REASON_NONE;
+        int rc = step(d, ctx->stack, &ctx->regs, row, &sig, &why);
         free(row);
         if (rc == 0)
             return SNAPPROF_UNWIND_COMPLETED;
         if (rc < 0)
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, why);
         uintptr_t ip = ctx->regs.r[SNAPPROF_REG_PC];
         /* After a signal frame the pc is where the signal interrupted, and
          * the trampoline keeps its own exact address, as in the CFI walk. */
@@ -424,13 +424,10 @@ int snapprof_debug_frame_unwinder_create(snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&df_ops, d, out);
         if (rc != 0)
             snapprof__cfi_destroy(d->engine);
+        else
+            (*out)->cfi = d->engine;
     }
     if (rc != 0)
         free(d);
     return rc;
-}
-
-snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &df_ops ? ((df_t *)u->user_data)->engine : NULL;
 }

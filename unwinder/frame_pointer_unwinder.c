@@ -26,16 +26,13 @@ static snapprof_unwind_result_t fp_try_unwind(void *user_data, snapprof_unwind_c
             return SNAPPROF_UNWIND_COMPLETED; /* the outermost frame */
         if (fp < stack->bottom || stack->top - stack->bottom < 2 * sizeof(uintptr_t) ||
             fp > stack->top - 2 * sizeof(uintptr_t)) {
-            ctx->abort_reason = "frame pointer outside the stack";
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_OUTSIDE);
         }
         if (fp % 16 != 0) {
-            ctx->abort_reason = "misaligned frame pointer";
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_MISALIGNED);
         }
         if (fp < sp) {
-            ctx->abort_reason = "frame pointer below the stack pointer";
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_BELOW_SP);
         }
         const uintptr_t *record = (const uintptr_t *)fp;
         uintptr_t next_fp = record[0], ret = record[1];
@@ -53,8 +50,7 @@ static snapprof_unwind_result_t fp_try_unwind(void *user_data, snapprof_unwind_c
         }
         if (next_fp != 0 && next_fp <= fp) {
             ctx->frame_count--; /* the walk ends where the chain goes wrong */
-            ctx->abort_reason = "frame pointers do not increase";
-            return SNAPPROF_UNWIND_ABORTED;
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_ORDER);
         }
     }
 }

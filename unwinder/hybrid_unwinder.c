@@ -10,7 +10,7 @@
  * standard frame record (CFA = rbp + 16, rbp saved at CFA - 16); that
  * answer belongs to the code, not to the sample, so it is cached per pc and
  * later samples take the cheap frame-pointer step there. */
-#include "unwinder/libunwind_internal.h"
+#include "unwinder/cfi_engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -64,15 +64,15 @@ static int fp_step(snapprof_unwind_ctx_t *ctx, uintptr_t *ret_out)
     if (fp == 0)
         return 0;
     if (fp < s->bottom || s->top - s->bottom < 16 || fp > s->top - 16) {
-        ctx->abort_reason = "frame pointer outside the stack";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_OUTSIDE);
         return -1;
     }
     if (fp % 16 != 0) {
-        ctx->abort_reason = "misaligned frame pointer";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_MISALIGNED);
         return -1;
     }
     if (fp < sp) {
-        ctx->abort_reason = "frame pointer below the stack pointer";
+        snapprof__unwind_abort(ctx, SNAPPROF__REASON_FP_BELOW_SP);
         return -1;
     }
     const uintptr_t *record = (const uintptr_t *)fp;
@@ -100,7 +100,10 @@ static snapprof_unwind_result_t hy_try_unwind(void *user_data, snapprof_unwind_c
             rc = fp_step(ctx, &next);
         } else {
             snapprof__cfi_step_t step;
-            rc = snapprof__cfi_step(h->cfi, ctx->stack, &ctx->regs, pc, &step, &ctx->abort_reason);
+            snapprof__reason_t why = SNAPPROF__REASON_NONE;
+            rc = snapprof__cfi_step(h->cfi, ctx->stack, &ctx->regs, pc, &step, &why);
+            if (rc < 0)
+                snapprof__unwind_abort(ctx, why);
             if (rc == 1) {
                 class_put(h, pc, step.frame_record ? CLASS_RECORD : CLASS_OTHER);
                 next = step.ip;
@@ -159,13 +162,10 @@ int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out)
         rc = snapprof_unwinder_create(&hybrid_ops, h, out);
         if (rc != 0)
             snapprof__cfi_destroy(h->cfi);
+        else
+            (*out)->cfi = h->cfi;
     }
     if (rc != 0)
         free(h);
     return rc;
-}
-
-snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *u)
-{
-    return u && u->ops == &hybrid_ops ? ((hybrid_t *)u->user_data)->cfi : NULL;
 }

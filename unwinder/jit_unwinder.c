@@ -28,42 +28,43 @@ static uintptr_t word_at(uintptr_t addr)
 }
 
 /* Computes the caller of the JIT frame described by ctx->regs: its return
- * address and the stack pointer and rbp it had. NULL on success, else why
- * not. The reasons match the frame-pointer unwinder's where they mean the
- * same, so statistics file them alike. */
-static const char *caller_of(const snapprof_unwind_ctx_t *ctx, const snapprof_jit_layout_t *lay,
-                             uintptr_t *ret, uintptr_t *sp_out, uintptr_t *fp_out)
+ * address and the stack pointer and rbp it had. SNAPPROF__REASON_NONE on
+ * success, else why not. The reasons are the frame-pointer unwinder's
+ * where they mean the same. */
+static snapprof__reason_t caller_of(const snapprof_unwind_ctx_t *ctx,
+                                    const snapprof_jit_layout_t *lay, uintptr_t *ret,
+                                    uintptr_t *sp_out, uintptr_t *fp_out)
 {
     const snapprof_stack_copy_t *stack = ctx->stack;
     uintptr_t sp = ctx->regs.r[SNAPPROF_REG_SP], fp = ctx->regs.r[SNAPPROF_REG_FP];
     if (lay->kind == SNAPPROF_JIT_LAYOUT_FIXED_FRAME) {
         /* The frame is [sp, sp + frame_size): it must lie in the copy. */
         if (!in_copy(stack, sp, lay->frame_size))
-            return "stack pointer outside the stack";
+            return SNAPPROF__REASON_SP_OUTSIDE;
         if (sp % 8 != 0)
-            return "misaligned stack pointer";
+            return SNAPPROF__REASON_SP_MISALIGNED;
         *ret = word_at(sp + lay->return_address_offset);
         *sp_out = sp + lay->frame_size;
         *fp_out = lay->saved_fp_offset == SNAPPROF_JIT_FP_UNCHANGED
                       ? fp
                       : word_at(sp + (uintptr_t)lay->saved_fp_offset);
-        return NULL;
+        return SNAPPROF__REASON_NONE;
     }
     /* Frame pointer: the record [saved rbp][return address] at rbp. JIT
      * frames need only be word-aligned (V8's are not 16-byte aligned). */
     if (fp == 0 || !in_copy(stack, fp, 2 * sizeof(uintptr_t)))
-        return "frame pointer outside the stack";
+        return SNAPPROF__REASON_FP_OUTSIDE;
     if (fp % 8 != 0)
-        return "misaligned frame pointer";
+        return SNAPPROF__REASON_FP_MISALIGNED;
     if (fp < sp)
-        return "frame pointer below the stack pointer";
+        return SNAPPROF__REASON_FP_BELOW_SP;
     uintptr_t next_fp = word_at(fp);
     if (next_fp != 0 && next_fp <= fp)
-        return "frame pointers do not increase";
+        return SNAPPROF__REASON_FP_ORDER;
     *ret = word_at(fp + sizeof(uintptr_t));
     *sp_out = fp + 2 * sizeof(uintptr_t);
     *fp_out = next_fp;
-    return NULL;
+    return SNAPPROF__REASON_NONE;
 }
 
 static snapprof_unwind_result_t jit_try_unwind(void *user_data, snapprof_unwind_ctx_t *ctx)
@@ -75,17 +76,13 @@ static snapprof_unwind_result_t jit_try_unwind(void *user_data, snapprof_unwind_
         if (region == NULL)
             return SNAPPROF_UNWIND_UNRECOGNIZED_FRAME; /* not ours after all */
         uintptr_t ret, sp, fp;
-        const char *why = caller_of(ctx, &region->layout, &ret, &sp, &fp);
-        if (why != NULL) {
-            ctx->abort_reason = why;
-            return SNAPPROF_UNWIND_ABORTED;
-        }
+        snapprof__reason_t why = caller_of(ctx, &region->layout, &ret, &sp, &fp);
+        if (why != SNAPPROF__REASON_NONE)
+            return snapprof__unwind_abort(ctx, why);
         /* The caller's stack pointer lies above this frame's, or the walk
          * could go round in circles. */
-        if (sp <= ctx->regs.r[SNAPPROF_REG_SP] || sp > ctx->stack->top) {
-            ctx->abort_reason = SNAPPROF__REASON_SP_ORDER;
-            return SNAPPROF_UNWIND_ABORTED;
-        }
+        if (sp <= ctx->regs.r[SNAPPROF_REG_SP] || sp > ctx->stack->top)
+            return snapprof__unwind_abort(ctx, SNAPPROF__REASON_SP_ORDER);
         if (ret == 0)
             return SNAPPROF_UNWIND_COMPLETED;
         if (snapprof_unwind_push_frame(ctx, ret - 1, SNAPPROF_FRAME_NATIVE, NULL) != 0)

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 int snapprof_unwinder_create(const snapprof_unwinder_ops_t *ops, void *user_data,
                              snapprof_unwinder_t **out)
@@ -34,6 +33,11 @@ void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder)
     if (unwinder->ops->xDestroy)
         unwinder->ops->xDestroy(unwinder->user_data);
     free(unwinder);
+}
+
+snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder)
+{
+    return unwinder ? unwinder->cfi : NULL;
 }
 
 int snapprof_unwind_push_frame(snapprof_unwind_ctx_t *ctx, uintptr_t pc, snapprof_frame_kind_t kind,
@@ -80,33 +84,37 @@ int snapprof__unwind_push_frame_near(snapprof_unwind_ctx_t *ctx, uintptr_t pc,
     return 0;
 }
 
-snapprof__abort_kind_t snapprof__abort_kind(const char *reason)
+snapprof_unwind_result_t snapprof__unwind_abort(snapprof_unwind_ctx_t *ctx,
+                                                snapprof__reason_t reason)
 {
+    /* A row per reason; SNAPPROF__REASON_NONE's is all zero: EUNSPEC, no text. */
     static const struct {
-        const char *reason;
-        snapprof__abort_kind_t kind;
-    } known[] = {
-        /* The frame-pointer unwinder's. */
-        {"frame pointer outside the stack", SNAPPROF__ABORT_BAD_FRAME},
-        {"misaligned frame pointer", SNAPPROF__ABORT_BAD_FRAME},
-        {"frame pointer below the stack pointer", SNAPPROF__ABORT_BAD_FRAME},
-        {"frame pointers do not increase", SNAPPROF__ABORT_BAD_FRAME},
-        /* The JIT unwinder's fixed frames (it shares the ones above). */
-        {"stack pointer outside the stack", SNAPPROF__ABORT_BAD_FRAME},
-        {"misaligned stack pointer", SNAPPROF__ABORT_BAD_FRAME},
-        /* The CFI unwinders' (and the JIT unwinder's SP_ORDER). */
-        {SNAPPROF__REASON_SP_ORDER, SNAPPROF__ABORT_BAD_FRAME},
-        {SNAPPROF__REASON_CFI_BAD_FRAME, SNAPPROF__ABORT_BAD_FRAME},
-        {SNAPPROF__REASON_NO_INFO, SNAPPROF__ABORT_NO_INFO},
-        {SNAPPROF__REASON_CFI_UNSUPPORTED, SNAPPROF__ABORT_NO_INFO},
-        {SNAPPROF__REASON_MEMORY, SNAPPROF__ABORT_MEMORY},
+        snapprof_unwind_error_t error;
+        const char *text;
+    } reasons[] = {
+#define SNAPPROF__REASON_ROW_(name, code, text) [SNAPPROF__REASON_##name] = {code, text},
+        SNAPPROF__REASON_MAP(SNAPPROF__REASON_ROW_)
+#undef SNAPPROF__REASON_ROW_
     };
-    if (!reason)
+    ctx->abort_error = reasons[reason].error;
+    ctx->abort_reason = reasons[reason].text;
+    return SNAPPROF_UNWIND_ABORTED;
+}
+
+/* How the profiler counts an unwinder's abort code; an unknown code (from
+ * an unwinder built against a newer header) counts as other. */
+static snapprof__abort_kind_t abort_kind(snapprof_unwind_error_t error)
+{
+    switch (error) {
+    case SNAPPROF_UNWIND_EBADFRAME:
+        return SNAPPROF__ABORT_BAD_FRAME;
+    case SNAPPROF_UNWIND_ENOINFO:
+        return SNAPPROF__ABORT_NO_INFO;
+    case SNAPPROF_UNWIND_EMEMORY:
+        return SNAPPROF__ABORT_MEMORY;
+    default:
         return SNAPPROF__ABORT_OTHER;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strcmp(reason, known[i].reason) == 0)
-            return known[i].kind;
-    return SNAPPROF__ABORT_OTHER;
+    }
 }
 
 static snapprof_unwinder_t *pick(snapprof_unwinder_t *const *unwinders, size_t n,
@@ -158,8 +166,8 @@ size_t snapprof__unwind_chain(snapprof_unwinder_t *const *unwinders, size_t unwi
             outcome->abort_reason = ctx.abort_reason;
             /* On a truncated copy the walk most likely failed because the
              * stack goes on beyond what was copied. */
-            outcome->abort_kind = stack->truncated ? SNAPPROF__ABORT_TRUNCATED_COPY
-                                                   : snapprof__abort_kind(ctx.abort_reason);
+            outcome->abort_kind =
+                stack->truncated ? SNAPPROF__ABORT_TRUNCATED_COPY : abort_kind(ctx.abort_error);
             marker = stack->truncated ? "[truncated]" : "[unwind error]";
             break;
         }

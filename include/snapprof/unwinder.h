@@ -7,8 +7,10 @@
  * reaches the end of the stack (COMPLETED), a frame it does not handle
  * (it appends that frame, leaves ctx->regs describing it, and returns
  * UNRECOGNIZED_FRAME so that another unwinder can take over), or something
- * it cannot trust (ABORTED). The loop also ends when a step adds no frame
- * or the depth cap is reached. Modelled on Chromium's base/profiler Unwinder.
+ * it cannot trust (ABORTED, with a snapprof_unwind_error_t code in
+ * ctx->abort_error and optionally a text in ctx->abort_reason). The loop
+ * also ends when a step adds no frame or the depth cap is reached.
+ * Modelled on Chromium's base/profiler Unwinder.
  *
  * The ops struct is versioned like SQLite's sqlite3_io_methods: version
  * first, members grouped by the version that added them, append-only.
@@ -59,6 +61,18 @@ typedef enum {
     SNAPPROF_UNWIND_ABORTED = 2             /* cannot go on: bad data */
 } snapprof_unwind_result_t;
 
+/* Why an unwinder aborted, in the manner of libunwind's UNW_E* codes. The
+ * profiler counts every aborted sample under the code its unwinder left in
+ * ctx->abort_error (snapprof_stats_t's unwind_aborted_* counters; a walk
+ * over a truncated copy counts as unwind_aborted_truncated_copy whatever
+ * the code). Added in 0.3.0. */
+typedef enum {
+    SNAPPROF_UNWIND_EUNSPEC = 0,   /* none given: counted as unwind_aborted_other */
+    SNAPPROF_UNWIND_EBADFRAME = 1, /* a frame failed the unwinder's checks */
+    SNAPPROF_UNWIND_ENOINFO = 2,   /* no unwind information for a pc */
+    SNAPPROF_UNWIND_EMEMORY = 3    /* it needed memory outside the copy and the modules */
+} snapprof_unwind_error_t;
+
 typedef struct snapprof_unwind_ctx {
     /* Registers of the last frame in frames[] (rebased into the copy).
      * Unwinders keep them current as they append frames; only the
@@ -68,7 +82,10 @@ typedef struct snapprof_unwind_ctx {
     snapprof_frame_t *frames; /* innermost first; never empty on entry */
     size_t frame_count;
     size_t max_frames;        /* capacity of frames */
-    const char *abort_reason; /* an unwinder that aborts may say why */
+    const char *abort_reason; /* an unwinder that aborts may say why, in free text */
+    /* -- added in 0.3.0 (the library allocates the ctx; an unwinder built
+     * against 0.2 leaves it EUNSPEC) -- */
+    snapprof_unwind_error_t abort_error; /* an unwinder that aborts says why, as a code */
 } snapprof_unwind_ctx_t;
 
 /* Appends a frame for pc (already adjusted: return address - 1 for callers)

@@ -1,17 +1,17 @@
-/* The CFI engine behind the libunwind and hybrid unwinders (whose object
- * table and checked reads the .debug_frame unwinder borrows): libunwind's
- * remote API over a stack copy, with accessors that read only the copy and
- * the loaded ELF objects. Internal.
+/* The CFI engine behind the libunwind, hybrid and CFI table unwinders
+ * (whose object table and checked reads the .debug_frame unwinder borrows):
+ * libunwind's remote API over a stack copy, with accessors that read only
+ * the copy and the loaded ELF objects. It knows nothing of the unwinders
+ * that embed it; snapprof__cfi_of() (unwinder_internal.h) finds an
+ * unwinder's engine. Internal.
  *
  * Everything here runs on the sampler thread (or a test or bench thread
  * that owns the engine), never in the signal handler: libunwind allocates
  * and takes locks. One engine is used by one thread at a time. */
-#ifndef SNAPPROF_LIBUNWIND_INTERNAL_H
-#define SNAPPROF_LIBUNWIND_INTERNAL_H
+#ifndef SNAPPROF_CFI_ENGINE_H
+#define SNAPPROF_CFI_ENGINE_H
 
 #include "unwinder/unwinder_internal.h"
-
-typedef struct snapprof__cfi snapprof__cfi_t;
 
 /* Creates an engine with its own libunwind address space and caches.
  * Returns 0 or -ENOMEM (libunwind's unw_create_addr_space fails only when
@@ -70,7 +70,7 @@ typedef struct snapprof__cfi_step {
  * *reason set. */
 int snapprof__cfi_step(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
                        snapprof_regs_t *regs, uintptr_t lookup_pc, snapprof__cfi_step_t *out,
-                       const char **reason);
+                       snapprof__reason_t *reason);
 
 /* Test seam: every successful memory read the engine makes for libunwind
  * is reported here (address and size), after it was validated. */
@@ -79,14 +79,5 @@ typedef struct snapprof__cfi_hooks {
     void *user_data;
 } snapprof__cfi_hooks_t;
 void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
-
-/* The engine of a libunwind, hybrid, CFI table or .debug_frame unwinder
- * (the last two use it for its object table and its reads; the CFI table
- * unwinder also for the frames its tables cannot step), or NULL for any
- * other. */
-snapprof__cfi_t *snapprof__cfi_of(snapprof_unwinder_t *unwinder);
-snapprof__cfi_t *snapprof__hybrid_cfi(snapprof_unwinder_t *unwinder);
-snapprof__cfi_t *snapprof__debug_frame_cfi(snapprof_unwinder_t *unwinder);
-snapprof__cfi_t *snapprof__cfi_table_cfi(snapprof_unwinder_t *unwinder);
 
 #endif
