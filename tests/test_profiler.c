@@ -186,6 +186,22 @@ static void test_bad_params(void)
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
 }
 
+/* The documented defaults (README, snapprof.h): the best trigger per
+ * thread, and wall mode that reads blocked threads through /proc instead
+ * of signalling them. */
+static void test_defaults(void)
+{
+    snapprof_params_t params;
+    memset(&params, 0xff, sizeof params);
+    snapprof_params_init(&params);
+    ASSERT_EQ(params.trigger, SNAPPROF_TRIGGER_AUTO);
+    ASSERT_EQ(params.wall_blocked, SNAPPROF_WALL_BLOCKED_PROC);
+    ASSERT_EQ(params.mode, SNAPPROF_MODE_CPU);
+    ASSERT_EQ(params.signal, SIGURG);
+    ASSERT_UEQ(params.capture_memory_max, 64u << 20);
+    ASSERT_UEQ(params.max_frames, 4096);
+}
+
 /* Every code in the error table has a name of its own and a description;
  * errno values get their errno names, anything else a clear "UNKNOWN". */
 static void test_error_names(void)
@@ -799,6 +815,7 @@ int main(int argc, char **argv)
         {"start_twice", test_start_twice},
         {"start_failure_undone", test_start_failure_undone},
         {"bad_params", test_bad_params},
+        {"defaults", test_defaults},
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
         {"thread_exits", test_thread_exits},
