@@ -79,10 +79,11 @@ label[gperftools]="gperftools"
 label[snap-signal]="snapprof/signal"
 label[snap-proc]="snapprof/proc"
 label[snap-proc-perf]="snapprof/proc+perf"
-# snapprof's record options for each: the handshake's ticks, or (proc+perf)
-# per-thread perf events timing the running threads' captures.
-snap_args[snap-signal]="--wall-blocked signal"
-snap_args[snap-proc]="--wall-blocked proc"
+# snapprof's record options for each: the handshake's ticks (for running
+# threads too with proc), or (proc+perf, the default where perf events are
+# allowed) per-thread perf events timing the running threads' captures.
+snap_args[snap-signal]="--wall-blocked signal --trigger handshake"
+snap_args[snap-proc]="--wall-blocked proc --trigger handshake"
 snap_args[snap-proc-perf]="--wall-blocked proc --trigger perf"
 
 # No early exit in a reader of a pipe: under pipefail the writer's SIGPIPE
