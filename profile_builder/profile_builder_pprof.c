@@ -1,12 +1,14 @@
 /* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
 #include "profile_builder_internal.h"
 
+#include "common/arena.h"
 #include "common/hash.h"
 #include "events/events.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/stats_text.h"
 #include "profile.pb-c.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdalign.h>
 #include <stddef.h>
@@ -19,68 +21,21 @@
 #include <zlib.h>
 
 /* ------------------------------------------------------------------------ */
-/* Bump arena                                                               */
+/* Arena                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Every message, line, label and interned string lives in one arena, so a
- * profile costs a handful of large allocations instead of one per message,
- * and destroying the builder frees it all at once. */
+/* Every message, line, label and interned string lives in one arena
+ * (common/arena.h), so a profile costs a handful of large allocations
+ * instead of one per message, and destroying the builder frees it all at
+ * once. The arena's memory is zeroed, so whatever a caller does not set
+ * reads as 0. */
 
-#define ARENA_CHUNK_SIZE ((size_t)64 * 1024)
-#define ARENA_ALIGN alignof(max_align_t)
-
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t size;
-    size_t used;
-    max_align_t data[];
-} arena_chunk_t;
-
-typedef struct arena {
-    arena_chunk_t *head;
-} arena_t;
+static_assert(alignof(max_align_t) <= 16, "the arena aligns to at most 16");
 
 /* Returns n zeroed bytes aligned for any type, or NULL when out of memory. */
-static void *arena_alloc(arena_t *arena, size_t n)
+static void *arena_alloc(snapprof__arena_t *arena, size_t n)
 {
-    if (n > SIZE_MAX - ARENA_CHUNK_SIZE)
-        return NULL;
-    n = (n + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
-    arena_chunk_t *c = arena->head;
-    if (c == NULL || c->size - c->used < n) {
-        size_t size = n > ARENA_CHUNK_SIZE ? n : ARENA_CHUNK_SIZE;
-        /* One calloc per chunk, not per message; zeroed, so whatever a
-         * caller does not set reads as 0. */
-        c = calloc(1, sizeof *c + size);
-        if (c == NULL)
-            return NULL;
-        c->size = size;
-        c->next = arena->head;
-        arena->head = c;
-    }
-    void *p = (unsigned char *)c->data + c->used;
-    c->used += n;
-    return p;
-}
-
-static char *arena_strdup(arena_t *arena, const char *s)
-{
-    size_t len = strlen(s) + 1;
-    char *copy = arena_alloc(arena, len);
-    if (copy != NULL)
-        memcpy(copy, s, len);
-    return copy;
-}
-
-static void arena_free(arena_t *arena)
-{
-    arena_chunk_t *c = arena->head;
-    while (c != NULL) {
-        arena_chunk_t *next = c->next;
-        free(c);
-        c = next;
-    }
-    arena->head = NULL;
+    return snapprof__arena_alloc(arena, n, alignof(max_align_t));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -259,7 +214,7 @@ typedef struct sample_entry {
 
 typedef struct pprof_builder {
     snapprof__output_t out;
-    arena_t arena;
+    snapprof__arena_t arena;
 
     char **strings;
     size_t n_strings, cap_strings;
@@ -324,7 +279,7 @@ static int64_t intern_string(pprof_builder_t *b, const char *s)
     if (strings == NULL)
         return -ENOMEM;
     b->strings = strings;
-    char *copy = arena_strdup(&b->arena, s);
+    char *copy = snapprof__arena_strdup(&b->arena, s);
     if (copy == NULL)
         return -ENOMEM;
     b->strings[b->n_strings] = copy;
@@ -1077,7 +1032,7 @@ static void pprof_destroy(void *user_data)
     free(b->samples);
     free(b->scratch_locations);
     free(b->scratch_labels);
-    arena_free(&b->arena);
+    snapprof__arena_release(&b->arena);
     snapprof__output_free(&b->out);
     free(b);
 }
