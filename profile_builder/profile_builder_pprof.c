@@ -3,6 +3,7 @@
 
 #include "common/arena.h"
 #include "common/hash.h"
+#include "common/index.h"
 #include "events/events.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/stats_text.h"
@@ -89,91 +90,6 @@ static uint64_t hash_string(const char *s)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Open-addressing index                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* Maps a key to an index into one of the builder's arrays. A slot holds
- * index + 1 (0 is empty) and the key's full hash, so probing compares keys
- * only when the hashes agree and growing never rehashes a key. Entries are
- * never removed, so linear probing needs no tombstones. */
-typedef struct table {
-    uint32_t *slots;
-    uint64_t *hashes;
-    size_t cap; /* a power of two, or 0 */
-    size_t count;
-} table_t;
-
-struct pprof_builder;
-typedef int (*table_eq_fn)(const struct pprof_builder *b, uint32_t index, const void *key);
-
-/* Returns index + 1 of the entry equal to key, or 0. */
-static uint32_t table_find(const table_t *t, uint64_t hash, table_eq_fn eq,
-                           const struct pprof_builder *b, const void *key)
-{
-    if (t->cap == 0)
-        return 0;
-    size_t mask = t->cap - 1;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        uint32_t slot = t->slots[i];
-        if (slot == 0)
-            return 0;
-        if (t->hashes[i] == hash && eq(b, slot - 1, key))
-            return slot;
-    }
-}
-
-static void table_put(uint32_t *slots, uint64_t *hashes, size_t cap, uint64_t hash, uint32_t slot)
-{
-    size_t mask = cap - 1;
-    size_t i = hash & mask;
-    while (slots[i] != 0)
-        i = (i + 1) & mask;
-    slots[i] = slot;
-    hashes[i] = hash;
-}
-
-/* Makes room for one more entry, keeping the load at most one half.
- * Returns 0 or -ENOMEM (the table is unchanged then). */
-static int table_reserve(table_t *t)
-{
-    if ((t->count + 1) * 2 <= t->cap)
-        return 0;
-    if (t->count >= UINT32_MAX - 1)
-        return -ENOMEM;
-    size_t ncap = t->cap ? t->cap * 2 : 64;
-    uint32_t *slots = calloc(ncap, sizeof *slots);
-    uint64_t *hashes = malloc(ncap * sizeof *hashes);
-    if (slots == NULL || hashes == NULL) {
-        free(slots);
-        free(hashes);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i] != 0)
-            table_put(slots, hashes, ncap, t->hashes[i], t->slots[i]);
-    free(t->slots);
-    free(t->hashes);
-    t->slots = slots;
-    t->hashes = hashes;
-    t->cap = ncap;
-    return 0;
-}
-
-/* Adds index under hash; the caller has called table_reserve(). */
-static void table_insert(table_t *t, uint64_t hash, size_t index)
-{
-    table_put(t->slots, t->hashes, t->cap, hash, (uint32_t)index + 1);
-    t->count++;
-}
-
-static void table_free(table_t *t)
-{
-    free(t->slots);
-    free(t->hashes);
-    memset(t, 0, sizeof *t);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Builder state                                                            */
 /* ------------------------------------------------------------------------ */
 
@@ -218,23 +134,23 @@ typedef struct pprof_builder {
 
     char **strings;
     size_t n_strings, cap_strings;
-    table_t string_index;
+    snapprof__index_t string_index;
 
     mapping_entry_t **mappings;
     size_t n_mappings, cap_mappings;
-    table_t mapping_index;
+    snapprof__index_t mapping_index;
 
     location_entry_t **locations;
     size_t n_locations, cap_locations;
-    table_t location_index;
+    snapprof__index_t location_index;
 
     Perftools__Profiles__Function **functions;
     size_t n_functions, cap_functions;
-    table_t function_index;
+    snapprof__index_t function_index;
 
     sample_entry_t **samples;
     size_t n_samples, cap_samples;
-    table_t sample_index;
+    snapprof__index_t sample_index;
 
     /* The sample being added, before it is known to be new. */
     uint64_t *scratch_locations;
@@ -259,8 +175,9 @@ typedef struct pprof_builder {
  * entry is added only once everything it needs has been allocated, so a
  * failure (-ENOMEM) never leaves a half-made entry behind. */
 
-static int string_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int string_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     return strcmp(b->strings[index], key) == 0;
 }
 
@@ -270,10 +187,10 @@ static int64_t intern_string(pprof_builder_t *b, const char *s)
     if (s == NULL)
         s = "";
     uint64_t h = hash_string(s);
-    uint32_t found = table_find(&b->string_index, h, string_eq, b, s);
+    uint32_t found = snapprof__index_find(&b->string_index, h, string_eq, b, s);
     if (found)
         return (int64_t)found - 1;
-    if (table_reserve(&b->string_index) < 0)
+    if (snapprof__index_reserve(&b->string_index) < 0)
         return -ENOMEM;
     char **strings = reserve(b->strings, &b->cap_strings, b->n_strings + 1, sizeof *strings);
     if (strings == NULL)
@@ -283,12 +200,13 @@ static int64_t intern_string(pprof_builder_t *b, const char *s)
     if (copy == NULL)
         return -ENOMEM;
     b->strings[b->n_strings] = copy;
-    table_insert(&b->string_index, h, b->n_strings);
+    snapprof__index_insert(&b->string_index, h, b->n_strings);
     return (int64_t)b->n_strings++;
 }
 
-static int mapping_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int mapping_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     const Perftools__Profiles__Mapping *m = &b->mappings[index]->msg;
     const Perftools__Profiles__Mapping *k = key;
     return m->memory_start == k->memory_start && m->memory_limit == k->memory_limit &&
@@ -319,12 +237,12 @@ static int intern_mapping(pprof_builder_t *b, const snapprof_module_t *module,
     h = hash_word(h, key.file_offset);
     h = hash_word(h, (uint64_t)filename);
     h = hash_finish(hash_word(h, (uint64_t)build_id));
-    uint32_t found = table_find(&b->mapping_index, h, mapping_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->mapping_index, h, mapping_eq, b, &key);
     if (found) {
         *out = b->mappings[found - 1];
         return 0;
     }
-    if (table_reserve(&b->mapping_index) < 0)
+    if (snapprof__index_reserve(&b->mapping_index) < 0)
         return -ENOMEM;
     mapping_entry_t **mappings =
         reserve(b->mappings, &b->cap_mappings, b->n_mappings + 1, sizeof *mappings);
@@ -337,14 +255,15 @@ static int intern_mapping(pprof_builder_t *b, const snapprof_module_t *module,
     e->msg = key;
     e->msg.id = b->n_mappings + 1;
     b->mappings[b->n_mappings] = e;
-    table_insert(&b->mapping_index, h, b->n_mappings);
+    snapprof__index_insert(&b->mapping_index, h, b->n_mappings);
     b->n_mappings++;
     *out = e;
     return 0;
 }
 
-static int function_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int function_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     const Perftools__Profiles__Function *f = b->functions[index];
     const function_key_t *k = key;
     return f->name == k->name && f->system_name == k->system_name && f->filename == k->filename;
@@ -363,12 +282,12 @@ static int intern_function(pprof_builder_t *b, const char *name, const char *sys
     uint64_t h = hash_word(0, (uint64_t)key.name);
     h = hash_word(h, (uint64_t)key.system_name);
     h = hash_finish(hash_word(h, (uint64_t)key.filename));
-    uint32_t found = table_find(&b->function_index, h, function_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->function_index, h, function_eq, b, &key);
     if (found) {
         *id = b->functions[found - 1]->id;
         return 0;
     }
-    if (table_reserve(&b->function_index) < 0)
+    if (snapprof__index_reserve(&b->function_index) < 0)
         return -ENOMEM;
     Perftools__Profiles__Function **functions =
         reserve(b->functions, &b->cap_functions, b->n_functions + 1, sizeof *functions);
@@ -384,14 +303,15 @@ static int intern_function(pprof_builder_t *b, const char *name, const char *sys
     f->system_name = key.system_name;
     f->filename = key.filename;
     b->functions[b->n_functions] = f;
-    table_insert(&b->function_index, h, b->n_functions);
+    snapprof__index_insert(&b->function_index, h, b->n_functions);
     b->n_functions++;
     *id = f->id;
     return 0;
 }
 
-static int location_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int location_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     const location_key_t *have = &b->locations[index]->key;
     const location_key_t *k = key;
     return have->kind == k->kind && have->a == k->a && have->module == k->module;
@@ -481,13 +401,13 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
     uint64_t h = hash_word(0, (uint64_t)key.kind);
     h = hash_word(h, key.a);
     h = hash_finish(hash_word(h, (uint64_t)(uintptr_t)key.module));
-    uint32_t found = table_find(&b->location_index, h, location_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->location_index, h, location_eq, b, &key);
     if (found) {
         *id = b->locations[found - 1]->msg.id;
         return 0;
     }
 
-    if (table_reserve(&b->location_index) < 0)
+    if (snapprof__index_reserve(&b->location_index) < 0)
         return -ENOMEM;
     location_entry_t **locations =
         reserve(b->locations, &b->cap_locations, b->n_locations + 1, sizeof *locations);
@@ -521,7 +441,7 @@ static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, ui
     e->mapping = mapping;
     e->symbolized = key.kind != SNAPPROF_FRAME_NATIVE;
     b->locations[b->n_locations] = e;
-    table_insert(&b->location_index, h, b->n_locations);
+    snapprof__index_insert(&b->location_index, h, b->n_locations);
     b->n_locations++;
     *id = e->msg.id;
     return 0;
@@ -566,8 +486,9 @@ static int label_same(const Perftools__Profiles__Label *a, const Perftools__Prof
     return a->key == b->key && a->str == b->str && a->num == b->num && a->num_unit == b->num_unit;
 }
 
-static int sample_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int sample_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     const Perftools__Profiles__Sample *s = &b->samples[index]->msg;
     const sample_key_t *k = key;
     if (s->n_location_id != k->n_locations || s->n_label != k->n_labels)
@@ -599,7 +520,7 @@ static uint64_t sample_hash(const sample_key_t *k)
 /* Adds a sample that has no equal yet, copying its key into the arena. */
 static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, const int64_t *values)
 {
-    if (table_reserve(&b->sample_index) < 0)
+    if (snapprof__index_reserve(&b->sample_index) < 0)
         return -ENOMEM;
     sample_entry_t **samples =
         reserve(b->samples, &b->cap_samples, b->n_samples + 1, sizeof *samples);
@@ -627,7 +548,7 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     e->msg.n_label = k->n_labels;
     e->msg.label = labels;
     b->samples[b->n_samples] = e;
-    table_insert(&b->sample_index, h, b->n_samples);
+    snapprof__index_insert(&b->sample_index, h, b->n_samples);
     b->n_samples++;
     return 0;
 }
@@ -701,7 +622,7 @@ static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
     sample_key_t key = {locations, sample->frame_count, labels, n_labels};
     int64_t values[VALUE_COUNT] = {1, (int64_t)sample->cpu_ns, (int64_t)sample->wall_ns};
     uint64_t h = sample_hash(&key);
-    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->sample_index, h, sample_eq, b, &key);
     if (!found)
         return add_sample(b, &key, h, values);
     sample_entry_t *e = b->samples[found - 1];
@@ -820,7 +741,8 @@ static int apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info
 {
     if (info->app_frame_count == 0 || info->app_frames == NULL)
         return 0;
-    uint32_t found = table_find(&b->string_index, hash_string("frame"), string_eq, b, "frame");
+    uint32_t found =
+        snapprof__index_find(&b->string_index, hash_string("frame"), string_eq, b, "frame");
     if (!found)
         return 0; /* no sample was taken during an app frame */
     int64_t s_frame = (int64_t)found - 1;
@@ -1020,11 +942,11 @@ static void pprof_destroy(void *user_data)
     pprof_builder_t *b = user_data;
     if (b == NULL)
         return;
-    table_free(&b->string_index);
-    table_free(&b->mapping_index);
-    table_free(&b->location_index);
-    table_free(&b->function_index);
-    table_free(&b->sample_index);
+    snapprof__index_free(&b->string_index);
+    snapprof__index_free(&b->mapping_index);
+    snapprof__index_free(&b->location_index);
+    snapprof__index_free(&b->function_index);
+    snapprof__index_free(&b->sample_index);
     free(b->strings);
     free(b->mappings);
     free(b->locations);
@@ -1137,7 +1059,7 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
     sample_key_t key = {locations, depth, label, 1};
     int64_t values[VALUE_COUNT] = {(int64_t)calls, (int64_t)self_ns, 0};
     uint64_t h = sample_hash(&key);
-    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->sample_index, h, sample_eq, b, &key);
     if (!found) {
         v->err = add_sample(b, &key, h, values);
         return;
@@ -1160,7 +1082,7 @@ static int calls_on_profile_completed(void *user_data, const snapprof_profile_in
     if (info == NULL)
         return -EINVAL;
     /* The totals so far, afresh at every completion. */
-    table_free(&b->sample_index);
+    snapprof__index_free(&b->sample_index);
     memset(&b->sample_index, 0, sizeof b->sample_index);
     b->n_samples = 0;
     calls_visit_t *v = calloc(1, sizeof *v);
