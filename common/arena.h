@@ -1,7 +1,8 @@
 /* A bump arena, written once for everything that allocates many small
  * objects which die together or never: the module cache (entries, symbols
  * and strings that live as long as the process) and the pprof builder
- * (messages that die with the builder). Internal.
+ * (messages that die with the builder) and the stack table (names it
+ * copies). Internal.
  *
  * Not thread-safe: each arena is guarded by its owner (a mutex, or one
  * thread). Not async-signal-safe: it calls calloc(). */

@@ -3,6 +3,7 @@
  * completion turns every stack into a path in a tree of function names
  * (inlined calls expanded), so that builders can count, print and compare
  * stacks by name. See stack_table.h. */
+#include "common/arena.h"
 #include "common/hash.h"
 #include "common/index.h"
 #include "profile_builder/stack_table.h"
@@ -66,13 +67,6 @@ typedef struct node_rec {
     uint32_t parent, name, depth;
 } node_rec_t;
 
-/* A chunk of copied strings. */
-typedef struct str_chunk {
-    struct str_chunk *next;
-    size_t used, size;
-    char data[];
-} str_chunk_t;
-
 struct snapprof__stack_table {
     frame_rec_t *frames;
     size_t n_frames, cap_frames, resolved_frames;
@@ -94,28 +88,8 @@ struct snapprof__stack_table {
     size_t n_nodes, cap_nodes;
     snapprof__index_t node_idx;
 
-    str_chunk_t *strings;
+    snapprof__arena_t strings; /* copied names and frame names */
 };
-
-static char *copy_str(snapprof__stack_table_t *t, const char *s)
-{
-    size_t len = strlen(s) + 1;
-    str_chunk_t *c = t->strings;
-    if (c == NULL || c->size - c->used < len) {
-        size_t size = len > 16384 ? len : 16384;
-        c = malloc(sizeof *c + size);
-        if (c == NULL)
-            return NULL;
-        c->size = size;
-        c->used = 0;
-        c->next = t->strings;
-        t->strings = c;
-    }
-    char *p = c->data + c->used;
-    memcpy(p, s, len);
-    c->used += len;
-    return p;
-}
 
 int snapprof__stack_table_create(snapprof__stack_table_t **out)
 {
@@ -147,10 +121,7 @@ void snapprof__stack_table_destroy(snapprof__stack_table_t *t)
     free(t->names);
     free(t->name_pool);
     free(t->nodes);
-    for (str_chunk_t *c = t->strings, *next; c != NULL; c = next) {
-        next = c->next;
-        free(c);
-    }
+    snapprof__arena_release(&t->strings);
     free(t);
 }
 
@@ -193,7 +164,7 @@ static int intern_frame(snapprof__stack_table_t *t, const snapprof_frame_t *f, u
     if (snapprof__index_reserve(&t->frame_idx) != 0 ||
         grow((void **)&t->frames, &t->cap_frames, t->n_frames + 1, sizeof *t->frames) != 0)
         return -ENOMEM;
-    if (key.name != NULL && (key.name = copy_str(t, key.name)) == NULL)
+    if (key.name != NULL && (key.name = snapprof__arena_strdup(&t->strings, key.name)) == NULL)
         return -ENOMEM;
     t->frames[t->n_frames] = key;
     snapprof__index_insert(&t->frame_idx, h, (uint32_t)t->n_frames);
@@ -272,7 +243,7 @@ static int intern_name(snapprof__stack_table_t *t, const char *s, int copy, uint
     if (snapprof__index_reserve(&t->name_idx) != 0 ||
         grow((void **)&t->names, &t->cap_names, t->n_names + 1, sizeof *t->names) != 0)
         return -ENOMEM;
-    if (copy && (s = copy_str(t, s)) == NULL)
+    if (copy && (s = snapprof__arena_strdup(&t->strings, s)) == NULL)
         return -ENOMEM;
     t->names[t->n_names] = s;
     snapprof__index_insert(&t->name_idx, h, (uint32_t)t->n_names);
