@@ -1,6 +1,6 @@
 /* A bump arena, written once for everything that allocates many small
  * objects which die together or never: the module cache (entries, symbols
- * and strings that live as long as the process) and the pprof builder
+ * and strings that live as long as the process), the pprof builder
  * (messages that die with the builder) and the stack table (names it
  * copies). Internal.
  *
