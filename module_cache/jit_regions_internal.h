@@ -4,7 +4,7 @@
 #ifndef SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 #define SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 
-#include "common/clock.h"
+#include "common/arena.h"
 #include "common/clock.h"
 #include "module_cache/jit_regions.h"
 #include "module_cache/module_cache.h"

@@ -79,30 +79,6 @@ int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snap
  * first time afterwards use them. Returns 0. */
 int snapprof__symbols_set_debug_dirs(const char *dirs);
 
-/* ------------------------------------------------------------------------ */
-/* Arena (module_cache_arena.c)                                             */
-/* ------------------------------------------------------------------------ */
-
-/* A bump allocator for objects that live as long as the process: entries
- * and strings handed out by the cache never move and are never freed.
- * Not thread-safe: each arena is guarded by its owner's mutex. */
-typedef struct snapprof__arena_block snapprof__arena_block_t;
-typedef struct snapprof__arena {
-    snapprof__arena_block_t *head; /* the block being filled; older ones follow */
-    size_t bytes;                  /* total bytes reserved from malloc */
-} snapprof__arena_t;
-
-/* Returns size bytes aligned to align (a power of two, at most 16), zeroed,
- * or NULL when out of memory. */
-void *snapprof__arena_alloc(snapprof__arena_t *arena, size_t size, size_t align);
-
-/* Copies s (NUL-terminated) into the arena; NULL when out of memory. */
-char *snapprof__arena_strdup(snapprof__arena_t *arena, const char *s);
-
-/* Frees every block and empties the arena. Only for an arena whose
- * contents nobody kept (the fuzzing seam of symbols_elf.c). */
-void snapprof__arena_release(snapprof__arena_t *arena);
-
 /* Fuzzing seam (fuzz/fuzz_symbols.c): reads the ELF file at path the way
  * snapprof__symbols_lookup() reads a module's file (its symbol tables, its
  * own DWARF or a separate debug file found through the debug directories,

@@ -11,6 +11,7 @@
  * dlopen) that calls into the cache waits for g_lock without holding the
  * lock dl_iterate_phdr() needs (glibc's dl_load_write_lock is only held
  * while the link map list itself changes). */
+#include "common/arena.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "module_cache/module_cache.h"

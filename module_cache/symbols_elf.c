@@ -6,6 +6,7 @@
  * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
  * g_sym_lock is never held while calling into module_cache_posix.c, so the
  * two locks are never nested. */
+#include "common/arena.h"
 #include "common/hash.h"
 #include "module_cache/module_cache.h"
 #include "module_cache/symbols_dwarf.h"

@@ -1,599 +1,18 @@
-/* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file. */
-#include "profile_builder_internal.h"
+/* pprof profile builder: samples aggregated into a gzipped perftools.profiles.Profile file.
+ * Interning lives in profile_builder_pprof_intern.c; the state both files
+ * share in profile_builder_pprof.h. */
+#include "profile_builder/profile_builder_pprof.h"
 
-#include "common/hash.h"
 #include "events/events.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/stats_text.h"
-#include "profile.pb-c.h"
 
 #include <errno.h>
-#include <stdalign.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define ZLIB_CONST
 #include <zlib.h>
-
-/* ------------------------------------------------------------------------ */
-/* Bump arena                                                               */
-/* ------------------------------------------------------------------------ */
-
-/* Every message, line, label and interned string lives in one arena, so a
- * profile costs a handful of large allocations instead of one per message,
- * and destroying the builder frees it all at once. */
-
-#define ARENA_CHUNK_SIZE ((size_t)64 * 1024)
-#define ARENA_ALIGN alignof(max_align_t)
-
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t size;
-    size_t used;
-    max_align_t data[];
-} arena_chunk_t;
-
-typedef struct arena {
-    arena_chunk_t *head;
-} arena_t;
-
-/* Returns n zeroed bytes aligned for any type, or NULL when out of memory. */
-static void *arena_alloc(arena_t *arena, size_t n)
-{
-    if (n > SIZE_MAX - ARENA_CHUNK_SIZE)
-        return NULL;
-    n = (n + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
-    arena_chunk_t *c = arena->head;
-    if (c == NULL || c->size - c->used < n) {
-        size_t size = n > ARENA_CHUNK_SIZE ? n : ARENA_CHUNK_SIZE;
-        /* One calloc per chunk, not per message; zeroed, so whatever a
-         * caller does not set reads as 0. */
-        c = calloc(1, sizeof *c + size);
-        if (c == NULL)
-            return NULL;
-        c->size = size;
-        c->next = arena->head;
-        arena->head = c;
-    }
-    void *p = (unsigned char *)c->data + c->used;
-    c->used += n;
-    return p;
-}
-
-static char *arena_strdup(arena_t *arena, const char *s)
-{
-    size_t len = strlen(s) + 1;
-    char *copy = arena_alloc(arena, len);
-    if (copy != NULL)
-        memcpy(copy, s, len);
-    return copy;
-}
-
-static void arena_free(arena_t *arena)
-{
-    arena_chunk_t *c = arena->head;
-    while (c != NULL) {
-        arena_chunk_t *next = c->next;
-        free(c);
-        c = next;
-    }
-    arena->head = NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Growable arrays and hashing                                              */
-/* ------------------------------------------------------------------------ */
-
-/* Makes room for need elements of size elem. Returns the (possibly moved)
- * array, or NULL with the old array and *cap untouched. */
-static void *reserve(void *items, size_t *cap, size_t need, size_t elem)
-{
-    /* Asking for nothing still yields an array, so NULL always means
-     * failure. */
-    if (need == 0)
-        need = 1;
-    if (need <= *cap)
-        return items;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need) {
-        if (ncap > SIZE_MAX / 2 / elem)
-            return NULL;
-        ncap *= 2;
-    }
-    void *p = realloc(items, ncap * elem);
-    if (p != NULL)
-        *cap = ncap;
-    return p;
-}
-
-/* The finalizer of MurmurHash3: spreads every input bit over the low bits
- * that the tables index with. */
-static uint64_t hash_finish(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t hash_word(uint64_t h, uint64_t v)
-{
-    h ^= v;
-    h *= 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t hash_string(const char *s)
-{
-    return hash_finish(snapprof__fnv1a64(SNAPPROF_FNV1A64_BASIS, s));
-}
-
-/* ------------------------------------------------------------------------ */
-/* Open-addressing index                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* Maps a key to an index into one of the builder's arrays. A slot holds
- * index + 1 (0 is empty) and the key's full hash, so probing compares keys
- * only when the hashes agree and growing never rehashes a key. Entries are
- * never removed, so linear probing needs no tombstones. */
-typedef struct table {
-    uint32_t *slots;
-    uint64_t *hashes;
-    size_t cap; /* a power of two, or 0 */
-    size_t count;
-} table_t;
-
-struct pprof_builder;
-typedef int (*table_eq_fn)(const struct pprof_builder *b, uint32_t index, const void *key);
-
-/* Returns index + 1 of the entry equal to key, or 0. */
-static uint32_t table_find(const table_t *t, uint64_t hash, table_eq_fn eq,
-                           const struct pprof_builder *b, const void *key)
-{
-    if (t->cap == 0)
-        return 0;
-    size_t mask = t->cap - 1;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        uint32_t slot = t->slots[i];
-        if (slot == 0)
-            return 0;
-        if (t->hashes[i] == hash && eq(b, slot - 1, key))
-            return slot;
-    }
-}
-
-static void table_put(uint32_t *slots, uint64_t *hashes, size_t cap, uint64_t hash, uint32_t slot)
-{
-    size_t mask = cap - 1;
-    size_t i = hash & mask;
-    while (slots[i] != 0)
-        i = (i + 1) & mask;
-    slots[i] = slot;
-    hashes[i] = hash;
-}
-
-/* Makes room for one more entry, keeping the load at most one half.
- * Returns 0 or -ENOMEM (the table is unchanged then). */
-static int table_reserve(table_t *t)
-{
-    if ((t->count + 1) * 2 <= t->cap)
-        return 0;
-    if (t->count >= UINT32_MAX - 1)
-        return -ENOMEM;
-    size_t ncap = t->cap ? t->cap * 2 : 64;
-    uint32_t *slots = calloc(ncap, sizeof *slots);
-    uint64_t *hashes = malloc(ncap * sizeof *hashes);
-    if (slots == NULL || hashes == NULL) {
-        free(slots);
-        free(hashes);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i] != 0)
-            table_put(slots, hashes, ncap, t->hashes[i], t->slots[i]);
-    free(t->slots);
-    free(t->hashes);
-    t->slots = slots;
-    t->hashes = hashes;
-    t->cap = ncap;
-    return 0;
-}
-
-/* Adds index under hash; the caller has called table_reserve(). */
-static void table_insert(table_t *t, uint64_t hash, size_t index)
-{
-    table_put(t->slots, t->hashes, t->cap, hash, (uint32_t)index + 1);
-    t->count++;
-}
-
-static void table_free(table_t *t)
-{
-    free(t->slots);
-    free(t->hashes);
-    memset(t, 0, sizeof *t);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Builder state                                                            */
-/* ------------------------------------------------------------------------ */
-
-/* A mapping; its has_* flags are set when the profile is written (see
- * finish_mappings). The message comes first: a pointer to the entry is a
- * pointer to the message. */
-typedef struct mapping_entry {
-    Perftools__Profiles__Mapping msg;
-} mapping_entry_t;
-
-typedef struct location_key {
-    snapprof_frame_kind_t kind;
-    uint64_t a;         /* native: the pc; JIT and marker: the name's string index */
-    const void *module; /* native and JIT: the module; marker: NULL */
-} location_key_t;
-
-typedef struct location_entry {
-    Perftools__Profiles__Location msg;
-    location_key_t key;
-    mapping_entry_t *mapping; /* NULL for mapping 0 */
-    int symbolized;           /* native: its Lines have been looked up */
-} location_entry_t;
-
-typedef struct function_key {
-    int64_t name, system_name, filename;
-} function_key_t;
-
-#define VALUE_COUNT 3 /* samples/count, cpu/nanoseconds, wall/nanoseconds */
-
-typedef struct sample_entry {
-    Perftools__Profiles__Sample msg;
-    int64_t values[VALUE_COUNT];
-} sample_entry_t;
-
-/* The deepest inline chain symbolized per location; deeper ones keep their
- * innermost frames. */
-#define MAX_INLINE_SYMBOLS 32
-
-typedef struct pprof_builder {
-    snapprof__output_t out;
-    arena_t arena;
-
-    char **strings;
-    size_t n_strings, cap_strings;
-    table_t string_index;
-
-    mapping_entry_t **mappings;
-    size_t n_mappings, cap_mappings;
-    table_t mapping_index;
-
-    location_entry_t **locations;
-    size_t n_locations, cap_locations;
-    table_t location_index;
-
-    Perftools__Profiles__Function **functions;
-    size_t n_functions, cap_functions;
-    table_t function_index;
-
-    sample_entry_t **samples;
-    size_t n_samples, cap_samples;
-    table_t sample_index;
-
-    /* The sample being added, before it is known to be new. */
-    uint64_t *scratch_locations;
-    size_t cap_scratch_locations;
-    Perftools__Profiles__Label *scratch_labels;
-    size_t cap_scratch_labels;
-
-    /* String indices used for every profile. */
-    int64_t s_thread_id, s_thread_name;
-    int64_t s_samples, s_count, s_cpu, s_wall, s_nanoseconds;
-    /* The calls builder: function timing instead of samples, with the
-     * sample types calls/count and time/nanoseconds. */
-    int calls;
-    int64_t s_calls, s_time;
-} pprof_builder_t;
-
-/* ------------------------------------------------------------------------ */
-/* Interning                                                                */
-/* ------------------------------------------------------------------------ */
-
-/* Each intern_* function returns an existing entry or adds a new one. A new
- * entry is added only once everything it needs has been allocated, so a
- * failure (-ENOMEM) never leaves a half-made entry behind. */
-
-static int string_eq(const pprof_builder_t *b, uint32_t index, const void *key)
-{
-    return strcmp(b->strings[index], key) == 0;
-}
-
-/* Returns the string's index in the string table, or -ENOMEM. */
-static int64_t intern_string(pprof_builder_t *b, const char *s)
-{
-    if (s == NULL)
-        s = "";
-    uint64_t h = hash_string(s);
-    uint32_t found = table_find(&b->string_index, h, string_eq, b, s);
-    if (found)
-        return (int64_t)found - 1;
-    if (table_reserve(&b->string_index) < 0)
-        return -ENOMEM;
-    char **strings = reserve(b->strings, &b->cap_strings, b->n_strings + 1, sizeof *strings);
-    if (strings == NULL)
-        return -ENOMEM;
-    b->strings = strings;
-    char *copy = arena_strdup(&b->arena, s);
-    if (copy == NULL)
-        return -ENOMEM;
-    b->strings[b->n_strings] = copy;
-    table_insert(&b->string_index, h, b->n_strings);
-    return (int64_t)b->n_strings++;
-}
-
-static int mapping_eq(const pprof_builder_t *b, uint32_t index, const void *key)
-{
-    const Perftools__Profiles__Mapping *m = &b->mappings[index]->msg;
-    const Perftools__Profiles__Mapping *k = key;
-    return m->memory_start == k->memory_start && m->memory_limit == k->memory_limit &&
-           m->file_offset == k->file_offset && m->filename == k->filename &&
-           m->build_id == k->build_id;
-}
-
-/* Mappings are keyed by what pprof sees of them (range, offset, file,
- * build-id) rather than by the module pointer, so two descriptions of one
- * module never become two mappings. */
-static int intern_mapping(pprof_builder_t *b, const snapprof_module_t *module,
-                          mapping_entry_t **out)
-{
-    int64_t filename = intern_string(b, module->path);
-    if (filename < 0)
-        return (int)filename;
-    int64_t build_id = intern_string(b, module->build_id);
-    if (build_id < 0)
-        return (int)build_id;
-    Perftools__Profiles__Mapping key = PERFTOOLS__PROFILES__MAPPING__INIT;
-    key.memory_start = module->start;
-    key.memory_limit = module->limit;
-    key.file_offset = module->file_offset;
-    key.filename = filename;
-    key.build_id = build_id;
-    uint64_t h = hash_word(0, key.memory_start);
-    h = hash_word(h, key.memory_limit);
-    h = hash_word(h, key.file_offset);
-    h = hash_word(h, (uint64_t)filename);
-    h = hash_finish(hash_word(h, (uint64_t)build_id));
-    uint32_t found = table_find(&b->mapping_index, h, mapping_eq, b, &key);
-    if (found) {
-        *out = b->mappings[found - 1];
-        return 0;
-    }
-    if (table_reserve(&b->mapping_index) < 0)
-        return -ENOMEM;
-    mapping_entry_t **mappings =
-        reserve(b->mappings, &b->cap_mappings, b->n_mappings + 1, sizeof *mappings);
-    if (mappings == NULL)
-        return -ENOMEM;
-    b->mappings = mappings;
-    mapping_entry_t *e = arena_alloc(&b->arena, sizeof *e);
-    if (e == NULL)
-        return -ENOMEM;
-    e->msg = key;
-    e->msg.id = b->n_mappings + 1;
-    b->mappings[b->n_mappings] = e;
-    table_insert(&b->mapping_index, h, b->n_mappings);
-    b->n_mappings++;
-    *out = e;
-    return 0;
-}
-
-static int function_eq(const pprof_builder_t *b, uint32_t index, const void *key)
-{
-    const Perftools__Profiles__Function *f = b->functions[index];
-    const function_key_t *k = key;
-    return f->name == k->name && f->system_name == k->system_name && f->filename == k->filename;
-}
-
-/* Returns the id of the function (name, system_name, filename) in *id. */
-static int intern_function(pprof_builder_t *b, const char *name, const char *system_name,
-                           const char *filename, uint64_t *id)
-{
-    function_key_t key;
-    key.name = intern_string(b, name);
-    key.system_name = intern_string(b, system_name);
-    key.filename = intern_string(b, filename);
-    if (key.name < 0 || key.system_name < 0 || key.filename < 0)
-        return -ENOMEM;
-    uint64_t h = hash_word(0, (uint64_t)key.name);
-    h = hash_word(h, (uint64_t)key.system_name);
-    h = hash_finish(hash_word(h, (uint64_t)key.filename));
-    uint32_t found = table_find(&b->function_index, h, function_eq, b, &key);
-    if (found) {
-        *id = b->functions[found - 1]->id;
-        return 0;
-    }
-    if (table_reserve(&b->function_index) < 0)
-        return -ENOMEM;
-    Perftools__Profiles__Function **functions =
-        reserve(b->functions, &b->cap_functions, b->n_functions + 1, sizeof *functions);
-    if (functions == NULL)
-        return -ENOMEM;
-    b->functions = functions;
-    Perftools__Profiles__Function *f = arena_alloc(&b->arena, sizeof *f);
-    if (f == NULL)
-        return -ENOMEM;
-    perftools__profiles__function__init(f);
-    f->id = b->n_functions + 1;
-    f->name = key.name;
-    f->system_name = key.system_name;
-    f->filename = key.filename;
-    b->functions[b->n_functions] = f;
-    table_insert(&b->function_index, h, b->n_functions);
-    b->n_functions++;
-    *id = f->id;
-    return 0;
-}
-
-static int location_eq(const pprof_builder_t *b, uint32_t index, const void *key)
-{
-    const location_key_t *have = &b->locations[index]->key;
-    const location_key_t *k = key;
-    return have->kind == k->kind && have->a == k->a && have->module == k->module;
-}
-
-/* Allocates the Lines of a native location by symbolizing its frame, once.
- * Returns the number of lines (0 when the address has no known function)
- * or a negative errno. */
-static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
-                           Perftools__Profiles__Line ***out)
-{
-    snapprof_symbol_t syms[MAX_INLINE_SYMBOLS];
-    int n = snapprof_symbolize(frame, syms, MAX_INLINE_SYMBOLS);
-    *out = NULL;
-    /* A symbolizer error only costs the names: pprof still shows the
-     * address, so the sample is kept. */
-    if (n <= 0)
-        return 0;
-    if (n > MAX_INLINE_SYMBOLS)
-        n = MAX_INLINE_SYMBOLS;
-    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, (size_t)n * sizeof *lines);
-    Perftools__Profiles__Line *storage = arena_alloc(&b->arena, (size_t)n * sizeof *storage);
-    if (lines == NULL || storage == NULL)
-        return -ENOMEM;
-    for (int i = 0; i < n; i++) {
-        const snapprof_symbol_t *sym = &syms[i];
-        const char *name = sym->name ? sym->name : sym->system_name ? sym->system_name : "";
-        const char *system_name = sym->system_name ? sym->system_name : name;
-        perftools__profiles__line__init(&storage[i]);
-        int err = intern_function(b, name, system_name, sym->file, &storage[i].function_id);
-        if (err < 0)
-            return err;
-        storage[i].line = sym->line > 0 ? sym->line : 0;
-        lines[i] = &storage[i];
-    }
-    *out = lines;
-    return n;
-}
-
-/* Allocates the single Line of a JIT or marker location. */
-static int named_line(pprof_builder_t *b, const char *name, Perftools__Profiles__Line ***out)
-{
-    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, sizeof *lines);
-    Perftools__Profiles__Line *line = arena_alloc(&b->arena, sizeof *line);
-    if (lines == NULL || line == NULL)
-        return -ENOMEM;
-    perftools__profiles__line__init(line);
-    int err = intern_function(b, name, name, NULL, &line->function_id);
-    if (err < 0)
-        return err;
-    lines[0] = line;
-    *out = lines;
-    return 1;
-}
-
-/* The name a JIT or marker frame is shown under. */
-static const char *frame_name(const snapprof_frame_t *frame)
-{
-    if (frame->name != NULL && frame->name[0] != '\0')
-        return frame->name;
-    if (frame->kind == SNAPPROF_FRAME_JIT)
-        return frame->module && frame->module->path ? frame->module->path : "[jit]";
-    return "[unknown]";
-}
-
-/* Native frames get one location per (pc, module), symbolized the first
- * time it is seen; JIT frames one per (name, module) and marker frames one
- * per name, since their addresses say nothing pprof could use. */
-static int intern_location(pprof_builder_t *b, const snapprof_frame_t *frame, uint64_t *id)
-{
-    location_key_t key;
-    key.kind = frame->kind;
-    const char *name = NULL;
-    if (frame->kind == SNAPPROF_FRAME_NATIVE) {
-        key.a = frame->pc;
-        key.module = frame->module;
-    } else {
-        if (frame->kind != SNAPPROF_FRAME_JIT)
-            key.kind = SNAPPROF_FRAME_MARKER;
-        name = frame_name(frame);
-        int64_t s = intern_string(b, name);
-        if (s < 0)
-            return (int)s;
-        key.a = (uint64_t)s;
-        key.module = key.kind == SNAPPROF_FRAME_JIT ? frame->module : NULL;
-    }
-    uint64_t h = hash_word(0, (uint64_t)key.kind);
-    h = hash_word(h, key.a);
-    h = hash_finish(hash_word(h, (uint64_t)(uintptr_t)key.module));
-    uint32_t found = table_find(&b->location_index, h, location_eq, b, &key);
-    if (found) {
-        *id = b->locations[found - 1]->msg.id;
-        return 0;
-    }
-
-    if (table_reserve(&b->location_index) < 0)
-        return -ENOMEM;
-    location_entry_t **locations =
-        reserve(b->locations, &b->cap_locations, b->n_locations + 1, sizeof *locations);
-    if (locations == NULL)
-        return -ENOMEM;
-    b->locations = locations;
-    mapping_entry_t *mapping = NULL;
-    if (key.module != NULL) {
-        int err = intern_mapping(b, key.module, &mapping);
-        if (err < 0)
-            return err;
-    }
-    /* Native locations are symbolized when the profile completes: loading
-     * an object's DWARF the first time can take most of a second (libc's
-     * separate debug file: ~1 s to decompress), which must not stall the
-     * sampling thread. */
-    Perftools__Profiles__Line **lines = NULL;
-    int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? 0 : named_line(b, name, &lines);
-    if (n_lines < 0)
-        return n_lines;
-    location_entry_t *e = arena_alloc(&b->arena, sizeof *e);
-    if (e == NULL)
-        return -ENOMEM;
-    perftools__profiles__location__init(&e->msg);
-    e->msg.id = b->n_locations + 1;
-    e->msg.mapping_id = mapping ? mapping->msg.id : 0;
-    e->msg.address = key.kind == SNAPPROF_FRAME_MARKER ? 0 : frame->pc;
-    e->msg.n_line = (size_t)n_lines;
-    e->msg.line = lines;
-    e->key = key;
-    e->mapping = mapping;
-    e->symbolized = key.kind != SNAPPROF_FRAME_NATIVE;
-    b->locations[b->n_locations] = e;
-    table_insert(&b->location_index, h, b->n_locations);
-    b->n_locations++;
-    *id = e->msg.id;
-    return 0;
-}
-
-/* Gives every native location its Lines. A location whose symbolization
- * ran out of memory is left for the next completion to retry; one the
- * symbolizer has no name for keeps its address alone. Returns 0 or
- * -ENOMEM. */
-static int symbolize_locations(pprof_builder_t *b)
-{
-    for (size_t i = 0; i < b->n_locations; i++) {
-        location_entry_t *e = b->locations[i];
-        if (e->symbolized)
-            continue;
-        snapprof_frame_t frame = {
-            .pc = (uintptr_t)e->key.a, .module = e->key.module, .kind = SNAPPROF_FRAME_NATIVE};
-        Perftools__Profiles__Line **lines;
-        int n = symbolize_lines(b, &frame, &lines);
-        if (n < 0)
-            return n;
-        e->msg.n_line = (size_t)n;
-        e->msg.line = lines;
-        e->symbolized = 1;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Samples                                                                  */
@@ -611,8 +30,9 @@ static int label_same(const Perftools__Profiles__Label *a, const Perftools__Prof
     return a->key == b->key && a->str == b->str && a->num == b->num && a->num_unit == b->num_unit;
 }
 
-static int sample_eq(const pprof_builder_t *b, uint32_t index, const void *key)
+static int sample_eq(const void *owner, uint32_t index, const void *key)
 {
+    const pprof_builder_t *b = owner;
     const Perftools__Profiles__Sample *s = &b->samples[index]->msg;
     const sample_key_t *k = key;
     if (s->n_location_id != k->n_locations || s->n_label != k->n_labels)
@@ -644,7 +64,7 @@ static uint64_t sample_hash(const sample_key_t *k)
 /* Adds a sample that has no equal yet, copying its key into the arena. */
 static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, const int64_t *values)
 {
-    if (table_reserve(&b->sample_index) < 0)
+    if (snapprof__index_reserve(&b->sample_index) < 0)
         return -ENOMEM;
     sample_entry_t **samples =
         reserve(b->samples, &b->cap_samples, b->n_samples + 1, sizeof *samples);
@@ -672,7 +92,7 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     e->msg.n_label = k->n_labels;
     e->msg.label = labels;
     b->samples[b->n_samples] = e;
-    table_insert(&b->sample_index, h, b->n_samples);
+    snapprof__index_insert(&b->sample_index, h, b->n_samples);
     b->n_samples++;
     return 0;
 }
@@ -682,17 +102,17 @@ static int make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
                       const snapprof_label_t *in)
 {
     perftools__profiles__label__init(label);
-    label->key = intern_string(b, in->key);
+    label->key = snapprof__pprof_intern_string(b, in->key);
     if (label->key < 0)
         return -ENOMEM;
     if (in->str != NULL) {
-        label->str = intern_string(b, in->str);
+        label->str = snapprof__pprof_intern_string(b, in->str);
         if (label->str < 0)
             return -ENOMEM;
     } else {
         label->num = in->num;
         if (in->num_unit != NULL && in->num_unit[0] != '\0') {
-            label->num_unit = intern_string(b, in->num_unit);
+            label->num_unit = snapprof__pprof_intern_string(b, in->num_unit);
             if (label->num_unit < 0)
                 return -ENOMEM;
         }
@@ -725,7 +145,7 @@ static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
     b->scratch_labels = labels;
 
     for (size_t i = 0; i < sample->frame_count; i++) {
-        int err = intern_location(b, &sample->frames[i], &locations[i]);
+        int err = snapprof__pprof_intern_location(b, &sample->frames[i], &locations[i]);
         if (err < 0)
             return err;
     }
@@ -746,7 +166,7 @@ static int pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
     sample_key_t key = {locations, sample->frame_count, labels, n_labels};
     int64_t values[VALUE_COUNT] = {1, (int64_t)sample->cpu_ns, (int64_t)sample->wall_ns};
     uint64_t h = sample_hash(&key);
-    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->sample_index, h, sample_eq, b, &key);
     if (!found)
         return add_sample(b, &key, h, values);
     sample_entry_t *e = b->samples[found - 1];
@@ -865,13 +285,12 @@ static int apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info
 {
     if (info->app_frame_count == 0 || info->app_frames == NULL)
         return 0;
-    uint32_t found = table_find(&b->string_index, hash_string("frame"), string_eq, b, "frame");
-    if (!found)
+    int64_t s_frame = snapprof__pprof_find_string(b, "frame");
+    if (s_frame < 0)
         return 0; /* no sample was taken during an app frame */
-    int64_t s_frame = (int64_t)found - 1;
-    int64_t s_hitch = intern_string(b, "hitch");
-    int64_t s_true = intern_string(b, "true");
-    int64_t s_false = intern_string(b, "false");
+    int64_t s_hitch = snapprof__pprof_intern_string(b, "hitch");
+    int64_t s_true = snapprof__pprof_intern_string(b, "true");
+    int64_t s_false = snapprof__pprof_intern_string(b, "false");
     if (s_hitch < 0 || s_true < 0 || s_false < 0)
         return -ENOMEM;
     size_t n = info->app_frame_count;
@@ -953,7 +372,7 @@ static int pprof_on_profile_completed(void *user_data, const snapprof_profile_in
         return -EINVAL;
     int wall = info->mode == SNAPPROF_MODE_WALL;
 
-    int err = symbolize_locations(b);
+    int err = snapprof__pprof_symbolize_locations(b);
     if (err == 0)
         err = apply_hitches(b, info);
     if (err < 0)
@@ -1065,11 +484,11 @@ static void pprof_destroy(void *user_data)
     pprof_builder_t *b = user_data;
     if (b == NULL)
         return;
-    table_free(&b->string_index);
-    table_free(&b->mapping_index);
-    table_free(&b->location_index);
-    table_free(&b->function_index);
-    table_free(&b->sample_index);
+    snapprof__index_free(&b->string_index);
+    snapprof__index_free(&b->mapping_index);
+    snapprof__index_free(&b->location_index);
+    snapprof__index_free(&b->function_index);
+    snapprof__index_free(&b->sample_index);
     free(b->strings);
     free(b->mappings);
     free(b->locations);
@@ -1077,7 +496,7 @@ static void pprof_destroy(void *user_data)
     free(b->samples);
     free(b->scratch_locations);
     free(b->scratch_labels);
-    arena_free(&b->arena);
+    snapprof__arena_release(&b->arena);
     snapprof__output_free(&b->out);
     free(b);
 }
@@ -1096,22 +515,22 @@ static const snapprof_builder_ops_t pprof_ops = {
  * mapping for the main binary). */
 static int pprof_init(pprof_builder_t *b)
 {
-    if (intern_string(b, "") != 0)
+    if (snapprof__pprof_intern_string(b, "") != 0)
         return -ENOMEM;
-    b->s_thread_id = intern_string(b, "thread_id");
-    b->s_thread_name = intern_string(b, "thread_name");
-    b->s_samples = intern_string(b, "samples");
-    b->s_count = intern_string(b, "count");
-    b->s_cpu = intern_string(b, "cpu");
-    b->s_wall = intern_string(b, "wall");
-    b->s_nanoseconds = intern_string(b, "nanoseconds");
+    b->s_thread_id = snapprof__pprof_intern_string(b, "thread_id");
+    b->s_thread_name = snapprof__pprof_intern_string(b, "thread_name");
+    b->s_samples = snapprof__pprof_intern_string(b, "samples");
+    b->s_count = snapprof__pprof_intern_string(b, "count");
+    b->s_cpu = snapprof__pprof_intern_string(b, "cpu");
+    b->s_wall = snapprof__pprof_intern_string(b, "wall");
+    b->s_nanoseconds = snapprof__pprof_intern_string(b, "nanoseconds");
     if (b->s_thread_id < 0 || b->s_thread_name < 0 || b->s_samples < 0 || b->s_count < 0 ||
         b->s_cpu < 0 || b->s_wall < 0 || b->s_nanoseconds < 0)
         return -ENOMEM;
     const snapprof_module_t *main_module = snapprof__module_cache_main();
     if (main_module != NULL) {
         mapping_entry_t *unused;
-        return intern_mapping(b, main_module, &unused);
+        return snapprof__pprof_intern_mapping(b, main_module, &unused);
     }
     return 0;
 }
@@ -1173,7 +592,7 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
     }
     b->scratch_labels = label;
     for (size_t i = 0; i < depth && v->err == 0; i++)
-        v->err = intern_location(b, &v->frames[i], &locations[i]);
+        v->err = snapprof__pprof_intern_location(b, &v->frames[i], &locations[i]);
     snapprof_label_t thread_id = {.key = "thread_id", .num = tid};
     if (v->err == 0)
         v->err = make_label(b, &label[0], &thread_id);
@@ -1182,7 +601,7 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
     sample_key_t key = {locations, depth, label, 1};
     int64_t values[VALUE_COUNT] = {(int64_t)calls, (int64_t)self_ns, 0};
     uint64_t h = sample_hash(&key);
-    uint32_t found = table_find(&b->sample_index, h, sample_eq, b, &key);
+    uint32_t found = snapprof__index_find(&b->sample_index, h, sample_eq, b, &key);
     if (!found) {
         v->err = add_sample(b, &key, h, values);
         return;
@@ -1205,7 +624,7 @@ static int calls_on_profile_completed(void *user_data, const snapprof_profile_in
     if (info == NULL)
         return -EINVAL;
     /* The totals so far, afresh at every completion. */
-    table_free(&b->sample_index);
+    snapprof__index_free(&b->sample_index);
     memset(&b->sample_index, 0, sizeof b->sample_index);
     b->n_samples = 0;
     calls_visit_t *v = calloc(1, sizeof *v);
@@ -1240,8 +659,8 @@ int snapprof_calls_builder_create(const char *path, snapprof_builder_t **out)
     if (err == 0)
         err = pprof_init(b);
     if (err == 0) {
-        b->s_calls = intern_string(b, "calls");
-        b->s_time = intern_string(b, "time");
+        b->s_calls = snapprof__pprof_intern_string(b, "calls");
+        b->s_time = snapprof__pprof_intern_string(b, "time");
         if (b->s_calls < 0 || b->s_time < 0)
             err = -ENOMEM;
     }

@@ -3,7 +3,9 @@
  * completion turns every stack into a path in a tree of function names
  * (inlined calls expanded), so that builders can count, print and compare
  * stacks by name. See stack_table.h. */
+#include "common/arena.h"
 #include "common/hash.h"
+#include "common/index.h"
 #include "profile_builder/stack_table.h"
 
 #include <errno.h>
@@ -12,78 +14,8 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
-/* Open-addressing index                                                    */
+/* Hashing and growable arrays                                              */
 /* ------------------------------------------------------------------------ */
-
-/* Maps a key's hash to index + 1 of an entry the owner keeps; keys are
- * compared by a callback. Never shrinks, no removal. */
-typedef struct idx {
-    uint32_t *slots;
-    uint64_t *hashes;
-    size_t cap, count;
-} idx_t;
-
-typedef int (*idx_eq_fn)(const snapprof__stack_table_t *t, uint32_t i, const void *key);
-
-static uint32_t idx_find(const idx_t *x, uint64_t h, idx_eq_fn eq, const snapprof__stack_table_t *t,
-                         const void *key)
-{
-    if (x->cap == 0)
-        return 0;
-    for (size_t i = h & (x->cap - 1);; i = (i + 1) & (x->cap - 1)) {
-        if (x->slots[i] == 0)
-            return 0;
-        if (x->hashes[i] == h && eq(t, x->slots[i] - 1, key))
-            return x->slots[i];
-    }
-}
-
-static void idx_put(uint32_t *slots, uint64_t *hashes, size_t cap, uint64_t h, uint32_t v)
-{
-    size_t i = h & (cap - 1);
-    while (slots[i] != 0)
-        i = (i + 1) & (cap - 1);
-    slots[i] = v;
-    hashes[i] = h;
-}
-
-/* Room for one more entry at load <= 1/2; 0 or -ENOMEM (unchanged). */
-static int idx_reserve(idx_t *x)
-{
-    if ((x->count + 1) * 2 <= x->cap)
-        return 0;
-    if (x->count >= UINT32_MAX / 2)
-        return -ENOMEM;
-    size_t cap = x->cap ? x->cap * 2 : 64;
-    uint32_t *slots = calloc(cap, sizeof *slots);
-    uint64_t *hashes = malloc(cap * sizeof *hashes);
-    if (slots == NULL || hashes == NULL) {
-        free(slots);
-        free(hashes);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < x->cap; i++)
-        if (x->slots[i] != 0)
-            idx_put(slots, hashes, cap, x->hashes[i], x->slots[i]);
-    free(x->slots);
-    free(x->hashes);
-    x->slots = slots;
-    x->hashes = hashes;
-    x->cap = cap;
-    return 0;
-}
-
-static void idx_insert(idx_t *x, uint64_t h, uint32_t i)
-{
-    idx_put(x->slots, x->hashes, x->cap, h, i + 1);
-    x->count++;
-}
-
-static void idx_free(idx_t *x)
-{
-    free(x->slots);
-    free(x->hashes);
-}
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
@@ -135,56 +67,29 @@ typedef struct node_rec {
     uint32_t parent, name, depth;
 } node_rec_t;
 
-/* A chunk of copied strings. */
-typedef struct str_chunk {
-    struct str_chunk *next;
-    size_t used, size;
-    char data[];
-} str_chunk_t;
-
 struct snapprof__stack_table {
     frame_rec_t *frames;
     size_t n_frames, cap_frames, resolved_frames;
-    idx_t frame_idx;
+    snapprof__index_t frame_idx;
 
     uint32_t *frame_pool;
     size_t n_frame_pool, cap_frame_pool;
     stack_rec_t *stacks;
     size_t n_stacks, cap_stacks, resolved_stacks;
-    idx_t stack_idx;
+    snapprof__index_t stack_idx;
 
     const char **names;
     size_t n_names, cap_names;
-    idx_t name_idx;
+    snapprof__index_t name_idx;
     uint32_t *name_pool;
     size_t n_name_pool, cap_name_pool;
 
     node_rec_t *nodes;
     size_t n_nodes, cap_nodes;
-    idx_t node_idx;
+    snapprof__index_t node_idx;
 
-    str_chunk_t *strings;
+    snapprof__arena_t strings; /* copied names and frame names */
 };
-
-static char *copy_str(snapprof__stack_table_t *t, const char *s)
-{
-    size_t len = strlen(s) + 1;
-    str_chunk_t *c = t->strings;
-    if (c == NULL || c->size - c->used < len) {
-        size_t size = len > 16384 ? len : 16384;
-        c = malloc(sizeof *c + size);
-        if (c == NULL)
-            return NULL;
-        c->size = size;
-        c->used = 0;
-        c->next = t->strings;
-        t->strings = c;
-    }
-    char *p = c->data + c->used;
-    memcpy(p, s, len);
-    c->used += len;
-    return p;
-}
 
 int snapprof__stack_table_create(snapprof__stack_table_t **out)
 {
@@ -206,27 +111,25 @@ void snapprof__stack_table_destroy(snapprof__stack_table_t *t)
 {
     if (t == NULL)
         return;
-    idx_free(&t->frame_idx);
-    idx_free(&t->stack_idx);
-    idx_free(&t->name_idx);
-    idx_free(&t->node_idx);
+    snapprof__index_free(&t->frame_idx);
+    snapprof__index_free(&t->stack_idx);
+    snapprof__index_free(&t->name_idx);
+    snapprof__index_free(&t->node_idx);
     free(t->frames);
     free(t->frame_pool);
     free(t->stacks);
     free(t->names);
     free(t->name_pool);
     free(t->nodes);
-    for (str_chunk_t *c = t->strings, *next; c != NULL; c = next) {
-        next = c->next;
-        free(c);
-    }
+    snapprof__arena_release(&t->strings);
     free(t);
 }
 
 /* JIT frames are told apart by (name, module), markers by name, native
  * frames by (pc, module): the same rule as the pprof builder's locations. */
-static int frame_eq(const snapprof__stack_table_t *t, uint32_t i, const void *key)
+static int frame_eq(const void *owner, uint32_t i, const void *key)
 {
+    const snapprof__stack_table_t *t = owner;
     const frame_rec_t *a = &t->frames[i], *b = key;
     if (a->kind != b->kind || a->module != b->module)
         return 0;
@@ -253,18 +156,18 @@ static int intern_frame(snapprof__stack_table_t *t, const snapprof_frame_t *f, u
                        : "[unknown]";
         h = mix(mix(mix(0, key.kind), hash_str(key.name)), (uintptr_t)key.module);
     }
-    uint32_t found = idx_find(&t->frame_idx, h, frame_eq, t, &key);
+    uint32_t found = snapprof__index_find(&t->frame_idx, h, frame_eq, t, &key);
     if (found) {
         *id = found - 1;
         return 0;
     }
-    if (idx_reserve(&t->frame_idx) != 0 ||
+    if (snapprof__index_reserve(&t->frame_idx) != 0 ||
         grow((void **)&t->frames, &t->cap_frames, t->n_frames + 1, sizeof *t->frames) != 0)
         return -ENOMEM;
-    if (key.name != NULL && (key.name = copy_str(t, key.name)) == NULL)
+    if (key.name != NULL && (key.name = snapprof__arena_strdup(&t->strings, key.name)) == NULL)
         return -ENOMEM;
     t->frames[t->n_frames] = key;
-    idx_insert(&t->frame_idx, h, (uint32_t)t->n_frames);
+    snapprof__index_insert(&t->frame_idx, h, (uint32_t)t->n_frames);
     *id = (uint32_t)t->n_frames++;
     return 0;
 }
@@ -274,8 +177,9 @@ typedef struct stack_key {
     uint32_t len;
 } stack_key_t;
 
-static int stack_eq(const snapprof__stack_table_t *t, uint32_t i, const void *key)
+static int stack_eq(const void *owner, uint32_t i, const void *key)
 {
+    const snapprof__stack_table_t *t = owner;
     const stack_rec_t *s = &t->stacks[i];
     const stack_key_t *k = key;
     return s->len == k->len &&
@@ -303,16 +207,16 @@ int64_t snapprof__stack_table_add(snapprof__stack_table_t *t, const snapprof_fra
         h = mix(h, ids[i]);
     }
     stack_key_t key = {ids, (uint32_t)count};
-    uint32_t found = idx_find(&t->stack_idx, h, stack_eq, t, &key);
+    uint32_t found = snapprof__index_find(&t->stack_idx, h, stack_eq, t, &key);
     if (found)
         return (int64_t)found - 1;
-    if (idx_reserve(&t->stack_idx) != 0 ||
+    if (snapprof__index_reserve(&t->stack_idx) != 0 ||
         grow((void **)&t->stacks, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stacks) != 0)
         return -ENOMEM;
     t->stacks[t->n_stacks] =
         (stack_rec_t){.off = (uint32_t)t->n_frame_pool, .len = (uint32_t)count, .leaf = 0};
     t->n_frame_pool += count;
-    idx_insert(&t->stack_idx, h, (uint32_t)t->n_stacks);
+    snapprof__index_insert(&t->stack_idx, h, (uint32_t)t->n_stacks);
     return (int64_t)t->n_stacks++;
 }
 
@@ -320,8 +224,9 @@ int64_t snapprof__stack_table_add(snapprof__stack_table_t *t, const snapprof_fra
 /* Resolving names                                                          */
 /* ------------------------------------------------------------------------ */
 
-static int name_eq(const snapprof__stack_table_t *t, uint32_t i, const void *key)
+static int name_eq(const void *owner, uint32_t i, const void *key)
 {
+    const snapprof__stack_table_t *t = owner;
     return strcmp(t->names[i], key) == 0;
 }
 
@@ -330,24 +235,25 @@ static int name_eq(const snapprof__stack_table_t *t, uint32_t i, const void *key
 static int intern_name(snapprof__stack_table_t *t, const char *s, int copy, uint32_t *id)
 {
     uint64_t h = hash_str(s);
-    uint32_t found = idx_find(&t->name_idx, h, name_eq, t, s);
+    uint32_t found = snapprof__index_find(&t->name_idx, h, name_eq, t, s);
     if (found) {
         *id = found - 1;
         return 0;
     }
-    if (idx_reserve(&t->name_idx) != 0 ||
+    if (snapprof__index_reserve(&t->name_idx) != 0 ||
         grow((void **)&t->names, &t->cap_names, t->n_names + 1, sizeof *t->names) != 0)
         return -ENOMEM;
-    if (copy && (s = copy_str(t, s)) == NULL)
+    if (copy && (s = snapprof__arena_strdup(&t->strings, s)) == NULL)
         return -ENOMEM;
     t->names[t->n_names] = s;
-    idx_insert(&t->name_idx, h, (uint32_t)t->n_names);
+    snapprof__index_insert(&t->name_idx, h, (uint32_t)t->n_names);
     *id = (uint32_t)t->n_names++;
     return 0;
 }
 
-static int node_eq(const snapprof__stack_table_t *t, uint32_t i, const void *key)
+static int node_eq(const void *owner, uint32_t i, const void *key)
 {
+    const snapprof__stack_table_t *t = owner;
     const node_rec_t *n = &t->nodes[i], *k = key;
     return n->parent == k->parent && n->name == k->name;
 }
@@ -356,16 +262,16 @@ static int child(snapprof__stack_table_t *t, uint32_t parent, uint32_t name, uin
 {
     node_rec_t key = {parent, name, t->nodes[parent].depth + 1};
     uint64_t h = mix(mix(0, parent), name);
-    uint32_t found = idx_find(&t->node_idx, h, node_eq, t, &key);
+    uint32_t found = snapprof__index_find(&t->node_idx, h, node_eq, t, &key);
     if (found) {
         *out = found - 1;
         return 0;
     }
-    if (idx_reserve(&t->node_idx) != 0 ||
+    if (snapprof__index_reserve(&t->node_idx) != 0 ||
         grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes + 1, sizeof *t->nodes) != 0)
         return -ENOMEM;
     t->nodes[t->n_nodes] = key;
-    idx_insert(&t->node_idx, h, (uint32_t)t->n_nodes);
+    snapprof__index_insert(&t->node_idx, h, (uint32_t)t->n_nodes);
     *out = (uint32_t)t->n_nodes++;
     return 0;
 }

@@ -10,6 +10,7 @@
  * fail, not fault. The caller checks afterwards that the thread is still in
  * the same wait (its CPU clock unchanged) before it trusts the copy.
  * Sampling side only; nothing here runs in a signal handler. */
+#include "common/clock.h"
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 static _Atomic int g_fail_err; /* test seam: reads of the file fail with it */
@@ -123,9 +123,7 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
         *reason = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
         return -1;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t t0 = snapprof__monotonic_ns();
     /* From sp, 16-byte aligned down as the handshake's copy is (the kernel
      * left nothing below sp that unwinding needs). */
     uintptr_t lo = b->sp & ~(uintptr_t)15;
@@ -148,7 +146,6 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
     res->timestamp_ns = t0;
     res->copy_lo = lo;
     res->copy_size = want;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    res->roundtrip_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - t0;
+    res->roundtrip_ns = snapprof__monotonic_ns() - t0;
     return 0;
 }

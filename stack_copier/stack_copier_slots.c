@@ -3,6 +3,7 @@
  * stack_copier_slots.h for the protocol). */
 #include "stack_copier/stack_copier_slots.h"
 
+#include "common/clock.h"
 #include "stack_copier/registers_x86_64.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Defined in thread_posix.c: the token registered on this thread. */
@@ -60,15 +60,6 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
     if (pool->memory)
         munmap(pool->memory, pool->slot_count * pool->slot_bytes);
     memset(pool, 0, sizeof *pool);
-}
-
-/* Async-signal-safe (clock_gettime is on the POSIX list). */
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Takes a free slot, or returns NULL. Async-signal-safe. */
@@ -159,7 +150,8 @@ static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t 
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
                            const ucontext_t *uc, uint64_t periods)
 {
-    uint64_t entry = mono_ns();
+    /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
+    uint64_t entry = snapprof__monotonic_ns();
     snapprof__capture_slot_t *slot = take_slot(pool);
     if (!slot) {
         atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
@@ -197,7 +189,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
             u->ops->xOnStackCapture(u->user_data);
     }
     snapprof__labels_capture(&slot->labels);
-    slot->res.pause_ns = mono_ns() - entry;
+    slot->res.pause_ns = snapprof__monotonic_ns() - entry;
     /* Read before publishing: after it the slot is the drainer's. */
     int used_large = slot->large >= 0;
     publish(pool, slot);

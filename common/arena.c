@@ -1,9 +1,12 @@
-/* Process-lifetime bump allocator for the module cache (see module_cache.h).
- * Blocks come from malloc and are never returned: what the cache hands out
- * must stay valid for the life of the process. */
-#include "module_cache/module_cache.h"
+/* Bump arena (see arena.h). Blocks come from calloc and are given back
+ * only by snapprof__arena_release(): the module cache never releases its
+ * arenas, the pprof builder releases its own when it is destroyed. Every
+ * block is zeroed and no byte is handed out twice, so what
+ * snapprof__arena_alloc() returns reads as zeros. */
+#include "common/arena.h"
 
 #include <stdalign.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

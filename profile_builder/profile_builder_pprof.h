@@ -1,0 +1,196 @@
+/* The pprof builder's state and what its two files share. Internal.
+ *
+ * profile_builder_pprof_intern.c interns strings, mappings, functions and
+ * locations (and symbolizes native locations at completion);
+ * profile_builder_pprof.c aggregates samples, writes the profile and
+ * holds the builder's life cycle (and the calls builder's). */
+#ifndef SNAPPROF_PROFILE_BUILDER_PPROF_H
+#define SNAPPROF_PROFILE_BUILDER_PPROF_H
+
+#include "common/arena.h"
+#include "common/hash.h"
+#include "common/index.h"
+#include "profile.pb-c.h"
+#include "profile_builder/profile_builder_internal.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* Arena                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Every message, line, label and interned string lives in one arena
+ * (common/arena.h), so a profile costs a handful of large allocations
+ * instead of one per message, and destroying the builder frees it all at
+ * once. The arena's memory is zeroed, so whatever a caller does not set
+ * reads as 0. */
+
+static_assert(alignof(max_align_t) <= 16, "the arena aligns to at most 16");
+
+/* Returns n zeroed bytes aligned for any type, or NULL when out of memory. */
+static inline void *arena_alloc(snapprof__arena_t *arena, size_t n)
+{
+    return snapprof__arena_alloc(arena, n, alignof(max_align_t));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Growable arrays and hashing                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Makes room for need elements of size elem. Returns the (possibly moved)
+ * array, or NULL with the old array and *cap untouched. */
+static inline void *reserve(void *items, size_t *cap, size_t need, size_t elem)
+{
+    /* Asking for nothing still yields an array, so NULL always means
+     * failure. */
+    if (need == 0)
+        need = 1;
+    if (need <= *cap)
+        return items;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2 / elem)
+            return NULL;
+        ncap *= 2;
+    }
+    void *p = realloc(items, ncap * elem);
+    if (p != NULL)
+        *cap = ncap;
+    return p;
+}
+
+/* The finalizer of MurmurHash3: spreads every input bit over the low bits
+ * that the tables index with. */
+static inline uint64_t hash_finish(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static inline uint64_t hash_word(uint64_t h, uint64_t v)
+{
+    h ^= v;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static inline uint64_t hash_string(const char *s)
+{
+    return hash_finish(snapprof__fnv1a64(SNAPPROF_FNV1A64_BASIS, s));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Builder state                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A mapping; its has_* flags are set when the profile is written (see
+ * finish_mappings). The message comes first: a pointer to the entry is a
+ * pointer to the message. */
+typedef struct mapping_entry {
+    Perftools__Profiles__Mapping msg;
+} mapping_entry_t;
+
+typedef struct location_key {
+    snapprof_frame_kind_t kind;
+    uint64_t a;         /* native: the pc; JIT and marker: the name's string index */
+    const void *module; /* native and JIT: the module; marker: NULL */
+} location_key_t;
+
+typedef struct location_entry {
+    Perftools__Profiles__Location msg;
+    location_key_t key;
+    mapping_entry_t *mapping; /* NULL for mapping 0 */
+    int symbolized;           /* native: its Lines have been looked up */
+} location_entry_t;
+
+typedef struct function_key {
+    int64_t name, system_name, filename;
+} function_key_t;
+
+#define VALUE_COUNT 3 /* samples/count, cpu/nanoseconds, wall/nanoseconds */
+
+typedef struct sample_entry {
+    Perftools__Profiles__Sample msg;
+    int64_t values[VALUE_COUNT];
+} sample_entry_t;
+
+/* The deepest inline chain symbolized per location; deeper ones keep their
+ * innermost frames. */
+#define MAX_INLINE_SYMBOLS 32
+
+typedef struct pprof_builder {
+    snapprof__output_t out;
+    snapprof__arena_t arena;
+
+    char **strings;
+    size_t n_strings, cap_strings;
+    snapprof__index_t string_index;
+
+    mapping_entry_t **mappings;
+    size_t n_mappings, cap_mappings;
+    snapprof__index_t mapping_index;
+
+    location_entry_t **locations;
+    size_t n_locations, cap_locations;
+    snapprof__index_t location_index;
+
+    Perftools__Profiles__Function **functions;
+    size_t n_functions, cap_functions;
+    snapprof__index_t function_index;
+
+    sample_entry_t **samples;
+    size_t n_samples, cap_samples;
+    snapprof__index_t sample_index;
+
+    /* The sample being added, before it is known to be new. */
+    uint64_t *scratch_locations;
+    size_t cap_scratch_locations;
+    Perftools__Profiles__Label *scratch_labels;
+    size_t cap_scratch_labels;
+
+    /* String indices used for every profile. */
+    int64_t s_thread_id, s_thread_name;
+    int64_t s_samples, s_count, s_cpu, s_wall, s_nanoseconds;
+    /* The calls builder: function timing instead of samples, with the
+     * sample types calls/count and time/nanoseconds. */
+    int calls;
+    int64_t s_calls, s_time;
+} pprof_builder_t;
+
+/* ------------------------------------------------------------------------ */
+/* Interning (profile_builder_pprof_intern.c)                               */
+/* ------------------------------------------------------------------------ */
+
+/* Each returns an existing entry or adds a new one; a failure (-ENOMEM)
+ * never leaves a half-made entry behind. */
+
+/* Returns the string's index in the string table (NULL is ""), or
+ * -ENOMEM. */
+int64_t snapprof__pprof_intern_string(pprof_builder_t *b, const char *s);
+
+/* Returns the index of s in the string table, or -1 when it is not
+ * there; adds nothing. */
+int64_t snapprof__pprof_find_string(const pprof_builder_t *b, const char *s);
+
+/* The mapping of module in *out; 0 or -ENOMEM. */
+int snapprof__pprof_intern_mapping(pprof_builder_t *b, const snapprof_module_t *module,
+                                   mapping_entry_t **out);
+
+/* The id of frame's location in *id; 0 or -ENOMEM. Native locations get
+ * their Lines from snapprof__pprof_symbolize_locations(). */
+int snapprof__pprof_intern_location(pprof_builder_t *b, const snapprof_frame_t *frame,
+                                    uint64_t *id);
+
+/* Gives every native location its Lines; 0 or -ENOMEM (call again to
+ * finish). */
+int snapprof__pprof_symbolize_locations(pprof_builder_t *b);
+
+#endif
