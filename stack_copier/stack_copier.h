@@ -29,6 +29,10 @@ struct snapprof_thread {
     uintptr_t stack_base; /* one past the highest: where the stack starts */
     int on_thread;        /* registered on the thread itself: its TLS names it */
     atomic_int exited;    /* set when the thread's TLS destructors ran */
+    /* Set first thing in its exit destructor, before its TLS lets go of
+     * this token: from then on a signal that finds another token (none) in
+     * its TLS has reached a thread on its way out, not a recycled tid. */
+    atomic_int exiting;
     /* Its CPU clock as it exited (read by itself just before exited is
      * set; 0 if unknown): its whole CPU time once no one can read its clock,
      * where no trigger counted all of it. */

@@ -135,9 +135,14 @@ static void capture(const ucontext_t *uc)
     res->timestamp_ns = entry;
     g_slot.fail = -1;
     /* The signal went to exactly this tid; a thread registered on itself
-     * also names its token in TLS, which a recycled tid would not. */
+     * also names its token in TLS, which a recycled tid would not. A thread
+     * already in its exit destructor has let go of its token too: that one
+     * is exiting, not recycled (a handshake that landed there was counted
+     * tid_recycled, and the thread's exit never thread_exited). */
     if (req->thread->on_thread && snapprof__tls_self != req->thread) {
-        g_slot.fail = SNAPPROF_FAIL_TID_RECYCLED;
+        g_slot.fail = atomic_load_explicit(&req->thread->exiting, memory_order_relaxed)
+                          ? SNAPPROF_FAIL_THREAD_EXITED
+                          : SNAPPROF_FAIL_TID_RECYCLED;
         return;
     }
     snapprof__regs_from_ucontext(uc, &res->regs);

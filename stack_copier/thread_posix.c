@@ -33,6 +33,7 @@ static void thread_release(struct snapprof_thread *t)
 static void on_thread_exit(void *arg)
 {
     struct snapprof_thread *t = arg;
+    atomic_store(&t->exiting, 1);
     snapprof__tls_self = NULL;
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)

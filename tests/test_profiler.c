@@ -461,9 +461,12 @@ static void thread_exits(snapprof_trigger_t trigger)
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_GT(tu_collector_count_tid(&c, gone.tid), 0);
     ASSERT_GT(tu_collector_count_tid(&c, stays.tid), tu_collector_count_tid(&c, gone.tid));
-    printf("trigger %s: %zu and %zu samples, thread_exited %llu\n", snapprof_trigger_name(trigger),
-           tu_collector_count_tid(&c, gone.tid), tu_collector_count_tid(&c, stays.tid),
-           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED]);
+    printf("trigger %s: %zu and %zu samples, thread_exited %llu, tid_recycled %llu, failed %llu\n",
+           snapprof_trigger_name(trigger), tu_collector_count_tid(&c, gone.tid),
+           tu_collector_count_tid(&c, stays.tid),
+           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED],
+           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_TID_RECYCLED],
+           (unsigned long long)c.stats.failed_total);
     if (c.stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] == 2) {
         /* The handshake's signal to the thread that is gone fails once. */
         ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED], 1);

@@ -375,6 +375,30 @@ static void test_recycled_tid(void)
     stop_target(&b);
 }
 
+/* A signal that reaches a thread in its exit destructor, after its TLS let
+ * go of its token: the thread is exiting, not a recycled tid. (CI's
+ * profiler_thread_exits once saw thread_exited 0 where 1 was due; a
+ * handshake landing there, counted tid_recycled, is one way to get it.) */
+static void test_exiting_thread(void)
+{
+    target_t a = {0}, b = {0};
+    start_target(&a);
+    start_target(&b);
+    struct snapprof_thread exiting = {.tid = b.tid,
+                                      .stack_low = a.token->stack_low,
+                                      .stack_base = a.token->stack_base,
+                                      .on_thread = 1};
+    atomic_init(&exiting.refs, 1);
+    atomic_init(&exiting.exiting, 1);
+    uint8_t *buf = map_buffer(65536);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
+    ASSERT_EQ(copy(&exiting, buf, 65536, 1000000000u, &res, &reason), -1);
+    ASSERT_EQ(reason, SNAPPROF_FAIL_THREAD_EXITED);
+    stop_target(&a);
+    stop_target(&b);
+}
+
 /* Signals that are not our requests reach the handler installed before us. */
 static atomic_int g_previous_calls;
 static void previous_handler(int sig, siginfo_t *info, void *uc)
@@ -551,6 +575,7 @@ int main(int argc, char **argv)
         {"late_signal_other_thread", test_late_signal_other_thread},
         {"sp_out_of_range", test_sp_out_of_range},
         {"recycled_tid", test_recycled_tid},
+        {"exiting_thread", test_exiting_thread},
         {"chains_foreign_signals", test_chains_foreign_signals},
         {"handler_replaced", test_handler_replaced},
         {"other_signals_wait", test_other_signals_wait},
