@@ -375,6 +375,11 @@ typedef struct tally {
 static int tally_sample(void *user_data, const snapprof_sample_t *s)
 {
     tally_t *t = user_data;
+    /* A thread's "[kernel and unsampled]" remainder is CPU time no capture
+     * placed, not a sample (stats.samples leaves it out too): counted, it
+     * made 2 of ~4000 samples "incomplete". */
+    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
+        return 0;
     atomic_fetch_add(&t->samples, 1);
     /* Whole: past the recursion and not ended by a marker. */
     if (s->frame_count > 2000 && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
