@@ -578,20 +578,13 @@ static void test_bad_path(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "folded_format"))
-        test_folded_format();
-    else if (!strcmp(c, "trace_format"))
-        test_trace_format();
-    else if (!strcmp(c, "same_run_agree"))
-        test_same_run_agree();
-    else if (!strcmp(c, "empty_stack_first"))
-        test_empty_stack_first();
-    else if (!strcmp(c, "bad_path"))
-        test_bad_path();
-    else if (!strcmp(c, "callbacks_symbolize"))
-        test_callbacks_symbolize();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"folded_format", test_folded_format},
+        {"trace_format", test_trace_format},
+        {"same_run_agree", test_same_run_agree},
+        {"empty_stack_first", test_empty_stack_first},
+        {"bad_path", test_bad_path},
+        {"callbacks_symbolize", test_callbacks_symbolize},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -168,6 +168,9 @@ static void test_unbalanced(void)
     ASSERT_EQ(snapprof_func_exit(&a), -ENOENT);
 }
 
+/* Its own dispatch, not test_run_case(): this file is built with
+ * -finstrument-functions, and unbalanced counts the timed frames from main
+ * down (a dispatcher frame would be one more). */
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";

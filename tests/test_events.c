@@ -619,26 +619,16 @@ static void test_cost(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "misuse"))
-        test_misuse();
-    else if (!strcmp(c, "name_table_full"))
-        test_name_table_full();
-    else if (!strcmp(c, "capture_labels"))
-        test_capture_labels();
-    else if (!strcmp(c, "zones_exact"))
-        test_zones_exact();
-    else if (!strcmp(c, "overflow_counts_drops"))
-        test_overflow_counts_drops();
-    else if (!strcmp(c, "trace_tracks"))
-        test_trace_tracks();
-    else if (!strcmp(c, "calls_end_at_exit"))
-        test_calls_end_at_exit();
-    else if (!strcmp(c, "threads_churn"))
-        test_threads_churn();
-    else if (!strcmp(c, "cost"))
-        test_cost();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"misuse", test_misuse},
+        {"name_table_full", test_name_table_full},
+        {"capture_labels", test_capture_labels},
+        {"zones_exact", test_zones_exact},
+        {"overflow_counts_drops", test_overflow_counts_drops},
+        {"trace_tracks", test_trace_tracks},
+        {"calls_end_at_exit", test_calls_end_at_exit},
+        {"threads_churn", test_threads_churn},
+        {"cost", test_cost},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

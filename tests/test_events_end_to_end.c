@@ -129,10 +129,8 @@ static void test_tagfocus_zone(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "tagfocus_zone"))
-        test_tagfocus_zone();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"tagfocus_zone", test_tagfocus_zone},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

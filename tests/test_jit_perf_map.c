@@ -260,20 +260,13 @@ static void test_layout_and_off(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "lines"))
-        test_lines();
-    else if (!strcmp(c, "grows"))
-        test_grows();
-    else if (!strcmp(c, "replaced"))
-        test_replaced();
-    else if (!strcmp(c, "rewritten"))
-        test_rewritten();
-    else if (!strcmp(c, "overlong_line"))
-        test_overlong_line();
-    else if (!strcmp(c, "layout_and_off"))
-        test_layout_and_off();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"lines", test_lines},
+        {"grows", test_grows},
+        {"replaced", test_replaced},
+        {"rewritten", test_rewritten},
+        {"overlong_line", test_overlong_line},
+        {"layout_and_off", test_layout_and_off},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -491,26 +491,32 @@ static void test_reuse_while_sampling(void)
     tu_collector_free(&run.samples);
 }
 
+static void test_fixed_frame(void)
+{
+    fixed_frame(CHAIN_EXPLICIT);
+}
+
+static void test_fixed_frame_default_chain(void)
+{
+    fixed_frame(CHAIN_DEFAULT);
+}
+
+static void test_fixed_frame_hybrid(void)
+{
+    fixed_frame(CHAIN_HYBRID);
+}
+
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "interleaved_api"))
-        test_interleaved_api();
-    else if (!strcmp(c, "interleaved_perf_map"))
-        test_interleaved_perf_map();
-    else if (!strcmp(c, "default_chain"))
-        test_default_chain();
-    else if (!strcmp(c, "fixed_frame"))
-        fixed_frame(CHAIN_EXPLICIT);
-    else if (!strcmp(c, "fixed_frame_default_chain"))
-        fixed_frame(CHAIN_DEFAULT);
-    else if (!strcmp(c, "fixed_frame_hybrid"))
-        fixed_frame(CHAIN_HYBRID);
-    else if (!strcmp(c, "interleaved_hybrid"))
-        test_interleaved_hybrid();
-    else if (!strcmp(c, "reuse_while_sampling"))
-        test_reuse_while_sampling();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"interleaved_api", test_interleaved_api},
+        {"interleaved_perf_map", test_interleaved_perf_map},
+        {"default_chain", test_default_chain},
+        {"fixed_frame", test_fixed_frame},
+        {"fixed_frame_default_chain", test_fixed_frame_default_chain},
+        {"fixed_frame_hybrid", test_fixed_frame_hybrid},
+        {"interleaved_hybrid", test_interleaved_hybrid},
+        {"reuse_while_sampling", test_reuse_while_sampling},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -342,22 +342,15 @@ static void test_concurrent(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
     /* Keep any perf map of a recycled pid out of these tests. */
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
-    if (!strcmp(c, "register_lookup"))
-        test_register_lookup();
-    else if (!strcmp(c, "bad_args"))
-        test_bad_args();
-    else if (!strcmp(c, "unregister_keeps_entry"))
-        test_unregister_keeps_entry();
-    else if (!strcmp(c, "lookup_by_time"))
-        test_lookup_by_time();
-    else if (!strcmp(c, "graveyard_cap"))
-        test_graveyard_cap();
-    else if (!strcmp(c, "concurrent"))
-        test_concurrent();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"register_lookup", test_register_lookup},
+        {"bad_args", test_bad_args},
+        {"unregister_keeps_entry", test_unregister_keeps_entry},
+        {"lookup_by_time", test_lookup_by_time},
+        {"graveyard_cap", test_graveyard_cap},
+        {"concurrent", test_concurrent},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

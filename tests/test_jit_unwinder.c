@@ -252,19 +252,11 @@ static void test_unwound_late(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
-    if (!strcmp(c, "interleaved"))
-        test_interleaved();
-    else if (!strcmp(c, "without_jit_unwinder"))
-        test_without_jit_unwinder();
-    else if (!strcmp(c, "bad_frames"))
-        test_bad_frames();
-    else if (!strcmp(c, "depth_cap"))
-        test_depth_cap();
-    else if (!strcmp(c, "unwound_late"))
-        test_unwound_late();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"interleaved", test_interleaved},   {"without_jit_unwinder", test_without_jit_unwinder},
+        {"bad_frames", test_bad_frames},     {"depth_cap", test_depth_cap},
+        {"unwound_late", test_unwound_late},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

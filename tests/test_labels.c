@@ -592,22 +592,14 @@ static void test_thread_exit_frees(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "api"))
-        test_api();
-    else if (!strcmp(c, "set_cost"))
-        test_set_cost();
-    else if (!strcmp(c, "capture_in_handler"))
-        test_capture_in_handler();
-    else if (!strcmp(c, "no_torn_values"))
-        test_no_torn_values();
-    else if (!strcmp(c, "wall_reuse_keeps_labels"))
-        test_wall_reuse_keeps_labels();
-    else if (!strcmp(c, "app_frame_ids"))
-        test_app_frame_ids();
-    else if (!strcmp(c, "thread_exit_frees"))
-        test_thread_exit_frees();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"api", test_api},
+        {"set_cost", test_set_cost},
+        {"capture_in_handler", test_capture_in_handler},
+        {"no_torn_values", test_no_torn_values},
+        {"wall_reuse_keeps_labels", test_wall_reuse_keeps_labels},
+        {"app_frame_ids", test_app_frame_ids},
+        {"thread_exit_frees", test_thread_exit_frees},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

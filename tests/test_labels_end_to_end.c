@@ -238,12 +238,9 @@ static void test_hitch_frames(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "tagfocus_threads"))
-        test_tagfocus_threads();
-    else if (!strcmp(c, "hitch_frames"))
-        test_hitch_frames();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"tagfocus_threads", test_tagfocus_threads},
+        {"hitch_frames", test_hitch_frames},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

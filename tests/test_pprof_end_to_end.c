@@ -189,12 +189,9 @@ static void test_demo_binary_moved(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "known_ratio"))
-        test_known_ratio();
-    else if (!strcmp(c, "demo_binary_moved"))
-        test_demo_binary_moved();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"known_ratio", test_known_ratio},
+        {"demo_binary_moved", test_demo_binary_moved},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

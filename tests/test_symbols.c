@@ -360,24 +360,11 @@ static void test_mapping_flags(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "file_line"))
-        test_file_line();
-    else if (!strcmp(c, "inline_frames"))
-        test_inline_frames();
-    else if (!strcmp(c, "demangle"))
-        test_demangle();
-    else if (!strcmp(c, "debuglink"))
-        test_debuglink();
-    else if (!strcmp(c, "build_id_dir"))
-        test_build_id_dir();
-    else if (!strcmp(c, "elf_fallback"))
-        test_elf_fallback();
-    else if (!strcmp(c, "system_debug"))
-        test_system_debug();
-    else if (!strcmp(c, "mapping_flags"))
-        test_mapping_flags();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"file_line", test_file_line},       {"inline_frames", test_inline_frames},
+        {"demangle", test_demangle},         {"debuglink", test_debuglink},
+        {"build_id_dir", test_build_id_dir}, {"elf_fallback", test_elf_fallback},
+        {"system_debug", test_system_debug}, {"mapping_flags", test_mapping_flags},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -166,12 +166,9 @@ static void test_cxx_demangled(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "inline_binary_moved"))
-        test_inline_binary_moved();
-    else if (!strcmp(c, "cxx_demangled"))
-        test_cxx_demangled();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"inline_binary_moved", test_inline_binary_moved},
+        {"cxx_demangled", test_cxx_demangled},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -314,30 +314,18 @@ static void test_custom_abort_counted(void)
 
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "good_chain"))
-        test_good_chain();
-    else if (!strcmp(c, "outside_stack"))
-        test_outside_stack();
-    else if (!strcmp(c, "points_to_itself"))
-        test_points_to_itself();
-    else if (!strcmp(c, "cycle"))
-        test_cycle();
-    else if (!strcmp(c, "overflow"))
-        test_overflow();
-    else if (!strcmp(c, "misaligned"))
-        test_misaligned();
-    else if (!strcmp(c, "below_sp"))
-        test_below_sp();
-    else if (!strcmp(c, "depth_cap"))
-        test_depth_cap();
-    else if (!strcmp(c, "unknown_pc"))
-        test_unknown_pc();
-    else if (!strcmp(c, "create_checks_ops"))
-        test_create_checks_ops();
-    else if (!strcmp(c, "custom_abort_counted"))
-        test_custom_abort_counted();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"good_chain", test_good_chain},
+        {"outside_stack", test_outside_stack},
+        {"points_to_itself", test_points_to_itself},
+        {"cycle", test_cycle},
+        {"overflow", test_overflow},
+        {"misaligned", test_misaligned},
+        {"below_sp", test_below_sp},
+        {"depth_cap", test_depth_cap},
+        {"unknown_pc", test_unknown_pc},
+        {"create_checks_ops", test_create_checks_ops},
+        {"custom_abort_counted", test_custom_abort_counted},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
