@@ -354,25 +354,34 @@ static void test_sp_out_of_range(void)
     snapprof_thread_release(g_fiber_token);
 }
 
-/* A token whose tid now names another thread (a recycled tid): the handler
- * sees the thread's own token differ and refuses. */
-static void test_recycled_tid(void)
+/* The failure reason of a copy of thread b through a token that is not
+ * the one b's TLS names (b registered itself with its own), marked exiting
+ * or not. */
+static snapprof_fail_reason_t copy_through_foreign_token(int exiting)
 {
     target_t a = {0}, b = {0};
     start_target(&a);
     start_target(&b);
-    struct snapprof_thread stale = {.tid = b.tid,
+    struct snapprof_thread token = {.tid = b.tid,
                                     .stack_low = a.token->stack_low,
                                     .stack_base = a.token->stack_base,
                                     .on_thread = 1};
-    atomic_init(&stale.refs, 1);
+    atomic_init(&token.refs, 1);
+    atomic_init(&token.exiting, exiting);
     uint8_t *buf = map_buffer(65536);
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
-    ASSERT_EQ(copy(&stale, buf, 65536, 1000000000u, &res, &reason), -1);
-    ASSERT_EQ(reason, SNAPPROF_FAIL_TID_RECYCLED);
+    ASSERT_EQ(copy(&token, buf, 65536, 1000000000u, &res, &reason), -1);
     stop_target(&a);
     stop_target(&b);
+    return reason;
+}
+
+/* A token whose tid now names another thread (a recycled tid): the handler
+ * sees the thread's own token differ and refuses. */
+static void test_recycled_tid(void)
+{
+    ASSERT_EQ(copy_through_foreign_token(0), SNAPPROF_FAIL_TID_RECYCLED);
 }
 
 /* A signal that reaches a thread in its exit destructor, after its TLS let
@@ -381,22 +390,7 @@ static void test_recycled_tid(void)
  * handshake landing there, counted tid_recycled, is one way to get it.) */
 static void test_exiting_thread(void)
 {
-    target_t a = {0}, b = {0};
-    start_target(&a);
-    start_target(&b);
-    struct snapprof_thread exiting = {.tid = b.tid,
-                                      .stack_low = a.token->stack_low,
-                                      .stack_base = a.token->stack_base,
-                                      .on_thread = 1};
-    atomic_init(&exiting.refs, 1);
-    atomic_init(&exiting.exiting, 1);
-    uint8_t *buf = map_buffer(65536);
-    snapprof__copy_result_t res;
-    snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
-    ASSERT_EQ(copy(&exiting, buf, 65536, 1000000000u, &res, &reason), -1);
-    ASSERT_EQ(reason, SNAPPROF_FAIL_THREAD_EXITED);
-    stop_target(&a);
-    stop_target(&b);
+    ASSERT_EQ(copy_through_foreign_token(1), SNAPPROF_FAIL_THREAD_EXITED);
 }
 
 /* Signals that are not our requests reach the handler installed before us. */
