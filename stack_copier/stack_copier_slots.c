@@ -152,6 +152,16 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
 {
     /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
     uint64_t entry = snapprof__monotonic_ns();
+    if (target->on_thread && snapprof__tls_self == NULL) {
+        /* The thread's exit destructor has let go of its TLS token (its
+         * labels may be gone too): it is on its way out, not a recycled
+         * tid (a perf event or CPU timer follows the task, not the tid
+         * number). Dropped with its weight kept, not a failure: counted
+         * tid_recycled, it failed profiler_thread_exits_auto under ASan. */
+        atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
+        return -1;
+    }
     snapprof__capture_slot_t *slot = take_slot(pool);
     if (!slot) {
         atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);

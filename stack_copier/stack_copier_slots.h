@@ -89,7 +89,8 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
 
 /* Captures the calling thread into a free slot of pool: registers from uc,
  * the time, labels, and its live stack. Returns 0, or -1 when no slot was
- * free (counted in pool->dropped) or the thread is not target's (a late
+ * free or the thread is in its exit destructor (both counted in
+ * pool->dropped, weight kept) or the thread is not target's (a late
  * signal for a tid that was recycled, or a stack pointer outside the
  * known stack: a slot is filled with the failure so it is counted).
  * RUNS IN THE SIGNAL HANDLER: no allocation, no locks, no logging.

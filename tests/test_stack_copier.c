@@ -1,6 +1,7 @@
 /* Tests of the signal stack copier, driven through its internal interface:
  * what lands in the copy, and every way a copy can fail. */
 #include "stack_copier/stack_copier.h"
+#include "stack_copier/stack_copier_slots.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -384,6 +385,52 @@ static void test_recycled_tid(void)
     ASSERT_EQ(copy_through_foreign_token(0), SNAPPROF_FAIL_TID_RECYCLED);
 }
 
+/* A trigger's capture in a thread whose TLS names no token (its exit
+ * destructor let go of it) is dropped with its weight, not a failure; one
+ * in a thread whose TLS names another token is a recycled tid. */
+typedef struct capture_call {
+    snapprof__capture_pool_t *pool;
+    snapprof__capture_target_t *target;
+    int register_first, rc;
+} capture_call_t;
+
+static void *capture_on_thread(void *arg)
+{
+    capture_call_t *c = arg;
+    snapprof_thread_t *me = NULL;
+    if (c->register_first)
+        ASSERT_OK(snapprof_thread_register(&me));
+    c->rc = snapprof__capture_self(c->pool, c->target, NULL, 3);
+    if (me)
+        snapprof_thread_release(me);
+    return NULL;
+}
+
+static void test_capture_in_exiting_thread(void)
+{
+    snapprof__capture_pool_t pool;
+    memset(&pool, 0, sizeof pool);
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 4, 65536, NULL));
+    struct snapprof_thread other;
+    memset(&other, 0, sizeof other);
+    snapprof__capture_target_t target = {.thread = &other, .on_thread = 1};
+    capture_call_t call = {.pool = &pool, .target = &target};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, capture_on_thread, &call), 0);
+    pthread_join(th, NULL);
+    ASSERT_EQ(call.rc, -1);
+    ASSERT_UEQ(atomic_load(&pool.dropped), 1);
+    ASSERT_UEQ(atomic_load(&pool.dropped_periods), 3);
+    ASSERT_UEQ(atomic_load(&pool.full), 0);
+    call.register_first = 1;
+    ASSERT_EQ(pthread_create(&th, NULL, capture_on_thread, &call), 0);
+    pthread_join(th, NULL);
+    ASSERT_EQ(call.rc, -1);
+    ASSERT_UEQ(atomic_load(&pool.dropped), 1);
+    ASSERT_UEQ(atomic_load(&pool.full), 1); /* a slot that says tid_recycled */
+    snapprof__capture_pool_destroy(&pool);
+}
+
 /* A signal that reaches a thread in its exit destructor, after its TLS let
  * go of its token: the thread is exiting, not a recycled tid. (CI's
  * profiler_thread_exits once saw thread_exited 0 where 1 was due; a
@@ -570,6 +617,7 @@ int main(int argc, char **argv)
         {"sp_out_of_range", test_sp_out_of_range},
         {"recycled_tid", test_recycled_tid},
         {"exiting_thread", test_exiting_thread},
+        {"capture_in_exiting_thread", test_capture_in_exiting_thread},
         {"chains_foreign_signals", test_chains_foreign_signals},
         {"handler_replaced", test_handler_replaced},
         {"other_signals_wait", test_other_signals_wait},
