@@ -498,14 +498,13 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
     cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
     if ((v = get(SNAPPROF_ENV_TRIGGER)) &&
         snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; using auto", SNAPPROF_ENV_TRIGGER, why);
+        warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
         cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
     }
     cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
     if ((v = get(SNAPPROF_ENV_WALL_BLOCKED)) &&
         snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; reading blocked threads through /proc", SNAPPROF_ENV_WALL_BLOCKED,
-             why);
+        warn("ignoring %s: %s; signalling blocked threads", SNAPPROF_ENV_WALL_BLOCKED, why);
         cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
     }
     if ((v = get(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')

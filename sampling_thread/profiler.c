@@ -70,8 +70,8 @@ void snapprof_params_init(snapprof_params_t *params)
     params->max_frames = 4096;
     params->idle_threshold_ns = 100000u;
     params->hitch_threshold_ns = 50000000u;
-    params->trigger = SNAPPROF_TRIGGER_AUTO;
-    params->wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
+    params->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    params->wall_blocked = SNAPPROF_WALL_BLOCKED_SIGNAL;
     params->capture_memory_max = 64u << 20;
 }
 

@@ -727,7 +727,8 @@ typedef struct snapprof_params {
      * SNAPPROF_WALL_BLOCKED_SIGNAL wall mode uses the handshake). AUTO and
      * a named CPU-clock trigger try that one, then the next one down (perf
      * event, CPU timer, handshake), per thread; the stats say which ran and
-     * why a better one did not. Default SNAPPROF_TRIGGER_AUTO. */
+     * why a better one did not. Default SNAPPROF_TRIGGER_HANDSHAKE (AUTO
+     * is the intended default; see the README). */
     snapprof_trigger_t trigger;
     /* CPU-clock triggers: memory for stack copies, the capture slots and
      * the buffers of threads whose stacks do not fit a slot, together, for
@@ -735,10 +736,10 @@ typedef struct snapprof_params {
      * (counted). Default 64 MiB. */
     size_t capture_memory_max;
     /* Wall mode: how blocked threads are sampled. Default
-     * SNAPPROF_WALL_BLOCKED_PROC: a blocked thread is never signalled, and
+     * SNAPPROF_WALL_BLOCKED_SIGNAL (the handshake for every thread); with
+     * SNAPPROF_WALL_BLOCKED_PROC a blocked thread is never signalled, and
      * every wall-mode sample carries state=running|runnable|blocked (and a
-     * blocked one syscall=NAME) as labels. SNAPPROF_WALL_BLOCKED_SIGNAL is
-     * the handshake for every thread. */
+     * blocked one syscall=NAME) as labels. */
     snapprof_wall_blocked_t wall_blocked;
 } snapprof_params_t;
 
