@@ -22,23 +22,7 @@ static int config_for(const char *fname, snapprof__preload_config_t *cfg)
         return -1;
     cfg->outputs[0].format = SNAPPROF__FORMAT_PPROF; /* gperftools' callers read pprof */
     cfg->n_outputs = 1;
-    char why[256];
-    const char *v, *var;
-    cfg->hz = SNAPPROF_HZ_DEFAULT;
-    if (((v = getenv(var = SNAPPROF_ENV_FREQUENCY)) ||
-         (v = getenv(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY))) &&
-        snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
-        snapprof__preload_warn("ignoring %s: %s; sampling at %u Hz", var, why, SNAPPROF_HZ_DEFAULT);
-        cfg->hz = SNAPPROF_HZ_DEFAULT;
-    }
-    if ((v = getenv(SNAPPROF_ENV_MODE)))
-        snapprof__parse_mode(v, &cfg->wall, why, sizeof why);
-    else if ((v = getenv(SNAPPROF_ENV_CPUPROFILE_REALTIME)) && *v)
-        cfg->wall = 1;
-    cfg->signo = SIGURG;
-    if ((v = getenv(SNAPPROF_ENV_SIGNAL)) &&
-        snapprof__parse_signal(v, &cfg->signo, why, sizeof why) == 0)
-        cfg->signal_explicit = 1;
+    snapprof__sampling_from_env(cfg, getenv, snapprof__preload_warn);
     cfg->follow_fork = 0; /* a profile started from code stays in its process */
     return 0;
 }

@@ -409,6 +409,49 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
     return 0;
 }
 
+/* What both entry points read the same way: rate, mode, signal, trigger
+ * and how wall mode samples blocked threads. See preload_config.h. */
+void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
+                                 void (*warn)(const char *fmt, ...))
+{
+    char why[256];
+    const char *v, *var;
+    cfg->hz = SNAPPROF_HZ_DEFAULT;
+    if ((v = get(var = SNAPPROF_ENV_FREQUENCY)) ||
+        (v = get(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
+        if (snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
+            warn("ignoring %s: %s; sampling at %u Hz", var, why, SNAPPROF_HZ_DEFAULT);
+            cfg->hz = SNAPPROF_HZ_DEFAULT;
+        }
+    if ((v = get(SNAPPROF_ENV_MODE))) {
+        if (snapprof__parse_mode(v, &cfg->wall, why, sizeof why) != 0) {
+            warn("ignoring %s: %s; sampling CPU time", SNAPPROF_ENV_MODE, why);
+            cfg->wall = 0;
+        }
+    } else if ((v = get(SNAPPROF_ENV_CPUPROFILE_REALTIME)) && *v) {
+        cfg->wall = 1; /* gperftools' wall-clock switch */
+    }
+    cfg->signo = SIGURG;
+    if ((v = get(SNAPPROF_ENV_SIGNAL))) {
+        if (snapprof__parse_signal(v, &cfg->signo, why, sizeof why) == 0)
+            cfg->signal_explicit = 1;
+        else
+            warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
+    }
+    cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+    if ((v = get(SNAPPROF_ENV_TRIGGER)) &&
+        snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
+        cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+    }
+    cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
+    if ((v = get(SNAPPROF_ENV_WALL_BLOCKED)) &&
+        snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; signalling blocked threads", SNAPPROF_ENV_WALL_BLOCKED, why);
+        cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
+    }
+}
+
 /* The environment, read: see preload_config.h. */
 int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
                               void (*warn)(const char *fmt, ...))
@@ -462,28 +505,7 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         warn("not profiling: %s: %s", var, why);
         return 0;
     }
-    cfg->hz = SNAPPROF_HZ_DEFAULT;
-    if ((v = get(var = SNAPPROF_ENV_FREQUENCY)) ||
-        (v = get(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
-        if (snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
-            warn("ignoring %s: %s; sampling at %u Hz", var, why, SNAPPROF_HZ_DEFAULT);
-            cfg->hz = SNAPPROF_HZ_DEFAULT;
-        }
-    if ((v = get(SNAPPROF_ENV_MODE))) {
-        if (snapprof__parse_mode(v, &cfg->wall, why, sizeof why) != 0) {
-            warn("ignoring %s: %s; sampling CPU time", SNAPPROF_ENV_MODE, why);
-            cfg->wall = 0;
-        }
-    } else if ((v = get(SNAPPROF_ENV_CPUPROFILE_REALTIME)) && *v) {
-        cfg->wall = 1; /* gperftools' wall-clock switch */
-    }
-    cfg->signo = SIGURG;
-    if ((v = get(SNAPPROF_ENV_SIGNAL))) {
-        if (snapprof__parse_signal(v, &cfg->signo, why, sizeof why) == 0)
-            cfg->signal_explicit = 1;
-        else
-            warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
-    }
+    snapprof__sampling_from_env(cfg, get, warn);
     if ((v = get(SNAPPROF_ENV_DURATION)) &&
         snapprof__parse_duration(v, &cfg->duration_ns, why, sizeof why) != 0) {
         warn("ignoring %s: %s; sampling until exit", SNAPPROF_ENV_DURATION, why);
@@ -494,18 +516,6 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {
         warn("ignoring %s: %s; following children", SNAPPROF_ENV_FORK, why);
         cfg->follow_fork = 1;
-    }
-    cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
-    if ((v = get(SNAPPROF_ENV_TRIGGER)) &&
-        snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
-        cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
-    }
-    cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
-    if ((v = get(SNAPPROF_ENV_WALL_BLOCKED)) &&
-        snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; signalling blocked threads", SNAPPROF_ENV_WALL_BLOCKED, why);
-        cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
     }
     if ((v = get(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);

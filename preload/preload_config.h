@@ -126,6 +126,13 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
                            snapprof__output_spec_t *out, unsigned *n_out, char *why,
                            size_t why_size);
 
+/* Sets cfg's rate, mode, signal, trigger and wall_blocked from the
+ * environment (through get), or to the defaults above; warns (through warn)
+ * of each value it ignores. Both the preloaded start and gperftools'
+ * ProfilerStart() read these the same way. */
+void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
+                                 void (*warn)(const char *fmt, ...));
+
 /* Reads a process's settings from its environment into cfg, as the preload
  * library does when it loads: get looks a variable up (getenv), warn
  * reports a bad value in one line (the setting then keeps its default).

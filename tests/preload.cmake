@@ -66,7 +66,7 @@ snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
 # The gperftools API.
 snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
   CASES start_stop state flush existing_threads vfork_thread bad_path signal_taken signal_taken_explicit
-        cpuprofile_at_load)
+        cpuprofile_at_load trigger_setting)
 
 # The library calls the preload needed, tested on their own.
 snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c

@@ -137,6 +137,31 @@ static void test_signal_taken_explicit(void)
     free(text);
 }
 
+/* ProfilerStart() takes its trigger as the preloaded start does: the
+ * default (the handshake) unless SNAPPROF_TRIGGER names another. It once
+ * zeroed its settings and so always ran "auto". */
+static void trigger_of_start(const char *env, const char *want)
+{
+    setup("gperf-trigger");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s %s basic x.prof", g_dir, env, PROG);
+    ASSERT_EQ(st, 0);
+    char args[1200];
+    snprintf(args, sizeof args, "-comments %s", g_prof);
+    char *comments = tu_pprof(args, &st);
+    printf("%s", comments);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(comments, want) != NULL);
+    free(comments);
+    free(text);
+}
+
+static void test_trigger_setting(void)
+{
+    trigger_of_start("", "trigger handshake");
+    trigger_of_start("SNAPPROF_TRIGGER=timer", "trigger timer");
+}
+
 /* CPUPROFILE set for a program linked with the library: profiling starts
  * at load (so ProfilerStart reports one is running) and the file is
  * written at exit. */
@@ -166,6 +191,7 @@ int main(int argc, char **argv)
         {"signal_taken", test_signal_taken},
         {"signal_taken_explicit", test_signal_taken_explicit},
         {"cpuprofile_at_load", test_cpuprofile_at_load},
+        {"trigger_setting", test_trigger_setting},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
