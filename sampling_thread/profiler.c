@@ -1448,8 +1448,8 @@ static int check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *
         t->watch_cpu = cpu_now;
     } else if (cpu_now - t->watch_cpu >= BLOCKED_PERIODS * p->params.interval_ns) {
         /* Many periods of CPU time and not one capture: if the thread
-         * blocks the signal, the first one stays pending for ever (and a
-         * perf event is never re-armed). The handshake at least counts its
+         * blocks the signal, the first one stays pending for ever and
+         * stands for all the others. The handshake at least counts its
          * timeouts. A thread that only ran in the kernel is left alone. */
         if (snapprof__thread_blocks_signal(t->thread->tid, p->params.signal)) {
             disarm(p, t);

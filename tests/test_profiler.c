@@ -438,6 +438,68 @@ static void test_two_concurrent(void)
     tu_collector_free(&cb);
 }
 
+/* Two profilers with the same CPU-clock trigger on one busy thread, same
+ * period, same signal: each keeps its rate. With perf events re-armed one
+ * overflow at a time, one signal could stand for both overflows (a
+ * standard signal does not queue) and the event it did not name stayed
+ * disabled: that profiler stopped sampling the thread for good. Judged per
+ * CPU-second of the thread, never by wall time. */
+static void two_on_one_thread(snapprof_trigger_t trigger)
+{
+    target_t a = {0};
+    start_target(&a, BUSY);
+    tu_collector_t ca = {0}, cb = {0};
+    const uint64_t interval = 1000000u;
+    snapprof_profiler_t *pa = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, trigger, &ca);
+    snapprof_profiler_t *pb = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, trigger, &cb);
+    ASSERT_OK(snapprof_profiler_start(pa));
+    ASSERT_OK(snapprof_profiler_start(pb));
+    snapprof_stats_t sa, sb;
+    for (int waited_ms = 0;; waited_ms += 5) {
+        ASSERT_OK(snapprof_profiler_get_stats(pa, &sa));
+        ASSERT_OK(snapprof_profiler_get_stats(pb, &sb));
+        if (sa.cpu_ns_total >= 1000000000u && sb.cpu_ns_total >= 1000000000u)
+            break;
+        ASSERT(waited_ms < 120000);
+        usleep(5000);
+    }
+    ASSERT_OK(snapprof_profiler_stop(pa));
+    ASSERT_OK(snapprof_profiler_stop(pb));
+    ASSERT_OK(snapprof_profiler_get_stats(pa, &sa));
+    ASSERT_OK(snapprof_profiler_get_stats(pb, &sb));
+    /* The timer fires at most at each scheduler tick, one signal standing
+     * for several periods: judged by the CPU time the samples stand for. */
+    double share_a = (double)sa.cpu_ns_sampled / (double)sa.cpu_ns_total;
+    double share_b = (double)sb.cpu_ns_sampled / (double)sb.cpu_ns_total;
+    printf("trigger %s: %llu and %llu samples stand for %.3f and %.3f of the thread's CPU time\n",
+           snapprof_trigger_name(trigger), (unsigned long long)sa.samples,
+           (unsigned long long)sb.samples, share_a, share_b);
+    ASSERT_EQ(sa.threads_by_trigger[trigger], 1);
+    ASSERT_EQ(sb.threads_by_trigger[trigger], 1);
+    /* A stalled trigger stops at a handful of samples; a sanitized build on
+     * a loaded 2-core VM still places well over a third of the time. */
+    ASSERT_GE(share_a, 0.35);
+    ASSERT_GE(share_b, 0.35);
+    ASSERT_LE(share_a, 1.05);
+    ASSERT_LE(share_b, 1.05);
+    snapprof_profiler_destroy(pa);
+    snapprof_profiler_destroy(pb);
+    stop_target(&a);
+    tu_collector_free(&ca);
+    tu_collector_free(&cb);
+}
+
+static void test_two_on_one_thread_perf(void)
+{
+    tu_need_perf_event();
+    two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT);
+}
+
+static void test_two_on_one_thread_timer(void)
+{
+    two_on_one_thread(SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
 /* A target that exits mid-profile: its earlier samples stay, the exit is
  * counted once, the others go on. It leaves once the profile has samples
  * (not after a set time: a stalled VM once let 200 ms pass unsampled). */
@@ -820,6 +882,8 @@ int main(int argc, char **argv)
         {"defaults", test_defaults},
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
+        {"two_on_one_thread_perf", test_two_on_one_thread_perf},
+        {"two_on_one_thread_timer", test_two_on_one_thread_timer},
         {"thread_exits", test_thread_exits},
         {"thread_exits_auto", test_thread_exits_auto},
         {"add_exited_thread", test_add_exited_thread},

@@ -17,7 +17,15 @@
  *   then the kernel object is closed and the arm goes back to FREE.
  * The signal is the profile's signal (params.signal), shared with the
  * handshake; the handler tells the three apart by si_code (SI_QUEUE: a
- * handshake; SI_TIMER: a timer; POLL_HUP: a perf event's fd). */
+ * handshake; SI_TIMER: a timer; POLL_IN or POLL_HUP: a perf event's fd).
+ *
+ * Several profilers may arm one thread with the same signal. A standard
+ * signal does not queue: when two of their triggers fire together, one
+ * signal stands for both, and the arm it does not name would lose that
+ * sample (every time, where the two keep the same phase). So a signal
+ * serves every arm of its thread and signal that is due by the thread's
+ * CPU clock, and an arm served less than 3/4 of a period ago lets its own
+ * signal pass. */
 #ifndef SNAPPROF_TRIGGER_H
 #define SNAPPROF_TRIGGER_H
 
@@ -26,6 +34,7 @@
 #include "stack_copier/stack_copier_slots.h"
 
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <time.h>
 
 typedef struct snapprof__arm snapprof__arm_t;
@@ -70,9 +79,22 @@ struct snapprof__arm {
     /* The thread's CPU time until the first signal: one period, or less
      * where the trigger spreads its first expiry (set by xStart). */
     uint64_t first_period_ns;
+    uint64_t period_ns;
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
     uint32_t next_free;
+    /* Arms on one thread (of several profilers) form a ring: next_sib is
+     * the next one's index, the arm's own when it is alone. Changed under
+     * the table's lock (with tid and linked); the handler walks it and
+     * checks each arm it reaches as it checks the one its signal names. */
+    _Atomic uint32_t next_sib;
+    pid_t tid;
+    int linked;
+    /* While the ring has others: the thread's CPU time (by
+     * CLOCK_THREAD_CPUTIME_ID) that the arm's captures so far stand for, 0
+     * before the first. Only the thread's handler touches it, while the
+     * arm is BUSY. */
+    uint64_t counted_cpu_ns;
 };
 
 extern const snapprof__trigger_ops_t snapprof__trigger_perf_event;

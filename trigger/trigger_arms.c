@@ -73,6 +73,8 @@ static void fork_child(void)
             a->gen++;
             atomic_store(&a->state, SNAPPROF__ARM_FREE);
         }
+        a->linked = 0;
+        atomic_store(&a->next_sib, i);
         a->next_free = g_free_head;
         g_free_head = i;
     }
@@ -126,6 +128,43 @@ static void put_arm(snapprof__arm_t *a)
     g_free_head = a->index;
 }
 
+/* Puts a in the ring of the arms on its thread, if there are others.
+ * Lock held. */
+static void link_arm(snapprof__arm_t *arms, snapprof__arm_t *a)
+{
+    atomic_store_explicit(&a->next_sib, a->index, memory_order_relaxed);
+    for (uint32_t i = 0; i < g_arms_used; i++) {
+        snapprof__arm_t *b = &arms[i];
+        if (b != a && b->linked && b->tid == a->tid) {
+            atomic_store_explicit(&a->next_sib, atomic_load(&b->next_sib), memory_order_relaxed);
+            atomic_store_explicit(&b->next_sib, a->index, memory_order_release);
+            break;
+        }
+    }
+    a->linked = 1;
+}
+
+/* Takes a out of its ring. A handler may still be reading a's link: it
+ * stays pointing into the ring. Lock held. */
+static void unlink_arm(snapprof__arm_t *arms, snapprof__arm_t *a)
+{
+    if (!a->linked)
+        return;
+    a->linked = 0;
+    uint32_t next = atomic_load(&a->next_sib);
+    if (next == a->index)
+        return;
+    uint32_t i = next;
+    for (uint32_t steps = 0; steps < g_arms_used; steps++) {
+        uint32_t after = atomic_load(&arms[i].next_sib);
+        if (after == a->index) {
+            atomic_store_explicit(&arms[i].next_sib, next, memory_order_release);
+            return;
+        }
+        i = after;
+    }
+}
+
 uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a)
 {
     return ((uint64_t)TIMER_TAG << 32) | ((uint64_t)a->gen << 20) | a->index;
@@ -155,6 +194,9 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->pool = pool;
     a->target = target;
     a->first_period_ns = period_ns;
+    a->period_ns = period_ns;
+    a->counted_cpu_ns = 0;
+    a->tid = target->tid;
     int rc = ops->xCreate(a, signo, period_ns);
     if (rc == 0 && a->fd >= FD_MAX) {
         ops->xDestroy(a);
@@ -166,6 +208,9 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
         pthread_mutex_unlock(&g_lock);
         return rc;
     }
+    pthread_mutex_lock(&g_lock);
+    link_arm(arms, a);
+    pthread_mutex_unlock(&g_lock);
     /* Published before the kernel object starts: its first signal must
      * find the arm in force. */
     atomic_store_explicit(&a->state, SNAPPROF__ARM_ARMED, memory_order_release);
@@ -204,8 +249,62 @@ void snapprof__trigger_disarm(snapprof__arm_t *a, uint64_t *cpu_ns)
         atomic_store_explicit(&fds[a->fd], FD_RETIRED, memory_order_release);
     a->ops->xDestroy(a);
     pthread_mutex_lock(&g_lock);
+    unlink_arm(atomic_load(&g_arms), a);
     put_arm(a);
     pthread_mutex_unlock(&g_lock);
+}
+
+/* At most this many other arms are served by one signal. */
+#define RING_MAX 16
+
+/* Captures for arm a (BUSY, on this thread) if a period of the thread's
+ * CPU time has passed since the time its captures stand for, give or take
+ * a quarter period; the capture stands for the whole periods since. The
+ * first capture takes the kernel's count. RUNS IN THE SIGNAL HANDLER.
+ * Async-signal-safe. */
+static void serve_if_due(snapprof__arm_t *a, uint64_t cpu_now, const ucontext_t *uc,
+                         uint64_t periods)
+{
+    uint64_t period = a->period_ns ? a->period_ns : 1;
+    if (a->counted_cpu_ns == 0) {
+        a->counted_cpu_ns = cpu_now;
+    } else {
+        uint64_t ahead = cpu_now + period / 4;
+        if (ahead < a->counted_cpu_ns + period)
+            return; /* another arm's signal served it moments ago */
+        periods = (ahead - a->counted_cpu_ns) / period;
+        a->counted_cpu_ns += periods * period;
+    }
+    snapprof__capture_self(a->pool, a->target, uc, periods);
+}
+
+/* The signal named arm a (BUSY), whose thread has other arms: serves a and
+ * every other arm of this thread and signal that is due, each once: one
+ * signal may stand for several triggers' expiries. Their weights come from
+ * the thread's CPU clock, so an arm served by another's signal is not
+ * counted again by its own. RUNS IN THE SIGNAL HANDLER. Async-signal-safe
+ * (clock_gettime is). */
+static void serve_ring(snapprof__arm_t *arms, snapprof__arm_t *a, uint32_t next, int signo,
+                       pid_t self, const ucontext_t *uc, uint64_t periods)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+        snapprof__capture_self(a->pool, a->target, uc, periods);
+        return;
+    }
+    uint64_t cpu_now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    serve_if_due(a, cpu_now, uc, periods);
+    for (unsigned steps = 0; next != a->index && next < ARM_MAX && steps < RING_MAX; steps++) {
+        snapprof__arm_t *b = &arms[next];
+        next = atomic_load_explicit(&b->next_sib, memory_order_acquire);
+        uint32_t expected = SNAPPROF__ARM_ARMED;
+        if (!atomic_compare_exchange_strong_explicit(&b->state, &expected, SNAPPROF__ARM_BUSY,
+                                                     memory_order_acquire, memory_order_relaxed))
+            continue; /* being disarmed, free, or in another handler */
+        if (b->signo == signo && b->target->tid == self)
+            serve_if_due(b, cpu_now, uc, 1);
+        atomic_store_explicit(&b->state, SNAPPROF__ARM_ARMED, memory_order_release);
+    }
 }
 
 /* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
@@ -246,9 +345,16 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
     if (!atomic_compare_exchange_strong_explicit(&a->state, &expected, SNAPPROF__ARM_BUSY,
                                                  memory_order_acquire, memory_order_relaxed))
         return 1; /* being disarmed, or not in force any more: drop it */
+    pid_t self = snapprof__gettid_cached();
     if (a->signo == signo && (gen == UINT32_MAX || a->gen == gen) && (fd < 0 || a->fd == fd) &&
-        a->target->tid == snapprof__gettid_cached()) {
-        snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc, periods);
+        a->target->tid == self) {
+        uint32_t next = atomic_load_explicit(&a->next_sib, memory_order_acquire);
+        if (next == index) {
+            /* Alone on its thread, the usual case: no clock to read. */
+            snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc, periods);
+        } else {
+            serve_ring(arms, a, next, signo, self, (const ucontext_t *)uc, periods);
+        }
         if (a->ops->xRearm)
             a->ops->xRearm(a);
     }

@@ -2,10 +2,13 @@
  * that counts the thread's CPU time and, every period, signals that thread
  * (O_ASYNC + F_SETSIG + F_SETOWN_EX/F_OWNER_TID). With exclude_kernel the
  * overflow fires only while the thread runs its own code, so the signal is
- * delivered at once and never interrupts a system call. The event stops
- * after each overflow (PERF_EVENT_IOC_REFRESH with a limit of one) and the
- * handler refreshes it; checked on kernel 6.18, where async-profiler had
- * reported refresh hangs on 6.16/6.17: 0.98 of 1 kHz on a busy thread. */
+ * delivered at once and never interrupts a system call. The event runs
+ * on its own: every overflow queues the signal, and nothing in the handler
+ * re-arms it. (It used to stop after each overflow, PERF_EVENT_IOC_REFRESH
+ * with a limit of one, re-armed by the handler, as async-profiler does. A
+ * standard signal does not queue, so when two profilers' events on one
+ * thread overflowed together one signal stood for both, and the event it
+ * did not name stayed stopped for good.) */
 #include "trigger/trigger.h"
 
 #include <errno.h>
@@ -66,14 +69,7 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
 static int perf_start(snapprof__arm_t *arm, uint64_t period_ns)
 {
     (void)period_ns;
-    return ioctl(arm->fd, PERF_EVENT_IOC_REFRESH, 1) == 0 ? 0 : -errno;
-}
-
-/* RUNS IN THE SIGNAL HANDLER. Async-signal-safe (ioctl is a plain
- * system call). */
-static void perf_rearm(snapprof__arm_t *arm)
-{
-    ioctl(arm->fd, PERF_EVENT_IOC_REFRESH, 1);
+    return ioctl(arm->fd, PERF_EVENT_IOC_ENABLE, 0) == 0 ? 0 : -errno;
 }
 
 static int perf_read_cpu(snapprof__arm_t *arm, uint64_t *ns)
@@ -99,7 +95,7 @@ const snapprof__trigger_ops_t snapprof__trigger_perf_event = {
     .kind = SNAPPROF_TRIGGER_PERF_EVENT,
     .xCreate = perf_create,
     .xStart = perf_start,
-    .xRearm = perf_rearm,
+    .xRearm = NULL,
     .xReadCpu = perf_read_cpu,
     .xDestroy = perf_destroy,
 };
