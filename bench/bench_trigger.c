@@ -129,7 +129,8 @@ uint64_t hot_c(uint64_t x, uint64_t units)
 
 /* The least a signal-per-sample profiler timed by the thread's own CPU clock
  * can cost: the kernel's overflow, the signal delivery, a handler that only
- * re-arms the event, and the signal return. */
+ * counts, and the signal return. The event runs on its own, as snapprof's
+ * does: no re-arming in the handler. */
 static _Thread_local int t_floor_fd = -1;
 static _Thread_local uint64_t t_floor_signals;
 
@@ -139,10 +140,7 @@ static void floor_handler(int signo, siginfo_t *info, void *uc)
     (void)signo;
     (void)info;
     (void)uc;
-    int saved = errno;
     t_floor_signals++;
-    ioctl(t_floor_fd, PERF_EVENT_IOC_REFRESH, 1);
-    errno = saved;
 }
 
 static int floor_signal(void)
@@ -183,8 +181,8 @@ static void floor_arm(unsigned hz)
         fcntl(fd, F_SETOWN_EX, &owner) != 0)
         die("fcntl (the floor)");
     t_floor_fd = fd;
-    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0)
-        die("PERF_EVENT_IOC_REFRESH (the floor)");
+    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)
+        die("PERF_EVENT_IOC_ENABLE (the floor)");
 }
 
 static uint64_t floor_disarm(void)

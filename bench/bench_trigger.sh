@@ -463,8 +463,8 @@ plotdata=$work/attribution.dat
   # 3. CPU per sample.
   printf '\n3. CPU per sample at %s Hz, %s threads on %s cores, the same fixed work in each run:\n' "$hz_cost" "$ncpu" "$ncpu"
   printf '   (process CPU - process CPU with no profiler) / samples, medians of the runs.\n'
-  printf '   floor = a per-thread perf task-clock overflow signal to an empty handler that\n'
-  printf '   re-arms it; "- floor" is what the profiler adds to that. Pause: snapprof'"'"'s\n'
+  printf '   floor = a per-thread perf task-clock overflow signal to a handler that only\n'
+  printf '   counts; "- floor" is what the profiler adds to that. Pause: snapprof'"'"'s\n'
   printf '   target pause (handler entry to exit) from its summary. perf: not in-process.\n'
   printf '%-19s %9s %10s %11s %9s | %9s %9s\n' profiler samples "CPU (s)" "us/sample" "- floor" "pause p50" "p99"
   awk -v labels="$labels" -v na="$na_list" "$awk_lib"'
