@@ -438,50 +438,64 @@ static void test_two_concurrent(void)
     tu_collector_free(&cb);
 }
 
-/* Two profilers with the same CPU-clock trigger on one busy thread, same
+/* Waits until p has seen at least ns of its threads' CPU time (120 s at
+ * most), and returns its stats. */
+static snapprof_stats_t wait_cpu(snapprof_profiler_t *p, uint64_t ns)
+{
+    snapprof_stats_t st;
+    for (int waited_ms = 0;; waited_ms += 5) {
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (st.cpu_ns_total >= ns)
+            return st;
+        ASSERT(waited_ms < 120000);
+        usleep(5000);
+    }
+}
+
+/* The share of its threads' CPU time that p's samples stand for. The
+ * timer fires at most at each scheduler tick, one signal standing for
+ * several periods: shares, not sample counts, compare the triggers. */
+static double sampled_share(snapprof_profiler_t *p, snapprof_trigger_t trigger)
+{
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_EQ(st.threads_by_trigger[trigger], 1);
+    double share = (double)st.cpu_ns_sampled / (double)st.cpu_ns_total;
+    printf("trigger %s: %llu samples stand for %.3f of %.2f s of the thread's CPU time\n",
+           snapprof_trigger_name(trigger), (unsigned long long)st.samples, share,
+           (double)st.cpu_ns_total / 1e9);
+    /* A stalled trigger stops at a handful of samples; a sanitized build
+     * on a loaded 2-core VM still places well over a third of the time. */
+    ASSERT_GE(share, 0.35);
+    ASSERT_LE(share, 1.05);
+    return share;
+}
+
+/* Two profilers with CPU-clock triggers on one busy thread, same
  * period, same signal: each keeps its rate. With perf events re-armed one
  * overflow at a time, one signal could stand for both overflows (a
  * standard signal does not queue) and the event it did not name stayed
  * disabled: that profiler stopped sampling the thread for good. Judged per
- * CPU-second of the thread, never by wall time. */
-static void two_on_one_thread(snapprof_trigger_t trigger)
+ * CPU-second of the thread, never by wall time. Then the first stops
+ * and the second goes on alone. */
+static void two_on_one_thread(snapprof_trigger_t ta, snapprof_trigger_t tb)
 {
     target_t a = {0};
     start_target(&a, BUSY);
     tu_collector_t ca = {0}, cb = {0};
     const uint64_t interval = 1000000u;
-    snapprof_profiler_t *pa = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, trigger, &ca);
-    snapprof_profiler_t *pb = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, trigger, &cb);
+    snapprof_profiler_t *pa = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, ta, &ca);
+    snapprof_profiler_t *pb = make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, tb, &cb);
     ASSERT_OK(snapprof_profiler_start(pa));
     ASSERT_OK(snapprof_profiler_start(pb));
-    snapprof_stats_t sa, sb;
-    for (int waited_ms = 0;; waited_ms += 5) {
-        ASSERT_OK(snapprof_profiler_get_stats(pa, &sa));
-        ASSERT_OK(snapprof_profiler_get_stats(pb, &sb));
-        if (sa.cpu_ns_total >= 1000000000u && sb.cpu_ns_total >= 1000000000u)
-            break;
-        ASSERT(waited_ms < 120000);
-        usleep(5000);
-    }
+    wait_cpu(pa, 1000000000u);
+    snapprof_stats_t sb = wait_cpu(pb, 1000000000u);
     ASSERT_OK(snapprof_profiler_stop(pa));
+    sampled_share(pa, ta);
+    /* The other goes on alone on the thread, its ring of one again. */
+    wait_cpu(pb, sb.cpu_ns_total + 500000000u);
     ASSERT_OK(snapprof_profiler_stop(pb));
-    ASSERT_OK(snapprof_profiler_get_stats(pa, &sa));
-    ASSERT_OK(snapprof_profiler_get_stats(pb, &sb));
-    /* The timer fires at most at each scheduler tick, one signal standing
-     * for several periods: judged by the CPU time the samples stand for. */
-    double share_a = (double)sa.cpu_ns_sampled / (double)sa.cpu_ns_total;
-    double share_b = (double)sb.cpu_ns_sampled / (double)sb.cpu_ns_total;
-    printf("trigger %s: %llu and %llu samples stand for %.3f and %.3f of the thread's CPU time\n",
-           snapprof_trigger_name(trigger), (unsigned long long)sa.samples,
-           (unsigned long long)sb.samples, share_a, share_b);
-    ASSERT_EQ(sa.threads_by_trigger[trigger], 1);
-    ASSERT_EQ(sb.threads_by_trigger[trigger], 1);
-    /* A stalled trigger stops at a handful of samples; a sanitized build on
-     * a loaded 2-core VM still places well over a third of the time. */
-    ASSERT_GE(share_a, 0.35);
-    ASSERT_GE(share_b, 0.35);
-    ASSERT_LE(share_a, 1.05);
-    ASSERT_LE(share_b, 1.05);
+    sampled_share(pb, tb);
     snapprof_profiler_destroy(pa);
     snapprof_profiler_destroy(pb);
     stop_target(&a);
@@ -492,12 +506,19 @@ static void two_on_one_thread(snapprof_trigger_t trigger)
 static void test_two_on_one_thread_perf(void)
 {
     tu_need_perf_event();
-    two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT);
+    two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT, SNAPPROF_TRIGGER_PERF_EVENT);
 }
 
 static void test_two_on_one_thread_timer(void)
 {
-    two_on_one_thread(SNAPPROF_TRIGGER_CPU_TIMER);
+    two_on_one_thread(SNAPPROF_TRIGGER_CPU_TIMER, SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
+/* A perf event and a timer on one thread, one ring. */
+static void test_two_on_one_thread_mixed(void)
+{
+    tu_need_perf_event();
+    two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT, SNAPPROF_TRIGGER_CPU_TIMER);
 }
 
 /* A target that exits mid-profile: its earlier samples stay, the exit is
@@ -884,6 +905,7 @@ int main(int argc, char **argv)
         {"two_concurrent", test_two_concurrent},
         {"two_on_one_thread_perf", test_two_on_one_thread_perf},
         {"two_on_one_thread_timer", test_two_on_one_thread_timer},
+        {"two_on_one_thread_mixed", test_two_on_one_thread_mixed},
         {"thread_exits", test_thread_exits},
         {"thread_exits_auto", test_thread_exits_auto},
         {"add_exited_thread", test_add_exited_thread},
