@@ -1443,8 +1443,9 @@ static int check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *
     *cpu_now_out = cpu_now;
     if (cpu_now > t->cpu_last)
         t->cpu_last = cpu_now;
-    if (t->periods != t->watch_periods || cpu_now < t->watch_cpu) {
-        t->watch_periods = t->periods;
+    uint64_t fired = atomic_load_explicit(&t->cap.fired, memory_order_relaxed);
+    if (fired != t->watch_fired || cpu_now < t->watch_cpu) {
+        t->watch_fired = fired;
         t->watch_cpu = cpu_now;
     } else if (cpu_now - t->watch_cpu >= BLOCKED_PERIODS * p->params.interval_ns) {
         /* Many periods of CPU time and not one capture: if the thread

@@ -44,11 +44,11 @@ typedef struct snapprof__target {
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
-    uint64_t periods;                  /* trigger periods its delivered samples stand for */
-    uint64_t sampled_ns;               /* CPU time its delivered samples stand for */
-    uint64_t first_short_ns;           /* how much shorter than a period its first one is */
-    uint64_t remainder_ns;             /* CPU time already delivered as its remainder */
-    uint64_t watch_periods, watch_cpu; /* periods and CPU clock when last seen to progress */
+    uint64_t periods;                /* trigger periods its delivered samples stand for */
+    uint64_t sampled_ns;             /* CPU time its delivered samples stand for */
+    uint64_t first_short_ns;         /* how much shorter than a period its first one is */
+    uint64_t remainder_ns;           /* CPU time already delivered as its remainder */
+    uint64_t watch_fired, watch_cpu; /* cap.fired and CPU clock when last seen to progress */
     /* Wall mode without signals to blocked threads: its
      * /proc/self/task/TID/syscall (-1 until opened), and what its latest
      * sample found it doing (a WALL_STATE_* and the system call). */

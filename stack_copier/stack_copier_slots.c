@@ -152,6 +152,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
 {
     /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
     uint64_t entry = snapprof__monotonic_ns();
+    atomic_fetch_add_explicit(&target->fired, 1, memory_order_relaxed);
     if (target->on_thread && snapprof__tls_self == NULL) {
         /* The thread's exit destructor has let go of its TLS token (its
          * labels may be gone too): it is on its way out, not a recycled

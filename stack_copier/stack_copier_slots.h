@@ -38,6 +38,10 @@ typedef struct snapprof__capture_target {
     const struct snapprof_thread *thread; /* compared, never dereferenced */
     int on_thread;                        /* the token names itself in TLS */
     void *owner;                          /* the sampler's record of the thread */
+    /* Captures the trigger started, taken or dropped: counted as the
+     * handler enters, so the sampling side sees that signals arrive
+     * however far behind its draining is. */
+    _Atomic uint64_t fired;
 } snapprof__capture_target_t;
 
 /* A large buffer: the sampling side (re)allocates it, and the handler fills
