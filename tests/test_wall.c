@@ -470,7 +470,10 @@ static void test_blocks_all_signals(void)
     size_t n = check_thread(&c, &s, &blocked);
     ASSERT_GE(n + 2, c.stats.ticks - c.stats.ticks_missed);
     ASSERT_GE(blocked + 2, n);
-    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], 0);
+    /* Caught between two sleeps (running, as the slack above allows), it
+     * is signalled and cannot answer: a timeout. Under TSan, whose
+     * nanosleep interceptor keeps it running longer, 1 in 101 ticks was. */
+    ASSERT_LE(c.stats.failed[SNAPPROF_FAIL_TIMEOUT], 2);
     snapprof_profiler_destroy(p);
     stop(&s);
     tu_collector_free(&c);
