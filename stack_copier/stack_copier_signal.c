@@ -231,6 +231,27 @@ static void chain(int signo, siginfo_t *info, void *uc)
     prev->sa_handler(signo);
 }
 
+/* Serves the request in flight if it waits for this thread: a delivery of
+ * another kind (a CPU-clock trigger's) may stand for its signal too, since
+ * a standard signal pending for this thread drops the next one. Its own
+ * signal, if it comes later, finds no request and is ignored. RUNS IN THE
+ * SIGNAL HANDLER. Async-signal-safe. */
+static void serve_waiting_request(const ucontext_t *uc)
+{
+    uint32_t now = atomic_load_explicit(&g_slot.state, memory_order_acquire);
+    if ((now & 3u) != PHASE_PENDING ||
+        atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) != snapprof__gettid_cached())
+        return;
+    if (atomic_compare_exchange_strong_explicit(&g_slot.state, &now, (now & ~3u) | PHASE_COPYING,
+                                                memory_order_acquire, memory_order_relaxed)) {
+        tls_in_handler++;
+        capture(uc);
+        tls_in_handler--;
+        atomic_store_explicit(&g_slot.state, (now & ~3u) | PHASE_DONE, memory_order_release);
+        futex_wake_all(&g_slot.state);
+    }
+}
+
 /* The signal handler. Async-signal-safe. */
 static void on_signal(int signo, siginfo_t *info, void *uc)
 {
@@ -271,7 +292,9 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
             handled = hook(signo, info, uc);
             tls_in_handler--;
         }
-        if (!handled)
+        if (handled)
+            serve_waiting_request((const ucontext_t *)uc);
+        else
             chain(signo, info, uc);
     }
     errno = saved_errno;

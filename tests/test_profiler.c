@@ -16,7 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef enum { BUSY, SLEEP_NANOSLEEP, SLEEP_POLL, BLOCK_SIGNAL, EXIT_EARLY } behaviour_t;
+typedef enum {
+    BUSY,
+    SLEEP_NANOSLEEP,
+    SLEEP_POLL,
+    BLOCK_SIGNAL,
+    EXIT_EARLY,
+    BUSY_BLOCKING /* busy, with SIGURG blocked for 3 ms of CPU at a time */
+} behaviour_t;
 
 typedef struct target {
     pthread_t th;
@@ -59,6 +66,16 @@ static void *target_main(void *arg)
         case SLEEP_POLL: {
             if (poll(NULL, 0, 100000) < 0 && errno == EINTR)
                 atomic_fetch_add(&t->eintr, 1);
+            break;
+        }
+        case BUSY_BLOCKING: {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGURG);
+            pthread_sigmask(SIG_BLOCK, &set, NULL);
+            tu_burn_cpu_ns(3000000u);
+            pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+            busy_leaf(&x);
             break;
         }
         case EXIT_EARLY:
@@ -534,6 +551,39 @@ static void test_two_on_one_thread_mixed(void)
     two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT, SNAPPROF_TRIGGER_CPU_TIMER);
 }
 
+/* A handshake profiler and a perf-trigger profiler on one thread, one
+ * signal. The thread blocks it for 3 ms of CPU at a time, so the perf
+ * overflow is pending when the handshake's request comes, and one delivery
+ * (the perf event's) stands for both. The handshake must not wait out its
+ * timeout for a signal that was merged away: the trigger's delivery serves
+ * the request that waits for its thread. */
+static void test_handshake_beside_trigger(void)
+{
+    tu_need_perf_event();
+    target_t a = {0};
+    start_target(&a, BUSY_BLOCKING);
+    snapprof_profiler_t *ph =
+        make_with(&a.token, 1, 5000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_HANDSHAKE, NULL);
+    snapprof_profiler_t *pp =
+        make_with(&a.token, 1, 1000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_PERF_EVENT, NULL);
+    ASSERT_OK(snapprof_profiler_start(pp));
+    ASSERT_OK(snapprof_profiler_start(ph));
+    tu_wait_samples(ph, 100);
+    ASSERT_OK(snapprof_profiler_stop(ph));
+    ASSERT_OK(snapprof_profiler_stop(pp));
+    snapprof_stats_t sh, sp;
+    ASSERT_OK(snapprof_profiler_get_stats(ph, &sh));
+    ASSERT_OK(snapprof_profiler_get_stats(pp, &sp));
+    printf("handshake: %llu samples, %llu timeouts; perf: %llu samples, moved %llu\n",
+           (unsigned long long)sh.samples, (unsigned long long)sh.failed[SNAPPROF_FAIL_TIMEOUT],
+           (unsigned long long)sp.samples, (unsigned long long)sp.trigger_blocked);
+    ASSERT_LE(sh.failed[SNAPPROF_FAIL_TIMEOUT], 2);
+    ASSERT_GT(sp.samples, 0);
+    snapprof_profiler_destroy(ph);
+    snapprof_profiler_destroy(pp);
+    stop_target(&a);
+}
+
 /* A target that exits mid-profile: its earlier samples stay, the exit is
  * counted once, the others go on. It leaves once the profile has samples
  * (not after a set time: a stalled VM once let 200 ms pass unsampled). */
@@ -919,6 +969,7 @@ int main(int argc, char **argv)
         {"two_on_one_thread_perf", test_two_on_one_thread_perf},
         {"two_on_one_thread_timer", test_two_on_one_thread_timer},
         {"two_on_one_thread_mixed", test_two_on_one_thread_mixed},
+        {"handshake_beside_trigger", test_handshake_beside_trigger},
         {"thread_exits", test_thread_exits},
         {"thread_exits_auto", test_thread_exits_auto},
         {"add_exited_thread", test_add_exited_thread},
