@@ -1124,8 +1124,10 @@ static int by_time(const void *a, const void *b)
 /* Unwinds and delivers the slots filled by now, oldest first, and adds the
  * large buffers deep stacks need. One pass: slots filled meanwhile wait for
  * the next call, so that a thread whose captures come faster than they
- * unwind cannot keep the lock from stop() and get_stats(). Lock held. */
-static void drain(snapprof_profiler_t *p)
+ * unwind cannot keep the lock from stop() and get_stats(). With give_way,
+ * (the sampling thread's ticks) it also stops early, the newer slots left
+ * for the next pass, when another thread waits for the lock. Lock held. */
+static void drain_some(snapprof_profiler_t *p, int give_way)
 {
     if (!p->pool_ready)
         return;
@@ -1152,6 +1154,8 @@ static void drain(snapprof_profiler_t *p)
                                         pool->slot_count * pool->slot_bytes);
         p->draining = 1;
         for (size_t i = 0; i < n; i++) {
+            if (give_way && i > 0 && snapprof__sampler_api_waiting())
+                break;
             snapprof__capture_slot_t *slot = full[i];
             snapprof__target_t *t = slot->target->owner;
             if (slot->fail >= 0) {
@@ -1173,6 +1177,11 @@ static void drain(snapprof_profiler_t *p)
         p->draining = 0;
     }
     p->last_drain = snapprof__mono_ns();
+}
+
+static void drain(snapprof_profiler_t *p)
+{
+    drain_some(p, 0);
 }
 
 void snapprof__profiler_drain(snapprof_profiler_t *p)
@@ -1490,7 +1499,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
 {
     struct timespec c0, c1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    drain(p);
+    drain_some(p, 1);
     if (p->armed_count > 0)
         p->next_drain = now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {

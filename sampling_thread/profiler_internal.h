@@ -117,6 +117,9 @@ struct snapprof_profiler {
 /* Sampling thread (sampling_thread.c). */
 void snapprof__sampler_lock(void);
 void snapprof__sampler_unlock(void);
+/* Whether a thread waits in snapprof__sampler_lock(): the sampling
+ * thread's drain stops early for it. */
+int snapprof__sampler_api_waiting(void);
 /* Adds p to the running set, starting the thread if needed. Lock held. */
 int snapprof__sampler_activate(snapprof_profiler_t *p);
 /* Removes p from the running set. Lock held. */

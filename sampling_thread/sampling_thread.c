@@ -21,6 +21,11 @@ static int g_thread_running;
  * before its next deadline: a capture pool filling up in a signal
  * handler, where a condition variable cannot be signalled. */
 static _Atomic uint32_t g_kick;
+/* How many threads wait in snapprof__sampler_lock() (futex word). The
+ * sampling thread lets them in before its next tick: when it is behind, one
+ * profiler's drain follows another's with no sleep between, and a mutex is
+ * not fair (profiler_sampler_behind: get_stats() waited for ever). */
+static _Atomic uint32_t g_api_waiting;
 
 uint32_t *snapprof__sampler_kick_word(void)
 {
@@ -76,7 +81,15 @@ static void init_once(void)
 void snapprof__sampler_lock(void)
 {
     pthread_once(&g_once, init_once);
+    atomic_fetch_add(&g_api_waiting, 1);
     pthread_mutex_lock(&g_lock);
+    if (atomic_fetch_sub(&g_api_waiting, 1) == 1)
+        syscall(SYS_futex, &g_api_waiting, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+int snapprof__sampler_api_waiting(void)
+{
+    return atomic_load_explicit(&g_api_waiting, memory_order_relaxed) != 0;
 }
 
 void snapprof__sampler_unlock(void)
@@ -110,11 +123,28 @@ static void sleep_until(uint64_t when_ns)
     pthread_mutex_lock(&g_lock);
 }
 
+/* Lets the threads waiting for the lock take it, each once, before the
+ * sampling thread goes on; gives up after a while so that a stream of
+ * callers cannot stop the sampling either. */
+static void give_way(void)
+{
+    if (atomic_load(&g_api_waiting) == 0)
+        return;
+    pthread_mutex_unlock(&g_lock);
+    uint64_t until = snapprof__mono_ns() + 100000000u;
+    for (uint32_t w; (w = atomic_load(&g_api_waiting)) != 0 && snapprof__mono_ns() < until;) {
+        struct timespec ts = {0, 5000000};
+        syscall(SYS_futex, &g_api_waiting, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
+    }
+    pthread_mutex_lock(&g_lock);
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&g_lock);
     for (;;) {
+        give_way();
         if (!g_active) {
             pthread_cond_wait(&g_wake, &g_lock);
             continue;

@@ -455,6 +455,57 @@ static void test_two_concurrent(void)
     tu_collector_free(&cb);
 }
 
+static void hung(int signo)
+{
+    (void)signo;
+    static const char msg[] = "FAIL: the API waited 60 s for the sampling thread's lock\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+/* A sampling thread that cannot keep up (each sample takes longer than the
+ * interval: a slow builder, or a sanitized build on a busy machine) still
+ * lets the API in between ticks. With two profilers it used to go from one
+ * profiler's overdue drain to the other's without letting go of its lock,
+ * and profiler_two_concurrent hung for 600 s in get_stats() under TSan in
+ * CI. */
+static void test_sampler_behind(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c[2] = {{0}, {0}};
+    snapprof_profiler_t *p[2];
+    for (int i = 0; i < 2; i++) {
+        c[i].sample_sleep_ns = 3000000u; /* three intervals */
+        p[i] = make(&t.token, 1, 1000000u, SNAPPROF_MODE_CPU, &c[i]);
+    }
+    signal(SIGALRM, hung);
+    alarm(60);
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(snapprof_profiler_start(p[i]));
+    uint64_t calls = 0;
+    snapprof_stats_t st[2] = {{0}, {0}};
+    for (uint64_t end = tu_mono_ns() + 500000000u;
+         tu_mono_ns() < end || st[0].samples < 20 || st[1].samples < 20;) {
+        for (int i = 0; i < 2; i++)
+            ASSERT_OK(snapprof_profiler_get_stats(p[i], &st[i]));
+        calls++;
+        usleep(1000);
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(snapprof_profiler_stop(p[i]));
+    alarm(0);
+    printf("%llu rounds of get_stats, %llu and %llu samples\n", (unsigned long long)calls,
+           (unsigned long long)st[0].samples, (unsigned long long)st[1].samples);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(c[i].completed, 1);
+        ASSERT_GE(c[i].count, 20);
+        snapprof_profiler_destroy(p[i]);
+        tu_collector_free(&c[i]);
+    }
+    stop_target(&t);
+}
+
 /* Waits until p has seen at least ns of its threads' CPU time (120 s at
  * most), and returns its stats. */
 static snapprof_stats_t wait_cpu(snapprof_profiler_t *p, uint64_t ns)
@@ -966,6 +1017,7 @@ int main(int argc, char **argv)
         {"defaults", test_defaults},
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
+        {"sampler_behind", test_sampler_behind},
         {"two_on_one_thread_perf", test_two_on_one_thread_perf},
         {"two_on_one_thread_timer", test_two_on_one_thread_timer},
         {"two_on_one_thread_mixed", test_two_on_one_thread_mixed},

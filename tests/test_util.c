@@ -228,6 +228,11 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
     c->offered++;
     if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
         c->remainders++;
+    if (c->sample_sleep_ns) {
+        struct timespec ts = {(time_t)(c->sample_sleep_ns / 1000000000u),
+                              (long)(c->sample_sleep_ns % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
     if (c->fail_samples)
         return -EIO;
     if (c->count == c->cap) {

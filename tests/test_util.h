@@ -93,6 +93,7 @@ typedef struct tu_collector {
     snapprof_profile_info_t info;  /* as completed */
     snapprof_stats_t stats;        /* as completed */
     int fail_samples;              /* make xOnSample return an error */
+    uint64_t sample_sleep_ns;      /* make xOnSample this slow */
     size_t offered, remainders;    /* xOnSample calls; of those, REMAINDER samples */
 } tu_collector_t;
 
