@@ -231,6 +231,24 @@ static void chain(int signo, siginfo_t *info, void *uc)
     prev->sa_handler(signo);
 }
 
+/* Takes the request whose state word is now (PENDING) to COPYING, copies
+ * this thread's stack for it and wakes the sampling thread; does nothing if
+ * the state moved on meanwhile (the request timed out). RUNS IN THE SIGNAL
+ * HANDLER. Async-signal-safe. */
+static void serve_request(uint32_t now, const ucontext_t *uc)
+{
+    uint32_t expected = now;
+    if (!atomic_compare_exchange_strong_explicit(&g_slot.state, &expected,
+                                                 (now & ~3u) | PHASE_COPYING, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return;
+    tls_in_handler++;
+    capture(uc);
+    tls_in_handler--;
+    atomic_store_explicit(&g_slot.state, (now & ~3u) | PHASE_DONE, memory_order_release);
+    futex_wake_all(&g_slot.state);
+}
+
 /* Serves the request in flight if it waits for this thread: a delivery of
  * another kind (a CPU-clock trigger's) may stand for its signal too, since
  * a standard signal pending for this thread drops the next one. Its own
@@ -239,17 +257,9 @@ static void chain(int signo, siginfo_t *info, void *uc)
 static void serve_waiting_request(const ucontext_t *uc)
 {
     uint32_t now = atomic_load_explicit(&g_slot.state, memory_order_acquire);
-    if ((now & 3u) != PHASE_PENDING ||
-        atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) != snapprof__gettid_cached())
-        return;
-    if (atomic_compare_exchange_strong_explicit(&g_slot.state, &now, (now & ~3u) | PHASE_COPYING,
-                                                memory_order_acquire, memory_order_relaxed)) {
-        tls_in_handler++;
-        capture(uc);
-        tls_in_handler--;
-        atomic_store_explicit(&g_slot.state, (now & ~3u) | PHASE_DONE, memory_order_release);
-        futex_wake_all(&g_slot.state);
-    }
+    if ((now & 3u) == PHASE_PENDING &&
+        atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) == snapprof__gettid_cached())
+        serve_request(now, uc);
 }
 
 /* The signal handler. Async-signal-safe. */
@@ -259,8 +269,7 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
     uintptr_t payload = info ? (uintptr_t)info->si_value.sival_ptr : 0;
     if (info && info->si_code == SI_QUEUE && info->si_pid == g_pid &&
         (uint32_t)(payload >> 32) == PAYLOAD_TAG) {
-        uint32_t seq = (uint32_t)payload & SEQ_MASK;
-        uint32_t expected = (seq << 2) | PHASE_PENDING;
+        uint32_t expected = (((uint32_t)payload & SEQ_MASK) << 2) | PHASE_PENDING;
         uint32_t now = atomic_load_explicit(&g_slot.state, memory_order_acquire);
         if (now != expected && (now & 3u) == PHASE_PENDING &&
             atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) ==
@@ -269,21 +278,12 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
              * waits for this same thread. That one's signal was dropped if
              * ours was still pending (one pending instance of a standard
              * signal), so ours must serve it. If the state moves on before
-             * the exchange below, the exchange fails and we do nothing. */
-            seq = now >> 2;
+             * the exchange in serve_request, it fails and we do nothing. */
             expected = now;
         }
-        if (atomic_compare_exchange_strong_explicit(&g_slot.state, &expected,
-                                                    (seq << 2) | PHASE_COPYING,
-                                                    memory_order_acquire, memory_order_relaxed)) {
-            tls_in_handler++;
-            capture((const ucontext_t *)uc);
-            tls_in_handler--;
-            atomic_store_explicit(&g_slot.state, (seq << 2) | PHASE_DONE, memory_order_release);
-            futex_wake_all(&g_slot.state);
-        }
-        /* Otherwise a late signal when no request waits for this thread:
-         * ignore it. */
+        /* A late signal when no request waits for this thread does
+         * nothing. */
+        serve_request(expected, (const ucontext_t *)uc);
     } else {
         snapprof__signal_hook_fn hook = atomic_load_explicit(&g_hook, memory_order_acquire);
         int handled = 0;
