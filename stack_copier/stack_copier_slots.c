@@ -147,6 +147,15 @@ static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t 
 }
 
 /* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
+/* Counts a capture not taken, keeping the periods it stood for. Returns
+ * -1. Async-signal-safe. */
+static int drop(snapprof__capture_pool_t *pool, uint64_t periods)
+{
+    atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
+    return -1;
+}
+
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
                            const ucontext_t *uc, uint64_t periods)
 {
@@ -159,16 +168,11 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
          * tid (a perf event or CPU timer follows the task, not the tid
          * number). Dropped with its weight kept, not a failure: counted
          * tid_recycled, it failed profiler_thread_exits_auto under ASan. */
-        atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
-        return -1;
+        return drop(pool, periods);
     }
     snapprof__capture_slot_t *slot = take_slot(pool);
-    if (!slot) {
-        atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
-        return -1;
-    }
+    if (!slot)
+        return drop(pool, periods);
     slot->target = target;
     slot->periods = periods;
     slot->fail = -1;
