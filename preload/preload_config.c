@@ -1,6 +1,7 @@
 /* Parsing and checking of whole-process profile settings (see
  * preload_config.h); shared by the preload library and the command. */
 #include "preload/preload_config.h"
+#include "sampling_thread/profiler_defaults.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -438,17 +439,17 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
         else
             warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
     }
-    cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+    cfg->trigger = SNAPPROF__TRIGGER_DEFAULT;
     if ((v = get(SNAPPROF_ENV_TRIGGER)) &&
         snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; using the handshake", SNAPPROF_ENV_TRIGGER, why);
-        cfg->trigger = SNAPPROF_TRIGGER_DEFAULT;
+        warn("ignoring %s: %s; using the default", SNAPPROF_ENV_TRIGGER, why);
+        cfg->trigger = SNAPPROF__TRIGGER_DEFAULT;
     }
-    cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
+    cfg->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
     if ((v = get(SNAPPROF_ENV_WALL_BLOCKED)) &&
         snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; signalling blocked threads", SNAPPROF_ENV_WALL_BLOCKED, why);
-        cfg->wall_blocked = SNAPPROF_WALL_BLOCKED_DEFAULT;
+        warn("ignoring %s: %s; using the default", SNAPPROF_ENV_WALL_BLOCKED, why);
+        cfg->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
     }
 }
 

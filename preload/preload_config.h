@@ -75,13 +75,6 @@ int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
 /* "signal" or "proc", as snapprof_wall_blocked_t's values. */
 int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_size);
-/* What CPU mode uses unless told otherwise: the handshake, as
- * snapprof_params_init(), until two profilers' CPU-clock triggers on one
- * thread are proven (see the README). */
-#define SNAPPROF_TRIGGER_DEFAULT 3
-/* How wall mode samples blocked threads unless told otherwise: signal, as
- * snapprof_params_init(). */
-#define SNAPPROF_WALL_BLOCKED_DEFAULT 0
 /* Signal names with or without "SIG", any case; "RTMIN+n", "RTMAX-n"; or a
  * number. Refuses signals that cannot stop a thread for a sample without
  * changing what the program sees (see snapprof__signal_usable()). */

@@ -1,6 +1,7 @@
 /* The profiler: public API, and the work of one tick for one profiler (idle
  * detection, stack copy, unwinding, delivery to the builders). */
 #include "sampling_thread/profiler_internal.h"
+#include "sampling_thread/profiler_defaults.h"
 
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
@@ -70,8 +71,8 @@ void snapprof_params_init(snapprof_params_t *params)
     params->max_frames = 4096;
     params->idle_threshold_ns = 100000u;
     params->hitch_threshold_ns = 50000000u;
-    params->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
-    params->wall_blocked = SNAPPROF_WALL_BLOCKED_SIGNAL;
+    params->trigger = SNAPPROF__TRIGGER_DEFAULT;
+    params->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
     params->capture_memory_max = 64u << 20;
 }
 

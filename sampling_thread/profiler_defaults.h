@@ -1,0 +1,16 @@
+/* The defaults of snapprof_params_init() that the preload library and the
+ * `snapprof` command apply to the settings they read. Both may be built
+ * without the profiler, so they cannot call it: this header is where each
+ * default is written, once. */
+#ifndef SNAPPROF_PROFILER_DEFAULTS_H
+#define SNAPPROF_PROFILER_DEFAULTS_H
+
+#include "snapprof/snapprof.h"
+
+/* What CPU mode uses unless told otherwise: the handshake, until two
+ * profilers' CPU-clock triggers on one thread are proven (see the README). */
+#define SNAPPROF__TRIGGER_DEFAULT SNAPPROF_TRIGGER_HANDSHAKE
+/* How wall mode samples blocked threads unless told otherwise. */
+#define SNAPPROF__WALL_BLOCKED_DEFAULT SNAPPROF_WALL_BLOCKED_SIGNAL
+
+#endif
