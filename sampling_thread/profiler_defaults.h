@@ -7,9 +7,9 @@
 
 #include "snapprof/snapprof.h"
 
-/* What CPU mode uses unless told otherwise: the handshake, until two
- * profilers' CPU-clock triggers on one thread are proven (see the README). */
-#define SNAPPROF__TRIGGER_DEFAULT SNAPPROF_TRIGGER_HANDSHAKE
+/* What CPU mode uses unless told otherwise: the best trigger that works,
+ * per thread (perf event, else CPU timer, else the handshake). */
+#define SNAPPROF__TRIGGER_DEFAULT SNAPPROF_TRIGGER_AUTO
 /* How wall mode samples blocked threads unless told otherwise. */
 #define SNAPPROF__WALL_BLOCKED_DEFAULT SNAPPROF_WALL_BLOCKED_SIGNAL
 

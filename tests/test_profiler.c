@@ -203,14 +203,14 @@ static void test_bad_params(void)
     ASSERT_CONTAINS(snapprof_strerror(-ENOENT), "No such file");
 }
 
-/* The documented defaults (README, snapprof.h): the handshake, in CPU and
- * wall mode, until the CPU-clock triggers become the default. */
+/* The documented defaults (README, snapprof.h): the best CPU-clock trigger
+ * that works; in wall mode, the handshake for blocked threads. */
 static void test_defaults(void)
 {
     snapprof_params_t params;
     memset(&params, 0xff, sizeof params);
     snapprof_params_init(&params);
-    ASSERT_EQ(params.trigger, SNAPPROF_TRIGGER_HANDSHAKE);
+    ASSERT_EQ(params.trigger, SNAPPROF_TRIGGER_AUTO);
     ASSERT_EQ(params.wall_blocked, SNAPPROF_WALL_BLOCKED_SIGNAL);
     ASSERT_EQ(params.mode, SNAPPROF_MODE_CPU);
     ASSERT_EQ(params.signal, SIGURG);

@@ -727,8 +727,7 @@ typedef struct snapprof_params {
      * SNAPPROF_WALL_BLOCKED_SIGNAL wall mode uses the handshake). AUTO and
      * a named CPU-clock trigger try that one, then the next one down (perf
      * event, CPU timer, handshake), per thread; the stats say which ran and
-     * why a better one did not. Default SNAPPROF_TRIGGER_HANDSHAKE (AUTO
-     * is the intended default; see the README). */
+     * why a better one did not. Default SNAPPROF_TRIGGER_AUTO. */
     snapprof_trigger_t trigger;
     /* CPU-clock triggers: memory for stack copies, the capture slots and
      * the buffers of threads whose stacks do not fit a slot, together, for
