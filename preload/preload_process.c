@@ -56,8 +56,13 @@ static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
 
 void lock(void)
 {
+    lock_as(gettid_());
+}
+
+void lock_as(pid_t self)
+{
     pthread_mutex_lock(&g_lock);
-    atomic_store(&g_lock_owner, (int)syscall(SYS_gettid));
+    atomic_store(&g_lock_owner, (int)self);
 }
 
 void unlock(void)
@@ -617,6 +622,7 @@ static void atfork_child(void)
 
 void snapprof__preload_fork_child(void)
 {
+    threads_fork_child();
     pthread_mutex_init(&g_lock, NULL);
     atomic_store(&g_lock_owner, 0);
     atomic_store(&g_helper_running, 0);

@@ -66,6 +66,8 @@ extern atomic_int g_lock_owner;       /* tid holding g_lock, for signal context 
 /* Take and leave g_lock, noting its holder in g_lock_owner. */
 void lock(void);
 void unlock(void);
+/* lock(), for a caller that knows its tid (one system call less). */
+void lock_as(pid_t self);
 
 static inline pid_t gettid_(void)
 {
@@ -85,6 +87,8 @@ int path_fmt(char *out, size_t size, const char *fmt, ...) __attribute__((format
 extern pthread_key_t g_exit_key;
 extern pthread_once_t g_exit_key_once;
 void make_exit_key(void);
+/* In a forked child, on its only thread: forgets that thread's tid. */
+void threads_fork_child(void);
 
 /* Set when a scanned thread did not answer its handshake: the helper scans
  * again every RETRY_NS. */

@@ -146,8 +146,12 @@ uint64_t snapprof__mono_ns(void);
 void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n);
 
 /* The calling thread's tid, read once per thread (and anew after fork).
- * Async-signal-safe. */
+ * Async-signal-safe. Right after fork only once snapprof__process_ids()
+ * (or the handler's install) has run. */
 pid_t snapprof__gettid_cached(void);
+/* Reads the process ids once and keeps them right across fork(); returns
+ * the pid without a system call. Not async-signal-safe (the first call). */
+pid_t snapprof__process_ids(void);
 
 /* A hook for the signals that are not handshake requests: returns nonzero
  * when the signal was its own (a thread's CPU-clock trigger), zero to pass

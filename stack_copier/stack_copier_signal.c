@@ -313,6 +313,12 @@ static void read_ids_once(void)
     pthread_atfork(NULL, NULL, read_ids);
 }
 
+pid_t snapprof__process_ids(void)
+{
+    pthread_once(&g_ids_once, read_ids_once);
+    return g_pid;
+}
+
 int snapprof__stack_copier_install(int signo)
 {
     pthread_once(&g_ids_once, read_ids_once);

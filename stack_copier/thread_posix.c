@@ -132,7 +132,10 @@ int snapprof_thread_register(snapprof_thread_t **out)
 {
     if (!out)
         return -EINVAL;
-    pid_t tid = (pid_t)syscall(SYS_gettid);
+    /* Each one a system call less: a thread that registers as it starts
+     * (the preload does, for every thread) pays for every one. */
+    pid_t pid = snapprof__process_ids();
+    pid_t tid = snapprof__gettid_cached();
     /* In the child of a fork() the TLS still names the parent's token, whose
      * tid is the parent thread's: that one is stale, not ours. */
     if (snapprof__tls_self && snapprof__tls_self->tid == tid) {
@@ -146,7 +149,7 @@ int snapprof_thread_register(snapprof_thread_t **out)
     t->tid = tid;
     t->on_thread = 1;
     int rc = -ENOENT;
-    if (t->tid == getpid())
+    if (t->tid == pid)
         rc = main_thread_bounds(&t->stack_low, &t->stack_base);
     /* tid == pid also holds in the child of a fork() made by another thread
      * than main, but that child runs on the forking thread's stack: trust the
