@@ -10,7 +10,8 @@
 /* What CPU mode uses unless told otherwise: the best trigger that works,
  * per thread (perf event, else CPU timer, else the handshake). */
 #define SNAPPROF__TRIGGER_DEFAULT SNAPPROF_TRIGGER_AUTO
-/* How wall mode samples blocked threads unless told otherwise. */
-#define SNAPPROF__WALL_BLOCKED_DEFAULT SNAPPROF_WALL_BLOCKED_SIGNAL
+/* How wall mode samples blocked threads unless told otherwise: through
+ * /proc, never signalling a waiting thread. */
+#define SNAPPROF__WALL_BLOCKED_DEFAULT SNAPPROF_WALL_BLOCKED_PROC
 
 #endif

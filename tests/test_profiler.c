@@ -204,14 +204,14 @@ static void test_bad_params(void)
 }
 
 /* The documented defaults (README, snapprof.h): the best CPU-clock trigger
- * that works; in wall mode, the handshake for blocked threads. */
+ * that works; in wall mode, blocked threads read through /proc. */
 static void test_defaults(void)
 {
     snapprof_params_t params;
     memset(&params, 0xff, sizeof params);
     snapprof_params_init(&params);
     ASSERT_EQ(params.trigger, SNAPPROF_TRIGGER_AUTO);
-    ASSERT_EQ(params.wall_blocked, SNAPPROF_WALL_BLOCKED_SIGNAL);
+    ASSERT_EQ(params.wall_blocked, SNAPPROF_WALL_BLOCKED_PROC);
     ASSERT_EQ(params.mode, SNAPPROF_MODE_CPU);
     ASSERT_EQ(params.signal, SIGURG);
     ASSERT_UEQ(params.capture_memory_max, 64u << 20);

@@ -735,10 +735,10 @@ typedef struct snapprof_params {
      * (counted). Default 64 MiB. */
     size_t capture_memory_max;
     /* Wall mode: how blocked threads are sampled. Default
-     * SNAPPROF_WALL_BLOCKED_SIGNAL (the handshake for every thread); with
-     * SNAPPROF_WALL_BLOCKED_PROC a blocked thread is never signalled, and
+     * SNAPPROF_WALL_BLOCKED_PROC: a blocked thread is never signalled, and
      * every wall-mode sample carries state=running|runnable|blocked (and a
-     * blocked one syscall=NAME) as labels. */
+     * blocked one syscall=NAME) as labels. SNAPPROF_WALL_BLOCKED_SIGNAL
+     * uses the handshake for every thread, which ends waits early. */
     snapprof_wall_blocked_t wall_blocked;
 } snapprof_params_t;
 
