@@ -15,6 +15,8 @@
 #include "unwinder/cfi_engine.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,12 +444,106 @@ static void test_dlclose_frees(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* One table per module for the whole process                               */
+/* ------------------------------------------------------------------------ */
+
+/* The table of the module holding pc, as u sees it; NULL if none. */
+static snapprof__cfi_table_t *table_for(snapprof_unwinder_t *u, uintptr_t pc)
+{
+    const snapprof_module_t *want = snapprof_module_find(pc), *mods[64];
+    snapprof__cfi_table_t *tables[64];
+    size_t n = snapprof__cfi_table_unwinder_tables(u, mods, tables, 64);
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (mods[i] == want)
+            return tables[i];
+    return NULL;
+}
+
+typedef struct walker {
+    snapprof_unwinder_t *u;
+    atomic_int stop;
+    size_t claimed;
+} walker_t;
+
+/* Asks u about every pc of libc's qsort and the test library, over and
+ * over: most are row-cache misses, which look the tables up. */
+static void *walk_loop(void *arg)
+{
+    walker_t *w = arg;
+    static const uintptr_t funcs[] = {(uintptr_t)qsort, (uintptr_t)testlib_outer, (uintptr_t)malloc,
+                                      (uintptr_t)snprintf};
+    while (!atomic_load(&w->stop)) {
+        for (size_t k = 0; k < sizeof funcs / sizeof funcs[0]; k++) {
+            for (uintptr_t pc = funcs[k]; pc < funcs[k] + 256; pc++) {
+                snapprof_frame_t f = {
+                    .pc = pc, .kind = SNAPPROF_FRAME_NATIVE, .module = snapprof_module_find(pc)};
+                w->claimed += (size_t)w->u->ops->xCanUnwindFrom(w->u->user_data, &f);
+            }
+        }
+        w->u->ops->xUpdateModules(w->u->user_data);
+    }
+    return NULL;
+}
+
+/* Two profilers' unwinders share each module's table: compiled once, kept
+ * while either lives, freed with the last. Then unwinders come and go
+ * while another walks (the profiler serialises walks, not the creation and
+ * destruction of unwinders; TSan checks the store's lock). */
+static void test_tables_shared(void)
+{
+    snapprof_unwinder_t *a, *b;
+    ASSERT_OK(snapprof_cfi_table_unwinder_create(&a));
+    ASSERT_OK(snapprof_cfi_table_unwinder_create(&b));
+    a->ops->xUpdateModules(a->user_data);
+    b->ops->xUpdateModules(b->user_data);
+    uintptr_t pc = (uintptr_t)testlib_outer;
+    snapprof_frame_t f = {
+        .pc = pc, .kind = SNAPPROF_FRAME_NATIVE, .module = snapprof_module_find(pc)};
+    ASSERT(a->ops->xCanUnwindFrom(a->user_data, &f));
+    snapprof__cfi_table_t *ta = table_for(a, pc);
+    ASSERT_NOT_NULL(ta);
+    snapprof__cfi_table_stats_t before, after;
+    snapprof__cfi_table_stats(ta, &before);
+    ASSERT_GT(before.fdes_compiled, 0);
+    /* b has not looked at the library yet, and already has its table. */
+    ASSERT(table_for(b, pc) == ta);
+    ASSERT(b->ops->xCanUnwindFrom(b->user_data, &f));
+    snapprof__cfi_table_stats(ta, &after);
+    ASSERT_UEQ(after.fdes_compiled, before.fdes_compiled);
+    printf("two unwinders, one table of the test library (%zu FDE compiled once)\n",
+           after.fdes_compiled);
+    snapprof_unwinder_destroy(a);
+    ASSERT(table_for(b, pc) == ta);
+    ASSERT(b->ops->xCanUnwindFrom(b->user_data, &f));
+    snapprof_unwinder_destroy(b);
+    ASSERT_OK(snapprof_cfi_table_unwinder_create(&a));
+    ASSERT_NULL(table_for(a, pc));
+    printf("freed with the last unwinder\n");
+
+    walker_t w = {.u = a};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, walk_loop, &w), 0);
+    for (int i = 0; i < 200; i++) {
+        ASSERT_OK(snapprof_cfi_table_unwinder_create(&b));
+        b->ops->xUpdateModules(b->user_data);
+        ASSERT(b->ops->xCanUnwindFrom(b->user_data, &f));
+        snapprof_unwinder_destroy(b);
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(th, NULL);
+    ASSERT_GT(w.claimed, 0);
+    printf("200 unwinders came and went while another claimed %zu frames\n", w.claimed);
+    snapprof_unwinder_destroy(a);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static const test_case_t cases[] = {
     {"same_frames", test_same_frames},
     {"rows_match_libunwind", test_rows_match_libunwind},
     {"lazy_matches_whole", test_lazy_matches_whole},
     {"dlclose_frees", test_dlclose_frees},
+    {"tables_shared", test_tables_shared},
 };
 
 int main(int argc, char **argv)

@@ -90,7 +90,7 @@ endforeach()
 # The CFI tables against libunwind on the same copies, one step from every
 # pc of a set of functions, per-FDE against whole tables, and dlclose.
 snapprof_add_test_cases(EXE unwinder_cfi_table SOURCES test_unwinder_cfi_table.c
-  CASES same_frames rows_match_libunwind lazy_matches_whole dlclose_frees
+  CASES same_frames rows_match_libunwind lazy_matches_whole dlclose_frees tables_shared
   LIBS snapprof_unwind_testutil unwinder_testlib unwinder_dflib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_cfi_table PRIVATE ${SNAPPROF_NOFP_FLAGS})
 target_compile_definitions(unwinder_cfi_table PRIVATE

@@ -22,18 +22,51 @@
 #include "unwinder/cfi_engine.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Memory all of one unwinder's tables may take (index and rows); modules
+/* Memory all the tables of the process may take (index and rows); modules
  * met after that are stepped by the CFI engine. libc's whole table is
  * about 1 MiB, so this is room for dozens of large libraries. */
 #define TABLE_BYTES_MAX (64u << 20)
 
 typedef struct mod_table {
     const snapprof_module_t *module; /* module cache entries never move */
+    int eager;                       /* compiled whole (a test and bench seam) */
     snapprof__cfi_table_t *table;    /* NULL: no usable CFI, or over budget */
 } mod_table_t;
+
+/* The tables, one per module: process-wide, shared by every CFI table
+ * unwinder (each profiler has its own unwinders), so that a library's
+ * table is compiled once whatever the number of profilers, and the budget
+ * holds for the process. Under its lock: a walk's lookups (which compile
+ * FDEs), the sweep of unloaded modules, and the count of unwinders, the
+ * last of which frees the tables. A walk keeps copies of the rows it
+ * found, never a pointer into a table, so a table another unwinder frees
+ * is never in use. */
+static struct {
+    pthread_mutex_t lock;
+    mod_table_t *mods;
+    size_t count, cap;
+    size_t last;    /* index of the entry found last: walks stay in few modules */
+    int unloaded;   /* a table of an unloaded module was opened since the last sweep */
+    unsigned users; /* CFI table unwinders alive */
+} g_store = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t g_store_once = PTHREAD_ONCE_INIT;
+
+/* A fork() may come while the sampling thread holds the lock: the child's
+ * only thread would wait for it for ever. The tables are kept (they are
+ * the parent's, as everything else the child's profilers inherit). */
+static void store_fork_child(void)
+{
+    pthread_mutex_init(&g_store.lock, NULL);
+}
+
+static void store_init(void)
+{
+    pthread_atfork(NULL, NULL, store_fork_child);
+}
 
 /* Rows found per pc, kept: 1024 slots, direct-mapped. A profile meets the
  * same return addresses sample after sample, and a recursion the same one
@@ -47,12 +80,8 @@ typedef struct row_slot {
 } row_slot_t;
 
 typedef struct ct {
-    snapprof__cfi_t *engine; /* object table, checked reads, fallback steps */
-    int eager;               /* compile whole tables when a module is first met */
-    mod_table_t *mods;
-    size_t mod_count, mod_cap;
-    size_t last;                /* index of the entry found last: walks stay in few modules */
-    int unloaded;               /* a table of an unloaded module was opened since the last update */
+    snapprof__cfi_t *engine;    /* object table, checked reads, fallback steps */
+    int eager;                  /* compile whole tables when a module is first met */
     row_slot_t rows[ROW_SLOTS]; /* copies of rows the tables can step */
 } ct_t;
 
@@ -61,46 +90,71 @@ static size_t row_slot(uintptr_t pc)
     return (size_t)((pc * 0x9e3779b97f4a7c15ull) >> 54) % ROW_SLOTS;
 }
 
-/* The table of module, opened on first use; NULL when it has none. */
-static snapprof__cfi_table_t *table_of(ct_t *c, const snapprof_module_t *m)
+/* The table of module m (compiled whole or not, as eager says), opened on
+ * first use; NULL when it has none. Store lock held. */
+static snapprof__cfi_table_t *table_of(const snapprof_module_t *m, int eager)
 {
-    if (c->last < c->mod_count && c->mods[c->last].module == m)
-        return c->mods[c->last].table;
-    for (size_t i = 0; i < c->mod_count; i++) {
-        if (c->mods[i].module == m) {
-            c->last = i;
-            return c->mods[i].table;
+    if (g_store.last < g_store.count && g_store.mods[g_store.last].module == m &&
+        g_store.mods[g_store.last].eager == eager)
+        return g_store.mods[g_store.last].table;
+    for (size_t i = 0; i < g_store.count; i++) {
+        if (g_store.mods[i].module == m && g_store.mods[i].eager == eager) {
+            g_store.last = i;
+            return g_store.mods[i].table;
         }
     }
-    if (c->mod_count == c->mod_cap) {
-        size_t n = c->mod_cap ? c->mod_cap * 2 : 16;
-        mod_table_t *p = realloc(c->mods, n * sizeof *p);
+    if (g_store.count == g_store.cap) {
+        size_t n = g_store.cap ? g_store.cap * 2 : 16;
+        mod_table_t *p = realloc(g_store.mods, n * sizeof *p);
         if (!p)
             return NULL; /* try again next time */
-        c->mods = p;
-        c->mod_cap = n;
+        g_store.mods = p;
+        g_store.cap = n;
     }
     /* The budget counts what the tables hold now, rows compiled since they
      * were opened included; a module met past it has no table. */
     size_t bytes = 0;
-    for (size_t i = 0; i < c->mod_count; i++) {
-        if (c->mods[i].table) {
+    for (size_t i = 0; i < g_store.count; i++) {
+        if (g_store.mods[i].table) {
             snapprof__cfi_table_stats_t st;
-            snapprof__cfi_table_stats(c->mods[i].table, &st);
+            snapprof__cfi_table_stats(g_store.mods[i].table, &st);
             bytes += st.bytes;
         }
     }
     snapprof__cfi_table_t *t = NULL;
-    if (bytes < TABLE_BYTES_MAX && snapprof__cfi_table_open(m, c->eager, &t) != 0)
+    if (bytes < TABLE_BYTES_MAX && snapprof__cfi_table_open(m, eager, &t) != 0)
         t = NULL;
-    c->mods[c->mod_count] = (mod_table_t){.module = m, .table = t};
-    c->last = c->mod_count++;
+    g_store.mods[g_store.count] = (mod_table_t){.module = m, .eager = eager, .table = t};
+    g_store.last = g_store.count++;
     /* A copy taken before a dlclose() has frames in the unloaded module
      * (the module cache keeps its entry): its table comes from the file,
-     * as any table does, and goes at the next update. */
+     * as any table does, and goes at the next sweep. */
     if (!__atomic_load_n(&m->is_loaded, __ATOMIC_RELAXED))
-        c->unloaded = 1;
+        g_store.unloaded = 1;
     return t;
+}
+
+/* Frees the tables of modules that are unloaded, if objects came or went
+ * (changed) or a copy needed the table of an unloaded module. Their
+ * entries stay in the module cache, and copies taken before the unload may
+ * still point at them: such a copy opens the table again. */
+static void store_sweep(int changed)
+{
+    pthread_mutex_lock(&g_store.lock);
+    if (changed || g_store.unloaded) {
+        g_store.unloaded = 0;
+        size_t out = 0;
+        for (size_t i = 0; i < g_store.count; i++) {
+            mod_table_t *e = &g_store.mods[i];
+            if (__atomic_load_n(&e->module->is_loaded, __ATOMIC_RELAXED))
+                g_store.mods[out++] = *e;
+            else
+                snapprof__cfi_table_destroy(e->table);
+        }
+        g_store.count = out;
+        g_store.last = 0;
+    }
+    pthread_mutex_unlock(&g_store.lock);
 }
 
 /* How this unwinder steps from frame f. */
@@ -116,10 +170,14 @@ static int plan(ct_t *c, const snapprof_frame_t *f, const snapprof__cfi_row_t **
         *row_out = &slot->row;
         return STEP_TABLE;
     }
-    snapprof__cfi_table_t *t = table_of(c, m);
+    pthread_mutex_lock(&g_store.lock);
+    snapprof__cfi_table_t *t = table_of(m, c->eager);
     const snapprof__cfi_row_t *row = t ? snapprof__cfi_table_find(t, f->pc) : NULL;
-    if (row && (row->kind & SNAPPROF__CFI_ROW_KIND_MASK) != SNAPPROF__CFI_ROW_FALLBACK) {
+    int expressed = row && (row->kind & SNAPPROF__CFI_ROW_KIND_MASK) != SNAPPROF__CFI_ROW_FALLBACK;
+    if (expressed)
         *slot = (row_slot_t){.pc = f->pc, .module = m, .row = *row};
+    pthread_mutex_unlock(&g_store.lock);
+    if (expressed) {
         *row_out = &slot->row;
         return STEP_TABLE;
     }
@@ -214,35 +272,27 @@ static snapprof_unwind_result_t ct_try_unwind(void *user_data, snapprof_unwind_c
 static void ct_update_modules(void *user_data)
 {
     ct_t *c = user_data;
-    if (!snapprof__cfi_update_modules(c->engine) && !c->unloaded)
-        return;
-    /* Objects came or went, or a copy needed the table of an unloaded
-     * module: free the tables of modules that are unloaded. Their entries
-     * stay in the module cache, and copies taken before the unload may
-     * still point at them: such a copy opens the table again. */
-    c->unloaded = 0;
-    size_t out = 0;
-    for (size_t i = 0; i < c->mod_count; i++) {
-        mod_table_t *e = &c->mods[i];
-        if (__atomic_load_n(&e->module->is_loaded, __ATOMIC_RELAXED)) {
-            c->mods[out++] = *e;
-            continue;
-        }
-        snapprof__cfi_table_destroy(e->table);
-    }
-    c->mod_count = out;
-    c->last = 0;
+    int changed = snapprof__cfi_update_modules(c->engine);
+    store_sweep(changed);
     /* Module entries are never freed, but be plain about it: nothing
      * learned before the objects changed is kept. */
-    memset(c->rows, 0, sizeof c->rows);
+    if (changed)
+        memset(c->rows, 0, sizeof c->rows);
 }
 
 static void ct_destroy(void *user_data)
 {
     ct_t *c = user_data;
-    for (size_t i = 0; i < c->mod_count; i++)
-        snapprof__cfi_table_destroy(c->mods[i].table);
-    free(c->mods);
+    pthread_mutex_lock(&g_store.lock);
+    if (--g_store.users == 0) {
+        for (size_t i = 0; i < g_store.count; i++)
+            snapprof__cfi_table_destroy(g_store.mods[i].table);
+        free(g_store.mods);
+        g_store.mods = NULL;
+        g_store.count = g_store.cap = g_store.last = 0;
+        g_store.unloaded = 0;
+    }
+    pthread_mutex_unlock(&g_store.lock);
     snapprof__cfi_destroy(c->engine);
     free(c);
 }
@@ -264,13 +314,18 @@ int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
     if (!c)
         return -ENOMEM;
     c->eager = eager;
+    pthread_once(&g_store_once, store_init);
     int rc = snapprof__cfi_create(&c->engine);
     if (rc == 0) {
         rc = snapprof_unwinder_create(&ct_ops, c, out);
-        if (rc != 0)
+        if (rc != 0) {
             snapprof__cfi_destroy(c->engine);
-        else
+        } else {
             (*out)->cfi = c->engine;
+            pthread_mutex_lock(&g_store.lock);
+            g_store.users++;
+            pthread_mutex_unlock(&g_store.lock);
+        }
     }
     if (rc != 0)
         free(c);
@@ -290,14 +345,16 @@ size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *u,
         return 0;
     ct_t *c = u->user_data;
     size_t n = 0;
-    for (size_t i = 0; i < c->mod_count; i++) {
-        if (!c->mods[i].table)
+    pthread_mutex_lock(&g_store.lock);
+    for (size_t i = 0; i < g_store.count; i++) {
+        if (!g_store.mods[i].table || g_store.mods[i].eager != c->eager)
             continue;
         if (n < max) {
-            modules[n] = c->mods[i].module;
-            tables[n] = c->mods[i].table;
+            modules[n] = g_store.mods[i].module;
+            tables[n] = g_store.mods[i].table;
         }
         n++;
     }
+    pthread_mutex_unlock(&g_store.lock);
     return n;
 }

@@ -11,9 +11,10 @@
  * is met; 0 (the public default) compiles each FDE on its first use. */
 int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out);
 
-/* The modules whose tables the unwinder holds, and the tables: fills up to
- * max of each and returns how many there are. Sampler thread (or the
- * thread that owns the unwinder). */
+/* The modules whose tables the unwinder can use (the process's, compiled
+ * per FDE or whole as the unwinder does), and the tables: fills up to max
+ * of each and returns how many there are. No walk, update or destroy of a
+ * CFI table unwinder may run meanwhile (the tables may go). */
 size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *unwinder,
                                            const snapprof_module_t **modules,
                                            snapprof__cfi_table_t **tables, size_t max);
