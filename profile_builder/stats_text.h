@@ -79,7 +79,10 @@
     XX(U64, events_lost)                                                                           \
     XX(U64, samples_blocked)                                                                       \
     XX(U64, wall_copy_raced)                                                                       \
-    XX(INT, wall_proc_errno)
+    XX(INT, wall_proc_errno)                                                                       \
+    XX(U64, cfi_tables)                                                                            \
+    XX(U64, cfi_table_bytes)                                                                       \
+    XX(U64, cfi_table_build_ns)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

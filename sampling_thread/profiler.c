@@ -6,6 +6,7 @@
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "stack_copier/stack_copier.h"
+#include "unwinder/cfi_table_unwinder.h"
 #include "unwinder/unwinder_internal.h"
 
 #include <snapprof/jit.h>
@@ -481,6 +482,8 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->unwind_max_ns = p->unwind.max;
     out->events_dropped = snapprof__event_reader_dropped(&p->events);
     out->events_lost = p->events.lost;
+    snapprof__cfi_table_store_totals(&out->cfi_tables, &out->cfi_table_bytes,
+                                     &out->cfi_table_build_ns);
 }
 
 /* Moves the app frames that ended since the last call into p->app_frames,

@@ -439,6 +439,13 @@ static void test_two_concurrent(void)
     size_t a_after_stop = ca.count;
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(pb, &st));
+    /* The CFI tables the two default chains share, as both report them. */
+    ASSERT_GT(st.cfi_tables, 0);
+    ASSERT_GT(st.cfi_table_bytes, 0);
+    ASSERT_GT(ca.stats.cfi_tables, 0);
+    printf("CFI tables: %llu modules, %llu bytes, %.3f ms to compile\n",
+           (unsigned long long)st.cfi_tables, (unsigned long long)st.cfi_table_bytes,
+           (double)st.cfi_table_build_ns / 1e6);
     tu_wait_samples(pb, st.samples + 40);
     ASSERT_OK(snapprof_profiler_stop(pb));
     ASSERT_EQ(ca.count, a_after_stop);

@@ -358,3 +358,19 @@ size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *u,
     pthread_mutex_unlock(&g_store.lock);
     return n;
 }
+
+void snapprof__cfi_table_store_totals(uint64_t *tables, uint64_t *bytes, uint64_t *build_ns)
+{
+    *tables = *bytes = *build_ns = 0;
+    pthread_mutex_lock(&g_store.lock);
+    for (size_t i = 0; i < g_store.count; i++) {
+        if (!g_store.mods[i].table)
+            continue;
+        snapprof__cfi_table_stats_t st;
+        snapprof__cfi_table_stats(g_store.mods[i].table, &st);
+        (*tables)++;
+        *bytes += st.bytes;
+        *build_ns += st.build_ns;
+    }
+    pthread_mutex_unlock(&g_store.lock);
+}

@@ -340,6 +340,13 @@ typedef struct snapprof_stats {
     uint64_t samples_blocked;
     uint64_t wall_copy_raced;
     int wall_proc_errno;
+    /* The CFI tables of the process (shared by every profiler, so not this
+     * profiler's alone): how many modules have one, the memory they take
+     * (index and compiled rows; at most 64 MiB) and the CPU time spent
+     * compiling them, as of this snapshot. */
+    uint64_t cfi_tables;
+    uint64_t cfi_table_bytes;
+    uint64_t cfi_table_build_ns;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
