@@ -1,7 +1,8 @@
 /* libFuzzer harness: the unwinder chain on arbitrary stack copies.
  *
- * Each input is a stack copy, its registers and a chain: any of the five
- * unwinders (JIT, libunwind, .debug_frame, hybrid, frame pointers), alone
+ * Each input is a stack copy, its registers and a chain: any of the six
+ * unwinders (JIT, libunwind, .debug_frame, hybrid, frame pointers, CFI
+ * tables), alone
  * or chained in any order, over a copy that holds exactly the input's
  * bytes (malloc'd to size, so ASan sees every read past it). Words in the
  * registers and the copy may stand for addresses that move from run to
@@ -33,7 +34,7 @@
 int fuzz_dframe_leaf(int x);
 int fuzz_dframe_mid(int x, int (*cb)(int));
 
-enum { N_UNWINDERS = 5, MAX_FRAMES = 256 };
+enum { N_UNWINDERS = 6, MAX_FRAMES = 256 };
 static snapprof_unwinder_t *g_unwinders[N_UNWINDERS];
 
 /* Tags in a word's top byte (see decode()). */
@@ -180,10 +181,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(snapprof_debug_frame_unwinder_create(&g_unwinders[2]) == 0);
     FUZZ_CHECK(snapprof_hybrid_unwinder_create(&g_unwinders[3]) == 0);
     FUZZ_CHECK(snapprof_frame_pointer_unwinder_create(&g_unwinders[4]) == 0);
+    FUZZ_CHECK(snapprof_cfi_table_unwinder_create(&g_unwinders[5]) == 0);
     static const snapprof__cfi_hooks_t hooks = {.xOnRead = on_read};
     snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[1]), &hooks);
     snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[2]), &hooks);
     snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[3]), &hooks);
+    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[5]), &hooks);
     dl_iterate_phdr(note_segments, NULL);
     merge_segments();
     g_verbose = getenv("SNAPPROF_FUZZ_VERBOSE") != NULL;
@@ -193,8 +196,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* Input: [chain: 3 bytes][max_frames][flags][orig_bottom: 8][17 registers:
- * 8 each][the copy]. The chain's first byte gives its length (1-5, or 0
- * for the default chain: JIT, libunwind, .debug_frame, frame pointers),
+ * 8 each][the copy]. The chain's first byte gives its length (1-6, or 0
+ * for the profiler's default chain: JIT, CFI tables, libunwind,
+ * .debug_frame, frame pointers),
  * the next two the unwinders, 3 bits each. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -211,8 +215,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snapprof_unwinder_t *chain[N_UNWINDERS];
     size_t chain_len = c0 % (N_UNWINDERS + 1);
     if (chain_len == 0) {
-        static const int def[] = {0, 1, 2, 4};
-        chain_len = 4;
+        static const int def[] = {0, 5, 1, 2, 4};
+        chain_len = 5;
         for (size_t i = 0; i < chain_len; i++)
             chain[i] = g_unwinders[def[i]];
     } else {
@@ -330,6 +334,7 @@ static int seed_capture_cmp(const void *a, const void *b)
         capture(1, 1);          /* libunwind alone */
         capture(1, 3);          /* hybrid alone */
         capture(2, 1 | 4 << 3); /* libunwind, then frame pointers */
+        capture(1, 5);          /* CFI tables alone */
     }
     return qsort_cmp(a, b);
 }
