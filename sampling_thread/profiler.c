@@ -163,7 +163,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p->buffer == MAP_FAILED)
         p->buffer = NULL;
-    if (!p->frames || !p->labels || !p->buffer || pthread_cond_init(&p->done_cv, NULL) != 0) {
+    if (!p->frames || !p->labels || !p->buffer) {
         free(p->frames);
         free(p->frames_alt);
         free(p->labels);
@@ -551,7 +551,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     snapprof__sampler_lock();
     p->result = result;
     p->state = PROFILER_COMPLETED;
-    pthread_cond_broadcast(&p->done_cv);
+    snapprof__sampler_done(p);
     snapprof__sampler_unlock();
 }
 
@@ -615,7 +615,6 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     free(p->app_frames);
     snapprof__event_reader_free(&p->events);
     munmap(p->buffer, p->buffer_size);
-    pthread_cond_destroy(&p->done_cv);
     free(p);
 }
 

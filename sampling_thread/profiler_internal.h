@@ -110,7 +110,7 @@ struct snapprof_profiler {
     /* Zones, counters and instants, read on every tick (events/). */
     snapprof__event_reader_t events;
 
-    pthread_cond_t done_cv;
+    _Atomic uint32_t done_seq; /* futex word: bumped when a completion ends */
     struct snapprof_profiler *next_active;
 };
 
@@ -124,8 +124,11 @@ int snapprof__sampler_api_waiting(void);
 int snapprof__sampler_activate(snapprof_profiler_t *p);
 /* Removes p from the running set. Lock held. */
 void snapprof__sampler_deactivate(snapprof_profiler_t *p);
-/* Waits on p->done_cv. Lock held. */
+/* Waits until a completion of p ends (or a while passes: callers check
+ * their condition again). Lock held; let go meanwhile. */
 void snapprof__sampler_wait(snapprof_profiler_t *p);
+/* Wakes the threads in snapprof__sampler_wait(p). Lock held. */
+void snapprof__sampler_done(snapprof_profiler_t *p);
 /* Makes the sampling thread ask every profiler again when it is due (one
  * became due sooner). Lock held. */
 void snapprof__sampler_kick(void);

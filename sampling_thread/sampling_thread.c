@@ -113,7 +113,20 @@ void snapprof__sampler_drain_active(void)
 
 void snapprof__sampler_wait(snapprof_profiler_t *p)
 {
-    pthread_cond_wait(&p->done_cv, &g_lock);
+    /* Not a condition variable: pthread_cond_wait() takes the lock back
+     * inside glibc, uncounted, and a sampling thread that is behind would
+     * not give way to it (profiler_stop_while_completing_behind). */
+    uint32_t seq = atomic_load(&p->done_seq);
+    pthread_mutex_unlock(&g_lock);
+    struct timespec ts = {0, 100000000};
+    syscall(SYS_futex, &p->done_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+    snapprof__sampler_lock();
+}
+
+void snapprof__sampler_done(snapprof_profiler_t *p)
+{
+    atomic_fetch_add(&p->done_seq, 1);
+    syscall(SYS_futex, &p->done_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 /* Sleeps until when_ns (CLOCK_MONOTONIC) or a kick, without the lock. */

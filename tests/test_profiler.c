@@ -513,6 +513,56 @@ static void test_sampler_behind(void)
     stop_target(&t);
 }
 
+/* stop() of a profile that is completing on the sampling thread waits for
+ * the completion, then takes the lock back: it too must be let in while
+ * two other profilers keep the sampling thread behind. (It waited on a
+ * condition variable, which takes the lock back inside glibc where the
+ * sampling thread cannot see it wait.) */
+static void test_stop_while_completing_behind(void)
+{
+    target_t t = {0};
+    start_target(&t, BUSY);
+    tu_collector_t c[3] = {{0}, {0}, {0}};
+    snapprof_profiler_t *p[3];
+    for (int i = 0; i < 3; i++) {
+        if (i > 0)
+            c[i].sample_sleep_ns = 3000000u;
+        else
+            c[i].complete_sleep_ns = 300000000u;
+        snapprof_params_t params;
+        snapprof_params_init(&params);
+        params.interval_ns = 1000000u;
+        if (i == 0)
+            params.duration_ns = 100000000u; /* completes on the sampling thread */
+        ASSERT_OK(snapprof_profiler_create(&params, &t.token, 1, &p[i]));
+        ASSERT_OK(snapprof_profiler_add_builder(p[i], tu_collector_builder(&c[i])));
+    }
+    signal(SIGALRM, hung);
+    alarm(60);
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(snapprof_profiler_start(p[i]));
+    /* Until the first one is completing (its builder sleeps 300 ms in
+     * there), then stop() waits for it. */
+    int state;
+    do {
+        usleep(5000);
+        snapprof__sampler_lock();
+        state = p[0]->state;
+        snapprof__sampler_unlock();
+    } while (state == PROFILER_RUNNING);
+    ASSERT_OK(snapprof_profiler_stop(p[0]));
+    ASSERT_EQ(c[0].completed, 1);
+    for (int i = 1; i < 3; i++)
+        ASSERT_OK(snapprof_profiler_stop(p[i]));
+    alarm(0);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(c[i].completed, 1);
+        snapprof_profiler_destroy(p[i]);
+        tu_collector_free(&c[i]);
+    }
+    stop_target(&t);
+}
+
 /* Waits until p has seen at least ns of its threads' CPU time (120 s at
  * most), and returns its stats. */
 static snapprof_stats_t wait_cpu(snapprof_profiler_t *p, uint64_t ns)
@@ -1025,6 +1075,7 @@ int main(int argc, char **argv)
         {"destroy_while_running", test_destroy_while_running},
         {"two_concurrent", test_two_concurrent},
         {"sampler_behind", test_sampler_behind},
+        {"stop_while_completing_behind", test_stop_while_completing_behind},
         {"two_on_one_thread_perf", test_two_on_one_thread_perf},
         {"two_on_one_thread_timer", test_two_on_one_thread_timer},
         {"two_on_one_thread_mixed", test_two_on_one_thread_mixed},

@@ -265,6 +265,11 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
 static int collector_completed(void *ud, const snapprof_profile_info_t *info)
 {
     tu_collector_t *c = ud;
+    if (c->complete_sleep_ns) {
+        struct timespec ts = {(time_t)(c->complete_sleep_ns / 1000000000u),
+                              (long)(c->complete_sleep_ns % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
     c->info = *info;
     c->stats = *info->stats;
     c->info.stats = &c->stats;

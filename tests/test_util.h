@@ -94,6 +94,7 @@ typedef struct tu_collector {
     snapprof_stats_t stats;        /* as completed */
     int fail_samples;              /* make xOnSample return an error */
     uint64_t sample_sleep_ns;      /* make xOnSample this slow */
+    uint64_t complete_sleep_ns;    /* and xOnProfileCompleted */
     size_t offered, remainders;    /* xOnSample calls; of those, REMAINDER samples */
 } tu_collector_t;
 
