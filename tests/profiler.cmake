@@ -1,6 +1,6 @@
 # Tests of the profiler and the sampling thread.
 snapprof_add_test_cases(EXE profiler SOURCES test_profiler.c
-  CASES stop_without_start start_twice start_failure_undone bad_params defaults destroy_while_running two_concurrent sampler_behind stop_while_completing_behind two_on_one_thread_perf two_on_one_thread_timer two_on_one_thread_mixed handshake_beside_trigger
+  CASES stop_without_start start_twice start_failure_undone bad_params defaults destroy_while_running two_concurrent sampler_behind stop_while_completing_behind two_on_one_thread_perf two_on_one_thread_timer two_on_one_thread_mixed three_on_one_thread handshake_beside_trigger
         thread_exits thread_exits_auto add_exited_thread blocked_signal idle_nanosleep_wall idle_poll_wall idle_nanosleep_cpu
         register_tid register_tid_unanswered register_tid_signal threads_and_builder_errors duration start_in_fork_child
         error_names TIMEOUT 600)

@@ -652,6 +652,35 @@ static void test_two_on_one_thread_timer(void)
     two_on_one_thread(SNAPPROF_TRIGGER_CPU_TIMER, SNAPPROF_TRIGGER_CPU_TIMER);
 }
 
+/* Three perf-event profilers on one thread, one ring of three; the one in
+ * the middle of the ring (the second armed) stops first, and the other two
+ * go on in a ring of two. The ring is found through a hash of tids
+ * (it was a scan of the whole arms table for each arm). */
+static void test_three_on_one_thread(void)
+{
+    tu_need_perf_event();
+    target_t a = {0};
+    start_target(&a, BUSY);
+    const uint64_t interval = tu_sanitizer_build() ? 4000000u : 1000000u;
+    snapprof_profiler_t *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] =
+            make_with(&a.token, 1, interval, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_PERF_EVENT, NULL);
+        ASSERT_OK(snapprof_profiler_start(p[i]));
+    }
+    snapprof_stats_t s1 = wait_cpu(p[1], 500000000u);
+    ASSERT_OK(snapprof_profiler_stop(p[1]));
+    sampled_share(p[1], SNAPPROF_TRIGGER_PERF_EVENT, interval);
+    wait_cpu(p[0], s1.cpu_ns_total + 500000000u);
+    for (int i = 0; i < 3; i += 2) {
+        ASSERT_OK(snapprof_profiler_stop(p[i]));
+        sampled_share(p[i], SNAPPROF_TRIGGER_PERF_EVENT, interval);
+    }
+    for (int i = 0; i < 3; i++)
+        snapprof_profiler_destroy(p[i]);
+    stop_target(&a);
+}
+
 /* A perf event and a timer on one thread, one ring. */
 static void test_two_on_one_thread_mixed(void)
 {
@@ -1079,6 +1108,7 @@ int main(int argc, char **argv)
         {"two_on_one_thread_perf", test_two_on_one_thread_perf},
         {"two_on_one_thread_timer", test_two_on_one_thread_timer},
         {"two_on_one_thread_mixed", test_two_on_one_thread_mixed},
+        {"three_on_one_thread", test_three_on_one_thread},
         {"handshake_beside_trigger", test_handshake_beside_trigger},
         {"thread_exits", test_thread_exits},
         {"thread_exits_auto", test_thread_exits_auto},

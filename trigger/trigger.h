@@ -90,6 +90,7 @@ struct snapprof__arm {
     _Atomic uint32_t next_sib;
     pid_t tid;
     int linked;
+    uint32_t tid_next; /* the next linked arm in its tid's hash bucket */
     /* While the ring has others: the thread's CPU time (by
      * CLOCK_THREAD_CPUTIME_ID) that the arm's captures so far stand for, 0
      * before the first. Only the thread's handler touches it, while the

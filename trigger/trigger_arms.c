@@ -16,6 +16,9 @@
 #define FD_MAX 65536
 /* An fd table entry for an fd we closed: a late signal from it is ours. */
 #define FD_RETIRED UINT32_MAX
+/* Linked arms by tid: buckets of a chained hash, so that arming finds the
+ * thread's other arms without a scan of the table. */
+#define TID_BUCKETS 4096u
 /* Timer payloads carry this tag in their upper 32 bits. */
 #define TIMER_TAG 0x534e5054u /* "SNPT" */
 
@@ -27,6 +30,7 @@ static snapprof__arm_t *_Atomic g_arms;
 static _Atomic uint32_t *_Atomic g_fd_arm; /* fd -> arm index + 1 */
 static uint32_t g_arms_used;               /* arms ever handed out */
 static uint32_t g_free_head = UINT32_MAX;  /* free list through next_free */
+static uint32_t g_tid_bucket[TID_BUCKETS]; /* first linked arm, UINT32_MAX: none */
 static int g_fail[SNAPPROF_TRIGGER_COUNT]; /* test seam */
 
 const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind)
@@ -60,6 +64,7 @@ static void fork_child(void)
     snapprof__arm_t *arms = atomic_load(&g_arms);
     _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
     g_free_head = UINT32_MAX;
+    memset(g_tid_bucket, 0xff, sizeof g_tid_bucket);
     for (uint32_t i = g_arms_used; i-- > 0;) {
         snapprof__arm_t *a = &arms[i];
         if (atomic_load(&a->state) != SNAPPROF__ARM_FREE) {
@@ -93,6 +98,7 @@ static void init_once(void)
             munmap(fds, FD_MAX * sizeof(uint32_t));
         return;
     }
+    memset(g_tid_bucket, 0xff, sizeof g_tid_bucket);
     atomic_store(&g_fd_arm, (_Atomic uint32_t *)fds);
     atomic_store(&g_arms, (snapprof__arm_t *)arms);
     pthread_atfork(NULL, NULL, fork_child);
@@ -128,19 +134,27 @@ static void put_arm(snapprof__arm_t *a)
     g_free_head = a->index;
 }
 
-/* Puts a in the ring of the arms on its thread, if there are others.
- * Lock held. */
+static uint32_t *tid_bucket(pid_t tid)
+{
+    return &g_tid_bucket[((uint32_t)tid * 2654435761u) % TID_BUCKETS];
+}
+
+/* Puts a in the ring of the arms on its thread, if there are others, and
+ * in its tid's bucket. Lock held. */
 static void link_arm(snapprof__arm_t *arms, snapprof__arm_t *a)
 {
     atomic_store_explicit(&a->next_sib, a->index, memory_order_relaxed);
-    for (uint32_t i = 0; i < g_arms_used; i++) {
+    uint32_t *head = tid_bucket(a->tid);
+    for (uint32_t i = *head; i != UINT32_MAX; i = arms[i].tid_next) {
         snapprof__arm_t *b = &arms[i];
-        if (b != a && b->linked && b->tid == a->tid) {
+        if (b->tid == a->tid) { /* every arm in a bucket is linked */
             atomic_store_explicit(&a->next_sib, atomic_load(&b->next_sib), memory_order_relaxed);
             atomic_store_explicit(&b->next_sib, a->index, memory_order_release);
             break;
         }
     }
+    a->tid_next = *head;
+    *head = a->index;
     a->linked = 1;
 }
 
@@ -151,6 +165,12 @@ static void unlink_arm(snapprof__arm_t *arms, snapprof__arm_t *a)
     if (!a->linked)
         return;
     a->linked = 0;
+    for (uint32_t *pp = tid_bucket(a->tid); *pp != UINT32_MAX; pp = &arms[*pp].tid_next) {
+        if (*pp == a->index) {
+            *pp = a->tid_next;
+            break;
+        }
+    }
     uint32_t next = atomic_load(&a->next_sib);
     if (next == a->index)
         return;
