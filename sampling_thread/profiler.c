@@ -140,6 +140,22 @@ static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
     free(t);
 }
 
+/* The stack copier's delegate: what the profiler does in the handler
+ * once the stack is copied. The unwinders are fixed once the profile has
+ * started (add_unwinder() refuses then). RUNS IN THE SIGNAL HANDLER.
+ * Async-signal-safe: xOnStackCapture must be, and the labels' capture
+ * is. */
+static void on_capture(void *ctx, void *extra)
+{
+    const snapprof_profiler_t *p = ctx;
+    for (size_t i = 0; i < p->unwinder_count; i++) {
+        const snapprof_unwinder_t *u = p->unwinders[i];
+        if (u->ops->xOnStackCapture)
+            u->ops->xOnStackCapture(u->user_data);
+    }
+    snapprof__labels_capture(extra);
+}
+
 int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
                              size_t count, snapprof_profiler_t **out)
 {
@@ -156,6 +172,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         return -ENOMEM;
     p->params = *params;
     p->state = PROFILER_CREATED;
+    p->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = p};
     p->buffer_size = (params->stack_buffer_size + 4095u) & ~(size_t)4095u;
     p->frames = calloc(params->max_frames, sizeof *p->frames);
     p->labels = calloc(1, sizeof *p->labels);
@@ -408,19 +425,17 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         size_t slot_bytes = 64u << 10, slots = 256;
         while (slots > 8 && slots * slot_bytes > p->params.capture_memory_max / 4)
             slots /= 2;
-        rc =
-            snapprof__capture_pool_init(&p->pool, slots, slot_bytes, snapprof__sampler_kick_word());
+        rc = snapprof__capture_pool_init(&p->pool, slots, slot_bytes,
+                                         sizeof(snapprof__label_capture_t),
+                                         snapprof__sampler_kick_word());
         if (rc != 0) {
             snapprof__sampler_unlock();
             goto undo;
         }
         p->pool_ready = 1;
     }
-    if (p->pool_ready) {
-        /* Set on every start: a failed start may have changed the chain. */
-        p->pool.unwinders = p->unwinders;
-        p->pool.unwinder_count = p->unwinder_count;
-    }
+    if (p->pool_ready)
+        p->pool.delegate = &p->delegate;
     /* Before any target is armed: its failure has nothing to undo here. */
     rc = snapprof__event_reader_open(&p->events);
     if (rc != 0) {
@@ -1173,7 +1188,8 @@ static void drain_some(snapprof_profiler_t *p, int give_way)
                 t->first_short_ns = 0;
                 t->periods += slot->periods;
                 t->sampled_ns += weight;
-                unwind_and_deliver(p, t, &slot->res, slot->buffer, &slot->labels, weight, 0);
+                unwind_and_deliver(p, t, &slot->res, slot->buffer,
+                                   (snapprof__label_capture_t *)slot->extra, weight, 0);
             }
             snapprof__capture_slot_release(pool, slot);
         }
@@ -1402,10 +1418,9 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         .signo = p->params.signal,
         .buffer = p->buffer,
         .buffer_size = p->buffer_size,
-        .unwinders = p->unwinders,
-        .unwinder_count = p->unwinder_count,
         .timeout_ns = p->params.copy_timeout_ns,
-        .labels = p->labels,
+        .delegate = &p->delegate,
+        .extra = p->labels,
     };
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;

@@ -101,6 +101,7 @@ struct snapprof_profiler {
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */
     snapprof__label_capture_t *labels;
+    snapprof__capture_delegate_t delegate;                  /* the stack copier's, in the handler */
     snapprof_label_t label_views[SNAPPROF__LABELS_MAX + 2]; /* + state and syscall */
     /* App frames that ended while running, drained from the process-wide
      * log on every tick; given to the builders at completion. */

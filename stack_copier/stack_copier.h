@@ -40,17 +40,28 @@ struct snapprof_thread {
     char name[16];
 };
 
+/* The sampling side's own work at capture time, while the thread is
+ * stopped in the handler, after its stack is copied (Chromium's
+ * StackCopier::Delegate): the profiler runs the unwinders'
+ * xOnStackCapture and copies the labels in force into extra, the
+ * capture's own area (the request's, or the capture slot's). So the stack
+ * copier knows nothing of unwinders or labels. on_capture RUNS IN THE
+ * SIGNAL HANDLER and must be async-signal-safe. */
+typedef struct snapprof__capture_delegate {
+    void (*on_capture)(void *ctx, void *extra);
+    void *ctx;
+} snapprof__capture_delegate_t;
+
 typedef struct snapprof__copy_request {
     const struct snapprof_thread *thread;
     int signo;
-    uint8_t *buffer;                       /* page-aligned; NULL: capture registers only */
-    size_t buffer_size;                    /* bytes */
-    snapprof_unwinder_t *const *unwinders; /* their xOnStackCapture run in the handler */
-    size_t unwinder_count;
+    uint8_t *buffer;     /* page-aligned; NULL: capture registers only */
+    size_t buffer_size;  /* bytes */
     uint64_t timeout_ns; /* longest wait for the handler to start */
-    /* The handler copies the labels in force here (labels/labels.h);
-     * NULL: none. Owned by the requester, like buffer. */
-    struct snapprof__label_capture *labels;
+    /* Called in the handler after the copy, with extra (owned by the
+     * requester, like buffer); NULL: nothing more to do. */
+    const snapprof__capture_delegate_t *delegate;
+    void *extra;
 } snapprof__copy_request_t;
 
 typedef struct snapprof__copy_result {

@@ -2,9 +2,7 @@
  * stack_copier.h, and the rebasing of the copy after the target resumed. */
 #include "stack_copier/stack_copier.h"
 
-#include "labels/labels.h"
 #include "stack_copier/registers_x86_64.h"
-#include "unwinder/unwinder_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -170,13 +168,8 @@ static void capture(const ucontext_t *uc)
         res->copy_lo = lo;
         res->copy_size = size;
     }
-    for (size_t i = 0; i < req->unwinder_count; i++) {
-        const snapprof_unwinder_t *u = req->unwinders[i];
-        if (u->ops->xOnStackCapture)
-            u->ops->xOnStackCapture(u->user_data);
-    }
-    if (req->labels != NULL)
-        snapprof__labels_capture(req->labels);
+    if (req->delegate)
+        req->delegate->on_capture(req->delegate->ctx, req->extra);
     res->pause_ns = clock_ns(CLOCK_MONOTONIC) - entry;
 }
 

@@ -5,7 +5,6 @@
 
 #include "common/clock.h"
 #include "stack_copier/registers_x86_64.h"
-#include "unwinder/unwinder_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -26,7 +25,7 @@ static size_t page_round(size_t n)
 }
 
 int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_count,
-                                size_t slot_bytes, uint32_t *kick)
+                                size_t slot_bytes, size_t extra_size, uint32_t *kick)
 {
     memset(pool, 0, sizeof *pool);
     if (slot_count == 0)
@@ -38,13 +37,19 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool->memory == MAP_FAILED)
         pool->memory = NULL;
-    if (!pool->slots || !pool->memory) {
+    /* Each area starts on a 64-byte boundary: any type the delegate keeps
+     * there is aligned, and two slots never share a cache line. */
+    pool->extra_size = (extra_size + 63u) & ~(size_t)63u;
+    if (pool->extra_size)
+        pool->extra = aligned_alloc(64, slot_count * pool->extra_size);
+    if (!pool->slots || !pool->memory || (pool->extra_size && !pool->extra)) {
         snapprof__capture_pool_destroy(pool);
         return -ENOMEM;
     }
     for (size_t i = 0; i < slot_count; i++) {
         pool->slots[i].fail = -1;
         pool->slots[i].large = -1;
+        pool->slots[i].extra = pool->extra ? pool->extra + i * pool->extra_size : NULL;
     }
     pool->kick = (_Atomic uint32_t *)kick;
     pool->kick_at = (uint32_t)(slot_count / 2 > 0 ? slot_count / 2 : 1);
@@ -57,6 +62,7 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
         if (pool->large[i].buf)
             munmap(pool->large[i].buf, pool->large[i].size);
     free(pool->slots);
+    free(pool->extra);
     if (pool->memory)
         munmap(pool->memory, pool->slot_count * pool->slot_bytes);
     memset(pool, 0, sizeof *pool);
@@ -176,7 +182,6 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     slot->target = target;
     slot->periods = periods;
     slot->fail = -1;
-    slot->labels.count = 0;
     memset(&slot->res, 0, sizeof slot->res);
     slot->res.timestamp_ns = entry;
     if (target->on_thread && snapprof__tls_self != target->thread) {
@@ -198,12 +203,8 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     if (lo < low)
         lo = low;
     copy_stack(pool, slot, lo, base - lo);
-    for (size_t i = 0; i < pool->unwinder_count; i++) {
-        const snapprof_unwinder_t *u = pool->unwinders[i];
-        if (u->ops->xOnStackCapture)
-            u->ops->xOnStackCapture(u->user_data);
-    }
-    snapprof__labels_capture(&slot->labels);
+    if (pool->delegate)
+        pool->delegate->on_capture(pool->delegate->ctx, slot->extra);
     slot->res.pause_ns = snapprof__monotonic_ns() - entry;
     /* Read before publishing: after it the slot is the drainer's. */
     int used_large = slot->large >= 0;

@@ -19,7 +19,6 @@
 #ifndef SNAPPROF_STACK_COPIER_SLOTS_H
 #define SNAPPROF_STACK_COPIER_SLOTS_H
 
-#include "labels/labels.h"
 #include "stack_copier/stack_copier.h"
 
 #include <signal.h>
@@ -62,18 +61,19 @@ typedef struct snapprof__capture_slot {
     int large;                   /* index of that large buffer, or -1 */
     uint64_t periods;            /* trigger periods this capture stands for (1 + overrun) */
     int fail;                    /* -1, or the snapprof_fail_reason_t of a failed capture */
-    snapprof__label_capture_t labels;
+    void *extra;                 /* the delegate's area for this slot (pool->extra_size) */
 } snapprof__capture_slot_t;
 
 typedef struct snapprof__capture_pool {
     size_t slot_count;
     size_t slot_bytes; /* stack bytes each slot holds */
     snapprof__capture_slot_t *slots;
-    uint8_t *memory;                       /* slot_count * slot_bytes, page-aligned */
-    snapprof_unwinder_t *const *unwinders; /* their xOnStackCapture run in the handler */
-    size_t unwinder_count;
-    _Atomic uint32_t full;    /* slots FULL and not yet drained */
-    _Atomic uint64_t dropped; /* captures with no free slot */
+    uint8_t *memory;                              /* slot_count * slot_bytes, page-aligned */
+    const snapprof__capture_delegate_t *delegate; /* run in the handler; NULL: none */
+    size_t extra_size;                            /* each slot's delegate area, bytes */
+    uint8_t *extra;                               /* slot_count of them */
+    _Atomic uint32_t full;                        /* slots FULL and not yet drained */
+    _Atomic uint64_t dropped;                     /* captures with no free slot */
     _Atomic uint64_t dropped_periods;
     _Atomic uint32_t *kick; /* futex word that wakes the drainer */
     uint32_t kick_at;       /* wake it when this many slots are full */
@@ -85,7 +85,7 @@ typedef struct snapprof__capture_pool {
 /* Makes a pool of slot_count slots of slot_bytes each (rounded up to a
  * page). Returns 0 or -ENOMEM. Sampling side. */
 int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_count,
-                                size_t slot_bytes, uint32_t *kick);
+                                size_t slot_bytes, size_t extra_size, uint32_t *kick);
 
 /* Frees the pool's memory. Only when no handler can use it any more (every
  * trigger pointing at it disarmed). Sampling side. */

@@ -410,7 +410,7 @@ static void test_capture_in_exiting_thread(void)
 {
     snapprof__capture_pool_t pool;
     memset(&pool, 0, sizeof pool);
-    ASSERT_OK(snapprof__capture_pool_init(&pool, 4, 65536, NULL));
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 4, 65536, 0, NULL));
     struct snapprof_thread other;
     memset(&other, 0, sizeof other);
     snapprof__capture_target_t target = {.thread = &other, .on_thread = 1};
@@ -511,38 +511,19 @@ static void usr2_handler(int signo)
         atomic_fetch_add(&g_usr2_nested, 1);
 }
 
-/* Runs in the signal handler. */
-static void raise_usr2_in_capture(void *user_data)
+/* The capture delegate: runs in the signal handler, after the copy. */
+static void raise_usr2_in_capture(void *ctx, void *extra)
 {
-    (void)user_data;
+    (void)ctx;
+    (void)extra;
     atomic_store(&g_in_capture, 1);
     syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGUSR2);
     atomic_store(&g_in_capture, 0);
 }
 
-static int never(void *user_data, const snapprof_frame_t *frame)
-{
-    (void)user_data;
-    (void)frame;
-    return 0;
-}
-
-static snapprof_unwind_result_t no_unwind(void *user_data, snapprof_unwind_ctx_t *ctx)
-{
-    (void)user_data;
-    (void)ctx;
-    return SNAPPROF_UNWIND_ABORTED;
-}
-
 static void test_other_signals_wait(void)
 {
-    static const snapprof_unwinder_ops_t ops = {.version = SNAPPROF_UNWINDER_OPS_VERSION,
-                                                .name = "usr2",
-                                                .xCanUnwindFrom = never,
-                                                .xTryUnwind = no_unwind,
-                                                .xOnStackCapture = raise_usr2_in_capture};
-    snapprof_unwinder_t *u;
-    ASSERT_OK(snapprof_unwinder_create(&ops, NULL, &u));
+    static const snapprof__capture_delegate_t delegate = {.on_capture = raise_usr2_in_capture};
     signal(SIGUSR2, usr2_handler);
     ASSERT_OK(snapprof__stack_copier_install(SIGURG));
     target_t t = {0};
@@ -553,9 +534,8 @@ static void test_other_signals_wait(void)
                                         .signo = SIGURG,
                                         .buffer = buf,
                                         .buffer_size = 65536,
-                                        .unwinders = &u,
-                                        .unwinder_count = 1,
-                                        .timeout_ns = 5000000000u};
+                                        .timeout_ns = 5000000000u,
+                                        .delegate = &delegate};
         snapprof__copy_result_t res;
         snapprof_fail_reason_t reason;
         ASSERT_OK(snapprof__stack_copier_copy(&req, &res, &reason));
@@ -566,7 +546,6 @@ static void test_other_signals_wait(void)
     }
     ASSERT_EQ(atomic_load(&g_usr2_nested), 0);
     stop_target(&t);
-    snapprof_unwinder_destroy(u);
 }
 
 /* A program handler we pass a signal on to runs under the mask the kernel
