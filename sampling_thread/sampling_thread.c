@@ -71,6 +71,11 @@ static void fork_child(void)
 {
     g_active = NULL;
     g_thread_running = 0;
+    /* The parent's threads that waited for the lock are not here: counted,
+     * they would make a new sampling thread wait for them at every pass
+     * (profiler_fork_with_waiter). */
+    atomic_store(&g_api_waiting, 0);
+    atomic_store(&g_giving_way, 0);
     init_wake();
     pthread_mutex_unlock(&g_lock);
 }

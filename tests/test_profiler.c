@@ -1039,6 +1039,43 @@ static void fork_child_profiles(int depth)
     }
 }
 
+static void *lock_once(void *arg)
+{
+    (void)arg;
+    snapprof__sampler_lock();
+    snapprof__sampler_unlock();
+    return NULL;
+}
+
+/* A fork() taken while another thread waits for the sampler lock: the
+ * child has no such thread, and must not count it (a new sampling thread
+ * there would wait up to 100 ms for it at every pass). The parent holds the
+ * lock while a thread queues for it, then forks: fork's own handler queues
+ * too, and whichever of the two gets the lock first decides what the child
+ * inherits, so 20 forks catch both. */
+static void test_fork_with_waiter(void)
+{
+    int inherited = 0;
+    for (int i = 0; i < 20; i++) {
+        snapprof__sampler_lock();
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, lock_once, NULL), 0);
+        while (!snapprof__sampler_api_waiting())
+            usleep(100);
+        snapprof__sampler_unlock();
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0)
+            _exit(snapprof__sampler_api_waiting() ? 1 : 0);
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status));
+        inherited += WEXITSTATUS(status);
+        pthread_join(th, NULL);
+    }
+    ASSERT_EQ(inherited, 0);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1123,6 +1160,7 @@ int main(int argc, char **argv)
         {"threads_and_builder_errors", test_add_remove_builder_errors},
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},
+        {"fork_with_waiter", test_fork_with_waiter},
         {"error_names", test_error_names},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
