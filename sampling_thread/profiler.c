@@ -141,18 +141,16 @@ static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
 }
 
 /* The stack copier's delegate: what the profiler does in the handler
- * once the stack is copied. The unwinders are fixed once the profile has
- * started (add_unwinder() refuses then). RUNS IN THE SIGNAL HANDLER.
- * Async-signal-safe: xOnStackCapture must be, and the labels' capture
- * is. */
+ * once the stack is copied. The unwinders that want a call there were
+ * found at start (none of the built-in ones does), and stay as they are
+ * while the profile runs (add_unwinder() refuses then). RUNS IN THE SIGNAL
+ * HANDLER. Async-signal-safe: xOnStackCapture must be, and the labels'
+ * capture is. */
 static void on_capture(void *ctx, void *extra)
 {
     const snapprof_profiler_t *p = ctx;
-    for (size_t i = 0; i < p->unwinder_count; i++) {
-        const snapprof_unwinder_t *u = p->unwinders[i];
-        if (u->ops->xOnStackCapture)
-            u->ops->xOnStackCapture(u->user_data);
-    }
+    for (size_t i = 0; i < p->capture_hook_count; i++)
+        p->capture_hooks[i]->ops->xOnStackCapture(p->capture_hooks[i]->user_data);
     snapprof__labels_capture(extra);
 }
 
@@ -403,6 +401,17 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         if (rc != 0)
             goto undo;
     }
+    /* Found once, not at every capture: the unwinders the handler calls. */
+    snapprof_unwinder_t **hooks = realloc(p->capture_hooks, p->unwinder_count * sizeof *hooks);
+    if (!hooks) {
+        rc = -ENOMEM;
+        goto undo;
+    }
+    p->capture_hooks = hooks;
+    p->capture_hook_count = 0;
+    for (size_t i = 0; i < p->unwinder_count; i++)
+        if (p->unwinders[i]->ops->xOnStackCapture)
+            p->capture_hooks[p->capture_hook_count++] = p->unwinders[i];
     p->start_mono = snapprof__mono_ns();
     p->start_real = realtime_ns();
     snapprof_profile_info_t info = make_info(p, NULL);
@@ -432,10 +441,9 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             snapprof__sampler_unlock();
             goto undo;
         }
+        p->pool.delegate = &p->delegate;
         p->pool_ready = 1;
     }
-    if (p->pool_ready)
-        p->pool.delegate = &p->delegate;
     /* Before any target is armed: its failure has nothing to undo here. */
     rc = snapprof__event_reader_open(&p->events);
     if (rc != 0) {
@@ -621,6 +629,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->unwinder_count; i++)
         snapprof_unwinder_destroy(p->unwinders[i]);
     free(p->unwinders);
+    free(p->capture_hooks);
     for (size_t i = 0; i < p->builder_count; i++)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);

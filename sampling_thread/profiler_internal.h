@@ -101,7 +101,11 @@ struct snapprof_profiler {
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */
     snapprof__label_capture_t *labels;
-    snapprof__capture_delegate_t delegate;                  /* the stack copier's, in the handler */
+    snapprof__capture_delegate_t delegate; /* the stack copier's, in the handler */
+    /* The unwinders with an xOnStackCapture, which the delegate calls;
+     * found at start. */
+    snapprof_unwinder_t **capture_hooks;
+    size_t capture_hook_count;
     snapprof_label_t label_views[SNAPPROF__LABELS_MAX + 2]; /* + state and syscall */
     /* App frames that ended while running, drained from the process-wide
      * log on every tick; given to the builders at completion. */

@@ -266,7 +266,7 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
         uint32_t now = atomic_load_explicit(&g_slot.state, memory_order_acquire);
         if (now != expected && (now & 3u) == PHASE_PENDING &&
             atomic_load_explicit(&g_slot.target_tid, memory_order_relaxed) ==
-                (pid_t)syscall(SYS_gettid)) {
+                snapprof__gettid_cached()) {
             /* A late signal for a request that timed out, while a newer one
              * waits for this same thread. That one's signal was dropped if
              * ours was still pending (one pending instance of a standard

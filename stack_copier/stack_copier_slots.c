@@ -152,7 +152,6 @@ static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t 
     slot->res.copy_size = size;
 }
 
-/* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 /* Counts a capture not taken, keeping the periods it stood for. Returns
  * -1. Async-signal-safe. */
 static int drop(snapprof__capture_pool_t *pool, uint64_t periods)
@@ -162,6 +161,7 @@ static int drop(snapprof__capture_pool_t *pool, uint64_t periods)
     return -1;
 }
 
+/* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
                            const ucontext_t *uc, uint64_t periods)
 {
