@@ -470,6 +470,13 @@ static void hung(int signo)
     _exit(1);
 }
 
+/* A hang fails the test in 60 s with a message, not at ctest's timeout. */
+static void arm_hang_alarm(void)
+{
+    signal(SIGALRM, hung);
+    alarm(60);
+}
+
 /* A sampling thread that cannot keep up (each sample takes longer than the
  * interval: a slow builder, or a sanitized build on a busy machine) still
  * lets the API in between ticks. With two profilers it used to go from one
@@ -486,8 +493,7 @@ static void test_sampler_behind(void)
         c[i].sample_sleep_ns = 3000000u; /* three intervals */
         p[i] = make(&t.token, 1, 1000000u, SNAPPROF_MODE_CPU, &c[i]);
     }
-    signal(SIGALRM, hung);
-    alarm(60);
+    arm_hang_alarm();
     for (int i = 0; i < 2; i++)
         ASSERT_OK(snapprof_profiler_start(p[i]));
     uint64_t calls = 0;
@@ -537,8 +543,7 @@ static void test_stop_while_completing_behind(void)
         ASSERT_OK(snapprof_profiler_create(&params, &t.token, 1, &p[i]));
         ASSERT_OK(snapprof_profiler_add_builder(p[i], tu_collector_builder(&c[i])));
     }
-    signal(SIGALRM, hung);
-    alarm(60);
+    arm_hang_alarm();
     for (int i = 0; i < 3; i++)
         ASSERT_OK(snapprof_profiler_start(p[i]));
     /* Until the first one is completing (its builder sleeps 300 ms in

@@ -215,6 +215,14 @@ void tu_burn_cpu_ns(uint64_t ns)
     }
 }
 
+/* Sleeps ns of wall time (0: not at all). */
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    if (ns)
+        nanosleep(&ts, NULL);
+}
+
 static int collector_started(void *ud, const snapprof_profile_info_t *info)
 {
     (void)info;
@@ -228,11 +236,7 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
     c->offered++;
     if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
         c->remainders++;
-    if (c->sample_sleep_ns) {
-        struct timespec ts = {(time_t)(c->sample_sleep_ns / 1000000000u),
-                              (long)(c->sample_sleep_ns % 1000000000u)};
-        nanosleep(&ts, NULL);
-    }
+    sleep_ns(c->sample_sleep_ns);
     if (c->fail_samples)
         return -EIO;
     if (c->count == c->cap) {
@@ -265,11 +269,7 @@ static int collector_sample(void *ud, const snapprof_sample_t *s)
 static int collector_completed(void *ud, const snapprof_profile_info_t *info)
 {
     tu_collector_t *c = ud;
-    if (c->complete_sleep_ns) {
-        struct timespec ts = {(time_t)(c->complete_sleep_ns / 1000000000u),
-                              (long)(c->complete_sleep_ns % 1000000000u)};
-        nanosleep(&ts, NULL);
-    }
+    sleep_ns(c->complete_sleep_ns);
     c->info = *info;
     c->stats = *info->stats;
     c->info.stats = &c->stats;
