@@ -1153,11 +1153,13 @@ static int by_time(const void *a, const void *b)
  * the next call, so that a thread whose captures come faster than they
  * unwind cannot keep the lock from stop() and get_stats(). With give_way,
  * (the sampling thread's ticks) it also stops early, the newer slots left
- * for the next pass, when another thread waits for the lock. Lock held. */
-static void drain_some(snapprof_profiler_t *p, int give_way)
+ * for the next pass, when another thread waits for the lock. Returns 1 when
+ * it stopped early. Lock held. */
+static int drain_some(snapprof_profiler_t *p, int give_way)
 {
+    int stopped = 0;
     if (!p->pool_ready)
-        return;
+        return 0;
     snapprof__capture_pool_t *pool = &p->pool;
     snapprof__capture_slot_t *full[256];
     {
@@ -1167,7 +1169,7 @@ static void drain_some(snapprof_profiler_t *p, int give_way)
                 SNAPPROF__SLOT_FULL)
                 full[n++] = &pool->slots[i];
         if (n == 0)
-            return;
+            return 0;
         /* Modules may have come or gone since the captures were taken. */
         snapprof__module_cache_update();
         for (size_t i = 0; i < p->unwinder_count; i++)
@@ -1181,8 +1183,10 @@ static void drain_some(snapprof_profiler_t *p, int give_way)
                                         pool->slot_count * pool->slot_bytes);
         p->draining = 1;
         for (size_t i = 0; i < n; i++) {
-            if (give_way && i > 0 && snapprof__sampler_api_waiting())
+            if (give_way && i > 0 && snapprof__sampler_api_waiting()) {
+                stopped = 1;
                 break;
+            }
             snapprof__capture_slot_t *slot = full[i];
             snapprof__target_t *t = slot->target->owner;
             if (slot->fail >= 0) {
@@ -1205,6 +1209,7 @@ static void drain_some(snapprof_profiler_t *p, int give_way)
         p->draining = 0;
     }
     p->last_drain = snapprof__mono_ns();
+    return stopped;
 }
 
 static void drain(snapprof_profiler_t *p)
@@ -1526,9 +1531,11 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
 {
     struct timespec c0, c1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    drain_some(p, 1);
+    /* Stopped early for a caller of the API: the rest right after it, not
+     * a drain interval later (deep stacks hold large buffers until then). */
+    int stopped = drain_some(p, 1);
     if (p->armed_count > 0)
-        p->next_drain = now + DRAIN_INTERVAL_NS;
+        p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
         p->stats.ticks++;
         /* Cheap when nothing was loaded or unloaded (the loader's counters);
