@@ -40,8 +40,10 @@ static const field_t g_fields[] = {SNAPPROF__STATS_TABLE(FIELD)};
 SNAPPROF__STATS_TABLE(CHECK_KIND)
 #undef CHECK_KIND
 #define ADD_SIZE(kind, field) +SIZE_##kind
-/* Rounded up to the struct's 8-byte alignment: an int may end it. */
-_Static_assert((0 SNAPPROF__STATS_TABLE(ADD_SIZE) + 7) / 8 * 8 == sizeof(snapprof_stats_t),
+/* size (not a counter) and the table, rounded up to the struct's 8-byte
+ * alignment: an int may end it. */
+_Static_assert((sizeof(size_t) SNAPPROF__STATS_TABLE(ADD_SIZE) + 7) / 8 * 8 ==
+                   sizeof(snapprof_stats_t),
                "a field of snapprof_stats_t is missing from SNAPPROF__STATS_TABLE "
                "(profile_builder/stats_text.h)");
 #undef ADD_SIZE
@@ -254,6 +256,7 @@ int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__st
                            void *arg)
 {
     memset(st, 0, sizeof *st);
+    st->size = sizeof *st;
     if (!snapprof__stats_is_entry(entry))
         return -EINVAL;
     const char *p = entry + strlen(SNAPPROF__STATS_PREFIX);

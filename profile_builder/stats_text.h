@@ -112,7 +112,7 @@ char *snapprof__stats_encode(const snapprof_stats_t *st);
 /* 1 when s is a hidden entry of any version. */
 int snapprof__stats_is_entry(const char *s);
 
-/* Reads a hidden entry into *st (zeroed first). A key the table does not
+/* Reads a hidden entry into *st (zeroed first, its size set). A key the table does not
  * have goes to unknown(arg, key, value) when unknown is not NULL. Returns
  * 0; -EINVAL when entry is not an entry or a value is bad; -EPROTONOSUPPORT
  * for a version other than SNAPPROF__STATS_VERSION. */

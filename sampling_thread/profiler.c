@@ -59,11 +59,11 @@ const char *snapprof_trigger_name(snapprof_trigger_t trigger)
 /* Creation and configuration                                               */
 /* ------------------------------------------------------------------------ */
 
-void snapprof_params_init(snapprof_params_t *params)
+/* The defaults of every member this library knows, size included. */
+static void params_defaults(snapprof_params_t *params)
 {
-    if (!params)
-        return;
     memset(params, 0, sizeof *params);
+    params->size = sizeof *params;
     params->interval_ns = 10000000u;
     params->signal = SIGURG;
     params->copy_timeout_ns = 50000000u;
@@ -75,6 +75,31 @@ void snapprof_params_init(snapprof_params_t *params)
     params->trigger = SNAPPROF__TRIGGER_DEFAULT;
     params->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
     params->capture_memory_max = 64u << 20;
+}
+
+void snapprof_params_init_sized(snapprof_params_t *params, size_t size)
+{
+    if (!params || size < sizeof params->size)
+        return;
+    snapprof_params_t defaults;
+    params_defaults(&defaults);
+    size_t known = size < sizeof defaults ? size : sizeof defaults;
+    memcpy(params, &defaults, known);
+    /* A newer header's members, which this library has no defaults for. */
+    memset((char *)params + known, 0, size - known);
+    params->size = size;
+}
+
+/* Copies the caller's params into out: the members its header had, and
+ * the defaults of the ones it did not (see snapprof_params_t). */
+static int read_params(const snapprof_params_t *in, snapprof_params_t *out)
+{
+    if (in->size < SNAPPROF_PARAMS_SIZE_MIN)
+        return -EINVAL; /* 0: not made by snapprof_params_init() */
+    params_defaults(out);
+    memcpy(out, in, in->size < sizeof *out ? in->size : sizeof *out);
+    out->size = sizeof *out;
+    return 0;
 }
 
 static uint64_t realtime_ns(void)
@@ -162,17 +187,20 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     for (size_t i = 0; i < count; i++)
         if (!threads[i])
             return -EINVAL;
-    int rc = check_params(params);
+    snapprof_params_t known;
+    int rc = read_params(params, &known);
+    if (rc == 0)
+        rc = check_params(&known);
     if (rc != 0)
         return rc;
     snapprof_profiler_t *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
-    p->params = *params;
+    p->params = known;
     p->state = PROFILER_CREATED;
     p->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = p};
-    p->buffer_size = (params->stack_buffer_size + 4095u) & ~(size_t)4095u;
-    p->frames = calloc(params->max_frames, sizeof *p->frames);
+    p->buffer_size = (known.stack_buffer_size + 4095u) & ~(size_t)4095u;
+    p->frames = calloc(known.max_frames, sizeof *p->frames);
     p->labels = calloc(1, sizeof *p->labels);
     p->buffer = mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -490,6 +518,7 @@ undo:
 static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
 {
     *out = p->stats;
+    out->size = sizeof *out;
     out->cpu_ns_total = p->cpu_removed_ns;
     for (size_t i = 0; i < p->target_count; i++)
         out->cpu_ns_total += target_cpu_ns(p->targets[i]);
@@ -605,13 +634,19 @@ int snapprof_profiler_stop(snapprof_profiler_t *p)
     return result;
 }
 
-int snapprof_profiler_get_stats(snapprof_profiler_t *p, snapprof_stats_t *out)
+int snapprof_profiler_get_stats_sized(snapprof_profiler_t *p, snapprof_stats_t *out, size_t size)
 {
-    if (!p || !out)
+    if (!p || !out || size < SNAPPROF_STATS_SIZE_MIN)
         return -EINVAL;
+    snapprof_stats_t st;
     snapprof__sampler_lock();
-    snapshot_stats(p, out);
+    snapshot_stats(p, &st);
     snapprof__sampler_unlock();
+    size_t known = size < sizeof st ? size : sizeof st;
+    st.size = known;
+    memcpy(out, &st, known);
+    /* A newer header's counters, which this library does not keep. */
+    memset((char *)out + known, 0, size - known);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -216,6 +217,109 @@ static void test_defaults(void)
     ASSERT_EQ(params.signal, SIGURG);
     ASSERT_UEQ(params.capture_memory_max, 64u << 20);
     ASSERT_UEQ(params.max_frames, 4096);
+}
+
+/* The params' size (snapprof_params_t): made by snapprof_params_init(), it
+ * is the caller's sizeof; params not made by it (size 0) or smaller than
+ * the first sized struct are refused; a newer header's larger struct is
+ * accepted and its unknown members ignored; snapprof_params_init_sized()
+ * writes only the bytes of the size it is given. */
+static void test_params_size(void)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    ASSERT_UEQ(params.size, sizeof params);
+    snapprof_profiler_t *p = NULL;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    snapprof_profiler_destroy(p);
+
+    params.size = 0;
+    ASSERT_EQ(snapprof_profiler_create(&params, NULL, 0, &p), -EINVAL);
+    params.size = SNAPPROF_PARAMS_SIZE_MIN - 1;
+    ASSERT_EQ(snapprof_profiler_create(&params, NULL, 0, &p), -EINVAL);
+    snapprof_params_t zeroed = {0};
+    ASSERT_EQ(snapprof_profiler_create(&zeroed, NULL, 0, &p), -EINVAL);
+
+    /* An older (smaller) size: that prefix gets the defaults, and the bytes
+     * past it are left as they were. */
+    const size_t older = offsetof(snapprof_params_t, duration_ns);
+    memset(&params, 0xab, sizeof params);
+    snapprof_params_init_sized(&params, older);
+    ASSERT_UEQ(params.size, older);
+    ASSERT_UEQ(params.interval_ns, 10000000u);
+    const unsigned char *bytes = (const unsigned char *)&params;
+    for (size_t i = older; i < sizeof params; i++)
+        ASSERT_EQ(bytes[i], 0xab);
+    ASSERT_EQ(snapprof_profiler_create(&params, NULL, 0, &p), -EINVAL); /* below the minimum */
+
+    /* A newer header's larger struct: its members this library does not
+     * know are zeroed by init and ignored by create. */
+    struct {
+        snapprof_params_t known;
+        uint64_t future;
+    } newer;
+    memset(&newer, 0xab, sizeof newer);
+    snapprof_params_init_sized(&newer.known, sizeof newer);
+    ASSERT_UEQ(newer.known.size, sizeof newer);
+    ASSERT_UEQ(newer.future, 0);
+    ASSERT_UEQ(newer.known.max_frames, 4096);
+    newer.known.interval_ns = 20000000u;
+    newer.future = 7;
+    ASSERT_OK(snapprof_profiler_create(&newer.known, NULL, 0, &p));
+    ASSERT_UEQ(p->params.interval_ns, 20000000u);
+    ASSERT_UEQ(p->params.size, sizeof(snapprof_params_t));
+    snapprof_profiler_destroy(p);
+}
+
+/* The stats' size (snapprof_stats_t): snapprof_profiler_get_stats() passes
+ * the caller's sizeof and sets size; a size of 0 or below the first sized
+ * struct is refused with out untouched; a newer header's larger struct
+ * gets the counters this library keeps, the rest zeroed, and size says
+ * how many bytes hold counters. */
+static void test_stats_size(void)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+
+    snapprof_stats_t st;
+    memset(&st, 0xab, sizeof st);
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_UEQ(st.size, sizeof st);
+    ASSERT_UEQ(st.ticks, 0);
+
+    const unsigned char *bytes = (const unsigned char *)&st;
+    memset(&st, 0xab, sizeof st);
+    ASSERT_EQ(snapprof_profiler_get_stats_sized(p, &st, 0), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_get_stats_sized(p, &st, SNAPPROF_STATS_SIZE_MIN - 1), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_get_stats_sized(NULL, &st, sizeof st), -EINVAL);
+    for (size_t i = 0; i < sizeof st; i++)
+        ASSERT_EQ(bytes[i], 0xab);
+
+    /* The smallest size accepted gets exactly that prefix written. */
+    _Alignas(snapprof_stats_t) unsigned char buf[sizeof(snapprof_stats_t) + 16];
+    memset(buf, 0xab, sizeof buf);
+    ASSERT_OK(
+        snapprof_profiler_get_stats_sized(p, (snapprof_stats_t *)buf, SNAPPROF_STATS_SIZE_MIN));
+    snapprof_stats_t head;
+    memcpy(&head, buf, sizeof head);
+    ASSERT_UEQ(head.size, SNAPPROF_STATS_SIZE_MIN);
+    ASSERT_UEQ(head.samples, 0);
+    for (size_t i = SNAPPROF_STATS_SIZE_MIN; i < sizeof buf; i++)
+        ASSERT_EQ(buf[i], 0xab);
+
+    /* A newer header's larger struct. */
+    struct {
+        snapprof_stats_t known;
+        uint64_t future;
+    } newer;
+    memset(&newer, 0xab, sizeof newer);
+    ASSERT_OK(snapprof_profiler_get_stats_sized(p, &newer.known, sizeof newer));
+    ASSERT_UEQ(newer.known.size, sizeof(snapprof_stats_t));
+    ASSERT_UEQ(newer.known.samples, 0);
+    ASSERT_UEQ(newer.future, 0);
+    snapprof_profiler_destroy(p);
 }
 
 /* Every code in the error table has a name of its own and a description;
@@ -1169,6 +1273,8 @@ int main(int argc, char **argv)
         {"start_in_fork_child", test_start_in_fork_child},
         {"fork_with_waiter", test_fork_with_waiter},
         {"error_names", test_error_names},
+        {"params_size", test_params_size},
+        {"stats_size", test_stats_size},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

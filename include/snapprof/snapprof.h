@@ -54,7 +54,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 3
+#define SNAPPROF_VERSION_MINOR 4
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes, one table: XX(name, value, description).
@@ -260,7 +260,15 @@ SNAPPROF_API const char *snapprof_trigger_name(snapprof_trigger_t trigger);
  * builder callbacks may call it. */
 SNAPPROF_API const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason);
 
+/* The counters of a profiler. The struct grows: new counters are only ever
+ * appended, and size (the first member) says how many bytes of it hold
+ * counters, as sqlite3_vfs.szOsFile and Win32's cbSize do. Stats the
+ * library makes (snapprof_profiler_get_stats(), the builders' info.stats)
+ * carry the size of the struct the library was built with, so a builder
+ * built against a newer header reads a counter only when it lies within
+ * the first stats->size bytes. Added in 0.4.0. */
 typedef struct snapprof_stats {
+    size_t size;                          /* bytes of this struct that hold counters; see above */
     uint64_t ticks;                       /* sampling intervals that fired */
     uint64_t ticks_missed;                /* intervals skipped because the sampler was late */
     uint64_t samples;                     /* samples delivered, remainders not counted */
@@ -715,7 +723,16 @@ typedef struct snapprof_event {
 /* Profilers                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* The settings of a profiler. The struct grows: new members are only ever
+ * appended, each with a default, and size (the first member) is
+ * sizeof(snapprof_params_t) as the caller was compiled, which
+ * snapprof_params_init() sets. snapprof_profiler_create() reads params
+ * only up to size: members past it, which the caller's header did not
+ * have, take their defaults; members of a newer header than the library's
+ * are ignored. A size of 0 (params not made by snapprof_params_init()) or
+ * below SNAPPROF_PARAMS_SIZE_MIN is -EINVAL. Added in 0.4.0. */
 typedef struct snapprof_params {
+    size_t size;                 /* sizeof(snapprof_params_t); set by snapprof_params_init() */
     uint64_t interval_ns;        /* sampling interval; default 10 ms (100 Hz) */
     uint64_t duration_ns;        /* stop by itself after this long; 0 = until stop */
     uint64_t max_samples;        /* stop by itself after this many ticks; 0 = no cap */
@@ -749,8 +766,25 @@ typedef struct snapprof_params {
     snapprof_wall_blocked_t wall_blocked;
 } snapprof_params_t;
 
-/* Fills params with the defaults. */
-SNAPPROF_API void snapprof_params_init(snapprof_params_t *params);
+/* The size of the first snapprof_params_t that had a size member (0.4.0),
+ * the smallest size snapprof_profiler_create() accepts. */
+#define SNAPPROF_PARAMS_SIZE_MIN                                                                   \
+    (offsetof(snapprof_params_t, wall_blocked) + sizeof(snapprof_wall_blocked_t))
+
+/* Fills the first size bytes of params with the defaults and sets
+ * params->size to size (nothing when size is below sizeof(size_t)). Call
+ * it through snapprof_params_init(), which passes the caller's
+ * sizeof(snapprof_params_t); a binding that cannot compile the header
+ * passes the size of the struct it declares. Added in 0.4.0. */
+SNAPPROF_API void snapprof_params_init_sized(snapprof_params_t *params, size_t size);
+
+/* Fills params with the defaults, size included. Inline so that size is
+ * sizeof(snapprof_params_t) as the caller was compiled: a program built
+ * against this header keeps working with a library whose struct has grown. */
+static inline void snapprof_params_init(snapprof_params_t *params)
+{
+    snapprof_params_init_sized(params, sizeof *params);
+}
 
 /* Creates a profiler for the given threads (count may be 0; add more with
  * snapprof_profiler_add_thread()). The profiler takes its own reference on
@@ -815,8 +849,28 @@ SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
  * completion (the pprof builder does: a failed write loses nothing). */
 SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
 
-/* Copies the counters so far. Allowed at any time. */
-SNAPPROF_API int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snapprof_stats_t *out);
+/* The size of the first snapprof_stats_t that had a size member (0.4.0),
+ * the smallest size snapprof_profiler_get_stats_sized() accepts. */
+#define SNAPPROF_STATS_SIZE_MIN (offsetof(snapprof_stats_t, cfi_table_build_ns) + sizeof(uint64_t))
+
+/* Copies the counters so far into the first size bytes of out, size being
+ * the caller's sizeof(snapprof_stats_t), and nothing past them: a caller
+ * built against an older header (a smaller struct) gets the counters it
+ * knows. Bytes of a newer header's struct that this library does not know
+ * are zeroed. out->size is set to the bytes that hold counters (the
+ * smaller of size and the library's struct). -EINVAL when size is 0 or
+ * below SNAPPROF_STATS_SIZE_MIN (out untouched). Allowed at any time.
+ * Call it through snapprof_profiler_get_stats(). Added in 0.4.0. */
+SNAPPROF_API int snapprof_profiler_get_stats_sized(snapprof_profiler_t *profiler,
+                                                   snapprof_stats_t *out, size_t size);
+
+/* Copies the counters so far. Allowed at any time. Inline so that the
+ * size passed is sizeof(snapprof_stats_t) as the caller was compiled: the
+ * caller sets nothing, and cannot get the size wrong. */
+static inline int snapprof_profiler_get_stats(snapprof_profiler_t *profiler, snapprof_stats_t *out)
+{
+    return snapprof_profiler_get_stats_sized(profiler, out, sizeof *out);
+}
 
 /* Stops the profiler if it runs (completing its builders) and frees it with
  * its unwinders and builders. NULL is a no-op. */
