@@ -4,9 +4,11 @@
  * SIGINT/SIGTERM/SIGHUP, and by each profiled child of fork() to its own
  * file. Internal to the preload library.
  *
- * Files: preload_process.c (the profile, the helper thread, exit and fork),
- * preload_threads.c (the thread registry), preload_summary.c (the summary
- * for `snapprof record`), preload_process.h (what those three share),
+ * Files: preload_process.c (the profile's state, loading and exit),
+ * preload_control.c (start, stop, flush), preload_helper.c (the helper
+ * thread), preload_fork.c (fork), preload_threads.c (the thread registry),
+ * preload_summary.c (the summary for `snapprof record`), preload_process.h
+ * (what those share),
  * preload_interpose.c (pthread_create, pthread_setname_np, fork and
  * _exit interposed), preload_signals.c (signals shared with the program),
  * gperftools_compat.c (the gperftools API), preload_config.c (settings).
@@ -28,7 +30,7 @@
 #define SNAPPROF_PRELOAD_EXPORT __attribute__((visibility("default")))
 
 /* ------------------------------------------------------------------------ */
-/* The process-wide profile (preload_process.c)                             */
+/* The process-wide profile (preload_process.c and its neighbours)          */
 /* ------------------------------------------------------------------------ */
 
 /* Start flags. */

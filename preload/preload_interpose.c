@@ -65,7 +65,7 @@ SNAPPROF_PRELOAD_EXPORT int pthread_create(pthread_t *thread, const pthread_attr
         return ENOSYS;
 #if defined(SNAPPROF_PRELOAD_TSAN)
     /* TSan's own start routine must run first on the new thread; the
-     * helper thread finds the thread later (preload_process.c). */
+     * helper thread finds the thread later (preload_helper.c). */
     return fn(thread, attr, start, arg);
 #endif
     /* Nothing to do when no profile runs (no wrapper, no allocation), nor

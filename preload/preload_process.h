@@ -1,13 +1,14 @@
 /* What the files of the whole-process profile share: preload_process.c
- * (the state, the helper thread, start/stop/flush, fork, loading),
+ * (the state, loading), preload_control.c (start/stop/flush),
+ * preload_helper.c (the helper thread), preload_fork.c (fork),
  * preload_threads.c (the thread registry) and preload_summary.c (the
- * summary for `snapprof record`). Private to those three files; the names
- * are those the code had when it was one file, and stay hidden in the
- * library (C_VISIBILITY_PRESET hidden). */
+ * summary for `snapprof record`). Private to those files; the g_ and
+ * unprefixed names are those the code had when it was one file, the
+ * functions shared since it was split are snapprof__preload_*, and all stay
+ * hidden in the library (C_VISIBILITY_PRESET hidden). */
 #ifndef SNAPPROF_PRELOAD_PROCESS_H
 #define SNAPPROF_PRELOAD_PROCESS_H
 
-#include "common/clock.h"
 #include "common/clock.h"
 #include "preload/preload.h"
 
@@ -62,6 +63,7 @@ extern atomic_int g_tracking;         /* new threads register themselves */
 extern atomic_int g_signo;            /* the sampling signal while tracking */
 extern atomic_uint g_threads_skipped; /* threads that block the sampling signal */
 extern atomic_int g_lock_owner;       /* tid holding g_lock, for signal context */
+extern atomic_int g_owner_pid;        /* the process whose profile runs, else 0 */
 
 /* Take and leave g_lock, noting its holder in g_lock_owner. */
 void lock(void);
@@ -77,6 +79,42 @@ static inline pid_t gettid_(void)
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */
 int path_fmt(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------------ */
+/* Start (preload_control.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/* snapprof__preload_start() with g_lock held; the fork child starts its
+ * own profile through it. */
+int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                                   size_t why_size);
+
+/* ------------------------------------------------------------------------ */
+/* The helper thread (preload_helper.c)                                     */
+/* ------------------------------------------------------------------------ */
+
+/* At start: starts the helper once per process, sets the deadline at which
+ * it stops the profile (CLOCK_MONOTONIC ns; 0: none) and wakes it when it
+ * has a deadline or threads to scan again. */
+void snapprof__preload_helper_arm(uint64_t deadline);
+/* At stop: no deadline. */
+void snapprof__preload_helper_disarm(void);
+/* In the child of any fork(): the helper thread did not come along. */
+void snapprof__preload_helper_gone(void);
+/* In the child of our fork() wrapper: the helper is gone and has no
+ * command and no deadline. */
+void snapprof__preload_helper_fork_child(void);
+
+/* ------------------------------------------------------------------------ */
+/* fork (preload_fork.c)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Every output of a child of the first profiled process is FILE.<pid>.
+ * Returns 0, or -1 (with a warning) when a path gets too long. */
+int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid);
+/* pthread_atfork's child handler, for every fork() that runs atfork
+ * handlers, also one that bypasses our wrapper. */
+void snapprof__preload_atfork_child(void);
 
 /* ------------------------------------------------------------------------ */
 /* Thread registry (preload_threads.c)                                      */

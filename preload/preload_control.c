@@ -1,0 +1,357 @@
+/* Start, stop and flush of the whole-process profile: the profiler and
+ * its builders from a config, and at stop every output written somewhere
+ * (a fallback directory when its own path fails) and the summary. */
+#include "preload/preload_process.h"
+
+#include <snapprof/snapprof.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Where output i goes when its own path cannot be written: $TMPDIR when it
+ * is a writable directory, else /tmp; "snapprof.<pid>.pb.gz" for a single
+ * output, "snapprof.<pid>.<i>.<ext>" among several (two of one format must
+ * not meet there). */
+static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg, unsigned i,
+                          char *out, size_t size)
+{
+    const char *t = dir ? dir : getenv("TMPDIR");
+    struct stat st;
+    if (!t || t[0] != '/' || stat(t, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        access(t, W_OK | X_OK) != 0)
+        t = "/tmp";
+    const char *ext = snapprof__format_ext(cfg->outputs[i].format);
+    if (cfg->n_outputs > 1)
+        snprintf(out, size, "%s/snapprof.%d.%u%s", t, (int)getpid(), i, ext);
+    else
+        snprintf(out, size, "%s/snapprof.%d%s", t, (int)getpid(), ext);
+}
+
+/* Makes the builder of one output. */
+static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t **out)
+{
+    switch (o->format) {
+    case SNAPPROF__FORMAT_FOLDED:
+        return snapprof_folded_builder_create(o->path, out);
+    case SNAPPROF__FORMAT_TRACE:
+        return snapprof_trace_builder_create(o->path, out);
+    default:
+        return snapprof_pprof_builder_create(o->path, out);
+    }
+}
+
+/* A signal for sampling that the program does not use: real-time signals
+ * from the top, where libraries rarely look; one we already share (from an
+ * earlier profile) and the program left alone comes first. */
+static int pick_free_signal(void)
+{
+    for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--)
+        if (snapprof__preload_signals_is_managed(s) &&
+            !snapprof__preload_signals_has_program_handler(s))
+            return s;
+    for (int s = SIGRTMAX - 1; s >= SIGRTMIN + 2; s--) {
+        struct sigaction cur;
+        snapprof__preload_signals_passthrough(1);
+        int rc = sigaction(s, NULL, &cur);
+        snapprof__preload_signals_passthrough(0);
+        if (rc == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL)
+            return s;
+    }
+    return 0;
+}
+
+#define WHY(...) snprintf(why, why_size, __VA_ARGS__)
+
+int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                                   size_t why_size)
+{
+    if (g.profiler) {
+        WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);
+        return -EALREADY;
+    }
+    if (cfg->n_outputs < 1 || cfg->n_outputs > SNAPPROF_OUTPUTS_MAX) {
+        WHY("no output to write");
+        return -EINVAL;
+    }
+    pthread_once(&g_exit_key_once, make_exit_key);
+    /* Static, not on the stack: the config holds a few pages of paths, and
+     * this may run on a small thread stack (in the child of a fork() made
+     * there). Always under g_lock. */
+    static snapprof__preload_config_t c;
+    c = *cfg;
+    for (unsigned i = 0; i < c.n_outputs; i++) {
+        snapprof__output_spec_t *o = &c.outputs[i];
+        if (!o->family[0])
+            memcpy(o->family, o->path, sizeof o->family);
+        int err = snapprof__check_output(o->path);
+        if (err == 0)
+            continue;
+        if (!(flags & SNAPPROF_PRELOAD_FALLBACK)) {
+            WHY("cannot write %s: %s", o->path, strerror(err));
+            return -err;
+        }
+        char alt[PATH_MAX];
+        fallback_path(NULL, &c, i, alt, sizeof alt);
+        snapprof__preload_warn("cannot write the profile to %s (%s); writing %s instead", o->path,
+                               strerror(err), alt);
+        snprintf(o->path, sizeof o->path, "%s", alt);
+    }
+
+    char name[32], alt_name[32];
+    if (snapprof__preload_signals_has_program_handler(c.signo)) {
+        if (c.signal_explicit) {
+            WHY("%s already has a handler in this program; not profiling (choose another "
+                "signal with SNAPPROF_SIGNAL or --signal)",
+                snapprof__signal_name(c.signo, name, sizeof name));
+            return -EBUSY;
+        }
+        int alt = pick_free_signal();
+        if (!alt) {
+            WHY("%s already has a handler in this program and no free signal is left; not "
+                "profiling",
+                snapprof__signal_name(c.signo, name, sizeof name));
+            return -EBUSY;
+        }
+        snapprof__preload_warn(
+            "%s already has a handler in this program; sampling with %s instead (set "
+            "SNAPPROF_SIGNAL to choose)",
+            snapprof__signal_name(c.signo, name, sizeof name),
+            snapprof__signal_name(alt, alt_name, sizeof alt_name));
+        c.signo = alt;
+    }
+    int rc = snapprof__preload_signals_manage(c.signo, 0);
+    if (rc != 0) {
+        WHY("cannot share %s with the program: %s",
+            snapprof__signal_name(c.signo, name, sizeof name), strerror(-rc));
+        return rc;
+    }
+    snapprof__preload_signals_manage(SIGINT, 1);
+    snapprof__preload_signals_manage(SIGTERM, 1);
+    snapprof__preload_signals_manage(SIGHUP, 1);
+
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000000u / c.hz;
+    params.mode = c.wall ? SNAPPROF_MODE_WALL : SNAPPROF_MODE_CPU;
+    params.signal = c.signo;
+    params.trigger = (snapprof_trigger_t)c.trigger;
+    params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    snapprof_profiler_t *p;
+    rc = snapprof_profiler_create(&params, NULL, 0, &p);
+    if (rc != 0) {
+        WHY("cannot create the profiler: %s", snapprof_strerror(rc));
+        return rc;
+    }
+    snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX] = {NULL};
+    for (unsigned i = 0; i < c.n_outputs; i++) {
+        rc = create_builder(&c.outputs[i], &builders[i]);
+        if (rc == 0)
+            rc = snapprof_profiler_add_builder(p, builders[i]);
+        if (rc != 0) {
+            snapprof_profiler_destroy(p);
+            WHY("cannot write %s: %s", c.outputs[i].path, snapprof_strerror(rc));
+            return rc;
+        }
+    }
+
+    g.profiler = p;
+    memcpy(g.builders, builders, sizeof g.builders);
+    g.cfg = c;
+    g.signo = c.signo;
+    g.owner = getpid();
+    g.threads_seen = g.threads_failed = 0;
+    atomic_store(&g_threads_skipped, 0);
+    atomic_store(&g_signo, c.signo);
+    /* From here on new threads register themselves; they wait on the lock
+     * until the scan below is done, then find themselves or are added. */
+    atomic_store(&g_tracking, 1);
+    register_self();
+    if (c.signo != SIGURG)
+        snapprof__preload_signals_manage(SIGURG, 1); /* the scan stops threads with it */
+    atomic_store(&g_rescan_due, 0);
+    register_existing(c.signo);
+
+    snapprof__preload_signals_passthrough(1);
+    rc = snapprof_profiler_start(p);
+    snapprof__preload_signals_passthrough(0);
+    if (rc != 0) {
+        atomic_store(&g_tracking, 0);
+        while (g.n_reg > 0)
+            reg_drop(g.n_reg - 1);
+        snapprof_profiler_destroy(p);
+        g.profiler = NULL;
+        WHY("cannot start sampling: %s", snapprof_strerror(rc));
+        return rc;
+    }
+    g.start_time = time(NULL);
+    g.start_mono = snapprof__monotonic_ns();
+    atomic_store(&g_owner_pid, (int)getpid());
+    snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0);
+    return 0;
+}
+
+int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                            size_t why_size)
+{
+    lock();
+    int rc = snapprof__preload_start_locked(cfg, flags, why, why_size);
+    unlock();
+    return rc;
+}
+
+/* Tells a fresh write from a file that was there before: a builder
+ * replaces its file by renaming a new one over it, so a written output has
+ * a new inode. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    int exists;
+} file_id_t;
+
+static file_id_t file_id(const char *path)
+{
+    struct stat st;
+    file_id_t id = {0, 0, 0};
+    if (stat(path, &st) == 0)
+        id = (file_id_t){st.st_dev, st.st_ino, 1};
+    return id;
+}
+
+static int rewritten(const char *path, const file_id_t *before)
+{
+    file_id_t now = file_id(path);
+    return now.exists && (!before->exists || now.dev != before->dev || now.ino != before->ino);
+}
+
+/* After a failed write: moves each output that was not written to a
+ * fallback directory ($TMPDIR or /tmp, then /tmp, then /var/tmp) and
+ * writes again, until every output is somewhere. Nothing collected is
+ * lost: the builders keep their data after a failed write. Returns how
+ * many outputs are still nowhere. */
+static unsigned write_fallbacks(snapprof_profiler_t *p, output_result_t *res, unsigned failed)
+{
+    const char *dirs[] = {NULL, "/tmp", "/var/tmp"};
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && failed > 0; d++) {
+        static char alt[SNAPPROF_OUTPUTS_MAX][PATH_MAX];
+        file_id_t before[SNAPPROF_OUTPUTS_MAX];
+        int moved[SNAPPROF_OUTPUTS_MAX] = {0}, any = 0;
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (res[i].written[0])
+                continue;
+            fallback_path(dirs[d], &g.cfg, i, alt[i], sizeof alt[i]);
+            before[i] = file_id(alt[i]);
+            moved[i] = snapprof_builder_set_path(g.builders[i], alt[i]) == 0;
+            any |= moved[i];
+        }
+        if (!any)
+            continue;
+        /* Every builder writes again; those already written, where they
+         * are. */
+        snapprof_profiler_flush(p);
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (moved[i] && rewritten(alt[i], &before[i])) {
+                snprintf(res[i].written, sizeof res[i].written, "%s", alt[i]);
+                failed--;
+            }
+        }
+    }
+    return failed;
+}
+
+int snapprof__preload_stop(const char *note)
+{
+    lock();
+    if (!g.profiler) {
+        unlock();
+        return 0;
+    }
+    if (g.owner != getpid()) {
+        /* Inherited through a fork() that bypassed our wrapper, or in a
+         * vfork() child sharing the parent's memory: the parent writes
+         * this profile, and nothing here may change. */
+        unlock();
+        return 0;
+    }
+    atomic_store(&g_tracking, 0);
+    snapprof__preload_helper_disarm();
+    snapprof_profiler_t *p = g.profiler;
+    static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under g_lock */
+    file_id_t before[SNAPPROF_OUTPUTS_MAX];
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
+        before[i] = file_id(g.cfg.outputs[i].path);
+    int rc = snapprof_profiler_stop(p);
+    unsigned failed = 0;
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        /* The profiler reports the first error of all its builders: which
+         * ones failed, their files say. */
+        const char *want = g.cfg.outputs[i].path;
+        int ok = rc == 0 || rewritten(want, &before[i]);
+        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
+        res[i].err = ok ? 0 : rc;
+        failed += !ok;
+    }
+    if (failed > 0) {
+        unsigned left = write_fallbacks(p, res, failed);
+        rc = left > 0 ? rc : 0;
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            if (res[i].err == 0)
+                continue;
+            /* Under `snapprof record` the summary says it; alone, we do. */
+            if (res[i].written[0] && !g.cfg.summary_dir[0])
+                snapprof__preload_warn("could not write the profile to %s (%s); it is in %s "
+                                       "instead",
+                                       g.cfg.outputs[i].path, snapprof_strerror(res[i].err),
+                                       res[i].written);
+            else if (!res[i].written[0])
+                snapprof__preload_warn("could not write the profile to %s (%s), nor to a "
+                                       "temporary directory",
+                                       g.cfg.outputs[i].path, snapprof_strerror(res[i].err));
+        }
+    }
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    snapprof_profiler_get_stats(p, &st);
+    write_summary(note, res, &st);
+    while (g.n_reg > 0)
+        reg_drop(g.n_reg - 1);
+    free(g.reg);
+    g.reg = NULL;
+    g.cap_reg = 0;
+    snapprof_profiler_destroy(p);
+    g.profiler = NULL;
+    memset(g.builders, 0, sizeof g.builders);
+    atomic_store(&g_owner_pid, 0);
+    unlock();
+    return rc;
+}
+
+int snapprof__preload_flush(void)
+{
+    lock();
+    int rc = g.profiler && g.owner == getpid() ? snapprof_profiler_flush(g.profiler) : 0;
+    unlock();
+    return rc;
+}
+
+void snapprof__preload_get_state(snapprof__preload_state_t *out)
+{
+    memset(out, 0, sizeof *out);
+    lock();
+    if (g.profiler && g.owner == getpid()) {
+        snapprof_stats_t st;
+        out->running = atomic_load(&g_tracking);
+        out->start_time = g.start_time;
+        snprintf(out->path, sizeof out->path, "%s", g.cfg.outputs[0].path);
+        if (snapprof_profiler_get_stats(g.profiler, &st) == 0)
+            out->samples = st.samples;
+    }
+    unlock();
+}

@@ -1,0 +1,91 @@
+/* fork() and the whole-process profile: the lock held across it, and in
+ * the child the parent's profile left alone and, when the profile follows
+ * forks, a new one started with the child's own files. */
+#include "preload/preload_process.h"
+
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_fork_locked;
+static int g_fork_tracking; /* a profile ran when fork() was called */
+
+/* Profilers and registries inherited over fork() that the child must not
+ * write or free: kept reachable so leak checkers do not report them. */
+static void *g_orphans[16];
+static unsigned g_n_orphans;
+
+/* Every output of a child of the first profiled process is FILE.<pid>.
+ * Returns 0, or -1 (with a warning) when a path gets too long. */
+int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
+{
+    for (unsigned i = 0; i < cfg->n_outputs; i++) {
+        snapprof__output_spec_t *o = &cfg->outputs[i];
+        if (path_fmt(o->path, sizeof o->path, "%s.%d", o->family, pid) != 0) {
+            snapprof__preload_warn("not profiling process %d: %s.%d is too long a path", pid,
+                                   o->family, pid);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void snapprof__preload_fork_prepare(void)
+{
+    /* Holding the lock across fork() means the child never inherits a
+     * registry or profile half-way through a change. Bounded, in case fork()
+     * is called from a signal handler that interrupted the holder. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    g_fork_locked = pthread_mutex_timedlock(&g_lock, &ts) == 0;
+    g_fork_tracking = atomic_load(&g_tracking) && g.profiler && g.owner == getpid();
+}
+
+void snapprof__preload_fork_parent(void)
+{
+    if (g_fork_locked)
+        pthread_mutex_unlock(&g_lock);
+}
+
+/* For every fork() that runs atfork handlers, also one that bypasses our
+ * wrapper: the helper thread did not come along. */
+void snapprof__preload_atfork_child(void)
+{
+    snapprof__preload_helper_gone();
+    atomic_store(&g_tracking, 0);
+}
+
+void snapprof__preload_fork_child(void)
+{
+    threads_fork_child();
+    pthread_mutex_init(&g_lock, NULL);
+    atomic_store(&g_lock_owner, 0);
+    snapprof__preload_helper_fork_child();
+    int was_running = g_fork_tracking;
+    atomic_store(&g_tracking, 0);
+    if (!g.profiler)
+        return;
+    /* The parent's profile belongs to the parent. Its memory stays as it
+     * is (this process may well exec() soon); the child starts afresh. */
+    if (g_n_orphans + 2 <= sizeof g_orphans / sizeof g_orphans[0]) {
+        g_orphans[g_n_orphans++] = g.profiler;
+        g_orphans[g_n_orphans++] = g.reg;
+    }
+    /* Static rather than on the stack of whatever thread forked; only
+     * this thread runs in the child now. */
+    static snapprof__preload_config_t cfg;
+    cfg = g.cfg;
+    memset(&g, 0, sizeof g);
+    if (!was_running || !cfg.follow_fork)
+        return;
+    char why[256];
+    if (snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
+        return;
+    lock();
+    int rc = snapprof__preload_start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
+    unlock();
+    if (rc != 0)
+        snapprof__preload_warn("not profiling child %d: %s", (int)getpid(), why);
+}

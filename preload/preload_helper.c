@@ -1,0 +1,175 @@
+/* The helper thread of the whole-process profile: it stops the profile
+ * at its deadline, at exit and for terminating signals (which cannot write
+ * it from a handler), and finds threads that registered no other way. */
+#include "preload/preload_process.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The helper thread and its commands. */
+enum { CMD_FINISH = 1u, CMD_WAKE = 2u };
+static atomic_uint g_cmd;
+static atomic_uint g_finish_done;
+static atomic_int g_finish_signal;
+static atomic_int g_helper_running;
+static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
+
+static void futex_wake(atomic_uint *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits while *word == expected, at most timeout_ns (0: no limit). */
+static void futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns)
+{
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, timeout_ns ? &ts : NULL, NULL, 0);
+}
+
+static void stop_at_deadline(void)
+{
+    lock();
+    int due = g.profiler && g.owner == getpid();
+    unlock();
+    if (due)
+        snapprof__preload_stop("duration");
+}
+
+/* Under TSan our pthread_create cannot register threads: TSan starts each
+ * thread with its own routine, which must run before any instrumented code,
+ * so the trampoline would come too early (preload_interpose.c does not wrap
+ * there). The helper finds new threads in /proc/self/task instead. */
+#if defined(SNAPPROF_PRELOAD_TSAN)
+#define RESCAN_NS 20000000u
+#else
+#define RESCAN_NS 0u
+#endif
+
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    /* prctl, not pthread_setname_np, which is ours and takes our lock. */
+    prctl(PR_SET_NAME, "snapprof-helper");
+    uint64_t next_rescan = 0;
+    for (;;) {
+        unsigned cmd = atomic_exchange(&g_cmd, 0);
+        if (cmd & CMD_FINISH) {
+            char name[32];
+            int signo = atomic_load(&g_finish_signal);
+            snapprof__preload_stop(signo > 0 ? snapprof__signal_name(signo, name, sizeof name)
+                                             : "_exit");
+            atomic_store(&g_finish_done, 1);
+            futex_wake(&g_finish_done);
+            continue;
+        }
+        uint64_t deadline = atomic_load(&g_deadline), now = snapprof__monotonic_ns();
+        if (deadline && now >= deadline) {
+            atomic_store(&g_deadline, 0);
+            stop_at_deadline();
+            continue;
+        }
+        uint64_t wake = deadline;
+        uint64_t every = RESCAN_NS ? RESCAN_NS : atomic_load(&g_rescan_due) ? RETRY_NS : 0;
+        if (every && atomic_load(&g_tracking)) {
+            if (now >= next_rescan) {
+                rescan_threads();
+                next_rescan = snapprof__monotonic_ns() + every;
+            }
+            if (!wake || next_rescan < wake)
+                wake = next_rescan;
+        }
+        futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
+    }
+    return NULL;
+}
+
+/* Starts the helper once per process; it blocks every signal, so it is
+ * never a sampling target and never runs the program's handlers. */
+static void ensure_helper(void)
+{
+    if (atomic_load(&g_helper_running))
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    pthread_t th;
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* Through the sanitizer's interceptor, which must know every thread
+     * that runs instrumented code. */
+    int rc = pthread_create(&th, &attr, helper_main, NULL);
+#else
+    int rc = snapprof__real_pthread_create(&th, &attr, helper_main, NULL);
+#endif
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        atomic_store(&g_helper_running, 1);
+    } else {
+        snapprof__preload_warn("cannot start the helper thread (%s): no profile on SIGINT/SIGTERM, "
+                               "no --duration",
+                               strerror(rc));
+    }
+}
+
+void snapprof__preload_helper_arm(uint64_t deadline)
+{
+    ensure_helper();
+    atomic_store(&g_deadline, deadline);
+    if (deadline || atomic_load(&g_rescan_due)) {
+        atomic_fetch_or(&g_cmd, CMD_WAKE);
+        futex_wake(&g_cmd);
+    }
+}
+
+void snapprof__preload_helper_disarm(void)
+{
+    atomic_store(&g_deadline, 0);
+}
+
+void snapprof__preload_helper_gone(void)
+{
+    atomic_store(&g_helper_running, 0);
+}
+
+void snapprof__preload_helper_fork_child(void)
+{
+    atomic_store(&g_helper_running, 0);
+    atomic_store(&g_cmd, 0);
+    atomic_store(&g_deadline, 0);
+}
+
+void snapprof__preload_finish_on_signal(int signo)
+{
+    /* getpid() is a system call: right in vfork() children too, which
+     * share our memory and must leave it alone. */
+    if (!atomic_load(&g_tracking) || !atomic_load(&g_helper_running) ||
+        atomic_load(&g_owner_pid) != getpid())
+        return;
+    /* The writer needs the preload lock: if this very thread holds it,
+     * waiting would never end. */
+    if (atomic_load(&g_lock_owner) == gettid_())
+        return;
+    int expected = 0;
+    atomic_compare_exchange_strong(&g_finish_signal, &expected, signo > 0 ? signo : -1);
+    atomic_fetch_or(&g_cmd, CMD_FINISH);
+    futex_wake(&g_cmd);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!atomic_load(&g_finish_done)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 10)
+            break; /* a thread this signal stopped holds what the writer needs */
+        futex_wait(&g_finish_done, 0, 100000000u);
+    }
+}
