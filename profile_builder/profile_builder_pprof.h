@@ -1,8 +1,9 @@
-/* The pprof builder's state and what its two files share. Internal.
+/* The pprof builder's state and what its files share. Internal.
  *
  * profile_builder_pprof_intern.c interns strings, mappings, functions and
  * locations (and symbolizes native locations at completion);
- * profile_builder_pprof.c aggregates samples, writes the profile and
+ * profile_builder_pprof_aggregate.c adds samples up by stack and labels;
+ * profile_builder_pprof_write.c writes the profile; profile_builder_pprof.c
  * holds the builder's life cycle (and the calls builder's). */
 #ifndef SNAPPROF_PROFILE_BUILDER_PPROF_H
 #define SNAPPROF_PROFILE_BUILDER_PPROF_H
@@ -192,5 +193,45 @@ int snapprof__pprof_intern_location(pprof_builder_t *b, const snapprof_frame_t *
 /* Gives every native location its Lines; 0 or -ENOMEM (call again to
  * finish). */
 int snapprof__pprof_symbolize_locations(pprof_builder_t *b);
+
+/* ------------------------------------------------------------------------ */
+/* Aggregation (profile_builder_pprof_aggregate.c)                          */
+/* ------------------------------------------------------------------------ */
+
+/* What makes two samples one: their locations and labels (interned). */
+typedef struct sample_key {
+    const uint64_t *locations;
+    size_t n_locations;
+    const Perftools__Profiles__Label *labels;
+    size_t n_labels;
+} sample_key_t;
+
+/* Fills label with key and either a string or a number (with its unit). */
+int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
+                               const snapprof_label_t *in);
+
+/* Adds values to the sample with key, making it (the key copied into the
+ * arena) when there is none yet. Returns 0 or -ENOMEM. */
+int snapprof__pprof_count_sample(pprof_builder_t *b, const sample_key_t *key,
+                                 const int64_t *values);
+
+/* The pprof builder's xOnSample. */
+int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample);
+
+/* Adds hitch=true or hitch=false to every sample whose "frame" label names
+ * an app frame the profiler judged (info->app_frames): the verdict is known
+ * only once a frame ends, after its samples arrived. Samples of frames that
+ * were still open keep no verdict. Idempotent, so a retried completion
+ * adds nothing twice. Returns 0 or -ENOMEM. */
+int snapprof__pprof_apply_hitches(pprof_builder_t *b, const snapprof_profile_info_t *info);
+
+/* ------------------------------------------------------------------------ */
+/* Writing (profile_builder_pprof_write.c)                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The pprof builder's xOnProfileCompleted: builds the Profile message from
+ * what was collected and writes it. The collected data is left as it was,
+ * so a failed write loses nothing and a second call simply tries again. */
+int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile_info_t *info);
 
 #endif

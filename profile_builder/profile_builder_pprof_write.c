@@ -1,0 +1,231 @@
+/* pprof profile builder, writing: what was collected becomes one
+ * perftools.profiles.Profile message (with the run's comments and hidden
+ * stats entry), packed, gzipped and put in place atomically. */
+#include "profile_builder/profile_builder_pprof.h"
+
+#include "profile_builder/stats_text.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZLIB_CONST
+#include <zlib.h>
+
+#define GZIP_CHUNK ((size_t)64 * 1024)
+
+/* Compresses data into fd as one gzip member (what pprof expects on disk). */
+static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
+{
+    unsigned char *out = malloc(GZIP_CHUNK);
+    if (out == NULL)
+        return -ENOMEM;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    /* windowBits 15 + 16 asks zlib for a gzip header and trailer. */
+    int zr = deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    if (zr != Z_OK) {
+        free(out);
+        return zr == Z_MEM_ERROR ? -ENOMEM : SNAPPROF_EENCODE;
+    }
+    int err = 0;
+    int flush;
+    do {
+        /* avail_in is 32 bits wide: feed large profiles in pieces. */
+        size_t take = len > GZIP_CHUNK ? GZIP_CHUNK : len;
+        zs.next_in = data;
+        zs.avail_in = (uInt)take;
+        data += take;
+        len -= take;
+        flush = len == 0 ? Z_FINISH : Z_NO_FLUSH;
+        do {
+            zs.next_out = out;
+            zs.avail_out = (uInt)GZIP_CHUNK;
+            if (deflate(&zs, flush) == Z_STREAM_ERROR) {
+                err = SNAPPROF_EENCODE;
+                break;
+            }
+            err = snapprof__output_write_all(fd, out, GZIP_CHUNK - zs.avail_out);
+        } while (err == 0 && zs.avail_out == 0);
+    } while (err == 0 && flush != Z_FINISH);
+    deflateEnd(&zs);
+    free(out);
+    return err;
+}
+
+/* Writes data, gzip-compressed, to the output path atomically (see
+ * snapprof__output_commit). On failure no temporary file is left behind. */
+static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_t len)
+{
+    char *tmp;
+    int fd = snapprof__output_open_temp(&b->out, &tmp);
+    if (fd < 0)
+        return fd;
+    return snapprof__output_commit(&b->out, fd, tmp, gzip_to_fd(fd, data, len));
+}
+
+/* Sets has_functions, has_filenames, has_line_numbers and has_inline_frames
+ * of each mapping: true when any of its locations carries that, which is
+ * how pprof's own symbolizer sets them. pprof symbolizes a mapping itself
+ * (from the binary on disk) only when the first three are all false, and
+ * then replaces every Line of it: so they must be true wherever we gave
+ * names (or one address without a symbol, a PLT stub, would cost all the
+ * others theirs), and false where we had nothing, so that pprof can try. */
+static void finish_mappings(pprof_builder_t *b)
+{
+    for (size_t i = 0; i < b->n_mappings; i++) {
+        mapping_entry_t *m = b->mappings[i];
+        m->msg.has_functions = m->msg.has_filenames = m->msg.has_line_numbers = 0;
+        m->msg.has_inline_frames = 0;
+    }
+    for (size_t i = 0; i < b->n_locations; i++) {
+        const location_entry_t *e = b->locations[i];
+        mapping_entry_t *m = e->mapping;
+        if (m == NULL)
+            continue;
+        size_t n_lines = e->msg.n_line;
+        for (size_t k = 0; k < n_lines; k++) {
+            const Perftools__Profiles__Function *f = b->functions[e->msg.line[k]->function_id - 1];
+            m->msg.has_functions |= f->name != 0;
+            m->msg.has_filenames |= f->filename != 0;
+            m->msg.has_line_numbers |= e->msg.line[k]->line > 0;
+        }
+        m->msg.has_inline_frames |= n_lines > 1;
+    }
+}
+
+/* The strings a completion adds after the interned ones: the comment
+ * lines and the hidden stats entry. They are made afresh for every
+ * completion and never interned, so a flush with newer counters leaves no
+ * stale copies in the table. */
+typedef struct run_strings {
+    char lines[SNAPPROF__COMMENTS_MAX][SNAPPROF__COMMENT_MAX];
+    int n_lines;
+    char *stats; /* malloc'd "snapprof-stats/1 ...", or NULL */
+} run_strings_t;
+
+/* A few short comment lines (pprof prints every comment above every
+ * report), and every counter in the hidden entry: a string-table entry no
+ * message refers to, which pprof accepts and never shows (stats_text.h
+ * has the format; `snapprof stats FILE` reads it). Returns 0 or -ENOMEM. */
+static int make_run_strings(const snapprof_profile_info_t *info, run_strings_t *out)
+{
+    out->n_lines = 0;
+    out->stats = NULL;
+    if (info->stats == NULL)
+        return 0;
+    out->n_lines = snapprof__stats_comments(info->stats, info->period_ns,
+                                            info->mode == SNAPPROF_MODE_WALL, out->lines);
+    out->stats = snapprof__stats_encode(info->stats);
+    return out->stats != NULL ? 0 : -ENOMEM;
+}
+
+int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    pprof_builder_t *b = user_data;
+    if (info == NULL)
+        return -EINVAL;
+    int wall = info->mode == SNAPPROF_MODE_WALL;
+
+    int err = snapprof__pprof_symbolize_locations(b);
+    if (err == 0)
+        err = snapprof__pprof_apply_hitches(b, info);
+    if (err < 0)
+        return err;
+    run_strings_t run;
+    err = make_run_strings(info, &run);
+    if (err < 0)
+        return err;
+    finish_mappings(b);
+
+    /* The order and names are the Go runtime's CPU convention plus wall
+     * time; profiles only merge when these stay the same, so never
+     * reorder them. */
+    Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
+    Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
+    int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
+    int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
+    int n_types = VALUE_COUNT;
+    if (b->calls) {
+        /* Function timing: calls and self time per call path. */
+        type_names[0] = b->s_calls;
+        type_names[1] = b->s_time;
+        n_types = 2;
+    }
+    for (int i = 0; i < n_types; i++) {
+        perftools__profiles__value_type__init(&types[i]);
+        types[i].type = type_names[i];
+        types[i].unit = type_units[i];
+        type_ptrs[i] = &types[i];
+    }
+    perftools__profiles__value_type__init(&period_type);
+    period_type.type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
+    period_type.unit = b->s_nanoseconds;
+
+    Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
+    profile.n_sample_type = (size_t)n_types;
+    profile.sample_type = type_ptrs;
+    /* The entries start with their messages; protobuf-c wants arrays of
+     * message pointers, made here for this one pack. */
+    Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
+    Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
+    Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
+    size_t n_run = (size_t)run.n_lines + (run.stats != NULL);
+    char **strings = malloc((b->n_strings + n_run) * sizeof *strings);
+    int64_t comments[SNAPPROF__COMMENTS_MAX];
+    uint8_t *buf = NULL;
+    if (samples == NULL || mappings == NULL || locations == NULL || strings == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < b->n_samples; i++)
+        samples[i] = &b->samples[i]->msg;
+    for (size_t i = 0; i < b->n_mappings; i++)
+        mappings[i] = &b->mappings[i]->msg;
+    for (size_t i = 0; i < b->n_locations; i++)
+        locations[i] = &b->locations[i]->msg;
+    profile.n_sample = b->n_samples;
+    profile.sample = samples;
+    profile.n_mapping = b->n_mappings;
+    profile.mapping = mappings;
+    profile.n_location = b->n_locations;
+    profile.location = locations;
+    profile.n_function = b->n_functions;
+    profile.function = b->functions;
+    memcpy(strings, b->strings, b->n_strings * sizeof *strings);
+    size_t n_strings = b->n_strings;
+    for (int i = 0; i < run.n_lines; i++) {
+        comments[i] = (int64_t)n_strings;
+        strings[n_strings++] = run.lines[i];
+    }
+    if (run.stats != NULL)
+        strings[n_strings++] = run.stats;
+    profile.n_string_table = n_strings;
+    profile.string_table = strings;
+    profile.time_nanos = (int64_t)info->start_time_ns;
+    profile.duration_nanos = (int64_t)info->duration_ns;
+    profile.period_type = &period_type;
+    profile.period = b->calls ? 1 : (int64_t)info->period_ns;
+    profile.n_comment = (size_t)run.n_lines;
+    profile.comment = comments;
+    profile.default_sample_type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
+
+    size_t len = perftools__profiles__profile__get_packed_size(&profile);
+    buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    if (perftools__profiles__profile__pack(&profile, buf) != len)
+        err = SNAPPROF_EENCODE;
+    if (err == 0)
+        err = write_atomically(b, buf, len);
+out:
+    free(buf);
+    free(strings);
+    free(run.stats);
+    free(samples);
+    free(mappings);
+    free(locations);
+    return err;
+}
