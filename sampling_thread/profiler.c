@@ -696,6 +696,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
 {
     t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
     t->never_armed = 0;
+    t->blocked_seq_valid = 0;
     if (p->pool_ready && !atomic_load(&t->thread->exited)) {
         struct snapprof_thread *th = t->thread;
         t->cap.tid = th->tid;
@@ -708,8 +709,11 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                                        ? SNAPPROF_TRIGGER_PERF_EVENT
                                        : p->params.trigger;
         for (snapprof_trigger_t k = first; k < SNAPPROF_TRIGGER_HANDSHAKE; k++) {
+            /* Wall mode asks for the perf event's schedule sequence: a
+             * thread that stays blocked then costs no system call a tick. */
+            unsigned flags = p->params.mode == SNAPPROF_MODE_WALL ? SNAPPROF__ARM_SCHED_SEQ : 0;
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
-                                           p->params.signal, p->params.interval_ns, &t->arm);
+                                           p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
@@ -777,6 +781,7 @@ static void disarm(snapprof_profiler_t *p, snapprof__target_t *t)
      * a thread that exited says its whole clock itself. */
     clock_at_end(t, 0);
     t->arm = NULL;
+    t->blocked_seq_valid = 0;
     p->armed_count--;
 }
 
@@ -1374,6 +1379,17 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     return 1;
 }
 
+/* Wall mode with a perf trigger: whether t, found blocked at an earlier
+ * tick, has not been scheduled in since (seq: its arm's schedule sequence
+ * now). Then it is still in the same wait with the same stack, and neither
+ * its CPU clock nor /proc need be read. It cannot have exited either: a
+ * thread runs to exit. Lock held. */
+static int still_blocked(const snapprof__target_t *t, uint32_t seq)
+{
+    return t->blocked_seq_valid && t->wall_state == WALL_STATE_BLOCKED && t->sampled &&
+           seq == t->blocked_seq && !atomic_load(&t->thread->exited);
+}
+
 /* Wall mode with a CPU-clock trigger (wall_by_triggers): t's trigger
  * captures it while it runs; each tick gives it one wall sample without a
  * signal: from /proc if it is blocked, else its latest capture's stack.
@@ -1602,10 +1618,23 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             if (t->dead)
                 continue;
             if (t->arm) {
+                uint32_t seq = 0;
+                int have_seq = p->params.mode == SNAPPROF_MODE_WALL &&
+                               snapprof__trigger_sched_seq(t->arm, &seq) == 0;
+                if (have_seq && still_blocked(t, seq)) {
+                    deliver_previous(p, t, now);
+                    continue;
+                }
                 uint64_t cpu_now;
                 if (check_armed(p, t, &cpu_now) == 0 && t->arm &&
-                    p->params.mode == SNAPPROF_MODE_WALL)
+                    p->params.mode == SNAPPROF_MODE_WALL) {
                     wall_tick_armed(p, t, now, cpu_now);
+                    /* seq was read before cpu_now: if t was found blocked
+                     * (off its CPU at cpu_now and after), a sequence still
+                     * equal to it later means it has not run since. */
+                    t->blocked_seq = seq;
+                    t->blocked_seq_valid = have_seq && t->wall_state == WALL_STATE_BLOCKED;
+                }
             } else {
                 sample_target(p, t, now);
             }

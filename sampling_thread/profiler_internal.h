@@ -58,6 +58,12 @@ typedef struct snapprof__target {
     uint64_t sched_run, sched_wait; /* what it said last time */
     int wall_state;
     long wall_syscall;
+    /* Wall mode with a perf trigger: the arm's schedule sequence as read
+     * before the CPU clock read that found it blocked (valid while
+     * blocked_seq_valid). While the sequence stays the same, the thread has
+     * not been scheduled in, so it is still in that wait. */
+    uint32_t blocked_seq;
+    int blocked_seq_valid;
 } snapprof__target_t;
 
 struct snapprof_profiler {

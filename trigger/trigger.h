@@ -73,8 +73,15 @@ struct snapprof__arm {
     uint32_t index, gen; /* gen changes each time the arm is reused */
     int signo;
     const snapprof__trigger_ops_t *ops;
-    int fd;        /* perf event */
-    timer_t timer; /* POSIX timer */
+    int fd; /* perf event */
+    /* The perf event's first page (struct perf_event_mmap_page), mapped
+     * read-only when the arm was asked for SNAPPROF__ARM_SCHED_SEQ, else
+     * NULL. Its lock word changes each time the kernel schedules the thread
+     * in. Not inherited by a forked child (the kernel maps it
+     * VM_DONTCOPY). */
+    const volatile void *page;
+    unsigned flags; /* SNAPPROF__ARM_* asked for */
+    timer_t timer;  /* POSIX timer */
     int has_timer;
     /* The thread's CPU time until the first signal: one period, or less
      * where the trigger spreads its first expiry (set by xStart). */
@@ -101,6 +108,14 @@ struct snapprof__arm {
 extern const snapprof__trigger_ops_t snapprof__trigger_perf_event;
 extern const snapprof__trigger_ops_t snapprof__trigger_cpu_timer;
 
+/* Flags of snapprof__trigger_arm(). */
+enum {
+    /* Keep a word that changes whenever the thread is scheduled in
+     * (snapprof__trigger_sched_seq()), where the trigger has one: the perf
+     * event's mapped page. Costs an mmap and a page per arm. */
+    SNAPPROF__ARM_SCHED_SEQ = 1u << 0
+};
+
 /* The ops of a CPU-clock trigger kind, or NULL (AUTO, HANDSHAKE). */
 const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind);
 
@@ -110,7 +125,16 @@ const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind);
  * the signal hook on first use. Sampling side. */
 int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_pool_t *pool,
                           snapprof__capture_target_t *target, int signo, uint64_t period_ns,
-                          snapprof__arm_t **out);
+                          unsigned flags, snapprof__arm_t **out);
+
+/* Reads the arm's schedule sequence into *seq: a word the kernel changes
+ * each time it schedules the thread in. Two equal reads mean the thread
+ * was not scheduled in between them, so a thread known to be off its CPU
+ * after the first read has not run since (without a system call: the
+ * thread's CPU clock costs one). Returns 0, or -1 where the arm has no
+ * such word (not a perf event, not asked for, or its mmap failed).
+ * Sampling side. */
+int snapprof__trigger_sched_seq(const snapprof__arm_t *arm, uint32_t *seq);
 
 /* Disarms: waits for a capture in progress, stops the kernel object and
  * frees the arm. Reads the trigger's final CPU count into *cpu_ns first

@@ -74,6 +74,7 @@ static void fork_child(void)
                 close(a->fd);
             }
             a->fd = -1;
+            a->page = NULL; /* not mapped in the child: nothing to unmap */
             a->has_timer = 0;
             a->gen++;
             atomic_store(&a->state, SNAPPROF__ARM_FREE);
@@ -192,7 +193,7 @@ uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a)
 
 int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_pool_t *pool,
                           snapprof__capture_target_t *target, int signo, uint64_t period_ns,
-                          snapprof__arm_t **out)
+                          unsigned flags, snapprof__arm_t **out)
 {
     pthread_once(&g_once, init_once);
     snapprof__arm_t *arms = atomic_load(&g_arms);
@@ -210,6 +211,8 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->ops = ops;
     a->signo = signo;
     a->fd = -1;
+    a->page = NULL;
+    a->flags = flags;
     a->has_timer = 0;
     a->pool = pool;
     a->target = target;

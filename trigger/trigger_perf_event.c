@@ -16,6 +16,7 @@
 #include <linux/perf_event.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -63,6 +64,16 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
         return -err;
     }
     arm->fd = fd;
+    arm->page = NULL;
+    if (arm->flags & SNAPPROF__ARM_SCHED_SEQ) {
+        /* Only the first page (no ring buffer: nothing is read from it
+         * but the lock word, and an overflow record that finds no room is
+         * only counted as lost by the kernel). Without it the caller reads
+         * the thread's clock instead. */
+        void *page = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
+        if (page != MAP_FAILED)
+            arm->page = page;
+    }
     return 0;
 }
 
@@ -83,6 +94,9 @@ static int perf_read_cpu(snapprof__arm_t *arm, uint64_t *ns)
 
 static void perf_destroy(snapprof__arm_t *arm)
 {
+    if (arm->page)
+        munmap((void *)arm->page, (size_t)sysconf(_SC_PAGESIZE));
+    arm->page = NULL;
     if (arm->fd >= 0) {
         ioctl(arm->fd, PERF_EVENT_IOC_DISABLE, 0);
         close(arm->fd);
@@ -99,3 +113,14 @@ const snapprof__trigger_ops_t snapprof__trigger_perf_event = {
     .xReadCpu = perf_read_cpu,
     .xDestroy = perf_destroy,
 };
+
+int snapprof__trigger_sched_seq(const snapprof__arm_t *arm, uint32_t *seq)
+{
+    if (!arm || !arm->page)
+        return -1;
+    /* The kernel bumps the lock word (twice) in perf_event_update_userpage(),
+     * which the task clock's add callback calls at every schedule-in. */
+    const volatile struct perf_event_mmap_page *pg = arm->page;
+    *seq = pg->lock;
+    return 0;
+}
