@@ -1314,11 +1314,12 @@ static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint
 }
 
 /* Wall mode, SNAPPROF_WALL_BLOCKED_PROC: samples t without a signal if it
- * is blocked in a system call; cpu0 is its CPU clock, read just before. Returns 1 when t is dealt
- * with (sampled, or a counted failure), 0 when it runs and the caller should signal it. Lock held.
- */
+ * is blocked in a system call; cpu0 is its CPU clock, read just before, and
+ * seq0 its arm's schedule sequence, read before that (NULL when it has
+ * none). Returns 1 when t is dealt with (sampled, or a counted failure), 0
+ * when it runs and the caller should signal it. Lock held. */
 static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
-                          uint64_t cpu0)
+                          uint64_t cpu0, const uint32_t *seq0)
 {
     struct snapprof_thread *th = t->thread;
     uint64_t cpu1;
@@ -1356,7 +1357,14 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
             t->dead = 1;
         return 1;
     }
-    if (snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0) {
+    /* With its arm's schedule sequence, read before cpu0: unchanged, the
+     * thread was not scheduled in since, so it did not run during the copy
+     * (found blocked, it can run again only once scheduled in). That saves
+     * reading the clock again. */
+    uint32_t seq1;
+    int moved = seq0 ? snapprof__trigger_sched_seq(t->arm, &seq1) != 0 || seq1 != *seq0
+                     : snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0;
+    if (moved) {
         /* It ran while its stack was read: the copy may be torn. */
         p->stats.wall_copy_raced++;
         return 0;
@@ -1397,7 +1405,7 @@ static int still_blocked(const snapprof__target_t *t, uint32_t seq)
  * tick: on these machines a thread's clock is a 1.2 us system call, most
  * of what a reused sample costs). Lock held. */
 static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
-                            uint64_t cpu_now)
+                            uint64_t cpu_now, const uint32_t *seq)
 {
     if (t->wall_state == WALL_STATE_BLOCKED && t->sampled && cpu_now == t->cpu_after) {
         /* Its clock stood still since the copy: still in the same wait.
@@ -1405,7 +1413,7 @@ static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint6
         deliver_previous(p, t, now);
         return;
     }
-    if (sample_blocked(p, t, now, cpu_now))
+    if (sample_blocked(p, t, now, cpu_now, seq))
         return;
     t->wall_state = running_or_runnable(t);
     deliver_previous(p, t, now);
@@ -1456,7 +1464,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (proc_mode) {
         /* Blocked threads are copied without a signal (which would end
          * their wait early); only a running one is signalled. */
-        if (sample_blocked(p, t, now, cpu_now))
+        if (sample_blocked(p, t, now, cpu_now, NULL))
             return;
         if (!thread_running(th->tid)) { /* it went back to sleep meanwhile */
             deliver_previous(p, t, now);
@@ -1628,7 +1636,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 uint64_t cpu_now;
                 if (check_armed(p, t, &cpu_now) == 0 && t->arm &&
                     p->params.mode == SNAPPROF_MODE_WALL) {
-                    wall_tick_armed(p, t, now, cpu_now);
+                    wall_tick_armed(p, t, now, cpu_now, have_seq ? &seq : NULL);
                     /* seq was read before cpu_now: if t was found blocked
                      * (off its CPU at cpu_now and after), a sequence still
                      * equal to it later means it has not run since. */

@@ -526,6 +526,15 @@ static void test_woken_during_copy(void)
     tu_collector_free(&c);
 }
 
+/* The same race with a perf trigger: the copy is checked against the
+ * perf event's schedule sequence instead of the thread's CPU clock. */
+static void test_woken_during_copy_perf(void)
+{
+    tu_need_perf_event();
+    g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    test_woken_during_copy();
+}
+
 static sleeper_t *g_late;
 static _Atomic pid_t g_late_trigger_tid;
 
@@ -747,6 +756,7 @@ int main(int argc, char **argv)
         {"preempted_in_syscall", test_preempted_in_syscall},
         {"blocks_all_signals", test_blocks_all_signals},
         {"woken_during_copy", test_woken_during_copy},
+        {"woken_during_copy_perf", test_woken_during_copy_perf},
         {"capture_older_than_wait", test_capture_older_than_wait},
         {"proc_refused", test_proc_refused},
         {"moved_wait", test_moved_wait},
