@@ -244,6 +244,11 @@ static snapprof__target_t *target_new(snapprof_thread_t *thread)
     return t;
 }
 
+/* Joins waiting for a merge make p due at once from this many on: the list
+ * is searched at each join and leave, so it stays short however long the
+ * sampling interval. */
+#define JOINS_MERGE_AT 64
+
 /* While p runs with a CPU-clock trigger: thread joins p's list of joins,
  * under the join lock only (see snapprof_profiler.joins). Returns 0 when
  * it did, 1 when p does not take joins now, or -ENOMEM. */
@@ -263,18 +268,47 @@ static int join(snapprof_profiler_t *p, snapprof_thread_t *thread)
     t->arm_pending = 1;
     snapprof__join_lock();
     open = p->joins_open;
-    if (open) {
+    int known = 0;
+    for (snapprof__target_t *x = p->joins; open && x && !known; x = x->join_next)
+        known = x->thread == thread && !x->left;
+    if (open && !known) {
         t->join_next = p->joins;
         p->joins = t;
+        atomic_fetch_add(&p->join_count, 1);
     }
     snapprof__join_unlock();
-    if (!open) {
+    if (!open || known) {
         target_free(p, t);
-        return 1;
+        return open ? 0 : 1;
     }
-    if (!atomic_exchange(&p->joined_since_tick, 1))
+    if (!atomic_exchange(&p->joined_since_tick, 1) || atomic_load(&p->join_count) == JOINS_MERGE_AT)
         snapprof__sampler_kick();
     return 0;
+}
+
+/* Takes p->targets[i] out of the profile, its CPU time kept. Lock held. */
+static void remove_target(snapprof_profiler_t *p, size_t i)
+{
+    snapprof__target_t *t = p->targets[i];
+    /* Its captures so far are delivered, and none can come after the
+     * disarm: only then may its record go. (A thread never armed has none;
+     * one disarmed since may still have some.) */
+    if (!t->arm_pending && !t->never_armed) {
+        drain(p);
+        disarm(p, t);
+        drain(p);
+    }
+    settle_pending(t);
+    clock_at_end(t, 1); /* its CPU time up to now counts */
+    if (t->never_armed)
+        retire_unarmed(p, t);
+    else
+        deliver_remainder(p, t);
+    if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+        p->handshake_count--;
+    p->cpu_removed_ns += target_cpu_ns(t);
+    target_free(p, t);
+    p->targets[i] = p->targets[--p->target_count];
 }
 
 /* Moves p's joins into its targets, in the order they came; a target
@@ -285,6 +319,7 @@ static void merge_joins(snapprof_profiler_t *p)
     snapprof__join_lock();
     snapprof__target_t *list = p->joins;
     p->joins = NULL;
+    atomic_store(&p->join_count, 0);
     snapprof__join_unlock();
     size_t n = 0;
     snapprof__target_t *oldest_first = NULL;
@@ -308,6 +343,7 @@ static void merge_joins(snapprof_profiler_t *p)
                 oldest_first = t->join_next;
                 t->join_next = p->joins;
                 p->joins = t;
+                atomic_fetch_add(&p->join_count, 1);
             }
             snapprof__join_unlock();
             return;
@@ -319,21 +355,24 @@ static void merge_joins(snapprof_profiler_t *p)
         snapprof__target_t *t = oldest_first;
         oldest_first = t->join_next;
         t->join_next = NULL;
-        if (t->left) {
+        size_t known = p->target_count;
+        for (size_t i = 0; i < p->target_count && known == p->target_count; i++)
+            if (p->targets[i]->thread == t->thread)
+                known = i;
+        if (known < p->target_count) {
+            /* Joined again while a target already: the target is the one
+             * that counts, and it leaves if this one did. */
+            if (t->left)
+                remove_target(p, known);
+            target_free(p, t);
+        } else if (t->left) {
             settle_pending(t);
             retire_unarmed(p, t);
             p->cpu_removed_ns += target_cpu_ns(t);
             target_free(p, t);
-            continue;
+        } else {
+            p->targets[p->target_count++] = t;
         }
-        int known = 0;
-        for (size_t i = 0; i < p->target_count && !known; i++)
-            known = p->targets[i]->thread == t->thread;
-        if (known) {
-            target_free(p, t);
-            continue;
-        }
-        p->targets[p->target_count++] = t;
     }
 }
 
@@ -414,27 +453,8 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     snapprof__sampler_lock();
     merge_joins(p);
     for (size_t i = 0; i < p->target_count; i++) {
-        snapprof__target_t *t = p->targets[i];
-        if (t->thread == thread) {
-            /* Its captures so far are delivered, and none can come after
-             * the disarm: only then may its record go. (A thread never
-             * armed has none; one disarmed since may still have some.) */
-            if (!t->arm_pending && !t->never_armed) {
-                drain(p);
-                disarm(p, t);
-                drain(p);
-            }
-            settle_pending(t);
-            clock_at_end(t, 1); /* its CPU time up to now counts */
-            if (t->never_armed)
-                retire_unarmed(p, t);
-            else
-                deliver_remainder(p, t);
-            if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
-                p->handshake_count--;
-            p->cpu_removed_ns += target_cpu_ns(t);
-            target_free(p, t);
-            p->targets[i] = p->targets[--p->target_count];
+        if (p->targets[i]->thread == thread) {
+            remove_target(p, i);
             rc = 0;
             break;
         }
@@ -1711,6 +1731,8 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
      * drains (see drain()). */
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
+    if (atomic_load(&p->join_count) >= JOINS_MERGE_AT)
+        return now;
     uint64_t due = p->next_drain;
     if ((p->handshake_count > 0 || atomic_load(&p->joined_since_tick) ||
          p->params.mode == SNAPPROF_MODE_WALL) &&
@@ -1728,6 +1750,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
     int stopped = drain_some(p, 1);
+    merge_joins(p);
     if (p->armed_count > 0)
         p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {

@@ -104,6 +104,7 @@ struct snapprof_profiler {
      * and cleared under both locks). merge_joins() moves the list into
      * targets; a target that left while on it (left) is retired there. */
     snapprof__target_t *joins;
+    atomic_size_t join_count; /* how many are on it */
     int joins_open;
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */

@@ -524,6 +524,87 @@ static void test_add_exited_thread(void)
     tu_collector_free(&c);
 }
 
+/* Burns ns of the calling thread's CPU time. */
+static void burn_cpu(uint64_t ns)
+{
+    uint64_t end = tu_thread_cpu_ns() + ns;
+    volatile uint64_t x = 0;
+    while (tu_thread_cpu_ns() < end)
+        for (int i = 0; i < 10000; i++)
+            x += (uint64_t)i;
+}
+
+typedef struct {
+    snapprof_profiler_t *p;
+    uint64_t cpu_profiled; /* its CPU time between joining and leaving */
+    int second_add, first_remove, second_remove;
+} joiner_t;
+
+/* A short thread as the preload runs it: it joins the running profile,
+ * works, and leaves, all before the profile's next tick. */
+static void *joiner_main(void *arg)
+{
+    joiner_t *j = arg;
+    snapprof_thread_t *self;
+    ASSERT_OK(snapprof_thread_register(&self));
+    uint64_t cpu0 = tu_thread_cpu_ns();
+    ASSERT_OK(snapprof_profiler_add_thread(j->p, self));
+    j->second_add = snapprof_profiler_add_thread(j->p, self); /* already in */
+    burn_cpu(30000000u);
+    j->first_remove = snapprof_profiler_remove_thread(j->p, self);
+    j->cpu_profiled = tu_thread_cpu_ns() - cpu0;
+    j->second_remove = snapprof_profiler_remove_thread(j->p, self);
+    snapprof_thread_release(self);
+    return NULL;
+}
+
+/* Threads that join and leave between two ticks never take the sampler
+ * lock (sampling_thread/profiler.c, join()): their CPU time must still be
+ * counted, once, and a thread that joins twice leaves once. */
+static void test_join_leave_between_ticks(void)
+{
+    snapprof_profiler_t *p =
+        make_with(NULL, 0, 2000000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_AUTO, NULL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 1); /* the next one is 2 s away */
+    joiner_t j = {.p = p};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, joiner_main, &j), 0);
+    pthread_join(th, NULL);
+    ASSERT_EQ(j.second_add, 0);
+    ASSERT_EQ(j.first_remove, 0);
+    ASSERT_EQ(j.second_remove, -ENOENT);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("joiner: %llu ns profiled, the profile counts %llu ns; %llu ticks so far\n",
+           (unsigned long long)j.cpu_profiled, (unsigned long long)st.cpu_ns_total,
+           (unsigned long long)st.ticks);
+    ASSERT_GE(st.cpu_ns_total + 1000000u, j.cpu_profiled);
+    ASSERT_LE(st.cpu_ns_total, j.cpu_profiled + 5000000u);
+    uint64_t joiner_ns = st.cpu_ns_total;
+
+    /* This thread: joins, is merged into the targets (by get_stats), joins
+     * again, and leaves: the target goes with it. */
+    snapprof_thread_t *self;
+    ASSERT_OK(snapprof_thread_register(&self));
+    uint64_t cpu0 = tu_thread_cpu_ns();
+    ASSERT_OK(snapprof_profiler_add_thread(p, self));
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_OK(snapprof_profiler_add_thread(p, self));
+    burn_cpu(10000000u);
+    ASSERT_OK(snapprof_profiler_remove_thread(p, self));
+    uint64_t mine = tu_thread_cpu_ns() - cpu0;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_EQ(snapprof_profiler_remove_thread(p, self), -ENOENT);
+    printf("main: %llu ns profiled, the profile counts %llu ns more\n", (unsigned long long)mine,
+           (unsigned long long)(st.cpu_ns_total - joiner_ns));
+    ASSERT_GE(st.cpu_ns_total - joiner_ns + 1000000u, mine);
+    ASSERT_LE(st.cpu_ns_total - joiner_ns, mine + 5000000u);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(self);
+}
+
 /* Two profilers at different rates share the sampling thread; stopping one
  * leaves the other running. */
 static void test_two_concurrent(void)
@@ -1261,6 +1342,7 @@ int main(int argc, char **argv)
         {"thread_exits", test_thread_exits},
         {"thread_exits_auto", test_thread_exits_auto},
         {"add_exited_thread", test_add_exited_thread},
+        {"join_leave_between_ticks", test_join_leave_between_ticks},
         {"blocked_signal", test_blocked_signal},
         {"idle_nanosleep_wall", test_idle_nanosleep_wall},
         {"idle_poll_wall", test_idle_poll_wall},
