@@ -1,17 +1,15 @@
 # Tests of zones, counters and instant events (events/).
-snapprof_add_test_cases(EXE events SOURCES test_events.c test_sample_log.c
-  CASES misuse name_table_full capture_labels zones_exact calls_end_at_exit
-        overflow_counts_drops trace_tracks threads_churn
-        cost)
+snapprof_add_test_cases(EXE events SOURCES test_events.c test_sample_log.c)
 target_compile_definitions(events PRIVATE
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 # Through the real client, go tool pprof (-tags, -tagfocus=zone=...).
 snapprof_add_test_cases(EXE events_e2e SOURCES test_events_end_to_end.c
-  CASES tagfocus_zone LABELS accuracy TIMEOUT 300)
+  LABELS accuracy TIMEOUT 300)
 # Exact function timing: this test is built with -finstrument-functions
-# (its own functions only) and linked with libsnapprof-instrument.
-snapprof_add_test_cases(EXE calls SOURCES test_calls.c CASES profile unbalanced
-  LIBS snapprof_instrument)
+# (its own functions only, not the case runner test_run_case*: the
+# unbalanced case counts the timed frames from main down) and linked with
+# libsnapprof-instrument.
+snapprof_add_test_cases(EXE calls SOURCES test_calls.c LIBS snapprof_instrument)
 target_compile_options(calls PRIVATE -finstrument-functions
-  -finstrument-functions-exclude-function-list=calls_excluded_burn)
+  -finstrument-functions-exclude-function-list=calls_excluded_burn,test_run_case)
 target_compile_definitions(calls PRIVATE SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")

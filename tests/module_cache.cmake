@@ -7,14 +7,17 @@ target_compile_options(module_cache_testlib PRIVATE ${SNAPPROF_WARNINGS})
 set_target_properties(module_cache_testlib PROPERTIES C_VISIBILITY_PRESET default)
 target_link_libraries(module_cache_testlib PRIVATE ${CMAKE_DL_LIBS})
 
-snapprof_add_test(NAME module_cache_matches_proc_maps
-                  SOURCES test_module_cache_matches_proc_maps.c)
-snapprof_add_test(NAME module_cache_build_id SOURCES test_module_cache_build_id.c)
-snapprof_add_test(NAME module_cache_symbolize SOURCES test_module_cache_symbolize.c)
-snapprof_add_test(NAME module_cache_dlopen_dlclose SOURCES test_module_cache_dlopen_dlclose.c)
-snapprof_add_test(NAME module_cache_anon_exec SOURCES test_module_cache_anon_exec.c)
-snapprof_add_test(NAME module_cache_concurrent SOURCES test_module_cache_concurrent.c
-                  TIMEOUT 60)
+# One executable per file, each with one case named after the file's last
+# words: test module_cache_build_id runs "module_cache_build_id build_id".
+# They stay apart because the cache is per process and what each finds
+# depends on what the process loaded (module_cache_concurrent exports a
+# hook that the test library's constructor looks for).
+foreach(t matches_proc_maps build_id symbolize dlopen_dlclose anon_exec)
+  snapprof_add_test_cases(EXE module_cache_${t} SOURCES test_module_cache_${t}.c
+    PREFIX module_cache_)
+endforeach()
+snapprof_add_test_cases(EXE module_cache_concurrent SOURCES test_module_cache_concurrent.c
+  PREFIX module_cache_ TIMEOUT 60)
 foreach(t module_cache_dlopen_dlclose module_cache_concurrent)
   add_dependencies(${t} module_cache_testlib)
   target_compile_definitions(${t} PRIVATE

@@ -31,47 +31,34 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 
-# snapprof_add_preload_tests(EXE <exe> SOURCES <files...> CASES <case...>)
+# snapprof_add_preload_tests(EXE <exe> SOURCES <files...>)
 function(snapprof_add_preload_tests)
-  cmake_parse_arguments(T "" "EXE" "SOURCES;CASES" ${ARGN})
+  cmake_parse_arguments(T "" "EXE" "SOURCES" ${ARGN})
   snapprof_add_test_cases(EXE ${T_EXE} SOURCES ${T_SOURCES} test_preload_util.c
-    CASES ${T_CASES} LABELS preload TIMEOUT 240)
+    LABELS preload TIMEOUT 240)
   target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
   add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
     preload_gperftools_prog)
 endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
-snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c
-  CASES threads python many_processes pipeline fork_exec fork_stop fork_from_thread exit_status sigint
-        sigterm_forwarded sigterm_program_handler output_fallback duration wall wall_proc wall_blocked_bad
-        unknown_option unknown_command frequency_zero frequency_too_high frequency_not_number
-        output_dir_missing output_dir_unwritable output_is_directory missing_program
-        not_executable no_command bad_signal bad_duration bad_fork_mode missing_value
-        static_program format_folded format_trace format_list several_outputs_fork
-        output_fallback_formats bad_format)
+snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c)
 
 # `snapprof stats`: the counters of a real profile read back, bad files
 # refused. No LD_PRELOAD: it runs under the sanitizers too.
 snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_util.c
-  CASES roundtrip bad_file merged TIMEOUT 120)
+  TIMEOUT 120)
 target_compile_definitions(stats PRIVATE SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>")
 add_dependencies(stats snapprof_cli)
 
 # The preload library with LD_PRELOAD and the environment alone.
-snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c
-  CASES cpuprofile bad_env output_dir_missing not_asked program_signal_handler linked_threads
-        exports output_list)
+snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c)
 
 # The gperftools API.
-snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c
-  CASES start_stop state flush existing_threads vfork_thread bad_path signal_taken signal_taken_explicit
-        cpuprofile_at_load trigger_setting)
+snapprof_add_preload_tests(EXE gperftools SOURCES test_preload_gperftools.c)
 
 # The library calls the preload needed, tested on their own.
-snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c
-  CASES flush_while_running set_path_after_failed_write set_path_any_builder thread_update_name thread_update_name_perf
-        register_in_fork_child)
+snapprof_add_test_cases(EXE profiler_api SOURCES test_preload_library.c test_preload_util.c)
 
 # cmake --install into a temporary prefix, then build against it with
 # pkg-config and with find_package(snapprof). A sanitized install cannot be
@@ -83,4 +70,5 @@ set_tests_properties(install_pkgconfig_cmake_cli PROPERTIES LABELS "nosan;preloa
 
 # Four busy threads on a 2-core machine: with another test beside them the
 # sampler gets a few dozen ticks a run and a thread can go unsampled.
-set_tests_properties(record_threads preload_linked_threads PROPERTIES RUN_SERIAL TRUE)
+snapprof_set_case_properties(EXE record CASES threads PROPERTIES RUN_SERIAL TRUE)
+snapprof_set_case_properties(EXE preload CASES linked_threads PROPERTIES RUN_SERIAL TRUE)

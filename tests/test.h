@@ -63,25 +63,42 @@
             TEST_FAIL("\"%s\" not found in %s:\n%s", n_, #haystack, h_ ? h_ : "(null)");           \
     } while (0)
 
-/* Test programs with several cases: argv[1] names the case to run. */
+/* Test programs name their cases in one table, the only list of them:
+ * ctest learns the names from "<exe> --list" after the build
+ * (snapprof_add_test_cases in CMakeLists.txt), and runs "<exe> <case>". */
 typedef struct test_case {
     const char *name;
     void (*fn)(void);
 } test_case_t;
 
 /* Runs the case argv[1] names and returns main's exit status (0); an
- * unknown or missing name fails the test. */
-static inline int test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
+ * unknown or missing name fails the test. "--list" prints the case names,
+ * one a line, and returns 0. setup, when not NULL, runs just before the
+ * case, and not for "--list": listing must leave nothing behind. */
+static inline int test_run_case_setup(const test_case_t *cases, size_t count, void (*setup)(void),
+                                      int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
+    if (!strcmp(c, "--list")) {
+        for (size_t i = 0; i < count; i++)
+            printf("%s\n", cases[i].name);
+        return 0;
+    }
     for (size_t i = 0; i < count; i++) {
         if (!strcmp(c, cases[i].name)) {
+            if (setup != NULL)
+                setup();
             cases[i].fn();
             printf("ok %s\n", c);
             return 0;
         }
     }
     TEST_FAIL("unknown case '%s'", c);
+}
+
+static inline int test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
+{
+    return test_run_case_setup(cases, count, NULL, argc, argv);
 }
 
 #endif

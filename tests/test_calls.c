@@ -168,17 +168,14 @@ static void test_unbalanced(void)
     ASSERT_EQ(snapprof_func_exit(&a), -ENOENT);
 }
 
-/* Its own dispatch, not test_run_case(): this file is built with
- * -finstrument-functions, and unbalanced counts the timed frames from main
- * down (a dispatcher frame would be one more). */
+/* This file is built with -finstrument-functions, and unbalanced counts the
+ * timed frames from main down: test_run_case* is excluded from the
+ * instrumentation (events.cmake), so the dispatcher adds no timed frame. */
 int main(int argc, char **argv)
 {
-    const char *c = argc > 1 ? argv[1] : "";
-    if (!strcmp(c, "profile"))
-        test_profile();
-    else if (!strcmp(c, "unbalanced"))
-        test_unbalanced();
-    else
-        TEST_FAIL("unknown case '%s'", c);
-    return 0;
+    static const test_case_t cases[] = {
+        {"profile", test_profile},
+        {"unbalanced", test_unbalanced},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

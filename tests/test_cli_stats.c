@@ -270,6 +270,13 @@ static void test_merged(void)
     free(err);
 }
 
+static void make_dir(void)
+{
+    char *d = tu_make_tmpdir("cli-stats");
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -277,8 +284,5 @@ int main(int argc, char **argv)
         {"bad_file", test_bad_file},
         {"merged", test_merged},
     };
-    char *d = tu_make_tmpdir("cli-stats");
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
-    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+    return test_run_case_setup(cases, sizeof cases / sizeof cases[0], make_dir, argc, argv);
 }

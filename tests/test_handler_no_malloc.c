@@ -85,19 +85,14 @@ static void *allocating_target(void *arg)
     return NULL;
 }
 
-/* Argument: the trigger (handshake, perf or timer; default handshake). The
- * CPU-clock triggers capture in the thread's own handler, the handshake in
- * the handler the sampling thread's signal runs. */
-int main(int argc, char **argv)
+/* Samples a thread that allocates in a loop, taking captures with trigger.
+ * The CPU-clock triggers capture in the thread's own handler, the handshake
+ * in the handler the sampling thread's signal runs. */
+static void run(snapprof_trigger_t trigger)
 {
-    snapprof_trigger_t trigger = SNAPPROF_TRIGGER_HANDSHAKE;
-    if (argc > 1 && strcmp(argv[1], "perf") == 0)
-        trigger = SNAPPROF_TRIGGER_PERF_EVENT;
-    else if (argc > 1 && strcmp(argv[1], "timer") == 0)
-        trigger = SNAPPROF_TRIGGER_CPU_TIMER;
     if (tu_sanitizer_build()) {
         printf("skipped: sanitizers interpose malloc themselves\n");
-        return TEST_SKIP;
+        exit(TEST_SKIP);
     }
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, allocating_target, NULL), 0);
@@ -127,7 +122,7 @@ int main(int argc, char **argv)
         printf("skipped: the %s trigger was refused (errno %d)\n", snapprof_trigger_name(trigger),
                c.stats.trigger_fallback_errno);
         ASSERT_NE(c.stats.trigger_fallback_errno, 0);
-        return TEST_SKIP;
+        exit(TEST_SKIP);
     }
     ASSERT_GT(atomic_load(&g_calls) - before, 1000);
     ASSERT_GE(c.stats.samples_signalled, 300);
@@ -136,5 +131,30 @@ int main(int argc, char **argv)
     snapprof_profiler_destroy(p);
     snapprof_thread_release(g_token);
     tu_collector_free(&c);
-    return 0;
+}
+
+static void test_in_handler(void)
+{
+    run(SNAPPROF_TRIGGER_HANDSHAKE);
+}
+
+/* The same with the thread capturing itself on its CPU-clock trigger. */
+static void test_in_handler_perf(void)
+{
+    run(SNAPPROF_TRIGGER_PERF_EVENT);
+}
+
+static void test_in_handler_timer(void)
+{
+    run(SNAPPROF_TRIGGER_CPU_TIMER);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"in_handler", test_in_handler},
+        {"in_handler_perf", test_in_handler_perf},
+        {"in_handler_timer", test_in_handler_timer},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -340,10 +340,14 @@ static void test_concurrent(void)
     ASSERT_GT(atomic_load(&g_hits), 0);
 }
 
+/* Keeps any perf map of a recycled pid out of these tests. */
+static void no_perf_map(void)
+{
+    ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
+}
+
 int main(int argc, char **argv)
 {
-    /* Keep any perf map of a recycled pid out of these tests. */
-    ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
     static const test_case_t cases[] = {
         {"register_lookup", test_register_lookup},
         {"bad_args", test_bad_args},
@@ -352,5 +356,5 @@ int main(int argc, char **argv)
         {"graveyard_cap", test_graveyard_cap},
         {"concurrent", test_concurrent},
     };
-    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+    return test_run_case_setup(cases, sizeof cases / sizeof cases[0], no_perf_map, argc, argv);
 }

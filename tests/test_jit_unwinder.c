@@ -250,13 +250,17 @@ static void test_unwound_late(void)
     ASSERT_STR_EQ(frames[5].name, "[unknown]");
 }
 
-int main(int argc, char **argv)
+static void no_perf_map(void)
 {
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
+}
+
+int main(int argc, char **argv)
+{
     static const test_case_t cases[] = {
         {"interleaved", test_interleaved},   {"without_jit_unwinder", test_without_jit_unwinder},
         {"bad_frames", test_bad_frames},     {"depth_cap", test_depth_cap},
         {"unwound_late", test_unwound_late},
     };
-    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+    return test_run_case_setup(cases, sizeof cases / sizeof cases[0], no_perf_map, argc, argv);
 }

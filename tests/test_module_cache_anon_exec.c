@@ -18,7 +18,7 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-int main(void)
+static void test_anon_exec(void)
 {
     long page = sysconf(_SC_PAGESIZE);
     ASSERT_EQ(snapprof__module_cache_refresh(), 0);
@@ -70,5 +70,12 @@ int main(void)
     ASSERT_STR_EQ(m->path, "[anon]");
     const snapprof_module_t *again = snapprof_module_find((uintptr_t)anon + 10);
     ASSERT(again == NULL || again != m);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"anon_exec", test_anon_exec},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -36,13 +36,13 @@ static void check(const snapprof_module_t *m)
     free(want);
 }
 
-int main(void)
+static void test_build_id(void)
 {
     int status = 0;
     free(tu_run("readelf --version", &status));
     if (status != 0) {
         printf("skipped: readelf (binutils) is not installed\n");
-        return TEST_SKIP;
+        exit(TEST_SKIP);
     }
     check(snapprof__module_cache_main());
     /* libc, found through one of its functions. */
@@ -52,5 +52,12 @@ int main(void)
     ASSERT_NOT_NULL(fn);
     check(snapprof_module_find((uintptr_t)fn));
     dlclose(libc);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"build_id", test_build_id},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -119,7 +119,7 @@ static void *loader(void *arg)
     return NULL;
 }
 
-int main(void)
+static void test_concurrent(void)
 {
     ASSERT_EQ(snapprof__module_cache_refresh(), 0);
     size_t n = snapprof__module_cache_list(NULL, 0);
@@ -146,5 +146,12 @@ int main(void)
     ASSERT_EQ(pthread_join(load, NULL), 0);
     printf("%zu modules known at the end\n", snapprof__module_cache_list(NULL, 0));
     free(g_mods);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"concurrent", test_concurrent},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

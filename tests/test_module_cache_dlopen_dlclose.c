@@ -35,7 +35,7 @@ static int is_listed(const snapprof_module_t *m)
     return found;
 }
 
-int main(void)
+static void test_dlopen_dlclose(void)
 {
     /* Fill the cache before the library exists, so that finding it below
      * needs the refresh-on-miss path. */
@@ -128,5 +128,12 @@ int main(void)
     ASSERT_EQ(m2->is_loaded, 0);
     after = snapprof_module_find(fn2 + 2);
     ASSERT(after == NULL || after != m2);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"dlopen_dlclose", test_dlopen_dlclose},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

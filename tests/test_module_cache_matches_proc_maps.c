@@ -53,7 +53,10 @@ static int same_path(const char *a, const char *b)
     return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
 }
 
-int main(void)
+/* The case looks main itself up, as a function of the main executable. */
+int main(int argc, char **argv);
+
+static void test_matches_proc_maps(void)
 {
     uint64_t t0 = tu_mono_ns();
     ASSERT_EQ(snapprof__module_cache_refresh(), 0);
@@ -158,5 +161,12 @@ int main(void)
     ASSERT_NULL(snapprof_module_find(0));
     ASSERT_NULL(snapprof_module_find((uintptr_t)mods));
     free(mods);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"matches_proc_maps", test_matches_proc_maps},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -53,7 +53,10 @@ static void expect_name(uintptr_t fn, const char *name, const snapprof_module_t 
     }
 }
 
-int main(void)
+/* The case symbolizes main itself. */
+int main(int argc, char **argv);
+
+static void test_symbolize(void)
 {
     const snapprof_module_t *main_mod = snapprof__module_cache_main();
     ASSERT_NOT_NULL(main_mod);
@@ -132,5 +135,12 @@ int main(void)
     ASSERT_EQ(snapprof_symbolize(NULL, &sym, 1), -EINVAL);
     ASSERT_EQ(snapprof_symbolize(&jit, NULL, 1), -EINVAL);
     ASSERT_EQ(snapprof_symbolize(&jit, &sym, 0), 0);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"symbolize", test_symbolize},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

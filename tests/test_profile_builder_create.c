@@ -23,7 +23,7 @@ static void on_destroy(void *user_data)
     destroyed_with = user_data;
 }
 
-int main(void)
+static void test_create(void)
 {
     int token;
     snapprof_builder_ops_t ops = {
@@ -75,5 +75,12 @@ int main(void)
     ASSERT_EQ(destroyed, 2);
 
     snapprof_builder_destroy(NULL);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"create", test_create},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

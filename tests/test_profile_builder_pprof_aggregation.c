@@ -77,7 +77,7 @@ static const Perftools__Profiles__Sample *find(const Perftools__Profiles__Profil
     return found;
 }
 
-int main(void)
+static void test_aggregation(void)
 {
     char *path = pbt_tmp_path("pb-aggregation", "agg.pb.gz");
     builder = pbt_create(path);
@@ -177,5 +177,12 @@ int main(void)
 
     perftools__profiles__profile__free_unpacked(p, NULL);
     pbt_remove(path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"aggregation", test_aggregation},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -73,7 +73,7 @@ static void check_readable_by_pprof(const char *path)
     free(out);
 }
 
-int main(void)
+static void test_bad_path(void)
 {
     /* Arguments that cannot name a file. */
     ASSERT_EQ(create_error(NULL), -EINVAL);
@@ -172,5 +172,12 @@ int main(void)
     free(link);
     free(target);
     free(dir);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"bad_path", test_bad_path},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

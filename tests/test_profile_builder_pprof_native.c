@@ -74,7 +74,7 @@ static void expect_row(const tu_top_row_t *rows, int n, const char *name, double
                   r->cum_pct, flat, cum, raw);
 }
 
-int main(void)
+static void test_native(void)
 {
     pb_native_caller();
     char *path = pbt_tmp_path("pb-native", "native.pb.gz");
@@ -113,5 +113,12 @@ int main(void)
     free(rows);
     free(raw);
     pbt_remove(path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"native", test_native},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

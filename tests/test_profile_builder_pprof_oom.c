@@ -140,11 +140,11 @@ static void check_output(const char *path, int accepted)
     perftools__profiles__profile__free_unpacked(p, NULL);
 }
 
-int main(void)
+static void test_oom(void)
 {
     if (tu_sanitizer_build()) {
         printf("skipped: sanitizers replace malloc, which this test interposes\n");
-        return TEST_SKIP;
+        exit(TEST_SKIP);
     }
     char *path = pbt_tmp_path("pb-oom", "oom.pb.gz");
     snapprof_stats_t stats;
@@ -200,5 +200,12 @@ int main(void)
     printf("%d injected allocation failures, all handled\n", failures);
     ASSERT_GT(failures, 20);
     pbt_remove(path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"oom", test_oom},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

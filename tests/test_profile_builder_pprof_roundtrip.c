@@ -123,7 +123,7 @@ static void expect_order(const char *text, const char *a, const char *b, const c
         TEST_FAIL("\"%s\" not after \"%s\":\n%s", c, b, text);
 }
 
-int main(void)
+static void test_roundtrip(void)
 {
     char *path = pbt_tmp_path("pb-roundtrip", "cpu.pb.gz");
     snapprof_builder_t *b = pbt_create(path);
@@ -242,5 +242,12 @@ int main(void)
 
     pbt_remove(path);
     pbt_remove(wall_path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"roundtrip", test_roundtrip},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -63,7 +63,7 @@ static size_t make_stack(int i, snapprof_frame_t *frames)
     return depth;
 }
 
-int main(void)
+static void test_scale(void)
 {
     for (int i = 0; i < JIT_POOL; i++)
         snprintf(jit_names[i], sizeof jit_names[i], "jit_fn_%d", i);
@@ -129,5 +129,12 @@ int main(void)
     ASSERT_GT(n, 0);
     free(rows);
     pbt_remove(path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"scale", test_scale},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -67,7 +67,7 @@ find_location_by_name(const Perftools__Profiles__Profile *p, const char *name)
     return NULL;
 }
 
-int main(void)
+static void test_validity(void)
 {
     char *path = pbt_tmp_path("pb-validity", "v.pb.gz");
     snapprof_builder_t *b = pbt_create(path);
@@ -229,5 +229,12 @@ int main(void)
 
     perftools__profiles__profile__free_unpacked(p, NULL);
     pbt_remove(path);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"validity", test_validity},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -26,7 +26,7 @@ static int count_entries(const char *dir)
     return n;
 }
 
-int main(void)
+static void test_write_failure(void)
 {
     char *dir = tu_make_tmpdir("pb-writefail");
     size_t len = strlen(dir) + 32;
@@ -79,5 +79,12 @@ int main(void)
     rmdir(dir);
     free(path);
     free(dir);
-    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"write_failure", test_write_failure},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

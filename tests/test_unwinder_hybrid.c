@@ -171,15 +171,10 @@ static void test_rates(void)
 
 int main(int argc, char **argv)
 {
+    static const test_case_t cases[] = {
+        {"leaf_caller", test_leaf_caller},
+        {"rates", test_rates},
+    };
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 2 && strcmp(argv[1], "leaf_caller") == 0)
-        test_leaf_caller();
-    else if (argc == 2 && strcmp(argv[1], "rates") == 0)
-        test_rates();
-    else {
-        fprintf(stderr, "usage: %s leaf_caller|rates\n", argv[0]);
-        return 2;
-    }
-    printf("ok %s\n", argv[1]);
-    return 0;
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

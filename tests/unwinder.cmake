@@ -1,7 +1,5 @@
 # Tests of the unwinder component.
-snapprof_add_test_cases(EXE unwinder_fp SOURCES test_unwinder_fp.c
-  CASES good_chain outside_stack points_to_itself cycle overflow misaligned below_sp depth_cap
-        unknown_pc create_checks_ops custom_abort_counted)
+snapprof_add_test_cases(EXE unwinder_fp SOURCES test_unwinder_fp.c)
 
 # Workloads for the CFI tests are built like most code on a distribution:
 # -O2 without frame pointers (the later flags win over the project's
@@ -22,8 +20,6 @@ add_library(unwinder_dllib MODULE unwinder_dllib.c)
 target_compile_options(unwinder_dllib PRIVATE ${SNAPPROF_WARNINGS} ${SNAPPROF_NOFP_FLAGS})
 
 snapprof_add_test_cases(EXE unwinder_cfi SOURCES test_unwinder_cfi.c unwind_fuzz.c
-  CASES ratio rates qsort_bsearch shared_lib alloca_vla deep_recursion depth_cap signal_handler
-        dlclose jit_handoff corrupted_copy object_reads_cached
   LIBS snapprof_unwind_testutil unwinder_testlib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_cfi PRIVATE ${SNAPPROF_NOFP_FLAGS})
 target_compile_definitions(unwinder_cfi PRIVATE
@@ -31,13 +27,13 @@ target_compile_definitions(unwinder_cfi PRIVATE
 set_target_properties(unwinder_cfi PROPERTIES ENABLE_EXPORTS ON)
 add_dependencies(unwinder_cfi unwinder_dllib)
 # Attribution and rates need undisturbed signal timing (see CMakeLists.txt).
-set_tests_properties(unwinder_cfi_ratio unwinder_cfi_rates PROPERTIES LABELS accuracy
-  RUN_SERIAL TRUE TIMEOUT 600)
+snapprof_set_case_properties(EXE unwinder_cfi CASES ratio rates
+  PROPERTIES LABELS accuracy RUN_SERIAL TRUE TIMEOUT 600)
 
 # The same questions on a frame-pointer build, where the hybrid must keep
 # the leaf's caller that frame-pointer walking loses.
 snapprof_add_test_cases(EXE unwinder_hybrid SOURCES test_unwinder_hybrid.c
-  CASES leaf_caller rates LABELS accuracy TIMEOUT 300 LIBS snapprof_unwind_testutil)
+  LABELS accuracy TIMEOUT 300 LIBS snapprof_unwind_testutil)
 target_compile_options(unwinder_hybrid PRIVATE -O2 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls)
 set_target_properties(unwinder_hybrid PROPERTIES ENABLE_EXPORTS ON)
@@ -64,7 +60,6 @@ add_custom_command(TARGET unwinder_dflib_split POST_BUILD
 
 snapprof_add_test_cases(EXE unwinder_debug_frame
   SOURCES test_unwinder_debug_frame.c unwinder_dfexe.c unwind_fuzz.c
-  CASES no_eh_frame default_chain libunwind_alone separate_debug_file executable corrupted_copy
   LIBS snapprof_unwind_testutil unwinder_dflib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_debug_frame PRIVATE ${SNAPPROF_NOFP_FLAGS})
 set_source_files_properties(unwinder_dfexe.c PROPERTIES
@@ -90,7 +85,6 @@ endforeach()
 # The CFI tables against libunwind on the same copies, one step from every
 # pc of a set of functions, per-FDE against whole tables, and dlclose.
 snapprof_add_test_cases(EXE unwinder_cfi_table SOURCES test_unwinder_cfi_table.c
-  CASES same_frames rows_match_libunwind lazy_matches_whole dlclose_frees tables_shared
   LIBS snapprof_unwind_testutil unwinder_testlib unwinder_dflib ${CMAKE_DL_LIBS})
 target_compile_options(unwinder_cfi_table PRIVATE ${SNAPPROF_NOFP_FLAGS})
 target_compile_definitions(unwinder_cfi_table PRIVATE
