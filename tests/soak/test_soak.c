@@ -1,0 +1,232 @@
+/* The soak's checker (issue 14). It runs soak_prog (thread churn,
+ * dlopen/dlclose, fork and exec, fibers, deep recursion, all at once) at
+ * 4 kHz, its profiler started by the linked preload library from the
+ * environment, and then judges what it left: it exited 0 (every part ran,
+ * every child exited 0) before its deadline, nothing complained (no
+ * sanitizer report, no snapprof warning), its profile opens in
+ * `go tool pprof` and shows the soak's own functions, every process wrote
+ * its profile where it was asked to and says so in its summary.
+ * Only counts are asserted, never rates: this machine is shared.
+ *
+ *   soak short        12 s (ctest soak_short)
+ *   soak full [S]     S seconds, 60 by default (tools/soak.sh) */
+#include "test_preload_util.h"
+
+#include <dirent.h>
+
+/* The value of key in a summary file ("key=value" lines), or NULL.
+ * Static storage: use it before the next call. */
+static const char *summary_get(const char *text, const char *key)
+{
+    static char value[4096];
+    size_t kl = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (!strncmp(p, key, kl) && p[kl] == '=') {
+            const char *v = p + kl + 1;
+            size_t n = strcspn(v, "\n");
+            if (n >= sizeof value)
+                n = sizeof value - 1;
+            memcpy(value, v, n);
+            value[n] = '\0';
+            return value;
+        }
+    }
+    return NULL;
+}
+
+static unsigned long long summary_u64(const char *text, const char *path, const char *key)
+{
+    const char *v = summary_get(text, key);
+    if (!v)
+        TEST_FAIL("%s has no %s:\n%s", path, key, text);
+    return strtoull(v, NULL, 10);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        TEST_FAIL("cannot open %s", path);
+    char *buf = malloc(65536);
+    ASSERT_NOT_NULL(buf);
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The counter name=N that soak_prog printed. */
+static unsigned long long soak_count(const char *out, const char *name)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", name);
+    const char *p = strstr(out, pat);
+    if (!p)
+        TEST_FAIL("soak_prog did not print %s:\n%s", name, out);
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* Fails on any complaint in the soak's output: a sanitizer report or
+ * warning, a UBSan "runtime error", a snapprof warning. ASan's one-time
+ * notice that it does not fully support swapcontext is expected: the
+ * fibers are annotated for it (soak_prog.c). */
+static void require_quiet(const char *out)
+{
+    static const char *const complaints[] = {"Sanitizer", "runtime error",
+                                             "snapprof:", "ERROR:", "WARNING:"};
+    const char *known = "WARNING: ASan doesn't fully support makecontext/swapcontext";
+    for (const char *line = out; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+        if (!strstr(buf, known))
+            for (size_t i = 0; i < sizeof complaints / sizeof complaints[0]; i++)
+                if (strstr(buf, complaints[i]))
+                    TEST_FAIL("soak_prog complained (\"%s\"): %s", complaints[i], buf);
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+static void run_soak(double seconds)
+{
+    char *dir = tu_make_tmpdir("soak");
+    /* A hang fails with what the soak printed rather than as a ctest
+     * timeout: a run is 4x its length at most, plus writing the profiles. */
+    unsigned limit = (unsigned)(seconds * 4) + 120;
+    uint64_t t0 = tu_mono_ns();
+    int st;
+    /* TSan: the forked children start the profiler's sampling thread, which
+     * TSan refuses after a multi-threaded fork unless die_after_fork=0.
+     * CI's own TSAN_OPTIONS are kept. */
+    char *out = pl_run(&st,
+                       "cd %s && TSAN_OPTIONS=\"${TSAN_OPTIONS:+$TSAN_OPTIONS:}die_after_fork=0\" "
+                       "SNAPPROF_OUTPUT=%s/soak.pb.gz SNAPPROF_FREQUENCY=4000 "
+                       "SNAPPROF_SUMMARY_DIR=%s timeout -k 10 %u %s --seconds %g --lib %s",
+                       dir, dir, dir, limit, SOAK_PROG, seconds, SOAK_LIB);
+    double took = (double)(tu_mono_ns() - t0) / 1e9;
+    printf("soak_prog took %.1f s for %g s of soak\n", took, seconds);
+    if (st == 124 || st == 137)
+        TEST_FAIL("soak_prog hung: killed after %u s", limit);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(out, "soak: ok");
+    require_quiet(out);
+    const char *p = strstr(out, "soak: pid=");
+    ASSERT_NOT_NULL(p);
+    int pid = atoi(p + strlen("soak: pid="));
+    unsigned long long forks = soak_count(out, "forks"), execs = soak_count(out, "execs");
+    /* Each round forks a child that _exit()s and a child that execs this
+     * program (even rounds) or /bin/true (odd rounds); both kinds of soak
+     * child write a profile of their own, /bin/true does not. */
+    unsigned long long children = forks + (execs + 1) / 2;
+
+    /* The parent's profile: it opens and shows the soak's own functions. */
+    char prof[4096];
+    snprintf(prof, sizeof prof, "%s/soak.pb.gz", dir);
+    ASSERT(pl_exists(prof));
+    tu_top_row_t *rows;
+    int n = tu_pprof_top(prof, "-sample_index=samples", &rows, NULL);
+    ASSERT_GT(n, 0);
+    free(rows);
+    /* Certain in every build: the recursion thread does nothing but work
+     * at the bottom of 2000 frames (soak_poll lets TSan run its deferred
+     * signals there), so it is sampled and its samples unwind through
+     * soak_recurse. */
+    pl_require_fn(prof, "", "soak_bottom", 1);
+    pl_require_under(prof, "soak_recurse", 1);
+    /* The dlopen thread spends most of its CPU in soak_lib_work, in a
+     * library long unloaded when the profile is symbolized: its name must
+     * still be there. */
+    pl_require_fn(prof, "", "soak_lib_work", 1);
+
+    /* Every process's summary: the profile went where it was asked, with
+     * samples in the parent. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d.summary", dir, pid);
+    char *sum = read_file(path);
+    ASSERT_STR_EQ(summary_get(sum, "stopped"), "exit");
+    ASSERT_STR_EQ(summary_get(sum, "output.0"), prof);
+    unsigned long long samples = summary_u64(sum, path, "samples");
+    ASSERT_GT(samples, 0);
+    ASSERT_GT(summary_u64(sum, path, "threads"), 0);
+    static const char *const shown[] = {
+        "threads",         "samples",          "ticks",
+        "ticks_missed",    "failed_total",     "failed.sp_out_of_range",
+        "truncated_copy",  "truncated_depth",  "unwind_aborted",
+        "samples_dropped", "unwind_frames_max"};
+    printf("parent summary:");
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++)
+        printf(" %s=%llu", shown[i], summary_u64(sum, path, shown[i]));
+    printf(" trigger perf/timer/handshake=%llu/%llu/%llu\n",
+           summary_u64(sum, path, "threads_by_trigger.perf"),
+           summary_u64(sum, path, "threads_by_trigger.timer"),
+           summary_u64(sum, path, "threads_by_trigger.handshake"));
+    free(sum);
+
+    unsigned long long summaries = 0, child_samples = 0;
+    char first_child[4096] = "";
+    DIR *d = opendir(dir);
+    ASSERT_NOT_NULL(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        size_t len = strlen(de->d_name);
+        if (len < 8 || strcmp(de->d_name + len - 8, ".summary") != 0)
+            continue;
+        summaries++;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        char *s = read_file(path);
+        const char *req = summary_get(s, "requested.0");
+        if (!req)
+            TEST_FAIL("%s has no requested.0:\n%s", path, s);
+        char want[4096];
+        snprintf(want, sizeof want, "%s", req);
+        const char *got = summary_get(s, "output.0");
+        if (!got || strcmp(got, want) != 0)
+            TEST_FAIL("%s: the profile was not written where it was asked:\n%s", path, s);
+        if (atoi(de->d_name) != pid) {
+            child_samples += summary_u64(s, path, "samples");
+            if (!first_child[0])
+                snprintf(first_child, sizeof first_child, "%s", want);
+        }
+        free(s);
+    }
+    closedir(d);
+    printf("children: %llu profiles, %llu summaries, %llu samples in all\n",
+           (unsigned long long)pl_count_prefix(dir, "soak.pb.gz."), summaries - 1, child_samples);
+    ASSERT_UEQ(summaries, children + 1);
+    ASSERT_UEQ(pl_count_prefix(dir, "soak.pb.gz."), children);
+    /* A child's profile opens too (one: pprof takes a while per file). */
+    ASSERT(first_child[0] != '\0');
+    char args[4200];
+    snprintf(args, sizeof args, "-top '%s'", first_child);
+    free(tu_pprof(args, &st));
+    ASSERT_EQ(st, 0);
+
+    /* Kept when the test fails, for a look; gone when it passes. */
+    snprintf(args, sizeof args, "rm -rf -- '%s'", dir);
+    free(tu_run(args, NULL));
+    free(out);
+    free(dir);
+}
+
+static void test_short(void)
+{
+    run_soak(12);
+}
+
+static double g_full_seconds = 60;
+
+static void test_full(void)
+{
+    run_soak(g_full_seconds);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 2)
+        g_full_seconds = strtod(argv[2], NULL);
+    const test_case_t cases[] = {
+        {"short", test_short},
+        {"full", test_full},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc > 2 ? 2 : argc, argv);
+}
