@@ -88,8 +88,10 @@ static void require_quiet(const char *out)
     }
 }
 
-static void run_soak(double seconds)
+/* Runs the soak for seconds with the parts only names (NULL: all). */
+static void run_soak(double seconds, const char *only)
 {
+    int has_fork = !only || strstr(only, "fork"), has_dlopen = !only || strstr(only, "dlopen");
     char *dir = tu_make_tmpdir("soak");
     /* A hang fails with what the soak printed rather than as a ctest
      * timeout: a run is 4x its length at most, plus writing the profiles. */
@@ -102,8 +104,9 @@ static void run_soak(double seconds)
     char *out = pl_run(&st,
                        "cd %s && TSAN_OPTIONS=\"${TSAN_OPTIONS:+$TSAN_OPTIONS:}die_after_fork=0\" "
                        "SNAPPROF_OUTPUT=%s/soak.pb.gz SNAPPROF_FREQUENCY=4000 "
-                       "SNAPPROF_SUMMARY_DIR=%s timeout -k 10 %u %s --seconds %g --lib %s",
-                       dir, dir, dir, limit, SOAK_PROG, seconds, SOAK_LIB);
+                       "SNAPPROF_SUMMARY_DIR=%s timeout -k 10 %u %s --seconds %g --lib %s%s%s",
+                       dir, dir, dir, limit, SOAK_PROG, seconds, SOAK_LIB, only ? " --only " : "",
+                       only ? only : "");
     double took = (double)(tu_mono_ns() - t0) / 1e9;
     printf("soak_prog took %.1f s for %g s of soak\n", took, seconds);
     if (st == 124 || st == 137)
@@ -137,7 +140,8 @@ static void run_soak(double seconds)
     /* The dlopen thread spends most of its CPU in soak_lib_work, in a
      * library long unloaded when the profile is symbolized: its name must
      * still be there. */
-    pl_require_fn(prof, "", "soak_lib_work", 1);
+    if (has_dlopen)
+        pl_require_fn(prof, "", "soak_lib_work", 1);
 
     /* Every process's summary: the profile went where it was asked, with
      * samples in the parent. */
@@ -194,12 +198,14 @@ static void run_soak(double seconds)
            (unsigned long long)pl_count_prefix(dir, "soak.pb.gz."), summaries - 1, child_samples);
     ASSERT_UEQ(summaries, children + 1);
     ASSERT_UEQ(pl_count_prefix(dir, "soak.pb.gz."), children);
-    /* A child's profile opens too (one: pprof takes a while per file). */
-    ASSERT(first_child[0] != '\0');
     char args[4200];
-    snprintf(args, sizeof args, "-top '%s'", first_child);
-    free(tu_pprof(args, &st));
-    ASSERT_EQ(st, 0);
+    if (has_fork) {
+        /* A child's profile opens too (one: pprof takes a while per file). */
+        ASSERT(first_child[0] != '\0');
+        snprintf(args, sizeof args, "-top '%s'", first_child);
+        free(tu_pprof(args, &st));
+        ASSERT_EQ(st, 0);
+    }
 
     /* Kept when the test fails, for a look; gone when it passes. */
     snprintf(args, sizeof args, "rm -rf -- '%s'", dir);
@@ -208,16 +214,30 @@ static void run_soak(double seconds)
     free(dir);
 }
 
+/* The short soak in two halves, fork apart from dlopen: glibc 2.36 does
+ * not reset the loader's dl_load_write_lock in a fork child, so a child
+ * forked while another thread is inside dlopen()/dlclose() inherits it
+ * held, and the child's profiler blocks on it in dl_iterate_phdr() until
+ * the _exit() path gives up (10 s) without writing the child's profile
+ * (`soak_prog --only fork,dlopen` shows it within seconds; issue 14). The
+ * full soak (tools/soak.sh) runs them together. */
 static void test_short(void)
 {
-    run_soak(12);
+    /* Under TSan, a profile written from _exit() runs after TSan's own
+     * _exit interceptor has finalized it (a SIGSEGV in its allocator), and
+     * a fork child's profiler starts its thread inside TSan's fork
+     * interceptor, which hangs (tests/soak/README.md, issue 14). */
+    tu_skip_under_tsan("TSan: profiles written from _exit() and fork children "
+                       "(tests/soak/README.md, findings 1 and 2)");
+    run_soak(6, "threads,fork,fibers,recurse");
+    run_soak(6, "threads,dlopen,fibers,recurse");
 }
 
 static double g_full_seconds = 60;
 
 static void test_full(void)
 {
-    run_soak(g_full_seconds);
+    run_soak(g_full_seconds, NULL);
 }
 
 int main(int argc, char **argv)
