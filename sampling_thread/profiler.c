@@ -226,166 +226,12 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     return 0;
 }
 
-static void settle_pending(snapprof__target_t *t);
-static void clock_at_end(snapprof__target_t *t, int read_live);
-static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
-static uint64_t target_cpu_ns(const snapprof__target_t *t);
-
-/* A new target for thread, not yet on any list. */
-static snapprof__target_t *target_new(snapprof_thread_t *thread)
-{
-    snapprof__target_t *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->syscall_fd = -1;
-    t->schedstat_fd = -1;
-    snapprof__thread_retain(thread);
-    t->thread = thread;
-    return t;
-}
-
-/* Joins waiting for a merge make p due at once from this many on: the list
- * is searched at each join and leave, so it stays short however long the
- * sampling interval. */
-#define JOINS_MERGE_AT 64
-
-/* While p runs with a CPU-clock trigger: thread joins p's list of joins,
- * under the join lock only (see snapprof_profiler.joins). Returns 0 when
- * it did, 1 when p does not take joins now, or -ENOMEM. */
-static int join(snapprof_profiler_t *p, snapprof_thread_t *thread)
-{
-    snapprof__join_lock();
-    int open = p->joins_open;
-    snapprof__join_unlock();
-    if (!open)
-        return 1;
-    snapprof__target_t *t = target_new(thread);
-    if (!t)
-        return -ENOMEM;
-    snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
-    t->cpu_last = t->cpu_start;
-    /* Armed at the next tick, like any pending target (see below). */
-    t->arm_pending = 1;
-    snapprof__join_lock();
-    open = p->joins_open;
-    int known = 0;
-    for (snapprof__target_t *x = p->joins; open && x && !known; x = x->join_next)
-        known = x->thread == thread && !x->left;
-    if (open && !known) {
-        t->join_next = p->joins;
-        p->joins = t;
-        atomic_fetch_add(&p->join_count, 1);
-    }
-    snapprof__join_unlock();
-    if (!open || known) {
-        target_free(p, t);
-        return open ? 0 : 1;
-    }
-    if (!atomic_exchange(&p->joined_since_tick, 1) || atomic_load(&p->join_count) == JOINS_MERGE_AT)
-        snapprof__sampler_kick();
-    return 0;
-}
-
-/* Takes p->targets[i] out of the profile, its CPU time kept. Lock held. */
-static void remove_target(snapprof_profiler_t *p, size_t i)
-{
-    snapprof__target_t *t = p->targets[i];
-    /* Its captures so far are delivered, and none can come after the
-     * disarm: only then may its record go. (A thread never armed has none;
-     * one disarmed since may still have some.) */
-    if (!t->arm_pending && !t->never_armed) {
-        drain(p);
-        disarm(p, t);
-        drain(p);
-    }
-    settle_pending(t);
-    clock_at_end(t, 1); /* its CPU time up to now counts */
-    if (t->never_armed)
-        retire_unarmed(p, t);
-    else
-        deliver_remainder(p, t);
-    if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
-        p->handshake_count--;
-    p->cpu_removed_ns += target_cpu_ns(t);
-    target_free(p, t);
-    p->targets[i] = p->targets[--p->target_count];
-}
-
-/* Moves p's joins into its targets, in the order they came; a target
- * whose thread left meanwhile is retired (never armed), and one whose
- * thread is a target already is dropped. Lock held. */
-static void merge_joins(snapprof_profiler_t *p)
-{
-    snapprof__join_lock();
-    snapprof__target_t *list = p->joins;
-    p->joins = NULL;
-    atomic_store(&p->join_count, 0);
-    snapprof__join_unlock();
-    size_t n = 0;
-    snapprof__target_t *oldest_first = NULL;
-    while (list) {
-        snapprof__target_t *next = list->join_next;
-        list->join_next = oldest_first;
-        oldest_first = list;
-        list = next;
-        n++;
-    }
-    if (p->target_count + n > p->target_cap) {
-        size_t cap = p->target_cap ? p->target_cap : 4;
-        while (cap < p->target_count + n)
-            cap *= 2;
-        snapprof__target_t **grown = realloc(p->targets, cap * sizeof *grown);
-        if (!grown) {
-            /* Back on the list, for the next merge. */
-            snapprof__join_lock();
-            while (oldest_first) {
-                snapprof__target_t *t = oldest_first;
-                oldest_first = t->join_next;
-                t->join_next = p->joins;
-                p->joins = t;
-                atomic_fetch_add(&p->join_count, 1);
-            }
-            snapprof__join_unlock();
-            return;
-        }
-        p->targets = grown;
-        p->target_cap = cap;
-    }
-    while (oldest_first) {
-        snapprof__target_t *t = oldest_first;
-        oldest_first = t->join_next;
-        t->join_next = NULL;
-        size_t known = p->target_count;
-        for (size_t i = 0; i < p->target_count && known == p->target_count; i++)
-            if (p->targets[i]->thread == t->thread)
-                known = i;
-        if (known < p->target_count) {
-            /* Joined again while a target already: the target is the one
-             * that counts, and it leaves if this one did. */
-            if (t->left)
-                remove_target(p, known);
-            target_free(p, t);
-        } else if (t->left) {
-            settle_pending(t);
-            retire_unarmed(p, t);
-            p->cpu_removed_ns += target_cpu_ns(t);
-            target_free(p, t);
-        } else {
-            p->targets[p->target_count++] = t;
-        }
-    }
-}
-
 int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
 {
     if (!p || !thread)
         return -EINVAL;
-    int rc = join(p, thread);
-    if (rc <= 0)
-        return rc;
-    rc = 0;
+    int rc = 0;
     snapprof__sampler_lock();
-    merge_joins(p);
     for (size_t i = 0; i < p->target_count; i++)
         if (p->targets[i]->thread == thread)
             goto out; /* already sampled */
@@ -399,12 +245,16 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         p->targets = n;
         p->target_cap = cap;
     }
-    snapprof__target_t *t = target_new(thread);
+    snapprof__target_t *t = calloc(1, sizeof *t);
     if (!t) {
         rc = -ENOMEM;
         goto out;
     }
+    t->syscall_fd = -1;
+    t->schedstat_fd = -1;
     p->targets[p->target_count++] = t;
+    snapprof__thread_retain(thread);
+    t->thread = thread;
     if (p->state == PROFILER_RUNNING) {
         snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
         t->cpu_last = t->cpu_start;
@@ -422,8 +272,10 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
              * later drain); it stays due then even if that thread has
              * gone, so that threads coming and going wake it once a tick,
              * not once each. */
-            if (!atomic_exchange(&p->joined_since_tick, 1))
+            if (!p->joined_since_tick) {
+                p->joined_since_tick = 1;
                 snapprof__sampler_kick();
+            }
         }
     }
 out:
@@ -435,26 +287,30 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
 {
     if (!p || !thread)
         return -EINVAL;
-    /* Still on the joins (it leaves before its first tick, as short
-     * threads do): marked, with its CPU clock as it ends; the next merge
-     * retires it. No sampler lock. */
-    snapprof__join_lock();
-    snapprof__target_t *joined = p->joins;
-    while (joined && (joined->thread != thread || joined->left))
-        joined = joined->join_next;
-    if (joined) {
-        clock_at_end(joined, 1);
-        joined->left = 1;
-    }
-    snapprof__join_unlock();
-    if (joined)
-        return 0;
     int rc = -ENOENT;
     snapprof__sampler_lock();
-    merge_joins(p);
     for (size_t i = 0; i < p->target_count; i++) {
-        if (p->targets[i]->thread == thread) {
-            remove_target(p, i);
+        snapprof__target_t *t = p->targets[i];
+        if (t->thread == thread) {
+            /* Its captures so far are delivered, and none can come after
+             * the disarm: only then may its record go. (A thread never
+             * armed has none; one disarmed since may still have some.) */
+            if (!t->arm_pending && !t->never_armed) {
+                drain(p);
+                disarm(p, t);
+                drain(p);
+            }
+            settle_pending(t);
+            clock_at_end(t, 1); /* its CPU time up to now counts */
+            if (t->never_armed)
+                retire_unarmed(p, t);
+            else
+                deliver_remainder(p, t);
+            if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+                p->handshake_count--;
+            p->cpu_removed_ns += target_cpu_ns(t);
+            target_free(p, t);
+            p->targets[i] = p->targets[--p->target_count];
             rc = 0;
             break;
         }
@@ -635,11 +491,6 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     p->deadline = p->params.duration_ns ? p->next_tick + p->params.duration_ns : 0;
     p->state = PROFILER_RUNNING;
     rc = snapprof__sampler_activate(p);
-    if (rc == 0 && p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE) {
-        snapprof__join_lock();
-        p->joins_open = 1;
-        snapprof__join_unlock();
-    }
     if (rc != 0) {
         snapprof__event_reader_close(&p->events);
         p->state = PROFILER_CREATED;
@@ -730,7 +581,6 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
 {
     snapprof_stats_t stats;
     snapprof__sampler_lock();
-    merge_joins(p); /* closed to new ones when p was deactivated */
     /* No capture can come after this: every trigger is off, and what the
      * slots still hold is delivered before the profile is written. */
     for (size_t i = 0; i < p->target_count; i++)
@@ -790,7 +640,6 @@ int snapprof_profiler_get_stats_sized(snapprof_profiler_t *p, snapprof_stats_t *
         return -EINVAL;
     snapprof_stats_t st;
     snapprof__sampler_lock();
-    merge_joins(p);
     snapshot_stats(p, &st);
     snapprof__sampler_unlock();
     size_t known = size < sizeof st ? size : sizeof st;
@@ -807,9 +656,6 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
         return;
     if (p->state != PROFILER_CREATED)
         snapprof_profiler_stop(p);
-    snapprof__sampler_lock();
-    merge_joins(p); /* none after stop(); this keeps that true by construction */
-    snapprof__sampler_unlock();
     for (size_t i = 0; i < p->target_count; i++)
         target_free(p, p->targets[i]);
     free(p->targets);
@@ -1731,11 +1577,8 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
      * drains (see drain()). */
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
-    if (atomic_load(&p->join_count) >= JOINS_MERGE_AT)
-        return now;
     uint64_t due = p->next_drain;
-    if ((p->handshake_count > 0 || atomic_load(&p->joined_since_tick) ||
-         p->params.mode == SNAPPROF_MODE_WALL) &&
+    if ((p->handshake_count > 0 || p->joined_since_tick || p->params.mode == SNAPPROF_MODE_WALL) &&
         p->next_tick < due)
         due = p->next_tick;
     if (p->deadline && p->deadline < due)
@@ -1750,7 +1593,6 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
     int stopped = drain_some(p, 1);
-    merge_joins(p);
     if (p->armed_count > 0)
         p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
@@ -1765,10 +1607,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         drain_app_frames(p);
         snapprof__event_reader_read(&p->events);
-        /* Every pending target is armed below: those joined since come in
-         * first, and a join after this makes the next tick due. */
-        atomic_store(&p->joined_since_tick, 0);
-        merge_joins(p);
+        p->joined_since_tick = 0; /* every pending target is armed below */
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];
             if (t->arm_pending) {
@@ -1852,7 +1691,6 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
         snapprof__sampler_unlock();
         return SNAPPROF_ESTATE;
     }
-    merge_joins(p);
     if (p->state == PROFILER_RUNNING) {
         /* The captures so far and the CPU time no sample placed so far. */
         drain(p);

@@ -58,10 +58,6 @@ typedef struct snapprof__target {
     uint64_t sched_run, sched_wait; /* what it said last time */
     int wall_state;
     long wall_syscall;
-    /* On p->joins: the next one, and whether its thread left already
-     * (removed before the list was merged; its CPU clock is final). */
-    struct snapprof__target *join_next;
-    int left;
     /* Wall mode with a perf trigger: the arm's schedule sequence as read
      * before the CPU clock read that found it blocked (valid while
      * blocked_seq_valid). While the sequence stays the same, the thread has
@@ -94,18 +90,7 @@ struct snapprof_profiler {
     snapprof__capture_pool_t pool;
     int pool_ready;
     size_t armed_count, handshake_count;
-    /* A target became arm_pending since the last tick (set without the
-     * lock by a join, hence atomic). */
-    atomic_int joined_since_tick;
-    /* Joins (snapprof_profiler_add_thread() while running with a CPU-clock
-     * trigger) go on this list under the join lock, not the sampler lock,
-     * which the sampling thread holds while it unwinds: a short thread
-     * then never waits for it. joins_open says the list takes them (set
-     * and cleared under both locks). merge_joins() moves the list into
-     * targets; a target that left while on it (left) is retired there. */
-    snapprof__target_t *joins;
-    atomic_size_t join_count; /* how many are on it */
-    int joins_open;
+    int joined_since_tick; /* a target became arm_pending since the last tick */
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */
     uint64_t unarmed_ns;
@@ -158,10 +143,6 @@ void snapprof__sampler_done(snapprof_profiler_t *p);
 /* Makes the sampling thread ask every profiler again when it is due (one
  * became due sooner). Lock held. */
 void snapprof__sampler_kick(void);
-/* The join lock (see snapprof_profiler.joins): taken alone, or inside the
- * sampler lock, never the other way round. Held across fork. */
-void snapprof__join_lock(void);
-void snapprof__join_unlock(void);
 /* Delivers what every running profiler's capture slots hold now. Lock
  * held. */
 void snapprof__sampler_drain_active(void);

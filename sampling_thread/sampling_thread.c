@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t g_join_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wake;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static snapprof_profiler_t *g_active;
@@ -46,12 +45,10 @@ static void wake_sampler(void)
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&g_lock);
-    pthread_mutex_lock(&g_join_lock);
 }
 
 static void fork_parent(void)
 {
-    pthread_mutex_unlock(&g_join_lock);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -80,7 +77,6 @@ static void fork_child(void)
     atomic_store(&g_api_waiting, 0);
     atomic_store(&g_giving_way, 0);
     init_wake();
-    pthread_mutex_unlock(&g_join_lock);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -112,16 +108,6 @@ void snapprof__sampler_unlock(void)
 void snapprof__sampler_kick(void)
 {
     wake_sampler();
-}
-
-void snapprof__join_lock(void)
-{
-    pthread_mutex_lock(&g_join_lock);
-}
-
-void snapprof__join_unlock(void)
-{
-    pthread_mutex_unlock(&g_join_lock);
 }
 
 void snapprof__sampler_drain_active(void)
@@ -254,10 +240,6 @@ int snapprof__sampler_activate(snapprof_profiler_t *p)
 
 void snapprof__sampler_deactivate(snapprof_profiler_t *p)
 {
-    /* No joins after this; the completion merges those already in. */
-    snapprof__join_lock();
-    p->joins_open = 0;
-    snapprof__join_unlock();
     for (snapprof_profiler_t **pp = &g_active; *pp; pp = &(*pp)->next_active) {
         if (*pp == p) {
             *pp = p->next_active;
