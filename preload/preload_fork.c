@@ -3,8 +3,13 @@
  * forks, a new one started with the child's own files. */
 #include "preload/preload_process.h"
 
+#include <limits.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +33,72 @@ int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
             return -1;
         }
     }
+    return 0;
+}
+
+/* Whether the dynamic loader can be entered in this child. glibc (2.36)
+ * resets its dl_load_lock in a fork child but not dl_load_write_lock,
+ * which dl_iterate_phdr() takes and dlopen()/dlclose() take around their
+ * changes: a child forked while another thread held it inherits it held,
+ * by a thread that does not exist here, for good. The profiler's module
+ * cache enters the loader at every tick; there it would block, holding
+ * the sampler lock, and the child's exit would wait for its profile in
+ * vain. Nothing can ask the lock without waiting on it, so a thread asks:
+ * it answers in microseconds, or is left blocked (it holds nothing of
+ * ours, and all signals are blocked in it). */
+static atomic_uint g_loader_answer;
+
+static int loader_probe_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)info;
+    (void)size;
+    (void)data;
+    return 1;
+}
+
+static void *loader_probe(void *arg)
+{
+    (void)arg;
+    dl_iterate_phdr(loader_probe_cb, NULL);
+    atomic_store(&g_loader_answer, 1);
+    syscall(SYS_futex, &g_loader_answer, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    return NULL;
+}
+
+#define LOADER_PROBE_NS 200000000u /* 0.2 s: it answers in microseconds when it can */
+
+static int loader_usable(void)
+{
+    atomic_store(&g_loader_answer, 0);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t th;
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    int rc = pthread_create(&th, NULL, loader_probe, NULL);
+#else
+    int rc = snapprof__real_pthread_create(&th, NULL, loader_probe, NULL);
+#endif
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return 1; /* cannot tell: as before */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (atomic_load(&g_loader_answer)) {
+            pthread_join(th, NULL);
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t waited =
+            (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec);
+        if (waited >= LOADER_PROBE_NS)
+            break;
+        uint64_t left = LOADER_PROBE_NS - waited;
+        struct timespec ts = {0, (long)left};
+        syscall(SYS_futex, &g_loader_answer, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    }
+    pthread_detach(th);
     return 0;
 }
 
@@ -83,6 +154,12 @@ void snapprof__preload_fork_child(void)
     char why[256];
     if (snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
         return;
+    if (!loader_usable()) {
+        snapprof__preload_warn("not profiling child %d: it was forked while another thread held "
+                               "the dynamic loader's lock, which stays held in the child",
+                               (int)getpid());
+        return;
+    }
     lock();
     int rc = snapprof__preload_start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
     unlock();

@@ -17,12 +17,17 @@
  *   exit N             exit with status N
  *   fork_thread MS     fork from a thread other than main; the child burns
  *                      in hot_thread_fork_child
+ *   fork_in_loader MS  fork while another thread holds the dynamic
+ *                      loader's lock (inside a dl_iterate_phdr callback);
+ *                      the child burns in hot_loader_fork_child and
+ *                      _exit()s; prints how long the child took to end
  *   sleepers MS        three threads wait in nanosleep, a pipe read and
  *                      pthread_cond_timedwait (working 300 us between
  *                      waits) for MS ms; prints how many waits a signal
  *                      ended early */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -239,6 +244,69 @@ static int mode_fork_thread(uint64_t ms)
 }
 
 /* ------------------------------------------------------------------------ */
+/* fork_in_loader                                                           */
+/* ------------------------------------------------------------------------ */
+
+HOT(hot_loader_fork_child)
+
+static atomic_int g_in_loader, g_forked;
+
+/* Runs with the loader's dl_load_write_lock held (glibc holds it around
+ * dl_iterate_phdr's callbacks, as dlopen and dlclose do around their
+ * changes), until the main thread has forked. */
+static int hold_loader_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)info;
+    (void)size;
+    (void)data;
+    atomic_store(&g_in_loader, 1);
+    while (!atomic_load(&g_forked))
+        usleep(1000);
+    return 1;
+}
+
+static void *hold_loader(void *arg)
+{
+    (void)arg;
+    dl_iterate_phdr(hold_loader_cb, NULL);
+    return NULL;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int mode_fork_in_loader(uint64_t ms)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, hold_loader, NULL) != 0)
+        return 2;
+    while (!atomic_load(&g_in_loader))
+        usleep(1000);
+    pid_t pid = fork();
+    if (pid == 0) {
+        hot_loader_fork_child(ms);
+        _exit(0);
+    }
+    atomic_store(&g_forked, 1);
+    pthread_join(t, NULL);
+    if (pid < 0)
+        return 2;
+    uint64_t t0 = mono_ms();
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return 3;
+    /* From the parent's join on: the child's work, its _exit() and any
+     * wait of ours in it. */
+    printf("child %d ended %llu ms after the loader was free\n", (int)pid,
+           (unsigned long long)(mono_ms() - t0));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* spin, rmdir, sigurg                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -425,6 +493,8 @@ int main(int argc, char **argv)
         return mode_forkexec(argv[0], ms);
     if (!strcmp(mode, "fork_thread"))
         return mode_fork_thread(ms);
+    if (!strcmp(mode, "fork_in_loader"))
+        return mode_fork_in_loader(ms);
     if (!strcmp(mode, "spin") && argc > 2)
         return mode_spin(argv[2], argc > 3 && !strcmp(argv[3], "handler"));
     if (!strcmp(mode, "rmdir") && argc > 3)
@@ -436,7 +506,9 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "exit") && argc > 2)
         return atoi(argv[2]);
     fprintf(stderr,
-            "usage: %s threads|burn|forkexec|fork_thread|spin|rmdir|sigurg|sleepers|exit ...\n",
+            "usage: %s "
+            "threads|burn|forkexec|fork_thread|fork_in_loader|spin|rmdir|sigurg|sleepers|exit "
+            "...\n",
             argv[0]);
     return 2;
 }

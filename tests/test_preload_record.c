@@ -236,6 +236,31 @@ static void test_fork_from_thread(void)
     free(text);
 }
 
+/* fork() while another thread holds the dynamic loader's lock: glibc does
+ * not reset that lock in the child, so a child profiler that enters the
+ * loader (dl_iterate_phdr) would block on it for good, and the child's
+ * _exit() would wait 10 s for a profile that never comes. The child must
+ * end promptly, and either be profiled or say why it is not. */
+static void test_fork_in_loader(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-forkloader");
+    int st;
+    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s fork_in_loader 50 2>&1",
+                        g_dir, CLI, PROG);
+    printf("%s", text);
+    ASSERT_EQ(st, 0);
+    unsigned long long ms;
+    const char *c = strstr(text, "ended ");
+    ASSERT_NOT_NULL(c);
+    ASSERT_EQ(sscanf(c, "ended %llu ms", &ms), 1);
+    /* 50 ms of work; 10 s when the _exit() path waits in vain. */
+    ASSERT_LT(ms, 5000);
+    if (pl_count_prefix(g_dir, "f.pb.gz.") == 0)
+        ASSERT_CONTAINS(text, "the dynamic loader");
+    free(text);
+}
+
 /* The program's exit status comes through, and so does death by signal. */
 static void test_exit_status(void)
 {
@@ -804,6 +829,7 @@ int main(int argc, char **argv)
         {"fork_exec", test_fork_exec},
         {"fork_stop", test_fork_stop},
         {"fork_from_thread", test_fork_from_thread},
+        {"fork_in_loader", test_fork_in_loader},
         {"exit_status", test_exit_status},
         {"sigint", test_sigint},
         {"sigterm_forwarded", test_sigterm_forwarded},
