@@ -226,9 +226,13 @@ static void test_short(void)
     /* Under TSan, a profile written from _exit() runs after TSan's own
      * _exit interceptor has finalized it (a SIGSEGV in its allocator), and
      * a fork child's profiler starts its thread inside TSan's fork
-     * interceptor, which hangs (tests/soak/README.md, issue 14). */
-    tu_skip_under_tsan("TSan: profiles written from _exit() and fork children "
-                       "(tests/soak/README.md, findings 1 and 2)");
+     * interceptor, which hangs (tests/soak/README.md, findings 1 and 2):
+     * everything but fork, once. */
+    if (tu_tsan_build()) {
+        printf("TSan: the soak without its fork part (tests/soak/README.md)\n");
+        run_soak(8, "threads,dlopen,fibers,recurse");
+        return;
+    }
     run_soak(6, "threads,fork,fibers,recurse");
     run_soak(6, "threads,dlopen,fibers,recurse");
 }
