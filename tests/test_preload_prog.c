@@ -253,14 +253,17 @@ static atomic_int g_in_loader, g_forked;
 
 /* Runs with the loader's dl_load_write_lock held (glibc holds it around
  * dl_iterate_phdr's callbacks, as dlopen and dlclose do around their
- * changes), until the main thread has forked. */
+ * changes), until the main thread has forked, or 0.5 s at most: the
+ * profiler's sampling thread may enter the loader meanwhile, holding the
+ * sampler lock that fork() waits for, and dlopen() too holds the lock only
+ * briefly. */
 static int hold_loader_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)info;
     (void)size;
     (void)data;
     atomic_store(&g_in_loader, 1);
-    while (!atomic_load(&g_forked))
+    for (int i = 0; i < 500 && !atomic_load(&g_forked); i++)
         usleep(1000);
     return 1;
 }
