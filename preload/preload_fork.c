@@ -3,13 +3,9 @@
  * forks, a new one started with the child's own files. */
 #include "preload/preload_process.h"
 
-#include <limits.h>
 #include <link.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,7 +58,7 @@ static void *loader_probe(void *arg)
     (void)arg;
     dl_iterate_phdr(loader_probe_cb, NULL);
     atomic_store(&g_loader_answer, 1);
-    syscall(SYS_futex, &g_loader_answer, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    snapprof__preload_futex_wake(&g_loader_answer);
     return NULL;
 }
 
@@ -71,32 +67,20 @@ static void *loader_probe(void *arg)
 static int loader_usable(void)
 {
     atomic_store(&g_loader_answer, 0);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t th;
-    int rc = snapprof__real_pthread_create(&th, NULL, loader_probe, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
+    if (snapprof__preload_start_quiet_thread(&th, NULL, loader_probe) != 0)
         return 1; /* cannot tell: as before */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        if (atomic_load(&g_loader_answer)) {
-            pthread_join(th, NULL);
-            return 1;
+    uint64_t deadline = snapprof__monotonic_ns() + LOADER_PROBE_NS;
+    while (!atomic_load(&g_loader_answer)) {
+        uint64_t now = snapprof__monotonic_ns();
+        if (now >= deadline) {
+            pthread_detach(th);
+            return 0;
         }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t waited =
-            (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec);
-        if (waited >= LOADER_PROBE_NS)
-            break;
-        uint64_t left = LOADER_PROBE_NS - waited;
-        struct timespec ts = {0, (long)left};
-        syscall(SYS_futex, &g_loader_answer, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+        snapprof__preload_futex_wait(&g_loader_answer, 0, deadline - now);
     }
-    pthread_detach(th);
-    return 0;
+    pthread_join(th, NULL);
+    return 1;
 }
 #endif
 

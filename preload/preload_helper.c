@@ -21,13 +21,12 @@ static atomic_int g_finish_signal;
 static atomic_int g_helper_running;
 static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
 
-static void futex_wake(atomic_uint *word)
+void snapprof__preload_futex_wake(atomic_uint *word)
 {
     syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits while *word == expected, at most timeout_ns (0: no limit). */
-static void futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns)
+void snapprof__preload_futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns)
 {
     struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, timeout_ns ? &ts : NULL, NULL, 0);
@@ -66,7 +65,7 @@ static void *helper_main(void *arg)
             snapprof__preload_stop(signo > 0 ? snapprof__signal_name(signo, name, sizeof name)
                                              : "_exit");
             atomic_store(&g_finish_done, 1);
-            futex_wake(&g_finish_done);
+            snapprof__preload_futex_wake(&g_finish_done);
             continue;
         }
         uint64_t deadline = atomic_load(&g_deadline), now = snapprof__monotonic_ns();
@@ -85,9 +84,26 @@ static void *helper_main(void *arg)
             if (!wake || next_rescan < wake)
                 wake = next_rescan;
         }
-        futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
+        snapprof__preload_futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
     }
     return NULL;
+}
+
+int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *attr,
+                                         void *(*fn)(void *))
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* Through the sanitizer's interceptor, which must know every thread
+     * that runs instrumented code. */
+    int rc = pthread_create(th, attr, fn, NULL);
+#else
+    int rc = snapprof__real_pthread_create(th, attr, fn, NULL);
+#endif
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 /* Starts the helper once per process; it blocks every signal, so it is
@@ -96,23 +112,13 @@ static void ensure_helper(void)
 {
     if (atomic_load(&g_helper_running))
         return;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256u << 10);
     pthread_t th;
-#if defined(SNAPPROF_SANITIZER_BUILD)
-    /* Through the sanitizer's interceptor, which must know every thread
-     * that runs instrumented code. */
-    int rc = pthread_create(&th, &attr, helper_main, NULL);
-#else
-    int rc = snapprof__real_pthread_create(&th, &attr, helper_main, NULL);
-#endif
+    int rc = snapprof__preload_start_quiet_thread(&th, &attr, helper_main);
     pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         atomic_store(&g_helper_running, 1);
     } else {
@@ -128,7 +134,7 @@ void snapprof__preload_helper_arm(uint64_t deadline)
     atomic_store(&g_deadline, deadline);
     if (deadline || atomic_load(&g_rescan_due)) {
         atomic_fetch_or(&g_cmd, CMD_WAKE);
-        futex_wake(&g_cmd);
+        snapprof__preload_futex_wake(&g_cmd);
     }
 }
 
@@ -163,13 +169,13 @@ void snapprof__preload_finish_on_signal(int signo)
     int expected = 0;
     atomic_compare_exchange_strong(&g_finish_signal, &expected, signo > 0 ? signo : -1);
     atomic_fetch_or(&g_cmd, CMD_FINISH);
-    futex_wake(&g_cmd);
+    snapprof__preload_futex_wake(&g_cmd);
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (!atomic_load(&g_finish_done)) {
         clock_gettime(CLOCK_MONOTONIC, &t);
         if (t.tv_sec - t0.tv_sec >= 10)
             break; /* a thread this signal stopped holds what the writer needs */
-        futex_wait(&g_finish_done, 0, 100000000u);
+        snapprof__preload_futex_wait(&g_finish_done, 0, 100000000u);
     }
 }

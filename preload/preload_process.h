@@ -100,6 +100,16 @@ void snapprof__preload_helper_arm(uint64_t deadline);
 /* At stop: no deadline. */
 void snapprof__preload_helper_disarm(void);
 /* In the child of any fork(): the helper thread did not come along. */
+/* Starts fn on a new thread with every signal blocked (so it is never a
+ * sampling target and never runs the program's handlers), not through
+ * our own pthread_create (it is not registered). Returns 0 or an errno
+ * value. */
+int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *attr,
+                                         void *(*fn)(void *));
+/* Futex wake-all on word, and a wait while *word == expected, at most
+ * timeout_ns (0: no limit). */
+void snapprof__preload_futex_wake(atomic_uint *word);
+void snapprof__preload_futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
 void snapprof__preload_helper_gone(void);
 /* In the child of our fork() wrapper: the helper is gone and has no
  * command and no deadline. */
