@@ -1387,15 +1387,15 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     return 1;
 }
 
-/* Wall mode with a perf trigger: whether t, found blocked at an earlier
- * tick, has not been scheduled in since (seq: its arm's schedule sequence
- * now). Then it is still in the same wait with the same stack, and neither
- * its CPU clock nor /proc need be read. It cannot have exited either: a
- * thread runs to exit. Lock held. */
+/* Wall mode with a perf trigger: whether t, found blocked (and sampled) at
+ * an earlier tick, which is what blocked_seq_valid says, has not been
+ * scheduled in since (seq: its arm's schedule sequence now). Then it is
+ * still in the same wait with the same stack, and neither its CPU clock
+ * nor /proc need be read. It cannot have exited either: a thread runs to
+ * exit. Lock held. */
 static int still_blocked(const snapprof__target_t *t, uint32_t seq)
 {
-    return t->blocked_seq_valid && t->wall_state == WALL_STATE_BLOCKED && t->sampled &&
-           seq == t->blocked_seq && !atomic_load(&t->thread->exited);
+    return t->blocked_seq_valid && seq == t->blocked_seq;
 }
 
 /* Wall mode with a CPU-clock trigger (wall_by_triggers): t's trigger
