@@ -133,23 +133,33 @@ void snapprof__preload_fork_child(void)
     memset(&g, 0, sizeof g);
     if (!was_running || !cfg.follow_fork)
         return;
-    char why[256];
     if (snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
         return;
-        /* Not in the sanitizer builds: there the probe thread's stack, reused
-         * by the helper thread after it, once made ASan fail a CHECK in a fork
-         * child of the soak (CI, 2026-11-26); unexplained, so left out. */
-#if !defined(SNAPPROF_SANITIZER_BUILD)
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* Not in a sanitizer build. Debian 12's sanitizer runtimes cannot start
+     * a profiler in the child of a multi-threaded fork(): TSan cannot start
+     * threads there (the child hangs in its fork interceptor), and ASan does
+     * not hold its allocator's locks across fork(), so the child's first
+     * malloc() of a size class whose lock a parent thread held blocks for
+     * good (gdb on a soak child: the sampling and helper threads in
+     * SizeClassAllocator64::GetFromAllocator, and _exit() waiting 10 s for
+     * a profile). A plain build profiles the child; an exec() from it is
+     * profiled in both. */
+    snapprof__preload_warn("not profiling child %d: a sanitizer build cannot start a profiler "
+                           "in the child of a multi-threaded fork()",
+                           (int)getpid());
+#else
     if (!loader_usable()) {
         snapprof__preload_warn("not profiling child %d: it was forked while another thread held "
                                "the dynamic loader's lock, which stays held in the child",
                                (int)getpid());
         return;
     }
-#endif
+    char why[256];
     lock();
     int rc = snapprof__preload_start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
     unlock();
     if (rc != 0)
         snapprof__preload_warn("not profiling child %d: %s", (int)getpid(), why);
+#endif
 }
