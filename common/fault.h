@@ -1,0 +1,56 @@
+/* Fault injection, a test seam: makes chosen system calls fail as if the
+ * kernel had refused them, at random points, so that tests can check that
+ * each failure takes the path a real errno would (the program goes on, the
+ * failure is counted, nothing already collected is lost). Internal.
+ *
+ * Configured by tests with snapprof__fault_set(), or, for programs run
+ * under the preload library or `snapprof record`, by the test-only
+ * environment variable SNAPPROF_TEST_FAULTS, read once when the library is
+ * loaded:
+ *
+ *   SNAPPROF_TEST_FAULTS="perf_event_open=4,open=10,write=1;seed=7"
+ *
+ * fails about one call in 4 to perf_event_open, one in 10 to open and
+ * every write of a profile; the seed picks which ones (the same seed and
+ * the same calls: the same failures). Site names: perf_event_open,
+ * timer_create, mmap, open, rt_tgsigqueueinfo, write, and all. A value
+ * that does not parse costs one line on stderr and is ignored whole.
+ * Unset (the default), every call site costs one relaxed atomic load. */
+#ifndef SNAPPROF_COMMON_FAULT_H
+#define SNAPPROF_COMMON_FAULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum snapprof__fault_site {
+    SNAPPROF__FAULT_PERF_EVENT_OPEN = 0, /* a trigger's perf event (EMFILE) */
+    SNAPPROF__FAULT_TIMER_CREATE,        /* a trigger's CPU-time timer (EAGAIN) */
+    SNAPPROF__FAULT_MMAP,                /* the library's own mappings (ENOMEM) */
+    SNAPPROF__FAULT_OPEN,                /* /proc reads, profile files (EMFILE) */
+    SNAPPROF__FAULT_SIGQUEUE,            /* the handshake's rt_tgsigqueueinfo (EAGAIN) */
+    SNAPPROF__FAULT_WRITE,               /* writing a profile (ENOSPC) */
+    SNAPPROF__FAULT_SITE_COUNT
+} snapprof__fault_site_t;
+
+/* Nonzero when this call at site should fail (the caller then sets errno
+ * as the kernel would and takes its failure path). Async-signal-safe and
+ * thread-safe: relaxed atomics only, no lock, no allocation. */
+int snapprof__fault(snapprof__fault_site_t site);
+
+/* Makes about one call in one_in_n at site fail (1: every call, 0: none),
+ * which ones chosen by seed. Not for use while another thread configures
+ * the same site. */
+void snapprof__fault_set(snapprof__fault_site_t site, uint32_t one_in_n, uint64_t seed);
+
+/* Clears every site. */
+void snapprof__fault_clear(void);
+
+/* Failures injected at site since the process started (the tests compare
+ * them with the counters the user sees). */
+uint64_t snapprof__fault_injected(snapprof__fault_site_t site);
+
+/* Parses a SNAPPROF_TEST_FAULTS value and applies it. Returns 0, or -1
+ * with a one-line reason in why (nothing applied). */
+int snapprof__fault_parse(const char *spec, char *why, size_t why_size);
+
+#endif
