@@ -2,6 +2,8 @@
  * dispatch of a trigger's signal to its arm, and what fork does to them. */
 #include "trigger/trigger.h"
 
+#include "common/fault.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -23,7 +25,6 @@
 #define TIMER_TAG 0x534e5054u /* "SNPT" */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* Both tables are mapped once and never unmapped, so the handler can read
  * them whatever the sampling side is doing. */
 static snapprof__arm_t *_Atomic g_arms;
@@ -86,10 +87,15 @@ static void fork_child(void)
     }
 }
 
-static void init_once(void)
+/* Maps the tables, once they can be: a refused mmap is tried again at the
+ * next arm (it used to be a pthread_once, and one refusal left the whole
+ * process without CPU-clock triggers for good). Lock held. */
+static void init_tables(void)
 {
-    void *arms = mmap(NULL, ARM_MAX * sizeof(snapprof__arm_t), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *arms = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                     ? MAP_FAILED
+                     : mmap(NULL, ARM_MAX * sizeof(snapprof__arm_t), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *fds = mmap(NULL, FD_MAX * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (arms == MAP_FAILED || fds == MAP_FAILED) {
@@ -195,7 +201,12 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
                           snapprof__capture_target_t *target, int signo, uint64_t period_ns,
                           unsigned flags, snapprof__arm_t **out)
 {
-    pthread_once(&g_once, init_once);
+    if (!atomic_load(&g_arms)) {
+        pthread_mutex_lock(&g_lock);
+        if (!atomic_load(&g_arms))
+            init_tables();
+        pthread_mutex_unlock(&g_lock);
+    }
     snapprof__arm_t *arms = atomic_load(&g_arms);
     _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
     if (!arms || !fds)
