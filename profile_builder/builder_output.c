@@ -3,6 +3,8 @@
  * rename) when the profile is written. */
 #include "profile_builder_internal.h"
 
+#include "common/fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -70,7 +72,13 @@ int snapprof__output_write_all(int fd, const void *data, size_t len)
 {
     const unsigned char *p = data;
     while (len > 0) {
-        ssize_t n = write(fd, p, len);
+        ssize_t n;
+        if (snapprof__fault(SNAPPROF__FAULT_WRITE)) {
+            errno = ENOSPC;
+            n = -1;
+        } else {
+            n = write(fd, p, len);
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -94,7 +102,11 @@ int snapprof__output_open_temp(const snapprof__output_t *o, char **tmp)
     memcpy(t, o->dir, dir_len);
     memcpy(t + dir_len, tmpl, sizeof tmpl);
     /* mkostemp opens with O_CREAT | O_EXCL and mode 0600. */
-    int fd = mkostemp(t, O_CLOEXEC);
+    int fd = -1;
+    if (snapprof__fault(SNAPPROF__FAULT_OPEN))
+        errno = EMFILE;
+    else
+        fd = mkostemp(t, O_CLOEXEC);
     if (fd < 0) {
         int err = -errno;
         free(t);

@@ -402,7 +402,7 @@ void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t s
         {"samples_dropped", st->samples_dropped}, {"trigger_blocked", st->trigger_blocked},
         {"truncated_copy", st->truncated_copy},   {"truncated_depth", st->truncated_depth},
         {"unwind_aborted", st->unwind_aborted},   {"events_dropped", st->events_dropped},
-        {"events_lost", st->events_lost},
+        {"events_lost", st->events_lost},         {"mmap_failed", st->mmap_failed},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (parts[i].value != 0)

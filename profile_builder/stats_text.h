@@ -82,7 +82,9 @@
     XX(INT, wall_proc_errno)                                                                       \
     XX(U64, cfi_tables)                                                                            \
     XX(U64, cfi_table_bytes)                                                                       \
-    XX(U64, cfi_table_build_ns)
+    XX(U64, cfi_table_build_ns)                                                                    \
+    XX(TRIGGERS, trigger_refused)                                                                  \
+    XX(U64, mmap_failed)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

@@ -3,6 +3,7 @@
 #include "sampling_thread/profiler_internal.h"
 #include "sampling_thread/profiler_defaults.h"
 
+#include "common/fault.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "stack_copier/stack_copier.h"
@@ -202,8 +203,10 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     p->buffer_size = (known.stack_buffer_size + 4095u) & ~(size_t)4095u;
     p->frames = calloc(known.max_frames, sizeof *p->frames);
     p->labels = calloc(1, sizeof *p->labels);
-    p->buffer = mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p->buffer = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                    ? MAP_FAILED
+                    : mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p->buffer == MAP_FAILED)
         p->buffer = NULL;
     if (!p->frames || !p->labels || !p->buffer) {
@@ -465,12 +468,16 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         rc = snapprof__capture_pool_init(&p->pool, slots, slot_bytes,
                                          sizeof(snapprof__label_capture_t),
                                          snapprof__sampler_kick_word());
-        if (rc != 0) {
-            snapprof__sampler_unlock();
-            goto undo;
+        if (rc == 0) {
+            p->pool.delegate = &p->delegate;
+            p->pool_ready = 1;
+        } else {
+            /* No memory for the slots: every thread gets the handshake
+             * (arm_target), which copies into p->buffer, rather than no
+             * profile at all. */
+            p->stats.mmap_failed++;
+            rc = 0;
         }
-        p->pool.delegate = &p->delegate;
-        p->pool_ready = 1;
     }
     /* Before any target is armed: its failure has nothing to undo here. */
     rc = snapprof__event_reader_open(&p->events);
@@ -501,6 +508,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         drain(p);
         p->handshake_count = 0;
         memset(p->stats.threads_by_trigger, 0, sizeof p->stats.threads_by_trigger);
+        memset(p->stats.trigger_refused, 0, sizeof p->stats.trigger_refused);
         p->stats.trigger_fallback_from = 0;
         p->stats.trigger_fallback_errno = 0;
     }
@@ -715,6 +723,9 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
                                            p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
+                if ((flags & SNAPPROF__ARM_SCHED_SEQ) && k == SNAPPROF_TRIGGER_PERF_EVENT &&
+                    snapprof__trigger_sched_seq(t->arm, &(uint32_t){0}) != 0)
+                    p->stats.mmap_failed++; /* its clock is read instead */
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
                 t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
@@ -725,6 +736,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                 return;
             }
             note_fallback(p, k, rc);
+            p->stats.trigger_refused[k]++;
         }
     }
     p->handshake_count++;
@@ -1218,9 +1230,10 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
         qsort(full, n, sizeof full[0], by_time);
         /* Before the unwinding: the handler may need the new buffer while
          * the sampling thread unwinds a deep stack. */
-        snapprof__capture_pool_grow(pool, p->params.stack_buffer_size,
-                                    p->params.capture_memory_max -
-                                        pool->slot_count * pool->slot_bytes);
+        if (snapprof__capture_pool_grow(pool, p->params.stack_buffer_size,
+                                        p->params.capture_memory_max -
+                                            pool->slot_count * pool->slot_bytes) < 0)
+            p->stats.mmap_failed++; /* deep stacks stay truncated for now */
         p->draining = 1;
         for (size_t i = 0; i < n; i++) {
             if (give_way && i > 0 && snapprof__sampler_api_waiting()) {

@@ -4,6 +4,8 @@
 
 #include "stack_copier/registers_x86_64.h"
 
+#include "common/fault.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -359,6 +361,10 @@ static int send_request(const snapprof__copy_request_t *req, uint32_t seq)
     info.si_pid = g_pid;
     info.si_uid = g_uid;
     info.si_value.sival_ptr = (void *)(((uintptr_t)PAYLOAD_TAG << 32) | seq);
+    if (snapprof__fault(SNAPPROF__FAULT_SIGQUEUE)) {
+        errno = EAGAIN; /* as when RLIMIT_SIGPENDING is reached */
+        return -1;
+    }
     return (int)syscall(SYS_rt_tgsigqueueinfo, g_pid, req->thread->tid, req->signo, &info);
 }
 

@@ -4,6 +4,7 @@
 #include "stack_copier/stack_copier_slots.h"
 
 #include "common/clock.h"
+#include "common/fault.h"
 #include "stack_copier/registers_x86_64.h"
 
 #include <errno.h>
@@ -33,8 +34,10 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
     pool->slot_count = slot_count;
     pool->slot_bytes = page_round(slot_bytes);
     pool->slots = calloc(slot_count, sizeof *pool->slots);
-    pool->memory = mmap(NULL, slot_count * pool->slot_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    pool->memory = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                       ? MAP_FAILED
+                       : mmap(NULL, slot_count * pool->slot_bytes, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool->memory == MAP_FAILED)
         pool->memory = NULL;
     /* Each area starts on a 64-byte boundary: any type the delegate keeps
@@ -243,9 +246,13 @@ int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes
             continue;
         int grew = 0;
         if (l->size < wanted && pool->large_bytes - l->size + size <= budget) {
-            uint8_t *buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (buf != MAP_FAILED) {
+            uint8_t *buf = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                               ? MAP_FAILED
+                               : mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (buf == MAP_FAILED) {
+                grew = -ENOMEM;
+            } else {
                 if (l->buf)
                     munmap(l->buf, l->size);
                 pool->large_bytes = pool->large_bytes - l->size + size;
@@ -256,7 +263,7 @@ int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes
         }
         atomic_store_explicit(&l->busy, 0, memory_order_release);
         if (grew)
-            return 1;
+            return grew;
     }
     return 0;
 }

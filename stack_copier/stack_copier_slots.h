@@ -108,7 +108,8 @@ void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__ca
 /* After truncated captures: adds a large buffer that fits the deepest one
  * (at most max_bytes), or replaces a free one too small for it, while all
  * large buffers together stay within budget bytes. Returns 1 if it added
- * or replaced one. Sampling side. */
+ * or replaced one, -ENOMEM when the mapping was refused (the truncated
+ * captures that asked ask again). Sampling side. */
 int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes, size_t budget);
 
 #endif

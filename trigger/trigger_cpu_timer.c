@@ -7,6 +7,8 @@
  * over one period, so threads that start together do not fire together. */
 #include "trigger/trigger.h"
 
+#include "common/fault.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -29,6 +31,8 @@ static int timer_create_arm(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     sev.sigev_signo = signo;
     sev.sigev_value.sival_ptr = (void *)(uintptr_t)snapprof__trigger_timer_payload(arm);
     sev._sigev_un._tid = arm->target->tid;
+    if (snapprof__fault(SNAPPROF__FAULT_TIMER_CREATE))
+        return -EAGAIN; /* as the kernel says when timers run out */
     if (timer_create(thread_clock(arm->target->tid), &sev, &arm->timer) != 0)
         return -errno;
     arm->has_timer = 1;

@@ -11,6 +11,8 @@
  * did not name stayed stopped for good.) */
 #include "trigger/trigger.h"
 
+#include "common/fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -52,7 +54,13 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     attr.exclude_hv = 1;
     attr.wakeup_events = 1;
     pid_t tid = arm->target->tid;
-    int fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    int fd;
+    if (snapprof__fault(SNAPPROF__FAULT_PERF_EVENT_OPEN)) {
+        errno = EMFILE;
+        fd = -1;
+    } else {
+        fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    }
     if (fd < 0)
         return -errno;
     fd = move_high(fd);
@@ -70,7 +78,9 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
          * but the lock word, and an overflow record that finds no room is
          * only counted as lost by the kernel). Without it the caller reads
          * the thread's clock instead. */
-        void *page = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
+        void *page = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                         ? MAP_FAILED
+                         : mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
         if (page != MAP_FAILED)
             arm->page = page;
     }

@@ -355,6 +355,15 @@ typedef struct snapprof_stats {
     uint64_t cfi_tables;
     uint64_t cfi_table_bytes;
     uint64_t cfi_table_build_ns;
+    /* System calls refused where the profile went on without them. Each
+     * refusal of a CPU-clock trigger, by the trigger refused (its
+     * perf_event_open or timer_create, or their set-up): the thread then
+     * got the next one, as threads_by_trigger says. And memory mappings
+     * refused: the capture slots (every thread then gets the handshake), a
+     * large buffer for deep stacks (their copies stay truncated meanwhile),
+     * a perf event's page (wall mode reads the thread's clock instead). */
+    uint64_t trigger_refused[SNAPPROF_TRIGGER_COUNT];
+    uint64_t mmap_failed;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
