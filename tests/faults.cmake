@@ -1,0 +1,3 @@
+# Fault injection (common/fault.h): each system call the profiler depends on
+# failing, always and at random, while threads come and go.
+snapprof_add_test_cases(EXE faults SOURCES test_faults.c test_profile_builder_util.c TIMEOUT 600)
