@@ -330,6 +330,47 @@ static void test_mmap_always(void)
     run_free(&r);
 }
 
+static int some_handshake(const snapprof_stats_t *st, uint64_t n)
+{
+    return st->threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] >= n;
+}
+
+static int some_armed(const snapprof_stats_t *st, uint64_t n)
+{
+    return st->threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] +
+               st->threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] >=
+           n;
+}
+
+/* The process's table of trigger arms, mapped at the first arm, refused:
+ * those threads get the handshake, and the next arm maps it after all
+ * (it was mapped once or never: one ENOMEM left the process without
+ * CPU-clock triggers for good). Its own process: nothing armed before. */
+static void test_arm_table_mmap_retried(void)
+{
+    run_t r;
+    run_create(&r, "fault-armtable", SNAPPROF_TRIGGER_AUTO);
+    ASSERT_OK(snapprof_profiler_start(r.p)); /* the slots are mapped here */
+    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_MMAP);
+    snapprof__fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
+    churn_start(&r.churn, r.p);
+    snapprof_stats_t st;
+    wait_stats(r.p, some_handshake, 2, &st);
+    snapprof__fault_clear();
+    wait_stats(r.p, some_armed, 4, &st);
+    wait_stats(r.p, enough_samples, 100, &st);
+    run_stop_ok(&r, &st);
+    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_MMAP) - before;
+    print_stats("arm table refused, then not", &st);
+    ASSERT_GT(injected, 0);
+    ASSERT_UEQ(st.trigger_refused[SNAPPROF_TRIGGER_PERF_EVENT] +
+                   st.trigger_refused[SNAPPROF_TRIGGER_CPU_TIMER],
+               injected);
+    ASSERT_EQ(st.trigger_fallback_errno, ENOMEM);
+    check_profile(&r);
+    run_free(&r);
+}
+
 /* The handshake's signal refused (EAGAIN, as when RLIMIT_SIGPENDING is
  * reached): each request is a counted send failure and the thread stays
  * profiled; once signals go again, its samples come. */
@@ -344,8 +385,10 @@ static void test_rt_tgsigqueueinfo_always(void)
     snapprof_stats_t st;
     wait_stats(r.p, enough_send_failures, 50, &st);
     snapprof__fault_clear();
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_SIGQUEUE) - before;
+    /* A tick sends under the sampler's lock: once get_stats has it, every
+     * refusal so far is counted. */
     ASSERT_OK(snapprof_profiler_get_stats(r.p, &st));
+    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_SIGQUEUE) - before;
     print_stats("rt_tgsigqueueinfo=1", &st);
     ASSERT_UEQ(st.failed[SNAPPROF_FAIL_SEND], injected);
     ASSERT_UEQ(st.samples_signalled, 0);
@@ -506,6 +549,7 @@ int main(int argc, char **argv)
         {"timer_create_always", test_timer_create_always},
         {"mmap_always", test_mmap_always},
         {"open_always", test_open_always},
+        {"arm_table_mmap_retried", test_arm_table_mmap_retried},
         {"rt_tgsigqueueinfo_always", test_rt_tgsigqueueinfo_always},
         {"write_always", test_write_always},
         {"all_one_in_3", test_all_one_in_3},

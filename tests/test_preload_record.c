@@ -404,6 +404,49 @@ static void test_output_fallback(void)
     free(text);
 }
 
+/* The test-only fault seam (common/fault.h) through SNAPPROF_TEST_FAULTS:
+ * triggers, mappings and signals refused at random, the program's threads
+ * are still profiled and its exit status is its own; a value that does not
+ * parse costs a line on stderr and nothing else; a profile that can never
+ * be written is said so, and the program still exits as it would. */
+static void test_faults_env(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-faults");
+    const char *out = path_in("f.pb.gz");
+    int st;
+    char *text =
+        pl_run(&st,
+               "cd %s && SNAPPROF_TEST_FAULTS='perf_event_open=2,timer_create=2,mmap=3,"
+               "rt_tgsigqueueinfo=3;seed=5' %s record -F 1000 -o f.pb.gz -- %s threads 300",
+               g_dir, CLI, PROG);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "profile written to ");
+    pl_require_fn(out, "", "hot_worker_one", 1);
+    pl_require_fn(out, "", "hot_main_thread", 1);
+    free(text);
+    unlink(out);
+
+    text = pl_run(
+        &st, "cd %s && SNAPPROF_TEST_FAULTS='open=2,bogus=1' %s record -o f.pb.gz -- %s exit 3",
+        g_dir, CLI, PROG);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 3);
+    ASSERT_CONTAINS(text, "snapprof: SNAPPROF_TEST_FAULTS ignored: unknown site \"bogus\"");
+    ASSERT_CONTAINS(text, "profile written to ");
+    free(text);
+    unlink(out);
+
+    text = pl_run(&st, "cd %s && SNAPPROF_TEST_FAULTS=write=1 %s record -o f.pb.gz -- %s exit 3",
+                  g_dir, CLI, PROG);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 3);
+    ASSERT_CONTAINS(text, "No space left on device");
+    ASSERT(!pl_exists(out));
+    free(text);
+}
+
 /* --duration: sampling stops, the program runs on to its end. */
 static void test_duration(void)
 {
@@ -838,6 +881,7 @@ int main(int argc, char **argv)
         {"sigterm_forwarded", test_sigterm_forwarded},
         {"sigterm_program_handler", test_sigterm_program_handler},
         {"output_fallback", test_output_fallback},
+        {"faults_env", test_faults_env},
         {"duration", test_duration},
         {"wall", test_wall},
         {"wall_proc", test_wall_proc},
