@@ -309,6 +309,19 @@ static void test_stats_size(void)
     for (size_t i = SNAPPROF_STATS_SIZE_MIN; i < sizeof buf; i++)
         ASSERT_EQ(buf[i], 0xab);
 
+    /* A caller built against 0.4.0, whose struct ended at
+     * cfi_table_build_ns (0.5.0 added trigger_refused and mmap_failed),
+     * gets its own counters and nothing past them. */
+    ASSERT_UEQ(SNAPPROF_STATS_SIZE_MIN, offsetof(snapprof_stats_t, trigger_refused));
+    memset(buf, 0xab, sizeof buf);
+    ASSERT_OK(snapprof_profiler_get_stats_sized(p, (snapprof_stats_t *)buf,
+                                                offsetof(snapprof_stats_t, trigger_refused)));
+    memcpy(&head, buf, sizeof head);
+    ASSERT_UEQ(head.size, offsetof(snapprof_stats_t, trigger_refused));
+    ASSERT_UEQ(head.cfi_table_build_ns, 0);
+    for (size_t i = offsetof(snapprof_stats_t, trigger_refused); i < sizeof buf; i++)
+        ASSERT_EQ(buf[i], 0xab);
+
     /* A newer header's larger struct. */
     struct {
         snapprof_stats_t known;

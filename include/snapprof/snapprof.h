@@ -54,7 +54,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 4
+#define SNAPPROF_VERSION_MINOR 5
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes, one table: XX(name, value, description).
