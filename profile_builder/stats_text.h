@@ -84,7 +84,8 @@
     XX(U64, cfi_table_bytes)                                                                       \
     XX(U64, cfi_table_build_ns)                                                                    \
     XX(TRIGGERS, trigger_refused)                                                                  \
-    XX(U64, mmap_failed)
+    XX(U64, mmap_failed)                                                                           \
+    XX(U64, wall_proc_transient)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

@@ -1347,10 +1347,15 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         return 1;
     }
     if (rc < 0) {
-        /* /proc cannot say (not mounted, or refused): said once in the
-         * stats. A sleeping thread keeps its last stack rather than be
-         * woken by a signal; a running one is signalled. */
-        p->stats.wall_proc_errno = -rc;
+        /* /proc cannot say. Short of descriptors or memory (the program's
+         * own files took them): this tick only, counted. Otherwise (not
+         * mounted, or refused) for good: said once in the stats. Either
+         * way a sleeping thread keeps its last stack rather than be woken
+         * by a signal; a running one is signalled. */
+        if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
+            p->stats.wall_proc_transient++;
+        else
+            p->stats.wall_proc_errno = -rc;
         if (thread_running(th->tid))
             return 0;
         deliver_previous(p, t, now);

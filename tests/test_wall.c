@@ -647,6 +647,46 @@ static void test_proc_refused(void)
     tu_collector_free(&c);
 }
 
+/* /proc short of descriptors for a while (EMFILE: the program's own files
+ * took them all) is not /proc refused: those ticks are counted, sleepers
+ * are not signalled, and once descriptors are back blocked threads are
+ * read through /proc again. Before this test, one EMFILE switched /proc
+ * off for the rest of the profile. */
+static void test_proc_transient(void)
+{
+    sleeper_t s[2];
+    memset(s, 0, sizeof s);
+    start(&s[0], NANOSLEEP);
+    start(&s[1], BUSY);
+    usleep(20000);
+    snapprof__proc_fail_for_test(EMFILE);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 50);
+    snapprof_stats_t mid;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
+    snapprof__proc_fail_for_test(0);
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("transient %llu, errno %d, blocked %llu then %llu, early %d\n",
+           (unsigned long long)c.stats.wall_proc_transient, c.stats.wall_proc_errno,
+           (unsigned long long)mid.samples_blocked, (unsigned long long)c.stats.samples_blocked,
+           atomic_load(&s[0].early));
+    ASSERT_EQ(c.stats.wall_proc_errno, 0);
+    ASSERT_GT(c.stats.wall_proc_transient, 0);
+    ASSERT_UEQ(mid.samples_blocked, 0);
+    /* The sleeper had no stack yet: the first tick that can read /proc
+     * copies it (then reuses it until it wakes, every 50 ms). */
+    ASSERT_GT(c.stats.samples_blocked, 0);
+    /* As in proc_refused: asleep it is never signalled. */
+    ASSERT_LE(atomic_load(&s[0].early), 2);
+    snapprof_profiler_destroy(p);
+    stop(&s[0]);
+    stop(&s[1]);
+    tu_collector_free(&c);
+}
+
 /* A thread found blocked that wakes, runs for less than the idle threshold
  * (100 us) and blocks again somewhere else has run: its CPU clock moved,
  * so its old stack is no longer where it waits. Wall mode must look again,
@@ -759,6 +799,7 @@ int main(int argc, char **argv)
         {"woken_during_copy_perf", test_woken_during_copy_perf},
         {"capture_older_than_wait", test_capture_older_than_wait},
         {"proc_refused", test_proc_refused},
+        {"proc_transient", test_proc_transient},
         {"moved_wait", test_moved_wait},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

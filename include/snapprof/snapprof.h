@@ -364,6 +364,12 @@ typedef struct snapprof_stats {
      * a perf event's page (wall mode reads the thread's clock instead). */
     uint64_t trigger_refused[SNAPPROF_TRIGGER_COUNT];
     uint64_t mmap_failed;
+    /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: reads of a thread's
+     * /proc/self/task/TID/syscall that failed for want of a descriptor or
+     * memory (EMFILE, ENFILE, ENOMEM). That tick the thread is dealt with
+     * as when /proc cannot say; the next tick asks /proc again
+     * (wall_proc_errno stays 0). */
+    uint64_t wall_proc_transient;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
