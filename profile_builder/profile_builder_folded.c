@@ -9,9 +9,8 @@
 #include <string.h>
 
 typedef struct folded_builder {
-    snapprof__output_t out;
-    snapprof__stack_table_t *stacks;
-    uint64_t *counts; /* samples per stack id */
+    snapprof__stack_builder_t base; /* first: snapprof__stack_builder_create() fills it */
+    uint64_t *counts;               /* samples per stack id */
     size_t cap_counts;
 } folded_builder_t;
 
@@ -20,7 +19,7 @@ static int folded_on_sample(void *user_data, const snapprof_sample_t *sample)
     folded_builder_t *b = user_data;
     if (sample == NULL || (sample->frame_count != 0 && sample->frames == NULL))
         return -EINVAL;
-    int64_t id = snapprof__stack_table_add(b->stacks, sample->frames, sample->frame_count);
+    int64_t id = snapprof__stack_table_add(b->base.stacks, sample->frames, sample->frame_count);
     if (id < 0)
         return (int)id;
     if ((size_t)id >= b->cap_counts) {
@@ -86,10 +85,10 @@ static int folded_on_profile_completed(void *user_data, const snapprof_profile_i
 {
     folded_builder_t *b = user_data;
     (void)info;
-    int err = snapprof__stack_table_resolve(b->stacks);
+    int err = snapprof__stack_table_resolve(b->base.stacks);
     if (err != 0)
         return err;
-    size_t n_nodes = snapprof__stack_table_node_count(b->stacks);
+    size_t n_nodes = snapprof__stack_table_node_count(b->base.stacks);
     uint64_t *per_node = calloc(n_nodes, sizeof *per_node);
     uint32_t *path = malloc(n_nodes * sizeof *path);
     size_t n_lines = 0;
@@ -102,7 +101,7 @@ static int folded_on_profile_completed(void *user_data, const snapprof_profile_i
     }
     for (size_t id = 0; id < b->cap_counts; id++)
         if (b->counts[id] != 0)
-            per_node[snapprof__stack_table_leaf(b->stacks, (int64_t)id)] += b->counts[id];
+            per_node[snapprof__stack_table_leaf(b->base.stacks, (int64_t)id)] += b->counts[id];
     for (size_t node = 0; node < n_nodes; node++)
         n_lines += per_node[node] != 0;
     offsets = malloc((n_lines ? n_lines : 1) * sizeof *offsets);
@@ -118,13 +117,14 @@ static int folded_on_profile_completed(void *user_data, const snapprof_profile_i
         if (per_node[node] == 0)
             continue;
         size_t depth = 0;
-        for (uint32_t n = (uint32_t)node; n != 0; n = snapprof__stack_table_parent(b->stacks, n))
+        for (uint32_t n = (uint32_t)node; n != 0;
+             n = snapprof__stack_table_parent(b->base.stacks, n))
             path[depth++] = n;
         size_t start = text.len;
         if (depth == 0)
             err = put_name(&text, "[no frames]");
         for (size_t d = depth; err == 0 && d-- > 0;) {
-            err = put_name(&text, snapprof__stack_table_name(b->stacks, path[d]));
+            err = put_name(&text, snapprof__stack_table_name(b->base.stacks, path[d]));
             if (err == 0 && d > 0)
                 err = text_put(&text, ";", 1);
         }
@@ -148,7 +148,7 @@ static int folded_on_profile_completed(void *user_data, const snapprof_profile_i
             err = text_put(&file, "\n", 1);
     }
     if (err == 0)
-        err = snapprof__output_write(&b->out, file.p ? file.p : "", file.len);
+        err = snapprof__output_write(&b->base.out, file.p ? file.p : "", file.len);
     free(file.p);
 out:
     free(per_node);
@@ -164,8 +164,7 @@ static void folded_destroy(void *user_data)
     folded_builder_t *b = user_data;
     if (b == NULL)
         return;
-    snapprof__stack_table_destroy(b->stacks);
-    snapprof__output_free(&b->out);
+    snapprof__stack_builder_free(&b->base);
     free(b->counts);
     free(b);
 }
@@ -180,20 +179,5 @@ static const snapprof_builder_ops_t folded_ops = {
 
 int snapprof_folded_builder_create(const char *path, snapprof_builder_t **out)
 {
-    if (out == NULL)
-        return -EINVAL;
-    *out = NULL;
-    folded_builder_t *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return -ENOMEM;
-    int err = snapprof__output_resolve(path, &b->out);
-    if (err == 0)
-        err = snapprof__stack_table_create(&b->stacks);
-    if (err == 0)
-        err = snapprof_builder_create(&folded_ops, b, out);
-    if (err == 0)
-        (*out)->output = &b->out;
-    if (err != 0)
-        folded_destroy(b);
-    return err;
+    return snapprof__stack_builder_create(path, sizeof(folded_builder_t), &folded_ops, out);
 }

@@ -52,8 +52,7 @@ typedef struct trace_thread {
 } trace_thread_t;
 
 typedef struct trace_builder {
-    snapprof__output_t out;
-    snapprof__stack_table_t *stacks;
+    snapprof__stack_builder_t base; /* first: snapprof__stack_builder_create() fills it */
     trace_sample_t *samples;
     size_t n_samples, cap_samples;
     trace_thread_t *threads;
@@ -208,7 +207,7 @@ static int intern_labels(trace_builder_t *b, const snapprof_sample_t *s, int32_t
     }
     if (s->flags & SNAPPROF_SAMPLE_REUSED)
         puts_(&t, s->label_count ? ",\"reused\":true" : "\"reused\":true");
-    int64_t id = t.err ? t.err : snapprof__stack_table_intern(b->stacks, t.p ? t.p : "");
+    int64_t id = t.err ? t.err : snapprof__stack_table_intern(b->base.stacks, t.p ? t.p : "");
     free(t.p);
     if (id < 0)
         return (int)id;
@@ -229,7 +228,7 @@ static int note_thread(trace_builder_t *b, pid_t tid, const char *name)
         b->threads = n;
         b->cap_threads = cap;
     }
-    int64_t id = snapprof__stack_table_intern(b->stacks, name ? name : "");
+    int64_t id = snapprof__stack_table_intern(b->base.stacks, name ? name : "");
     if (id < 0)
         return (int)id;
     b->threads[b->n_threads++] = (trace_thread_t){tid, (uint32_t)id};
@@ -250,7 +249,7 @@ static int trace_on_sample(void *user_data, const snapprof_sample_t *s)
         b->samples = n;
         b->cap_samples = cap;
     }
-    int64_t stack = snapprof__stack_table_add(b->stacks, s->frames, s->frame_count);
+    int64_t stack = snapprof__stack_table_add(b->base.stacks, s->frames, s->frame_count);
     if (stack < 0)
         return (int)stack;
     int32_t labels;
@@ -296,7 +295,7 @@ static void slice(writer_t *w, pid_t tid, uint32_t node, uint64_t start_ns, uint
 {
     begin_event(w);
     puts_(w->t, "{\"ph\":\"X\",\"cat\":\"stack\",\"name\":");
-    put_str(w->t, snapprof__stack_table_name(w->b->stacks, node));
+    put_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
     printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, (int)tid);
     put_us(w->t, rel(w, start_ns));
     puts_(w->t, ",\"dur\":");
@@ -331,12 +330,12 @@ static void thread_slices(writer_t *w, trace_sample_t *const *s, size_t n, uint6
                 slice(w, s[i]->tid, open[depth_open], open_start[depth_open], prev_ns + period);
             }
         }
-        uint32_t leaf = snapprof__stack_table_leaf(w->b->stacks, s[i]->stack);
-        size_t depth = snapprof__stack_table_depth(w->b->stacks, leaf);
+        uint32_t leaf = snapprof__stack_table_leaf(w->b->base.stacks, s[i]->stack);
+        size_t depth = snapprof__stack_table_depth(w->b->base.stacks, leaf);
         uint32_t node = leaf;
         for (size_t d = depth; d-- > 0;) {
             path[d] = node;
-            node = snapprof__stack_table_parent(w->b->stacks, node);
+            node = snapprof__stack_table_parent(w->b->base.stacks, node);
         }
         size_t common = 0;
         while (common < depth_open && common < depth && open[common] == path[common])
@@ -365,12 +364,12 @@ static void write_samples(writer_t *w, trace_sample_t *const *s, size_t n)
                 "{\"ph\":\"P\",\"name\":\"sample\",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
                 (int)s[i]->tid);
         put_us(w->t, rel(w, s[i]->timestamp_ns));
-        uint32_t leaf = snapprof__stack_table_leaf(w->b->stacks, s[i]->stack);
+        uint32_t leaf = snapprof__stack_table_leaf(w->b->base.stacks, s[i]->stack);
         if (leaf != 0)
             printf_(w->t, ",\"sf\":\"%u\"", leaf);
         if (s[i]->labels >= 0) {
             puts_(w->t, ",\"args\":{");
-            puts_(w->t, snapprof__stack_table_string(w->b->stacks, (uint32_t)s[i]->labels));
+            puts_(w->t, snapprof__stack_table_string(w->b->base.stacks, (uint32_t)s[i]->labels));
             puts_(w->t, "}");
         }
         puts_(w->t, "}");
@@ -473,7 +472,7 @@ static const char *thread_name_of(const trace_builder_t *b, pid_t tid)
 {
     for (size_t i = 0; i < b->n_threads; i++)
         if (b->threads[i].tid == tid)
-            return snapprof__stack_table_string(b->stacks, b->threads[i].name);
+            return snapprof__stack_table_string(b->base.stacks, b->threads[i].name);
     return NULL;
 }
 
@@ -499,8 +498,8 @@ static const char *fn_name(const trace_builder_t *b, fn_cache_t *c, uintptr_t ad
     if (name == NULL) {
         char hex[32];
         snprintf(hex, sizeof hex, "0x%" PRIxPTR, addr);
-        int64_t id = snapprof__stack_table_intern(b->stacks, hex);
-        name = id >= 0 ? snapprof__stack_table_string(b->stacks, (uint32_t)id) : "?";
+        int64_t id = snapprof__stack_table_intern(b->base.stacks, hex);
+        name = id >= 0 ? snapprof__stack_table_string(b->base.stacks, (uint32_t)id) : "?";
     }
     c->addr[i] = addr;
     c->name[i] = name;
@@ -733,11 +732,11 @@ static int frame_zone_times(const snapprof_profile_info_t *info, const zone_slic
 static void write_stack_frames(writer_t *w)
 {
     puts_(w->t, "\n],\n\"stackFrames\":{");
-    size_t n = snapprof__stack_table_node_count(w->b->stacks);
+    size_t n = snapprof__stack_table_node_count(w->b->base.stacks);
     for (uint32_t node = 1; node < n; node++) {
         printf_(w->t, "%s\n\"%u\":{\"name\":", node > 1 ? "," : "", node);
-        put_str(w->t, snapprof__stack_table_name(w->b->stacks, node));
-        uint32_t parent = snapprof__stack_table_parent(w->b->stacks, node);
+        put_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
+        uint32_t parent = snapprof__stack_table_parent(w->b->base.stacks, node);
         if (parent != 0)
             printf_(w->t, ",\"parent\":\"%u\"", parent);
         puts_(w->t, "}");
@@ -750,10 +749,10 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     trace_builder_t *b = user_data;
     if (info == NULL)
         return -EINVAL;
-    int err = snapprof__stack_table_resolve(b->stacks);
+    int err = snapprof__stack_table_resolve(b->base.stacks);
     if (err != 0)
         return err;
-    size_t n_nodes = snapprof__stack_table_node_count(b->stacks);
+    size_t n_nodes = snapprof__stack_table_node_count(b->base.stacks);
     trace_sample_t **sorted = malloc((b->n_samples + 1) * sizeof *sorted);
     uint32_t *path = malloc(n_nodes * sizeof *path);
     uint32_t *open = malloc(n_nodes * sizeof *open);
@@ -764,7 +763,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
         err = -ENOMEM;
         goto out;
     }
-    t.fd = snapprof__output_open_temp(&b->out, &tmp);
+    t.fd = snapprof__output_open_temp(&b->base.out, &tmp);
     if (t.fd < 0) {
         err = t.fd;
         goto out;
@@ -802,7 +801,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
         printf_(&t,
                 "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
                 (int)w.pid, (int)b->threads[i].tid);
-        put_str(&t, snapprof__stack_table_string(b->stacks, b->threads[i].name));
+        put_str(&t, snapprof__stack_table_string(b->base.stacks, b->threads[i].name));
         puts_(&t, "}}");
     }
     write_samples(&w, sorted, b->n_samples);
@@ -827,7 +826,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
         t.err = err;
     write_stack_frames(&w);
     flush_text(&t);
-    err = snapprof__output_commit(&b->out, t.fd, tmp, t.err);
+    err = snapprof__output_commit(&b->base.out, t.fd, tmp, t.err);
 out:
     free(sorted);
     free(path);
@@ -842,8 +841,7 @@ static void trace_destroy(void *user_data)
     trace_builder_t *b = user_data;
     if (b == NULL)
         return;
-    snapprof__stack_table_destroy(b->stacks);
-    snapprof__output_free(&b->out);
+    snapprof__stack_builder_free(&b->base);
     free(b->samples);
     free(b->threads);
     free(b);
@@ -860,20 +858,5 @@ static const snapprof_builder_ops_t trace_ops = {
 
 int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out)
 {
-    if (out == NULL)
-        return -EINVAL;
-    *out = NULL;
-    trace_builder_t *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return -ENOMEM;
-    int err = snapprof__output_resolve(path, &b->out);
-    if (err == 0)
-        err = snapprof__stack_table_create(&b->stacks);
-    if (err == 0)
-        err = snapprof_builder_create(&trace_ops, b, out);
-    if (err == 0)
-        (*out)->output = &b->out;
-    if (err != 0)
-        trace_destroy(b);
-    return err;
+    return snapprof__stack_builder_create(path, sizeof(trace_builder_t), &trace_ops, out);
 }

@@ -383,3 +383,30 @@ const char *snapprof__stack_table_string(const snapprof__stack_table_t *t, uint3
 {
     return id < t->n_names ? t->names[id] : "";
 }
+
+int snapprof__stack_builder_create(const char *path, size_t size, const snapprof_builder_ops_t *ops,
+                                   snapprof_builder_t **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    snapprof__stack_builder_t *b = calloc(1, size);
+    if (b == NULL)
+        return -ENOMEM;
+    int err = snapprof__output_resolve(path, &b->out);
+    if (err == 0)
+        err = snapprof__stack_table_create(&b->stacks);
+    if (err == 0)
+        err = snapprof_builder_create(ops, b, out);
+    if (err == 0)
+        (*out)->output = &b->out;
+    if (err != 0)
+        ops->xDestroy(b);
+    return err;
+}
+
+void snapprof__stack_builder_free(snapprof__stack_builder_t *b)
+{
+    snapprof__stack_table_destroy(b->stacks);
+    snapprof__output_free(&b->out);
+}

@@ -15,6 +15,8 @@
 #ifndef SNAPPROF_STACK_TABLE_H
 #define SNAPPROF_STACK_TABLE_H
 
+#include "profile_builder/profile_builder_internal.h"
+
 #include <snapprof/snapprof.h>
 
 typedef struct snapprof__stack_table snapprof__stack_table_t;
@@ -43,5 +45,21 @@ uint32_t snapprof__stack_table_parent(const snapprof__stack_table_t *t, uint32_t
 uint32_t snapprof__stack_table_depth(const snapprof__stack_table_t *t, uint32_t node);
 /* The function name of a node ("" for the root); lives as long as t. */
 const char *snapprof__stack_table_name(const snapprof__stack_table_t *t, uint32_t node);
+
+/* What the folded and trace builders' states start with: where they write
+ * and the stacks they have seen. */
+typedef struct snapprof__stack_builder {
+    snapprof__output_t out;
+    snapprof__stack_table_t *stacks;
+} snapprof__stack_builder_t;
+
+/* Makes a builder whose state is size zeroed bytes starting with a
+ * snapprof__stack_builder_t: checks path, creates the stack table and wraps
+ * the state with ops (whose xDestroy frees it, also on failure here). The
+ * public create functions of those builders. */
+int snapprof__stack_builder_create(const char *path, size_t size, const snapprof_builder_ops_t *ops,
+                                   snapprof_builder_t **out);
+/* Frees what snapprof__stack_builder_create() put in b, not b itself. */
+void snapprof__stack_builder_free(snapprof__stack_builder_t *b);
 
 #endif
