@@ -304,21 +304,42 @@ static int recording(void)
     return atomic_load_explicit(&g_readers, memory_order_relaxed) > 0;
 }
 
+/* Pops the zone at depth d (> 0) off t: records its end at now (0: the
+ * clock's time, read only then) when its begin was recorded, counts it
+ * dropped when its begin was. Owner. */
+static void end_zone(tstate_t *t, uint32_t d, uint64_t now)
+{
+    atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
+    if (t->recorded[d - 1] == ZONE_RECORDED) {
+        t->reserved--;
+        push(t, t->reserved, EV_END, (uint16_t)d,
+             atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed),
+             now != 0 ? now : snapprof__monotonic_ns(), 0);
+    } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+    }
+}
+
 /* Ends every zone still open on t now (thread exit). Owner. */
 static void close_open_zones(tstate_t *t)
 {
     uint64_t now = snapprof__monotonic_ns();
     t->overflow = 0;
-    for (uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed); d > 0; d--) {
-        atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
-        if (t->recorded[d - 1] == ZONE_RECORDED) {
-            t->reserved--;
-            push(t, t->reserved, EV_END, (uint16_t)d,
-                 atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), now, 0);
-        } else if (t->recorded[d - 1] == ZONE_DROPPED) {
-            atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
-        }
+    for (uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed); d > 0; d--)
+        end_zone(t, d, now);
+}
+
+/* The calling thread's state and the id of name, for a call that records
+ * name; NULL with *err set when either fails. */
+static tstate_t *named_call(const char *name, uint32_t *id, int *err)
+{
+    int64_t n = intern(name);
+    if (n < 0) {
+        *err = (int)n;
+        return NULL;
     }
+    *id = (uint32_t)n;
+    return thread_state(err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -327,11 +348,9 @@ static void close_open_zones(tstate_t *t)
 
 int snapprof_zone_begin(const char *name)
 {
-    int64_t id = intern(name);
-    if (id < 0)
-        return (int)id;
+    uint32_t id;
     int err = 0;
-    tstate_t *t = thread_state(&err);
+    tstate_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
     uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
@@ -342,12 +361,12 @@ int snapprof_zone_begin(const char *name)
     /* Recorded only with room for this begin, its end and the ends owed. */
     t->recorded[d] = ZONE_UNRECORDED;
     if (recording()) {
-        int ok = push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), (uint32_t)id,
-                      snapprof__monotonic_ns(), 0);
+        int ok =
+            push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), id, snapprof__monotonic_ns(), 0);
         t->recorded[d] = ok ? ZONE_RECORDED : ZONE_DROPPED;
         t->reserved += (uint32_t)ok;
     }
-    atomic_store_explicit(&t->stack[d], (uint32_t)id, memory_order_relaxed);
+    atomic_store_explicit(&t->stack[d], id, memory_order_relaxed);
     atomic_signal_fence(memory_order_release);
     atomic_store_explicit(&t->depth, d + 1, memory_order_relaxed);
     return 0;
@@ -365,29 +384,19 @@ int snapprof_zone_end(void)
     uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
     if (d == 0)
         return -ENOENT;
-    atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
-    if (t->recorded[d - 1] == ZONE_RECORDED) {
-        t->reserved--;
-        push(t, t->reserved, EV_END, (uint16_t)d,
-             atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed), snapprof__monotonic_ns(),
-             0);
-    } else if (t->recorded[d - 1] == ZONE_DROPPED) {
-        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
-    }
+    end_zone(t, d, 0);
     return 0;
 }
 
 int snapprof_instant(const char *name)
 {
-    int64_t id = intern(name);
-    if (id < 0)
-        return (int)id;
+    uint32_t id;
     int err = 0;
-    tstate_t *t = thread_state(&err);
+    tstate_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
     if (recording())
-        push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, (uint32_t)id, snapprof__monotonic_ns(), 0);
+        push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, id, snapprof__monotonic_ns(), 0);
     return 0;
 }
 
@@ -395,11 +404,9 @@ int snapprof_counter_set(const char *name, double value)
 {
     if (!isfinite(value))
         return -EINVAL;
-    int64_t id = intern(name);
-    if (id < 0)
-        return (int)id;
+    uint32_t id;
     int err = 0;
-    tstate_t *t = thread_state(&err);
+    tstate_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
     uint8_t a = atomic_load_explicit(&g_name_attach[id], memory_order_acquire);
@@ -409,8 +416,7 @@ int snapprof_counter_set(const char *name, double value)
         atomic_store_explicit(&c->set, 1, memory_order_release);
     }
     if (recording())
-        push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, (uint32_t)id, snapprof__monotonic_ns(),
-             value);
+        push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, id, snapprof__monotonic_ns(), value);
     return 0;
 }
 
