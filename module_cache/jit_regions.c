@@ -498,62 +498,59 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
     return rc;
 }
 
-SNAPPROF_API int snapprof_jit_region_move(uintptr_t from, uintptr_t to)
-{
-    pthread_mutex_lock(&g_api.lock);
-    snapshot_t *old = atomic_load(&g_api.current);
-    snapprof__jit_region_t *r = live_at_start(old, from);
-    int rc = 0;
-    if (r == NULL) {
-        rc = -ENOENT;
-    } else {
-        uintptr_t size = r->module.limit - r->module.start;
-        if (to > UINTPTR_MAX - size) {
-            rc = -EINVAL;
-        } else if (overlaps(old, to, to + size, r)) {
-            rc = -EEXIST;
-        } else {
-            uint64_t now = snapprof__monotonic_ns();
-            snapprof__jit_region_t *moved = snapprof__jit_region_new(
-                &g_api, to, to + size, r->name, strlen(r->name), k_api_path, &r->layout, now);
-            if (moved != NULL)
-                moved->prev = snapprof__jit_predecessor(old, &r, 1, to, to + size);
-            snapshot_t *next = moved ? snapprof__jit_snapshot_next(old, &r, 1, &moved, 1) : NULL;
-            if (next == NULL) {
-                rc = -ENOMEM;
-            } else {
-                snapprof__jit_region_kill(r, now);
-                snapprof__jit_publish(&g_api, next);
-            }
-        }
-    }
-    pthread_mutex_unlock(&g_api.lock);
-    if (rc == 0)
-        atomic_fetch_add(&g_moved, 1);
-    return rc;
-}
-
-SNAPPROF_API int snapprof_jit_region_unregister(uintptr_t start)
+/* Takes the live region that starts at start out of the table and, with
+ * to, puts a copy of it at *to (a move; without, an unregister); counts
+ * the call in *done when it succeeds. The old region dies when the copy
+ * is born, or at the time it is taken out. */
+static int take_region(uintptr_t start, const uintptr_t *to, _Atomic uint64_t *done)
 {
     pthread_mutex_lock(&g_api.lock);
     snapshot_t *old = atomic_load(&g_api.current);
     snapprof__jit_region_t *r = live_at_start(old, start);
+    snapprof__jit_region_t *moved = NULL;
+    uint64_t now = 0;
     int rc = 0;
     if (r == NULL) {
         rc = -ENOENT;
-    } else {
-        snapshot_t *next = snapprof__jit_snapshot_next(old, &r, 1, NULL, 0);
+    } else if (to != NULL) {
+        uintptr_t size = r->module.limit - r->module.start;
+        if (*to > UINTPTR_MAX - size) {
+            rc = -EINVAL;
+        } else if (overlaps(old, *to, *to + size, r)) {
+            rc = -EEXIST;
+        } else {
+            now = snapprof__monotonic_ns();
+            moved = snapprof__jit_region_new(&g_api, *to, *to + size, r->name, strlen(r->name),
+                                             k_api_path, &r->layout, now);
+            if (moved == NULL)
+                rc = -ENOMEM;
+            else
+                moved->prev = snapprof__jit_predecessor(old, &r, 1, *to, *to + size);
+        }
+    }
+    if (rc == 0) {
+        snapshot_t *next = snapprof__jit_snapshot_next(old, &r, 1, &moved, moved != NULL);
         if (next == NULL) {
             rc = -ENOMEM;
         } else {
-            snapprof__jit_region_kill(r, snapprof__monotonic_ns());
+            snapprof__jit_region_kill(r, now != 0 ? now : snapprof__monotonic_ns());
             snapprof__jit_publish(&g_api, next);
         }
     }
     pthread_mutex_unlock(&g_api.lock);
     if (rc == 0)
-        atomic_fetch_add(&g_unregistered, 1);
+        atomic_fetch_add(done, 1);
     return rc;
+}
+
+SNAPPROF_API int snapprof_jit_region_move(uintptr_t from, uintptr_t to)
+{
+    return take_region(from, &to, &g_moved);
+}
+
+SNAPPROF_API int snapprof_jit_region_unregister(uintptr_t start)
+{
+    return take_region(start, NULL, &g_unregistered);
 }
 
 /* ------------------------------------------------------------------------ */
