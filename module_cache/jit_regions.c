@@ -154,10 +154,10 @@ static int alive_at(const snapprof__jit_region_t *r, uint64_t when)
     return r->live_from_ns <= when && when < dead_from(r);
 }
 
-/* The live region holding addr, or NULL. */
-static snapprof__jit_region_t *find_live(const snapshot_t *s, uintptr_t addr)
+/* Index of the first live region that ends above addr. */
+static size_t live_index(const snapshot_t *s, uintptr_t addr)
 {
-    size_t lo = 0, hi = s->n_live;
+    size_t lo = 0, hi = s ? s->n_live : 0;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (s->live[mid]->module.limit <= addr)
@@ -165,9 +165,14 @@ static snapprof__jit_region_t *find_live(const snapshot_t *s, uintptr_t addr)
         else
             hi = mid;
     }
-    if (lo < s->n_live && s->live[lo]->module.start <= addr)
-        return s->live[lo];
-    return NULL;
+    return lo;
+}
+
+/* The live region holding addr, or NULL. */
+static snapprof__jit_region_t *find_live(const snapshot_t *s, uintptr_t addr)
+{
+    size_t i = live_index(s, addr);
+    return i < s->n_live && s->live[i]->module.start <= addr ? s->live[i] : NULL;
 }
 
 /* The dead region that held addr at time when, or NULL. Regions live at
@@ -380,20 +385,6 @@ void snapprof__jit_region_kill(snapprof__jit_region_t *r, uint64_t when)
 {
     __atomic_store_n(&r->dead_from_ns, when, __ATOMIC_RELAXED);
     __atomic_store_n(&r->module.is_loaded, 0, __ATOMIC_RELAXED);
-}
-
-/* Index of the first live region that ends above addr. */
-static size_t live_index(const snapshot_t *s, uintptr_t addr)
-{
-    size_t lo = 0, hi = s ? s->n_live : 0;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->live[mid]->module.limit <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* Whether [start, limit) overlaps a live region other than except. */
