@@ -2,6 +2,7 @@
  * /tmp/perf-PID.map (or the configured file) as it grows, a few lines at a
  * time, and puts its lines into the perf map table, a line replacing every
  * older region it overlaps. */
+#include "common/array.h"
 #include "module_cache/jit_regions_internal.h"
 
 #include <errno.h>
@@ -58,14 +59,10 @@ typedef struct pm_vec {
 
 static int pm_push(pm_vec_t *pv, const pm_line_t *l)
 {
-    if (pv->n == pv->cap) {
-        size_t cap = pv->cap ? pv->cap * 2 : 256;
-        pm_line_t *v = realloc(pv->v, cap * sizeof *v);
-        if (v == NULL)
-            return -ENOMEM;
-        pv->v = v;
-        pv->cap = cap;
-    }
+    pm_line_t *v = snapprof__array_room(pv->v, &pv->cap, pv->n, sizeof *v, 256);
+    if (v == NULL)
+        return -ENOMEM;
+    pv->v = v;
     pv->v[pv->n++] = *l;
     return 0;
 }

@@ -7,6 +7,7 @@
  * g_sym_lock is never held while calling into module_cache_posix.c, so the
  * two locks are never nested. */
 #include "common/arena.h"
+#include "common/array.h"
 #include "common/hash.h"
 #include "module_cache/module_cache.h"
 #include "module_cache/symbols_dwarf.h"
@@ -195,14 +196,10 @@ static int collect_syms(Elf *elf, raw_vec_t *rv)
                 if (sscn != NULL && gelf_getshdr(sscn, &ss) != NULL)
                     section_end = ss.sh_addr + ss.sh_size;
             }
-            if (rv->n == rv->cap) {
-                size_t cap = rv->cap ? rv->cap * 2 : 1024;
-                raw_sym_t *v = realloc(rv->v, cap * sizeof *v);
-                if (v == NULL)
-                    return -ENOMEM;
-                rv->v = v;
-                rv->cap = cap;
-            }
+            raw_sym_t *v = snapprof__array_room(rv->v, &rv->cap, rv->n, sizeof *v, 1024);
+            if (v == NULL)
+                return -ENOMEM;
+            rv->v = v;
             rv->v[rv->n++] = (raw_sym_t){
                 .value = s.st_value,
                 .size = s.st_size,

@@ -27,6 +27,7 @@
  * Samples are kept compactly (stack id, time, thread, labels id) while the
  * profile runs, and symbolized and written when it completes, so the
  * sampling thread never waits for DWARF or the disk. */
+#include "common/array.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "profile_builder/stack_table.h"
 
@@ -220,14 +221,11 @@ static int note_thread(trace_builder_t *b, pid_t tid, const char *name)
     for (size_t i = 0; i < b->n_threads; i++)
         if (b->threads[i].tid == tid)
             return 0;
-    if (b->n_threads == b->cap_threads) {
-        size_t cap = b->cap_threads ? b->cap_threads * 2 : 16;
-        trace_thread_t *n = realloc(b->threads, cap * sizeof *n);
-        if (n == NULL)
-            return -ENOMEM;
-        b->threads = n;
-        b->cap_threads = cap;
-    }
+    trace_thread_t *n =
+        snapprof__array_room(b->threads, &b->cap_threads, b->n_threads, sizeof *n, 16);
+    if (n == NULL)
+        return -ENOMEM;
+    b->threads = n;
     int64_t id = snapprof__stack_table_intern(b->base.stacks, name ? name : "");
     if (id < 0)
         return (int)id;
@@ -241,14 +239,11 @@ static int trace_on_sample(void *user_data, const snapprof_sample_t *s)
     if (s == NULL || (s->frame_count != 0 && s->frames == NULL) ||
         (s->label_count != 0 && s->labels == NULL))
         return -EINVAL;
-    if (b->n_samples == b->cap_samples) {
-        size_t cap = b->cap_samples ? b->cap_samples * 2 : 1024;
-        trace_sample_t *n = realloc(b->samples, cap * sizeof *n);
-        if (n == NULL)
-            return -ENOMEM;
-        b->samples = n;
-        b->cap_samples = cap;
-    }
+    trace_sample_t *n =
+        snapprof__array_room(b->samples, &b->cap_samples, b->n_samples, sizeof *n, 1024);
+    if (n == NULL)
+        return -ENOMEM;
+    b->samples = n;
     int64_t stack = snapprof__stack_table_add(b->base.stacks, s->frames, s->frame_count);
     if (stack < 0)
         return (int)stack;
@@ -702,15 +697,12 @@ static int frame_zone_times(const snapprof_profile_info_t *info, const zone_slic
             uint64_t e = fr->end_ns < zs[i].end_ns ? fr->end_ns : zs[i].end_ns;
             if (e <= b)
                 continue;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 256;
-                zone_time_t *nv = realloc(v, cap * sizeof *nv);
-                if (nv == NULL) {
-                    free(v);
-                    return -ENOMEM;
-                }
-                v = nv;
+            zone_time_t *nv = snapprof__array_room(v, &cap, n, sizeof *nv, 256);
+            if (nv == NULL) {
+                free(v);
+                return -ENOMEM;
             }
+            v = nv;
             v[n++] = (zone_time_t){f, zs[i].name, e - b};
         }
     }
