@@ -17,15 +17,6 @@ static const snapprof_module_t lib_a = {
     .is_loaded = 1,
 };
 
-static const snapprof_module_t jit_module = {
-    .start = 0x7f0000000000u,
-    .limit = 0x7f0000100000u,
-    .path = "[jit]",
-    .build_id = "",
-    .kind = SNAPPROF_MODULE_JIT,
-    .is_loaded = 1,
-};
-
 static snapprof_builder_t *builder;
 static uint64_t total_cpu, total_wall, total_count;
 
@@ -82,13 +73,14 @@ static void test_aggregation(void)
     char *path = pbt_tmp_path("pb-aggregation", "agg.pb.gz");
     builder = pbt_create(path);
 
-    snapprof_frame_t ab[] = {{0, &jit_module, SNAPPROF_FRAME_JIT, "a"},
-                             {0, &jit_module, SNAPPROF_FRAME_JIT, "b"}};
+    snapprof_frame_t ab[] = {{0, &pbt_jit_module, SNAPPROF_FRAME_JIT, "a"},
+                             {0, &pbt_jit_module, SNAPPROF_FRAME_JIT, "b"}};
     snapprof_frame_t ba[] = {ab[1], ab[0]};
     /* JIT frames are one location per name: other pcs in a and b change
      * nothing. */
-    snapprof_frame_t ab_moved[] = {{jit_module.start + 0x10, &jit_module, SNAPPROF_FRAME_JIT, "a"},
-                                   {jit_module.start + 0x20, &jit_module, SNAPPROF_FRAME_JIT, "b"}};
+    snapprof_frame_t ab_moved[] = {
+        {pbt_jit_module.start + 0x10, &pbt_jit_module, SNAPPROF_FRAME_JIT, "a"},
+        {pbt_jit_module.start + 0x20, &pbt_jit_module, SNAPPROF_FRAME_JIT, "b"}};
 
     for (int i = 0; i < 5; i++)
         add(ab, 2, 1, "t1", NULL, 0, 100 + (uint64_t)i, 1000);

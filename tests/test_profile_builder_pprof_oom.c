@@ -76,15 +76,6 @@ static long countdown;
 static int injected;
 #endif
 
-static const snapprof_module_t jit_module = {
-    .start = 0x7f0000000000u,
-    .limit = 0x7f0000100000u,
-    .path = "[jit]",
-    .build_id = "",
-    .kind = SNAPPROF_MODULE_JIT,
-    .is_loaded = 1,
-};
-
 static const snapprof_module_t lib = {
     .start = 0x40000000u,
     .limit = 0x40100000u,
@@ -108,7 +99,7 @@ static int feed(snapprof_builder_t *b)
         snprintf(label, sizeof label, "value_%d", i % 7);
         snapprof_frame_t frames[] = {
             {lib.start + (uintptr_t)i * 8, &lib, SNAPPROF_FRAME_NATIVE, NULL},
-            {jit_module.start + (uintptr_t)i, &jit_module, SNAPPROF_FRAME_JIT, name},
+            {pbt_jit_module.start + (uintptr_t)i, &pbt_jit_module, SNAPPROF_FRAME_JIT, name},
             {0, NULL, SNAPPROF_FRAME_MARKER, i % 2 ? "[truncated]" : "[unknown]"},
         };
         snapprof_label_t labels[] = {{.key = "k", .str = label}, {.key = "n", .num = i % 3}};

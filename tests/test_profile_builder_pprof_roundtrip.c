@@ -8,18 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const snapprof_module_t jit_module = {
-    .start = 0x7f0000000000u,
-    .limit = 0x7f0000100000u,
-    .path = "[jit]",
-    .build_id = "",
-    .kind = SNAPPROF_MODULE_JIT,
-    .is_loaded = 1,
-};
-
 static snapprof_frame_t jit(const char *name, uintptr_t offset)
 {
-    snapprof_frame_t f = {jit_module.start + offset, &jit_module, SNAPPROF_FRAME_JIT, name};
+    snapprof_frame_t f = {pbt_jit_module.start + offset, &pbt_jit_module, SNAPPROF_FRAME_JIT, name};
     return f;
 }
 

@@ -23,15 +23,6 @@ static const snapprof_module_t lib = {
     .is_loaded = 1,
 };
 
-static const snapprof_module_t jit_module = {
-    .start = 0x7f0000000000u,
-    .limit = 0x7f0000100000u,
-    .path = "[jit]",
-    .build_id = "",
-    .kind = SNAPPROF_MODULE_JIT,
-    .is_loaded = 1,
-};
-
 static char jit_names[JIT_POOL][32];
 
 static uint64_t rng = 88172645463325252ull;
@@ -54,8 +45,9 @@ static size_t make_stack(int i, snapprof_frame_t *frames)
     for (size_t d = 1; d < depth; d++) {
         uint64_t r = next_random();
         if (r % 3 == 0)
-            frames[d] = (snapprof_frame_t){jit_module.start + (r >> 8) % 0x100000, &jit_module,
-                                           SNAPPROF_FRAME_JIT, jit_names[(r >> 32) % JIT_POOL]};
+            frames[d] =
+                (snapprof_frame_t){pbt_jit_module.start + (r >> 8) % 0x100000, &pbt_jit_module,
+                                   SNAPPROF_FRAME_JIT, jit_names[(r >> 32) % JIT_POOL]};
         else
             frames[d] = (snapprof_frame_t){lib.start + ((r >> 16) % NATIVE_POOL) * 32, &lib,
                                            SNAPPROF_FRAME_NATIVE, NULL};

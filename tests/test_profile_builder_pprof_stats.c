@@ -16,15 +16,7 @@
 
 static snapprof_frame_t jit(const char *name)
 {
-    static const snapprof_module_t module = {
-        .start = 0x7f0000000000u,
-        .limit = 0x7f0000100000u,
-        .path = "[jit]",
-        .build_id = "",
-        .kind = SNAPPROF_MODULE_JIT,
-        .is_loaded = 1,
-    };
-    snapprof_frame_t f = {module.start + 0x100, &module, SNAPPROF_FRAME_JIT, name};
+    snapprof_frame_t f = {pbt_jit_module.start + 0x100, &pbt_jit_module, SNAPPROF_FRAME_JIT, name};
     return f;
 }
 

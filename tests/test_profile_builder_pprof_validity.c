@@ -35,15 +35,6 @@ static const snapprof_module_t fake_lib_again = {
     .is_loaded = 1,
 };
 
-static const snapprof_module_t jit_module = {
-    .start = 0x7f0000000000u,
-    .limit = 0x7f0000100000u,
-    .path = "[jit]",
-    .build_id = "",
-    .kind = SNAPPROF_MODULE_JIT,
-    .is_loaded = 1,
-};
-
 __attribute__((noinline)) int validity_native_fn(int x)
 {
     return x * 3 + 1;
@@ -79,8 +70,8 @@ static void test_validity(void)
         {0x10000200u, &fake_lib_again, SNAPPROF_FRAME_NATIVE, NULL},
         {0x12345678u, NULL, SNAPPROF_FRAME_NATIVE, NULL},
         {own_pc, own_module, SNAPPROF_FRAME_NATIVE, NULL},
-        {jit_module.start + 0x40, &jit_module, SNAPPROF_FRAME_JIT, "jit_fn"},
-        {jit_module.start + 0x80, &jit_module, SNAPPROF_FRAME_JIT, NULL},
+        {pbt_jit_module.start + 0x40, &pbt_jit_module, SNAPPROF_FRAME_JIT, "jit_fn"},
+        {pbt_jit_module.start + 0x80, &pbt_jit_module, SNAPPROF_FRAME_JIT, NULL},
         {0, NULL, SNAPPROF_FRAME_MARKER, "[unwind error]"},
         {0, NULL, SNAPPROF_FRAME_MARKER, NULL},
     };
@@ -171,7 +162,7 @@ static void test_validity(void)
     const Perftools__Profiles__Location *jl = find_location_by_name(p, "jit_fn");
     ASSERT_NOT_NULL(jl);
     ASSERT_UEQ(jl->mapping_id, jm->id);
-    ASSERT_UEQ(jl->address, jit_module.start + 0x40);
+    ASSERT_UEQ(jl->address, pbt_jit_module.start + 0x40);
     ASSERT_EQ(jl->n_line, 1);
     const Perftools__Profiles__Location *unnamed_jit = find_location_by_name(p, "[jit]");
     ASSERT_NOT_NULL(unnamed_jit);

@@ -13,6 +13,15 @@
 #include <unistd.h>
 #include <zlib.h>
 
+const snapprof_module_t pbt_jit_module = {
+    .start = 0x7f0000000000u,
+    .limit = 0x7f0000100000u,
+    .path = "[jit]",
+    .build_id = "",
+    .kind = SNAPPROF_MODULE_JIT,
+    .is_loaded = 1,
+};
+
 snapprof_builder_t *pbt_create(const char *path)
 {
     snapprof_builder_t *b = NULL;

@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A JIT module the tests' JIT frames point to: [jit] at 0x7f0000000000,
+ * 1 MiB. */
+extern const snapprof_module_t pbt_jit_module;
+
 /* Creates a pprof builder for path; fails the test on error. */
 snapprof_builder_t *pbt_create(const char *path);
 
