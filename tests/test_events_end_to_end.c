@@ -27,21 +27,6 @@ __attribute__((noinline)) void outside_any_zone(void)
     __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
-/* The cum% of name in `-top EXTRA`, 0 when absent. */
-static double cum_pct(const char *path, const char *extra, const char *name, int print)
-{
-    tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(path, extra, &rows, &raw);
-    if (print)
-        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
-    const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? r->cum_pct : 0;
-    free(rows);
-    free(raw);
-    return v;
-}
-
 static void test_tagfocus_zone(void)
 {
     char *dir = tu_make_tmpdir("zones-e2e");
@@ -100,25 +85,25 @@ static void test_tagfocus_zone(void)
     free(raw);
 
     const char *f = "-relative_percentages -sample_index=samples -tagfocus=zone=physics";
-    double ph = cum_pct(path, f, "zone_physics_hot", 1);
-    double re = cum_pct(path, f, "zone_render_hot", 0);
-    double out = cum_pct(path, f, "outside_any_zone", 0);
+    double ph = tu_top_cum_pct(path, f, "zone_physics_hot", 1);
+    double re = tu_top_cum_pct(path, f, "zone_render_hot", 0);
+    double out = tu_top_cum_pct(path, f, "outside_any_zone", 0);
     printf("zone=physics: physics %.1f%%, render %.1f%%, outside %.1f%%\n", ph, re, out);
     ASSERT_GT(ph, 80.0);
     ASSERT_EQ(re, 0);
     ASSERT_EQ(out, 0);
     f = "-relative_percentages -sample_index=samples -tagfocus=zone=render";
-    ph = cum_pct(path, f, "zone_physics_hot", 0);
-    re = cum_pct(path, f, "zone_render_hot", 1);
-    out = cum_pct(path, f, "outside_any_zone", 0);
+    ph = tu_top_cum_pct(path, f, "zone_physics_hot", 0);
+    re = tu_top_cum_pct(path, f, "zone_render_hot", 1);
+    out = tu_top_cum_pct(path, f, "outside_any_zone", 0);
     printf("zone=render: physics %.1f%%, render %.1f%%, outside %.1f%%\n", ph, re, out);
     ASSERT_EQ(ph, 0);
     ASSERT_GT(re, 80.0);
     ASSERT_EQ(out, 0);
     /* Outside every zone: -tagignore=zone keeps only unlabeled samples. */
     f = "-relative_percentages -sample_index=samples -tagignore=zone=physics,render,frame_work";
-    ph = cum_pct(path, f, "zone_physics_hot", 0);
-    out = cum_pct(path, f, "outside_any_zone", 1);
+    ph = tu_top_cum_pct(path, f, "zone_physics_hot", 0);
+    out = tu_top_cum_pct(path, f, "outside_any_zone", 1);
     printf("no zone: physics %.1f%%, outside %.1f%%\n", ph, out);
     ASSERT_EQ(ph, 0);
     ASSERT_GT(out, 60.0);

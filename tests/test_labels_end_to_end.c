@@ -123,21 +123,8 @@ static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
     sl_free(&log);
 }
 
-/* The cum% of name in `-top EXTRA`, 0 when absent. The tests pass
- * -relative_percentages, so that is a share of what the filter kept. */
-static double cum_pct(const char *path, const char *extra, const char *name, int print)
-{
-    tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(path, extra, &rows, &raw);
-    if (print)
-        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
-    const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? r->cum_pct : 0;
-    free(rows);
-    free(raw);
-    return v;
-}
+/* Both -tagfocus tests below pass -relative_percentages to tu_top_cum_pct(),
+ * so each cum% is a share of what the filter kept. */
 
 /* Two threads with different labels: -tagfocus on a string label and on a
  * numeric one selects each thread's hot function and never the other's. */
@@ -165,24 +152,26 @@ static void test_tagfocus_threads(void)
     ASSERT_CONTAINS(tags, "shard");
     free(tags);
 
-    double a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
+    double a =
+        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
                        "label_alpha_hot", 1);
-    double b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
+    double b =
+        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
                        "label_beta_hot", 0);
     printf("worker=alpha: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
     ASSERT_GT(a, 80.0);
     ASSERT_EQ(b, 0);
-    a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
-                "label_alpha_hot", 0);
-    b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
-                "label_beta_hot", 0);
+    a = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
+                       "label_alpha_hot", 0);
+    b = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
+                       "label_beta_hot", 0);
     printf("worker=beta: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
     ASSERT_EQ(a, 0);
     ASSERT_GT(b, 80.0);
-    a = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
-                "label_alpha_hot", 0);
-    b = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
-                "label_beta_hot", 0);
+    a = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
+                       "label_alpha_hot", 0);
+    b = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
+                       "label_beta_hot", 0);
     printf("shard=2: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
     ASSERT_EQ(a, 0);
     ASSERT_GT(b, 80.0);
@@ -215,19 +204,21 @@ static void test_hitch_frames(void)
     ASSERT_CONTAINS(tags, "false");
     free(tags);
 
-    double slow = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
-                          "hitch_slow_path", 1);
-    double fast = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
-                          "hitch_fast_path", 0);
+    double slow =
+        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
+                       "hitch_slow_path", 1);
+    double fast =
+        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
+                       "hitch_fast_path", 0);
     printf("hitch=true: slow %.1f%%, fast %.1f%%\n", slow, fast);
     /* A host stall can stretch a fast frame past the threshold, so a few
      * fast samples may be hitches too; most are not. */
     ASSERT_GT(slow, 70.0);
     ASSERT_LT(fast, 25.0);
-    slow = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
-                   "hitch_slow_path", 0);
-    fast = cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
-                   "hitch_fast_path", 0);
+    slow = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
+                          "hitch_slow_path", 0);
+    fast = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
+                          "hitch_fast_path", 0);
     printf("hitch=false: slow %.1f%%, fast %.1f%%\n", slow, fast);
     ASSERT_EQ(slow, 0); /* a 60 ms frame is never under 30 ms */
     ASSERT_GT(fast, 80.0);

@@ -180,6 +180,20 @@ const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *nam
     return NULL;
 }
 
+double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print)
+{
+    tu_top_row_t *rows;
+    char *raw;
+    int n = tu_pprof_top(profile, extra, &rows, &raw);
+    if (print)
+        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
+    const tu_top_row_t *r = tu_top_find(rows, n, name);
+    double v = r ? r->cum_pct : 0;
+    free(rows);
+    free(raw);
+    return v;
+}
+
 char *tu_make_tmpdir(const char *tag)
 {
     const char *base = getenv("TMPDIR");

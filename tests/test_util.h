@@ -48,6 +48,9 @@ int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, cha
 
 /* The row named name (exact match), or NULL. */
 const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
+/* The cum% of name in `go tool pprof -top EXTRA` of profile, 0 when absent;
+ * with print, prints the command and its report first. */
+double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print);
 
 /* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
  * (malloc'd). */
