@@ -239,6 +239,23 @@ static void print_stats(const char *what, const snapprof_stats_t *st)
            (unsigned long long)st->mmap_failed);
 }
 
+/* A run whose workers come and go while every call at site fails, until
+ * enough samples came; stops it (the write works) and returns how many
+ * failures were injected, with the final counters in st. */
+static uint64_t run_site_always(run_t *r, const char *tag, snapprof_trigger_t trigger,
+                                snapprof__fault_site_t site, snapprof_stats_t *st)
+{
+    run_create(r, tag, trigger);
+    uint64_t before = snapprof__fault_injected(site);
+    snapprof__fault_set(site, 1, 1);
+    ASSERT_OK(snapprof_profiler_start(r->p));
+    churn_start(&r->churn, r->p);
+    wait_stats(r->p, enough_samples, 100, st);
+    run_stop_ok(r, st);
+    snapprof__fault_clear();
+    return snapprof__fault_injected(site) - before;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Each site failing always                                                 */
 /* ------------------------------------------------------------------------ */
@@ -248,16 +265,9 @@ static void print_stats(const char *what, const snapprof_stats_t *st)
 static void test_perf_event_open_always(void)
 {
     run_t r;
-    run_create(&r, "fault-perf", SNAPPROF_TRIGGER_PERF_EVENT);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_PERF_EVENT_OPEN);
-    snapprof__fault_set(SNAPPROF__FAULT_PERF_EVENT_OPEN, 1, 1);
-    ASSERT_OK(snapprof_profiler_start(r.p));
-    churn_start(&r.churn, r.p);
     snapprof_stats_t st;
-    wait_stats(r.p, enough_samples, 100, &st);
-    run_stop_ok(&r, &st);
-    snapprof__fault_clear();
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_PERF_EVENT_OPEN) - before;
+    uint64_t injected = run_site_always(&r, "fault-perf", SNAPPROF_TRIGGER_PERF_EVENT,
+                                        SNAPPROF__FAULT_PERF_EVENT_OPEN, &st);
     print_stats("perf_event_open=1", &st);
     ASSERT_GT(injected, 0);
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 0);
@@ -275,16 +285,9 @@ static void test_perf_event_open_always(void)
 static void test_timer_create_always(void)
 {
     run_t r;
-    run_create(&r, "fault-timer", SNAPPROF_TRIGGER_CPU_TIMER);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_TIMER_CREATE);
-    snapprof__fault_set(SNAPPROF__FAULT_TIMER_CREATE, 1, 1);
-    ASSERT_OK(snapprof_profiler_start(r.p));
-    churn_start(&r.churn, r.p);
     snapprof_stats_t st;
-    wait_stats(r.p, enough_samples, 100, &st);
-    run_stop_ok(&r, &st);
-    snapprof__fault_clear();
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_TIMER_CREATE) - before;
+    uint64_t injected = run_site_always(&r, "fault-timer", SNAPPROF_TRIGGER_CPU_TIMER,
+                                        SNAPPROF__FAULT_TIMER_CREATE, &st);
     print_stats("timer_create=1", &st);
     ASSERT_GT(injected, 0);
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 0);
@@ -309,16 +312,9 @@ static void test_mmap_always(void)
     snapprof__fault_clear();
 
     run_t r;
-    run_create(&r, "fault-mmap", SNAPPROF_TRIGGER_AUTO);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_MMAP);
-    snapprof__fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
-    ASSERT_OK(snapprof_profiler_start(r.p));
-    churn_start(&r.churn, r.p);
     snapprof_stats_t st;
-    wait_stats(r.p, enough_samples, 100, &st);
-    run_stop_ok(&r, &st);
-    snapprof__fault_clear();
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_MMAP) - before;
+    uint64_t injected =
+        run_site_always(&r, "fault-mmap", SNAPPROF_TRIGGER_AUTO, SNAPPROF__FAULT_MMAP, &st);
     print_stats("mmap=1", &st);
     ASSERT_GT(injected, 0);
     ASSERT_UEQ(st.mmap_failed, injected);
