@@ -26,7 +26,7 @@ typedef enum snapprof__fault_site {
     SNAPPROF__FAULT_PERF_EVENT_OPEN = 0, /* a trigger's perf event (EMFILE) */
     SNAPPROF__FAULT_TIMER_CREATE,        /* a trigger's CPU-time timer (EAGAIN) */
     SNAPPROF__FAULT_MMAP,                /* the library's own mappings (ENOMEM) */
-    SNAPPROF__FAULT_OPEN,                /* /proc reads, profile files (EMFILE) */
+    SNAPPROF__FAULT_OPEN,                /* a profile's file, /proc/TID/syscall (EMFILE) */
     SNAPPROF__FAULT_SIGQUEUE,            /* the handshake's rt_tgsigqueueinfo (EAGAIN) */
     SNAPPROF__FAULT_WRITE,               /* writing a profile (ENOSPC) */
     SNAPPROF__FAULT_SITE_COUNT

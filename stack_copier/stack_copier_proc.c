@@ -11,6 +11,7 @@
  * the same wait (its CPU clock unchanged) before it trusts the copy.
  * Sampling side only; nothing here runs in a signal handler. */
 #include "common/clock.h"
+#include "common/fault.h"
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
@@ -60,7 +61,10 @@ int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out)
     if (*fd < 0) {
         char path[64];
         snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-        *fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (snapprof__fault(SNAPPROF__FAULT_OPEN))
+            errno = EMFILE; /* as when the program's files took them all */
+        else
+            *fd = open(path, O_RDONLY | O_CLOEXEC);
         if (*fd < 0)
             return errno == ENOENT ? -ESRCH : -errno;
     }

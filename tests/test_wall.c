@@ -8,6 +8,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "common/fault.h"
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
@@ -687,6 +688,45 @@ static void test_proc_transient(void)
     tu_collector_free(&c);
 }
 
+/* The same through the fault seam (issue 14): every open of a thread's
+ * /proc/self/task/TID/syscall refused with EMFILE, then none. Each
+ * refusal is one transient; none turns /proc off. */
+static void test_proc_open_fault(void)
+{
+    sleeper_t s[2];
+    memset(s, 0, sizeof s);
+    start(&s[0], NANOSLEEP);
+    start(&s[1], BUSY);
+    usleep(20000);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
+    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_OPEN);
+    snapprof__fault_set(SNAPPROF__FAULT_OPEN, 1, 1);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 50);
+    snapprof_stats_t mid;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
+    snapprof__fault_clear();
+    wait_ticks(p, 100);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    /* Read once every tick is over: one under way at the clear may still
+     * have been refused. */
+    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_OPEN) - before;
+    printf("injected %llu, transient %llu then %llu, errno %d, blocked %llu then %llu\n",
+           (unsigned long long)injected, (unsigned long long)mid.wall_proc_transient,
+           (unsigned long long)c.stats.wall_proc_transient, c.stats.wall_proc_errno,
+           (unsigned long long)mid.samples_blocked, (unsigned long long)c.stats.samples_blocked);
+    ASSERT_GT(injected, 0);
+    ASSERT_UEQ(c.stats.wall_proc_transient, injected);
+    ASSERT_EQ(c.stats.wall_proc_errno, 0);
+    ASSERT_UEQ(mid.samples_blocked, 0);
+    ASSERT_GT(c.stats.samples_blocked, 0);
+    snapprof_profiler_destroy(p);
+    stop(&s[0]);
+    stop(&s[1]);
+    tu_collector_free(&c);
+}
+
 /* A thread found blocked that wakes, runs for less than the idle threshold
  * (100 us) and blocks again somewhere else has run: its CPU clock moved,
  * so its old stack is no longer where it waits. Wall mode must look again,
@@ -800,6 +840,7 @@ int main(int argc, char **argv)
         {"capture_older_than_wait", test_capture_older_than_wait},
         {"proc_refused", test_proc_refused},
         {"proc_transient", test_proc_transient},
+        {"proc_open_fault", test_proc_open_fault},
         {"moved_wait", test_moved_wait},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
