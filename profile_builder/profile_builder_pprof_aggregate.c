@@ -101,6 +101,12 @@ int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *l
     return 0;
 }
 
+/* A sample's nanoseconds as a pprof value: int64, so at most INT64_MAX. */
+static int64_t clamp_value(uint64_t ns)
+{
+    return ns > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ns;
+}
+
 int snapprof__pprof_count_sample(pprof_builder_t *b, const sample_key_t *key, const int64_t *values)
 {
     uint64_t h = sample_hash(key);
@@ -108,8 +114,11 @@ int snapprof__pprof_count_sample(pprof_builder_t *b, const sample_key_t *key, co
     if (!found)
         return add_sample(b, key, h, values);
     sample_entry_t *e = b->samples[found - 1];
+    /* Values are never negative (snapprof__pprof_on_sample clamps them);
+     * a sum that would pass INT64_MAX (292 years of nanoseconds, or a
+     * builder fed nonsense) stays there instead of overflowing. */
     for (int i = 0; i < VALUE_COUNT; i++)
-        e->values[i] += values[i];
+        e->values[i] = values[i] > INT64_MAX - e->values[i] ? INT64_MAX : e->values[i] + values[i];
     return 0;
 }
 
@@ -157,7 +166,7 @@ int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
         return err;
 
     sample_key_t key = {locations, sample->frame_count, labels, n_labels};
-    int64_t values[VALUE_COUNT] = {1, (int64_t)sample->cpu_ns, (int64_t)sample->wall_ns};
+    int64_t values[VALUE_COUNT] = {1, clamp_value(sample->cpu_ns), clamp_value(sample->wall_ns)};
     return snapprof__pprof_count_sample(b, &key, values);
 }
 
