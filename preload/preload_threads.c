@@ -286,7 +286,7 @@ void snapprof__preload_thread_started(void)
         return;
     }
     snapprof_thread_t *t;
-    int rc = snapprof_thread_register(&t);
+    int rc = snapprof_thread_register_ex(SNAPPROF_REGISTER_AT_START, &t);
     pid_t tid = rc == 0 ? snapprof_thread_tid(t) : gettid_();
     lock_as(tid);
     if (rc == 0) {

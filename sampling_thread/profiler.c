@@ -258,8 +258,13 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     p->targets[p->target_count++] = t;
     snapprof__thread_retain(thread);
     t->thread = thread;
+    /* A thread that joins as it starts has all its CPU time in the profile
+     * (only the first profiler to add it can say so): its clock's few
+     * microseconds so far are not worth a system call on every thread. */
+    int newborn = atomic_exchange(&thread->newborn, 0);
     if (p->state == PROFILER_RUNNING) {
-        snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
+        if (!newborn)
+            snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
         t->cpu_last = t->cpu_start;
         if (p->params.trigger == SNAPPROF_TRIGGER_HANDSHAKE) {
             arm_target(p, t);
@@ -705,6 +710,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
     t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
     t->never_armed = 0;
     t->blocked_seq_valid = 0;
+    snapprof__thread_resolve_name(t->thread);
     if (p->pool_ready && !atomic_load(&t->thread->exited)) {
         struct snapprof_thread *th = t->thread;
         t->cap.tid = th->tid;
@@ -1750,6 +1756,7 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     size_t n = strnlen(name, sizeof thread->name - 1);
     memcpy(thread->name, name, n);
     thread->name[n] = '\0';
+    atomic_store(&thread->name_pending, 0);
     snapprof__sampler_unlock();
     return 0;
 }

@@ -37,6 +37,15 @@ struct snapprof_thread {
      * set; 0 if unknown): its whole CPU time once no one can read its clock,
      * where no trigger counted all of it. */
     _Atomic uint64_t cpu_at_exit;
+    /* Registered with SNAPPROF_REGISTER_AT_START and not yet added to a
+     * profiler: the first one to add it (which clears this) counts its
+     * CPU time from 0. */
+    atomic_int newborn;
+    /* 1 while name has not been read yet (SNAPPROF_REGISTER_AT_START):
+     * the sampling side reads it from /proc when it arms the thread, so a
+     * thread that exits before then costs no system call for it. Cleared
+     * under the sampler lock, like every write of name. */
+    atomic_int name_pending;
     char name[16];
 };
 
@@ -135,6 +144,11 @@ int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 /* 1 when thread tid blocks signo (its SigBlk in /proc/self/task/TID/status),
  * 0 when it does not or cannot be asked. Sampling side. */
 int snapprof__thread_blocks_signal(pid_t tid, int signo);
+
+/* Reads a name left for later from /proc/self/task/TID/comm, unless the
+ * thread has exited (then it stays empty). Sampling side, sampler lock
+ * held (renames write the name under it). */
+void snapprof__thread_resolve_name(struct snapprof_thread *t);
 
 /* Takes another reference on a thread token. */
 void snapprof__thread_retain(struct snapprof_thread *t);

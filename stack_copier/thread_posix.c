@@ -130,7 +130,12 @@ static void read_comm(pid_t tid, char name[16])
 
 int snapprof_thread_register(snapprof_thread_t **out)
 {
-    if (!out)
+    return snapprof_thread_register_ex(0, out);
+}
+
+int snapprof_thread_register_ex(unsigned flags, snapprof_thread_t **out)
+{
+    if (!out || (flags & ~(unsigned)SNAPPROF_REGISTER_AT_START))
         return -EINVAL;
     /* Each one a system call less: a thread that registers as it starts
      * (the preload does, for every thread) pays for every one. */
@@ -177,7 +182,10 @@ int snapprof_thread_register(snapprof_thread_t **out)
         free(t);
         return rc;
     }
-    if (prctl(PR_GET_NAME, t->name) != 0)
+    if (flags & SNAPPROF_REGISTER_AT_START) {
+        atomic_store(&t->newborn, 1);
+        atomic_store(&t->name_pending, 1);
+    } else if (prctl(PR_GET_NAME, t->name) != 0)
         t->name[0] = '\0';
     pthread_once(&g_exit_key_once, make_exit_key);
     /* One reference for the caller, one for the thread itself (dropped by
@@ -246,6 +254,14 @@ int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **ou
     read_comm(tid, t->name);
     *out = t;
     return 0;
+}
+
+void snapprof__thread_resolve_name(struct snapprof_thread *t)
+{
+    if (atomic_load(&t->name_pending) && !atomic_load(&t->exited)) {
+        read_comm(t->tid, t->name);
+        atomic_store(&t->name_pending, 0);
+    }
 }
 
 void snapprof_thread_release(snapprof_thread_t *thread)

@@ -4,6 +4,7 @@
 #include "test_util.h"
 
 #include "sampling_thread/profiler_internal.h"
+#include "stack_copier/stack_copier.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1335,6 +1337,113 @@ static void test_idle_nanosleep_cpu(void)
     sleeper(SLEEP_NANOSLEEP, SNAPPROF_MODE_CPU);
 }
 
+/* SNAPPROF_REGISTER_AT_START (what the preload does for every thread that
+ * starts): the name is read when a profiler first arms the thread, not at
+ * registration, and the first profiler to add the token counts the thread's
+ * CPU time from its start; a later one reads the clock as before. */
+typedef struct newborn {
+    snapprof_profiler_t *first, *second;
+    int rename_by_api;
+    char name_at_register[16];
+    char name_armed[16];
+} newborn_t;
+
+/* Burns CPU until p has armed a thread (a tick after it joined). */
+static void burn_until_armed(snapprof_profiler_t *p)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000u;
+    snapprof_stats_t st;
+    for (;;) {
+        tu_burn_cpu_ns(2000000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        uint64_t armed = 0;
+        for (int k = 0; k < SNAPPROF_TRIGGER_COUNT; k++)
+            armed += st.threads_by_trigger[k];
+        if (armed > 0)
+            return;
+        ASSERT_LT(tu_mono_ns(), deadline);
+    }
+}
+
+static void *newborn_main(void *arg)
+{
+    newborn_t *n = arg;
+    prctl(PR_SET_NAME, "born-name");
+    snapprof_thread_t *me;
+    ASSERT_EQ(snapprof_thread_register_ex(~0u, &me), -EINVAL);
+    ASSERT_OK(snapprof_thread_register_ex(SNAPPROF_REGISTER_AT_START, &me));
+    memcpy(n->name_at_register, me->name, sizeof me->name);
+    if (n->rename_by_api)
+        ASSERT_OK(snapprof_thread_update_name(me, "api-name"));
+    /* comm only: the token hears nothing of it */
+    prctl(PR_SET_NAME, "renamed-raw");
+    tu_burn_cpu_ns(30000000); /* before it joins: the first profile counts it */
+    ASSERT_OK(snapprof_profiler_add_thread(n->first, me));
+    if (n->second)
+        ASSERT_OK(snapprof_profiler_add_thread(n->second, me));
+    burn_until_armed(n->first);
+    if (n->second)
+        burn_until_armed(n->second);
+    tu_burn_cpu_ns(10000000);
+    memcpy(n->name_armed, me->name, sizeof me->name);
+    ASSERT_OK(snapprof_profiler_remove_thread(n->first, me));
+    if (n->second)
+        ASSERT_OK(snapprof_profiler_remove_thread(n->second, me));
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+static void test_register_at_start(void)
+{
+    /* A register_ex with no flag is snapprof_thread_register(). */
+    snapprof_thread_t *a, *b;
+    ASSERT_OK(snapprof_thread_register_ex(0, &a));
+    ASSERT_OK(snapprof_thread_register(&b));
+    ASSERT_PTR_EQ(a, b);
+    ASSERT_EQ(snapprof_thread_register_ex(0, NULL), -EINVAL);
+    snapprof_thread_release(a);
+    snapprof_thread_release(b);
+
+    tu_collector_t c1 = {0}, c2 = {0};
+    newborn_t n = {0};
+    n.first = make(NULL, 0, 5000000u, SNAPPROF_MODE_CPU, &c1);
+    n.second = make(NULL, 0, 5000000u, SNAPPROF_MODE_CPU, &c2);
+    ASSERT_OK(snapprof_profiler_start(n.first));
+    ASSERT_OK(snapprof_profiler_start(n.second));
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, newborn_main, &n), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_OK(snapprof_profiler_stop(n.first));
+    ASSERT_OK(snapprof_profiler_stop(n.second));
+    printf("name at register '%s', when armed '%s'; CPU in the first profile %.1f ms, "
+           "in the second %.1f ms\n",
+           n.name_at_register, n.name_armed, c1.stats.cpu_ns_total / 1e6,
+           c2.stats.cpu_ns_total / 1e6);
+    ASSERT_STR_EQ(n.name_at_register, "");
+    ASSERT_STR_EQ(n.name_armed, "renamed-raw");
+    /* The first: the whole thread (30 ms before it joined, then at least
+     * 10 ms); the second: from when it joined. */
+    ASSERT_GE(c1.stats.cpu_ns_total, 40000000u);
+    ASSERT_GE(c2.stats.cpu_ns_total, 10000000u);
+    ASSERT_GE(c1.stats.cpu_ns_total, c2.stats.cpu_ns_total + 25000000u);
+    snapprof_profiler_destroy(n.first);
+    snapprof_profiler_destroy(n.second);
+    tu_collector_free(&c1);
+    tu_collector_free(&c2);
+
+    /* A name given through the API before arming is not read over. */
+    tu_collector_t c3 = {0};
+    newborn_t m = {.rename_by_api = 1};
+    m.first = make(NULL, 0, 5000000u, SNAPPROF_MODE_CPU, &c3);
+    ASSERT_OK(snapprof_profiler_start(m.first));
+    ASSERT_EQ(pthread_create(&th, NULL, newborn_main, &m), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_OK(snapprof_profiler_stop(m.first));
+    ASSERT_STR_EQ(m.name_armed, "api-name");
+    snapprof_profiler_destroy(m.first);
+    tu_collector_free(&c3);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -1361,6 +1470,7 @@ int main(int argc, char **argv)
         {"idle_poll_wall", test_idle_poll_wall},
         {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
         {"register_tid", test_register_tid},
+        {"register_at_start", test_register_at_start},
         {"register_tid_unanswered", test_register_tid_unanswered},
         {"register_tid_signal", test_register_tid_signal},
         {"threads_and_builder_errors", test_add_remove_builder_errors},

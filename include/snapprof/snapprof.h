@@ -386,6 +386,24 @@ typedef struct snapprof_stats {
  * from being read (e.g. -ENOENT, -EMFILE from /proc/self/maps). */
 SNAPPROF_API int snapprof_thread_register(snapprof_thread_t **out);
 
+/* Flags of snapprof_thread_register_ex(). */
+enum {
+    /* The calling thread registers as the first thing it does, and is then
+     * added to a running profiler (the preload does this for every thread
+     * that starts): the first profiler the token is added to counts the
+     * thread's CPU time from the thread's start instead of reading its
+     * clock now, and its name is read from /proc/self/task/TID/comm when a
+     * profiler first arms it rather than now. Two system calls less for
+     * every thread, most of which a short-lived thread never needs. */
+    SNAPPROF_REGISTER_AT_START = 1u << 0,
+};
+
+/* snapprof_thread_register() with flags (SNAPPROF_REGISTER_*, or 0: the
+ * same as snapprof_thread_register()). Returns what it returns, or -EINVAL
+ * for an unknown flag. A thread registered twice keeps the token of its
+ * first registration, with the flags it was made with. */
+SNAPPROF_API int snapprof_thread_register_ex(unsigned flags, snapprof_thread_t **out);
+
 /* Names a thread of this process by tid, from any thread. Its stack bounds
  * are read from /proc/self/maps: the main thread's are "[stack]"; any other
  * thread is stopped with signal signo to report its stack pointer, and the
