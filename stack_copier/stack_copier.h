@@ -100,6 +100,23 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
 void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
                                    snapprof_regs_t *regs, snapprof_stack_copy_t *stack);
 
+/* Which loop snapprof__rebase_words() runs: the best this CPU has, or one
+ * named (the tests compare them word for word). */
+typedef enum snapprof__rebase_impl {
+    SNAPPROF__REBASE_BEST = 0,
+    SNAPPROF__REBASE_SCALAR,
+    SNAPPROF__REBASE_AVX2,
+} snapprof__rebase_impl_t;
+
+/* Adds delta to each of the n words at words that lies in [lo, lo + size)
+ * (compared as w - lo < size, unsigned: the range may wrap), with impl;
+ * every implementation gives the same words. words needs only the
+ * alignment of a uintptr_t. Returns 0, or -ENOTSUP when this CPU cannot
+ * run impl (nothing is changed then). Sampling side; it is never called
+ * from a signal handler (the first call asks the CPU what it has). */
+int snapprof__rebase_words(uintptr_t *words, size_t n, uintptr_t lo, uintptr_t size,
+                           uintptr_t delta, snapprof__rebase_impl_t impl);
+
 /* A thread blocked in a system call, as /proc/self/task/TID/syscall says
  * (stack_copier_proc.c). */
 typedef struct snapprof__blocked {

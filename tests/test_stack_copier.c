@@ -152,6 +152,138 @@ static void test_sentinels(void)
     stop_target(&t);
 }
 
+/* Whether w lies in [lo, lo + size), in 128-bit arithmetic and without
+ * the rebase's modular trick; a range that wraps past the top of the
+ * address space goes on from 0. */
+static int in_range_ref(uintptr_t w, uintptr_t lo, uintptr_t size)
+{
+    unsigned __int128 x = w, l = lo, h = (unsigned __int128)lo + size;
+    unsigned __int128 wrap = (unsigned __int128)1 << 64;
+    return (x >= l && x < h) || x + wrap < h;
+}
+
+/* Runs impl over a copy of in (n words, placed off words past a 32-byte
+ * boundary) and checks every word against in_range_ref(). Returns 0, or
+ * -ENOTSUP when the CPU lacks impl. */
+static int check_rebase(const uintptr_t *in, size_t n, size_t off, uintptr_t lo, uintptr_t size,
+                        uintptr_t delta, snapprof__rebase_impl_t impl)
+{
+    static _Alignas(32) uintptr_t buf[64 + 4];
+    ASSERT(n + off <= sizeof buf / sizeof buf[0]);
+    uintptr_t *w = buf + off;
+    memcpy(w, in, n * sizeof *w);
+    buf[off + n] = 0x600dcafe; /* the word after the last: left alone */
+    int rc = snapprof__rebase_words(w, n, lo, size, delta, impl);
+    if (rc != 0) {
+        ASSERT_EQ(rc, -ENOTSUP);
+        ASSERT_EQ(impl, SNAPPROF__REBASE_AVX2);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t want = in[i] + (in_range_ref(in[i], lo, size) ? delta : 0);
+        if (w[i] != want)
+            TEST_FAIL("impl %d, lo %#" PRIxPTR " size %#" PRIxPTR ", n %zu off %zu: word %zu "
+                      "%#" PRIxPTR " became %#" PRIxPTR ", not %#" PRIxPTR,
+                      (int)impl, lo, size, n, off, i, in[i], w[i], want);
+    }
+    ASSERT_UEQ(buf[off + n], 0x600dcafe);
+    return 0;
+}
+
+/* The rebase's vector loop gives the scalar loop's words, bit for bit: a
+ * value just inside or outside either end of the range at every word
+ * position, for every length up to past two vector strides, at every
+ * word alignment, for ranges that straddle the sign bit (where a signed
+ * compare goes wrong) or wrap past the top; then a whole 16 KiB stack of
+ * near misses, and a copy whose length is not a whole number of words. */
+static void test_rebase_every_word(void)
+{
+    static const struct {
+        uintptr_t lo, size;
+    } ranges[] = {
+        {0x7ffc12340000u, 16384},
+        {0x7ffc12340010u, 0x4007}, /* a copy_size that is no multiple of 8 */
+        {0, 4096},
+        {0x8000000000000000u - 64, 128}, /* across the sign bit */
+        {UINTPTR_MAX - 63, 128},         /* wraps past the top */
+        {0xffff800000000000u, 1u << 20},
+        {0x1000, UINTPTR_MAX}, /* everything but [0x1000 - 1, 0x1000) */
+    };
+    int avx2 = 1;
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+        uintptr_t lo = ranges[r].lo, size = ranges[r].size, hi = lo + size;
+        uintptr_t delta = (uintptr_t)0x5555000012345678u - lo;
+        const uintptr_t probes[] = {lo - 2,
+                                    lo - 1,
+                                    lo,
+                                    lo + 1,
+                                    lo + 7,
+                                    lo + 8,
+                                    hi - 8,
+                                    hi - 1,
+                                    hi,
+                                    hi + 1,
+                                    lo - size,
+                                    0,
+                                    1,
+                                    UINTPTR_MAX,
+                                    (uintptr_t)INT64_MAX,
+                                    (uintptr_t)INT64_MIN,
+                                    lo ^ (uintptr_t)INT64_MIN,
+                                    hi ^ (uintptr_t)INT64_MIN};
+        size_t np = sizeof probes / sizeof probes[0];
+        uintptr_t in[64];
+        for (size_t n = 0; n <= 37; n++)
+            for (size_t off = 0; off < 4; off++)
+                for (size_t pos = 0; pos < n; pos++)
+                    for (size_t k = 0; k < np; k++) {
+                        /* The other words are probes too, in another order. */
+                        for (size_t i = 0; i < n; i++)
+                            in[i] = probes[(i * 7 + k + 3) % np];
+                        in[pos] = probes[k];
+                        ASSERT_OK(
+                            check_rebase(in, n, off, lo, size, delta, SNAPPROF__REBASE_SCALAR));
+                        ASSERT_OK(check_rebase(in, n, off, lo, size, delta, SNAPPROF__REBASE_BEST));
+                        if (avx2 &&
+                            check_rebase(in, n, off, lo, size, delta, SNAPPROF__REBASE_AVX2) != 0)
+                            avx2 = 0;
+                    }
+    }
+    if (!avx2)
+        fprintf(stderr, "no AVX2 here: the scalar loop only\n");
+
+    /* A 16 KiB stack of pointers around a range, through the rebase the
+     * profiler calls, with 5 trailing bytes that are no whole word. */
+    size_t size = 16384 + 5;
+    uint8_t *scalar = malloc(size), *best = malloc(size);
+    ASSERT_NOT_NULL(scalar);
+    ASSERT_NOT_NULL(best);
+    snapprof__copy_result_t res = {.copy_lo = 0x7ffd00000008u, .copy_size = size};
+    res.regs.r[SNAPPROF_REG_SP] = res.copy_lo + 64;
+    res.regs.r[SNAPPROF_REG_PC] = res.copy_lo + 8; /* never rebased */
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i + 8 <= size; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uintptr_t w = (x & 1 ? res.copy_lo : res.copy_lo + size) + (x >> 1) % 17 - 8;
+        memcpy(scalar + i, &w, sizeof w);
+    }
+    memset(scalar + size - 5, 0xab, 5);
+    memcpy(best, scalar, size);
+    ASSERT_OK(snapprof__rebase_words((uintptr_t *)(void *)scalar, size / 8, res.copy_lo, size,
+                                     (uintptr_t)best - res.copy_lo, SNAPPROF__REBASE_SCALAR));
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(&res, best, &regs, &stack);
+    ASSERT_EQ(memcmp(scalar, best, size), 0);
+    for (size_t i = size - 5; i < size; i++)
+        ASSERT_EQ(best[i], 0xab);
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_SP], (uintptr_t)best + 64);
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_PC], res.copy_lo + 8);
+    ASSERT_UEQ(stack.top, (uintptr_t)best + size);
+    free(scalar);
+    free(best);
+}
+
 /* A stack larger than the buffer: the innermost part is copied, and the
  * copy says it is truncated. */
 static void test_truncated(void)
@@ -588,6 +720,7 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"sentinels", test_sentinels},
+        {"rebase_every_word", test_rebase_every_word},
         {"truncated", test_truncated},
         {"exited_thread", test_exited_thread},
         {"blocked_signal", test_blocked_signal},
