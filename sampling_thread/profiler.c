@@ -1089,11 +1089,18 @@ static int walk_better(size_t n_a, const snapprof__unwind_outcome_t *a, size_t n
  * record lies above the frame that walk stopped at, rbp most likely held
  * its address (the first frame record above a frame is its own, as
  * Breakpad's stack scan assumes): unwind again from there, trying up to
- * three such records, and keep the best walk. Returns its frame count. */
+ * three such records, and keep the best walk. Returns its frame count.
+ * A walk the CFI tables completed needed no rbp it did not find saved on
+ * the stack: no guess can better it, and the second walk would cost as
+ * much as the first. A walk another unwinder completed may have stopped
+ * at the rbp of 0 the copy holds (the frame-pointer unwinder takes it for
+ * the outermost frame), so it is tried again. */
 static size_t unwind_guessing_fp(snapprof_profiler_t *p, snapprof_regs_t *regs,
                                  const snapprof_stack_copy_t *stack, size_t count,
                                  snapprof__unwind_outcome_t *outcome)
 {
+    if (outcome->completed && snapprof__unwinder_is_cfi_table(outcome->completed_by))
+        return count;
     size_t last = count;
     if (last > 0 && p->frames[last - 1].kind == SNAPPROF_FRAME_MARKER)
         last--;

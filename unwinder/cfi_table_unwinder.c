@@ -306,6 +306,11 @@ static const snapprof_unwinder_ops_t ct_ops = {
     .xDestroy = ct_destroy,
 };
 
+int snapprof__unwinder_is_cfi_table(const snapprof_unwinder_t *u)
+{
+    return u && u->ops == &ct_ops;
+}
+
 int snapprof__cfi_table_unwinder_create(int eager, snapprof_unwinder_t **out)
 {
     if (!out)

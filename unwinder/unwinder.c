@@ -159,6 +159,7 @@ size_t snapprof__unwind_chain(snapprof_unwinder_t *const *unwinders, size_t unwi
         }
         if (r == SNAPPROF_UNWIND_COMPLETED) {
             outcome->completed = 1;
+            outcome->completed_by = u;
             break;
         }
         if (r == SNAPPROF_UNWIND_ABORTED) {

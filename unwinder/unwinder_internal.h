@@ -75,13 +75,20 @@ snapprof_unwind_result_t snapprof__unwind_abort(snapprof_unwind_ctx_t *ctx,
 
 /* Result of unwinding one sample through the chain. */
 typedef struct snapprof__unwind_outcome {
-    int completed;                     /* an unwinder reported COMPLETED */
-    int aborted;                       /* an unwinder reported ABORTED */
-    int truncated_depth;               /* the frame cap was reached */
-    int unrecognized;                  /* no unwinder claimed the last frame */
-    const char *abort_reason;          /* the unwinder's text, if it gave one */
-    snapprof__abort_kind_t abort_kind; /* when aborted: from its code and the copy */
+    int completed;                           /* an unwinder reported COMPLETED */
+    const snapprof_unwinder_t *completed_by; /* which one, when completed */
+    int aborted;                             /* an unwinder reported ABORTED */
+    int truncated_depth;                     /* the frame cap was reached */
+    int unrecognized;                        /* no unwinder claimed the last frame */
+    const char *abort_reason;                /* the unwinder's text, if it gave one */
+    snapprof__abort_kind_t abort_kind;       /* when aborted: from its code and the copy */
 } snapprof__unwind_outcome_t;
+
+/* Whether u is a CFI tables unwinder (snapprof_cfi_table_unwinder_create()):
+ * a walk it completed found every caller from CFI, and took rbp only from
+ * where a frame had saved it, so it is right even from a copy whose rbp
+ * the kernel did not say. Sampler thread only. */
+int snapprof__unwinder_is_cfi_table(const snapprof_unwinder_t *u);
 
 /* Unwinds one stack copy: frame 0 from regs' pc, then the chain, highest
  * priority (index 0) first. frames must hold max_frames entries; returns the
