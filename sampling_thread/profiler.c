@@ -1339,6 +1339,26 @@ static void deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint
     p->stats.samples_reused++;
 }
 
+/* Wall mode: /proc could not say where t is (rc: the negative errno of the
+ * read of its syscall file, not -ESRCH). Short of descriptors or memory
+ * (the program's own files took them): this tick only, counted. Otherwise
+ * (not mounted, or refused) for good: said once in the stats. Either way a
+ * sleeping thread keeps its last stack rather than be woken by a signal.
+ * Returns 1 when it sleeps (its last stack delivered again), 0 when it
+ * runs (a running one is signalled or, armed, has its captures). Lock
+ * held. */
+static int proc_refused(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now, int rc)
+{
+    if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
+        p->stats.wall_proc_transient++;
+    else
+        p->stats.wall_proc_errno = -rc;
+    if (thread_running(t->thread->tid))
+        return 0;
+    deliver_previous(p, t, now);
+    return 1;
+}
+
 /* Wall mode, SNAPPROF_WALL_BLOCKED_PROC: samples t without a signal if it
  * is blocked in a system call; cpu0 is its CPU clock, read just before, and
  * seq0 its arm's schedule sequence, read before that (NULL when it has
@@ -1359,21 +1379,8 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         t->dead = 1;
         return 1;
     }
-    if (rc < 0) {
-        /* /proc cannot say. Short of descriptors or memory (the program's
-         * own files took them): this tick only, counted. Otherwise (not
-         * mounted, or refused) for good: said once in the stats. Either
-         * way a sleeping thread keeps its last stack rather than be woken
-         * by a signal; a running one is signalled. */
-        if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
-            p->stats.wall_proc_transient++;
-        else
-            p->stats.wall_proc_errno = -rc;
-        if (thread_running(th->tid))
-            return 0;
-        deliver_previous(p, t, now);
-        return 1;
-    }
+    if (rc < 0)
+        return proc_refused(p, t, now, rc);
     /* cpu0, the caller's read of its CPU clock, came before the /proc read:
      * if the clock moved by the end of the copy, the thread ran somewhere
      * in between and its stack may have changed under the copy. If it did
@@ -1418,6 +1425,54 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     return 1;
 }
 
+/* Wall mode with a perf trigger: the look at t at a tick when it was
+ * scheduled in since its last look, as seq says (its arm's schedule
+ * sequence, read first this tick), made without reading its CPU clock (a
+ * system call, 0.2-1.2 us on these VMs). If /proc says it waits in a
+ * system call, its stack is copied and kept when seq has not moved
+ * meanwhile: found off its CPU by the /proc read, a thread not scheduled
+ * in since seq was read cannot have run during the copy. Returns 1 when t
+ * is dealt with: sampled so, or a failed copy counted, or /proc refused
+ * and it sleeps (as sample_blocked() deals with them); 0 when it runs, or
+ * ran while its stack was read (the copy is dropped and counted); -1 when
+ * /proc says it is gone, for the caller's usual look (its clock first),
+ * which ends it. Its CPU time is in its trigger's samples, so a sample
+ * here carries wall time only and leaves the CPU clock fields alone. Lock
+ * held. */
+static int sample_blocked_by_seq(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
+                                 uint32_t seq)
+{
+    struct snapprof_thread *th = t->thread;
+    snapprof__blocked_t b;
+    int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
+                                      : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
+    if (rc == -ESRCH)
+        return -1;
+    if (rc <= 0)
+        return rc == 0 ? 0 : proc_refused(p, t, now, rc);
+    snapprof__copy_result_t res;
+    snapprof_fail_reason_t reason;
+    if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
+        0) {
+        /* A thread that exited ran to exit: scheduled in since seq was
+         * read, it is looked at again next tick, and found gone then. */
+        fail(p, reason);
+        return 1;
+    }
+    uint32_t seq1;
+    if (snapprof__trigger_sched_seq(t->arm, &seq1) != 0 || seq1 != seq) {
+        /* It ran while its stack was read: the copy may be torn. */
+        p->stats.wall_copy_raced++;
+        return 0;
+    }
+    t->wall_state = WALL_STATE_BLOCKED;
+    t->wall_syscall = b.nr;
+    snapprof__labels_capture(p->labels); /* the process's, as in sample_blocked() */
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, 0, 1);
+    p->stats.samples_blocked++;
+    return 1;
+}
+
 /* Wall mode with a perf trigger: whether t, found blocked (and sampled) at
  * an earlier tick, which is what blocked_seq_valid says, has not been
  * scheduled in since (seq: its arm's schedule sequence now). Then it is
@@ -1434,10 +1489,16 @@ static int still_blocked(const snapprof__target_t *t, uint32_t seq)
  * signal: from /proc if it is blocked, else its latest capture's stack.
  * cpu_now is its CPU clock as check_armed() just read it (one read per
  * tick: on these machines a thread's clock is a 1.2 us system call, most
- * of what a reused sample costs). Lock held. */
+ * of what a reused sample costs). runs: /proc said just now that it runs.
+ * Lock held. */
 static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
-                            uint64_t cpu_now, const uint32_t *seq)
+                            uint64_t cpu_now, const uint32_t *seq, int runs)
 {
+    if (runs) { /* sample_blocked_by_seq() just found it so */
+        t->wall_state = running_or_runnable(t);
+        deliver_previous(p, t, now);
+        return;
+    }
     if (t->wall_state == WALL_STATE_BLOCKED && t->sampled && cpu_now == t->cpu_after) {
         /* Its clock stood still since the copy: still in the same wait.
          * Any CPU time may have taken it to another one. */
@@ -1664,10 +1725,25 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                     deliver_previous(p, t, now);
                     continue;
                 }
+                /* Scheduled in since: /proc first, the CPU clock only
+                 * when it does not show a thread blocked again. A tick
+                 * that deals with it so skips check_armed(): its exit is
+                 * noticed by /proc, and the check for a thread that
+                 * blocks the trigger's signal waits for a tick that finds
+                 * it running (a thread that runs much finds one soon). */
+                int look = have_seq && !atomic_load(&t->thread->exited)
+                               ? sample_blocked_by_seq(p, t, now, seq)
+                               : -1;
+                if (look == 1) {
+                    /* As below: off its CPU after seq was read. */
+                    t->blocked_seq = seq;
+                    t->blocked_seq_valid = t->wall_state == WALL_STATE_BLOCKED;
+                    continue;
+                }
                 uint64_t cpu_now;
                 if (check_armed(p, t, &cpu_now) == 0 && t->arm &&
                     p->params.mode == SNAPPROF_MODE_WALL) {
-                    wall_tick_armed(p, t, now, cpu_now, have_seq ? &seq : NULL);
+                    wall_tick_armed(p, t, now, cpu_now, have_seq ? &seq : NULL, look == 0);
                     /* seq was read before cpu_now: if t was found blocked
                      * (off its CPU at cpu_now and after), a sequence still
                      * equal to it later means it has not run since. */

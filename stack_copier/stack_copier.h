@@ -158,6 +158,11 @@ void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data
  * errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 
+/* Test seam: from now on, counts the calls of snapprof__thread_cpu_ns()
+ * for tid (0: none), and returns how many there were since. */
+void snapprof__thread_cpu_count_for_test(pid_t tid);
+uint64_t snapprof__thread_cpu_counted_for_test(void);
+
 /* 1 when thread tid blocks signo (its SigBlk in /proc/self/task/TID/status),
  * 0 when it does not or cannot be asked. Sampling side. */
 int snapprof__thread_blocks_signal(pid_t tid, int signo);

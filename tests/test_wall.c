@@ -536,6 +536,81 @@ static void test_woken_during_copy_perf(void)
     test_woken_during_copy();
 }
 
+void snapprof__sampler_lock(void);
+void snapprof__sampler_unlock(void);
+
+/* Waits until thread tid is blocked in a read again, as /proc says. */
+static void wait_back_in_read(pid_t tid)
+{
+    int fd = -1;
+    uint64_t t0 = tu_mono_ns();
+    for (;;) {
+        snapprof__blocked_t b;
+        if (snapprof__proc_blocked_read(tid, &fd, &b) == 1 && b.nr == SYS_read)
+            break;
+        if (tu_mono_ns() - t0 > 30000000000u)
+            TEST_FAIL("thread %d not back in its read after 30 s", (int)tid);
+        usleep(200);
+    }
+    close(fd);
+}
+
+/* With a perf trigger, a blocked thread that ran since its last look is
+ * copied again without a read of its CPU clock: the perf event's schedule
+ * sequence stands for it. Each round wakes the thread while the sampler
+ * lock keeps the ticks out, waits until it blocks in the same read again,
+ * and then lets two ticks run: the first must make a new copy (the thread
+ * was scheduled in) and read no clock of the thread. No timing is
+ * involved: the thread is asleep through every tick of the rounds. */
+static void test_new_copy_reads_no_clock_perf(void)
+{
+    enum { ROUNDS = 8 };
+    tu_need_perf_event();
+    g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    sleeper_t s;
+    memset(&s, 0, sizeof s);
+    start(&s, PIPE_READ);
+    wait_back_in_read(s.tid);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(&s, 1, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 10);
+    snapprof_stats_t before, st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &before));
+    ASSERT_UEQ(before.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 1);
+    snapprof__thread_cpu_count_for_test(s.tid);
+    for (int round = 0; round < ROUNDS; round++) {
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        uint64_t ticks = st.ticks;
+        snapprof__sampler_lock();
+        int woken = atomic_load(&s.wakeups);
+        ASSERT_EQ(write(s.pipe_fd[1], "r", 1), 1);
+        uint64_t t0 = tu_mono_ns();
+        while (atomic_load(&s.wakeups) == woken) {
+            if (tu_mono_ns() - t0 > 30000000000u)
+                TEST_FAIL("the sleeper did not wake in 30 s");
+            usleep(100);
+        }
+        wait_back_in_read(s.tid);
+        snapprof__sampler_unlock();
+        wait_ticks(p, ticks + 2);
+    }
+    uint64_t clock_reads = snapprof__thread_cpu_counted_for_test();
+    snapprof__thread_cpu_count_for_test(0);
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("%d rounds: %llu new copies, %llu raced, %llu reads of its CPU clock\n", ROUNDS,
+           (unsigned long long)(st.samples_blocked - before.samples_blocked),
+           (unsigned long long)(st.wall_copy_raced - before.wall_copy_raced),
+           (unsigned long long)clock_reads);
+    ASSERT_GE(st.samples_blocked - before.samples_blocked, ROUNDS);
+    ASSERT_UEQ(clock_reads, 0);
+    check_thread(&c, &s, NULL);
+    snapprof_profiler_destroy(p);
+    stop(&s);
+    tu_collector_free(&c);
+}
+
 static sleeper_t *g_late;
 static _Atomic pid_t g_late_trigger_tid;
 
@@ -727,6 +802,16 @@ static void test_proc_open_fault(void)
     tu_collector_free(&c);
 }
 
+/* The same with the perf trigger, where a thread scheduled in since its
+ * last look is looked at through /proc before its CPU clock: still one
+ * transient per refusal, not one per attempt. */
+static void test_proc_open_fault_perf(void)
+{
+    tu_need_perf_event();
+    g_trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    test_proc_open_fault();
+}
+
 /* A thread found blocked that wakes, runs for less than the idle threshold
  * (100 us) and blocks again somewhere else has run: its CPU clock moved,
  * so its old stack is no longer where it waits. Wall mode must look again,
@@ -837,10 +922,12 @@ int main(int argc, char **argv)
         {"blocks_all_signals", test_blocks_all_signals},
         {"woken_during_copy", test_woken_during_copy},
         {"woken_during_copy_perf", test_woken_during_copy_perf},
+        {"new_copy_reads_no_clock_perf", test_new_copy_reads_no_clock_perf},
         {"capture_older_than_wait", test_capture_older_than_wait},
         {"proc_refused", test_proc_refused},
         {"proc_transient", test_proc_transient},
         {"proc_open_fault", test_proc_open_fault},
+        {"proc_open_fault_perf", test_proc_open_fault_perf},
         {"moved_wait", test_moved_wait},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
