@@ -810,6 +810,16 @@ static uint64_t target_unsampled_ns(const snapprof__target_t *t)
     return total > t->sampled_ns ? total - t->sampled_ns : 0;
 }
 
+/* The CPU clock up to which t's samples so far stand for its CPU time,
+ * where a handshake or /proc sample weighs the CPU time since: its last
+ * such sample's clock, else what its trigger's samples stood for from its
+ * start (a thread that blocks the signal goes from its trigger to the
+ * handshake, and those samples must not be counted again). */
+static uint64_t cpu_placed(const snapprof__target_t *t)
+{
+    return t->sampled ? t->cpu_at_sample : t->cpu_start + t->sampled_ns;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Samples                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1412,7 +1422,7 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     /* Its labels: the process's (a thread's own labels live where only its
      * handler can read them safely). */
     snapprof__labels_capture(p->labels);
-    uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
+    uint64_t since = cpu_placed(t);
     res.cpu_ns = cpu0;
     /* An armed thread's CPU time is in its trigger's samples. */
     uint64_t cpu_ns = t->arm || cpu0 < since ? 0 : cpu0 - since;
@@ -1605,7 +1615,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     }
     t->backoff = 0;
     snapprof__hist_add(&p->roundtrip, res.roundtrip_ns);
-    uint64_t since = t->sampled ? t->cpu_at_sample : t->cpu_start;
+    uint64_t since = cpu_placed(t);
     uint64_t cpu_ns = res.cpu_ns >= since ? res.cpu_ns - since : 0;
     unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 0);
     t->cpu_at_sample = res.cpu_ns;

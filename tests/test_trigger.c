@@ -427,6 +427,106 @@ static void test_blocked_signal(void)
     snapprof_thread_release(w.token);
 }
 
+/* A thread that blocks the signal only for a while: sampled by its perf
+ * event, then (blocking it) moved to the handshake, which samples it once
+ * it unblocks the signal. The handshake's first sample weighs the CPU time
+ * since the thread's last sample; the trigger's samples already stood for
+ * part of it, so the profile must not count that part twice: its samples
+ * add up to no more than the thread's clock. */
+typedef struct blocks_for_a_while {
+    worker_t w;
+    snapprof_profiler_t *p;
+    uint64_t cpu_end;
+} blocks_for_a_while_t;
+
+/* Burns CPU until stats' field, as read by get, reaches at least n. */
+static void burn_until(snapprof_profiler_t *p, uint64_t (*get)(const snapprof_stats_t *),
+                       uint64_t n)
+{
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    snapprof_stats_t st;
+    for (;;) {
+        tu_burn_cpu_ns(1000000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (get(&st) >= n)
+            return;
+        ASSERT_LT(tu_mono_ns(), deadline);
+    }
+}
+
+static uint64_t stat_samples(const snapprof_stats_t *st)
+{
+    return st->samples;
+}
+
+static uint64_t stat_blocked(const snapprof_stats_t *st)
+{
+    return st->trigger_blocked;
+}
+
+static void *blocks_for_a_while_main(void *arg)
+{
+    blocks_for_a_while_t *b = arg;
+    ASSERT_OK(snapprof_thread_register(&b->w.token));
+    atomic_store(&b->w.ready, 1);
+    while (!atomic_load(&b->w.stop)) /* until the profile runs */
+        usleep(1000);
+    burn_until(b->p, stat_samples, 50); /* by its perf event */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGURG);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    burn_until(b->p, stat_blocked, 1);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(b->p, &st));
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    burn_until(b->p, stat_samples, st.samples + 20); /* by the handshake */
+    b->cpu_end = tu_thread_cpu_ns();
+    atomic_store(&b->w.ready, 2);
+    while (atomic_load(&b->w.stop) != 2) /* stays, idle, until the stop */
+        usleep(1000);
+    return NULL;
+}
+
+static void test_blocked_for_a_while(void)
+{
+    tu_need_perf_event();
+    blocks_for_a_while_t b = {0};
+    ASSERT_EQ(pthread_create(&b.w.th, NULL, blocks_for_a_while_main, &b), 0);
+    while (!atomic_load(&b.w.ready))
+        usleep(1000);
+    tu_collector_t c = {0};
+    b.p = make(&b.w, 1, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(b.p));
+    atomic_store(&b.w.stop, 1);
+    while (atomic_load(&b.w.ready) != 2)
+        usleep(1000);
+    ASSERT_OK(snapprof_profiler_stop(b.p));
+    atomic_store(&b.w.stop, 2);
+    pthread_join(b.w.th, NULL);
+    uint64_t sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < c.count; i++)
+        if (c.samples[i].tid == snapprof_thread_tid(b.w.token)) {
+            sum += c.samples[i].cpu_ns;
+            n++;
+        }
+    printf("%zu samples weigh %.1f ms; the thread's clock %.1f ms; blocked %llu, handshake "
+           "%llu\n",
+           n, sum / 1e6, b.cpu_end / 1e6, (unsigned long long)c.stats.trigger_blocked,
+           (unsigned long long)c.stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]);
+    ASSERT_UEQ(c.stats.trigger_blocked, 1);
+    /* Its clock when it stopped burning, plus a few periods: the idle
+     * wait before the stop, and the handler's own time. */
+    ASSERT_LE(sum, b.cpu_end + 5000000u);
+    /* and nothing lost but what came after the handshake's last sample
+     * (it has no remainder), which is at most a few periods here */
+    ASSERT_GE(sum + 20000000u, b.cpu_end);
+    snapprof_profiler_destroy(b.p);
+    tu_collector_free(&c);
+    snapprof_thread_release(b.w.token);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads that come and go                                                 */
 /* ------------------------------------------------------------------------ */
@@ -763,6 +863,7 @@ int main(int argc, char **argv)
         {"sleepers_no_eintr", test_sleepers_no_eintr},
         {"handshake_skips_sleeping", test_handshake_skips_sleeping},
         {"blocked_signal", test_blocked_signal},
+        {"blocked_for_a_while", test_blocked_for_a_while},
         {"churn_perf", test_churn_perf},
         {"churn_timer", test_churn_timer},
         {"short_threads_unarmed", test_short_threads_unarmed},
