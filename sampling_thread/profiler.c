@@ -1370,12 +1370,18 @@ static int proc_refused(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t 
 }
 
 /* Wall mode, SNAPPROF_WALL_BLOCKED_PROC: samples t without a signal if it
- * is blocked in a system call; cpu0 is its CPU clock, read just before, and
+ * is blocked in a system call. cpu0 is its CPU clock, read just before;
  * seq0 its arm's schedule sequence, read before that (NULL when it has
- * none). Returns 1 when t is dealt with (sampled, or a counted failure), 0
- * when it runs and the caller should signal it. Lock held. */
+ * none). With the perf trigger cpu0 may be NULL (not read: a system call,
+ * 0.2-1.2 us on these VMs); then seq0 alone checks the copy, the sample
+ * carries wall time only (the thread's CPU time is in its trigger's
+ * samples) and the CPU clock fields stay as they are. Returns 1 when t is
+ * dealt with (sampled, or a counted failure), 0 when it runs or ran while
+ * its stack was read (the caller signals it or, armed, has its captures),
+ * and -1, only without cpu0, when /proc says it is gone: the caller's
+ * usual look (its clock first) ends it. Lock held. */
 static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
-                          uint64_t cpu0, const uint32_t *seq0)
+                          const uint64_t *cpu0, const uint32_t *seq0)
 {
     struct snapprof_thread *th = t->thread;
     uint64_t cpu1;
@@ -1385,6 +1391,8 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (rc == 0)
         return 0;
     if (rc == -ESRCH) {
+        if (!cpu0)
+            return -1;
         fail(p, SNAPPROF_FAIL_THREAD_EXITED);
         t->dead = 1;
         return 1;
@@ -1401,17 +1409,21 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
         0) {
         fail(p, reason);
-        if (reason == SNAPPROF_FAIL_THREAD_EXITED && snapprof__thread_cpu_ns(th->tid, &cpu1) != 0)
+        /* Without cpu0: a thread that exited ran to exit, so it was
+         * scheduled in since seq0 was read, is looked at again next tick,
+         * and is found gone then. */
+        if (cpu0 && reason == SNAPPROF_FAIL_THREAD_EXITED &&
+            snapprof__thread_cpu_ns(th->tid, &cpu1) != 0)
             t->dead = 1;
         return 1;
     }
-    /* With its arm's schedule sequence, read before cpu0: unchanged, the
-     * thread was not scheduled in since, so it did not run during the copy
-     * (found blocked, it can run again only once scheduled in). That saves
-     * reading the clock again. */
+    /* With its arm's schedule sequence, read before cpu0 (or the /proc
+     * read): unchanged, the thread was not scheduled in since, so it did
+     * not run during the copy (found blocked, it can run again only once
+     * scheduled in). That saves reading the clock again. */
     uint32_t seq1;
     int moved = seq0 ? snapprof__trigger_sched_seq(t->arm, &seq1) != 0 || seq1 != *seq0
-                     : snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != cpu0;
+                     : snapprof__thread_cpu_ns(th->tid, &cpu1) != 0 || cpu1 != *cpu0;
     if (moved) {
         /* It ran while its stack was read: the copy may be torn. */
         p->stats.wall_copy_raced++;
@@ -1422,64 +1434,22 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     /* Its labels: the process's (a thread's own labels live where only its
      * handler can read them safely). */
     snapprof__labels_capture(p->labels);
-    uint64_t since = cpu_placed(t);
-    res.cpu_ns = cpu0;
     /* An armed thread's CPU time is in its trigger's samples. */
-    uint64_t cpu_ns = t->arm || cpu0 < since ? 0 : cpu0 - since;
+    uint64_t cpu_ns = 0;
+    if (cpu0) {
+        uint64_t since = cpu_placed(t);
+        res.cpu_ns = *cpu0;
+        if (!t->arm && *cpu0 >= since)
+            cpu_ns = *cpu0 - since;
+    }
     unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 1);
     p->stats.samples_blocked++;
-    t->cpu_at_sample = cpu0;
-    t->cpu_after = cpu0;
-    t->cpu_last = cpu0;
-    t->sampled = 1;
-    return 1;
-}
-
-/* Wall mode with a perf trigger: the look at t at a tick when it was
- * scheduled in since its last look, as seq says (its arm's schedule
- * sequence, read first this tick), made without reading its CPU clock (a
- * system call, 0.2-1.2 us on these VMs). If /proc says it waits in a
- * system call, its stack is copied and kept when seq has not moved
- * meanwhile: found off its CPU by the /proc read, a thread not scheduled
- * in since seq was read cannot have run during the copy. Returns 1 when t
- * is dealt with: sampled so, or a failed copy counted, or /proc refused
- * and it sleeps (as sample_blocked() deals with them); 0 when it runs, or
- * ran while its stack was read (the copy is dropped and counted); -1 when
- * /proc says it is gone, for the caller's usual look (its clock first),
- * which ends it. Its CPU time is in its trigger's samples, so a sample
- * here carries wall time only and leaves the CPU clock fields alone. Lock
- * held. */
-static int sample_blocked_by_seq(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
-                                 uint32_t seq)
-{
-    struct snapprof_thread *th = t->thread;
-    snapprof__blocked_t b;
-    int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
-                                      : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
-    if (rc == -ESRCH)
-        return -1;
-    if (rc <= 0)
-        return rc == 0 ? 0 : proc_refused(p, t, now, rc);
-    snapprof__copy_result_t res;
-    snapprof_fail_reason_t reason;
-    if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
-        0) {
-        /* A thread that exited ran to exit: scheduled in since seq was
-         * read, it is looked at again next tick, and found gone then. */
-        fail(p, reason);
-        return 1;
+    if (cpu0) {
+        t->cpu_at_sample = *cpu0;
+        t->cpu_after = *cpu0;
+        t->cpu_last = *cpu0;
+        t->sampled = 1;
     }
-    uint32_t seq1;
-    if (snapprof__trigger_sched_seq(t->arm, &seq1) != 0 || seq1 != seq) {
-        /* It ran while its stack was read: the copy may be torn. */
-        p->stats.wall_copy_raced++;
-        return 0;
-    }
-    t->wall_state = WALL_STATE_BLOCKED;
-    t->wall_syscall = b.nr;
-    snapprof__labels_capture(p->labels); /* the process's, as in sample_blocked() */
-    unwind_and_deliver(p, t, &res, p->buffer, p->labels, 0, 1);
-    p->stats.samples_blocked++;
     return 1;
 }
 
@@ -1504,7 +1474,7 @@ static int still_blocked(const snapprof__target_t *t, uint32_t seq)
 static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
                             uint64_t cpu_now, const uint32_t *seq, int runs)
 {
-    if (runs) { /* sample_blocked_by_seq() just found it so */
+    if (runs) { /* sample_blocked() just found it so */
         t->wall_state = running_or_runnable(t);
         deliver_previous(p, t, now);
         return;
@@ -1515,7 +1485,7 @@ static void wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint6
         deliver_previous(p, t, now);
         return;
     }
-    if (sample_blocked(p, t, now, cpu_now, seq))
+    if (sample_blocked(p, t, now, &cpu_now, seq))
         return;
     t->wall_state = running_or_runnable(t);
     deliver_previous(p, t, now);
@@ -1566,7 +1536,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     if (proc_mode) {
         /* Blocked threads are copied without a signal (which would end
          * their wait early); only a running one is signalled. */
-        if (sample_blocked(p, t, now, cpu_now, NULL))
+        if (sample_blocked(p, t, now, &cpu_now, NULL))
             return;
         if (!thread_running(th->tid)) { /* it went back to sleep meanwhile */
             deliver_previous(p, t, now);
@@ -1742,7 +1712,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                  * blocks the trigger's signal waits for a tick that finds
                  * it running (a thread that runs much finds one soon). */
                 int look = have_seq && !atomic_load(&t->thread->exited)
-                               ? sample_blocked_by_seq(p, t, now, seq)
+                               ? sample_blocked(p, t, now, NULL, &seq)
                                : -1;
                 if (look == 1) {
                     /* As below: off its CPU after seq was read. */
