@@ -1351,21 +1351,13 @@ typedef struct newborn {
     uint64_t cpu_add2, cpu_remove1, cpu_removed2;
 } newborn_t;
 
-/* Burns CPU until p has armed a thread (a tick after it joined). */
-static void burn_until_armed(snapprof_profiler_t *p)
+/* Threads p has armed, by any trigger. */
+static uint64_t stat_armed(const snapprof_stats_t *st)
 {
-    uint64_t deadline = tu_mono_ns() + 60000000000u;
-    snapprof_stats_t st;
-    for (;;) {
-        tu_burn_cpu_ns(2000000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-        uint64_t armed = 0;
-        for (int k = 0; k < SNAPPROF_TRIGGER_COUNT; k++)
-            armed += st.threads_by_trigger[k];
-        if (armed > 0)
-            return;
-        ASSERT_LT(tu_mono_ns(), deadline);
-    }
+    uint64_t armed = 0;
+    for (int k = 0; k < SNAPPROF_TRIGGER_COUNT; k++)
+        armed += st->threads_by_trigger[k];
+    return armed;
 }
 
 static void *newborn_main(void *arg)
@@ -1385,9 +1377,9 @@ static void *newborn_main(void *arg)
     n->cpu_add2 = tu_thread_cpu_ns();
     if (n->second)
         ASSERT_OK(snapprof_profiler_add_thread(n->second, me));
-    burn_until_armed(n->first);
+    tu_burn_until(n->first, stat_armed, 1);
     if (n->second)
-        burn_until_armed(n->second);
+        tu_burn_until(n->second, stat_armed, 1);
     tu_burn_cpu_ns(10000000);
     memcpy(n->name_armed, me->name, sizeof me->name);
     n->cpu_remove1 = tu_thread_cpu_ns();

@@ -439,21 +439,6 @@ typedef struct blocks_for_a_while {
     uint64_t cpu_end;
 } blocks_for_a_while_t;
 
-/* Burns CPU until stats' field, as read by get, reaches at least n. */
-static void burn_until(snapprof_profiler_t *p, uint64_t (*get)(const snapprof_stats_t *),
-                       uint64_t n)
-{
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
-    snapprof_stats_t st;
-    for (;;) {
-        tu_burn_cpu_ns(1000000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-        if (get(&st) >= n)
-            return;
-        ASSERT_LT(tu_mono_ns(), deadline);
-    }
-}
-
 static uint64_t stat_samples(const snapprof_stats_t *st)
 {
     return st->samples;
@@ -471,16 +456,16 @@ static void *blocks_for_a_while_main(void *arg)
     atomic_store(&b->w.ready, 1);
     while (!atomic_load(&b->w.stop)) /* until the profile runs */
         usleep(1000);
-    burn_until(b->p, stat_samples, 50); /* by its perf event */
+    tu_burn_until(b->p, stat_samples, 50); /* by its perf event */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGURG);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    burn_until(b->p, stat_blocked, 1);
+    tu_burn_until(b->p, stat_blocked, 1);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(b->p, &st));
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-    burn_until(b->p, stat_samples, st.samples + 20); /* by the handshake */
+    tu_burn_until(b->p, stat_samples, st.samples + 20); /* by the handshake */
     b->cpu_end = tu_thread_cpu_ns();
     atomic_store(&b->w.ready, 2);
     while (atomic_load(&b->w.stop) != 2) /* stays, idle, until the stop */

@@ -219,6 +219,19 @@ void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
     ASSERT_GE(st.samples, n);
 }
 
+void tu_burn_until(snapprof_profiler_t *p, uint64_t (*get)(const snapprof_stats_t *), uint64_t n)
+{
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    snapprof_stats_t st;
+    for (;;) {
+        tu_burn_cpu_ns(1000000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (get(&st) >= n)
+            return;
+        ASSERT_LT(tu_mono_ns(), deadline);
+    }
+}
+
 void tu_burn_cpu_ns(uint64_t ns)
 {
     uint64_t end = tu_thread_cpu_ns() + ns;

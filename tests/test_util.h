@@ -64,6 +64,11 @@ void tu_burn_cpu_ns(uint64_t ns);
  * busy thread that this VM's host barely runs is idle for many ticks. */
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
 
+/* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
+ * the test after 120 s: for a thread that must be sampled (or armed,
+ * or moved) while it runs. */
+void tu_burn_until(snapprof_profiler_t *p, uint64_t (*get)(const snapprof_stats_t *), uint64_t n);
+
 /* Whether this kernel allows a per-thread perf event (stock Debian's
  * perf_event_paranoid 3 and container seccomp profiles refuse it): what the
  * default trigger (auto) then uses. */
