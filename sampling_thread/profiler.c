@@ -1271,11 +1271,10 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
                 /* A spread first expiry (the timer's) makes the first
                  * period short: its sample weighs only what it stands for,
                  * so the samples never add up to more than the clock. */
-                uint64_t weight = slot->periods * p->params.interval_ns;
+                uint64_t weight = slot->weight_ns;
                 uint64_t cut = t->first_short_ns < weight ? t->first_short_ns : weight - 1;
                 weight -= cut;
                 t->first_short_ns = 0;
-                t->periods += slot->periods;
                 t->sampled_ns += weight;
                 unwind_and_deliver(p, t, &slot->res, slot->buffer,
                                    (snapprof__label_capture_t *)slot->extra, weight, 0);

@@ -44,7 +44,6 @@ typedef struct snapprof__target {
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
-    uint64_t periods;                /* trigger periods its delivered samples stand for */
     uint64_t sampled_ns;             /* CPU time its delivered samples stand for */
     uint64_t first_short_ns;         /* how much shorter than a period its first one is */
     uint64_t remainder_ns;           /* CPU time already delivered as its remainder */

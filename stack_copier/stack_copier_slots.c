@@ -155,18 +155,18 @@ static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t 
     slot->res.copy_size = size;
 }
 
-/* Counts a capture not taken, keeping the periods it stood for. Returns
+/* Counts a capture not taken, keeping the CPU time it stood for. Returns
  * -1. Async-signal-safe. */
-static int drop(snapprof__capture_pool_t *pool, uint64_t periods)
+static int drop(snapprof__capture_pool_t *pool, uint64_t weight_ns)
 {
     atomic_fetch_add_explicit(&pool->dropped, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->dropped_periods, periods, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->dropped_ns, weight_ns, memory_order_relaxed);
     return -1;
 }
 
 /* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
-                           const ucontext_t *uc, uint64_t periods)
+                           const ucontext_t *uc, uint64_t weight_ns)
 {
     /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
     uint64_t entry = snapprof__monotonic_ns();
@@ -177,13 +177,13 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
          * tid (a perf event or CPU timer follows the task, not the tid
          * number). Dropped with its weight kept, not a failure: counted
          * tid_recycled, it failed profiler_thread_exits_auto under ASan. */
-        return drop(pool, periods);
+        return drop(pool, weight_ns);
     }
     snapprof__capture_slot_t *slot = take_slot(pool);
     if (!slot)
-        return drop(pool, periods);
+        return drop(pool, weight_ns);
     slot->target = target;
-    slot->periods = periods;
+    slot->weight_ns = weight_ns;
     slot->fail = -1;
     memset(&slot->res, 0, sizeof slot->res);
     slot->res.timestamp_ns = entry;

@@ -59,7 +59,7 @@ typedef struct snapprof__capture_slot {
     snapprof__copy_result_t res; /* registers, time, copy range as live addresses */
     uint8_t *buffer;             /* where the copy is: its own buffer or a large one */
     int large;                   /* index of that large buffer, or -1 */
-    uint64_t periods;            /* trigger periods this capture stands for (1 + overrun) */
+    uint64_t weight_ns;          /* the thread's CPU time this capture stands for */
     int fail;                    /* -1, or the snapprof_fail_reason_t of a failed capture */
     void *extra;                 /* the delegate's area for this slot (pool->extra_size) */
 } snapprof__capture_slot_t;
@@ -74,9 +74,9 @@ typedef struct snapprof__capture_pool {
     uint8_t *extra;                               /* slot_count of them */
     _Atomic uint32_t full;                        /* slots FULL and not yet drained */
     _Atomic uint64_t dropped;                     /* captures with no free slot */
-    _Atomic uint64_t dropped_periods;
-    _Atomic uint32_t *kick; /* futex word that wakes the drainer */
-    uint32_t kick_at;       /* wake it when this many slots are full */
+    _Atomic uint64_t dropped_ns;                  /* the CPU time they stood for */
+    _Atomic uint32_t *kick;                       /* futex word that wakes the drainer */
+    uint32_t kick_at;                             /* wake it when this many slots are full */
     snapprof__large_buffer_t large[SNAPPROF__LARGE_MAX];
     _Atomic size_t large_wanted; /* bytes the deepest truncated capture needed */
     size_t large_bytes;          /* allocated in large buffers */
@@ -92,7 +92,8 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
 void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
 
 /* Captures the calling thread into a free slot of pool: registers from uc,
- * the time, labels, and its live stack. Returns 0, or -1 when no slot was
+ * the time, labels, and its live stack; the capture stands for weight_ns of
+ * the thread's CPU time. Returns 0, or -1 when no slot was
  * free or the thread is in its exit destructor (both counted in
  * pool->dropped, weight kept) or the thread is not target's (a late
  * signal for a tid that was recycled, or a stack pointer outside the
@@ -100,7 +101,7 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
  * RUNS IN THE SIGNAL HANDLER: no allocation, no locks, no logging.
  * Async-signal-safe. */
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
-                           const ucontext_t *uc, uint64_t periods);
+                           const ucontext_t *uc, uint64_t weight_ns);
 
 /* Gives a drained slot back (and the large buffer it used). Sampling side. */
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);

@@ -532,7 +532,7 @@ static void *capture_on_thread(void *arg)
     snapprof_thread_t *me = NULL;
     if (c->register_first)
         ASSERT_OK(snapprof_thread_register(&me));
-    c->rc = snapprof__capture_self(c->pool, c->target, NULL, 3);
+    c->rc = snapprof__capture_self(c->pool, c->target, NULL, 3000);
     if (me)
         snapprof_thread_release(me);
     return NULL;
@@ -552,7 +552,7 @@ static void test_capture_in_exiting_thread(void)
     pthread_join(th, NULL);
     ASSERT_EQ(call.rc, -1);
     ASSERT_UEQ(atomic_load(&pool.dropped), 1);
-    ASSERT_UEQ(atomic_load(&pool.dropped_periods), 3);
+    ASSERT_UEQ(atomic_load(&pool.dropped_ns), 3000);
     ASSERT_UEQ(atomic_load(&pool.full), 0);
     call.register_first = 1;
     ASSERT_EQ(pthread_create(&th, NULL, capture_on_thread, &call), 0);

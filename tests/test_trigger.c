@@ -32,7 +32,11 @@ typedef struct worker {
     pthread_t th;
     snapprof_thread_t *token;
     atomic_int ready, stop;
-    int sleeper;          /* sleeps in nanosleep instead of burning */
+    int sleeper; /* sleeps in nanosleep instead of burning */
+    /* When set, runs hot_a/b/c in step with its own CPU clock: each period
+     * of this many ns, hot_a until half of it, hot_b until 8/10, hot_c to
+     * the end. */
+    uint64_t locked_period_ns;
     atomic_int eintr;     /* early returns of its sleeps */
     uint64_t truth_ns[3]; /* its own CPU clock around hot_a/b/c */
 } worker_t;
@@ -63,13 +67,36 @@ __attribute__((noinline)) static void hot_c(void)
     g_sink = x;
 }
 
+static void (*const g_hot[3])(void) = {hot_a, hot_b, hot_c};
+
+/* Work in step with the thread's CPU clock: a sampler whose period is the
+ * same, or a whole fraction of it, finds the thread at the same point of its
+ * loop every time. */
+static void locked_loop(worker_t *w)
+{
+    const uint64_t period = w->locked_period_ns;
+    const uint64_t ends[3] = {period / 2, period * 8 / 10, period};
+    uint64_t t0 = tu_thread_cpu_ns();
+    while (!atomic_load(&w->stop)) {
+        for (int f = 0; f < 3; f++) {
+            uint64_t start = tu_thread_cpu_ns(), now;
+            do
+                g_hot[f]();
+            while ((now = tu_thread_cpu_ns()) < t0 + ends[f]);
+            w->truth_ns[f] += now - start;
+        }
+        t0 += period;
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
     ASSERT_OK(snapprof_thread_register(&w->token));
     atomic_store(&w->ready, 1);
-    static void (*const fns[3])(void) = {hot_a, hot_b, hot_c};
     static const int reps[3] = {5, 3, 2};
+    if (w->locked_period_ns)
+        locked_loop(w);
     while (!atomic_load(&w->stop)) {
         if (w->sleeper) {
             struct timespec ts = {0, 20000000}, rem;
@@ -82,7 +109,7 @@ static void *worker_main(void *arg)
         for (int f = 0; f < 3; f++) {
             uint64_t t0 = tu_thread_cpu_ns();
             for (int r = 0; r < reps[f]; r++)
-                fns[f]();
+                g_hot[f]();
             w->truth_ns[f] += tu_thread_cpu_ns() - t0;
         }
     }
@@ -277,6 +304,31 @@ static void test_fallback_when_perf_refused(void)
 /* Attribution with more threads than cores                                 */
 /* ------------------------------------------------------------------------ */
 
+/* The hot functions' shares of the profile against those the workers
+ * measured with their own CPU clocks, within tolerance_pp. */
+static void check_shares(const worker_t *w, int n, const tu_collector_t *c, double tolerance_pp)
+{
+    double truth[3] = {0}, seen[3] = {0}, truth_sum = 0, seen_sum = 0;
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < 3; f++)
+            truth[f] += (double)w[i].truth_ns[f];
+    for (size_t i = 0; i < c->count; i++) {
+        int h = hot_of(&c->samples[i]);
+        if (h >= 0)
+            seen[h] += (double)c->samples[i].cpu_ns;
+    }
+    for (int f = 0; f < 3; f++) {
+        truth_sum += truth[f];
+        seen_sum += seen[f];
+    }
+    ASSERT(seen_sum > 0);
+    for (int f = 0; f < 3; f++) {
+        double t = 100 * truth[f] / truth_sum, s = 100 * seen[f] / seen_sum;
+        printf("hot_%c: truth %.1f %%, profile %.1f %%\n", 'a' + f, t, s);
+        ASSERT(s > t - tolerance_pp && s < t + tolerance_pp);
+    }
+}
+
 /* 8 threads on this machine's 2 cores: the hot functions keep the shares
  * the threads measured with their own CPU clocks. A functional check with a
  * generous tolerance, not a benchmark (bench/ measures the error). */
@@ -292,24 +344,30 @@ static void test_oversubscribed_shares(void)
     tu_wait_samples(p, 3000);
     ASSERT_OK(snapprof_profiler_stop(p));
     stop_workers(w, N);
-    double truth[3] = {0}, seen[3] = {0}, truth_sum = 0, seen_sum = 0;
+    check_shares(w, N, &c, 5);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c);
+}
+
+/* Threads whose loop keeps step with their CPU clock at the sampling
+ * period: a trigger that fires every period exactly would find them at the
+ * same point of the loop each time, and give one function nearly every
+ * sample. The perf trigger varies each period around the mean. */
+static void test_phase_locked_shares(void)
+{
+    tu_need_perf_event();
+    enum { N = 2 };
+    worker_t w[N] = {0};
     for (int i = 0; i < N; i++)
-        for (int f = 0; f < 3; f++)
-            truth[f] += (double)w[i].truth_ns[f];
-    for (size_t i = 0; i < c.count; i++) {
-        int h = hot_of(&c.samples[i]);
-        if (h >= 0)
-            seen[h] += (double)c.samples[i].cpu_ns;
-    }
-    for (int f = 0; f < 3; f++) {
-        truth_sum += truth[f];
-        seen_sum += seen[f];
-    }
-    for (int f = 0; f < 3; f++) {
-        double t = 100 * truth[f] / truth_sum, s = 100 * seen[f] / seen_sum;
-        printf("hot_%c: truth %.1f %%, profile %.1f %%\n", 'a' + f, t, s);
-        ASSERT(s > t - 5 && s < t + 5);
-    }
+        w[i].locked_period_ns = 1000000u;
+    start_workers(w, N);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(w, N, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, 3000);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, N);
+    check_shares(w, N, &c, 5);
     snapprof_profiler_destroy(p);
     tu_collector_free(&c);
 }
@@ -858,6 +916,7 @@ int main(int argc, char **argv)
         /* Shares of CPU with more threads than cores: labelled accuracy in
          * trigger.cmake, run alone and in the plain build only. */
         {"accuracy_oversubscribed_shares", test_oversubscribed_shares},
+        {"accuracy_phase_locked_shares", test_phase_locked_shares},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

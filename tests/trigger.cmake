@@ -1,6 +1,8 @@
 # Tests of the CPU-clock triggers (trigger/, stack_copier/stack_copier_slots.c).
 snapprof_add_test_cases(EXE trigger SOURCES test_trigger.c TIMEOUT 600)
-# Shares of CPU with more threads than cores: run alone, in the plain build
-# (test trigger_accuracy_oversubscribed_shares).
-snapprof_set_case_properties(EXE trigger CASES accuracy_oversubscribed_shares
+# Shares of CPU with more threads than cores, and of threads that work in
+# step with their CPU clock: run alone, in the plain build (tests
+# trigger_accuracy_oversubscribed_shares and trigger_accuracy_phase_locked_shares).
+snapprof_set_case_properties(EXE trigger
+  CASES accuracy_oversubscribed_shares accuracy_phase_locked_shares
   PROPERTIES LABELS accuracy RUN_SERIAL TRUE TIMEOUT 600)

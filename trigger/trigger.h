@@ -86,7 +86,17 @@ struct snapprof__arm {
     /* The thread's CPU time until the first signal: one period, or less
      * where the trigger spreads its first expiry (set by xStart). */
     uint64_t first_period_ns;
-    uint64_t period_ns;
+    uint64_t period_ns; /* the profile's interval: the mean period */
+    /* The period in force, which a signal stands for: period_ns, or the
+     * perf event's current one. Set when armed; then only the thread's
+     * handler touches it, while the arm is BUSY. */
+    uint64_t cur_period_ns;
+    /* How the perf event's periods vary (trigger_perf_event.c). Set by
+     * xCreate, before the arm is published; then only the thread's handler
+     * touches them, while the arm is BUSY. */
+    uint64_t rng;       /* the generator's state */
+    uint64_t due_count; /* the event's count where the first period after the last change ended */
+    uint32_t until_change;              /* overflows until the next change */
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
     uint32_t next_free;

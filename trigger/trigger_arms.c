@@ -229,6 +229,7 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->target = target;
     a->first_period_ns = period_ns;
     a->period_ns = period_ns;
+    a->cur_period_ns = period_ns;
     a->counted_cpu_ns = 0;
     a->tid = target->tid;
     int rc = ops->xCreate(a, signo, period_ns);
@@ -309,7 +310,7 @@ static void serve_if_due(snapprof__arm_t *a, uint64_t cpu_now, const ucontext_t 
         periods = (ahead - a->counted_cpu_ns) / period;
         a->counted_cpu_ns += periods * period;
     }
-    snapprof__capture_self(a->pool, a->target, uc, periods);
+    snapprof__capture_self(a->pool, a->target, uc, periods * period);
 }
 
 /* The signal named arm a (BUSY), whose thread has other arms: serves a and
@@ -323,7 +324,7 @@ static void serve_ring(snapprof__arm_t *arms, snapprof__arm_t *a, uint32_t next,
 {
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
-        snapprof__capture_self(a->pool, a->target, uc, periods);
+        snapprof__capture_self(a->pool, a->target, uc, periods * a->cur_period_ns);
         return;
     }
     uint64_t cpu_now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -385,7 +386,8 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
         uint32_t next = atomic_load_explicit(&a->next_sib, memory_order_acquire);
         if (next == index) {
             /* Alone on its thread, the usual case: no clock to read. */
-            snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc, periods);
+            snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc,
+                                   periods * a->cur_period_ns);
         } else {
             serve_ring(arms, a, next, signo, self, (const ucontext_t *)uc, periods);
         }
