@@ -94,9 +94,14 @@ struct snapprof__arm {
     /* How the perf event's periods vary (trigger_perf_event.c). Set by
      * xCreate, before the arm is published; then only the thread's handler
      * touches them, while the arm is BUSY. */
-    uint64_t rng;       /* the generator's state */
-    uint64_t due_count; /* the event's count where the first period after the last change ended */
-    uint32_t until_change;              /* overflows until the next change */
+    uint64_t rng;          /* the generator's state */
+    uint32_t until_change; /* overflows until the next change */
+    /* The event's count where the first period after the last change ends. */
+    uint64_t due_count;
+    /* The CPU time from the overflow of the last change to the change,
+     * which no period covers: the next capture stands for it too. */
+    uint64_t carry_ns;
+
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
     uint32_t next_free;

@@ -387,7 +387,8 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
         if (next == index) {
             /* Alone on its thread, the usual case: no clock to read. */
             snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc,
-                                   periods * a->cur_period_ns);
+                                   periods * a->cur_period_ns + a->carry_ns);
+            a->carry_ns = 0;
         } else {
             serve_ring(arms, a, next, signo, self, (const ucontext_t *)uc, periods);
         }

@@ -23,8 +23,9 @@
  * overflow). The CPU time between the overflow and that call (the timer
  * interrupt, the signal's delivery, the capture: about 30 us here) is
  * taken off the periods until the next change, so the rate stays what was
- * asked. A sample
- * still stands for one interval, the mean period. */
+ * asked. Each capture weighs the period in force when it fired (the first
+ * after a change, that time too), so a thread's samples never add up to
+ * more than its clock. */
 #include "trigger/trigger.h"
 
 #include "common/fault.h"
@@ -99,6 +100,7 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     arm->rng = ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
                ((uint64_t)(uint32_t)tid << 32) ^ ((uint64_t)arm->gen << 20) ^ arm->index;
     arm->due_count = period_ns; /* the count starts at 0 when enabled */
+    arm->carry_ns = 0;
     arm->until_change = CHANGE_EVERY;
     if (arm->flags & SNAPPROF__ARM_SCHED_SEQ) {
         /* Only the first page (no ring buffer: nothing is read from it
@@ -133,10 +135,9 @@ static uint64_t draw_period(snapprof__arm_t *arm)
 }
 
 /* After an overflow: every CHANGE_EVERY of them, starts a period of a
- * length drawn anew. The arm is
- * BUSY, so its fd is still the event's. RUNS IN THE SIGNAL HANDLER.
- * Async-signal-safe (read and ioctl are plain system calls; the caller
- * keeps errno). */
+ * length drawn anew. The arm is BUSY, so its fd is still the event's.
+ * RUNS IN THE SIGNAL HANDLER. Async-signal-safe (read and ioctl are plain
+ * system calls; the caller keeps errno). */
 static void perf_rearm(snapprof__arm_t *arm)
 {
     if (--arm->until_change > 0 || arm->period_ns < 2 * PERIOD_MIN_NS)
@@ -158,6 +159,7 @@ static void perf_rearm(snapprof__arm_t *arm)
         return;
     arm->due_count = count + period;
     arm->cur_period_ns = period;
+    arm->carry_ns = late;
 }
 
 static int perf_read_cpu(snapprof__arm_t *arm, uint64_t *ns)
