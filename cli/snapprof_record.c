@@ -434,6 +434,9 @@ static void print_process(const proc_summary_t *s, int several)
             (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
             losses[0] ? losses : "nothing lost", (double)st->pause_p50_ns / 1e3,
             (double)st->pause_p99_ns / 1e3);
+    const char *timer = snapprof__stats_timer_note(st, !strcmp(get(s, "mode"), "wall"));
+    if (timer)
+        fprintf(stderr, "snapprof: %s  %s\n", in, timer);
     double unplaced = snapprof__stats_unplaced_share(st, num(s, "period_ns"));
     if (unplaced > SNAPPROF__UNPLACED_NOTE)
         fprintf(stderr, "snapprof: %s  %.0f%% of the threads' CPU time is not in any sample\n", in,

@@ -409,6 +409,16 @@ void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t s
             add_part(buf, size, &len, "%s %" PRIu64, parts[i].name, parts[i].value);
 }
 
+const char *snapprof__stats_timer_note(const snapprof_stats_t *st, int wall)
+{
+    if (wall || st->threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] == 0)
+        return NULL;
+    return "the timer trigger fires at the kernel's tick: at most CONFIG_HZ samples per "
+           "CPU-second, each weighing the periods since the last, and code in step with the "
+           "tick can get more or fewer samples than its share (the perf trigger has neither "
+           "limit)";
+}
+
 double snapprof__stats_unplaced_share(const snapprof_stats_t *st, uint64_t period_ns)
 {
     if (st->cpu_ns_total == 0 || st->cpu_ns_sampled >= st->cpu_ns_total ||
@@ -426,6 +436,9 @@ int snapprof__stats_comments(const snapprof_stats_t *st, uint64_t period_ns, int
     int n = 0;
     snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %" PRIu64 " sample%s, %s%s%s",
              st->samples, st->samples == 1 ? "" : "s", rate, trigger[0] ? ", " : "", trigger);
+    const char *timer = snapprof__stats_timer_note(st, wall);
+    if (timer)
+        snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", timer);
     snapprof__stats_losses_text(st, losses, sizeof losses);
     if (losses[0])
         snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", losses);

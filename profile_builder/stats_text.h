@@ -97,7 +97,7 @@
 #define SNAPPROF__COMMENT_MAX 320
 
 /* At most this many comment lines (see snapprof__stats_comments). */
-#define SNAPPROF__COMMENTS_MAX 3
+#define SNAPPROF__COMMENTS_MAX 4
 
 /* Calls fn(arg, key, value) for every counter, in the table's order, with
  * the value as text; stops at the first nonzero return and returns it. */
@@ -135,6 +135,12 @@ void snapprof__stats_rate_text(const snapprof_stats_t *st, uint64_t period_ns, i
  * threads), handshake (1)" (most threads first), or "" (no thread). */
 void snapprof__stats_trigger_text(const snapprof_stats_t *st, char *buf, size_t size);
 
+/* What a CPU profile where threads ran the timer trigger must say of it,
+ * or NULL (no thread did, or wall mode): its samples come at the kernel's
+ * tick, so its rate is capped there and code in step with the tick is
+ * sampled more or less than its share. */
+const char *snapprof__stats_timer_note(const snapprof_stats_t *st, int wall);
+
 /* "failed 3 (timeout 2, thread_exited 1), samples_dropped 4,
  * truncated_copy 1, truncated_depth 2, unwind_aborted 5", the parts that
  * are not 0; "" when all are. */
@@ -153,8 +159,10 @@ double snapprof__stats_unplaced_share(const snapprof_stats_t *st, uint64_t perio
 /* The profile's comment lines, each starting "snapprof: ": what a reader
  * needs above every pprof report, and nothing more.
  *   1. samples, delivered against requested rate, trigger (always);
- *   2. failures, drops, truncations (only when there are any);
- *   3. the share of CPU time no sample could place (only above
+ *   2. what the timer trigger's samples are (only when it ran: see
+ *      snapprof__stats_timer_note);
+ *   3. failures, drops, truncations (only when there are any);
+ *   4. the share of CPU time no sample could place (only above
  *      SNAPPROF__UNPLACED_NOTE).
  * Returns how many lines were written to lines. */
 int snapprof__stats_comments(const snapprof_stats_t *st, uint64_t period_ns, int wall,

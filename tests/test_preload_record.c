@@ -463,6 +463,30 @@ static void test_duration(void)
     free(text);
 }
 
+/* --trigger timer: the summary and the profile say that its samples come
+ * at the kernel's tick. */
+static void test_trigger_timer(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-timer");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record --trigger timer -F 1000 -o t.pb.gz -- %s burn hot_a 300",
+               g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, " Hz per CPU-second of 1000 Hz requested, trigger timer; ");
+    ASSERT_CONTAINS(text, "snapprof:   the timer trigger fires at the kernel's tick: ");
+    free(text);
+    pl_require_fn(path_in("t.pb.gz"), "", "hot_a", 1);
+    int pst;
+    char args[1200];
+    snprintf(args, sizeof args, "-comments '%s'", path_in("t.pb.gz"));
+    char *comments = tu_pprof(args, &pst);
+    ASSERT_EQ(pst, 0);
+    ASSERT_CONTAINS(comments, "snapprof: the timer trigger fires at the kernel's tick: ");
+    free(comments);
+}
+
 /* --wall reaches the program's profile: wall time is its sample type, and
  * a program that only sleeps is sampled all the same. */
 static void test_wall(void)
@@ -883,6 +907,7 @@ int main(int argc, char **argv)
         {"output_fallback", test_output_fallback},
         {"faults_env", test_faults_env},
         {"duration", test_duration},
+        {"trigger_timer", test_trigger_timer},
         {"wall", test_wall},
         {"wall_proc", test_wall_proc},
         {"wall_blocked_bad", test_wall_blocked_bad},

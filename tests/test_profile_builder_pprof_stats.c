@@ -171,6 +171,28 @@ static void test_comments(void)
         "snapprof: 4012 samples, 100 Hz of wall time requested, trigger handshake"};
     expect_comments(path, wall, 1);
     pbt_remove(path);
+
+    /* The timer trigger: what its samples are, right below the rate it
+     * held back. Not in wall mode, where the tick is the rate asked. */
+    st = clean_stats();
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 0;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] = 4;
+    st.samples_dropped = 3;
+    path = write_profile("timer.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *timer[] = {
+        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, trigger timer",
+        "snapprof: the timer trigger fires at the kernel's tick: at most CONFIG_HZ samples per "
+        "CPU-second, each weighing the periods since the last, and code in step with the tick "
+        "can get more or fewer samples than its share (the perf trigger has neither limit)",
+        "snapprof: samples_dropped 3"};
+    expect_comments(path, timer, 3);
+    pbt_remove(path);
+    path = write_profile("timer_wall.pb.gz", SNAPPROF_MODE_WALL, &st);
+    const char *timer_wall[] = {
+        "snapprof: 4012 samples, 100 Hz of wall time requested, trigger timer",
+        "snapprof: samples_dropped 3"};
+    expect_comments(path, timer_wall, 2);
+    pbt_remove(path);
 }
 
 /* Gives every counter its own value, through the table's own keys. */
