@@ -166,10 +166,9 @@ static int drop(snapprof__capture_pool_t *pool, uint64_t weight_ns)
 
 /* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
-                           const ucontext_t *uc, uint64_t weight_ns)
+                           const ucontext_t *uc, uint64_t weight_ns, uint64_t entry_ns)
 {
-    /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
-    uint64_t entry = snapprof__monotonic_ns();
+    uint64_t entry = entry_ns;
     atomic_fetch_add_explicit(&target->fired, 1, memory_order_relaxed);
     if (target->on_thread && snapprof__tls_self == NULL) {
         /* The thread's exit destructor has let go of its TLS token (its

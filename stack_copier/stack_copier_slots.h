@@ -93,7 +93,9 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
 
 /* Captures the calling thread into a free slot of pool: registers from uc,
  * the time, labels, and its live stack; the capture stands for weight_ns of
- * the thread's CPU time. Returns 0, or -1 when no slot was
+ * the thread's CPU time. entry_ns is snapprof__monotonic_ns() when the
+ * signal handler was entered: the capture's time, and the start of the
+ * target's pause, which ends when the capture does. Returns 0, or -1 when no slot was
  * free or the thread is in its exit destructor (both counted in
  * pool->dropped, weight kept) or the thread is not target's (a late
  * signal for a tid that was recycled, or a stack pointer outside the
@@ -101,7 +103,7 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
  * RUNS IN THE SIGNAL HANDLER: no allocation, no locks, no logging.
  * Async-signal-safe. */
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
-                           const ucontext_t *uc, uint64_t weight_ns);
+                           const ucontext_t *uc, uint64_t weight_ns, uint64_t entry_ns);
 
 /* Gives a drained slot back (and the large buffer it used). Sampling side. */
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);

@@ -2,6 +2,8 @@
  * what lands in the copy, and every way a copy can fail. */
 #include "stack_copier/stack_copier.h"
 #include "stack_copier/stack_copier_slots.h"
+
+#include "common/clock.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -532,7 +534,7 @@ static void *capture_on_thread(void *arg)
     snapprof_thread_t *me = NULL;
     if (c->register_first)
         ASSERT_OK(snapprof_thread_register(&me));
-    c->rc = snapprof__capture_self(c->pool, c->target, NULL, 3000);
+    c->rc = snapprof__capture_self(c->pool, c->target, NULL, 3000, snapprof__monotonic_ns());
     if (me)
         snapprof_thread_release(me);
     return NULL;

@@ -2,6 +2,7 @@
  * dispatch of a trigger's signal to its arm, and what fork does to them. */
 #include "trigger/trigger.h"
 
+#include "common/clock.h"
 #include "common/fault.h"
 
 #include <errno.h>
@@ -298,7 +299,7 @@ void snapprof__trigger_disarm(snapprof__arm_t *a, uint64_t *cpu_ns)
  * first capture takes the kernel's count. RUNS IN THE SIGNAL HANDLER.
  * Async-signal-safe. */
 static void serve_if_due(snapprof__arm_t *a, uint64_t cpu_now, const ucontext_t *uc,
-                         uint64_t periods)
+                         uint64_t periods, uint64_t entry)
 {
     uint64_t period = a->period_ns ? a->period_ns : 1;
     if (a->counted_cpu_ns == 0) {
@@ -310,7 +311,7 @@ static void serve_if_due(snapprof__arm_t *a, uint64_t cpu_now, const ucontext_t 
         periods = (ahead - a->counted_cpu_ns) / period;
         a->counted_cpu_ns += periods * period;
     }
-    snapprof__capture_self(a->pool, a->target, uc, periods * period);
+    snapprof__capture_self(a->pool, a->target, uc, periods * period, entry);
 }
 
 /* The signal named arm a (BUSY), whose thread has other arms: serves a and
@@ -320,15 +321,15 @@ static void serve_if_due(snapprof__arm_t *a, uint64_t cpu_now, const ucontext_t 
  * counted again by its own. RUNS IN THE SIGNAL HANDLER. Async-signal-safe
  * (clock_gettime is). */
 static void serve_ring(snapprof__arm_t *arms, snapprof__arm_t *a, uint32_t next, int signo,
-                       pid_t self, const ucontext_t *uc, uint64_t periods)
+                       pid_t self, const ucontext_t *uc, uint64_t periods, uint64_t entry)
 {
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
-        snapprof__capture_self(a->pool, a->target, uc, periods * a->cur_period_ns);
+        snapprof__capture_self(a->pool, a->target, uc, periods * a->period_ns, entry);
         return;
     }
     uint64_t cpu_now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    serve_if_due(a, cpu_now, uc, periods);
+    serve_if_due(a, cpu_now, uc, periods, entry);
     for (unsigned steps = 0; next != a->index && next < ARM_MAX && steps < RING_MAX; steps++) {
         snapprof__arm_t *b = &arms[next];
         next = atomic_load_explicit(&b->next_sib, memory_order_acquire);
@@ -337,7 +338,7 @@ static void serve_ring(snapprof__arm_t *arms, snapprof__arm_t *a, uint32_t next,
                                                      memory_order_acquire, memory_order_relaxed))
             continue; /* being disarmed, free, or in another handler */
         if (b->signo == signo && b->target->tid == self)
-            serve_if_due(b, cpu_now, uc, 1);
+            serve_if_due(b, cpu_now, uc, 1, entry);
         atomic_store_explicit(&b->state, SNAPPROF__ARM_ARMED, memory_order_release);
     }
 }
@@ -380,20 +381,25 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
     if (!atomic_compare_exchange_strong_explicit(&a->state, &expected, SNAPPROF__ARM_BUSY,
                                                  memory_order_acquire, memory_order_relaxed))
         return 1; /* being disarmed, or not in force any more: drop it */
+    /* snapprof__monotonic_ns() is async-signal-safe (clock_gettime only). */
+    uint64_t entry = snapprof__monotonic_ns();
     pid_t self = snapprof__gettid_cached();
     if (a->signo == signo && (gen == UINT32_MAX || a->gen == gen) && (fd < 0 || a->fd == fd) &&
         a->target->tid == self) {
+        /* What the period that just ended stands for, taken before the
+         * re-arm starts the next; the re-arm comes first so that the
+         * capture's pause counts it. */
+        uint64_t weight = periods * a->cur_period_ns + a->carry_ns;
+        a->carry_ns = 0;
+        if (a->ops->xRearm)
+            a->ops->xRearm(a);
         uint32_t next = atomic_load_explicit(&a->next_sib, memory_order_acquire);
         if (next == index) {
             /* Alone on its thread, the usual case: no clock to read. */
-            snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc,
-                                   periods * a->cur_period_ns + a->carry_ns);
-            a->carry_ns = 0;
+            snapprof__capture_self(a->pool, a->target, (const ucontext_t *)uc, weight, entry);
         } else {
-            serve_ring(arms, a, next, signo, self, (const ucontext_t *)uc, periods);
+            serve_ring(arms, a, next, signo, self, (const ucontext_t *)uc, periods, entry);
         }
-        if (a->ops->xRearm)
-            a->ops->xRearm(a);
     }
     atomic_store_explicit(&a->state, SNAPPROF__ARM_ARMED, memory_order_release);
     return 1;
