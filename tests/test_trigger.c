@@ -332,21 +332,27 @@ static void check_shares(const worker_t *w, int n, const tu_collector_t *c, doub
 /* 8 threads on this machine's 2 cores: the hot functions keep the shares
  * the threads measured with their own CPU clocks. A functional check with a
  * generous tolerance, not a benchmark (bench/ measures the error). */
+/* Profiles n workers (started here) with the perf trigger at 1 kHz until
+ * it has the given samples, then checks their shares. */
+static void profile_shares(worker_t *w, int n, uint64_t samples, double tolerance_pp)
+{
+    start_workers(w, n);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(w, n, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, samples);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, n);
+    check_shares(w, n, &c, tolerance_pp);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&c);
+}
+
 static void test_oversubscribed_shares(void)
 {
     tu_need_perf_event();
-    enum { N = 8 };
-    worker_t w[N] = {0};
-    start_workers(w, N);
-    tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(w, N, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 3000);
-    ASSERT_OK(snapprof_profiler_stop(p));
-    stop_workers(w, N);
-    check_shares(w, N, &c, 5);
-    snapprof_profiler_destroy(p);
-    tu_collector_free(&c);
+    worker_t w[8] = {0};
+    profile_shares(w, 8, 3000, 5);
 }
 
 /* Threads whose loop keeps step with their CPU clock at the sampling
@@ -356,24 +362,14 @@ static void test_oversubscribed_shares(void)
 static void test_phase_locked_shares(void)
 {
     tu_need_perf_event();
-    enum { N = 2 };
-    worker_t w[N] = {0};
-    for (int i = 0; i < N; i++)
+    worker_t w[2] = {0};
+    for (int i = 0; i < 2; i++)
         w[i].locked_period_ns = 1000000u;
-    start_workers(w, N);
-    tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(w, N, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
     /* A period is drawn every 128 overflows: 6000 samples make about 47
      * draws, and a draw close to the loop's period keeps step for a while,
      * hence the wider tolerance. Without the draws one function got 27-67 %
      * of the samples for a 50 % share. */
-    tu_wait_samples(p, 6000);
-    ASSERT_OK(snapprof_profiler_stop(p));
-    stop_workers(w, N);
-    check_shares(w, N, &c, 6);
-    snapprof_profiler_destroy(p);
-    tu_collector_free(&c);
+    profile_shares(w, 2, 6000, 6);
 }
 
 /* ------------------------------------------------------------------------ */
