@@ -168,7 +168,6 @@ static int drop(snapprof__capture_pool_t *pool, uint64_t weight_ns)
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
                            const ucontext_t *uc, uint64_t weight_ns, uint64_t entry_ns)
 {
-    uint64_t entry = entry_ns;
     atomic_fetch_add_explicit(&target->fired, 1, memory_order_relaxed);
     if (target->on_thread && snapprof__tls_self == NULL) {
         /* The thread's exit destructor has let go of its TLS token (its
@@ -185,7 +184,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     slot->weight_ns = weight_ns;
     slot->fail = -1;
     memset(&slot->res, 0, sizeof slot->res);
-    slot->res.timestamp_ns = entry;
+    slot->res.timestamp_ns = entry_ns;
     if (target->on_thread && snapprof__tls_self != target->thread) {
         slot->fail = SNAPPROF_FAIL_TID_RECYCLED;
         publish(pool, slot);
@@ -207,7 +206,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     copy_stack(pool, slot, lo, base - lo);
     if (pool->delegate)
         pool->delegate->on_capture(pool->delegate->ctx, slot->extra);
-    slot->res.pause_ns = snapprof__monotonic_ns() - entry;
+    slot->res.pause_ns = snapprof__monotonic_ns() - entry_ns;
     /* Read before publishing: after it the slot is the drainer's. */
     int used_large = slot->large >= 0;
     publish(pool, slot);

@@ -96,7 +96,7 @@ struct snapprof__arm {
      * touches them, while the arm is BUSY. */
     uint64_t rng;          /* the generator's state */
     uint64_t partner_ns;   /* the period that pairs with the last one drawn, or 0 */
-    uint32_t until_change; /* overflows until the next change */
+    uint32_t until_change; /* overflows until the next change; 0: never */
     /* The event's count where the first period after the last change ends. */
     uint64_t due_count;
     /* The CPU time from the overflow of the last change to the change,

@@ -31,6 +31,7 @@
  * its clock. */
 #include "trigger/trigger.h"
 
+#include "common/clock.h"
 #include "common/fault.h"
 
 #include <errno.h>
@@ -97,19 +98,19 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     attr.size = sizeof attr;
     attr.type = PERF_TYPE_SOFTWARE;
     attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
     pid_t tid = arm->target->tid;
-    arm->rng = ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
-               ((uint64_t)(uint32_t)tid << 32) ^ ((uint64_t)arm->gen << 20) ^ arm->index;
+    arm->rng = snapprof__monotonic_ns() ^ ((uint64_t)(uint32_t)tid << 32) ^
+               ((uint64_t)arm->gen << 20) ^ arm->index;
     arm->partner_ns = 0;
     /* The first period is drawn too, so that a thread with fewer samples
-     * than CHANGE_EVERY, and threads started together, do not keep step. */
-    uint64_t first = period_ns >= 2 * PERIOD_MIN_NS ? draw_period(arm) : period_ns;
+     * than CHANGE_EVERY, and threads started together, do not keep step.
+     * An interval too short to vary keeps its one period for good. */
+    int varies = period_ns >= 2 * PERIOD_MIN_NS;
+    uint64_t first = varies ? draw_period(arm) : period_ns;
     arm->cur_period_ns = first;
     arm->due_count = first; /* the count starts at 0 when enabled */
     arm->carry_ns = 0;
-    arm->until_change = CHANGE_EVERY;
+    arm->until_change = varies ? CHANGE_EVERY : 0;
     attr.sample_period = first;
     attr.disabled = 1;
     attr.exclude_kernel = 1;
@@ -160,7 +161,7 @@ static int perf_start(snapprof__arm_t *arm, uint64_t period_ns)
  * system calls; the caller keeps errno). */
 static void perf_rearm(snapprof__arm_t *arm)
 {
-    if (--arm->until_change > 0 || arm->period_ns < 2 * PERIOD_MIN_NS)
+    if (arm->until_change == 0 || --arm->until_change > 0)
         return;
     arm->until_change = CHANGE_EVERY;
     uint64_t count;
