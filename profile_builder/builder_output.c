@@ -56,6 +56,13 @@ int snapprof__output_resolve(const char *path, snapprof__output_t *out)
         return -ENOMEM;
     }
     snprintf(full, full_len, "%s%s%s", real, needs_slash ? "/" : "", base);
+    /* A directory at the destination would make the rename at stop fail
+     * with EISDIR after the whole run was collected: say so now. */
+    if (stat(full, &st) == 0 && S_ISDIR(st.st_mode)) {
+        free(full);
+        free(real);
+        return -EISDIR;
+    }
     out->dir = real;
     out->path = full;
     return 0;

@@ -83,6 +83,14 @@ static void test_bad_path(void)
     char *slash = join(dir, "");
     ASSERT_EQ(create_error(slash), -EISDIR);
     free(slash);
+    /* A path that names an existing directory fails at create, not at the
+     * write after a whole run's samples were collected. */
+    ASSERT_EQ(create_error(dir), -EISDIR);
+    char *sub = join(dir, "sub");
+    ASSERT_OK(mkdir(sub, 0755));
+    ASSERT_EQ(create_error(sub), -EISDIR);
+    ASSERT_OK(rmdir(sub));
+    free(sub);
 
     /* The directory must exist, be a directory, and be writable. */
     ASSERT_EQ(create_error("/nonexistent-snapprof-dir/sub/x.pb.gz"), -ENOENT);

@@ -513,8 +513,9 @@ SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
 /* The pprof builder: aggregates samples and, when the profile completes,
  * writes a gzip-compressed perftools.profiles.Profile to path, atomically
  * (a temporary file in the same directory, then rename). The directory must
- * exist and be writable: that is checked here, so a bad path fails early
- * with a negative errno. */
+ * exist and be writable, and path must not name a directory: that is
+ * checked here, so a bad path fails early with a negative errno (-ENOENT,
+ * -ENOTDIR, -EACCES, -EISDIR, -EINVAL for NULL or ""). */
 SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
 
 /* The folded-stacks builder: when the profile completes, writes one line per
