@@ -407,36 +407,68 @@ static int attr_udata(Dwarf_Die *die, unsigned name, Dwarf_Word *out)
     return dwarf_attr(die, name, &attr) != NULL && dwarf_formudata(&attr, out) == 0 ? 0 : -1;
 }
 
+/* Whether die is a scope that holds code without having an address range
+ * of its own: a namespace, module or class (clang nests the definitions of
+ * templates and members there; gcc puts them at the top of the unit with a
+ * DW_AT_specification). libdw's dwarf_getscopes() looks inside them too. */
+static int holds_code_without_ranges(Dwarf_Die *die)
+{
+    switch (dwarf_tag(die)) {
+    case DW_TAG_namespace:
+    case DW_TAG_module:
+    case DW_TAG_class_type:
+    case DW_TAG_structure_type:
+    case DW_TAG_union_type:
+    case DW_TAG_interface_type:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The child of parent whose code holds vaddr, looking through scopes that
+ * hold code without ranges, into *out. Bounded in depth and, through
+ * *visited, in DIEs visited, whatever sibling links corrupt DWARF has.
+ * Returns 1 when found. */
+static int child_holding(Dwarf_Die *parent, uint64_t vaddr, Dwarf_Die *out, int depth,
+                         unsigned *visited)
+{
+    Dwarf_Die child, next;
+    if (depth > 64 || dwarf_child(parent, &child) != 0)
+        return 0;
+    for (;;) {
+        if (++*visited > (1u << 20))
+            return 0; /* as deep as it got */
+        if (dwarf_haspc(&child, vaddr) > 0) {
+            *out = child;
+            return 1;
+        }
+        if (holds_code_without_ranges(&child) &&
+            child_holding(&child, vaddr, out, depth + 1, visited))
+            return 1;
+        if (dwarf_siblingof(&child, &next) != 0)
+            return 0;
+        child = next;
+    }
+}
+
 /* The innermost DIE below cudie whose code holds vaddr, found the way
- * dwarf_getscopes() finds it: descending only into DIEs that hold vaddr.
+ * dwarf_getscopes() finds it: descending only into DIEs that hold vaddr
+ * (and into namespaces and classes, which hold code without ranges).
  * dwarf_getscopes() itself is not used: after finding the scopes it makes a
  * second pass for the abstract origins of inlined code, and when a corrupt
  * origin reference fails that pass it returns -1 and leaks the scopes it
  * found (elfutils 0.188; fuzz/README.md has the report). Bounded in depth
- * and in DIEs visited, whatever sibling links corrupt DWARF has. Returns 0,
- * or -1 when no DIE below the CU holds vaddr. */
+ * and in DIEs visited. Returns 0, or -1 when no DIE below the CU holds
+ * vaddr. */
 static int innermost_scope(Dwarf_Die *cudie, uint64_t vaddr, Dwarf_Die *out)
 {
     Dwarf_Die cur = *cudie;
     int found = 0;
     unsigned visited = 0;
     for (int depth = 0; depth < 256; depth++) {
-        Dwarf_Die child, next;
-        if (dwarf_child(&cur, &child) != 0)
-            break;
-        int inside = 0;
-        for (;;) {
-            if (++visited > (1u << 20))
-                break; /* as deep as it got */
-            if (dwarf_haspc(&child, vaddr) > 0) {
-                inside = 1;
-                break;
-            }
-            if (dwarf_siblingof(&child, &next) != 0)
-                break;
-            child = next;
-        }
-        if (!inside)
+        Dwarf_Die child;
+        if (!child_holding(&cur, vaddr, &child, 0, &visited))
             break;
         cur = child;
         found = 1;
