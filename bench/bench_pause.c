@@ -201,8 +201,8 @@ static void *target_main(void *arg)
     target_t *t = arg;
     t->tid = (pid_t)syscall(SYS_gettid);
     pthread_attr_t attr;
-    void *addr;
-    size_t size;
+    void *addr = NULL;
+    size_t size = 0;
     if (pthread_getattr_np(pthread_self(), &attr) != 0 ||
         pthread_attr_getstack(&attr, &addr, &size) != 0)
         die("pthread_getattr_np", -EINVAL);

@@ -133,6 +133,7 @@ int main(void)
         sink += work_sum(300000 + (round++ & 7));
         snapprof_profiler_get_stats(prof, &st);
     } while (st.samples < 300);
+    (void)sink; /* read once: clang warns of a volatile only ever set */
     int rc = snapprof_profiler_stop(prof); /* prints the top ten */
     snapprof_profiler_destroy(prof);       /* frees counter through xDestroy */
     snapprof_thread_release(me);

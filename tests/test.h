@@ -74,9 +74,12 @@ typedef struct test_case {
 /* Runs the case argv[1] names and returns main's exit status (0); an
  * unknown or missing name fails the test. "--list" prints the case names,
  * one a line, and returns 0. setup, when not NULL, runs just before the
- * case, and not for "--list": listing must leave nothing behind. */
-static inline int test_run_case_setup(const test_case_t *cases, size_t count, void (*setup)(void),
-                                      int argc, char **argv)
+ * case, and not for "--list": listing must leave nothing behind. Never
+ * timed by -finstrument-functions (test_calls.c counts timed frames from
+ * main down). */
+__attribute__((no_instrument_function)) static inline int
+test_run_case_setup(const test_case_t *cases, size_t count, void (*setup)(void), int argc,
+                    char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
     if (!strcmp(c, "--list")) {
@@ -96,7 +99,8 @@ static inline int test_run_case_setup(const test_case_t *cases, size_t count, vo
     TEST_FAIL("unknown case '%s'", c);
 }
 
-static inline int test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
+__attribute__((no_instrument_function)) static inline int
+test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
 {
     return test_run_case_setup(cases, count, NULL, argc, argv);
 }

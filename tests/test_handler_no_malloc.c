@@ -62,6 +62,7 @@ void *aligned_alloc(size_t align, size_t n)
 }
 
 static atomic_int g_stop;
+static void *volatile g_block;
 static snapprof_thread_t *g_token;
 static atomic_int g_ready;
 
@@ -76,8 +77,10 @@ static void *allocating_target(void *arg)
     atomic_store(&g_ready, 1);
     for (int i = 0; !atomic_load(&g_stop); i++) {
         ASSERT_OK(snapprof_zone_begin("malloc_free"));
-        void *p = malloc(64);
-        free(p);
+        /* Through a volatile: clang removes a malloc/free pair whose
+         * pointer goes nowhere, and the interposer would count nothing. */
+        g_block = malloc(64);
+        free(g_block);
         ASSERT_OK(snapprof_counter_set("allocs", i));
         ASSERT_OK(snapprof_zone_end());
     }

@@ -38,18 +38,23 @@ static void expect_name(uintptr_t fn, const char *name, const snapprof_module_t 
     snapprof_symbol_t sym[4];
     memset(sym, 0, sizeof sym);
     int n = snapprof_symbolize(&frame, sym, 4);
-    if (n != 1)
+    /* More than one symbol only where fn + 5 is in code inlined into fn
+     * (clang inlines the case runner into main): the last is fn itself. */
+    if (n < 1)
         TEST_FAIL("symbolize(%s + 5) returned %d", name, n);
-    ASSERT_STR_EQ(sym[0].name, name);
-    ASSERT_STR_EQ(sym[0].system_name, name);
-    ASSERT_UEQ(sym[0].start, fn);
+    for (int i = 0; i < n - 1; i++)
+        ASSERT_NOT_NULL(sym[i].name);
+    const snapprof_symbol_t *outer = &sym[n - 1];
+    ASSERT_STR_EQ(outer->name, name);
+    ASSERT_STR_EQ(outer->system_name, name);
+    ASSERT_UEQ(outer->start, fn);
     /* With DWARF (this binary is built with -g; libc when its debug file
      * is installed) the symbol also has file:line; without, neither. */
-    ASSERT((sym[0].file == NULL) == (sym[0].line == 0));
+    ASSERT((outer->file == NULL) == (outer->line == 0));
     const snapprof_module_t *m = module ? module : snapprof_module_find(fn);
     if (m != NULL && m->is_main_executable) {
-        ASSERT_NOT_NULL(sym[0].file);
-        ASSERT_CONTAINS(sym[0].file, "test_module_cache_symbolize.c");
+        ASSERT_NOT_NULL(outer->file);
+        ASSERT_CONTAINS(outer->file, "test_module_cache_symbolize.c");
     }
 }
 

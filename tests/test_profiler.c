@@ -547,6 +547,7 @@ static void burn_cpu(uint64_t ns)
     while (tu_thread_cpu_ns() < end)
         for (int i = 0; i < 10000; i++)
             x += (uint64_t)i;
+    (void)x;
 }
 
 typedef struct {
