@@ -279,7 +279,7 @@ typedef struct snapprof_stats {
     uint64_t failed_total;
     uint64_t truncated_copy;  /* stack larger than the buffer */
     uint64_t truncated_depth; /* unwinding hit max_frames */
-    uint64_t unwind_aborted;  /* an unwinder aborted (bad frame) */
+    uint64_t unwind_aborted;  /* an unwinder aborted, for any cause (below) */
     uint64_t unwind_complete; /* unwinders reported a complete stack */
     uint64_t copy_bytes_total;
     uint64_t copy_bytes_max;
@@ -336,7 +336,7 @@ typedef struct snapprof_stats {
     /* Zones, counters and instants (snapprof_zone_begin() and friends):
      * events a thread's full buffer dropped, and events lost because this
      * profiler fell behind the process-wide log or its profile held
-     * 2^20 events (32 MiB) already. */
+     * 2^20 events (48 MiB) already. */
     uint64_t events_dropped;
     uint64_t events_lost;
     /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: samples of blocked threads
