@@ -58,6 +58,14 @@ const char snapprof__record_usage[] =
     "                       per thread; default)\n"
     "      --fork MODE      follow: children of fork(), and what they exec, are\n"
     "                       profiled too (default); stop: only CMD's own process\n"
+    "      --jit-layout L   how frames of code named in /tmp/perf-PID.map are laid\n"
+    "                       out: [PREFIX=]LAYOUT, comma-separated or repeated, for\n"
+    "                       the lines whose names start with PREFIX (none: all\n"
+    "                       other lines). LAYOUT: fp (frame pointers, the default),\n"
+    "                       cpython (python -X perf's trampolines; py:: lines get\n"
+    "                       it without this option) or fixed:SIZE[:RA[:FP]] (SIZE\n"
+    "                       bytes with the return address, at RA (SIZE-8), rbp\n"
+    "                       saved at FP (untouched)). E.g. py::=fp,fixed:32\n"
     "  -q, --quiet          print no summary\n"
     "\n"
     "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
@@ -94,6 +102,8 @@ typedef struct options {
     const char *fork_mode;
     const char *trigger;
     const char *wall_blocked;
+    char jit_layout[1024]; /* --jit-layout values, checked, joined by commas */
+    unsigned n_jit_rules;
     int quiet;
     char **cmd;
 } options_t;
@@ -187,6 +197,16 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->wall_blocked = option_value(argc, argv, &i, NULL, "--wall-blocked");
             if (snapprof__parse_wall_blocked(o->wall_blocked, &how, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --wall-blocked: %s", why);
+        } else if (matches(a, NULL, "--jit-layout")) {
+            snapprof__jit_rule_t rules[SNAPPROF_JIT_RULES_MAX];
+            const char *v = option_value(argc, argv, &i, NULL, "--jit-layout");
+            if (snapprof__parse_jit_layouts(v, rules, SNAPPROF_JIT_RULES_MAX, &o->n_jit_rules, why,
+                                            sizeof why) != 0)
+                die(EXIT_USAGE, "bad --jit-layout: %s", why);
+            size_t len = strlen(o->jit_layout);
+            if (len + 1 + strlen(v) >= sizeof o->jit_layout)
+                die(EXIT_USAGE, "--jit-layout: too long");
+            snprintf(o->jit_layout + len, sizeof o->jit_layout - len, "%s%s", len ? "," : "", v);
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else {
@@ -706,6 +726,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_WALL_BLOCKED, o->wall_blocked);
     else
         unsetenv(SNAPPROF_ENV_WALL_BLOCKED);
+    if (o->jit_layout[0])
+        set_env(SNAPPROF_ENV_JIT_LAYOUT, o->jit_layout);
+    else
+        unsetenv(SNAPPROF_ENV_JIT_LAYOUT);
     if (summary_dir[0])
         set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
     else

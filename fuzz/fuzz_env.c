@@ -7,26 +7,21 @@
  * warning is one line, and a configuration that asks for a profile is
  * one the profiler can run: 1-4 outputs with absolute paths and known
  * formats, a frequency in range, a usable signal, a known trigger, a
- * summary directory that is absolute or empty. */
+ * summary directory that is absolute or empty, JIT layouts the library
+ * takes. */
 #include "fuzz_util.h"
 
 #include "preload/preload_config.h"
 
 #include <stdarg.h>
 
-static const char *const g_names[] = {SNAPPROF_ENV_OUTPUT,
-                                      SNAPPROF_ENV_FORMAT,
-                                      SNAPPROF_ENV_FREQUENCY,
-                                      SNAPPROF_ENV_MODE,
-                                      SNAPPROF_ENV_SIGNAL,
-                                      SNAPPROF_ENV_DURATION,
-                                      SNAPPROF_ENV_FORK,
-                                      SNAPPROF_ENV_TRIGGER,
-                                      SNAPPROF_ENV_SUMMARY_DIR,
-                                      SNAPPROF_ENV_ROOT_PID,
-                                      SNAPPROF_ENV_CPUPROFILE,
-                                      SNAPPROF_ENV_CPUPROFILE_FREQUENCY,
-                                      SNAPPROF_ENV_CPUPROFILE_REALTIME};
+static const char *const g_names[] = {
+    SNAPPROF_ENV_OUTPUT, SNAPPROF_ENV_FORMAT, SNAPPROF_ENV_FREQUENCY, SNAPPROF_ENV_MODE,
+    SNAPPROF_ENV_SIGNAL, SNAPPROF_ENV_DURATION, SNAPPROF_ENV_FORK, SNAPPROF_ENV_TRIGGER,
+    SNAPPROF_ENV_SUMMARY_DIR, SNAPPROF_ENV_ROOT_PID, SNAPPROF_ENV_CPUPROFILE,
+    SNAPPROF_ENV_CPUPROFILE_FREQUENCY, SNAPPROF_ENV_CPUPROFILE_REALTIME,
+    /* last: the seeds' bytes keep naming the others */
+    SNAPPROF_ENV_JIT_LAYOUT};
 #define N_NAMES (sizeof g_names / sizeof g_names[0])
 static char *g_values[N_NAMES];
 
@@ -80,6 +75,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(cfg.trigger >= 0 && cfg.trigger <= 3);
         FUZZ_CHECK(cfg.duration_ns <= (uint64_t)(SNAPPROF_DURATION_MAX_S * 1e9) + 1);
         FUZZ_CHECK(cfg.summary_dir[0] == '\0' || cfg.summary_dir[0] == '/');
+        /* Every JIT layout rule is one the library accepts. */
+        FUZZ_CHECK(cfg.n_jit_rules <= SNAPPROF_JIT_RULES_MAX);
+        for (unsigned i = 0; i < cfg.n_jit_rules; i++) {
+            const snapprof_jit_layout_t *l = &cfg.jit_rules[i].layout;
+            FUZZ_CHECK(memchr(cfg.jit_rules[i].prefix, '\0', sizeof cfg.jit_rules[i].prefix));
+            FUZZ_CHECK(l->kind != SNAPPROF_JIT_LAYOUT_FIXED_FRAME ||
+                       (l->frame_size % 8 == 0 && l->return_address_offset % 8 == 0 &&
+                        l->return_address_offset + 8 <= l->frame_size &&
+                        (l->saved_fp_offset == SNAPPROF_JIT_FP_UNCHANGED ||
+                         (l->saved_fp_offset >= 0 && l->saved_fp_offset % 8 == 0 &&
+                          (uint32_t)l->saved_fp_offset + 8 <= l->frame_size))));
+        }
     }
     for (size_t i = 0; i < N_NAMES; i++) {
         free(g_values[i]);

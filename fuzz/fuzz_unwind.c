@@ -9,7 +9,9 @@
  * run: a tag in the top byte makes a word point into the copy, into the
  * live stack the copy stands for, into real code (this program's, libc's,
  * snapprof's, code with only .debug_frame) or into a registered JIT region.
- * Three JIT regions are registered, one of each frame layout.
+ * Three JIT regions are registered, one of each frame layout, and 64
+ * CPython perf trampolines, the four shapes in turn every 16 bytes (bit 32
+ * of a JIT-tagged word points among them).
  *
  * Checked on every input, besides the sanitizers: every read the CFI
  * engines make lies in the copy or in a readable segment of a loaded
@@ -51,6 +53,8 @@ static size_t g_code_n;
 #define JIT_REGIONS 3
 #define JIT_REGION_SIZE 4096u
 static uintptr_t g_jit_base;
+#define TRAMPOLINES 64
+static uintptr_t g_tramp_base;
 
 /* Readable segments of loaded objects, page-rounded. */
 #define MAX_SEGS 1024
@@ -128,6 +132,8 @@ static uintptr_t decode(uint64_t w, uintptr_t bottom, size_t size, uintptr_t ori
     case TAG_CODE:
         return g_code[(w >> 32 & 0xff) % g_code_n] + (lo & 0xffff);
     case TAG_JIT:
+        if (w >> 32 & 1)
+            return g_tramp_base + lo % (TRAMPOLINES * 16 + 16);
         return g_jit_base + lo % (JIT_REGIONS * JIT_REGION_SIZE + 64);
     default:
         return (uintptr_t)w;
@@ -175,6 +181,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                             "jit_fixed", &fixed) == 0);
     FUZZ_CHECK(snapprof_jit_region_register(g_jit_base + 2 * JIT_REGION_SIZE, JIT_REGION_SIZE,
                                             "jit_fixed_fp", &fixed_fp) == 0);
+    void *tramp = mmap(NULL, TRAMPOLINES * 16, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    FUZZ_CHECK(tramp != MAP_FAILED);
+    g_tramp_base = (uintptr_t)tramp;
+    snapprof_jit_layout_t cpython;
+    snapprof_jit_layout_init_cpython(&cpython);
+    static const size_t sizes[] = {11, 15, 8, 12};
+    for (size_t t = 0; t < TRAMPOLINES; t++)
+        FUZZ_CHECK(snapprof_jit_region_register(g_tramp_base + 16 * t, sizes[t % 4], "py::f:x.py",
+                                                &cpython) == 0);
 
     FUZZ_CHECK(snapprof_jit_unwinder_create(&g_unwinders[0]) == 0);
     FUZZ_CHECK(snapprof_libunwind_unwinder_create(&g_unwinders[1]) == 0);

@@ -26,12 +26,21 @@ static _Atomic uint64_t g_perf_reads, g_perf_lines, g_perf_bad, g_perf_replaced;
 /* Perf maps                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* A layout for the lines whose name starts with prefix. */
+typedef struct pm_rule {
+    char prefix[64];
+    size_t len;
+    snapprof_jit_layout_t layout;
+} pm_rule_t;
+
 /* All of it under snapprof__jit_perf_table.lock, except snapprof__jit_perf_checked_ns. */
 static struct {
-    int configured; /* snapprof_jit_perf_map_configure() was called */
-    int enabled;    /* 0 after configure("") */
-    char *path;     /* configured path (malloc'd), NULL: the default */
-    snapprof_jit_layout_t layout;
+    int configured;               /* set up: by the first look, or by the API */
+    int enabled;                  /* 0 after configure("") */
+    char *path;                   /* configured path (malloc'd), NULL: the default */
+    snapprof_jit_layout_t layout; /* for lines no rule matches */
+    pm_rule_t rules[SNAPPROF_JIT_PERF_MAP_RULES_MAX];
+    size_t n_rules;
     const char *module_path; /* path of the file in use, in snapprof__jit_perf_table.arena */
     pid_t pid;               /* getpid() when the default path was made */
     int have_file;
@@ -129,6 +138,45 @@ static int parse_line(const char *s, size_t len, pm_line_t *out)
     return 0;
 }
 
+/* Sets up what nobody configured: the default perf map, frame pointers,
+ * and CPython's perf trampolines known by their names. */
+static void pm_init_locked(void)
+{
+    if (g_pm.configured)
+        return;
+    g_pm.configured = 1;
+    g_pm.enabled = 1;
+    snapprof_jit_layout_init_frame_pointer(&g_pm.layout);
+    pm_rule_t *py = &g_pm.rules[0];
+    snprintf(py->prefix, sizeof py->prefix, "py::");
+    py->len = strlen(py->prefix);
+    snapprof_jit_layout_init_cpython(&py->layout);
+    g_pm.n_rules = 1;
+}
+
+/* The layout of a line: the longest prefix rule's that matches its name,
+ * else the default. A CPython trampoline rule holds only for lines of a
+ * trampoline's size: the name was a guess at who wrote the line, the
+ * size confirms it (or not, and the line is walked as without the rule). */
+static const snapprof_jit_layout_t *pm_layout_for(const char *name, size_t len, uintptr_t size)
+{
+    static const snapprof_jit_layout_t frame_pointer = {
+        .kind = SNAPPROF_JIT_LAYOUT_FRAME_POINTER, .saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED};
+    const pm_rule_t *best = NULL;
+    for (size_t i = 0; i < g_pm.n_rules; i++) {
+        const pm_rule_t *r = &g_pm.rules[i];
+        if (r->len <= len && memcmp(r->prefix, name, r->len) == 0 &&
+            (best == NULL || r->len > best->len))
+            best = r;
+    }
+    const snapprof_jit_layout_t *lay = best ? &best->layout : &g_pm.layout;
+    if (lay->kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE &&
+        snapprof__jit_trampoline_shape(size) == NULL)
+        lay = g_pm.layout.kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE ? &frame_pointer
+                                                                         : &g_pm.layout;
+    return lay;
+}
+
 static int cmp_line(const void *a, const void *b)
 {
     const pm_line_t *x = a, *y = b;
@@ -189,9 +237,10 @@ static int pm_apply(pm_vec_t *lines, int reset, uint64_t boundary)
             if (v[i].dead)
                 gone[g++] = v[i].old;
         } else if (!v[i].dead) {
-            born[b] = snapprof__jit_region_new(&snapprof__jit_perf_table, v[i].start, v[i].limit,
-                                               v[i].name, v[i].name_len, g_pm.module_path,
-                                               &g_pm.layout, boundary);
+            born[b] = snapprof__jit_region_new(
+                &snapprof__jit_perf_table, v[i].start, v[i].limit, v[i].name, v[i].name_len,
+                g_pm.module_path, pm_layout_for(v[i].name, v[i].name_len, v[i].limit - v[i].start),
+                boundary);
             if (born[b] == NULL) {
                 free(gone);
                 return -ENOMEM;
@@ -387,11 +436,7 @@ void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns)
     if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) < interval_ns)
         return;
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
-    if (!g_pm.configured) {
-        g_pm.configured = 1;
-        g_pm.enabled = 1;
-        snapprof_jit_layout_init_frame_pointer(&g_pm.layout);
-    }
+    pm_init_locked();
     if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= interval_ns)
         pm_refresh_locked();
     pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
@@ -407,16 +452,59 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
     if (path != NULL && path[0] != '\0' && (copy = strdup(path)) == NULL)
         return -ENOMEM;
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_init_locked();
     pm_drop_all(snapprof__monotonic_ns());
     free(g_pm.path);
     g_pm.path = copy;
-    g_pm.configured = 1;
     g_pm.enabled = path == NULL || path[0] != '\0';
     g_pm.layout = lay;
     g_pm.seen_ns = 0;
     atomic_store(&snapprof__jit_perf_checked_ns, 0);
     pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
     return 0;
+}
+
+SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
+                                                  const snapprof_jit_layout_t *layout)
+{
+    snapprof_jit_layout_t lay;
+    if (prefix == NULL || strlen(prefix) >= sizeof g_pm.rules[0].prefix ||
+        (layout != NULL && snapprof__jit_layout_check(layout, &lay) != 0))
+        return -EINVAL;
+    size_t len = strlen(prefix);
+    int rc = 0;
+    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_init_locked();
+    if (len == 0) {
+        if (layout != NULL)
+            g_pm.layout = lay;
+        else
+            snapprof_jit_layout_init_frame_pointer(&g_pm.layout);
+    } else {
+        size_t i = 0;
+        while (i < g_pm.n_rules && strcmp(g_pm.rules[i].prefix, prefix) != 0)
+            i++;
+        if (layout == NULL) {
+            if (i < g_pm.n_rules)
+                g_pm.rules[i] = g_pm.rules[--g_pm.n_rules];
+        } else if (i == SNAPPROF_JIT_PERF_MAP_RULES_MAX) {
+            rc = -ENOSPC;
+        } else {
+            memcpy(g_pm.rules[i].prefix, prefix, len + 1);
+            g_pm.rules[i].len = len;
+            g_pm.rules[i].layout = lay;
+            g_pm.n_rules += i == g_pm.n_rules;
+        }
+    }
+    if (rc == 0) {
+        /* Lines already read keep the layout they were read with: read
+         * them all again. */
+        pm_drop_all(snapprof__monotonic_ns());
+        g_pm.seen_ns = 0;
+        atomic_store(&snapprof__jit_perf_checked_ns, 0);
+    }
+    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    return rc;
 }
 
 void snapprof__jit_perf_map_refresh_now(void)

@@ -432,6 +432,35 @@ SNAPPROF_API void snapprof_jit_layout_init_fixed(snapprof_jit_layout_t *layout, 
     layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
 }
 
+SNAPPROF_API void snapprof_jit_layout_init_cpython(snapprof_jit_layout_t *layout)
+{
+    if (layout == NULL)
+        return;
+    memset(layout, 0, sizeof *layout);
+    layout->kind = SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE;
+    layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
+}
+
+/* CPython's Python/asm_trampoline.S on x86-64, as copied for each code
+ * object by Python/perf_trampoline.c; the perf map line gives the size of
+ * one copy. A leading endbr64 (4 bytes) when CPython was built for CET. */
+static const snapprof__jit_trampoline_t k_trampolines[] = {
+    /* sub $8,%rsp (4); call *%rcx (2); add $8,%rsp (4); ret */
+    {11, 4, 6, 0, 1u << 0 | 1u << 4 | 1u << 6 | 1u << 10},
+    {15, 8, 10, 0, 1u << 0 | 1u << 4 | 1u << 8 | 1u << 10 | 1u << 14},
+    /* push %rbp; mov %rsp,%rbp (3); call *%rcx (2); pop %rbp; ret */
+    {8, 1, 6, 1, 1u << 0 | 1u << 1 | 1u << 4 | 1u << 6 | 1u << 7},
+    {12, 5, 10, 1, 1u << 0 | 1u << 4 | 1u << 5 | 1u << 8 | 1u << 10 | 1u << 11},
+};
+
+const snapprof__jit_trampoline_t *snapprof__jit_trampoline_shape(uintptr_t size)
+{
+    for (size_t i = 0; i < sizeof k_trampolines / sizeof k_trampolines[0]; i++)
+        if (k_trampolines[i].size == size)
+            return &k_trampolines[i];
+    return NULL;
+}
+
 /* Checks layout (NULL: frame pointer) and stores the one to use in out. */
 int snapprof__jit_layout_check(const snapprof_jit_layout_t *layout, snapprof_jit_layout_t *out)
 {
@@ -441,6 +470,10 @@ int snapprof__jit_layout_check(const snapprof_jit_layout_t *layout, snapprof_jit
     }
     if (layout->kind == SNAPPROF_JIT_LAYOUT_FRAME_POINTER) {
         snapprof_jit_layout_init_frame_pointer(out);
+        return 0;
+    }
+    if (layout->kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE) {
+        snapprof_jit_layout_init_cpython(out);
         return 0;
     }
     if (layout->kind != SNAPPROF_JIT_LAYOUT_FIXED_FRAME)
@@ -464,7 +497,9 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
 {
     snapprof_jit_layout_t lay;
     if (size == 0 || start > UINTPTR_MAX - size || name == NULL ||
-        snapprof__jit_layout_check(layout, &lay) != 0)
+        snapprof__jit_layout_check(layout, &lay) != 0 ||
+        (lay.kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE &&
+         snapprof__jit_trampoline_shape(size) == NULL))
         return -EINVAL;
     pthread_mutex_lock(&g_api.lock);
     snapshot_t *old = atomic_load(&g_api.current);

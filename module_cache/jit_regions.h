@@ -24,6 +24,20 @@ typedef struct snapprof__jit_region {
     const struct snapprof__jit_region *prev;
 } snapprof__jit_region_t;
 
+/* A CPython perf trampoline (SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE): where
+ * its frame is whole, where its call returns, and where its instructions
+ * start. Offsets from its first byte. */
+typedef struct snapprof__jit_trampoline {
+    uint8_t size;        /* bytes, the whole region */
+    uint8_t body;        /* from here to the ret: return address at [rsp + 8] */
+    uint8_t call_return; /* just after `call *%rcx`: its callee's return address */
+    uint8_t saves_fp;    /* the body keeps the caller's rbp at [rsp] */
+    uint16_t starts;     /* bit i: an instruction starts at offset i */
+} snapprof__jit_trampoline_t;
+
+/* The trampoline shape of that size, or NULL when none has it. */
+const snapprof__jit_trampoline_t *snapprof__jit_trampoline_shape(uintptr_t size);
+
 /* The region behind a module of kind SNAPPROF_MODULE_JIT, else NULL. */
 const snapprof__jit_region_t *snapprof__jit_region_of(const snapprof_module_t *module);
 

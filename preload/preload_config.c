@@ -106,6 +106,106 @@ int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_
     return -1;
 }
 
+/* ------------------------------------------------------------------------ */
+/* JIT layouts of perf map code                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The largest fixed frame one can ask for: far beyond any JIT's, small
+ * enough that every offset fits the layout's fields. */
+#define JIT_FRAME_MAX (1u << 20)
+
+/* A multiple of 8 in [lo, JIT_FRAME_MAX], decimal, up to end or ':'. */
+static int parse_frame_offset(const char **p, const char *end, uint32_t lo, uint32_t *out)
+{
+    const char *s = *p;
+    uint64_t v = 0;
+    if (s == end || *s < '0' || *s > '9')
+        return -1;
+    for (; s < end && *s >= '0' && *s <= '9'; s++)
+        if ((v = v * 10 + (uint64_t)(*s - '0')) > JIT_FRAME_MAX)
+            return -1;
+    if ((s < end && *s != ':') || v < lo || v % 8 != 0)
+        return -1;
+    *p = s < end ? s + 1 : s;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* "fp", "cpython" or "fixed:SIZE[:RA[:FP]]" in [s, end). */
+static int parse_jit_layout(const char *s, const char *end, snapprof_jit_layout_t *out)
+{
+    static const struct {
+        const char *name;
+        snapprof_jit_layout_kind_t kind;
+    } kinds[] = {{"fp", SNAPPROF_JIT_LAYOUT_FRAME_POINTER},
+                 {"cpython", SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE},
+                 {"fixed", SNAPPROF_JIT_LAYOUT_FIXED_FRAME}};
+    size_t len = (size_t)(end - s);
+    memset(out, 0, sizeof *out);
+    out->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t k = strlen(kinds[i].name);
+        if (len < k || strncasecmp(s, kinds[i].name, k) != 0)
+            continue;
+        out->kind = kinds[i].kind;
+        if (kinds[i].kind != SNAPPROF_JIT_LAYOUT_FIXED_FRAME)
+            return len == k ? 0 : -1;
+        const char *p = s + k;
+        uint32_t ra, fp;
+        if (p == end || *p++ != ':' || parse_frame_offset(&p, end, 8, &out->frame_size) != 0)
+            return -1;
+        out->return_address_offset = out->frame_size - 8;
+        if (p < end) {
+            if (parse_frame_offset(&p, end, 0, &ra) != 0 || ra + 8 > out->frame_size)
+                return -1;
+            out->return_address_offset = ra;
+        }
+        if (p < end) {
+            if (parse_frame_offset(&p, end, 0, &fp) != 0 || fp + 8 > out->frame_size || p < end)
+                return -1;
+            out->saved_fp_offset = (int32_t)fp;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+int snapprof__parse_jit_layouts(const char *s, snapprof__jit_rule_t *out, unsigned max, unsigned *n,
+                                char *why, size_t why_size)
+{
+    const char *p = s ? s : "";
+    do {
+        size_t len = strcspn(p, ",");
+        const char *end = p + len, *eq = NULL;
+        for (const char *q = p; q < end; q++)
+            if (*q == '=')
+                eq = q; /* the last: a layout has none */
+        const char *layout = eq ? eq + 1 : p;
+        size_t prefix_len = eq ? (size_t)(eq - p) : 0;
+        if (*n >= max) {
+            WHY("more than %u JIT layouts", max);
+            return -1;
+        }
+        snapprof__jit_rule_t *r = &out[*n];
+        if (prefix_len >= sizeof r->prefix) {
+            WHY("JIT name prefix '%.*s' is longer than %zu bytes", (int)prefix_len, p,
+                sizeof r->prefix - 1);
+            return -1;
+        }
+        if (parse_jit_layout(layout, end, &r->layout) != 0) {
+            WHY("'%.*s' is not a JIT layout (fp, cpython or fixed:SIZE[:RA[:FP]], "
+                "multiples of 8, RA and FP inside SIZE)",
+                (int)(end - layout), layout);
+            return -1;
+        }
+        memcpy(r->prefix, p, prefix_len);
+        r->prefix[prefix_len] = '\0';
+        (*n)++;
+        p = end;
+    } while (*p++ == ',');
+    return 0;
+}
+
 static const struct {
     const char *name;
     int signo;
@@ -450,6 +550,14 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
         snapprof__parse_wall_blocked(v, &cfg->wall_blocked, why, sizeof why) != 0) {
         warn("ignoring %s: %s; using the default", SNAPPROF_ENV_WALL_BLOCKED, why);
         cfg->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
+    }
+    /* All or nothing: half a list could walk code by the wrong layout. */
+    cfg->n_jit_rules = 0;
+    if ((v = get(SNAPPROF_ENV_JIT_LAYOUT)) && *v &&
+        snapprof__parse_jit_layouts(v, cfg->jit_rules, SNAPPROF_JIT_RULES_MAX, &cfg->n_jit_rules,
+                                    why, sizeof why) != 0) {
+        warn("ignoring %s: %s; using the default layouts", SNAPPROF_ENV_JIT_LAYOUT, why);
+        cfg->n_jit_rules = 0;
     }
 }
 

@@ -5,6 +5,8 @@
 #ifndef SNAPPROF_PRELOAD_CONFIG_H
 #define SNAPPROF_PRELOAD_CONFIG_H
 
+#include <snapprof/jit.h> /* the layout type only: nothing here calls the library */
+
 #include <limits.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -21,6 +23,7 @@
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"           /* follow | stop */
 #define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"     /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
+#define SNAPPROF_ENV_JIT_LAYOUT "SNAPPROF_JIT_LAYOUT"     /* [PREFIX=]LAYOUT,... of perf map code */
 #define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR"   /* set by `snapprof record` */
 #define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"         /* the first profiled process */
 #define SNAPPROF_ENV_CPUPROFILE "CPUPROFILE"
@@ -52,6 +55,16 @@ typedef struct snapprof__output_spec {
     snapprof__format_t format;
 } snapprof__output_spec_t;
 
+/* A frame layout for the perf map lines whose names start with prefix ("":
+ * the default), as snapprof_jit_perf_map_set_layout() takes it. */
+typedef struct snapprof__jit_rule {
+    char prefix[64];
+    snapprof_jit_layout_t layout;
+} snapprof__jit_rule_t;
+
+/* Rules one SNAPPROF_JIT_LAYOUT (or all --jit-layout options) may give. */
+#define SNAPPROF_JIT_RULES_MAX 8u
+
 typedef struct snapprof__preload_config {
     snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
     unsigned n_outputs; /* at least 1 */
@@ -64,6 +77,8 @@ typedef struct snapprof__preload_config {
     int trigger;      /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
     int wall_blocked; /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];
+    snapprof__jit_rule_t jit_rules[SNAPPROF_JIT_RULES_MAX]; /* SNAPPROF_JIT_LAYOUT, in order */
+    unsigned n_jit_rules;
 } snapprof__preload_config_t;
 
 /* Each parser returns 0, or -1 with a one-line reason in why[0..why_size). */
@@ -75,6 +90,15 @@ int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
 /* "signal" or "proc", as snapprof_wall_blocked_t's values. */
 int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_size);
+/* Layouts of perf map code: a comma-separated list of [PREFIX=]LAYOUT,
+ * LAYOUT one of "fp" (frame pointer), "cpython" (CPython's perf
+ * trampolines) or "fixed:SIZE[:RA[:FP]]" (a fixed frame of SIZE bytes,
+ * return address at RA, default SIZE - 8, rbp saved at FP, default left
+ * alone; multiples of 8, SIZE at most 1 MiB), any case. A rule without
+ * PREFIX (or with an empty one) sets the default, which lines no prefix
+ * matches get. Appends to out[*n..max). Returns 0, or -1 with a reason. */
+int snapprof__parse_jit_layouts(const char *s, snapprof__jit_rule_t *out, unsigned max, unsigned *n,
+                                char *why, size_t why_size);
 /* Signal names with or without "SIG", any case; "RTMIN+n", "RTMAX-n"; or a
  * number. Refuses signals that cannot stop a thread for a sample without
  * changing what the program sees (see snapprof__signal_usable()). */
@@ -119,7 +143,7 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
                            snapprof__output_spec_t *out, unsigned *n_out, char *why,
                            size_t why_size);
 
-/* Sets cfg's rate, mode, signal, trigger and wall_blocked from the
+/* Sets cfg's rate, mode, signal, trigger, wall_blocked and JIT layouts from the
  * environment (through get), or to the defaults above; warns (through warn)
  * of each value it ignores. Both the preloaded start and gperftools'
  * ProfilerStart() read these the same way. */

@@ -3,6 +3,7 @@
  * (a fallback directory when its own path fails) and the summary. */
 #include "preload/preload_process.h"
 
+#include <snapprof/jit.h>
 #include <snapprof/snapprof.h>
 
 #include <errno.h>
@@ -136,6 +137,15 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     snapprof__preload_signals_manage(SIGINT, 1);
     snapprof__preload_signals_manage(SIGTERM, 1);
     snapprof__preload_signals_manage(SIGHUP, 1);
+
+    /* Process-wide, and harmless to set again (a profile restarted, a
+     * forked child): the perf map is read afresh with them. */
+    for (unsigned i = 0; i < c.n_jit_rules; i++) {
+        rc = snapprof_jit_perf_map_set_layout(c.jit_rules[i].prefix, &c.jit_rules[i].layout);
+        if (rc != 0)
+            snapprof__preload_warn("ignoring the JIT layout for '%s': %s", c.jit_rules[i].prefix,
+                                   snapprof_strerror(rc));
+    }
 
     snapprof_params_t params;
     snapprof_params_init(&params);

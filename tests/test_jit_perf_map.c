@@ -1,6 +1,6 @@
 /* Tests of perf map reading: good and bad lines, a file that grows, lines
  * that replace older ones, a file rewritten from scratch, overlong lines,
- * the layout of perf map code, and turning it off. */
+ * the layout of perf map code (by name prefix), and turning it off. */
 #include "test.h"
 #include "test_jit_util.h"
 #include "test_util.h"
@@ -8,6 +8,7 @@
 #include "module_cache/jit_regions.h"
 #include "module_cache/module_cache.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -258,6 +259,81 @@ static void test_layout_and_off(void)
     unlink(g_path);
 }
 
+static snapprof_jit_layout_kind_t kind_at(uintptr_t addr)
+{
+    const snapprof__jit_region_t *r = snapprof__jit_region_of(snapprof_module_find(addr));
+    ASSERT_NOT_NULL(r);
+    return r->layout.kind;
+}
+
+/* Layouts by name prefix: "py::" lines of a CPython trampoline's size are
+ * CPython trampolines with no setting, other lines get the default; rules
+ * added, replaced and removed apply to lines read before them too. */
+static void test_prefix_rules(void)
+{
+    setup();
+    uintptr_t a = g_base;
+    char text[512];
+    snprintf(text, sizeof text,
+             "%lx b py::f:a.py\n"
+             "%lx 40 py::big:b.py\n"
+             "%lx b js:x\n"
+             "%lx f py::g:c.py\n",
+             (unsigned long)a, (unsigned long)(a + 0x40), (unsigned long)(a + 0x80),
+             (unsigned long)(a + 0xc0));
+    write_file("w", text);
+    ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+    ASSERT_EQ(kind_at(a + 0xc0), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE); /* with endbr64 */
+    ASSERT_EQ(kind_at(a + 0x40), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);      /* no trampoline's size */
+    ASSERT_EQ(kind_at(a + 0x80), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
+
+    snapprof_jit_layout_t fixed = tj_fixed_layout(), cpython, fp;
+    snapprof_jit_layout_init_cpython(&cpython);
+    snapprof_jit_layout_init_frame_pointer(&fp);
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("js:", &fixed));
+    ASSERT_EQ(kind_at(a + 0x80), SNAPPROF_JIT_LAYOUT_FIXED_FRAME);
+    ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+    /* The longest prefix wins. */
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("py::", &fp));
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("py::g", &cpython));
+    ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
+    ASSERT_EQ(kind_at(a + 0xc0), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+    /* Rules removed: the default, here the CPython layout, which lines of
+     * another size do not get. */
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("py::", NULL));
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("py::g", NULL));
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("py::nothing", NULL));
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("", &cpython));
+    ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+    ASSERT_EQ(kind_at(a + 0x40), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
+    ASSERT_EQ(kind_at(a + 0x80), SNAPPROF_JIT_LAYOUT_FIXED_FRAME);
+    /* configure() sets the default and keeps the rules. */
+    ASSERT_OK(snapprof_jit_perf_map_configure(g_path, NULL));
+    ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
+    ASSERT_EQ(kind_at(a + 0x80), SNAPPROF_JIT_LAYOUT_FIXED_FRAME);
+    ASSERT_STR_EQ(name_at(a + 0xc0), "py::g:c.py");
+
+    ASSERT_EQ(snapprof_jit_perf_map_set_layout(NULL, &fp), -EINVAL);
+    char longest[65];
+    memset(longest, 'x', 64);
+    longest[64] = '\0';
+    ASSERT_EQ(snapprof_jit_perf_map_set_layout(longest, &fp), -EINVAL);
+    longest[63] = '\0';
+    ASSERT_OK(snapprof_jit_perf_map_set_layout(longest, &fp));
+    snapprof_jit_layout_t bad = fixed;
+    bad.frame_size = 12;
+    ASSERT_EQ(snapprof_jit_perf_map_set_layout("js:", &bad), -EINVAL);
+    /* js: and the 63 x's; room for 14 more. */
+    for (int i = 0; i < SNAPPROF_JIT_PERF_MAP_RULES_MAX - 2; i++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "r%d:", i);
+        ASSERT_OK(snapprof_jit_perf_map_set_layout(prefix, &fp));
+    }
+    ASSERT_EQ(snapprof_jit_perf_map_set_layout("one-more:", &fp), -ENOSPC);
+    ASSERT_OK(snapprof_jit_perf_map_set_layout("js:", &cpython)); /* a replacement fits */
+    ASSERT_EQ(kind_at(a + 0x80), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -267,6 +343,7 @@ int main(int argc, char **argv)
         {"rewritten", test_rewritten},
         {"overlong_line", test_overlong_line},
         {"layout_and_off", test_layout_and_off},
+        {"prefix_rules", test_prefix_rules},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -7,6 +7,7 @@
 
 #include "unwinder/unwinder_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -250,6 +251,141 @@ static void test_unwound_late(void)
     ASSERT_STR_EQ(frames[5].name, "[unknown]");
 }
 
+/* ------------------------------------------------------------------------ */
+/* CPython's perf trampolines                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The four shapes (see the layout's comment in jit.h): size, where the
+ * whole frame starts, the call's return site, whether rbp is pushed, and
+ * where instructions start. */
+static const struct {
+    uintptr_t size, body, call_return;
+    int saves_fp;
+    uintptr_t starts[6];
+    size_t n_starts;
+} k_shapes[] = {
+    {11, 4, 6, 0, {0, 4, 6, 10}, 4},        /* sub; call; add; ret */
+    {15, 8, 10, 0, {0, 4, 8, 10, 14}, 5},   /* endbr64; sub; call; add; ret */
+    {8, 1, 6, 1, {0, 1, 4, 6, 7}, 5},       /* push; mov; call; pop; ret */
+    {12, 5, 10, 1, {0, 4, 5, 8, 10, 11}, 6} /* endbr64; push; mov; call; pop; ret */
+};
+
+static uintptr_t g_tramp;
+
+/* A trampoline of shape k at g_tramp, called by native code whose frame
+ * record is at word 48 (it was called by native code too), and calling
+ * native code (the interpreter) whose record is at word 16. The
+ * trampoline's return address is word 19; its body's rsp is word 18, which
+ * holds the caller's rbp when the shape pushes it, junk when it is
+ * sub $8's padding. */
+static void build_trampoline_stack(size_t k)
+{
+    static uint8_t *code;
+    if (code == NULL)
+        code = tj_map(4096);
+    g_tramp = (uintptr_t)code + 64 * k;
+    snapprof_jit_layout_t cpython;
+    snapprof_jit_layout_init_cpython(&cpython);
+    ASSERT_OK(snapprof_jit_region_register(g_tramp, k_shapes[k].size, "py::f:x.py", &cpython));
+    memset(g_stack, 0, sizeof g_stack);
+    g_stack[16] = k_shapes[k].saves_fp ? W(18) : W(48);
+    g_stack[17] = g_tramp + k_shapes[k].call_return;
+    g_stack[18] = k_shapes[k].saves_fp ? W(48) : 0x5a5a5a5a;
+    g_stack[19] = NATIVE(2);
+    g_stack[48] = 0;
+    g_stack[49] = NATIVE(3);
+}
+
+static void expect_through_trampoline(const snapprof_frame_t *frames, size_t n,
+                                      const snapprof__unwind_outcome_t *out, uintptr_t pc)
+{
+    ASSERT_EQ(out->completed, 1);
+    ASSERT_EQ(n, 3);
+    expect_jit(&frames[0], pc, "py::f:x.py");
+    expect_native(&frames[1], NATIVE(2) - 1);
+    expect_native(&frames[2], NATIVE(3) - 1);
+}
+
+/* The interpreter (native, frame pointers here) called by a trampoline
+ * called by native code: the trampoline's frame is read at its return
+ * site, and the walk goes on to the native caller. */
+static void test_trampoline_caller(void)
+{
+    for (size_t k = 0; k < sizeof k_shapes / sizeof k_shapes[0]; k++) {
+        build_trampoline_stack(k);
+        snapprof_regs_t regs = {{0}};
+        regs.r[SNAPPROF_REG_PC] = NATIVE(0);
+        regs.r[SNAPPROF_REG_SP] = W(8);
+        regs.r[SNAPPROF_REG_FP] = W(16);
+        snapprof_frame_t frames[16];
+        snapprof__unwind_outcome_t out;
+        size_t n = unwind(&regs, whole_stack(), frames, 16, &out);
+        ASSERT_EQ(out.completed, 1);
+        ASSERT_EQ(n, 4);
+        expect_native(&frames[0], NATIVE(0));
+        expect_jit(&frames[1], g_tramp + k_shapes[k].call_return - 1, "py::f:x.py");
+        expect_native(&frames[2], NATIVE(2) - 1);
+        expect_native(&frames[3], NATIVE(3) - 1);
+
+        /* A return address anywhere else in the trampoline is no call's:
+         * the walk stops there, and says so. */
+        g_stack[17] = g_tramp + k_shapes[k].call_return - 2;
+        n = unwind(&regs, whole_stack(), frames, 16, &out);
+        ASSERT_EQ(out.aborted, 1);
+        ASSERT_STR_EQ(out.abort_reason, "JIT frame at a pc its layout does not allow");
+        ASSERT_EQ(n, 3);
+        ASSERT_STR_EQ(frames[2].name, "[unwind error]");
+        ASSERT_EQ(frames[2].kind, SNAPPROF_FRAME_MARKER);
+    }
+}
+
+/* A sample stopped in the trampoline itself, at each of its instructions:
+ * at the entry (and push rbp or sub rsp) only the return address is on the
+ * stack, in the body the whole frame, at the ret the return address again. */
+static void test_trampoline_leaf(void)
+{
+    for (size_t k = 0; k < sizeof k_shapes / sizeof k_shapes[0]; k++) {
+        build_trampoline_stack(k);
+        for (size_t i = 0; i < k_shapes[k].n_starts; i++) {
+            uintptr_t off = k_shapes[k].starts[i];
+            int body = off >= k_shapes[k].body && off < k_shapes[k].size - 1;
+            snapprof_regs_t regs = {{0}};
+            regs.r[SNAPPROF_REG_PC] = g_tramp + off;
+            regs.r[SNAPPROF_REG_SP] = body ? W(18) : W(19);
+            /* After mov %rsp,%rbp, rbp is the trampoline's own. */
+            regs.r[SNAPPROF_REG_FP] =
+                k_shapes[k].saves_fp && body && off > k_shapes[k].body ? W(18) : W(48);
+            snapprof_frame_t frames[16];
+            snapprof__unwind_outcome_t out;
+            size_t n = unwind(&regs, whole_stack(), frames, 16, &out);
+            printf("size %zu, pc +%zu: %zu frames%s\n", (size_t)k_shapes[k].size, (size_t)off, n,
+                   out.completed ? "" : " (not completed)");
+            expect_through_trampoline(frames, n, &out, g_tramp + off);
+        }
+        /* Inside call *%rcx (2 bytes): no thread stops there. */
+        snapprof_regs_t regs = {{0}};
+        regs.r[SNAPPROF_REG_PC] = g_tramp + k_shapes[k].call_return - 1;
+        regs.r[SNAPPROF_REG_SP] = W(18);
+        regs.r[SNAPPROF_REG_FP] = W(48);
+        expect_abort(regs, whole_stack(), "JIT frame at a pc its layout does not allow");
+    }
+}
+
+/* The CPython layout is for one trampoline: a region of another size is
+ * refused. */
+static void test_trampoline_size(void)
+{
+    uint8_t *code = tj_map(4096);
+    snapprof_jit_layout_t cpython;
+    snapprof_jit_layout_init_cpython(&cpython);
+    ASSERT_EQ(cpython.kind, SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
+    ASSERT_EQ(snapprof_jit_region_register((uintptr_t)code, 16, "py::f", &cpython), -EINVAL);
+    ASSERT_EQ(snapprof_jit_region_register((uintptr_t)code, 10, "py::f", &cpython), -EINVAL);
+    for (size_t k = 0; k < sizeof k_shapes / sizeof k_shapes[0]; k++)
+        ASSERT_OK(snapprof_jit_region_register((uintptr_t)code + 64 * k, k_shapes[k].size, "py::f",
+                                               &cpython));
+}
+
 static void no_perf_map(void)
 {
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
@@ -258,9 +394,14 @@ static void no_perf_map(void)
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
-        {"interleaved", test_interleaved},   {"without_jit_unwinder", test_without_jit_unwinder},
-        {"bad_frames", test_bad_frames},     {"depth_cap", test_depth_cap},
+        {"interleaved", test_interleaved},
+        {"without_jit_unwinder", test_without_jit_unwinder},
+        {"bad_frames", test_bad_frames},
+        {"depth_cap", test_depth_cap},
         {"unwound_late", test_unwound_late},
+        {"trampoline_caller", test_trampoline_caller},
+        {"trampoline_leaf", test_trampoline_leaf},
+        {"trampoline_size", test_trampoline_size},
     };
     return test_run_case_setup(cases, sizeof cases / sizeof cases[0], no_perf_map, argc, argv);
 }

@@ -27,16 +27,55 @@ static uintptr_t word_at(uintptr_t addr)
     return *(const uintptr_t *)addr;
 }
 
+/* The frame of a CPython perf trampoline at pc, as a fixed frame in *out.
+ * exact: pc is where the thread was stopped (else a return address). Every
+ * instruction has its own frame: before the body (the entry, and push rbp
+ * or sub rsp) only the return address is on the stack, in the body the
+ * whole frame, at the ret the return address again. A caller frame can
+ * only be at the return site of the call; a pc anywhere else means the
+ * stack is not what the layout says, and the walk stops there. */
+static snapprof__reason_t trampoline_frame(const snapprof__jit_region_t *region, uintptr_t pc,
+                                           int exact, snapprof_jit_layout_t *out)
+{
+    const snapprof__jit_trampoline_t *t =
+        snapprof__jit_trampoline_shape(region->module.limit - region->module.start);
+    if (t == NULL || pc < region->module.start)
+        return SNAPPROF__REASON_JIT_PC;
+    uintptr_t off = pc - region->module.start;
+    if (off >= t->size || (exact ? !(t->starts >> off & 1) : off != t->call_return))
+        return SNAPPROF__REASON_JIT_PC;
+    if (off < t->body || off == t->size - 1u) {
+        snapprof_jit_layout_init_fixed(out, 8, 0);
+    } else {
+        snapprof_jit_layout_init_fixed(out, 16, 8);
+        if (t->saves_fp)
+            out->saved_fp_offset = 0;
+    }
+    return SNAPPROF__REASON_NONE;
+}
+
 /* Computes the caller of the JIT frame described by ctx->regs: its return
  * address and the stack pointer and rbp it had. SNAPPROF__REASON_NONE on
  * success, else why not. The reasons are the frame-pointer unwinder's
  * where they mean the same. */
 static snapprof__reason_t caller_of(const snapprof_unwind_ctx_t *ctx,
-                                    const snapprof_jit_layout_t *lay, uintptr_t *ret,
+                                    const snapprof__jit_region_t *region, uintptr_t *ret,
                                     uintptr_t *sp_out, uintptr_t *fp_out)
 {
     const snapprof_stack_copy_t *stack = ctx->stack;
     uintptr_t sp = ctx->regs.r[SNAPPROF_REG_SP], fp = ctx->regs.r[SNAPPROF_REG_FP];
+    const snapprof_jit_layout_t *lay = &region->layout;
+    snapprof_jit_layout_t at_pc;
+    if (lay->kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE) {
+        /* The innermost frame, and one a signal frame interrupted, is at
+         * the pc itself; a caller's frame is at its return address - 1. */
+        uintptr_t pc = ctx->regs.r[SNAPPROF_REG_PC];
+        int exact = ctx->frames[ctx->frame_count - 1].pc == pc;
+        snapprof__reason_t why = trampoline_frame(region, pc, exact, &at_pc);
+        if (why != SNAPPROF__REASON_NONE)
+            return why;
+        lay = &at_pc;
+    }
     if (lay->kind == SNAPPROF_JIT_LAYOUT_FIXED_FRAME) {
         /* The frame is [sp, sp + frame_size): it must lie in the copy. */
         if (!in_copy(stack, sp, lay->frame_size))
@@ -76,7 +115,7 @@ static snapprof_unwind_result_t jit_try_unwind(void *user_data, snapprof_unwind_
         if (region == NULL)
             return SNAPPROF_UNWIND_UNRECOGNIZED_FRAME; /* not ours after all */
         uintptr_t ret, sp, fp;
-        snapprof__reason_t why = caller_of(ctx, &region->layout, &ret, &sp, &fp);
+        snapprof__reason_t why = caller_of(ctx, region, &ret, &sp, &fp);
         if (why != SNAPPROF__REASON_NONE)
             return snapprof__unwind_abort(ctx, why);
         /* The caller's stack pointer lies above this frame's, or the walk

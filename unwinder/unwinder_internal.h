@@ -50,6 +50,7 @@ typedef enum {
     /* The JIT unwinder's fixed frames. */                                                         \
     XX(SP_OUTSIDE, SNAPPROF_UNWIND_EBADFRAME, "stack pointer outside the stack")                   \
     XX(SP_MISALIGNED, SNAPPROF_UNWIND_EBADFRAME, "misaligned stack pointer")                       \
+    XX(JIT_PC, SNAPPROF_UNWIND_EBADFRAME, "JIT frame at a pc its layout does not allow")           \
     /* The CFI unwinders' (and the JIT unwinder's SP_ORDER). */                                    \
     XX(SP_ORDER, SNAPPROF_UNWIND_EBADFRAME, "stack pointer does not increase")                     \
     XX(CFI_BAD_FRAME, SNAPPROF_UNWIND_EBADFRAME, "CFI gives an impossible frame")                  \

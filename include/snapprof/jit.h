@@ -41,14 +41,24 @@ extern "C" {
 
 typedef enum {
     /* The standard prologue, push rbp; mov rbp, rsp: the caller's rbp is
-     * saved at [rbp] and the return address at [rbp + 8]. V8, LuaJIT frames,
-     * CPython's perf trampolines. */
+     * saved at [rbp] and the return address at [rbp + 8]. V8, LuaJIT frames. */
     SNAPPROF_JIT_LAYOUT_FRAME_POINTER = 0,
     /* No frame pointer: in the function's body rsp stays put, the return
      * address is at [rsp + return_address_offset] and the caller's rsp is
      * rsp + frame_size. rbp is either left alone or saved at
-     * [rsp + saved_fp_offset]. */
-    SNAPPROF_JIT_LAYOUT_FIXED_FRAME = 1
+     * [rsp + saved_fp_offset]. A sample in the prologue or epilogue (before
+     * rsp reaches its body value, after it left it) loses its caller. */
+    SNAPPROF_JIT_LAYOUT_FIXED_FRAME = 1,
+    /* CPython's perf trampolines (python -X perf, Python/asm_trampoline.S),
+     * told apart by their size: `sub $8,%rsp; call *%rcx; add $8,%rsp;
+     * ret` (11 bytes: 3.12, 3.13) and the frame-pointer form of later
+     * versions, `push %rbp; mov %rsp,%rbp; call *%rcx; pop %rbp; ret` (8
+     * bytes), each also with a leading endbr64 (15 and 12 bytes). The frame is known at every
+     * instruction, so a sample at the entry or the ret keeps its caller; a
+     * caller frame must be the return site of the call, or the walk stops
+     * with an "[unwind error]" frame. The region must be one trampoline,
+     * of one of those sizes. */
+    SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE = 2
 } snapprof_jit_layout_kind_t;
 
 /* saved_fp_offset of a fixed frame that never touches rbp. */
@@ -70,6 +80,10 @@ SNAPPROF_API void snapprof_jit_layout_init_frame_pointer(snapprof_jit_layout_t *
 SNAPPROF_API void snapprof_jit_layout_init_fixed(snapprof_jit_layout_t *layout, uint32_t frame_size,
                                                  uint32_t return_address_offset);
 
+/* Fills *layout with the layout of CPython's perf trampolines. Any thread.
+ * */
+SNAPPROF_API void snapprof_jit_layout_init_cpython(snapprof_jit_layout_t *layout);
+
 /* ------------------------------------------------------------------------ */
 /* Code regions                                                             */
 /* ------------------------------------------------------------------------ */
@@ -77,7 +91,8 @@ SNAPPROF_API void snapprof_jit_layout_init_fixed(snapprof_jit_layout_t *layout, 
 /* Registers [start, start + size) as JIT code called name, laid out as
  * layout (NULL: frame pointer). name is copied. Registered regions must not
  * overlap: unregister (or move) the old code first. Returns 0, -EINVAL (size
- * 0, a range that wraps, NULL name, a bad layout), -EEXIST (overlaps a
+ * 0, a range that wraps, NULL name, a bad layout, a CPython trampoline
+ * layout for a size no trampoline has), -EEXIST (overlaps a
  * registered region) or -ENOMEM. Any thread, not from a signal handler. */
 SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, const char *name,
                                               const snapprof_jit_layout_t *layout);
@@ -108,12 +123,30 @@ SNAPPROF_API int snapprof_jit_region_unregister(uintptr_t start);
  * are skipped and counted.
  *
  * Selects the file (NULL: /tmp/perf-<pid>.map, the default; "": perf maps
- * are not read) and the layout of its code (NULL: frame pointer). Regions
- * read from the previous file are dropped (frames that point at them stay
- * sound). path is copied. Returns 0, -EINVAL or -ENOMEM. Any thread, not
- * from a signal handler. */
+ * are not read) and the default layout of its code (NULL: frame pointer),
+ * which lines no prefix rule (below) matches get. Regions read from the
+ * previous file are dropped (frames that point at them stay sound). path is
+ * copied. Returns 0, -EINVAL or -ENOMEM. Any thread, not from a signal
+ * handler. */
 SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
                                                  const snapprof_jit_layout_t *layout);
+
+/* Perf map lines whose name starts with prefix get layout; NULL removes the
+ * rule for prefix (its lines get the default again). The longest prefix
+ * that matches wins; "" is the default itself (NULL: frame pointer), as
+ * snapprof_jit_perf_map_configure() sets it. Built in: "py::" (the names
+ * CPython gives its perf trampolines) gets SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE,
+ * so `python -X perf` needs no setting; set "py::" to frame pointer to turn
+ * that off. A line that a CPython trampoline rule matches but whose size no
+ * trampoline has gets the default layout instead (or frame pointer, when
+ * the default is the CPython layout). The perf map is read again from its
+ * start with the new rules. At most SNAPPROF_JIT_PERF_MAP_RULES_MAX rules
+ * besides the default; prefixes of at most 63 bytes. Returns 0, -EINVAL (a
+ * bad layout, a prefix too long or NULL), -ENOSPC (too many rules) or
+ * -ENOMEM. Any thread, not from a signal handler. */
+#define SNAPPROF_JIT_PERF_MAP_RULES_MAX 16
+SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
+                                                  const snapprof_jit_layout_t *layout);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                               */
