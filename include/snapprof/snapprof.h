@@ -329,7 +329,9 @@ typedef struct snapprof_stats {
     /* CPU time of the sampled threads while they were profiled, and the part
      * of it the delivered samples stand for; the difference is CPU no sample
      * could place (kernel time, missed or dropped captures). The delivered
-     * rate is samples / cpu_ns_total seconds against 1e9 / interval_ns. */
+     * rate is cpu_ns_sampled / interval_ns (the samples counted by their
+     * weight in periods) per cpu_ns_total seconds, against 1e9 /
+     * interval_ns. */
     uint64_t cpu_ns_total;
     uint64_t cpu_ns_sampled;
     /* Captures lost because no capture slot was free (their CPU time stays
