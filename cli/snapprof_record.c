@@ -505,7 +505,10 @@ static void print_outputs(const proc_summary_t *s)
             continue;
         if (!strcmp(format, "folded")) {
             fprintf(stderr, "snapprof: folded stacks written to %s\n", out);
-            fprintf(stderr, "snapprof: view them in speedscope, or: flamegraph.pl %s > flame.svg\n",
+            /* The counts are microseconds of CPU (or wall) time. */
+            fprintf(stderr,
+                    "snapprof: view them in speedscope, or: flamegraph.pl --countname=us %s > "
+                    "flame.svg\n",
                     out);
         } else if (!strcmp(format, "trace")) {
             fprintf(stderr, "snapprof: trace events written to %s\n", out);

@@ -1,6 +1,6 @@
-/* Example: a custom profile builder that counts samples by leaf function
- * and prints the top ten when the profile completes. docs/custom_builder.md
- * walks through it. Run: ./custom_builder */
+/* Example: a custom profile builder that sums the CPU time of the samples
+ * by leaf function and prints the top ten when the profile completes.
+ * docs/custom_builder.md walks through it. Run: ./custom_builder */
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
@@ -16,13 +16,15 @@
 
 typedef struct leaf_counter {
     snapprof_frame_t leaf[MAX_LEAVES]; /* distinct innermost frames */
-    uint64_t count[MAX_LEAVES];
+    uint64_t count[MAX_LEAVES];        /* their CPU time, in ns */
     size_t n;
     uint64_t dropped; /* samples whose leaf did not fit */
 } leaf_counter_t;
 
 /* On the sampling thread, once per sample: keep it cheap, no symbolizing
- * (the first lookup in a module may load its DWARF). */
+ * (the first lookup in a module may load its DWARF). A sample weighs its
+ * cpu_ns (a CPU profile; wall_ns in wall mode): the perf trigger's periods
+ * vary, so counting samples would give other shares than the pprof file. */
 static int leaf_on_sample(void *user_data, const snapprof_sample_t *sample)
 {
     leaf_counter_t *c = user_data;
@@ -31,7 +33,7 @@ static int leaf_on_sample(void *user_data, const snapprof_sample_t *sample)
     const snapprof_frame_t *f = &sample->frames[0];
     for (size_t i = 0; i < c->n; i++) {
         if (c->leaf[i].pc == f->pc && c->leaf[i].kind == f->kind) {
-            c->count[i]++;
+            c->count[i] += sample->cpu_ns;
             return 0;
         }
     }
@@ -40,7 +42,7 @@ static int leaf_on_sample(void *user_data, const snapprof_sample_t *sample)
         return 0;
     }
     c->leaf[c->n] = *f;
-    c->count[c->n++] = 1;
+    c->count[c->n++] = sample->cpu_ns;
     return 0;
 }
 
@@ -75,10 +77,10 @@ static int leaf_on_completed(void *user_data, const snapprof_profile_info_t *inf
         by_name[k].count += c->count[i];
     }
     qsort(by_name, n, sizeof *by_name, by_count);
-    printf("top leaf functions over %.1f s (%llu samples):\n", info->duration_ns / 1e9,
-           (unsigned long long)info->stats->samples);
+    printf("top leaf functions by CPU time (us) over %.1f s (%llu samples):\n",
+           info->duration_ns / 1e9, (unsigned long long)info->stats->samples);
     for (size_t i = 0; i < n && i < 10; i++)
-        printf("  %6llu  %s\n", (unsigned long long)by_name[i].count, by_name[i].name);
+        printf("  %8llu  %s\n", (unsigned long long)(by_name[i].count / 1000), by_name[i].name);
     free(by_name);
     return 0;
 }

@@ -1,5 +1,10 @@
 /* Folded-stacks builder: one "root;caller;callee count" line per distinct
- * stack, the text flamegraph.pl, speedscope and inferno read. */
+ * stack, the text flamegraph.pl, speedscope and inferno read. The count is
+ * the stack's weight in microseconds (the CPU time its samples stand for
+ * in CPU mode, the wall time in wall mode), not its number of samples: a
+ * CPU-clock trigger's periods vary, and a thread's "[kernel and
+ * unsampled]" remainder stands for many periods, so counting samples
+ * would give other shares than the pprof profile of the same run. */
 #include "profile_builder/profile_builder_internal.h"
 #include "profile_builder/stack_table.h"
 
@@ -10,9 +15,18 @@
 
 typedef struct folded_builder {
     snapprof__stack_builder_t base; /* first: snapprof__stack_builder_create() fills it */
-    uint64_t *counts;               /* samples per stack id */
+    /* Per stack id, the nanoseconds its samples stand for: [0] CPU time
+     * (snapprof_sample_t.cpu_ns), [1] wall time (wall_ns). The profile's
+     * mode picks one at completion. */
+    uint64_t (*weights)[2];
     size_t cap_counts;
 } folded_builder_t;
+
+/* a + b, or UINT64_MAX where that would wrap (a builder fed nonsense). */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 static int folded_on_sample(void *user_data, const snapprof_sample_t *sample)
 {
@@ -24,14 +38,15 @@ static int folded_on_sample(void *user_data, const snapprof_sample_t *sample)
         return (int)id;
     if ((size_t)id >= b->cap_counts) {
         size_t cap = b->cap_counts ? b->cap_counts * 2 : 256;
-        uint64_t *c = realloc(b->counts, cap * sizeof *c);
+        uint64_t(*c)[2] = realloc(b->weights, cap * sizeof *c);
         if (c == NULL)
             return -ENOMEM;
         memset(c + b->cap_counts, 0, (cap - b->cap_counts) * sizeof *c);
-        b->counts = c;
+        b->weights = c;
         b->cap_counts = cap;
     }
-    b->counts[id]++;
+    b->weights[id][0] = sat_add(b->weights[id][0], sample->cpu_ns);
+    b->weights[id][1] = sat_add(b->weights[id][1], sample->wall_ns);
     return 0;
 }
 
@@ -84,7 +99,7 @@ static int line_cmp(const void *a, const void *b)
 static int folded_on_profile_completed(void *user_data, const snapprof_profile_info_t *info)
 {
     folded_builder_t *b = user_data;
-    (void)info;
+    int mode = info != NULL && info->mode == SNAPPROF_MODE_WALL ? 1 : 0;
     int err = snapprof__stack_table_resolve(b->base.stacks);
     if (err != 0)
         return err;
@@ -100,10 +115,19 @@ static int folded_on_profile_completed(void *user_data, const snapprof_profile_i
         goto out;
     }
     for (size_t id = 0; id < b->cap_counts; id++)
-        if (b->counts[id] != 0)
-            per_node[snapprof__stack_table_leaf(b->base.stacks, (int64_t)id)] += b->counts[id];
-    for (size_t node = 0; node < n_nodes; node++)
+        if (b->weights[id][mode] != 0) {
+            uint64_t *w = &per_node[snapprof__stack_table_leaf(b->base.stacks, (int64_t)id)];
+            *w = sat_add(*w, b->weights[id][mode]);
+        }
+    /* Whole microseconds, rounded per line: each line is off by at most
+     * half a microsecond, against periods of milliseconds. A line that
+     * rounds to 0 (less than 0.5 us: a weightless sample, such as a
+     * wall-mode capture that stands for CPU time only) is left out, as
+     * flame graphs leave out what weighs nothing. */
+    for (size_t node = 0; node < n_nodes; node++) {
+        per_node[node] = per_node[node] / 1000 + (per_node[node] % 1000 >= 500);
         n_lines += per_node[node] != 0;
+    }
     offsets = malloc((n_lines ? n_lines : 1) * sizeof *offsets);
     lines = malloc((n_lines ? n_lines : 1) * sizeof *lines);
     if (offsets == NULL || lines == NULL) {
@@ -165,7 +189,7 @@ static void folded_destroy(void *user_data)
     if (b == NULL)
         return;
     snapprof__stack_builder_free(&b->base);
-    free(b->counts);
+    free(b->weights);
     free(b);
 }
 

@@ -140,12 +140,14 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
 
     /* The order and names are the Go runtime's CPU convention plus wall
      * time; profiles only merge when these stay the same, so never
-     * reorder them. */
+     * reorder them. A CPU profile carries only what it measured, samples
+     * and CPU time: its samples' wall value would be their count times the
+     * period, a "wall" time no clock measured (0.6.0 dropped it). */
     Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
     Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
     int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
     int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
-    int n_types = VALUE_COUNT;
+    int n_types = wall ? VALUE_COUNT : 2;
     if (b->calls) {
         /* Function timing: calls and self time per call path. */
         type_names[0] = b->s_calls;
@@ -178,8 +180,10 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
         err = -ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < b->n_samples; i++)
+    for (size_t i = 0; i < b->n_samples; i++) {
         samples[i] = &b->samples[i]->msg;
+        samples[i]->n_value = (size_t)n_types;
+    }
     for (size_t i = 0; i < b->n_mappings; i++)
         mappings[i] = &b->mappings[i]->msg;
     for (size_t i = 0; i < b->n_locations; i++)

@@ -6,13 +6,24 @@
  * What the file holds (Trace Event Format):
  *   - "M" events naming the process and each thread;
  *   - one "P" (sample) event per sample: ts, pid, tid, "sf" (its stack in
- *     the "stackFrames" dictionary) and its labels as args;
- *   - "X" (complete) slices per thread: consecutive samples that share the
- *     outer part of their stacks extend the same slices, so the slices
- *     nest perfectly (which Perfetto requires) and read as a flame chart.
- *     A sample stands for one sampling period: a thread that goes
- *     unsampled for more than two periods (idle in CPU mode) closes its
- *     slices one period after its last sample;
+ *     the "stackFrames" dictionary), "weight" (microseconds, as in the
+ *     format's "samples" array) and its labels as args;
+ *   - "X" (complete) slices per thread: each sample is a stretch of the
+ *     thread's track as long as its weight (the CPU time it stands for in
+ *     CPU mode, the wall time in wall mode), ending where it was taken
+ *     (the time before a sample is what it stands for); consecutive
+ *     samples that share the outer part of their stacks extend the same
+ *     slices, so the slices nest perfectly (which Perfetto requires), read
+ *     as a flame chart, and give each function the same share of the
+ *     time as the pprof profile and the folded file of the same run do.
+ *     A stretch that would start less than one period after the previous
+ *     one ended follows it directly (the gap is the signal's latency or a
+ *     short wait for a core), one that would overlap it starts where it
+ *     ended; after a longer gap (idle in CPU mode) the slices close and
+ *     open again. A thread's "[kernel and unsampled]" remainder is one
+ *     stretch as long as the CPU time no sample placed, where it was
+ *     delivered (when the thread left or the profile ended). Samples that
+ *     weigh nothing (a wall-mode capture of CPU time) are "P" events only;
  *   - when the program marked app frames, one "X" slice per frame on an
  *     "app frames" track (tid 0), hitches named as such, with the time
  *     each zone took within the frame in its args ("zones_ms");
@@ -32,6 +43,7 @@
 #include "profile_builder/stack_table.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +54,7 @@
 typedef struct trace_sample {
     int64_t stack;
     uint64_t timestamp_ns;
+    uint64_t weight_ns[2]; /* [0] cpu_ns, [1] wall_ns; the mode picks one */
     pid_t tid;
     int32_t labels; /* id of the interned JSON args text, -1 for none */
     unsigned flags;
@@ -256,6 +269,7 @@ static int trace_on_sample(void *user_data, const snapprof_sample_t *s)
     b->samples[b->n_samples++] = (trace_sample_t){
         .stack = stack,
         .timestamp_ns = s->timestamp_ns,
+        .weight_ns = {s->cpu_ns, s->wall_ns},
         .tid = s->tid,
         .labels = labels,
         .flags = s->flags,
@@ -272,7 +286,8 @@ typedef struct writer {
     text_t *t;
     pid_t pid;
     uint64_t base_ns;
-    int first; /* no event written yet */
+    int weight; /* index into trace_sample_t.weight_ns: 1 in wall mode */
+    int first;  /* no event written yet */
 } writer_t;
 
 static void begin_event(writer_t *w)
@@ -308,23 +323,30 @@ static int sample_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y; /* stable: arrival order */
 }
 
-/* The slices of one thread's samples (sorted by time). open[] and
- * open_start[] are scratch of node_count entries. */
+/* The slices of one thread's samples (sorted by time): each sample a
+ * stretch as long as its weight, ending when it was taken, after the
+ * previous one (see the top of the file). open[] and open_start[] are
+ * scratch of node_count entries. */
 static void thread_slices(writer_t *w, trace_sample_t *const *s, size_t n, uint64_t period,
                           uint32_t *path, uint32_t *open, uint64_t *open_start)
 {
     size_t depth_open = 0;
-    uint64_t prev_ns = 0;
+    uint64_t cursor = 0; /* where the previous stretch ended */
     for (size_t i = 0; i < n; i++) {
+        uint64_t weight = s[i]->weight_ns[w->weight];
+        if (weight == 0)
+            continue;
         uint64_t ts = s[i]->timestamp_ns;
-        if (depth_open > 0 && ts - prev_ns > 2 * period) {
-            /* Not sampled for a while (idle): what ran last ends one
-             * period after it was seen. */
+        uint64_t start = ts > weight ? ts - weight : 0;
+        if (depth_open > 0 && start > cursor + period) {
+            /* Not running for a while (idle, or waiting for a core). */
             while (depth_open > 0) {
                 depth_open--;
-                slice(w, s[i]->tid, open[depth_open], open_start[depth_open], prev_ns + period);
+                slice(w, s[i]->tid, open[depth_open], open_start[depth_open], cursor);
             }
         }
+        if (depth_open > 0 || start < cursor)
+            start = cursor;
         uint32_t leaf = snapprof__stack_table_leaf(w->b->base.stacks, s[i]->stack);
         size_t depth = snapprof__stack_table_depth(w->b->base.stacks, leaf);
         uint32_t node = leaf;
@@ -337,17 +359,17 @@ static void thread_slices(writer_t *w, trace_sample_t *const *s, size_t n, uint6
             common++;
         while (depth_open > common) {
             depth_open--;
-            slice(w, s[i]->tid, open[depth_open], open_start[depth_open], ts);
+            slice(w, s[i]->tid, open[depth_open], open_start[depth_open], start);
         }
         for (; depth_open < depth; depth_open++) {
             open[depth_open] = path[depth_open];
-            open_start[depth_open] = ts;
+            open_start[depth_open] = start;
         }
-        prev_ns = ts;
+        cursor = start + weight;
     }
     while (depth_open > 0) {
         depth_open--;
-        slice(w, s[n - 1]->tid, open[depth_open], open_start[depth_open], prev_ns + period);
+        slice(w, s[n - 1]->tid, open[depth_open], open_start[depth_open], cursor);
     }
 }
 
@@ -359,6 +381,8 @@ static void write_samples(writer_t *w, trace_sample_t *const *s, size_t n)
                 "{\"ph\":\"P\",\"name\":\"sample\",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
                 (int)s[i]->tid);
         put_us(w->t, rel(w, s[i]->timestamp_ns));
+        puts_(w->t, ",\"weight\":");
+        put_us(w->t, s[i]->weight_ns[w->weight]);
         uint32_t leaf = snapprof__stack_table_leaf(w->b->base.stacks, s[i]->stack);
         if (leaf != 0)
             printf_(w->t, ",\"sf\":\"%u\"", leaf);
@@ -736,6 +760,25 @@ static void write_stack_frames(writer_t *w)
     puts_(w->t, "\n}}\n");
 }
 
+/* The name of the program, for the process's track: the base name it was
+ * started as (program_invocation_short_name: what ps and top show before
+ * the main thread renames itself), else its comm, else "snapprof". */
+static const char *program_name(char *buf, size_t size)
+{
+    if (program_invocation_short_name != NULL && program_invocation_short_name[0] != '\0')
+        return program_invocation_short_name;
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\0'))
+        n--;
+    if (n <= 0)
+        return "snapprof";
+    buf[n] = '\0';
+    return buf;
+}
+
 static int trace_on_profile_completed(void *user_data, const snapprof_profile_info_t *info)
 {
     trace_builder_t *b = user_data;
@@ -772,6 +815,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
                    : b->n_samples ? sorted[0]->timestamp_ns
                                   : 0,
         .first = 1,
+        .weight = info->mode == SNAPPROF_MODE_WALL,
     };
     uint64_t period = info->period_ns ? info->period_ns : 10000000u;
     printf_(&t,
@@ -786,8 +830,11 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     begin_event(&w);
     printf_(&t,
             "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":%d,"
-            "\"args\":{\"name\":\"snapprof\"}}",
+            "\"args\":{\"name\":",
             (int)w.pid, (int)w.pid);
+    char comm[64];
+    put_str(&t, program_name(comm, sizeof comm));
+    puts_(&t, "}}");
     for (size_t i = 0; i < b->n_threads; i++) {
         begin_event(&w);
         printf_(&t,

@@ -320,9 +320,12 @@ void snapprof__stats_rate_text(const snapprof_stats_t *st, uint64_t period_ns, i
     else if (st->cpu_ns_total < SNAPPROF__RATE_MIN_PERIODS * period_ns)
         snprintf(buf, size, "only %.1f ms of CPU time, %s Hz requested",
                  (double)st->cpu_ns_total / 1e6, requested);
-    else
+    else {
+        double delivered = st->cpu_ns_sampled != 0 ? (double)st->cpu_ns_sampled / (double)period_ns
+                                                   : (double)st->samples;
         snprintf(buf, size, "%.1f Hz per CPU-second of %s Hz requested",
-                 (double)st->samples / ((double)st->cpu_ns_total / 1e9), requested);
+                 delivered / ((double)st->cpu_ns_total / 1e9), requested);
+    }
 }
 
 void snapprof__stats_trigger_text(const snapprof_stats_t *st, char *buf, size_t size)

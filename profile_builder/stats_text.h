@@ -122,8 +122,14 @@ int snapprof__stats_is_entry(const char *s);
 int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__stats_pair_fn unknown,
                            void *arg);
 
-/* "96.1 Hz per CPU-second of 100 Hz requested": the delivered rate,
- * samples / (cpu_ns_total / 1e9), against 1e9 / period_ns. In wall mode,
+/* "98.2 Hz per CPU-second of 100 Hz requested": the delivered rate, the
+ * samples counted by their weight in periods (cpu_ns_sampled / period_ns)
+ * per CPU-second (cpu_ns_total / 1e9), against 1e9 / period_ns. Counted
+ * one by one, a run shorter than the perf trigger's period change, whose
+ * one drawn period was 0.66 of the interval, read "151.4 Hz ... of 100
+ * Hz": weighed, the rate is the requested one less the CPU time no sample
+ * placed, however the periods were drawn. Counters without
+ * cpu_ns_sampled (older summaries) count samples. In wall mode,
  * or with no CPU time seen, only the requested rate is said; with less CPU
  * time than SNAPPROF__RATE_MIN_PERIODS periods (a rate from one or two
  * samples says nothing), the CPU time and the requested rate. */

@@ -3,7 +3,7 @@
 
 usage: check_trace.py FILE [TID:COUNT ...] [--frames N] [--zones N]
                        [--instants N] [--counter NAME:N] [--zones-in-frames]
-                       [--hitch-zone NAME:K]
+                       [--hitch-zone NAME:K] [--shares NAME,NAME...]
 
 Parses the file with the json module and checks that every sample ("P"
 event) has a timestamp and thread, that timestamps never go backwards
@@ -18,8 +18,11 @@ NAME:N exactly N points ("C") of counter NAME, and --zones-in-frames that
 every zone lies within an app frame; --hitch-zone NAME:K that in at
 least K hitch frames' zone times ("zones_ms") NAME took more than twice
 its median in the other frames and no zone grew much more (a host stall
-can make a hitch of its own). Prints a summary; exits 1 on the
-first failure.
+can make a hitch of its own). --shares prints, for each NAME, one line
+"share NAME SLICES SAMPLES": its self time in the sampled "X" slices as a
+fraction of all their time (what a flame chart of the file shows), and
+the "weight" of the samples whose leaf it is as a fraction of all
+samples' weight. Prints a summary; exits 1 on the first failure.
 """
 import json
 import sys
@@ -38,6 +41,7 @@ def main(argv):
     want_counters = {}
     zones_in_frames = False
     hitch_zone = None
+    share_names = None
     args = argv[2:]
     while args:
         a = args.pop(0)
@@ -53,6 +57,8 @@ def main(argv):
         elif a == "--hitch-zone":
             hitch_zone, hitch_min = args.pop(0).rsplit(":", 1)
             hitch_min = int(hitch_min)
+        elif a == "--shares":
+            share_names = args.pop(0).split(",")
         elif a == "--zones-in-frames":
             zones_in_frames = True
         else:
@@ -73,6 +79,9 @@ def main(argv):
     zones, frame_spans, instants, counters = [], [], 0, {}
     frame_zone_ms = []  # (hitch, {zone: ms})
     stack_tids, zone_tids = set(), set()
+    sample_tids = set()  # tracks of sampled stacks ("X" of category "stack")
+    p_weight = {}  # leaf name -> summed sample weight
+    order = []  # "X" events in file order
     for e in events:
         ph = e.get("ph")
         if ph == "M":
@@ -89,6 +98,10 @@ def main(argv):
             last_ts[tid] = ts
             if "sf" in e and e["sf"] not in frames:
                 fail("sample refers to unknown stack frame %s" % e["sf"])
+            if "weight" not in e or float(e["weight"]) < 0:
+                fail("sample without a weight: %r" % e)
+            leaf = frames[e["sf"]]["name"] if "sf" in e else ""
+            p_weight[leaf] = p_weight.get(leaf, 0.0) + float(e["weight"])
         elif ph == "X":
             if float(e["dur"]) < 0:
                 fail("negative duration: %r" % e)
@@ -101,7 +114,10 @@ def main(argv):
                 zone_tids.add(tid)
             else:
                 stack_tids.add(tid)
-            slices.setdefault(tid, []).append((ts, ts + float(e["dur"]), e["name"]))
+                if e.get("cat") == "stack":
+                    sample_tids.add(tid)
+            slices.setdefault(tid, []).append((ts, ts + float(e["dur"]), e["name"], len(order)))
+            order.append(e)
         elif ph == "i":
             instants += 1
             if tid not in zone_tids and tid in stack_tids:
@@ -116,10 +132,14 @@ def main(argv):
     # Nesting: sorted by start (longer first on ties), every slice lies
     # inside the enclosing open one or starts after it ended.
     n_slices = 0
+    self_time = {}  # name -> self time in the sampled slices
     for tid, ss in slices.items():
-        ss.sort(key=lambda s: (s[0], -s[1]))
+        # Equal spans: the builder writes the inner slice first (it closes
+        # the deepest open one first), so the later one encloses.
+        ss.sort(key=lambda s: (s[0], -s[1], -s[3]))
         stack = []
-        for start, end, name in ss:
+        sampled = tid in sample_tids
+        for start, end, name, _ in ss:
             # ts + dur is summed in floating point: a slice that starts
             # where the last one ended may find that end a few 1e-10 us
             # past its start (times are written to the ns, 1e-3 us).
@@ -128,6 +148,11 @@ def main(argv):
             if stack and end > stack[-1][1] + 1e-6:
                 fail("thread %d: slice %s [%.3f, %.3f] overlaps %s [%.3f, %.3f]"
                      % (tid, name, start, end, stack[-1][2], stack[-1][0], stack[-1][1]))
+            if sampled:
+                self_time[name] = self_time.get(name, 0.0) + (end - start)
+                if stack:
+                    parent = stack[-1][2]
+                    self_time[parent] = self_time.get(parent, 0.0) - (end - start)
             stack.append((start, end, name))
             n_slices += 1
     mixed = zone_tids & stack_tids
@@ -164,6 +189,12 @@ def main(argv):
         if explained < hitch_min:
             fail("%d hitch frames point at %s, expected at least %d (median %.3f ms)"
                  % (explained, hitch_zone, hitch_min, median(hitch_zone)))
+    if share_names is not None:
+        total_self = sum(self_time.values())
+        total_p = sum(p_weight.values())
+        for name in share_names:
+            print("share %s %.6f %.6f" % (name, self_time.get(name, 0.0) / total_self if total_self else 0.0,
+                                          p_weight.get(name, 0.0) / total_p if total_p else 0.0))
     if want:
         if counts != want:
             fail("samples per thread %r, expected %r" % (counts, want))

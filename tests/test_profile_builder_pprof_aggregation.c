@@ -130,7 +130,7 @@ static void test_aggregation(void)
     const Perftools__Profiles__Sample *s = find(p, ab_names, 2, 1, NULL, NULL);
     ASSERT_EQ(s->value[0], 8);
     ASSERT_EQ(s->value[1], 100 + 101 + 102 + 103 + 104 + 3 * 7);
-    ASSERT_EQ(s->value[2], 8000);
+    ASSERT_EQ(s->n_value, 2); /* a CPU profile: no wall value */
     s = find(p, ba_names, 2, 1, NULL, NULL);
     ASSERT_EQ(s->value[0], 1);
     s = find(p, ab_names, 2, 2, NULL, NULL);
@@ -159,13 +159,14 @@ static void test_aggregation(void)
     ASSERT_EQ(n2_count, 1);
 
     /* Nothing is lost or counted twice. */
-    int64_t sums[3] = {0, 0, 0};
+    int64_t sums[2] = {0, 0};
     for (size_t i = 0; i < p->n_sample; i++)
-        for (int v = 0; v < 3; v++)
+        for (int v = 0; v < 2; v++)
             sums[v] += p->sample[i]->value[v];
     ASSERT_UEQ(sums[0], total_count);
     ASSERT_UEQ(sums[1], total_cpu);
-    ASSERT_UEQ(sums[2], total_wall);
+    /* total_wall: a CPU profile has no wall value (it keeps the sums for
+     * a wall profile, which writes them). */
 
     perftools__profiles__profile__free_unpacked(p, NULL);
     pbt_remove(path);

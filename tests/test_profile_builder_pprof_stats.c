@@ -78,8 +78,9 @@ static void expect_comments(const char *path, const char *const *want, int n)
     free(top);
 }
 
-/* Counters as a real run would leave them: 4012 samples over 41.75 s of
- * CPU (96.1 Hz) at 100 Hz, four perf threads, nothing lost. */
+/* Counters as a real run would leave them: 4012 samples standing for 41
+ * s of the 41.75 s of CPU (98.2 Hz counted by weight) at 100 Hz, four perf
+ * threads, nothing lost. */
 static snapprof_stats_t clean_stats(void)
 {
     snapprof_stats_t st;
@@ -100,7 +101,7 @@ static void test_comments(void)
     snapprof_stats_t st = clean_stats();
     char *path = write_profile("clean.pb.gz", SNAPPROF_MODE_CPU, &st);
     const char *clean[] = {
-        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, trigger perf"};
+        "snapprof: 4012 samples, 98.2 Hz per CPU-second of 100 Hz requested, trigger perf"};
     expect_comments(path, clean, 1);
     pbt_remove(path);
 
@@ -119,7 +120,7 @@ static void test_comments(void)
     st.trigger_fallback_errno = EACCES;
     path = write_profile("lossy.pb.gz", SNAPPROF_MODE_CPU, &st);
     const char *lossy[] = {
-        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, triggers perf "
+        "snapprof: 4012 samples, 98.2 Hz per CPU-second of 100 Hz requested, triggers perf "
         "(3 threads), handshake (1)",
         "snapprof: failed 12 (thread_exited 2, timeout 10), samples_dropped 3, truncated_copy 1, "
         "truncated_depth 4, unwind_aborted 5"};
@@ -129,10 +130,13 @@ static void test_comments(void)
     perftools__profiles__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 
-    /* A quarter of the CPU time in no sample: the third line. */
+    /* A quarter of the CPU time in no sample: the third line, and the
+     * samples weigh a quarter less than the rate asked for. */
     st.cpu_ns_sampled = st.cpu_ns_total / 4 * 3;
     path = write_profile("unplaced.pb.gz", SNAPPROF_MODE_CPU, &st);
-    const char *unplaced[] = {lossy[0], lossy[1],
+    const char *unplaced[] = {"snapprof: 4012 samples, 75.0 Hz per CPU-second of 100 Hz "
+                              "requested, triggers perf (3 threads), handshake (1)",
+                              lossy[1],
                               "snapprof: 25% of the threads' CPU time is not in any sample"};
     expect_comments(path, unplaced, 3);
     pbt_remove(path);
@@ -180,7 +184,7 @@ static void test_comments(void)
     st.samples_dropped = 3;
     path = write_profile("timer.pb.gz", SNAPPROF_MODE_CPU, &st);
     const char *timer[] = {
-        "snapprof: 4012 samples, 96.1 Hz per CPU-second of 100 Hz requested, trigger timer",
+        "snapprof: 4012 samples, 98.2 Hz per CPU-second of 100 Hz requested, trigger timer",
         "snapprof: the timer trigger fires at the kernel's tick: at most CONFIG_HZ samples per "
         "CPU-second, each weighing the periods since the last, and code in step with the tick "
         "can get more or fewer samples than its share (the perf trigger has neither limit)",
@@ -192,6 +196,21 @@ static void test_comments(void)
         "snapprof: 4012 samples, 100 Hz of wall time requested, trigger timer",
         "snapprof: samples_dropped 3"};
     expect_comments(path, timer_wall, 2);
+    pbt_remove(path);
+
+    /* A run shorter than the perf trigger's period change: one drawn
+     * period, 6.6 ms, stood for the whole run, so 45 samples in 0.3 s of
+     * CPU. Counted one by one that read "150.0 Hz per CPU-second of 100 Hz
+     * requested"; by their weight it is the rate asked for, less the CPU
+     * time no sample placed. */
+    st = clean_stats();
+    st.samples = st.samples_signalled = 45;
+    st.cpu_ns_total = 300000000u;
+    st.cpu_ns_sampled = 45 * 6600000u;
+    path = write_profile("short_run.pb.gz", SNAPPROF_MODE_CPU, &st);
+    const char *short_run[] = {
+        "snapprof: 45 samples, 99.0 Hz per CPU-second of 100 Hz requested, trigger perf"};
+    expect_comments(path, short_run, 1);
     pbt_remove(path);
 }
 
@@ -321,7 +340,7 @@ static void test_merge(void)
     const tu_top_row_t *hot = tu_top_find(rows, n, "stats_hot");
     ASSERT_NOT_NULL(hot);
     ASSERT(hot->flat == 6); /* 3 from each */
-    ASSERT_CONTAINS(raw, "snapprof: 4012 samples, 96.1 Hz per CPU-second");
+    ASSERT_CONTAINS(raw, "snapprof: 4012 samples, 98.2 Hz per CPU-second");
     ASSERT_CONTAINS(raw, "snapprof: 17 samples, ");
     ASSERT_CONTAINS(raw, "snapprof: failed 1 (timeout 1)");
     free(rows);

@@ -201,7 +201,7 @@ static void test_validity(void)
         if (s->n_location_id == n_frames) {
             ASSERT_EQ(s->value[0], 1);
             ASSERT_EQ(s->value[1], 1000);
-            ASSERT_EQ(s->value[2], 10000);
+            ASSERT_EQ(s->n_value, 2); /* a CPU profile: no wall value */
             ASSERT_STR_EQ(pbt_location_name(p, s->location_id[n_frames - 2]), "[unwind error]");
             ASSERT_STR_EQ(pbt_location_name(p, s->location_id[n_frames - 1]), "[unknown]");
         }

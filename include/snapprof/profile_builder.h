@@ -13,6 +13,23 @@
  *
  * The ops struct is versioned like SQLite's sqlite3_io_methods: version
  * first, members grouped by the version that added them, append-only.
+ *
+ * Weights. A sample stands for a stretch of its thread's time, and a
+ * builder weighs it by that, never by counting it: in a CPU profile
+ * (info->mode SNAPPROF_MODE_CPU) by snapprof_sample_t.cpu_ns, in a wall
+ * profile by wall_ns. A CPU-clock trigger's periods vary (the perf trigger
+ * draws them between half and one and a half intervals, one draw for many
+ * overflows, so in a short run one drawn period stands for a whole
+ * thread), and a thread's "[kernel and unsampled]" remainder
+ * (SNAPPROF_SAMPLE_REMAINDER) stands for all the CPU time no sample
+ * placed: counted one by one, two threads of equal work once came out
+ * 66/34 where their CPU time said 49/49. The pprof builder writes the
+ * weights as its cpu (and in wall mode wall) values, the folded builder as
+ * microseconds, the trace builder as each sample's "weight" and the length
+ * of its slices, so the three give every function the same share. The
+ * weights were members of snapprof_sample_t already, so the struct did not
+ * change in 0.6.0, only what builders make of it: a builder that counted
+ * samples keeps working and should weigh them instead.
  */
 #ifndef SNAPPROF_PROFILE_BUILDER_H
 #define SNAPPROF_PROFILE_BUILDER_H

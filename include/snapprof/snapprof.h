@@ -211,9 +211,15 @@ typedef struct snapprof_label {
 typedef struct snapprof_sample {
     const snapprof_frame_t *frames; /* innermost first */
     size_t frame_count;
-    uint64_t timestamp_ns;   /* CLOCK_MONOTONIC when the stack was taken */
-    uint64_t cpu_ns;         /* thread CPU time since its previous sample */
-    uint64_t wall_ns;        /* wall time this sample stands for (interval) */
+    uint64_t timestamp_ns; /* CLOCK_MONOTONIC when the stack was taken */
+    /* The sample's weight (see "Weights" in <snapprof/profile_builder.h>):
+     * the thread CPU time it stands for (a CPU-clock trigger's period, which
+     * varies; a handshake's CPU time since the previous sample; a
+     * remainder's unplaced CPU time), and the wall time it stands for (the
+     * interval, in wall mode the ticks since the thread's previous sample;
+     * 0 for a remainder and a wall-mode capture of CPU time). */
+    uint64_t cpu_ns;
+    uint64_t wall_ns;
     pid_t tid;               /* the sampled thread */
     const char *thread_name; /* its name (see snapprof_thread_update_name()), never NULL */
     /* The labels in force on the thread when its stack was taken (see
@@ -323,7 +329,9 @@ typedef struct snapprof_stats {
     /* CPU time of the sampled threads while they were profiled, and the part
      * of it the delivered samples stand for; the difference is CPU no sample
      * could place (kernel time, missed or dropped captures). The delivered
-     * rate is samples / cpu_ns_total seconds against 1e9 / interval_ns. */
+     * rate is cpu_ns_sampled / interval_ns (the samples counted by their
+     * weight in periods) per cpu_ns_total seconds, against 1e9 /
+     * interval_ns. */
     uint64_t cpu_ns_total;
     uint64_t cpu_ns_sampled;
     /* Captures lost because no capture slot was free (their CPU time stays
