@@ -15,9 +15,11 @@
  * malloc or under a lock the writer needs. It asks the helper thread
  * (preload_helper.c) and waits at most SNAPPROF__CRASH_WAIT_NS of wall
  * time; a writer that blocks makes a shorter profile or none, never a hang.
- * Then it restores SIG_DFL and either returns (a fault: the instruction runs
- * again and faults again, now with the default action) or raises the signal
- * again with its original siginfo (abort(), kill).
+ * Then it restores SIG_DFL and returns: a fault runs its instruction again
+ * and faults again, now with the default action; a signal that was sent
+ * (abort(), kill) is queued again with its original siginfo first, and
+ * delivered as the handler returns. Either way the core shows the crash's
+ * stack, not ours.
  *
  * Not covered: a stack overflow on a thread without an alternate signal
  * stack (the kernel has nowhere to run the handler and ends the process
@@ -36,6 +38,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
@@ -158,7 +161,6 @@ static void set_default(int signo)
  * Async-signal-safe: it asks the helper thread and waits (bounded). */
 static void on_crash(int signo, siginfo_t *info, void *uc)
 {
-    (void)uc;
     int saved_errno = errno;
     int outcome = snapprof__preload_finish_within(signo, SNAPPROF__CRASH_WAIT_NS);
     if (outcome == SNAPPROF__FINISH_TIMED_OUT || outcome == SNAPPROF__FINISH_OWN_LOCK)
@@ -170,15 +172,20 @@ static void on_crash(int signo, siginfo_t *info, void *uc)
     if (info && info->si_code > 0 && signo != SIGABRT)
         return; /* a fault: the instruction runs again and faults again */
     /* Sent (abort(), raise(), kill): again, with the sender's siginfo
-     * where the kernel takes it back, and unblocked, so it is delivered
-     * before this handler could return. */
+     * where the kernel takes it back. It stays pending while this handler
+     * runs and is delivered as it returns, where the first one came: the
+     * core shows abort()'s stack, not ours. */
     pid_t pid = getpid(), tid = (pid_t)syscall(SYS_gettid);
     if (!info || syscall(SYS_rt_tgsigqueueinfo, pid, tid, signo, info) != 0)
         syscall(SYS_tgkill, pid, tid, signo);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, signo);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    const ucontext_t *u = uc;
+    if (!u || sigismember(&u->uc_sigmask, signo)) {
+        /* Returning would leave it blocked: deliver it here. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, signo);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    }
     errno = saved_errno;
 }
 

@@ -47,15 +47,15 @@ static void crash_writes_profile(const char *mode, int signo, const char *name)
     setup(mode);
     char *text = run_mode("", mode);
     require_status(text, 128 + signo);
+    char out[1024];
+    snprintf(out, sizeof out, "%s/c.pb.gz", g_dir);
+    if (!pl_exists(out))
+        TEST_FAIL("no profile at %s after %s", out, name);
     char line[128];
     snprintf(line, sizeof line, "was killed by %s\n", name);
     ASSERT_CONTAINS(text, line);
     snprintf(line, sizeof line, "profile written on %s\n", name);
     ASSERT_CONTAINS(text, line);
-    char out[1024];
-    snprintf(out, sizeof out, "%s/c.pb.gz", g_dir);
-    if (!pl_exists(out))
-        TEST_FAIL("no profile at %s after %s", out, name);
     pl_require_under(out, "burn_before_crash", 1);
     free(text);
 }
