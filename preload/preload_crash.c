@@ -128,7 +128,13 @@ static void note_unwritten(int outcome)
     const char *dir = g.cfg.summary_dir; /* fixed while the profile runs */
     if (!dir[0])
         return;
-    char path[PATH_MAX], text[64];
+    /* Not on the stack, which may be a small alternate one; the first
+     * thread to crash writes the note. */
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+    static char path[PATH_MAX];
+    if (atomic_flag_test_and_set(&once))
+        return;
+    char text[64];
     size_t n = 0, t = 0;
     append(path, sizeof path, &n, dir);
     append(path, sizeof path, &n, "/");

@@ -121,6 +121,26 @@ static void test_own_handler_recovers(void)
     free(text);
 }
 
+/* A stack overflow where the program gave the thread an alternate signal
+ * stack: our handler (SA_ONSTACK) runs there and the profile is written. */
+static void test_overflow_altstack(void)
+{
+    crash_writes_profile("overflow_altstack", SIGSEGV, "SIGSEGV");
+}
+
+/* Without an alternate stack no handler can run: not covered. The process
+ * still dies of SIGSEGV at once, and the summary says why there is no
+ * profile. */
+static void test_overflow_not_covered(void)
+{
+    setup("overflow");
+    char *text = run_mode("", "overflow");
+    require_status(text, 128 + SIGSEGV);
+    ASSERT_CONTAINS(text, "was killed by SIGSEGV");
+    ASSERT_CONTAINS(text, "wrote no profile: it died of SIGSEGV where snapprof could not act");
+    free(text);
+}
+
 /* glibc aborts inside free() with the malloc arena's lock held, and every
  * thread allocates from that arena: the writer blocks. The crashed thread
  * gives up after the crash wait (2 s), and the process dies of SIGABRT;
@@ -158,6 +178,8 @@ int main(int argc, char **argv)
         {"query_shows_default", test_query_shows_default},
         {"handler_reraises", test_handler_reraises},
         {"own_handler_recovers", test_own_handler_recovers},
+        {"overflow_altstack", test_overflow_altstack},
+        {"overflow_not_covered", test_overflow_not_covered},
         {"inside_malloc_bounded", test_inside_malloc_bounded},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

@@ -17,7 +17,10 @@
  *   query MS     checks that sigaction(SIGSEGV, NULL, &old) shows SIG_DFL
  *                (exits 3 if not), then writes through a null pointer
  *   heap_abort MS  frees a block twice, so that glibc aborts inside free()
- *                with the malloc arena's lock held (see mode_heap_abort) */
+ *                with the malloc arena's lock held (see mode_heap_abort)
+ *   overflow MS  recurses until the stack overflows
+ *   overflow_altstack MS  the same, with an alternate signal stack of its
+ *                own (sigaltstack), no handler */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -73,8 +76,7 @@ static void burn(uint64_t ms)
     }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(stderr, "burnt; crashing at %lld ns\n",
-            (long long)ts.tv_sec * 1000000000 + ts.tv_nsec);
+    fprintf(stderr, "burnt; crashing at %lld ns\n", (long long)ts.tv_sec * 1000000000 + ts.tv_nsec);
 }
 
 static volatile int *volatile g_null;
@@ -154,6 +156,31 @@ static int mode_heap_abort(uint64_t ms)
     return 4; /* glibc did not notice */
 }
 
+/* Deep enough to overflow any stack; volatile, so it is not a loop. */
+static volatile unsigned long g_depth_limit = ~0ul;
+
+__attribute__((noinline)) static int recurse(volatile char *prev)
+{
+    volatile char buf[512];
+    buf[0] = (char)(prev ? prev[0] + 1 : 0);
+    if (g_depth_limit-- == 0)
+        return 0;
+    return recurse(buf) + buf[1];
+}
+
+/* A stack overflow in main, with an alternate signal stack of the
+ * program's own or none. */
+static int mode_overflow(uint64_t ms, int altstack)
+{
+    if (altstack) {
+        stack_t ss = {.ss_sp = malloc(1u << 16), .ss_size = 1u << 16, .ss_flags = 0};
+        if (!ss.ss_sp || sigaltstack(&ss, NULL) != 0)
+            return 2;
+    }
+    burn(ms);
+    return recurse(NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -188,10 +215,17 @@ int main(int argc, char **argv)
         }
         burn(ms);
         null_write();
+    } else if (!strcmp(mode, "overflow")) {
+        return mode_overflow(ms, 0);
+    } else if (!strcmp(mode, "overflow_altstack")) {
+        return mode_overflow(ms, 1);
     } else if (!strcmp(mode, "heap_abort")) {
         return mode_heap_abort(ms);
     }
-    fprintf(stderr, "usage: %s segv|bus|fpe|ill|abrt|recover|reraise|query|heap_abort MS\n",
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s "
+        "segv|bus|fpe|ill|abrt|recover|reraise|query|heap_abort|overflow|overflow_altstack MS\n",
+        argv[0]);
     return 2;
 }
