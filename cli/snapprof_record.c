@@ -506,9 +506,13 @@ static void print_no_profile(const char *dir, pid_t root, int status)
     snapprof__signal_name(signo, sig, sizeof sig);
     snprintf(path, sizeof path, "%s/%d.crash", dir ? dir : "", (int)root);
     FILE *f = dir ? fopen(path, "re") : NULL;
+    double wait_s = SNAPPROF__CRASH_WAIT_NS / 1e9;
     if (f) {
+        char more[64];
         if (!fgets(line, sizeof line, f))
             line[0] = '\0';
+        if (fgets(more, sizeof more, f) && !strncmp(more, "wait_ms=", 8))
+            wait_s = atof(more + 8) / 1e3;
         fclose(f);
     }
     if (!strncmp(line, "crash=own_lock", 14))
@@ -519,9 +523,9 @@ static void print_no_profile(const char *dir, pid_t root, int status)
     else if (line[0])
         fprintf(stderr,
                 "snapprof: pid %d wrote no summary: it died of %s, and its profile was not "
-                "finished within %u s of the crash (the crashed thread held something the "
-                "writer needs, such as the allocator's lock)\n",
-                (int)root, sig, SNAPPROF__CRASH_WAIT_NS / 1000000000u);
+                "finished within %g s of the crash (the crashed thread held something the "
+                "writer needs, such as the allocator's lock, or the machine was too busy)\n",
+                (int)root, sig, wait_s);
     else if (signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE || signo == SIGILL ||
              signo == SIGABRT)
         fprintf(stderr,

@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -58,6 +59,13 @@ typedef struct crash_sig {
 
 static crash_sig_t g_crash[N_CRASH];
 static sigaction_fn g_real_sigaction;
+
+/* How long a crashing thread waits for the writer: SNAPPROF__CRASH_WAIT_NS,
+ * or, for tests only, SNAPPROF_TEST_CRASH_WAIT_MS (read at arm time): a
+ * test that checks a profile is written must not depend on how much of a
+ * loaded machine the writer gets within 2 s. */
+#define TEST_WAIT_ENV "SNAPPROF_TEST_CRASH_WAIT_MS"
+static uint64_t g_wait_ns = SNAPPROF__CRASH_WAIT_NS;
 
 /* Async-signal-safe. */
 static crash_sig_t *slot(int signo)
@@ -143,7 +151,7 @@ static void note_unwritten(int outcome)
     append(text, sizeof text, &t, "crash=");
     append(text, sizeof text, &t, outcome == SNAPPROF__FINISH_OWN_LOCK ? "own_lock" : "timeout");
     append(text, sizeof text, &t, "\nwait_ms=");
-    append_uint(text, sizeof text, &t, SNAPPROF__CRASH_WAIT_NS / 1000000u);
+    append_uint(text, sizeof text, &t, (unsigned long)(g_wait_ns / 1000000u));
     append(text, sizeof text, &t, "\n");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
@@ -168,7 +176,7 @@ static void set_default(int signo)
 static void on_crash(int signo, siginfo_t *info, void *uc)
 {
     int saved_errno = errno;
-    int outcome = snapprof__preload_finish_within(signo, SNAPPROF__CRASH_WAIT_NS);
+    int outcome = snapprof__preload_finish_within(signo, g_wait_ns);
     if (outcome == SNAPPROF__FINISH_TIMED_OUT || outcome == SNAPPROF__FINISH_OWN_LOCK)
         note_unwritten(outcome);
     /* The default action, as if we had never been here. The program's
@@ -218,6 +226,12 @@ void snapprof__preload_crash_arm(void)
 #if defined(SNAPPROF_SANITIZER_BUILD)
     return; /* ASan and TSan handle the fault signals themselves */
 #else
+    const char *wait_ms = getenv(TEST_WAIT_ENV);
+    if (wait_ms && *wait_ms) {
+        unsigned long long ms = strtoull(wait_ms, NULL, 10);
+        if (ms > 0 && ms <= 600000)
+            g_wait_ns = ms * 1000000u;
+    }
     if (!g_real_sigaction) {
         sigaction_fn fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
         if (!fn)
