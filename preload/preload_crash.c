@@ -26,9 +26,13 @@
  * itself; ours is SA_ONSTACK, so a thread with its own alternate stack is
  * covered). Giving threads one of ours could change what a program that
  * checks sigaltstack() before installing its own decides (Go adopts a
- * stack it finds), so we do not. A handler installed with SA_RESETHAND is
- * reset to SIG_DFL by the kernel, past us: if it then raises the signal
- * again, the process ends without a profile. */
+ * stack it finds), so we do not.
+ *
+ * A program handler installed with SA_RESETHAND is the one exception to
+ * stepping aside: the kernel would reset it to SIG_DFL past us, so a
+ * handler that then raises the signal again would end the process without
+ * a profile. It runs under a trampoline of ours instead, which makes the
+ * reset (to our SIG_DFL) and calls it with the kernel's flags. */
 #include "preload/preload_process.h"
 
 #include <dlfcn.h>
@@ -203,18 +207,56 @@ static void on_crash(int signo, siginfo_t *info, void *uc)
     errno = saved_errno;
 }
 
+static void on_program_oneshot(int signo, siginfo_t *info, void *uc);
+
 /* What the kernel should have for a disposition the program asked for:
- * its own handler or SIG_IGN as they are, SIG_DFL as ours. Async-signal-safe. */
+ * its own handler or SIG_IGN as they are, SIG_DFL as ours. A handler with
+ * SA_RESETHAND goes under on_program_oneshot, which does the reset itself,
+ * so that the SIG_DFL it leaves is one we act on. Async-signal-safe. */
 static int install(int signo, const struct sigaction *want)
 {
-    if (is_handler(want) || want->sa_handler == SIG_IGN)
+    if ((is_handler(want) && !(want->sa_flags & SA_RESETHAND)) || want->sa_handler == SIG_IGN)
         return g_real_sigaction(signo, want, NULL);
     struct sigaction k;
     memset(&k, 0, sizeof k);
+    if (is_handler(want)) {
+        k = *want;
+        k.sa_flags = (want->sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
+        k.sa_sigaction = on_program_oneshot;
+        return g_real_sigaction(signo, &k, NULL);
+    }
     k.sa_sigaction = on_crash;
     k.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&k.sa_mask);
     return g_real_sigaction(signo, &k, NULL);
+}
+
+/* A program handler installed with SA_RESETHAND, as the kernel would run
+ * it: the disposition becomes SIG_DFL (ours, so a handler that raises the
+ * signal again still gets its profile written), then the handler runs,
+ * under the mask and on the stack it asked for (its flags are the
+ * kernel's). Async-signal-safe. */
+static void on_program_oneshot(int signo, siginfo_t *info, void *uc)
+{
+    crash_sig_t *c = slot(signo);
+    sigset_t saved;
+    take(c, &saved);
+    struct sigaction a = c->view;
+    if (is_handler(&a) && (a.sa_flags & SA_RESETHAND)) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        if (install(signo, &dfl) == 0)
+            c->view = dfl;
+    }
+    give(c, &saved);
+    if (!is_handler(&a))
+        return; /* changed meanwhile; a fault comes again */
+    if (a.sa_flags & SA_SIGINFO)
+        a.sa_sigaction(signo, info, uc);
+    else
+        a.sa_handler(signo);
 }
 
 /* ------------------------------------------------------------------------ */

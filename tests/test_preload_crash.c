@@ -109,6 +109,19 @@ static void test_handler_reraises(void)
     free(log);
 }
 
+/* The same with SA_RESETHAND, whose reset the kernel would make past us:
+ * the handler sees SIG_DFL, raises the signal again, and the profile is
+ * written. */
+static void test_resethand_reraises(void)
+{
+    crash_writes_profile("resethand", SIGSEGV, "SIGSEGV");
+    char *log =
+        pl_run(NULL, "cd %s && ulimit -c 0 && %s %s record -o r.pb.gz -- %s resethand 50 2>&1",
+               g_dir, LONG_WAIT, CLI, CRASH_PROG);
+    ASSERT_CONTAINS(log, "oneshot handler, reset\n");
+    free(log);
+}
+
 /* A program that recovers from its own faults with siglongjmp: its
  * handler gets every one, ours never acts, and it exits 0 with its profile
  * written at exit. */
@@ -183,6 +196,7 @@ int main(int argc, char **argv)
         {"abort", test_abort},
         {"query_shows_default", test_query_shows_default},
         {"handler_reraises", test_handler_reraises},
+        {"resethand_reraises", test_resethand_reraises},
         {"own_handler_recovers", test_own_handler_recovers},
         {"overflow_altstack", test_overflow_altstack},
         {"overflow_not_covered", test_overflow_not_covered},

@@ -14,6 +14,9 @@
  *                "recovered" and exits 0
  *   reraise MS   its SIGSEGV handler prints "own handler", restores SIG_DFL
  *                with signal() and raises SIGSEGV again
+ *   resethand MS its SIGSEGV handler, installed with SA_RESETHAND, prints
+ *                "oneshot handler, reset" when sigaction() shows SIG_DFL
+ *                in it, and raises SIGSEGV again
  *   query MS     checks that sigaction(SIGSEGV, NULL, &old) shows SIG_DFL
  *                (exits 3 if not), then writes through a null pointer
  *   heap_abort MS  frees a block twice, so that glibc aborts inside free()
@@ -156,6 +159,19 @@ static int mode_heap_abort(uint64_t ms)
     return 4; /* glibc did not notice */
 }
 
+/* SA_RESETHAND: the disposition is SIG_DFL again while it runs. */
+static void on_segv_oneshot(int signo)
+{
+    struct sigaction now;
+    const char *msg = sigaction(signo, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+                              now.sa_handler == SIG_DFL
+                          ? "oneshot handler, reset\n"
+                          : "oneshot handler, NOT reset\n";
+    ssize_t w = write(2, msg, strlen(msg));
+    (void)w;
+    raise(signo);
+}
+
 /* Deep enough to overflow any stack; volatile, so it is not a loop. */
 static volatile unsigned long g_depth_limit = ~0ul;
 
@@ -215,6 +231,16 @@ int main(int argc, char **argv)
         }
         burn(ms);
         null_write();
+    } else if (!strcmp(mode, "resethand")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_segv_oneshot;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, NULL) != 0)
+            return 2;
+        burn(ms);
+        null_write();
     } else if (!strcmp(mode, "overflow")) {
         return mode_overflow(ms, 0);
     } else if (!strcmp(mode, "overflow_altstack")) {
@@ -222,10 +248,10 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "heap_abort")) {
         return mode_heap_abort(ms);
     }
-    fprintf(
-        stderr,
-        "usage: %s "
-        "segv|bus|fpe|ill|abrt|recover|reraise|query|heap_abort|overflow|overflow_altstack MS\n",
-        argv[0]);
+    fprintf(stderr,
+            "usage: %s "
+            "segv|bus|fpe|ill|abrt|recover|reraise|resethand|query|heap_abort|overflow|overflow_"
+            "altstack MS\n",
+            argv[0]);
     return 2;
 }
