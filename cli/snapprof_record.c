@@ -520,6 +520,49 @@ static void print_outputs(const proc_summary_t *s)
     }
 }
 
+/* Why the program itself left no summary. A crash handler that could not
+ * have the profile written in time left "<pid>.crash" (preload_crash.c). */
+static void print_no_profile(const char *dir, pid_t root, int status)
+{
+    int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    char sig[32], path[PATH_MAX], line[128] = "";
+    snapprof__signal_name(signo, sig, sizeof sig);
+    snprintf(path, sizeof path, "%s/%d.crash", dir ? dir : "", (int)root);
+    FILE *f = dir ? fopen(path, "re") : NULL;
+    double wait_s = SNAPPROF__CRASH_WAIT_NS / 1e9;
+    if (f) {
+        char more[64];
+        if (!fgets(line, sizeof line, f))
+            line[0] = '\0';
+        if (fgets(more, sizeof more, f) && !strncmp(more, "wait_ms=", 8))
+            wait_s = atof(more + 8) / 1e3;
+        fclose(f);
+    }
+    if (!strncmp(line, "crash=own_lock", 14))
+        fprintf(stderr,
+                "snapprof: pid %d wrote no profile: it died of %s inside snapprof's own lock, "
+                "which the profile's writer needs\n",
+                (int)root, sig);
+    else if (line[0])
+        fprintf(stderr,
+                "snapprof: pid %d wrote no summary: it died of %s, and its profile was not "
+                "finished within %g s of the crash (the crashed thread held something the "
+                "writer needs, such as the allocator's lock, or the machine was too busy)\n",
+                (int)root, sig, wait_s);
+    else if (signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE || signo == SIGILL ||
+             signo == SIGABRT)
+        fprintf(stderr,
+                "snapprof: pid %d wrote no profile: it died of %s where snapprof could not act "
+                "(a handler of the program's own, the signal blocked or ignored, or a stack "
+                "overflow on a thread without an alternate signal stack)\n",
+                (int)root, sig);
+    else
+        fprintf(stderr,
+                "snapprof: pid %d wrote no profile: it ended without running exit handlers "
+                "(killed by SIGKILL, _exit(), or exec of a program snapprof cannot load into)\n",
+                (int)root);
+}
+
 static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
 {
     static proc_summary_t procs[MAX_PROCS];
@@ -557,10 +600,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
         snprintf(how, sizeof how, "ended");
     fprintf(stderr, "snapprof: %s (pid %d) %s\n", cmd, (int)root, how);
     if (n == 0 || procs[0].pid != root)
-        fprintf(stderr,
-                "snapprof: pid %d wrote no profile: it ended without running exit handlers "
-                "(killed by SIGKILL, _exit(), or exec of a program snapprof cannot load into)\n",
-                (int)root);
+        print_no_profile(dir, root, status);
 
     /* With many processes (a shell script, a build) the detail lines are
      * the program's own and its busiest descendants', plus any process

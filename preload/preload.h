@@ -11,6 +11,7 @@
  * (what those share),
  * preload_interpose.c (pthread_create, pthread_setname_np, fork and
  * _exit interposed), preload_signals.c (signals shared with the program),
+ * preload_crash.c (the profile written when the program crashes),
  * gperftools_compat.c (the gperftools API), preload_config.c (settings).
  *
  * Lock order: the preload lock (preload_process.c), then snapprof's own
@@ -85,6 +86,18 @@ void snapprof__preload_fork_child(void);
  * nothing unless this process owns a running profile. Async-signal-safe. */
 void snapprof__preload_finish_on_signal(int signo);
 
+/* snapprof__preload_finish_on_signal() with a bound of timeout_ns of wall
+ * time on the wait, for a crashing thread (preload_crash.c). Returns what
+ * became of the request. Async-signal-safe. */
+enum {
+    SNAPPROF__FINISH_NOTHING = -1,  /* no profile of this process to write, or this
+                                       thread is the writer */
+    SNAPPROF__FINISH_DONE = 0,      /* the writer is done (the summary says how it went) */
+    SNAPPROF__FINISH_TIMED_OUT = 1, /* not done within timeout_ns */
+    SNAPPROF__FINISH_OWN_LOCK = 2,  /* this thread holds the preload lock the writer needs */
+};
+int snapprof__preload_finish_within(int signo, uint64_t timeout_ns);
+
 /* The real pthread_create (the next definition after ours). */
 int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                   void *(*start)(void *), void *arg);
@@ -124,5 +137,30 @@ int snapprof__preload_is_snapprof_code(uintptr_t addr);
 /* Calls from this thread see and change the real dispositions while the
  * count is nonzero: set around snapprof calls that install its handler. */
 void snapprof__preload_signals_passthrough(int on);
+
+/* ------------------------------------------------------------------------ */
+/* Crashes (preload_crash.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Takes SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT into the program's view
+ * (sigaction() and signal() show and set the program's own disposition of
+ * them) and, for each one the program leaves at SIG_DFL, installs the crash
+ * handler: on a crash it has the profile written by the helper thread,
+ * waits for that at most SNAPPROF__CRASH_WAIT_NS (preload_config.h) of wall time, then lets
+ * the default action end the process as if it had never run. A handler of
+ * the program's, or SIG_IGN, is installed for real instead, and the crash
+ * handler steps aside until the program sets SIG_DFL again. Called at
+ * every start; once per process is enough, later calls do nothing. Does
+ * nothing in a sanitizer build (the sanitizer owns the fault signals). */
+void snapprof__preload_crash_arm(void);
+
+/* 1 when signo is one of the crash signals taken by the call above.
+ * Async-signal-safe. */
+int snapprof__preload_crash_owns(int signo);
+
+/* The program's sigaction() of a crash signal that
+ * snapprof__preload_crash_owns(). Async-signal-safe. */
+int snapprof__preload_crash_sigaction(int signo, const struct sigaction *act,
+                                      struct sigaction *old);
 
 #endif

@@ -37,6 +37,9 @@
 #define SNAPPROF_HZ_DEFAULT 100u
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
+/* How long a crashing thread waits for its profile to be written
+ * (preload_crash.c); the `snapprof record` summary quotes it. Wall time. */
+#define SNAPPROF__CRASH_WAIT_NS 2000000000u
 
 /* The files one run writes: each in one format. */
 typedef enum {

@@ -19,6 +19,7 @@ static atomic_uint g_cmd;
 static atomic_uint g_finish_done;
 static atomic_int g_finish_signal;
 static atomic_int g_helper_running;
+static atomic_int g_helper_tid;  /* the helper thread, once it runs */
 static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
 
 void snapprof__preload_futex_wake(atomic_uint *word)
@@ -56,6 +57,7 @@ static void *helper_main(void *arg)
     (void)arg;
     /* prctl, not pthread_setname_np, which is ours and takes our lock. */
     prctl(PR_SET_NAME, "snapprof-helper");
+    atomic_store(&g_helper_tid, (int)gettid_());
     uint64_t next_rescan = 0;
     for (;;) {
         unsigned cmd = atomic_exchange(&g_cmd, 0);
@@ -151,31 +153,44 @@ void snapprof__preload_helper_gone(void)
 void snapprof__preload_helper_fork_child(void)
 {
     atomic_store(&g_helper_running, 0);
+    atomic_store(&g_helper_tid, 0);
     atomic_store(&g_cmd, 0);
     atomic_store(&g_deadline, 0);
 }
 
 void snapprof__preload_finish_on_signal(int signo)
 {
+    /* A terminating signal the program leaves at the default, or _exit:
+     * the program is not broken, so the writer may take its time. */
+    snapprof__preload_finish_within(signo, 10000000000u);
+}
+
+int snapprof__preload_finish_within(int signo, uint64_t timeout_ns)
+{
     /* getpid() is a system call: right in vfork() children too, which
      * share our memory and must leave it alone. */
     if (!atomic_load(&g_tracking) || !atomic_load(&g_helper_running) ||
         atomic_load(&g_owner_pid) != getpid())
-        return;
+        return SNAPPROF__FINISH_NOTHING;
     /* The writer needs the preload lock: if this very thread holds it,
-     * waiting would never end. */
-    if (atomic_load(&g_lock_owner) == gettid_())
-        return;
+     * waiting would never end; nor would the helper's wait for itself. */
+    pid_t self = gettid_();
+    if (atomic_load(&g_lock_owner) == self)
+        return SNAPPROF__FINISH_OWN_LOCK;
+    if (atomic_load(&g_helper_tid) == self)
+        return SNAPPROF__FINISH_NOTHING;
     int expected = 0;
     atomic_compare_exchange_strong(&g_finish_signal, &expected, signo > 0 ? signo : -1);
     atomic_fetch_or(&g_cmd, CMD_FINISH);
     snapprof__preload_futex_wake(&g_cmd);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = snapprof__monotonic_ns();
     while (!atomic_load(&g_finish_done)) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec >= 10)
-            break; /* a thread this signal stopped holds what the writer needs */
-        snapprof__preload_futex_wait(&g_finish_done, 0, 100000000u);
+        uint64_t waited = snapprof__monotonic_ns() - t0;
+        if (waited >= timeout_ns)
+            return SNAPPROF__FINISH_TIMED_OUT; /* a thread this signal stopped holds what the
+                                                 writer needs */
+        uint64_t left = timeout_ns - waited;
+        snapprof__preload_futex_wait(&g_finish_done, 0, left < 100000000u ? left : 100000000u);
     }
+    return SNAPPROF__FINISH_DONE;
 }

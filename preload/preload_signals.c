@@ -308,6 +308,8 @@ int snapprof__preload_signals_has_program_handler(int signo)
 static int program_sigaction(int signo, const struct sigaction *act, struct sigaction *old,
                              uintptr_t caller)
 {
+    if (snapprof__preload_crash_owns(signo) && !from_snapprof(caller))
+        return snapprof__preload_crash_sigaction(signo, act, old); /* preload_crash.c */
     if (signo <= 0 || signo >= NSIG || !atomic_load(&g_sig[signo].managed) || from_snapprof(caller))
         return real_sigaction()(signo, act, old);
     managed_t *m = &g_sig[signo];

@@ -72,3 +72,14 @@ set_tests_properties(install_pkgconfig_cmake_cli PROPERTIES LABELS "nosan;preloa
 # sampler gets a few dozen ticks a run and a thread can go unsampled.
 snapprof_set_case_properties(EXE record CASES threads PROPERTIES RUN_SERIAL TRUE)
 snapprof_set_case_properties(EXE preload CASES linked_threads PROPERTIES RUN_SERIAL TRUE)
+
+# Programs that crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT), with and
+# without handlers of their own, under `snapprof record`. LD_PRELOAD: the
+# cases skip themselves in sanitizer builds, whose runtimes own the fault
+# signals anyway.
+add_executable(preload_crash_prog test_preload_crash_prog.c)
+target_compile_options(preload_crash_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_crash_prog PRIVATE ${CMAKE_DL_LIBS})
+snapprof_add_preload_tests(EXE crash SOURCES test_preload_crash.c)
+target_compile_definitions(crash PRIVATE CRASH_PROG="$<TARGET_FILE:preload_crash_prog>")
+add_dependencies(crash preload_crash_prog)
