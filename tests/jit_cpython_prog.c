@@ -73,9 +73,11 @@ static const void *copy(int i)
 
 __attribute__((noinline)) void jit_cpython_burn(void)
 {
-    volatile unsigned long x = 0;
-    for (unsigned long i = 0; i < 2000000; i++)
+    unsigned long x = 0;
+    for (unsigned long i = 0; i < 2000000; i++) {
         x += i;
+        __asm__ volatile("" : "+r"(x)); /* the loop stays a loop */
+    }
 }
 
 __attribute__((noinline)) void jit_cpython_eval_outer(void)
