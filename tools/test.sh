@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # README command (b): set up, build with -Werror, run the whole ctest suite.
-# With --sanitizers it then also builds and runs the suite under ASan+UBSan
-# and under TSan, and runs the bounded fuzz step (tools/fuzz.sh, which
-# installs clang; the plain run needs no clang). That is what .ci/run does.
+# With --sanitizers it then also builds the tree with clang and runs the
+# suite there (but the accuracy tests, which gcc's run covers), runs the
+# suite under ASan+UBSan and under TSan, and runs the bounded fuzz step
+# (tools/fuzz.sh). Those install clang; the plain run needs no clang. That
+# is what .ci/run does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -22,6 +24,12 @@ run_suite() { # dir, extra cmake args..., then -- ctest args...
 
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
 if [ "${1:-}" = "--sanitizers" ]; then
+  # The tree must build with clang as well as gcc (tests on, -Werror), and
+  # the plain suite must pass with it. clang comes from tools/setup.sh,
+  # as for the fuzz step below.
+  echo "== clang ==" >&2
+  bash tools/setup.sh clang libclang-rt-14-dev llvm-14
+  CC=clang CXX=clang++ run_suite build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE accuracy
   echo "== ASan + UBSan ==" >&2
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=address,undefined -- -LE "accuracy|nosan"
