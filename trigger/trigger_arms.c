@@ -78,7 +78,8 @@ static void fork_child(void)
             a->fd = -1;
             a->page = NULL; /* not mapped in the child: nothing to unmap */
             a->has_timer = 0;
-            a->gen++;
+            /* 12 bits, as put_arm() wraps it: the timer payload's field. */
+            a->gen = (a->gen + 1) & 0xfffu;
             atomic_store(&a->state, SNAPPROF__ARM_FREE);
         }
         a->linked = 0;
