@@ -1405,8 +1405,14 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
      * its system call, sp and pc are still the ones read: no second look. */
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;
-    if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
-        0) {
+    int crc = snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason);
+    if (crc > 0) {
+        /* process_vm_readv refused (seccomp): /proc can say where threads
+         * wait but not what their stacks hold, which is /proc refused for
+         * good: sleepers keep their last stack. */
+        return proc_refused(p, t, now, -crc);
+    }
+    if (crc != 0) {
         fail(p, reason);
         /* Without cpu0: a thread that exited ran to exit, so it was
          * scheduled in since seq0 was read, is looked at again next tick,

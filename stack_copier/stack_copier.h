@@ -136,8 +136,11 @@ int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out);
  * (at most size bytes: more is truncated) into buffer, with
  * process_vm_readv: memory that went away fails the read, never faults.
  * Fills res as a handshake would, with only pc and sp among the registers
- * (the kernel tells no others). Returns 0, or -1 with *reason. The caller
- * checks afterwards that the thread did not run meanwhile. Sampling side. */
+ * (the kernel tells no others). Returns 0, -1 with *reason (the stack went
+ * away: SNAPPROF_FAIL_THREAD_EXITED; sp out of range), or a positive errno
+ * when process_vm_readv itself was refused (EPERM from a seccomp filter,
+ * ENOSYS): no copy of any thread can be made then. The caller checks
+ * afterwards that the thread did not run meanwhile. Sampling side. */
 int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
                                 const snapprof__blocked_t *b, uint8_t *buffer, size_t size,
                                 snapprof__copy_result_t *res, snapprof_fail_reason_t *reason);

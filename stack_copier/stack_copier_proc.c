@@ -138,10 +138,22 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
     if (res->truncated)
         want = size & ~(size_t)15;
     struct iovec local = {buffer, want}, remote = {(void *)lo, want};
-    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)want) {
-        /* The stack went away under us: the thread exited. */
-        *reason = SNAPPROF_FAIL_THREAD_EXITED;
-        return -1;
+    ssize_t got;
+    if (snapprof__fault(SNAPPROF__FAULT_PROCESS_VM_READV)) {
+        errno = EPERM; /* as a seccomp filter refuses it */
+        got = -1;
+    } else {
+        got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    }
+    if (got != (ssize_t)want) {
+        /* EFAULT, or a short read: the stack went away under us, the
+         * thread exited. Anything else (EPERM from a seccomp filter,
+         * ENOSYS) is the call refused, whatever the thread does. */
+        if (got >= 0 || errno == EFAULT || errno == ESRCH) {
+            *reason = SNAPPROF_FAIL_THREAD_EXITED;
+            return -1;
+        }
+        return errno > 0 ? errno : EPERM;
     }
     if (g_hook)
         g_hook(th->tid, g_hook_data);

@@ -342,9 +342,10 @@ typedef struct snapprof_stats {
     /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: samples of blocked threads
      * copied without a signal; copies thrown away because the thread ran
      * while its stack was read (it was then signalled if running); the
-     * errno that kept /proc/self/task/TID/syscall from being read (0: it
-     * could be; else blocked threads keep their last stack, and only
-     * running threads are signalled). */
+     * errno that kept /proc/self/task/TID/syscall from being read, or
+     * process_vm_readv from copying a blocked thread's stack (EPERM under
+     * a seccomp filter) (0: both could be; else blocked threads keep their
+     * last stack, and only running threads are signalled). */
     uint64_t samples_blocked;
     uint64_t wall_copy_raced;
     int wall_proc_errno;
