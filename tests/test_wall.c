@@ -542,17 +542,15 @@ void snapprof__sampler_unlock(void);
 /* Waits until thread tid is blocked in a read again, as /proc says. */
 static void wait_back_in_read(pid_t tid)
 {
-    int fd = -1;
     uint64_t t0 = tu_mono_ns();
     for (;;) {
         snapprof__blocked_t b;
-        if (snapprof__proc_blocked_read(tid, &fd, &b) == 1 && b.nr == SYS_read)
+        if (snapprof__proc_blocked_read(tid, &b) == 1 && b.nr == SYS_read)
             break;
         if (tu_mono_ns() - t0 > 30000000000u)
             TEST_FAIL("thread %d not back in its read after 30 s", (int)tid);
         usleep(200);
     }
-    close(fd);
 }
 
 /* With a perf trigger, a blocked thread that ran since its last look is
