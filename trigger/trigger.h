@@ -78,8 +78,9 @@ struct snapprof__arm {
      * of fd: the program may have closed or replaced it. */
     uint64_t event_id;
     /* Set when fd was found not to be the event's any more: it is never
-     * used again, nor closed (trigger_perf_event.c). */
-    int fd_lost;
+     * used again, nor closed (trigger_perf_event.c). Atomic: the handler
+     * and the sampling side's watchdog may both set it. */
+    _Atomic int fd_lost;
     /* The perf event's first page (struct perf_event_mmap_page), mapped
      * read-only at creation (NULL when the mmap was refused). Its offset
      * is the event's count, its lock word changes each time the kernel

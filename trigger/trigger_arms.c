@@ -250,7 +250,7 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->ops = ops;
     a->signo = signo;
     a->fd = -1;
-    a->fd_lost = 0;
+    atomic_store_explicit(&a->fd_lost, 0, memory_order_relaxed);
     a->page = NULL;
     a->flags = flags;
     a->has_timer = 0;

@@ -125,7 +125,7 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     uint64_t first = varies ? draw_period(arm) : period_ns;
     arm->cur_period_ns = first;
     arm->until_change = varies ? CHANGE_EVERY : 0;
-    arm->fd_lost = 0;
+    atomic_store_explicit(&arm->fd_lost, 0, memory_order_relaxed);
     attr.sample_period = first;
     attr.disabled = 1;
     attr.exclude_kernel = 1;
@@ -193,7 +193,7 @@ static void perf_rearm(snapprof__arm_t *arm)
         return;
     arm->until_change = CHANGE_EVERY;
     if (!is_ours(arm)) {
-        arm->fd_lost = 1;
+        atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
         arm->until_change = 0;
         return;
     }
@@ -231,10 +231,10 @@ static int perf_read_cpu(snapprof__arm_t *arm, uint64_t *ns)
 static void perf_destroy(snapprof__arm_t *arm)
 {
     if (arm->fd >= 0) {
-        if (!arm->fd_lost && is_ours(arm)) {
+        if (!atomic_load_explicit(&arm->fd_lost, memory_order_relaxed) && is_ours(arm)) {
             close(arm->fd);
         } else {
-            arm->fd_lost = 1;
+            atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
             snapprof__fd_lost();
         }
         snapprof__fd_release(SNAPPROF__FD_TRIGGER);
@@ -249,9 +249,9 @@ int snapprof__trigger_fd_lost(snapprof__arm_t *arm)
 {
     if (arm->ops != &snapprof__trigger_perf_event || arm->fd < 0)
         return 0;
-    if (!arm->fd_lost && !is_ours(arm))
-        arm->fd_lost = 1;
-    return arm->fd_lost;
+    if (!atomic_load_explicit(&arm->fd_lost, memory_order_relaxed) && !is_ours(arm))
+        atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
+    return atomic_load_explicit(&arm->fd_lost, memory_order_relaxed);
 }
 
 const snapprof__trigger_ops_t snapprof__trigger_perf_event = {
