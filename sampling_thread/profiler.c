@@ -4,6 +4,7 @@
 #include "sampling_thread/profiler_defaults.h"
 
 #include "common/fault.h"
+#include "common/fds.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "stack_copier/stack_copier.h"
@@ -159,10 +160,8 @@ static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
     snapprof_thread_release(t->thread);
     free(t->prev);
     free(t->prev_labels);
-    if (t->syscall_fd >= 0)
-        close(t->syscall_fd);
-    if (t->schedstat_fd >= 0)
-        close(t->schedstat_fd);
+    if (p->params.mode == SNAPPROF_MODE_WALL)
+        snapprof__proc_forget(t->thread->tid);
     free(t);
 }
 
@@ -253,8 +252,6 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         rc = -ENOMEM;
         goto out;
     }
-    t->syscall_fd = -1;
-    t->schedstat_fd = -1;
     p->targets[p->target_count++] = t;
     snapprof__thread_retain(thread);
     t->thread = thread;
@@ -549,6 +546,8 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->events_lost = p->events.lost;
     snapprof__cfi_table_store_totals(&out->cfi_tables, &out->cfi_table_bytes,
                                      &out->cfi_table_build_ns);
+    out->fds_lost = snapprof__fds_lost();
+    out->fds_held_max = snapprof__fds_held_max();
 }
 
 /* Moves the app frames that ended since the last call into p->app_frames,
@@ -729,9 +728,10 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
                                            p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
-                if ((flags & SNAPPROF__ARM_SCHED_SEQ) && k == SNAPPROF_TRIGGER_PERF_EVENT &&
-                    snapprof__trigger_sched_seq(t->arm, &(uint32_t){0}) != 0)
-                    p->stats.mmap_failed++; /* its clock is read instead */
+                /* Without its page, a perf event's count cannot be read
+                 * and wall mode reads the thread's clock instead. */
+                if (k == SNAPPROF_TRIGGER_PERF_EVENT && !t->arm->page)
+                    p->stats.mmap_failed++;
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
                 t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
@@ -1326,7 +1326,7 @@ static int thread_running(pid_t tid)
 static int running_or_runnable(snapprof__target_t *t)
 {
     uint64_t run, wait;
-    if (snapprof__proc_schedstat_read(t->thread->tid, &t->schedstat_fd, &run, &wait) != 0)
+    if (snapprof__proc_schedstat_read(t->thread->tid, &run, &wait) != 0)
         return WALL_STATE_RUNNING;
     int waited = wait - t->sched_wait > run - t->sched_run;
     t->sched_run = run;
@@ -1386,7 +1386,7 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     uint64_t cpu1;
     snapprof__blocked_t b;
     int rc = p->stats.wall_proc_errno ? -p->stats.wall_proc_errno
-                                      : snapprof__proc_blocked_read(th->tid, &t->syscall_fd, &b);
+                                      : snapprof__proc_blocked_read(th->tid, &b);
     if (rc == 0)
         return 0;
     if (rc == -ESRCH) {
@@ -1405,8 +1405,14 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
      * its system call, sp and pc are still the ones read: no second look. */
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason;
-    if (snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason) !=
-        0) {
+    int crc = snapprof__proc_copy_blocked(p->pid, th, &b, p->buffer, p->buffer_size, &res, &reason);
+    if (crc > 0) {
+        /* process_vm_readv refused (seccomp): /proc can say where threads
+         * wait but not what their stacks hold, which is /proc refused for
+         * good: sleepers keep their last stack. */
+        return proc_refused(p, t, now, -crc);
+    }
+    if (crc != 0) {
         fail(p, reason);
         /* Without cpu0: a thread that exited ran to exit, so it was
          * scheduled in since seq0 was read, is looked at again next tick,
@@ -1629,6 +1635,13 @@ static int check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *
             p->handshake_count++;
             p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
             p->stats.trigger_blocked++;
+        } else if (snapprof__trigger_fd_lost(t->arm)) {
+            /* The program closed its perf event's fd, and no page kept
+             * the event alive: armed anew (counted in fds_lost when the
+             * old arm goes), the next trigger that works. */
+            drain(p);
+            disarm(p, t);
+            arm_target(p, t);
         }
         t->watch_cpu = cpu_now;
     }

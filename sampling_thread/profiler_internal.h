@@ -48,13 +48,11 @@ typedef struct snapprof__target {
     uint64_t first_short_ns;         /* how much shorter than a period its first one is */
     uint64_t remainder_ns;           /* CPU time already delivered as its remainder */
     uint64_t watch_fired, watch_cpu; /* cap.fired and CPU clock when last seen to progress */
-    /* Wall mode without signals to blocked threads: its
-     * /proc/self/task/TID/syscall (-1 until opened), and what its latest
-     * sample found it doing (a WALL_STATE_* and the system call). */
-    uint64_t wall_unplaced_ticks; /* ticks of wall time still to go on a sample */
-    int syscall_fd;
-    int schedstat_fd;               /* its /proc/self/task/TID/schedstat, -1 until opened */
-    uint64_t sched_run, sched_wait; /* what it said last time */
+    /* Wall mode without signals to blocked threads: what its latest
+     * sample found it doing (a WALL_STATE_* and the system call). Its /proc
+     * files are in stack_copier_proc.c's cache, not here. */
+    uint64_t wall_unplaced_ticks;   /* ticks of wall time still to go on a sample */
+    uint64_t sched_run, sched_wait; /* what its schedstat said last time */
     int wall_state;
     long wall_syscall;
     /* Wall mode with a perf trigger: the arm's schedule sequence as read

@@ -124,28 +124,35 @@ typedef struct snapprof__blocked {
     uintptr_t sp, pc; /* its user stack pointer and program counter */
 } snapprof__blocked_t;
 
-/* Reads where thread tid is through *fd, its /proc/self/task/TID/syscall
- * (opened O_CLOEXEC on first use when *fd < 0; the caller closes it).
+/* Reads where thread tid is, from its /proc/self/task/TID/syscall (held
+ * open in a small cache of such files, at the top of the fd range, each
+ * checked to be still ours before it is read: stack_copier_proc.c).
  * Returns 1 when it is blocked in a system call (*out filled), 0 when it
  * is running or in the kernel for another reason, -ESRCH when it is gone,
  * or another negative errno when the file cannot be read. Sampling side. */
-int snapprof__proc_blocked_read(pid_t tid, int *fd, snapprof__blocked_t *out);
+int snapprof__proc_blocked_read(pid_t tid, snapprof__blocked_t *out);
+
+/* Closes the cached /proc files of thread tid (it left the profile). */
+void snapprof__proc_forget(pid_t tid);
 
 /* Copies the stack of thread th of process pid (ours: the caller keeps
  * getpid(), a system call), blocked as b says, from b->sp up to its base
  * (at most size bytes: more is truncated) into buffer, with
  * process_vm_readv: memory that went away fails the read, never faults.
  * Fills res as a handshake would, with only pc and sp among the registers
- * (the kernel tells no others). Returns 0, or -1 with *reason. The caller
- * checks afterwards that the thread did not run meanwhile. Sampling side. */
+ * (the kernel tells no others). Returns 0, -1 with *reason (the stack went
+ * away: SNAPPROF_FAIL_THREAD_EXITED; sp out of range), or a positive errno
+ * when process_vm_readv itself was refused (EPERM from a seccomp filter,
+ * ENOSYS): no copy of any thread can be made then. The caller checks
+ * afterwards that the thread did not run meanwhile. Sampling side. */
 int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
                                 const snapprof__blocked_t *b, uint8_t *buffer, size_t size,
                                 snapprof__copy_result_t *res, snapprof_fail_reason_t *reason);
 
-/* Reads thread tid's /proc/self/task/TID/schedstat through *fd (opened on
- * first use as above): nanoseconds it ran on a CPU and waited on a run
- * queue. Returns 0 or a negative errno. Sampling side. */
-int snapprof__proc_schedstat_read(pid_t tid, int *fd, uint64_t *run_ns, uint64_t *wait_ns);
+/* Reads thread tid's /proc/self/task/TID/schedstat (cached as above):
+ * nanoseconds it ran on a CPU and waited on a run queue. Returns 0 or a
+ * negative errno. Sampling side. */
+int snapprof__proc_schedstat_read(pid_t tid, uint64_t *run_ns, uint64_t *wait_ns);
 
 /* Test seams: make snapprof__proc_blocked_read fail with err (0: no
  * failure); run fn(tid, user_data) after each copy, before the caller's

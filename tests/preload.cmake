@@ -23,10 +23,17 @@ target_compile_options(preload_gperftools_prog PRIVATE ${SNAPPROF_WARNINGS})
 target_include_directories(preload_gperftools_prog PRIVATE ${PROJECT_SOURCE_DIR}/preload)
 target_link_libraries(preload_gperftools_prog PRIVATE snapprof_preload Threads::Threads)
 
+# A program that closes or replaces every fd it did not open, and one that
+# opens files up to near its fd limit beside many threads (fds_prog.c).
+add_executable(fds_prog fds_prog.c)
+target_compile_options(fds_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(fds_prog PRIVATE Threads::Threads)
+
 set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>"
   SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
   PRELOAD_PROG="$<TARGET_FILE:preload_prog>"
+  FDS_PROG="$<TARGET_FILE:fds_prog>"
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
@@ -38,7 +45,7 @@ function(snapprof_add_preload_tests)
     LABELS preload TIMEOUT 240)
   target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
   add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
-    preload_gperftools_prog)
+    preload_gperftools_prog fds_prog)
 endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
@@ -83,3 +90,10 @@ target_link_libraries(preload_crash_prog PRIVATE ${CMAKE_DL_LIBS})
 snapprof_add_preload_tests(EXE crash SOURCES test_preload_crash.c)
 target_compile_definitions(crash PRIVATE CRASH_PROG="$<TARGET_FILE:preload_crash_prog>")
 add_dependencies(crash preload_crash_prog)
+
+# The fd tests: the program's own alarm ends a hang (exit 142) well before
+# this; the budget cases start 2000 threads each run, three runs a case.
+snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wall
+  PROPERTIES TIMEOUT 150)
+snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
+  PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)

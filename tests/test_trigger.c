@@ -776,6 +776,57 @@ static void test_fork_child(void)
     stop_workers(w, 2);
 }
 
+/* An arm's generation is 12 bits, the timer payload's field: it wraps
+ * where the arm is given back, and must wrap in a forked child too, where
+ * every arm is freed at once. An arm taken 4096 times and then forked over
+ * had generation 0x1000 in the child, which ran into the payload's tag:
+ * the child's timer signals then went to the program's handler. */
+static void test_fork_child_gen_wraps(void)
+{
+    /* Forks from a process whose only other thread is the sampler's,
+     * which this test never starts: the child makes no thread. */
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 4, 65536, 0, NULL));
+    snapprof__capture_target_t target = {.tid = (pid_t)syscall(SYS_gettid)};
+    const snapprof__trigger_ops_t *ops = snapprof__trigger_ops(SNAPPROF_TRIGGER_CPU_TIMER);
+    /* A period far longer than the test: no signal comes. */
+    const uint64_t period = 3600000000000ull;
+    snapprof__arm_t *a = NULL;
+    uint32_t index = UINT32_MAX;
+    for (int i = 0; i < 4095; i++) {
+        ASSERT_OK(snapprof__trigger_arm(ops, &pool, &target, SIGURG, period, 0, &a));
+        if (index == UINT32_MAX)
+            index = a->index;
+        ASSERT_EQ(a->index, index); /* the free list gives the same arm back */
+        snapprof__trigger_disarm(a, NULL);
+    }
+    ASSERT_OK(snapprof__trigger_arm(ops, &pool, &target, SIGURG, period, 0, &a));
+    ASSERT_EQ(a->gen, 0xfffu);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        target.tid = (pid_t)syscall(SYS_gettid);
+        snapprof__arm_t *c = NULL;
+        if (snapprof__trigger_arm(ops, &pool, &target, SIGURG, period, 0, &c) != 0)
+            _exit(3);
+        uint64_t payload = snapprof__trigger_timer_payload(c);
+        printf("child: arm %u gen %#x payload %#llx\n", c->index, c->gen,
+               (unsigned long long)payload);
+        if (c->index == index && c->gen > 0xfffu)
+            _exit(4);
+        if ((payload >> 32) != 0x534e5054u) /* TIMER_TAG, "SNPT" */
+            _exit(5);
+        snapprof__trigger_disarm(c, NULL);
+        _exit(0);
+    }
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    snapprof__trigger_disarm(a, NULL);
+    snapprof__capture_pool_destroy(&pool);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Full slots                                                               */
 /* ------------------------------------------------------------------------ */
@@ -911,6 +962,7 @@ int main(int argc, char **argv)
         {"churn_timer", test_churn_timer},
         {"short_threads_unarmed", test_short_threads_unarmed},
         {"fork_child", test_fork_child},
+        {"fork_child_gen_wraps", test_fork_child_gen_wraps},
         {"full_slots", test_full_slots},
         {"deep_stack", test_deep_stack},
         /* Shares of CPU with more threads than cores: labelled accuracy in

@@ -542,17 +542,15 @@ void snapprof__sampler_unlock(void);
 /* Waits until thread tid is blocked in a read again, as /proc says. */
 static void wait_back_in_read(pid_t tid)
 {
-    int fd = -1;
     uint64_t t0 = tu_mono_ns();
     for (;;) {
         snapprof__blocked_t b;
-        if (snapprof__proc_blocked_read(tid, &fd, &b) == 1 && b.nr == SYS_read)
+        if (snapprof__proc_blocked_read(tid, &b) == 1 && b.nr == SYS_read)
             break;
         if (tu_mono_ns() - t0 > 30000000000u)
             TEST_FAIL("thread %d not back in its read after 30 s", (int)tid);
         usleep(200);
     }
-    close(fd);
 }
 
 /* With a perf trigger, a blocked thread that ran since its last look is
@@ -812,6 +810,55 @@ static void test_proc_open_fault_perf(void)
     test_proc_open_fault();
 }
 
+/* process_vm_readv refused (a seccomp filter, a kernel without it) is
+ * /proc refused, not a thread that exited: it is said once in the stats
+ * (wall_proc_errno), and a sleeper keeps its last stack, one sample a tick
+ * as a running thread has, where the README promises it. It used to be
+ * counted as thread_exited at every tick the sleeper's clock had moved
+ * since its last copy, and that tick's wall time was dropped: after its
+ * first wake (every 50 ms) every tick. */
+static void test_proc_copy_refused(void)
+{
+    sleeper_t s[2];
+    memset(s, 0, sizeof s);
+    start(&s[0], NANOSLEEP);
+    start(&s[1], BUSY);
+    usleep(20000);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    /* Until the sleeper has a stack of its own. */
+    snapprof_stats_t mid;
+    do {
+        wait_ticks(p, 10);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
+    } while (mid.samples_blocked == 0);
+    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV);
+    snapprof__fault_set(SNAPPROF__FAULT_PROCESS_VM_READV, 1, 1);
+    wait_ticks(p, mid.ticks + 150);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof__fault_clear();
+    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV) - before;
+    size_t sleeper = tu_collector_count_tid(&c, s[0].tid),
+           busy = tu_collector_count_tid(&c, s[1].tid);
+    printf("injected %llu, errno %d, thread_exited %llu, ticks %llu, samples: sleeper %zu busy "
+           "%zu, early %d\n",
+           (unsigned long long)injected, c.stats.wall_proc_errno,
+           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED],
+           (unsigned long long)c.stats.ticks, sleeper, busy, atomic_load(&s[0].early));
+    ASSERT_GT(injected, 0);
+    ASSERT_EQ(c.stats.wall_proc_errno, EPERM);
+    ASSERT_UEQ(c.stats.failed[SNAPPROF_FAIL_THREAD_EXITED], 0);
+    /* One sample a tick each (wall mode); before the fix the sleeper lost
+     * all but the ticks of its first 50 ms under the fault. */
+    ASSERT_GE(sleeper * 10, busy * 9);
+    ASSERT_LE(atomic_load(&s[0].early), 2); /* as in proc_refused */
+    snapprof_profiler_destroy(p);
+    stop(&s[0]);
+    stop(&s[1]);
+    tu_collector_free(&c);
+}
+
 /* A thread found blocked that wakes, runs for less than the idle threshold
  * (100 us) and blocks again somewhere else has run: its CPU clock moved,
  * so its old stack is no longer where it waits. Wall mode must look again,
@@ -928,6 +975,7 @@ int main(int argc, char **argv)
         {"proc_transient", test_proc_transient},
         {"proc_open_fault", test_proc_open_fault},
         {"proc_open_fault_perf", test_proc_open_fault_perf},
+        {"proc_copy_refused", test_proc_copy_refused},
         {"moved_wait", test_moved_wait},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

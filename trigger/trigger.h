@@ -73,11 +73,19 @@ struct snapprof__arm {
     uint32_t index, gen; /* gen changes each time the arm is reused */
     int signo;
     const snapprof__trigger_ops_t *ops;
-    int fd; /* perf event */
+    int fd; /* perf event: a number at the top of the range (common/fds.h) */
+    /* The perf event's id (PERF_EVENT_IOC_ID), asked for before every use
+     * of fd: the program may have closed or replaced it. */
+    uint64_t event_id;
+    /* Set when fd was found not to be the event's any more: it is never
+     * used again, nor closed (trigger_perf_event.c). Atomic: the handler
+     * and the sampling side's watchdog may both set it. */
+    _Atomic int fd_lost;
     /* The perf event's first page (struct perf_event_mmap_page), mapped
-     * read-only when the arm was asked for SNAPPROF__ARM_SCHED_SEQ, else
-     * NULL. Its lock word changes each time the kernel schedules the thread
-     * in. Not inherited by a forked child (the kernel maps it
+     * read-only at creation (NULL when the mmap was refused). Its offset
+     * is the event's count, its lock word changes each time the kernel
+     * schedules the thread in. It keeps the event alive after the program
+     * closed fd. Not inherited by a forked child (the kernel maps it
      * VM_DONTCOPY). */
     const volatile void *page;
     unsigned flags; /* SNAPPROF__ARM_* asked for */
@@ -97,11 +105,6 @@ struct snapprof__arm {
     uint64_t rng;          /* the generator's state */
     uint64_t partner_ns;   /* the period that pairs with the last one drawn, or 0 */
     uint32_t until_change; /* overflows until the next change; 0: never */
-    /* The event's count where the first period after the last change ends. */
-    uint64_t due_count;
-    /* The CPU time from the overflow of the last change to the change,
-     * which no period covers: the next capture stands for it too. */
-    uint64_t carry_ns;
 
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
@@ -128,7 +131,7 @@ extern const snapprof__trigger_ops_t snapprof__trigger_cpu_timer;
 enum {
     /* Keep a word that changes whenever the thread is scheduled in
      * (snapprof__trigger_sched_seq()), where the trigger has one: the perf
-     * event's mapped page. Costs an mmap and a page per arm. */
+     * event's mapped page (which every perf arm maps now, for its count). */
     SNAPPROF__ARM_SCHED_SEQ = 1u << 0
 };
 
@@ -151,6 +154,10 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
  * such word (not a perf event, not asked for, or its mmap failed).
  * Sampling side. */
 int snapprof__trigger_sched_seq(const snapprof__arm_t *arm, uint32_t *seq);
+
+/* Whether arm's perf event fd was closed or replaced by the program (it
+ * asks the kernel: one ioctl). 0 for an arm without an fd. Sampling side. */
+int snapprof__trigger_fd_lost(snapprof__arm_t *arm);
 
 /* Disarms: waits for a capture in progress, stops the kernel object and
  * frees the arm. Reads the trigger's final CPU count into *cpu_ns first

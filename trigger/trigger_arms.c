@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "common/fds.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -17,8 +18,15 @@
 #define ARM_MAX 65536u
 /* Perf event fds are looked up by number below this. */
 #define FD_MAX 65536
-/* An fd table entry for an fd we closed: a late signal from it is ours. */
+/* An fd table entry for an fd we closed: a late signal from it is ours,
+ * for RETIRED_FOR after the close (g_fd_retired_at says when). A signal
+ * already queued when the event went is delivered as soon as its thread
+ * runs with the signal unblocked, so well within that; later, the number
+ * may be a file of the program's that uses F_SETSIG with the same signal,
+ * whose signals are the program's. (It used to be ours for good.) */
 #define FD_RETIRED UINT32_MAX
+/* In units of 2^20 ns (1.05 ms): about 2 s. */
+#define RETIRED_FOR 2000u
 /* Linked arms by tid: buckets of a chained hash, so that arming finds the
  * thread's other arms without a scan of the table. */
 #define TID_BUCKETS 4096u
@@ -30,6 +38,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
  * them whatever the sampling side is doing. */
 static snapprof__arm_t *_Atomic g_arms;
 static _Atomic uint32_t *_Atomic g_fd_arm; /* fd -> arm index + 1 */
+/* fd -> when it was retired, in units of 2^20 ns of the monotonic clock;
+ * mapped with g_fd_arm, its second half. */
+static _Atomic uint32_t *_Atomic g_fd_retired_at;
 static uint32_t g_arms_used;               /* arms ever handed out */
 static uint32_t g_free_head = UINT32_MAX;  /* free list through next_free */
 static uint32_t g_tid_bucket[TID_BUCKETS]; /* first linked arm, UINT32_MAX: none */
@@ -53,6 +64,18 @@ void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err)
         g_fail[kind] = err;
 }
 
+/* Marks fd retired: a late signal from it is ours for RETIRED_FOR. */
+static void retire_fd(int fd)
+{
+    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
+    _Atomic uint32_t *at = atomic_load(&g_fd_retired_at);
+    if (fd < 0 || fd >= FD_MAX || !fds || !at)
+        return;
+    atomic_store_explicit(&at[fd], (uint32_t)(snapprof__monotonic_ns() >> 20),
+                          memory_order_relaxed);
+    atomic_store_explicit(&fds[fd], FD_RETIRED, memory_order_release);
+}
+
 /* The child has none of the parent's threads: its copies of their perf fds
  * would only keep the parent's events alive (and a POSIX timer is not
  * inherited at all), so every arm is closed and freed here. The profilers
@@ -64,21 +87,24 @@ static void fork_child(void)
      * thread was doing to the table is redone here from the state words. */
     pthread_mutex_init(&g_lock, NULL);
     snapprof__arm_t *arms = atomic_load(&g_arms);
-    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
     g_free_head = UINT32_MAX;
     memset(g_tid_bucket, 0xff, sizeof g_tid_bucket);
     for (uint32_t i = g_arms_used; i-- > 0;) {
         snapprof__arm_t *a = &arms[i];
         if (atomic_load(&a->state) != SNAPPROF__ARM_FREE) {
             if (a->fd >= 0) {
-                if (a->fd < FD_MAX)
-                    atomic_store(&fds[a->fd], FD_RETIRED);
-                close(a->fd);
+                retire_fd(a->fd);
+                /* The child's copy of the number: the program may have
+                 * closed or replaced it before the fork, as in the parent. */
+                if (!snapprof__trigger_fd_lost(a))
+                    close(a->fd);
+                snapprof__fd_release(SNAPPROF__FD_TRIGGER);
             }
             a->fd = -1;
             a->page = NULL; /* not mapped in the child: nothing to unmap */
             a->has_timer = 0;
-            a->gen++;
+            /* 12 bits, as put_arm() wraps it: the timer payload's field. */
+            a->gen = (a->gen + 1) & 0xfffu;
             atomic_store(&a->state, SNAPPROF__ARM_FREE);
         }
         a->linked = 0;
@@ -97,16 +123,17 @@ static void init_tables(void)
                      ? MAP_FAILED
                      : mmap(NULL, ARM_MAX * sizeof(snapprof__arm_t), PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    void *fds = mmap(NULL, FD_MAX * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+    void *fds = mmap(NULL, 2 * FD_MAX * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (arms == MAP_FAILED || fds == MAP_FAILED) {
         if (arms != MAP_FAILED)
             munmap(arms, ARM_MAX * sizeof(snapprof__arm_t));
         if (fds != MAP_FAILED)
-            munmap(fds, FD_MAX * sizeof(uint32_t));
+            munmap(fds, 2 * FD_MAX * sizeof(uint32_t));
         return;
     }
     memset(g_tid_bucket, 0xff, sizeof g_tid_bucket);
+    atomic_store(&g_fd_retired_at, (_Atomic uint32_t *)fds + FD_MAX);
     atomic_store(&g_fd_arm, (_Atomic uint32_t *)fds);
     atomic_store(&g_arms, (snapprof__arm_t *)arms);
     pthread_atfork(NULL, NULL, fork_child);
@@ -223,6 +250,7 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->ops = ops;
     a->signo = signo;
     a->fd = -1;
+    atomic_store_explicit(&a->fd_lost, 0, memory_order_relaxed);
     a->page = NULL;
     a->flags = flags;
     a->has_timer = 0;
@@ -280,9 +308,7 @@ void snapprof__trigger_disarm(snapprof__arm_t *a, uint64_t *cpu_ns)
     uint64_t ns;
     if (cpu_ns && a->ops->xReadCpu && a->ops->xReadCpu(a, &ns) == 0)
         *cpu_ns = ns;
-    _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
-    if (a->fd >= 0 && a->fd < FD_MAX)
-        atomic_store_explicit(&fds[a->fd], FD_RETIRED, memory_order_release);
+    retire_fd(a->fd);
     a->ops->xDestroy(a);
     pthread_mutex_lock(&g_lock);
     unlink_arm(atomic_load(&g_arms), a);
@@ -368,8 +394,14 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
         uint32_t v = atomic_load_explicit(&fds[fd], memory_order_acquire);
         if (v == 0)
             return 0;
-        if (v == FD_RETIRED)
-            return 1; /* a late signal from an event we closed */
+        if (v == FD_RETIRED) {
+            /* A late signal from an event we closed, if it was closed
+             * lately; else the number's signal is the program's. */
+            _Atomic uint32_t *at = atomic_load_explicit(&g_fd_retired_at, memory_order_relaxed);
+            uint32_t since = (uint32_t)(snapprof__monotonic_ns() >> 20) -
+                             atomic_load_explicit(&at[fd], memory_order_relaxed);
+            return since < RETIRED_FOR;
+        }
         index = v - 1;
     } else {
         return 0;
@@ -389,8 +421,7 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
         /* What the period that just ended stands for, taken before the
          * re-arm starts the next; the re-arm comes first so that the
          * capture's pause counts it. */
-        uint64_t weight = periods * a->cur_period_ns + a->carry_ns;
-        a->carry_ns = 0;
+        uint64_t weight = periods * a->cur_period_ns;
         if (a->ops->xRearm)
             a->ops->xRearm(a);
         uint32_t next = atomic_load_explicit(&a->next_sib, memory_order_acquire);

@@ -24,42 +24,58 @@
  * these VMs, 3 us in a loop, so only 1 sample in CHANGE_EVERY pays it).
  * Draws come in pairs that add up to twice the interval, so the rate does
  * not wander with them. The CPU time between the overflow and the call
- * (the timer interrupt, the signal's delivery: about 30 us here) is taken
- * off the periods until the next change, so the rate stays what was asked.
- * Each capture weighs the period in force when it fired (the first after a
- * change, that time too), so a thread's samples never add up to more than
- * its clock. */
+ * (the timer interrupt, the signal's delivery: about 30 us here, 0.02 % of
+ * CHANGE_EVERY periods at 1 kHz) is in no period: it goes to the thread's
+ * remainder. (It used to be read from the event's count and given back,
+ * but that read() is what the event's fd must never get; see below.)
+ * Each capture weighs the period in force when it fired, so a thread's
+ * samples never add up to more than its clock.
+ *
+ * The event's fd is a number in the program's fd table, and the program
+ * may close it (daemons that close every fd, closefrom) or dup2 one of its
+ * own files over it. So the number is never trusted: the event's id
+ * (PERF_EVENT_IOC_ID), kept at creation, is asked for before every ioctl
+ * and before the close, and a number that answers with another id, or
+ * not at all, is not touched again: the arm's fd is lost, counted
+ * (snapprof__fd_lost(), stats fds_lost) and not closed. Nothing ever
+ * read()s the fd (a read() of a pipe put in its place would block, or eat
+ * the program's bytes): the count comes from the event's first page,
+ * mapped at creation, which also keeps the event alive, still timing the
+ * thread, after the program closed the fd.
+ *
+ * What remains is the moment between the id check and the call. Another
+ * thread of the program would have to put a file at exactly this number
+ * then: not by open, socket, pipe or accept (the kernel gives the lowest
+ * free number, and ours sit at the top of the range, above the program's
+ * use: common/fds.h), only by dup2 or dup3 onto it. Then: an ioctl of
+ * perf's own magic ('$') on anything but a perf event fails with ENOTTY
+ * and cannot block; only a perf event of the program's own, dup2'd there
+ * in those microseconds, would get our period change or be closed. No
+ * read() is left to hang or to eat its data. */
 #include "trigger/trigger.h"
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "common/fds.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Event fds are moved at or above this, out of the range select() can use
- * and where programs that assume small fds keep theirs. */
-#define FD_FLOOR 1024
-
-/* Moves fd above FD_FLOOR when the limit allows it (close-on-exec either
- * way). Returns the fd to use. */
-static int move_high(int fd)
+/* Whether arm->fd is still the arm's event: its id, asked of the kernel,
+ * is the one kept at creation. An fd the program closed fails (EBADF);
+ * one it replaced fails (ENOTTY: the ioctl is perf's own) or answers with
+ * another event's id. Async-signal-safe (one ioctl). */
+static int is_ours(const snapprof__arm_t *arm)
 {
-    struct rlimit rl;
-    if (fd >= FD_FLOOR || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur <= FD_FLOOR + 16)
-        return fd;
-    int high = fcntl(fd, F_DUPFD_CLOEXEC, FD_FLOOR);
-    if (high < 0)
-        return fd;
-    close(fd);
-    return high;
+    uint64_t id;
+    return arm->fd >= 0 && ioctl(arm->fd, PERF_EVENT_IOC_ID, &id) == 0 && id == arm->event_id;
 }
 
 /* Overflows between two changes of the period. At 8 the profiles were as
@@ -108,9 +124,8 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     int varies = period_ns >= 2 * PERIOD_MIN_NS;
     uint64_t first = varies ? draw_period(arm) : period_ns;
     arm->cur_period_ns = first;
-    arm->due_count = first; /* the count starts at 0 when enabled */
-    arm->carry_ns = 0;
     arm->until_change = varies ? CHANGE_EVERY : 0;
+    atomic_store_explicit(&arm->fd_lost, 0, memory_order_relaxed);
     attr.sample_period = first;
     attr.disabled = 1;
     attr.exclude_kernel = 1;
@@ -125,83 +140,118 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     }
     if (fd < 0)
         return -errno;
-    fd = move_high(fd);
+    /* To the top of the range, within the budget (common/fds.h): past it,
+     * -EMFILE, and the thread gets the CPU timer, which needs no fd. */
+    int high = snapprof__fd_place(fd, SNAPPROF__FD_TRIGGER);
+    if (high < 0) {
+        close(fd);
+        return high;
+    }
+    fd = high;
     struct f_owner_ex owner = {F_OWNER_TID, tid};
-    if (fcntl(fd, F_SETFL, O_ASYNC) != 0 || fcntl(fd, F_SETSIG, signo) != 0 ||
-        fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+    if (ioctl(fd, PERF_EVENT_IOC_ID, &arm->event_id) != 0 || fcntl(fd, F_SETFL, O_ASYNC) != 0 ||
+        fcntl(fd, F_SETSIG, signo) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0) {
         int err = errno;
         close(fd);
+        snapprof__fd_release(SNAPPROF__FD_TRIGGER);
         return -err;
     }
     arm->fd = fd;
-    arm->page = NULL;
-    if (arm->flags & SNAPPROF__ARM_SCHED_SEQ) {
-        /* Only the first page (no ring buffer: nothing is read from it
-         * but the lock word, and an overflow record that finds no room is
-         * only counted as lost by the kernel). Without it the caller reads
-         * the thread's clock instead. */
-        void *page = snapprof__fault(SNAPPROF__FAULT_MMAP)
-                         ? MAP_FAILED
-                         : mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
-        if (page != MAP_FAILED)
-            arm->page = page;
-    }
+    /* Only the first page (no ring buffer: nothing is read from it but the
+     * count and the lock word, and an overflow record that finds no room
+     * is only counted as lost by the kernel). Without it the thread's
+     * periods stay as first drawn, its final count is not read, and wall
+     * mode reads the thread's clock instead of the lock word. */
+    void *page = snapprof__fault(SNAPPROF__FAULT_MMAP)
+                     ? MAP_FAILED
+                     : mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
+    arm->page = page != MAP_FAILED ? page : NULL;
+    if (!arm->page)
+        arm->until_change = 0;
     return 0;
 }
 
 static int perf_start(snapprof__arm_t *arm, uint64_t period_ns)
 {
     (void)period_ns;
+    if (!is_ours(arm))
+        return -EBADF; /* closed by the program already */
     return ioctl(arm->fd, PERF_EVENT_IOC_ENABLE, 0) == 0 ? 0 : -errno;
 }
 
 /* After an overflow: every CHANGE_EVERY of them, starts a period of a
- * length drawn anew. The arm is BUSY, so its fd is still the event's.
- * RUNS IN THE SIGNAL HANDLER. Async-signal-safe (read and ioctl are plain
- * system calls; the caller keeps errno). */
+ * length drawn anew. The arm is BUSY, so its fd is not closed meanwhile by
+ * us, but the program may have closed or replaced it: its id is checked
+ * first (see the top of the file for what remains), and an fd found lost
+ * stops the changes for good (the event, kept alive by its page, still
+ * fires every period in force). RUNS IN THE SIGNAL HANDLER.
+ * Async-signal-safe (ioctl is a plain system call; the caller keeps
+ * errno). */
 static void perf_rearm(snapprof__arm_t *arm)
 {
     if (arm->until_change == 0 || --arm->until_change > 0)
         return;
     arm->until_change = CHANGE_EVERY;
-    uint64_t count;
-    if (read(arm->fd, &count, sizeof count) != (ssize_t)sizeof count)
+    if (!is_ours(arm)) {
+        atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
+        arm->until_change = 0;
         return;
-    /* Overflows fall every cur_period_ns of the count after due_count
-     * (also those the kernel let pass while the thread was in the
-     * kernel), so this is how long ago the last one fell. */
-    uint64_t late = count > arm->due_count ? (count - arm->due_count) % arm->cur_period_ns : 0;
-    /* The new period holds for the next CHANGE_EVERY overflows, so each
-     * gives back its share of the time lost to this change: together they
-     * and that time last CHANGE_EVERY times the drawn period. */
-    uint64_t period = draw_period(arm), give = late / CHANGE_EVERY;
-    period = period > give + PERIOD_MIN_NS ? period - give : PERIOD_MIN_NS;
+    }
+    uint64_t period = draw_period(arm);
     if (ioctl(arm->fd, PERF_EVENT_IOC_PERIOD, &period) != 0)
         return;
-    arm->due_count = count + period;
     arm->cur_period_ns = period;
-    arm->carry_ns = late;
 }
 
+/* The event's count as of the kernel's last update of its page: at each
+ * schedule-in of the thread, so behind by at most what the thread ran
+ * since (a few ms on a busy CPU); for a thread that exited, its count up to
+ * its last schedule-in. Never a read() of the fd. */
 static int perf_read_cpu(snapprof__arm_t *arm, uint64_t *ns)
 {
-    uint64_t count;
-    if (read(arm->fd, &count, sizeof count) != (ssize_t)sizeof count)
-        return -errno;
-    *ns = count;
-    return 0;
+    const volatile struct perf_event_mmap_page *pg = arm->page;
+    if (!pg)
+        return -ENODATA;
+    for (int tries = 0; tries < 1000; tries++) {
+        uint32_t seq = pg->lock;
+        atomic_signal_fence(memory_order_acquire);
+        int64_t count = pg->offset;
+        atomic_signal_fence(memory_order_acquire);
+        if (!(seq & 1) && pg->lock == seq) {
+            *ns = count > 0 ? (uint64_t)count : 0;
+            return 0;
+        }
+    }
+    return -EAGAIN;
 }
 
+/* Closes the event if its fd is still ours; else leaves the number alone
+ * and counts it lost. The page goes last: with the fd closed it holds the
+ * event's last reference, so after munmap no signal comes from it. */
 static void perf_destroy(snapprof__arm_t *arm)
 {
+    if (arm->fd >= 0) {
+        if (!atomic_load_explicit(&arm->fd_lost, memory_order_relaxed) && is_ours(arm)) {
+            close(arm->fd);
+        } else {
+            atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
+            snapprof__fd_lost();
+        }
+        snapprof__fd_release(SNAPPROF__FD_TRIGGER);
+    }
+    arm->fd = -1;
     if (arm->page)
         munmap((void *)arm->page, (size_t)sysconf(_SC_PAGESIZE));
     arm->page = NULL;
-    if (arm->fd >= 0) {
-        ioctl(arm->fd, PERF_EVENT_IOC_DISABLE, 0);
-        close(arm->fd);
-    }
-    arm->fd = -1;
+}
+
+int snapprof__trigger_fd_lost(snapprof__arm_t *arm)
+{
+    if (arm->ops != &snapprof__trigger_perf_event || arm->fd < 0)
+        return 0;
+    if (!atomic_load_explicit(&arm->fd_lost, memory_order_relaxed) && !is_ours(arm))
+        atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
+    return atomic_load_explicit(&arm->fd_lost, memory_order_relaxed);
 }
 
 const snapprof__trigger_ops_t snapprof__trigger_perf_event = {
@@ -216,7 +266,7 @@ const snapprof__trigger_ops_t snapprof__trigger_perf_event = {
 
 int snapprof__trigger_sched_seq(const snapprof__arm_t *arm, uint32_t *seq)
 {
-    if (!arm || !arm->page)
+    if (!arm || !arm->page || !(arm->flags & SNAPPROF__ARM_SCHED_SEQ))
         return -1;
     /* The kernel bumps the lock word (twice) in perf_event_update_userpage(),
      * which the task clock's add callback calls at every schedule-in. */

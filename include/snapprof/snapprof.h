@@ -350,9 +350,10 @@ typedef struct snapprof_stats {
     /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: samples of blocked threads
      * copied without a signal; copies thrown away because the thread ran
      * while its stack was read (it was then signalled if running); the
-     * errno that kept /proc/self/task/TID/syscall from being read (0: it
-     * could be; else blocked threads keep their last stack, and only
-     * running threads are signalled). */
+     * errno that kept /proc/self/task/TID/syscall from being read, or
+     * process_vm_readv from copying a blocked thread's stack (EPERM under
+     * a seccomp filter) (0: both could be; else blocked threads keep their
+     * last stack, and only running threads are signalled). */
     uint64_t samples_blocked;
     uint64_t wall_copy_raced;
     int wall_proc_errno;
@@ -378,6 +379,15 @@ typedef struct snapprof_stats {
      * as when /proc cannot say; the next tick asks /proc again
      * (wall_proc_errno stays 0). */
     uint64_t wall_proc_transient;
+    /* -- Added by the fd work (issue 24): the library's own fds. -- */
+    /* Process-wide, as of this snapshot: fds of ours (perf events, cached
+     * /proc files) found closed or replaced by the program, which we then
+     * neither read, ioctl nor close (its thread keeps or changes its
+     * trigger, the cache opens the file again); and the most fds the
+     * library held at once (they sit at the top of RLIMIT_NOFILE's range,
+     * at most 1/16 of it: the README's "The program's fds"). */
+    uint64_t fds_lost;
+    uint64_t fds_held_max;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
