@@ -379,13 +379,11 @@ typedef struct snapprof_stats {
      * as when /proc cannot say; the next tick asks /proc again
      * (wall_proc_errno stays 0). */
     uint64_t wall_proc_transient;
-    /* -- Added by the fd work (issue 24): the library's own fds. -- */
-    /* Process-wide, as of this snapshot: fds of ours (perf events, cached
-     * /proc files) found closed or replaced by the program, which we then
-     * neither read, ioctl nor close (its thread keeps or changes its
-     * trigger, the cache opens the file again); and the most fds the
-     * library held at once (they sit at the top of RLIMIT_NOFILE's range,
-     * at most 1/16 of it: the README's "The program's fds"). */
+    /* Added in 0.6.0: the library's own fds. Process-wide, as of this snapshot: fds of ours (perf
+     * events, cached /proc files) found closed or replaced by the program, which we then neither
+     * read, ioctl nor close (its thread keeps or changes its trigger, the cache opens the file
+     * again); and the most fds the library held at once (they sit at the top of RLIMIT_NOFILE's
+     * range, at most 1/16 of it: the README's "The program's fds"). */
     uint64_t fds_lost;
     uint64_t fds_held_max;
 } snapprof_stats_t;
