@@ -707,8 +707,11 @@ static void test_shares_agree(void)
             ASSERT(fabs(ts[k] - pp[k]) <= 0.005);
             ASSERT(fabs(tp[k] - pp[k]) <= 0.005);
         }
-        /* The hot functions are most of the time, as they should be. */
-        ASSERT(pp[0] + pp[1] > 0.5);
+        /* The hot functions are most of the time, as they should be; not
+         * under TSan, which holds the signal until an interceptor of its
+         * own, so the leaves are TSan's (see builders.cmake). */
+        if (!tu_tsan_build())
+            ASSERT(pp[0] + pp[1] > 0.5);
         /* The rate line reads the requested 100 Hz, less what no sample
          * placed, whatever period the run drew. */
         Perftools__Profiles__Profile *prof = pbt_load(ppath);
