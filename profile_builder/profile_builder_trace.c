@@ -338,6 +338,11 @@ static void thread_slices(writer_t *w, trace_sample_t *const *s, size_t n, uint6
             continue;
         uint64_t ts = s[i]->timestamp_ns;
         uint64_t start = ts > weight ? ts - weight : 0;
+        /* Never before the profile started, where times are cut to 0 (the
+         * remainder of the threads that came and went between two ticks
+         * can weigh more than the time since the start). */
+        if (start < w->base_ns)
+            start = w->base_ns;
         if (depth_open > 0 && start > cursor + period) {
             /* Not running for a while (idle, or waiting for a core). */
             while (depth_open > 0) {

@@ -249,11 +249,27 @@ static void test_trace_format(void)
     /* Thread 12: the inlined code twice. */
     feed(b, d, 2, 12, t0 + 1500000, NULL, 0);
     feed(b, d, 2, 12, t0 + 2500000, NULL, 0);
+    /* Thread 13: a sample that weighs more than the time since the start
+     * (the remainder of threads that came and went can) starts at 0, and
+     * the next one after it, not inside it: bt_leaf 0-5 ms, bt_inlined
+     * 5-6 ms, bt_root 0-6 ms. */
+    snapprof_sample_t heavy = {.frames = a,
+                               .frame_count = 3,
+                               .timestamp_ns = t0 + 1000000,
+                               .cpu_ns = 5000000,
+                               .tid = 13,
+                               .thread_name = "thirteen"};
+    ASSERT_OK(b->ops->xOnSample(b->user_data, &heavy));
+    heavy.frames = d;
+    heavy.frame_count = 2;
+    heavy.timestamp_ns = t0 + 2000000;
+    heavy.cpu_ns = 1000000;
+    ASSERT_OK(b->ops->xOnSample(b->user_data, &heavy));
     snapprof_app_frame_t frames[] = {{3, t0 + 500000, t0 + 2600000, 0},
                                      {4, t0 + 2600000, t0 + 40000000, 1}};
     complete(b, frames, 2);
     snapprof_builder_destroy(b);
-    ASSERT_EQ(run_checker(path, "11:4 12:2 --frames 2"), 0);
+    ASSERT_EQ(run_checker(path, "11:4 12:2 13:2 --frames 2"), 0);
 
     char *text = read_file(path);
     /* Samples relative to the start, in microseconds. */
@@ -275,6 +291,9 @@ static void test_trace_format(void)
     snprintf(process, sizeof process, "\"args\":{\"name\":\"%s\"}}", program_invocation_short_name);
     ASSERT_CONTAINS(text, process);
     ASSERT_CONTAINS(text, "\"args\":{\"name\":\"builders\"}}");
+    ASSERT_CONTAINS(text, "\"tid\":13,\"ts\":0.000,\"dur\":6000.000}");
+    ASSERT_CONTAINS(text, "\"tid\":13,\"ts\":0.000,\"dur\":5000.000}");
+    ASSERT_CONTAINS(text, "\"tid\":13,\"ts\":5000.000,\"dur\":1000.000}");
     /* The inlined function is a slice of its own inside its caller. */
     ASSERT_CONTAINS(text, "\"name\":\"bt_inlined\"");
     ASSERT_CONTAINS(text, "\"name\":\"hitch 4\"");
@@ -707,8 +726,11 @@ static void test_shares_agree(void)
             ASSERT(fabs(ts[k] - pp[k]) <= 0.005);
             ASSERT(fabs(tp[k] - pp[k]) <= 0.005);
         }
-        /* The hot functions are most of the time, as they should be. */
-        ASSERT(pp[0] + pp[1] > 0.5);
+        /* The hot functions are most of the time, as they should be; not
+         * under TSan, which holds the signal until an interceptor of its
+         * own, so the leaves are TSan's (see builders.cmake). */
+        if (!tu_tsan_build())
+            ASSERT(pp[0] + pp[1] > 0.5);
         /* The rate line reads the requested 100 Hz, less what no sample
          * placed, whatever period the run drew. */
         Perftools__Profiles__Profile *prof = pbt_load(ppath);
