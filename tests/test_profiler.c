@@ -1283,6 +1283,103 @@ static void test_fork_with_waiter(void)
     ASSERT_EQ(inherited, 0);
 }
 
+/* Registers w by its tid, again and again: each try is a handshake that
+ * w, which blocks the signal, never answers, so the copier's request lock
+ * is held for the whole of it (5 x 200 ms a call), as the preload
+ * library's rescan holds it, outside the sampler lock. */
+typedef struct registrar {
+    pid_t tid;
+    atomic_int stop;
+    atomic_int calls;
+} registrar_t;
+
+static void *registrar_main(void *arg)
+{
+    registrar_t *r = arg;
+    while (!atomic_load(&r->stop)) {
+        snapprof_thread_t *tok = NULL;
+        if (snapprof_thread_register_tid(r->tid, &tok) == 0)
+            snapprof_thread_release(tok);
+        atomic_fetch_add(&r->calls, 1);
+    }
+    return NULL;
+}
+
+/* In a child of fork(): a handshake profile of this thread, which needs
+ * the stack copier's request lock at every tick; exits 0 once it has
+ * samples and is stopped. */
+static void fork_child_handshakes(void)
+{
+    snapprof_thread_t *me;
+    if (snapprof_thread_register(&me) != 0)
+        _exit(3);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *q =
+        make_with(&me, 1, 1000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_HANDSHAKE, &c);
+    if (snapprof_profiler_start(q) != 0)
+        _exit(4);
+    snapprof_stats_t st = {0};
+    uint64_t deadline = tu_mono_ns() + 20000000000u;
+    volatile uint64_t x = 1;
+    while (st.samples < 3 && tu_mono_ns() < deadline) {
+        busy_leaf(&x);
+        snapprof_profiler_get_stats(q, &st);
+    }
+    int rc = st.samples >= 3 ? 0 : 5;
+    snapprof_profiler_stop(q);
+    snapprof_profiler_destroy(q);
+    snapprof_thread_release(me);
+    _exit(rc);
+}
+
+/* A fork() taken while another thread is in a handshake (a registration
+ * by tid that waits for its answer): the child inherited the copier's
+ * request lock held by a thread that does not exist there, and its first
+ * handshake waited for it for ever, the sampler lock held, so that its
+ * get_stats() and stop() hung too. Every fork here lands in a handshake
+ * (the registrar holds the lock nearly all the time); each child must
+ * profile itself by handshake and exit 0. */
+static void test_fork_during_handshake(void)
+{
+    tu_skip_under_tsan("TSan cannot start threads in the child of a multi-threaded fork()");
+    target_t w = {0};
+    start_target(&w, BLOCK_SIGNAL);
+    registrar_t r = {.tid = w.tid};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, registrar_main, &r), 0);
+    int in_flight = 0, forks = 12;
+    for (int i = 0; i < forks; i++) {
+        /* Let the registrar's next try begin: it sends its signal at
+         * once, then waits 200 ms for the answer. */
+        usleep(20000);
+        in_flight += snapprof__stack_copier_pending_tid() == w.tid;
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0)
+            fork_child_handshakes();
+        int status = 0;
+        uint64_t deadline = tu_mono_ns() + 30000000000u;
+        pid_t got;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && tu_mono_ns() < deadline)
+            usleep(2000);
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            TEST_FAIL("fork %d: the child hung (%d of %d forks so far in a handshake)", i,
+                      in_flight, i + 1);
+        }
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(th, NULL);
+    printf("%d forks, %d with a handshake seen pending just before, %d registrations\n", forks,
+           in_flight, atomic_load(&r.calls));
+    /* Not vacuous: most forks came while the lock was held. */
+    ASSERT_GE(in_flight, forks / 2);
+    stop_target(&w);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1482,6 +1579,7 @@ int main(int argc, char **argv)
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},
         {"fork_with_waiter", test_fork_with_waiter},
+        {"fork_during_handshake", test_fork_during_handshake},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
         {"stats_size", test_stats_size},
