@@ -3,6 +3,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "module_cache/module_cache.h"
 #include "sampling_thread/profiler_internal.h"
 #include "stack_copier/stack_copier.h"
 
@@ -1380,6 +1381,87 @@ static void test_fork_during_handshake(void)
     stop_target(&w);
 }
 
+/* Two threads that hold the module cache's and the symbol tables' locks
+ * much of the time, as builders symbolizing a profile do. */
+typedef struct cache_user {
+    int symbols;
+    atomic_int stop;
+    atomic_int calls;
+} cache_user_t;
+
+static int lookup_here(void)
+{
+    const snapprof_module_t *m = snapprof_module_find((uintptr_t)busy_leaf);
+    snapprof_symbol_t sym;
+    return m ? snapprof__symbols_lookup(m, (uintptr_t)busy_leaf + 1, &sym, 1) : -1;
+}
+
+static void *cache_user_main(void *arg)
+{
+    cache_user_t *u = arg;
+    while (!atomic_load(&u->stop)) {
+        if (u->symbols)
+            lookup_here();
+        else
+            snapprof__module_cache_refresh();
+        atomic_fetch_add(&u->calls, 1);
+    }
+    return NULL;
+}
+
+/* A fork() taken while another thread holds the module cache's lock or
+ * the symbol tables' lock: the child inherited it held by a thread that
+ * is not there, and its first lookup (the sampling thread's, at its first
+ * drain) waited for ever. The child must look up a module and a symbol
+ * and exit; its exit code says which of the two it found held (and
+ * started afresh), so that the forks are seen to hit the window. */
+static void test_fork_during_module_cache(void)
+{
+    tu_skip_under_tsan("TSan reports the parent's threads as leaked in a fork() child");
+    ASSERT_GE(lookup_here(), 1); /* the tables are loaded: lookups are short */
+    cache_user_t users[2] = {{.symbols = 0}, {.symbols = 1}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, cache_user_main, &users[i]), 0);
+    int forks = 100, mod_held = 0, sym_held = 0;
+    for (int i = 0; i < forks; i++) {
+        usleep(1000);
+        unsigned mod0 = snapprof__module_cache_fork_resets();
+        unsigned sym0 = snapprof__symbols_fork_resets();
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            int ok = snapprof__module_cache_refresh() == 0 && lookup_here() >= 1;
+            _exit(!ok ? 16
+                      : (snapprof__module_cache_fork_resets() != mod0) |
+                            (snapprof__symbols_fork_resets() != sym0) << 1);
+        }
+        int status = 0;
+        uint64_t deadline = tu_mono_ns() + 30000000000u;
+        pid_t got;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && tu_mono_ns() < deadline)
+            usleep(1000);
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            TEST_FAIL("fork %d: the child hung on a lock held at the fork", i);
+        }
+        ASSERT(WIFEXITED(status));
+        ASSERT_LT(WEXITSTATUS(status), 4);
+        mod_held += WEXITSTATUS(status) & 1;
+        sym_held += (WEXITSTATUS(status) >> 1) & 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&users[i].stop, 1);
+        pthread_join(th[i], NULL);
+    }
+    printf("%d forks: the module cache's lock held at %d, the symbols' at %d\n", forks, mod_held,
+           sym_held);
+    /* Not vacuous: the window was hit for both locks. */
+    ASSERT_GE(mod_held, 1);
+    ASSERT_GE(sym_held, 1);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1580,6 +1662,7 @@ int main(int argc, char **argv)
         {"start_in_fork_child", test_start_in_fork_child},
         {"fork_with_waiter", test_fork_with_waiter},
         {"fork_during_handshake", test_fork_during_handshake},
+        {"fork_during_module_cache", test_fork_during_module_cache},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
         {"stats_size", test_stats_size},
