@@ -300,6 +300,18 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         if (t->thread == thread) {
+            if (p->handed_over) {
+                /* The profile is complete, or its builders are completing
+                 * it right now without the lock: everything of this thread
+                 * up to the profile's end has been delivered, and what its
+                 * clock says since is not the profile's. Nothing more goes
+                 * to the builders (xOnSample inside xOnProfileCompleted
+                 * would break their one-callback-at-a-time promise). */
+                target_free(p, t);
+                p->targets[i] = p->targets[--p->target_count];
+                rc = 0;
+                break;
+            }
             /* Its captures so far are delivered, and none can come after
              * the disarm: only then may its record go. (A thread never
              * armed has none; one disarmed since may still have some.) */
@@ -610,6 +622,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     drain_app_frames(p);
     snapprof__event_reader_close(&p->events);
     snapshot_stats(p, &stats);
+    p->handed_over = 1;
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
     int result = complete_builders(p, &info);

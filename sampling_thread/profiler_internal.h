@@ -75,6 +75,11 @@ struct snapprof_profiler {
     size_t builder_count;
 
     int state;
+    /* Completion has delivered the last samples and calls the builders'
+     * xOnProfileCompleted without the lock: nothing may reach a builder
+     * from then on (a builder's callbacks never run concurrently, and none
+     * comes after its completion). Set under the lock, never cleared. */
+    int handed_over;
     int result; /* of completion */
     pid_t pid;  /* ours, read at start (getpid() is a system call) */
     uint64_t start_mono, start_real, end_mono;

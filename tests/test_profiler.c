@@ -1462,6 +1462,123 @@ static void test_fork_during_module_cache(void)
     ASSERT_GE(sym_held, 1);
 }
 
+/* A builder that checks its callbacks never overlap: each sets a flag
+ * while it runs, and counts the calls that found it set. Its completion
+ * lasts a while, as writing a file does, and says when it started. */
+typedef struct overlap_builder {
+    atomic_int in_callback;
+    atomic_int overlaps;
+    atomic_int completing; /* set in xOnProfileCompleted, and left set */
+    atomic_int after_done; /* xOnSample calls after xOnProfileCompleted */
+    atomic_int completed;
+    atomic_int samples;
+} overlap_builder_t;
+
+static int overlap_enter(overlap_builder_t *b)
+{
+    if (atomic_exchange(&b->in_callback, 1))
+        atomic_fetch_add(&b->overlaps, 1);
+    return 0;
+}
+
+static int overlap_on_sample(void *user_data, const snapprof_sample_t *s)
+{
+    (void)s;
+    overlap_builder_t *b = user_data;
+    overlap_enter(b);
+    if (atomic_load(&b->completed))
+        atomic_fetch_add(&b->after_done, 1);
+    atomic_fetch_add(&b->samples, 1);
+    atomic_store(&b->in_callback, 0);
+    return 0;
+}
+
+static int overlap_on_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    (void)info;
+    overlap_builder_t *b = user_data;
+    overlap_enter(b);
+    atomic_store(&b->completing, 1);
+    usleep(30000);
+    atomic_store(&b->completed, 1);
+    atomic_store(&b->in_callback, 0);
+    return 0;
+}
+
+static const snapprof_builder_ops_t overlap_ops = {
+    .version = 1,
+    .xOnSample = overlap_on_sample,
+    .xOnProfileCompleted = overlap_on_completed,
+};
+
+typedef struct leaver {
+    pthread_t th;
+    snapprof_profiler_t *p;
+    overlap_builder_t *b;
+    snapprof_thread_t *token;
+    atomic_int ready;
+    atomic_int removed_completing; /* its removal came while completing */
+} leaver_t;
+
+/* Runs until the profile completes, then leaves it, as a thread under the
+ * preload library leaves when it exits. */
+static void *leaver_main(void *arg)
+{
+    leaver_t *l = arg;
+    ASSERT_OK(snapprof_thread_register(&l->token));
+    ASSERT_OK(snapprof_profiler_add_thread(l->p, l->token));
+    atomic_store(&l->ready, 1);
+    volatile uint64_t x = 1;
+    while (!atomic_load(&l->b->completing))
+        busy_leaf(&x);
+    busy_leaf(&x); /* CPU time after the profile's end */
+    ASSERT_OK(snapprof_profiler_remove_thread(l->p, l->token));
+    atomic_store(&l->removed_completing, !atomic_load(&l->b->completed));
+    snapprof_thread_release(l->token);
+    return NULL;
+}
+
+/* Threads that leave while stop() completes the profile: their removal
+ * delivered their last CPU time to the builders as they ran their
+ * xOnProfileCompleted without the lock (remove_thread did not look at the
+ * profiler's state), so a builder's callbacks overlapped. No sample may
+ * reach a builder once its completion has begun. */
+static void test_remove_while_completing(void)
+{
+    int rounds = 10, during = 0;
+    for (int r = 0; r < rounds; r++) {
+        overlap_builder_t ob = {0};
+        snapprof_builder_t *b;
+        ASSERT_OK(snapprof_builder_create(&overlap_ops, &ob, &b));
+        snapprof_profiler_t *p = make(NULL, 0, 1000000u, SNAPPROF_MODE_CPU, NULL);
+        ASSERT_OK(snapprof_profiler_add_builder(p, b));
+        ASSERT_OK(snapprof_profiler_start(p));
+        leaver_t l[6];
+        memset(l, 0, sizeof l);
+        for (int i = 0; i < 6; i++) {
+            l[i].p = p;
+            l[i].b = &ob;
+            ASSERT_EQ(pthread_create(&l[i].th, NULL, leaver_main, &l[i]), 0);
+            while (!atomic_load(&l[i].ready))
+                usleep(1000);
+        }
+        wait_ticks(p, 3);
+        ASSERT_OK(snapprof_profiler_stop(p));
+        for (int i = 0; i < 6; i++) {
+            pthread_join(l[i].th, NULL);
+            during += atomic_load(&l[i].removed_completing);
+        }
+        int overlaps = atomic_load(&ob.overlaps), after_done = atomic_load(&ob.after_done);
+        int samples = atomic_load(&ob.samples);
+        ASSERT_EQ(overlaps, 0);
+        ASSERT_EQ(after_done, 0);
+        ASSERT_GT(samples, 0);
+        snapprof_profiler_destroy(p);
+    }
+    printf("%d threads removed, %d of them while the profile completed\n", rounds * 6, during);
+    ASSERT_GE(during, rounds * 6 / 2); /* not vacuous */
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1662,6 +1779,7 @@ int main(int argc, char **argv)
         {"start_in_fork_child", test_start_in_fork_child},
         {"fork_with_waiter", test_fork_with_waiter},
         {"fork_during_handshake", test_fork_during_handshake},
+        {"remove_while_completing", test_remove_while_completing},
         {"fork_during_module_cache", test_fork_during_module_cache},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
