@@ -152,6 +152,7 @@ static void deliver_unarmed(snapprof_profiler_t *p);
 static uint64_t target_unsampled_ns(const snapprof__target_t *t);
 static void clock_at_end(snapprof__target_t *t, int read_live);
 static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
+static void retire_removed(snapprof_profiler_t *p);
 
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -236,7 +237,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     int rc = 0;
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++)
-        if (p->targets[i]->thread == thread)
+        if (p->targets[i]->thread == thread && !p->targets[i]->removed)
             goto out; /* already sampled */
     if (p->target_count == p->target_cap) {
         size_t cap = p->target_cap ? p->target_cap * 2 : 4;
@@ -299,7 +300,7 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
-        if (t->thread == thread) {
+        if (t->thread == thread && !t->removed) {
             if (p->handed_over) {
                 /* The profile is complete, or its builders are completing
                  * it right now without the lock: everything of this thread
@@ -309,6 +310,24 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
                  * would break their one-callback-at-a-time promise). */
                 target_free(p, t);
                 p->targets[i] = p->targets[--p->target_count];
+                rc = 0;
+                break;
+            }
+            if (p->state == PROFILER_RUNNING && p->pool_ready && !t->arm_pending &&
+                !t->never_armed) {
+                /* Its captures wait in the slots with everyone else's:
+                 * delivering them here would unwind every slot on the
+                 * caller's thread (under the preload library, an exiting
+                 * thread of the program). The caller only stops its
+                 * trigger and reads its clock; the sampling thread's next
+                 * full drain delivers what it left and frees it. */
+                disarm(p, t);
+                clock_at_end(t, 1); /* its CPU time up to now counts */
+                t->dead = 1;        /* no tick looks at it again */
+                t->removed = 1;
+                if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+                    p->handshake_count--;
+                p->removed_count++;
                 rc = 0;
                 break;
             }
@@ -618,6 +637,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
         settle_pending(t);
         deliver_remainder(p, t);
     }
+    retire_removed(p);
     deliver_unarmed(p);
     drain_app_frames(p);
     snapprof__event_reader_close(&p->events);
@@ -791,6 +811,26 @@ static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t)
     if (unsampled > t->remainder_ns)
         p->unarmed_ns += unsampled - t->remainder_ns;
     t->remainder_ns = unsampled;
+}
+
+/* Frees the targets removed since the last full drain, which delivered
+ * their last captures: their CPU time that no sample placed goes out as
+ * their remainder first. Only after a drain that left no slot behind.
+ * Lock held. */
+static void retire_removed(snapprof_profiler_t *p)
+{
+    for (size_t i = 0; p->removed_count > 0 && i < p->target_count;) {
+        snapprof__target_t *t = p->targets[i];
+        if (!t->removed) {
+            i++;
+            continue;
+        }
+        deliver_remainder(p, t);
+        p->cpu_removed_ns += target_cpu_ns(t);
+        target_free(p, t);
+        p->targets[i] = p->targets[--p->target_count];
+        p->removed_count--;
+    }
 }
 
 /* Stops t's trigger, keeping the CPU time it counted. Lock held. */
@@ -1677,6 +1717,8 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
     int stopped = drain_some(p, 1);
+    if (!stopped)
+        retire_removed(p);
     if (p->armed_count > 0)
         p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
@@ -1793,6 +1835,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     if (p->state == PROFILER_RUNNING) {
         /* The captures so far and the CPU time no sample placed so far. */
         drain(p);
+        retire_removed(p);
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];
             if (!t->dead)

@@ -21,12 +21,16 @@ enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLET
 
 typedef struct snapprof__target {
     struct snapprof_thread *thread;
-    uint64_t cpu_start;             /* its CPU clock when it joined a running profile */
-    uint64_t cpu_after;             /* its CPU clock read after its previous sample */
-    uint64_t cpu_at_sample;         /* its CPU clock in the handler at its previous sample */
-    uint64_t cpu_last;              /* its CPU clock when the sampler last read it */
-    int sampled;                    /* it has been sampled through the signal once */
-    int dead;                       /* exited or recycled: no more attempts */
+    uint64_t cpu_start;     /* its CPU clock when it joined a running profile */
+    uint64_t cpu_after;     /* its CPU clock read after its previous sample */
+    uint64_t cpu_at_sample; /* its CPU clock in the handler at its previous sample */
+    uint64_t cpu_last;      /* its CPU clock when the sampler last read it */
+    int sampled;            /* it has been sampled through the signal once */
+    int dead;               /* exited or recycled: no more attempts */
+    /* Removed while the profile runs: disarmed, its clock read, waiting
+     * for the sampling thread's next full drain to deliver its last
+     * captures and free it (retire_removed()). */
+    int removed;
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
     size_t prev_count;
@@ -101,6 +105,7 @@ struct snapprof_profiler {
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
+    size_t removed_count;    /* targets with removed set, still in targets[] */
     snapprof__hist_t pause, roundtrip, unwind;
 
     uint8_t *buffer; /* stack copies, mmap'd */

@@ -1579,6 +1579,85 @@ static void test_remove_while_completing(void)
     ASSERT_GE(during, rounds * 6 / 2); /* not vacuous */
 }
 
+/* Samples delivered on a thread while it was in remove_thread(), and
+ * those of the threads that left. */
+static __thread int tls_removing;
+static atomic_int g_on_remover, g_of_leavers;
+static _Atomic pid_t g_leaver_tids[8];
+
+static int remover_on_sample(void *user_data, const snapprof_sample_t *s)
+{
+    (void)user_data;
+    if (tls_removing)
+        atomic_fetch_add(&g_on_remover, 1);
+    for (int i = 0; i < 8; i++)
+        if (s->tid != 0 && s->tid == atomic_load(&g_leaver_tids[i]))
+            atomic_fetch_add(&g_of_leavers, 1);
+    return 0;
+}
+
+static const snapprof_builder_ops_t remover_ops = {.version = 1, .xOnSample = remover_on_sample};
+
+typedef struct self_remover {
+    pthread_t th;
+    snapprof_profiler_t *p;
+    int index;
+} self_remover_t;
+
+static void *self_remover_main(void *arg)
+{
+    self_remover_t *r = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    atomic_store(&g_leaver_tids[r->index], snapprof_thread_tid(me));
+    ASSERT_OK(snapprof_profiler_add_thread(r->p, me));
+    tu_burn_cpu_ns(30000000u);
+    tls_removing = 1;
+    ASSERT_OK(snapprof_profiler_remove_thread(r->p, me));
+    tls_removing = 0;
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+/* A thread leaving a running profile (under the preload library, every
+ * thread that exits) drained every capture slot, unwinding the other
+ * threads' stacks and calling the builders on its own time. It now only
+ * stops its trigger; the sampling thread delivers what it left. Its
+ * samples still reach the profile. */
+static void test_remove_on_sampling_thread(void)
+{
+    tu_need_perf_event();
+    atomic_store(&g_on_remover, 0);
+    atomic_store(&g_of_leavers, 0);
+    target_t busy[2] = {{0}, {0}};
+    start_target(&busy[0], BUSY);
+    start_target(&busy[1], BUSY);
+    snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&remover_ops, NULL, &b));
+    snapprof_profiler_t *p = make(tokens, 2, 200000u, SNAPPROF_MODE_CPU, NULL);
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 3);
+    self_remover_t r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (self_remover_t){.p = p, .index = i};
+        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_remover_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(r[i].th, NULL);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    int on_remover = atomic_load(&g_on_remover), of_leavers = atomic_load(&g_of_leavers);
+    printf("8 threads left: %d samples delivered on their threads in remove_thread, %d of "
+           "theirs in the profile\n",
+           on_remover, of_leavers);
+    ASSERT_EQ(on_remover, 0);
+    ASSERT_GE(of_leavers, 8); /* at least each one's remainder */
+    snapprof_profiler_destroy(p);
+    stop_target(&busy[0]);
+    stop_target(&busy[1]);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1780,6 +1859,7 @@ int main(int argc, char **argv)
         {"fork_with_waiter", test_fork_with_waiter},
         {"fork_during_handshake", test_fork_during_handshake},
         {"remove_while_completing", test_remove_while_completing},
+        {"remove_on_sampling_thread", test_remove_on_sampling_thread},
         {"fork_during_module_cache", test_fork_during_module_cache},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
