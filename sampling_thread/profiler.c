@@ -1350,6 +1350,20 @@ void snapprof__profiler_drain(snapprof_profiler_t *p)
     drain(p);
 }
 
+int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,
+                                       const struct snapprof_thread *thread)
+{
+    if (!p->pool_ready || atomic_load_explicit(&p->pool.full, memory_order_relaxed) == 0)
+        return 0;
+    for (size_t i = 0; i < p->pool.slot_count; i++) {
+        const snapprof__capture_slot_t *slot = &p->pool.slots[i];
+        if (atomic_load_explicit(&slot->state, memory_order_acquire) == SNAPPROF__SLOT_FULL &&
+            slot->target->thread == thread)
+            return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* One tick                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1868,9 +1882,13 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     /* Samples read the name on the sampling thread under the sampler lock,
      * so writing it under the same lock never tears a name in flight. The
      * captures already taken (a thread renaming itself has finished all of
-     * its own) are delivered first, under the name they were taken with. */
+     * its own) are delivered first, under the name they were taken with:
+     * by the sampling thread, while this one waits (it unwinds every slot,
+     * which is no work for the program's thread), and only when there are
+     * such captures (a thread naming itself as it starts has none). */
     snapprof__sampler_lock();
-    snapprof__sampler_drain_active();
+    if (snapprof__sampler_active_have_captures_of(thread))
+        snapprof__sampler_drain_active_handoff();
     size_t n = strnlen(name, sizeof thread->name - 1);
     memcpy(thread->name, name, n);
     thread->name[n] = '\0';

@@ -157,6 +157,19 @@ void snapprof__sampler_kick(void);
 void snapprof__sampler_drain_active(void);
 /* Delivers what p's capture slots hold now (profiler.c). Lock held. */
 void snapprof__profiler_drain(snapprof_profiler_t *p);
+/* Whether p's capture slots hold a capture of thread not yet delivered.
+ * Lock held. */
+int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,
+                                       const struct snapprof_thread *thread);
+/* Whether any running profiler's slots hold a capture of thread. Lock
+ * held. */
+int snapprof__sampler_active_have_captures_of(const struct snapprof_thread *thread);
+/* snapprof__sampler_drain_active(), done by the sampling thread: the caller
+ * (lock held) waits for it, at most 100 ms, then drains itself. The lock
+ * is let go while it waits. */
+void snapprof__sampler_drain_active_handoff(void);
+/* How many of those timed out and drained on the caller (a test seam). */
+unsigned snapprof__sampler_handoff_fallbacks(void);
 
 /* Profiler (profiler.c), called by the sampling thread with the lock held:
  * drains its capture slots and samples every handshake target whose tick

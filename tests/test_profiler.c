@@ -1658,6 +1658,64 @@ static void test_remove_on_sampling_thread(void)
     stop_target(&busy[1]);
 }
 
+static void *self_renamer_main(void *arg)
+{
+    self_remover_t *r = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    atomic_store(&g_leaver_tids[r->index], snapprof_thread_tid(me));
+    ASSERT_OK(snapprof_profiler_add_thread(r->p, me));
+    tu_burn_cpu_ns(30000000u);
+    tls_removing = 1;
+    ASSERT_OK(snapprof_thread_update_name(me, "renamed"));
+    tls_removing = 0;
+    tu_burn_cpu_ns(5000000u);
+    ASSERT_OK(snapprof_profiler_remove_thread(r->p, me));
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+/* A thread renaming itself (the preload library's pthread_setname_np)
+ * drained every capture slot on its own time so that its captures so far
+ * kept the old name. The sampling thread does that drain now, while the
+ * renaming thread waits. */
+static void test_rename_on_sampling_thread(void)
+{
+    tu_need_perf_event();
+    atomic_store(&g_on_remover, 0);
+    atomic_store(&g_of_leavers, 0);
+    target_t busy[2] = {{0}, {0}};
+    start_target(&busy[0], BUSY);
+    start_target(&busy[1], BUSY);
+    snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&remover_ops, NULL, &b));
+    snapprof_profiler_t *p = make(tokens, 2, 200000u, SNAPPROF_MODE_CPU, NULL);
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 3);
+    unsigned fallbacks0 = snapprof__sampler_handoff_fallbacks();
+    self_remover_t r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (self_remover_t){.p = p, .index = i};
+        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_renamer_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(r[i].th, NULL);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    int on_renamer = atomic_load(&g_on_remover), of_renamers = atomic_load(&g_of_leavers);
+    unsigned fallbacks = snapprof__sampler_handoff_fallbacks() - fallbacks0;
+    printf("8 threads renamed themselves: %d samples delivered on their threads in "
+           "update_name, %u hand-offs timed out, %d of their samples in the profile\n",
+           on_renamer, fallbacks, of_renamers);
+    if (fallbacks == 0) /* a stalled sampling thread makes the caller drain */
+        ASSERT_EQ(on_renamer, 0);
+    ASSERT_GE(of_renamers, 8);
+    snapprof_profiler_destroy(p);
+    stop_target(&busy[0]);
+    stop_target(&busy[1]);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1860,6 +1918,7 @@ int main(int argc, char **argv)
         {"fork_during_handshake", test_fork_during_handshake},
         {"remove_while_completing", test_remove_while_completing},
         {"remove_on_sampling_thread", test_remove_on_sampling_thread},
+        {"rename_on_sampling_thread", test_rename_on_sampling_thread},
         {"fork_during_module_cache", test_fork_during_module_cache},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
