@@ -32,6 +32,13 @@ int snapprof__module_cache_refresh(void);
  * errno. */
 int snapprof__module_cache_update(void);
 
+/* How many children of fork() found the cache's lock held by a thread that
+ * did not come along, and so started the cache afresh (a test seam). */
+unsigned snapprof__module_cache_fork_resets(void);
+
+/* The same for the symbol tables (symbols_elf.c). */
+unsigned snapprof__symbols_fork_resets(void);
+
 /* snapprof_module_find() for a frame of a stack copied at when_ns
  * (CLOCK_MONOTONIC, 0 = now): JIT regions registered through <snapprof/jit.h>
  * come first (as of that time, see jit_regions.h), then loaded objects, then

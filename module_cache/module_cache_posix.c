@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,8 +120,110 @@ static uint64_t g_last_probe_ns; /* when the loader's counters were last read */
 static const char **g_strings;
 static size_t g_strings_cap, g_strings_n;
 
+/* How many fork children started the cache afresh (a test seam). */
+static atomic_uint g_fork_resets;
+
+unsigned snapprof__module_cache_fork_resets(void)
+{
+    return atomic_load(&g_fork_resets);
+}
+
+/* The loader's lock across fork(). glibc (2.36) does not reset its
+ * dl_load_write_lock in a fork child: a child forked while one of our
+ * threads was inside dl_iterate_phdr() inherits that lock held, and its
+ * own first refresh waits for it for ever (seen in
+ * profiler_fork_during_module_cache once g_lock itself was fixed). So our
+ * calls into the loader go through g_dl_gate, which fork() holds: the
+ * prepare handler waits for the call in progress (microseconds; it needs
+ * only the loader's lock, which a forking thread never holds in its
+ * prepare handlers) and keeps the next one out until the fork is done.
+ *
+ * Callers only try the gate, never wait for it: they hold g_lock and may
+ * hold the sampler lock, which the forking thread may wait for after the
+ * gate (prepare handlers run in an order no one here controls). One that
+ * finds the gate closed does without the loader this once: a refresh
+ * fails (the modules known so far stay) and a probe says "no change"
+ * without noting the time, so the next call asks again. Threads that call
+ * the loader themselves (the program's own, libunwind's) are not gated:
+ * the preload library checks the loader in a child before profiling it. */
+static pthread_mutex_t g_dl_gate = PTHREAD_MUTEX_INITIALIZER;
+static int g_dl_gate_held; /* by the forking thread, between prepare and parent */
+
+static void dl_gate_prepare(void)
+{
+    /* Bounded, for a fork() from a signal handler that interrupted our own
+     * call into the loader on the same thread. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    g_dl_gate_held = pthread_mutex_timedlock(&g_dl_gate, &ts) == 0;
+}
+
+static void dl_gate_parent(void)
+{
+    if (g_dl_gate_held)
+        pthread_mutex_unlock(&g_dl_gate);
+}
+
+static void dl_gate_child(void)
+{
+    pthread_mutex_init(&g_dl_gate, NULL);
+}
+
+/* dl_iterate_phdr() through the gate; 0 without calling it when a fork()
+ * is in progress. */
+static int gated_dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+{
+    if (pthread_mutex_trylock(&g_dl_gate) != 0)
+        return 0;
+    dl_iterate_phdr(cb, data);
+    pthread_mutex_unlock(&g_dl_gate);
+    return 1;
+}
+
+/* The child of a fork() has one thread. When another held g_lock at the
+ * fork (a builder symbolizing its profile, a tick's update: they take it
+ * outside the sampler lock, or inside it on the sampling thread, which is
+ * not in the child either), the lock would stay held for good and the
+ * state it guards may be half-changed. The child then starts the cache
+ * afresh: a new lock, and nothing known, so that the next call reads the
+ * modules again. What the old state holds is left allocated, not freed:
+ * it may be inconsistent, and profilers inherited from the parent keep
+ * pointers to its entries (modules live as long as the process).
+ *
+ * A prepare handler that held g_lock across fork() would keep the state
+ * whole, but the order in which pthread_atfork() runs prepare handlers is
+ * the reverse of their registration, which no one controls: ours before
+ * the sampler's would hold g_lock and wait for the sampler lock, while the
+ * sampling thread holds that and waits for g_lock (drain() updates the
+ * cache under the sampler lock). A deadlock in the parent is worse than a
+ * refresh in the child. */
+static void fork_child(void)
+{
+    if (pthread_mutex_trylock(&g_lock) == 0) {
+        pthread_mutex_unlock(&g_lock); /* free at the fork: the state is whole */
+        return;
+    }
+    pthread_mutex_init(&g_lock, NULL);
+    memset(&g_arena, 0, sizeof g_arena);
+    g_loaded = NULL;
+    g_nloaded = 0;
+    g_all_head = g_all_tail = NULL;
+    g_nall = 0;
+    g_main = NULL;
+    g_generation++;
+    g_refreshed = 0;
+    g_dl_adds = g_dl_subs = 0;
+    g_last_scan_ns = g_last_probe_ns = 0;
+    g_strings = NULL;
+    g_strings_cap = g_strings_n = 0;
+    atomic_fetch_add(&g_fork_resets, 1);
+}
+
 static void init_once(void)
 {
+    pthread_atfork(dl_gate_prepare, dl_gate_parent, dl_gate_child);
+    pthread_atfork(NULL, NULL, fork_child);
     long ps = sysconf(_SC_PAGESIZE);
     g_page_size = ps > 0 ? (uintptr_t)ps : 4096;
     g_vdso_ehdr = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
@@ -427,7 +530,8 @@ static int add_map_candidate(candidate_vec_t *cv, const map_line_t *m, uintptr_t
 static int collect(candidate_vec_t *cv, int *maps_ok)
 {
     dl_ctx_t ctx = {.cv = cv};
-    dl_iterate_phdr(collect_cb, &ctx);
+    if (!gated_dl_iterate_phdr(collect_cb, &ctx))
+        return -EAGAIN; /* a fork() in progress */
     if (ctx.err != 0)
         return ctx.err;
     if (ctx.have_counts) {
@@ -654,7 +758,8 @@ static int probe_cb(struct dl_phdr_info *info, size_t size, void *arg)
 static int dl_changed_locked(void)
 {
     unsigned long long counts[3] = {0, 0, 0};
-    dl_iterate_phdr(probe_cb, counts);
+    if (!gated_dl_iterate_phdr(probe_cb, counts))
+        return 0; /* a fork() in progress: ask next time */
     g_last_probe_ns = snapprof__monotonic_ns();
     return !counts[2] || counts[0] != g_dl_adds || counts[1] != g_dl_subs;
 }

@@ -18,6 +18,7 @@
 #include <link.h>
 #include <libelf.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +76,19 @@ static int g_elf_ok; /* elf_version() accepted our version */
 static snapprof__arena_t g_sym_arena;
 static symtab_t *g_buckets[SYMTAB_BUCKETS];
 
+static atomic_uint g_fork_resets;
+
+unsigned snapprof__symbols_fork_resets(void)
+{
+    return atomic_load(&g_fork_resets);
+}
+
+static void sym_fork_child(void);
+
 static void sym_init_once(void)
 {
     g_elf_ok = elf_version(EV_CURRENT) != EV_NONE;
+    pthread_atfork(NULL, NULL, sym_fork_child);
 }
 
 /* FNV-1a over path, a 0xff separator and build_id, from the module
@@ -438,6 +449,31 @@ typedef struct demangled {
 static demangled_t *g_demangled;
 static size_t g_demangled_cap, g_demangled_n;
 
+/* The child of a fork() has one thread. When another held g_sym_lock at
+ * the fork (a builder symbolizing its profile: it can take a while for a
+ * large library's DWARF), the lock would stay held for good and the tables
+ * may be half-made. The child then forgets every table: a new lock, empty
+ * buckets, the demangled names forgotten; what they held stays allocated
+ * (the parent's profiles, inherited, may point into it) and the child loads
+ * what it asks for again. Not held across fork() by a prepare handler: a
+ * fork() would wait for the slowest table load, and that handler's place
+ * in the order of prepare handlers (the reverse of their registration)
+ * could not be fixed relative to the sampler lock's (see
+ * module_cache_posix.c). */
+static void sym_fork_child(void)
+{
+    if (pthread_mutex_trylock(&g_sym_lock) == 0) {
+        pthread_mutex_unlock(&g_sym_lock);
+        return;
+    }
+    pthread_mutex_init(&g_sym_lock, NULL);
+    memset(&g_sym_arena, 0, sizeof g_sym_arena);
+    memset(g_buckets, 0, sizeof g_buckets);
+    g_demangled = NULL;
+    g_demangled_cap = g_demangled_n = 0;
+    atomic_fetch_add(&g_fork_resets, 1);
+}
+
 /* The display name of raw: demangled when it is an Itanium C++ name
  * ("_Z..."), else raw itself. Never NULL. */
 static const char *display_name(const char *raw)
@@ -584,6 +620,7 @@ Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id)
 
 int snapprof__symbols_set_debug_dirs(const char *dirs)
 {
+    pthread_once(&g_sym_once, sym_init_once);
     pthread_mutex_lock(&g_sym_lock);
     snapprof__dwarf_set_debug_dirs(dirs);
     pthread_mutex_unlock(&g_sym_lock);

@@ -153,6 +153,7 @@ static void deliver_unarmed(snapprof_profiler_t *p);
 static uint64_t target_unsampled_ns(const snapprof__target_t *t);
 static void clock_at_end(snapprof__target_t *t, int read_live);
 static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
+static void retire_removed(snapprof_profiler_t *p);
 
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -235,7 +236,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
     int rc = 0;
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++)
-        if (p->targets[i]->thread == thread)
+        if (p->targets[i]->thread == thread && !p->targets[i]->removed)
             goto out; /* already sampled */
     if (p->target_count == p->target_cap) {
         size_t cap = p->target_cap ? p->target_cap * 2 : 4;
@@ -296,7 +297,37 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
-        if (t->thread == thread) {
+        if (t->thread == thread && !t->removed) {
+            if (p->handed_over) {
+                /* The profile is complete, or its builders are completing
+                 * it right now without the lock: everything of this thread
+                 * up to the profile's end has been delivered, and what its
+                 * clock says since is not the profile's. Nothing more goes
+                 * to the builders (xOnSample inside xOnProfileCompleted
+                 * would break their one-callback-at-a-time promise). */
+                target_free(p, t);
+                p->targets[i] = p->targets[--p->target_count];
+                rc = 0;
+                break;
+            }
+            if (p->state == PROFILER_RUNNING && p->pool_ready && !t->arm_pending &&
+                !t->never_armed) {
+                /* Its captures wait in the slots with everyone else's:
+                 * delivering them here would unwind every slot on the
+                 * caller's thread (under the preload library, an exiting
+                 * thread of the program). The caller only stops its
+                 * trigger and reads its clock; the sampling thread's next
+                 * full drain delivers what it left and frees it. */
+                disarm(p, t);
+                clock_at_end(t, 1); /* its CPU time up to now counts */
+                t->dead = 1;        /* no tick looks at it again */
+                t->removed = 1;
+                if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
+                    p->handshake_count--;
+                p->removed_count++;
+                rc = 0;
+                break;
+            }
             /* Its captures so far are delivered, and none can come after
              * the disarm: only then may its record go. (A thread never
              * armed has none; one disarmed since may still have some.) */
@@ -605,10 +636,12 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
         settle_pending(t);
         deliver_remainder(p, t);
     }
+    retire_removed(p);
     deliver_unarmed(p);
     drain_app_frames(p);
     snapprof__event_reader_close(&p->events);
     snapshot_stats(p, &stats);
+    p->handed_over = 1;
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
     int result = complete_builders(p, &info);
@@ -778,6 +811,26 @@ static void retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t)
     if (unsampled > t->remainder_ns)
         p->unarmed_ns += unsampled - t->remainder_ns;
     t->remainder_ns = unsampled;
+}
+
+/* Frees the targets removed since the last full drain, which delivered
+ * their last captures: their CPU time that no sample placed goes out as
+ * their remainder first. Only after a drain that left no slot behind.
+ * Lock held. */
+static void retire_removed(snapprof_profiler_t *p)
+{
+    for (size_t i = 0; p->removed_count > 0 && i < p->target_count;) {
+        snapprof__target_t *t = p->targets[i];
+        if (!t->removed) {
+            i++;
+            continue;
+        }
+        deliver_remainder(p, t);
+        p->cpu_removed_ns += target_cpu_ns(t);
+        target_free(p, t);
+        p->targets[i] = p->targets[--p->target_count];
+        p->removed_count--;
+    }
 }
 
 /* Stops t's trigger, keeping the CPU time it counted. Lock held. */
@@ -1297,6 +1350,20 @@ void snapprof__profiler_drain(snapprof_profiler_t *p)
     drain(p);
 }
 
+int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,
+                                       const struct snapprof_thread *thread)
+{
+    if (!p->pool_ready || atomic_load_explicit(&p->pool.full, memory_order_relaxed) == 0)
+        return 0;
+    for (size_t i = 0; i < p->pool.slot_count; i++) {
+        const snapprof__capture_slot_t *slot = &p->pool.slots[i];
+        if (atomic_load_explicit(&slot->state, memory_order_acquire) == SNAPPROF__SLOT_FULL &&
+            slot->target->thread == thread)
+            return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* One tick                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1677,6 +1744,8 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
     int stopped = drain_some(p, 1);
+    if (!stopped)
+        retire_removed(p);
     if (p->armed_count > 0)
         p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
@@ -1793,6 +1862,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     if (p->state == PROFILER_RUNNING) {
         /* The captures so far and the CPU time no sample placed so far. */
         drain(p);
+        retire_removed(p);
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];
             if (!t->dead)
@@ -1825,9 +1895,13 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     /* Samples read the name on the sampling thread under the sampler lock,
      * so writing it under the same lock never tears a name in flight. The
      * captures already taken (a thread renaming itself has finished all of
-     * its own) are delivered first, under the name they were taken with. */
+     * its own) are delivered first, under the name they were taken with:
+     * by the sampling thread, while this one waits (it unwinds every slot,
+     * which is no work for the program's thread), and only when there are
+     * such captures (a thread naming itself as it starts has none). */
     snapprof__sampler_lock();
-    snapprof__sampler_drain_active();
+    if (snapprof__sampler_active_have_captures_of(thread))
+        snapprof__sampler_drain_active_handoff();
     size_t n = strnlen(name, sizeof thread->name - 1);
     memcpy(thread->name, name, n);
     thread->name[n] = '\0';

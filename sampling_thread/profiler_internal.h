@@ -21,12 +21,16 @@ enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLET
 
 typedef struct snapprof__target {
     struct snapprof_thread *thread;
-    uint64_t cpu_start;             /* its CPU clock when it joined a running profile */
-    uint64_t cpu_after;             /* its CPU clock read after its previous sample */
-    uint64_t cpu_at_sample;         /* its CPU clock in the handler at its previous sample */
-    uint64_t cpu_last;              /* its CPU clock when the sampler last read it */
-    int sampled;                    /* it has been sampled through the signal once */
-    int dead;                       /* exited or recycled: no more attempts */
+    uint64_t cpu_start;     /* its CPU clock when it joined a running profile */
+    uint64_t cpu_after;     /* its CPU clock read after its previous sample */
+    uint64_t cpu_at_sample; /* its CPU clock in the handler at its previous sample */
+    uint64_t cpu_last;      /* its CPU clock when the sampler last read it */
+    int sampled;            /* it has been sampled through the signal once */
+    int dead;               /* exited or recycled: no more attempts */
+    /* Removed while the profile runs: disarmed, its clock read, waiting
+     * for the sampling thread's next full drain to deliver its last
+     * captures and free it (retire_removed()). */
+    int removed;
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
     size_t prev_count;
@@ -73,6 +77,11 @@ struct snapprof_profiler {
     size_t builder_count;
 
     int state;
+    /* Completion has delivered the last samples and calls the builders'
+     * xOnProfileCompleted without the lock: nothing may reach a builder
+     * from then on (a builder's callbacks never run concurrently, and none
+     * comes after its completion). Set under the lock, never cleared. */
+    int handed_over;
     int result; /* of completion */
     pid_t pid;  /* ours, read at start (getpid() is a system call) */
     uint64_t start_mono, start_real, end_mono;
@@ -94,6 +103,7 @@ struct snapprof_profiler {
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
+    size_t removed_count;    /* targets with removed set, still in targets[] */
     snapprof__hist_t pause, roundtrip, unwind;
 
     uint8_t *buffer; /* stack copies, mmap'd */
@@ -145,6 +155,19 @@ void snapprof__sampler_kick(void);
 void snapprof__sampler_drain_active(void);
 /* Delivers what p's capture slots hold now (profiler.c). Lock held. */
 void snapprof__profiler_drain(snapprof_profiler_t *p);
+/* Whether p's capture slots hold a capture of thread not yet delivered.
+ * Lock held. */
+int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,
+                                       const struct snapprof_thread *thread);
+/* Whether any running profiler's slots hold a capture of thread. Lock
+ * held. */
+int snapprof__sampler_active_have_captures_of(const struct snapprof_thread *thread);
+/* snapprof__sampler_drain_active(), done by the sampling thread: the caller
+ * (lock held) waits for it, at most 100 ms, then drains itself. The lock
+ * is let go while it waits. */
+void snapprof__sampler_drain_active_handoff(void);
+/* How many of those timed out and drained on the caller (a test seam). */
+unsigned snapprof__sampler_handoff_fallbacks(void);
 
 /* Profiler (profiler.c), called by the sampling thread with the lock held:
  * drains its capture slots and samples every handshake target whose tick

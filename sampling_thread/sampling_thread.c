@@ -29,6 +29,11 @@ static _Atomic uint32_t g_api_waiting;
 /* Set while the sampling thread waits for them: only then does the last
  * one in wake it (one system call saved on every other call). */
 static atomic_int g_giving_way;
+/* Drains asked of the sampling thread (snapprof__sampler_drain_active_handoff)
+ * and done by it, under g_lock; g_drain_done is also a futex word. */
+static uint32_t g_drain_asked;
+static _Atomic uint32_t g_drain_done;
+static _Atomic pid_t g_sampler_tid; /* 0 until the sampling thread runs */
 
 uint32_t *snapprof__sampler_kick_word(void)
 {
@@ -71,6 +76,9 @@ static void fork_child(void)
 {
     g_active = NULL;
     g_thread_running = 0;
+    atomic_store(&g_sampler_tid, 0);
+    g_drain_asked = 0;
+    atomic_store(&g_drain_done, 0);
     /* The parent's threads that waited for the lock are not here: counted,
      * they would make a new sampling thread wait for them at every pass
      * (profiler_fork_with_waiter). */
@@ -114,6 +122,63 @@ void snapprof__sampler_drain_active(void)
 {
     for (snapprof_profiler_t *p = g_active; p; p = p->next_active)
         snapprof__profiler_drain(p);
+}
+
+int snapprof__sampler_active_have_captures_of(const struct snapprof_thread *thread)
+{
+    for (snapprof_profiler_t *p = g_active; p; p = p->next_active)
+        if (snapprof__profiler_has_captures_of(p, thread))
+            return 1;
+    return 0;
+}
+
+/* Delivers what the slots hold if a caller asked for it. Lock held. */
+static void serve_drain_asked(void)
+{
+    if (atomic_load(&g_drain_done) == g_drain_asked)
+        return;
+    snapprof__sampler_drain_active();
+    atomic_store(&g_drain_done, g_drain_asked);
+    syscall(SYS_futex, &g_drain_done, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+#define HANDOFF_WAIT_NS 100000000u
+
+/* Hand-offs that timed out and drained on the caller (a test seam). */
+static atomic_uint g_handoff_fallbacks;
+
+unsigned snapprof__sampler_handoff_fallbacks(void)
+{
+    return atomic_load(&g_handoff_fallbacks);
+}
+
+void snapprof__sampler_drain_active_handoff(void)
+{
+    if (!g_thread_running || atomic_load(&g_sampler_tid) == snapprof__gettid_cached()) {
+        snapprof__sampler_drain_active();
+        return;
+    }
+    uint32_t want = ++g_drain_asked;
+    wake_sampler();
+    uint64_t deadline = snapprof__mono_ns() + HANDOFF_WAIT_NS;
+    for (;;) {
+        uint32_t done = atomic_load(&g_drain_done);
+        if ((int32_t)(done - want) >= 0)
+            return;
+        uint64_t now = snapprof__mono_ns();
+        if (now >= deadline) {
+            /* The sampling thread is held up (a stalled host, a builder
+             * writing a file): what it would have done, done here. */
+            atomic_fetch_add(&g_handoff_fallbacks, 1);
+            snapprof__sampler_drain_active();
+            return;
+        }
+        uint64_t left = deadline - now;
+        struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+        pthread_mutex_unlock(&g_lock);
+        syscall(SYS_futex, &g_drain_done, FUTEX_WAIT_PRIVATE, done, &ts, NULL, 0);
+        snapprof__sampler_lock();
+    }
 }
 
 void snapprof__sampler_wait(snapprof_profiler_t *p)
@@ -167,9 +232,11 @@ static void give_way(void)
 static void *sampler_main(void *arg)
 {
     (void)arg;
+    atomic_store(&g_sampler_tid, snapprof__gettid_cached());
     pthread_mutex_lock(&g_lock);
     for (;;) {
         give_way();
+        serve_drain_asked();
         if (!g_active) {
             pthread_cond_wait(&g_wake, &g_lock);
             continue;

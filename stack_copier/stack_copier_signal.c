@@ -306,10 +306,39 @@ static void read_ids(void)
     tls_tid = 0;
 }
 
+/* The child of a fork() has one thread, the one that forked. A thread
+ * that was in the middle of a handshake (the sampling thread, or any
+ * thread registering another by tid: the preload library's rescan does
+ * that outside the sampler lock) is not there, and its g_request_lock
+ * would stay held for good: the child's first handshake would wait on it
+ * for ever, with the sampler lock held. So the child takes both locks
+ * anew, and the request in flight is forgotten (its target answers to no
+ * one: a late signal finds the slot idle and does nothing).
+ *
+ * Why not hold them across fork() instead: the sampler's own prepare
+ * handler takes the sampler lock, and the sampling thread holds that lock
+ * while it waits for g_request_lock; a prepare handler of ours run before
+ * the sampler's (pthread_atfork runs prepare handlers in the reverse order
+ * of their registration, which no one here controls) would hold
+ * g_request_lock and wait for the sampler lock: a deadlock. Nothing the
+ * locks guard needs carrying over: g_seq only has to differ from the late
+ * signals'. (g_install_lock is held for two sigaction() calls; a child
+ * forked between the second and the flag that records it would install
+ * again and take our handler for the previous one: a window of a few
+ * hundred nanoseconds, left as it is.) */
+static void fork_child(void)
+{
+    read_ids();
+    pthread_mutex_init(&g_request_lock, NULL);
+    pthread_mutex_init(&g_install_lock, NULL);
+    atomic_store_explicit(&g_slot.target_tid, 0, memory_order_relaxed);
+    atomic_store_explicit(&g_slot.state, PHASE_IDLE, memory_order_relaxed);
+}
+
 static void read_ids_once(void)
 {
     read_ids();
-    pthread_atfork(NULL, NULL, read_ids);
+    pthread_atfork(NULL, NULL, fork_child);
 }
 
 pid_t snapprof__process_ids(void)

@@ -3,6 +3,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "module_cache/module_cache.h"
 #include "sampling_thread/profiler_internal.h"
 #include "stack_copier/stack_copier.h"
 
@@ -1284,6 +1285,438 @@ static void test_fork_with_waiter(void)
     ASSERT_EQ(inherited, 0);
 }
 
+/* Registers w by its tid, again and again: each try is a handshake that
+ * w, which blocks the signal, never answers, so the copier's request lock
+ * is held for the whole of it (5 x 200 ms a call), as the preload
+ * library's rescan holds it, outside the sampler lock. */
+typedef struct registrar {
+    pid_t tid;
+    atomic_int stop;
+    atomic_int calls;
+} registrar_t;
+
+static void *registrar_main(void *arg)
+{
+    registrar_t *r = arg;
+    while (!atomic_load(&r->stop)) {
+        snapprof_thread_t *tok = NULL;
+        if (snapprof_thread_register_tid(r->tid, &tok) == 0)
+            snapprof_thread_release(tok);
+        atomic_fetch_add(&r->calls, 1);
+    }
+    return NULL;
+}
+
+/* In a child of fork(): a handshake profile of this thread, which needs
+ * the stack copier's request lock at every tick; exits 0 once it has
+ * samples and is stopped. */
+static void fork_child_handshakes(void)
+{
+    snapprof_thread_t *me;
+    if (snapprof_thread_register(&me) != 0)
+        _exit(3);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *q =
+        make_with(&me, 1, 1000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_HANDSHAKE, &c);
+    if (snapprof_profiler_start(q) != 0)
+        _exit(4);
+    snapprof_stats_t st = {0};
+    uint64_t deadline = tu_mono_ns() + 20000000000u;
+    volatile uint64_t x = 1;
+    while (st.samples < 3 && tu_mono_ns() < deadline) {
+        busy_leaf(&x);
+        snapprof_profiler_get_stats(q, &st);
+    }
+    int rc = st.samples >= 3 ? 0 : 5;
+    snapprof_profiler_stop(q);
+    snapprof_profiler_destroy(q);
+    snapprof_thread_release(me);
+    _exit(rc);
+}
+
+/* A fork() taken while another thread is in a handshake (a registration
+ * by tid that waits for its answer): the child inherited the copier's
+ * request lock held by a thread that does not exist there, and its first
+ * handshake waited for it for ever, the sampler lock held, so that its
+ * get_stats() and stop() hung too. Every fork here lands in a handshake
+ * (the registrar holds the lock nearly all the time); each child must
+ * profile itself by handshake and exit 0. */
+static void test_fork_during_handshake(void)
+{
+    tu_skip_under_tsan("TSan cannot start threads in the child of a multi-threaded fork()");
+    target_t w = {0};
+    start_target(&w, BLOCK_SIGNAL);
+    registrar_t r = {.tid = w.tid};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, registrar_main, &r), 0);
+    int in_flight = 0, forks = 12;
+    for (int i = 0; i < forks; i++) {
+        /* Let the registrar's next try begin: it sends its signal at
+         * once, then waits 200 ms for the answer. */
+        usleep(20000);
+        in_flight += snapprof__stack_copier_pending_tid() == w.tid;
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0)
+            fork_child_handshakes();
+        int status = 0;
+        uint64_t deadline = tu_mono_ns() + 30000000000u;
+        pid_t got;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && tu_mono_ns() < deadline)
+            usleep(2000);
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            TEST_FAIL("fork %d: the child hung (%d of %d forks so far in a handshake)", i,
+                      in_flight, i + 1);
+        }
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(th, NULL);
+    printf("%d forks, %d with a handshake seen pending just before, %d registrations\n", forks,
+           in_flight, atomic_load(&r.calls));
+    /* Not vacuous: most forks came while the lock was held. */
+    ASSERT_GE(in_flight, forks / 2);
+    stop_target(&w);
+}
+
+/* Two threads that hold the module cache's and the symbol tables' locks
+ * much of the time, as builders symbolizing a profile do. */
+typedef struct cache_user {
+    int symbols;
+    atomic_int stop;
+    atomic_int calls;
+} cache_user_t;
+
+static int lookup_here(void)
+{
+    const snapprof_module_t *m = snapprof_module_find((uintptr_t)busy_leaf);
+    snapprof_symbol_t sym;
+    return m ? snapprof__symbols_lookup(m, (uintptr_t)busy_leaf + 1, &sym, 1) : -1;
+}
+
+static void *cache_user_main(void *arg)
+{
+    cache_user_t *u = arg;
+    while (!atomic_load(&u->stop)) {
+        if (u->symbols)
+            lookup_here();
+        else
+            snapprof__module_cache_refresh();
+        atomic_fetch_add(&u->calls, 1);
+    }
+    return NULL;
+}
+
+/* A fork() taken while another thread holds the module cache's lock or
+ * the symbol tables' lock: the child inherited it held by a thread that
+ * is not there, and its first lookup (the sampling thread's, at its first
+ * drain) waited for ever. The child must look up a module and a symbol
+ * and exit; its exit code says which of the two it found held (and
+ * started afresh), so that the forks are seen to hit the window. */
+static void test_fork_during_module_cache(void)
+{
+    tu_skip_under_tsan("TSan reports the parent's threads as leaked in a fork() child");
+    ASSERT_GE(lookup_here(), 1); /* the tables are loaded: lookups are short */
+    cache_user_t users[2] = {{.symbols = 0}, {.symbols = 1}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, cache_user_main, &users[i]), 0);
+    int forks = 100, mod_held = 0, sym_held = 0;
+    for (int i = 0; i < forks; i++) {
+        usleep(1000);
+        unsigned mod0 = snapprof__module_cache_fork_resets();
+        unsigned sym0 = snapprof__symbols_fork_resets();
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            int ok = snapprof__module_cache_refresh() == 0 && lookup_here() >= 1;
+            _exit(!ok ? 16
+                      : (snapprof__module_cache_fork_resets() != mod0) |
+                            (snapprof__symbols_fork_resets() != sym0) << 1);
+        }
+        int status = 0;
+        uint64_t deadline = tu_mono_ns() + 30000000000u;
+        pid_t got;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && tu_mono_ns() < deadline)
+            usleep(1000);
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            TEST_FAIL("fork %d: the child hung on a lock held at the fork", i);
+        }
+        ASSERT(WIFEXITED(status));
+        ASSERT_LT(WEXITSTATUS(status), 4);
+        mod_held += WEXITSTATUS(status) & 1;
+        sym_held += (WEXITSTATUS(status) >> 1) & 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&users[i].stop, 1);
+        pthread_join(th[i], NULL);
+    }
+    printf("%d forks: the module cache's lock held at %d, the symbols' at %d\n", forks, mod_held,
+           sym_held);
+    /* Not vacuous: the window was hit for both locks. */
+    ASSERT_GE(mod_held, 1);
+    ASSERT_GE(sym_held, 1);
+}
+
+/* A builder that checks its callbacks never overlap: each sets a flag
+ * while it runs, and counts the calls that found it set. Its completion
+ * lasts a while, as writing a file does, and says when it started. */
+typedef struct overlap_builder {
+    atomic_int in_callback;
+    atomic_int overlaps;
+    atomic_int completing; /* set in xOnProfileCompleted, and left set */
+    atomic_int after_done; /* xOnSample calls after xOnProfileCompleted */
+    atomic_int completed;
+    atomic_int samples;
+} overlap_builder_t;
+
+static int overlap_enter(overlap_builder_t *b)
+{
+    if (atomic_exchange(&b->in_callback, 1))
+        atomic_fetch_add(&b->overlaps, 1);
+    return 0;
+}
+
+static int overlap_on_sample(void *user_data, const snapprof_sample_t *s)
+{
+    (void)s;
+    overlap_builder_t *b = user_data;
+    overlap_enter(b);
+    if (atomic_load(&b->completed))
+        atomic_fetch_add(&b->after_done, 1);
+    atomic_fetch_add(&b->samples, 1);
+    atomic_store(&b->in_callback, 0);
+    return 0;
+}
+
+static int overlap_on_completed(void *user_data, const snapprof_profile_info_t *info)
+{
+    (void)info;
+    overlap_builder_t *b = user_data;
+    overlap_enter(b);
+    atomic_store(&b->completing, 1);
+    usleep(30000);
+    atomic_store(&b->completed, 1);
+    atomic_store(&b->in_callback, 0);
+    return 0;
+}
+
+static const snapprof_builder_ops_t overlap_ops = {
+    .version = 1,
+    .xOnSample = overlap_on_sample,
+    .xOnProfileCompleted = overlap_on_completed,
+};
+
+typedef struct leaver {
+    pthread_t th;
+    snapprof_profiler_t *p;
+    overlap_builder_t *b;
+    snapprof_thread_t *token;
+    atomic_int ready;
+    atomic_int removed_completing; /* its removal came while completing */
+} leaver_t;
+
+/* Runs until the profile completes, then leaves it, as a thread under the
+ * preload library leaves when it exits. */
+static void *leaver_main(void *arg)
+{
+    leaver_t *l = arg;
+    ASSERT_OK(snapprof_thread_register(&l->token));
+    ASSERT_OK(snapprof_profiler_add_thread(l->p, l->token));
+    atomic_store(&l->ready, 1);
+    volatile uint64_t x = 1;
+    while (!atomic_load(&l->b->completing))
+        busy_leaf(&x);
+    busy_leaf(&x); /* CPU time after the profile's end */
+    ASSERT_OK(snapprof_profiler_remove_thread(l->p, l->token));
+    atomic_store(&l->removed_completing, !atomic_load(&l->b->completed));
+    snapprof_thread_release(l->token);
+    return NULL;
+}
+
+/* Threads that leave while stop() completes the profile: their removal
+ * delivered their last CPU time to the builders as they ran their
+ * xOnProfileCompleted without the lock (remove_thread did not look at the
+ * profiler's state), so a builder's callbacks overlapped. No sample may
+ * reach a builder once its completion has begun. */
+static void test_remove_while_completing(void)
+{
+    int rounds = 10, during = 0;
+    for (int r = 0; r < rounds; r++) {
+        overlap_builder_t ob = {0};
+        snapprof_builder_t *b;
+        ASSERT_OK(snapprof_builder_create(&overlap_ops, &ob, &b));
+        snapprof_profiler_t *p = make(NULL, 0, 1000000u, SNAPPROF_MODE_CPU, NULL);
+        ASSERT_OK(snapprof_profiler_add_builder(p, b));
+        ASSERT_OK(snapprof_profiler_start(p));
+        leaver_t l[6];
+        memset(l, 0, sizeof l);
+        for (int i = 0; i < 6; i++) {
+            l[i].p = p;
+            l[i].b = &ob;
+            ASSERT_EQ(pthread_create(&l[i].th, NULL, leaver_main, &l[i]), 0);
+            while (!atomic_load(&l[i].ready))
+                usleep(1000);
+        }
+        wait_ticks(p, 3);
+        ASSERT_OK(snapprof_profiler_stop(p));
+        for (int i = 0; i < 6; i++) {
+            pthread_join(l[i].th, NULL);
+            during += atomic_load(&l[i].removed_completing);
+        }
+        int overlaps = atomic_load(&ob.overlaps), after_done = atomic_load(&ob.after_done);
+        int samples = atomic_load(&ob.samples);
+        ASSERT_EQ(overlaps, 0);
+        ASSERT_EQ(after_done, 0);
+        ASSERT_GT(samples, 0);
+        snapprof_profiler_destroy(p);
+    }
+    printf("%d threads removed, %d of them while the profile completed\n", rounds * 6, during);
+    ASSERT_GE(during, rounds * 6 / 2); /* not vacuous */
+}
+
+/* Samples delivered on a thread while it was in remove_thread(), and
+ * those of the threads that left. */
+static __thread int tls_removing;
+static atomic_int g_on_remover, g_of_leavers;
+static _Atomic pid_t g_leaver_tids[8];
+
+static int remover_on_sample(void *user_data, const snapprof_sample_t *s)
+{
+    (void)user_data;
+    if (tls_removing)
+        atomic_fetch_add(&g_on_remover, 1);
+    for (int i = 0; i < 8; i++)
+        if (s->tid != 0 && s->tid == atomic_load(&g_leaver_tids[i]))
+            atomic_fetch_add(&g_of_leavers, 1);
+    return 0;
+}
+
+static const snapprof_builder_ops_t remover_ops = {.version = 1, .xOnSample = remover_on_sample};
+
+typedef struct self_remover {
+    pthread_t th;
+    snapprof_profiler_t *p;
+    int index;
+} self_remover_t;
+
+static void *self_remover_main(void *arg)
+{
+    self_remover_t *r = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    atomic_store(&g_leaver_tids[r->index], snapprof_thread_tid(me));
+    ASSERT_OK(snapprof_profiler_add_thread(r->p, me));
+    tu_burn_cpu_ns(30000000u);
+    tls_removing = 1;
+    ASSERT_OK(snapprof_profiler_remove_thread(r->p, me));
+    tls_removing = 0;
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+/* A thread leaving a running profile (under the preload library, every
+ * thread that exits) drained every capture slot, unwinding the other
+ * threads' stacks and calling the builders on its own time. It now only
+ * stops its trigger; the sampling thread delivers what it left. Its
+ * samples still reach the profile. */
+static void test_remove_on_sampling_thread(void)
+{
+    tu_need_perf_event();
+    atomic_store(&g_on_remover, 0);
+    atomic_store(&g_of_leavers, 0);
+    target_t busy[2] = {{0}, {0}};
+    start_target(&busy[0], BUSY);
+    start_target(&busy[1], BUSY);
+    snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&remover_ops, NULL, &b));
+    snapprof_profiler_t *p = make(tokens, 2, 200000u, SNAPPROF_MODE_CPU, NULL);
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 3);
+    self_remover_t r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (self_remover_t){.p = p, .index = i};
+        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_remover_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(r[i].th, NULL);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    int on_remover = atomic_load(&g_on_remover), of_leavers = atomic_load(&g_of_leavers);
+    printf("8 threads left: %d samples delivered on their threads in remove_thread, %d of "
+           "theirs in the profile\n",
+           on_remover, of_leavers);
+    ASSERT_EQ(on_remover, 0);
+    ASSERT_GE(of_leavers, 8); /* at least each one's remainder */
+    snapprof_profiler_destroy(p);
+    stop_target(&busy[0]);
+    stop_target(&busy[1]);
+}
+
+static void *self_renamer_main(void *arg)
+{
+    self_remover_t *r = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register(&me));
+    atomic_store(&g_leaver_tids[r->index], snapprof_thread_tid(me));
+    ASSERT_OK(snapprof_profiler_add_thread(r->p, me));
+    tu_burn_cpu_ns(30000000u);
+    tls_removing = 1;
+    ASSERT_OK(snapprof_thread_update_name(me, "renamed"));
+    tls_removing = 0;
+    tu_burn_cpu_ns(5000000u);
+    ASSERT_OK(snapprof_profiler_remove_thread(r->p, me));
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+/* A thread renaming itself (the preload library's pthread_setname_np)
+ * drained every capture slot on its own time so that its captures so far
+ * kept the old name. The sampling thread does that drain now, while the
+ * renaming thread waits. */
+static void test_rename_on_sampling_thread(void)
+{
+    tu_need_perf_event();
+    atomic_store(&g_on_remover, 0);
+    atomic_store(&g_of_leavers, 0);
+    target_t busy[2] = {{0}, {0}};
+    start_target(&busy[0], BUSY);
+    start_target(&busy[1], BUSY);
+    snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&remover_ops, NULL, &b));
+    snapprof_profiler_t *p = make(tokens, 2, 200000u, SNAPPROF_MODE_CPU, NULL);
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, 3);
+    unsigned fallbacks0 = snapprof__sampler_handoff_fallbacks();
+    self_remover_t r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (self_remover_t){.p = p, .index = i};
+        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_renamer_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(r[i].th, NULL);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    int on_renamer = atomic_load(&g_on_remover), of_renamers = atomic_load(&g_of_leavers);
+    unsigned fallbacks = snapprof__sampler_handoff_fallbacks() - fallbacks0;
+    printf("8 threads renamed themselves: %d samples delivered on their threads in "
+           "update_name, %u hand-offs timed out, %d of their samples in the profile\n",
+           on_renamer, fallbacks, of_renamers);
+    if (fallbacks == 0) /* a stalled sampling thread makes the caller drain */
+        ASSERT_EQ(on_renamer, 0);
+    ASSERT_GE(of_renamers, 8);
+    snapprof_profiler_destroy(p);
+    stop_target(&busy[0]);
+    stop_target(&busy[1]);
+}
+
 /* A profile started in the child of a fork() taken while the sampling
  * thread sleeps on its condition variable: the child inherits that condvar
  * with a waiter that does not exist there, and signalling it used to hang
@@ -1483,6 +1916,11 @@ int main(int argc, char **argv)
         {"duration", test_duration},
         {"start_in_fork_child", test_start_in_fork_child},
         {"fork_with_waiter", test_fork_with_waiter},
+        {"fork_during_handshake", test_fork_during_handshake},
+        {"remove_while_completing", test_remove_while_completing},
+        {"remove_on_sampling_thread", test_remove_on_sampling_thread},
+        {"rename_on_sampling_thread", test_rename_on_sampling_thread},
+        {"fork_during_module_cache", test_fork_during_module_cache},
         {"error_names", test_error_names},
         {"params_size", test_params_size},
         {"stats_size", test_stats_size},

@@ -847,7 +847,11 @@ SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
  * Removing a thread the profiler does not sample returns -ENOENT. A thread
  * that has exited can be added (its exit could race the call anyway): the
  * sampler finds it gone, counts SNAPPROF_FAIL_THREAD_EXITED once and leaves
- * it alone. */
+ * it alone. Removing a thread from a running profile stops its sampling at
+ * once and costs the caller no unwinding: the samples it had already given
+ * reach the builders from the sampling thread, at its next drain. A thread
+ * removed once the profile is completing or complete leaves without adding
+ * anything to it. */
 SNAPPROF_API int snapprof_profiler_add_thread(snapprof_profiler_t *profiler,
                                               snapprof_thread_t *thread);
 SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
