@@ -1151,6 +1151,7 @@ static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         snapprof__hist_add(&p->pause, res->pause_ns);
     }
     p->stats.copy_bytes_total += res->copy_size;
+    p->stats.foreign_stack_copies += res->foreign != 0;
     if (res->copy_size > p->stats.copy_bytes_max)
         p->stats.copy_bytes_max = res->copy_size;
 

@@ -370,6 +370,18 @@ typedef struct snapprof_stats {
      * as when /proc cannot say; the next tick asks /proc again
      * (wall_proc_errno stays 0). */
     uint64_t wall_proc_transient;
+    /* ---- Added for issue 24 (host safety: Go, foreign stacks) ---- */
+    /* Samples whose stack pointer was on a stack other than the thread's
+     * own (a goroutine's, a fiber's, a swapcontext() stack, a sigaltstack):
+     * a window of that stack was copied, up to 32 KiB from sp as far as it
+     * could be read. */
+    uint64_t foreign_stack_copies;
+    /* CPU-clock triggers stopped because the profile's signal handler was
+     * found replaced (by raw rt_sigaction, or a host's own sigaction): their
+     * signals would have gone to the program's handler. They are armed
+     * again if the handler comes back. */
+    uint64_t handler_replaced_disarmed;
+    /* ---- end of issue 24 block ---- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
