@@ -105,6 +105,11 @@ int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_si
  * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */
 int snapprof__stack_copier_install(int signo);
 
+/* 1 while our handler is the one installed for signo, 0 once someone
+ * replaced it (raw rt_sigaction, or a host's own sigaction). One system
+ * call. Sampler side. */
+int snapprof__stack_copier_handler_ours(int signo);
+
 /* Stops req->thread, copies its stack into req->buffer and lets it go.
  * Returns 0, or -1 with *reason set. Never hangs: a handler that does not
  * start within the timeout is a SNAPPROF_FAIL_TIMEOUT. Sampler side. */

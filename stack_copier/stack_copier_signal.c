@@ -389,6 +389,11 @@ static int handler_still_ours(int signo)
     return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal;
 }
 
+int snapprof__stack_copier_handler_ours(int signo)
+{
+    return handler_still_ours(signo);
+}
+
 static int send_request(const snapprof__copy_request_t *req, uint32_t seq)
 {
     siginfo_t info;

@@ -378,8 +378,9 @@ typedef struct snapprof_stats {
     uint64_t foreign_stack_copies;
     /* CPU-clock triggers stopped because the profile's signal handler was
      * found replaced (by raw rt_sigaction, or a host's own sigaction): their
-     * signals would have gone to the program's handler. They are armed
-     * again if the handler comes back. */
+     * signals would have gone to the program's handler. Their threads go
+     * to the handshake, which counts failed.handler_replaced and backs
+     * off. */
     uint64_t handler_replaced_disarmed;
     /* ---- end of issue 24 block ---- */
 } snapprof_stats_t;
