@@ -233,12 +233,16 @@ static int install_exit_signal(int signo, const struct sigaction *view)
         k.sa_sigaction = dispatch;
         if (is_handler(view)) {
             k.sa_mask = view->sa_mask;
-            k.sa_flags = view->sa_flags & (SA_RESTART | SA_NODEFER | SA_ONSTACK);
+            k.sa_flags = view->sa_flags & (SA_RESTART | SA_NODEFER);
         } else {
             sigemptyset(&k.sa_mask);
             k.sa_flags = SA_RESTART;
         }
-        k.sa_flags |= SA_SIGINFO;
+        /* Always on the alternate stack where the thread has one: with
+         * SIG_DFL the dispatcher writes the profile, which a goroutine's
+         * small stack would not hold (and Go aborts on a handler without
+         * the flag). */
+        k.sa_flags |= SA_SIGINFO | SA_ONSTACK;
     }
     return real_sigaction()(signo, &k, NULL);
 }
@@ -270,7 +274,7 @@ int snapprof__preload_signals_manage(int signo, int adopt_handler)
         struct sigaction k;
         memset(&k, 0, sizeof k);
         k.sa_sigaction = dispatch;
-        k.sa_flags = SA_SIGINFO | SA_RESTART;
+        k.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
         sigemptyset(&k.sa_mask);
         rc = real_sigaction()(signo, &k, NULL);
     }

@@ -280,11 +280,12 @@ void snapprof__preload_thread_started(void)
 {
     if (!atomic_load(&g_tracking))
         return;
-    sigset_t mask;
-    if (pthread_sigmask(SIG_BLOCK, NULL, &mask) == 0 && sigismember(&mask, atomic_load(&g_signo))) {
-        atomic_fetch_add(&g_threads_skipped, 1);
-        return;
-    }
+    /* A thread that starts with the sampling signal blocked is registered
+     * all the same: Go's runtime (cgo) starts every thread with all signals
+     * blocked and unblocks them in its own start-up, and skipping those
+     * left a Go program's goroutines unsampled. One that goes on blocking
+     * it is found by the profiler (its trigger fires and nothing comes)
+     * and sampled by the handshake, which backs off while it times out. */
     snapprof_thread_t *t;
     int rc = snapprof_thread_register_ex(SNAPPROF_REGISTER_AT_START, &t);
     pid_t tid = rc == 0 ? snapprof_thread_tid(t) : gettid_();

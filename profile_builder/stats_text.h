@@ -87,7 +87,9 @@
     XX(U64, mmap_failed)                                                                           \
     XX(U64, wall_proc_transient)                                                                   \
     XX(U64, fds_lost)                                                                              \
-    XX(U64, fds_held_max)
+    XX(U64, fds_held_max)                                                                          \
+    XX(U64, foreign_stack_copies)                                                                  \
+    XX(U64, handler_replaced_disarmed)
 
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"

@@ -1204,6 +1204,7 @@ static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         snapprof__hist_add(&p->pause, res->pause_ns);
     }
     p->stats.copy_bytes_total += res->copy_size;
+    p->stats.foreign_stack_copies += res->foreign != 0;
     if (res->copy_size > p->stats.copy_bytes_max)
         p->stats.copy_bytes_max = res->copy_size;
 
@@ -1715,6 +1716,29 @@ static int check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *
     return 0;
 }
 
+/* Once a tick while CPU-clock triggers are armed: if our handler for the
+ * signal was replaced (raw rt_sigaction, a host's own sigaction), their
+ * signals would flood the program's handler uncounted. Their threads go
+ * to the handshake, whose requests then time out as handler_replaced and
+ * back off (and succeed again if the handler comes back). One system call
+ * a tick. Lock held. */
+static void check_handler(snapprof_profiler_t *p)
+{
+    if (p->armed_count == 0 || snapprof__stack_copier_handler_ours(p->params.signal))
+        return;
+    drain(p);
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (t->dead || !t->arm)
+            continue;
+        disarm(p, t);
+        t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+        p->handshake_count++;
+        p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+        p->stats.handler_replaced_disarmed++;
+    }
+}
+
 /* How often the slots are drained when nothing fills them sooner, and the
  * least time between two drains when they fill faster. */
 #define DRAIN_INTERVAL_NS 20000000u
@@ -1760,6 +1784,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         drain_app_frames(p);
         snapprof__event_reader_read(&p->events);
+        check_handler(p);
         p->joined_since_tick = 0; /* every pending target is armed below */
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__target_t *t = p->targets[i];

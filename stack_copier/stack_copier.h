@@ -82,11 +82,33 @@ typedef struct snapprof__copy_result {
     uintptr_t copy_lo;     /* live address of the first byte copied */
     size_t copy_size;      /* bytes copied */
     int truncated;         /* the stack did not fit in the buffer */
+    int foreign;           /* sp was on another stack: a window was copied */
 } snapprof__copy_result_t;
+
+/* The most a capture copies of a stack that is not the thread's own
+ * (stack_copier_foreign.c): Gecko's first window was 32 KiB, and a
+ * goroutine's stack starts at 2-8 KiB. */
+#define SNAPPROF__FOREIGN_WINDOW (32u << 10)
+
+/* Copies the stack that sp is on when it is not the thread's own (a
+ * goroutine's, a fiber's, an alternate signal stack): from just below sp
+ * up to SNAPPROF__FOREIGN_WINDOW bytes (at most buffer_size), as far as
+ * the memory is mapped and readable, through process_vm_readv so that the
+ * end of a mapping stops the copy instead of faulting. Fills res's copy
+ * range and sets res->foreign. Returns 0, or -1 when not even the word at
+ * sp could be read (or process_vm_readv is refused). RUNS IN THE SIGNAL
+ * HANDLER. Async-signal-safe. */
+int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_size,
+                                 snapprof__copy_result_t *res);
 
 /* Installs the handler for signo once for the life of the process (later
  * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */
 int snapprof__stack_copier_install(int signo);
+
+/* 1 while our handler is the one installed for signo, 0 once someone
+ * replaced it (raw rt_sigaction, or a host's own sigaction). One system
+ * call. Sampler side. */
+int snapprof__stack_copier_handler_ours(int signo);
 
 /* Stops req->thread, copies its stack into req->buffer and lets it go.
  * Returns 0, or -1 with *reason set. Never hangs: a handler that does not

@@ -155,24 +155,28 @@ static void capture(const ucontext_t *uc)
         uintptr_t sp = res->regs.r[SNAPPROF_REG_SP];
         uintptr_t low = req->thread->stack_low, base = req->thread->stack_base;
         if (sp < low || sp >= base) {
-            /* On a sigaltstack, a fiber or a coroutine stack: not the
-             * stack we know the bounds of. */
-            g_slot.fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
-            return;
+            /* On a goroutine's stack, a fiber, a coroutine or a
+             * sigaltstack: not the stack we know the bounds of. A window
+             * of it, as far as it can be read. */
+            if (snapprof__copy_foreign_stack(sp, req->buffer, req->buffer_size, res) != 0) {
+                g_slot.fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
+                return;
+            }
+        } else {
+            uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
+            lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+            if (lo < low)
+                lo = low;
+            size_t size = base - lo;
+            res->truncated = 0;
+            if (size > req->buffer_size) {
+                size = req->buffer_size;
+                res->truncated = 1;
+            }
+            snapprof__copy_live_stack(req->buffer, (const uint8_t *)lo, size);
+            res->copy_lo = lo;
+            res->copy_size = size;
         }
-        uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
-        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
-        if (lo < low)
-            lo = low;
-        size_t size = base - lo;
-        res->truncated = 0;
-        if (size > req->buffer_size) {
-            size = req->buffer_size;
-            res->truncated = 1;
-        }
-        snapprof__copy_live_stack(req->buffer, (const uint8_t *)lo, size);
-        res->copy_lo = lo;
-        res->copy_size = size;
     }
     if (req->delegate)
         req->delegate->on_capture(req->delegate->ctx, req->extra);
@@ -261,6 +265,25 @@ static void serve_waiting_request(const ucontext_t *uc)
         serve_request(now, uc);
 }
 
+/* After a signal of ours: passes it on as well when it may stand for one
+ * of the program's. SIGURG is a standard signal: one sent while another is
+ * pending for the thread is dropped, so a SIGURG the program (or Go's
+ * runtime, whose preemption signal it is) sent while one of ours waited
+ * arrives as ours alone. Go clears its "preemption signal pending" flag
+ * only in its own handler: lose one and that thread is never preempted
+ * again, and a program that needs it (a garbage collection stopping a
+ * goroutine that spins) hangs. So the program's SIGURG disposition runs
+ * after every one of ours (its handler, if it has one; the default does
+ * nothing). SIGURG is the signal for that, since a handler for it must
+ * expect spurious ones (urgent data is polled for; Go's runtime tolerates
+ * them by design). Other signals are not passed on: a spurious SIGPROF
+ * would be a sample in another profiler. Async-signal-safe. */
+static void pass_on_absorbed(int signo, siginfo_t *info, void *uc)
+{
+    if (signo == SIGURG)
+        chain(signo, info, uc);
+}
+
 /* The signal handler. Async-signal-safe. */
 static void on_signal(int signo, siginfo_t *info, void *uc)
 {
@@ -283,6 +306,7 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
         /* A late signal when no request waits for this thread does
          * nothing. */
         serve_request(expected, (const ucontext_t *)uc);
+        pass_on_absorbed(signo, info, uc);
     } else {
         snapprof__signal_hook_fn hook = atomic_load_explicit(&g_hook, memory_order_acquire);
         int handled = 0;
@@ -291,10 +315,12 @@ static void on_signal(int signo, siginfo_t *info, void *uc)
             handled = hook(signo, info, uc);
             tls_in_handler--;
         }
-        if (handled)
+        if (handled) {
             serve_waiting_request((const ucontext_t *)uc);
-        else
+            pass_on_absorbed(signo, info, uc);
+        } else {
             chain(signo, info, uc);
+        }
     }
     errno = saved_errno;
 }
@@ -360,7 +386,14 @@ int snapprof__stack_copier_install(int signo)
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_signal;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        /* SA_ONSTACK: on a thread with an alternate signal stack the
+         * handler runs there, never on the interrupted stack. Go's runtime
+         * gives every thread one and aborts the process when a handler
+         * without the flag runs on a goroutine's small stack (its own
+         * handler, chained from ours, checks where it runs); a thread
+         * without one is not affected. The capture reads the interrupted
+         * sp from the context, not where the handler runs. */
+        sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
         /* Every other signal waits until the copy is done. One handled on
          * top of ours would hold the sampler for as long as it runs, and a
          * handler that waits for the sampler (the preload library writes
@@ -383,6 +416,11 @@ static int handler_still_ours(int signo)
     if (sigaction(signo, NULL, &cur) != 0)
         return 0;
     return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal;
+}
+
+int snapprof__stack_copier_handler_ours(int signo)
+{
+    return handler_still_ours(signo);
 }
 
 static int send_request(const snapprof__copy_request_t *req, uint32_t seq)

@@ -194,16 +194,23 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     uintptr_t sp = slot->res.regs.r[SNAPPROF_REG_SP];
     uintptr_t low = target->stack_low, base = target->stack_base;
     if (sp < low || sp >= base) {
-        /* On a sigaltstack, a fiber or a coroutine stack. */
-        slot->fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
-        publish(pool, slot);
-        return -1;
+        /* On a goroutine's stack, a fiber, a coroutine or a sigaltstack:
+         * a window of it, as far as it can be read, into the slot's own
+         * buffer (never a large one: where it ends is not known). */
+        slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
+        slot->large = -1;
+        if (snapprof__copy_foreign_stack(sp, slot->buffer, pool->slot_bytes, &slot->res) != 0) {
+            slot->fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
+            publish(pool, slot);
+            return -1;
+        }
+    } else {
+        uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
+        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+        if (lo < low)
+            lo = low;
+        copy_stack(pool, slot, lo, base - lo);
     }
-    uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
-    lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
-    if (lo < low)
-        lo = low;
-    copy_stack(pool, slot, lo, base - lo);
     if (pool->delegate)
         pool->delegate->on_capture(pool->delegate->ctx, slot->extra);
     slot->res.pause_ns = snapprof__monotonic_ns() - entry_ns;

@@ -29,6 +29,23 @@ add_executable(fds_prog fds_prog.c)
 target_compile_options(fds_prog PRIVATE ${SNAPPROF_WARNINGS})
 target_link_libraries(fds_prog PRIVATE Threads::Threads)
 
+# A cgo program for the Go cases of `snapprof record`, built with the
+# Debian Go toolchain (golang-go) when there is one: the standard library
+# only, GOPATH mode, its cache in the build tree (no network, no $HOME).
+find_program(SNAPPROF_GO go)
+set(GO_CGO_SPIN "")
+if(SNAPPROF_GO)
+  set(GO_CGO_SPIN ${CMAKE_CURRENT_BINARY_DIR}/go_cgo_spin)
+  add_custom_command(OUTPUT ${GO_CGO_SPIN}
+    COMMAND ${CMAKE_COMMAND} -E env GO111MODULE=off CGO_ENABLED=1 GOFLAGS=
+            GOCACHE=${CMAKE_CURRENT_BINARY_DIR}/go-cache GOPATH=${CMAKE_CURRENT_BINARY_DIR}/go-path
+            CC=${CMAKE_C_COMPILER} ${SNAPPROF_GO} build -o ${GO_CGO_SPIN} main.go
+    WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/go_cgo_spin
+    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/go_cgo_spin/main.go
+    COMMENT "Building the cgo test program go_cgo_spin")
+  add_custom_target(go_cgo_spin ALL DEPENDS ${GO_CGO_SPIN})
+endif()
+
 set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>"
   SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
@@ -36,6 +53,7 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   FDS_PROG="$<TARGET_FILE:fds_prog>"
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
+  GO_CGO_SPIN_PROG="${GO_CGO_SPIN}"
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 
 # snapprof_add_preload_tests(EXE <exe> SOURCES <files...>)
@@ -50,6 +68,9 @@ endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
 snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c)
+if(TARGET go_cgo_spin)
+  add_dependencies(record go_cgo_spin)
+endif()
 
 # `snapprof stats`: the counters of a real profile read back, bad files
 # refused. No LD_PRELOAD: it runs under the sanitizers too.

@@ -13,7 +13,7 @@
  *                      "handler", SIGTERM sets a flag and main returns 0
  *   rmdir DIR MS       burn, then remove DIR (where the profile should go)
  *   sigurg MS          install its own SIGURG handler, send itself SIGURGs,
- *                      exit 3 unless its handler saw every one
+ *                      exit 3 unless its handler saw every one (or more)
  *   exit N             exit with status N
  *   fork_thread MS     fork from a thread other than main; the child burns
  *                      in hot_thread_fork_child
@@ -383,8 +383,12 @@ static int mode_sigurg(uint64_t ms)
     for (int i = 0; i < 5; i++)
         raise(SIGURG);
     hot_b(ms / 3);
-    if (atomic_load(&g_urgs) != 5) {
-        fprintf(stderr, "own SIGURG handler ran %d times, not 5\n", atomic_load(&g_urgs));
+    /* At least its own 5: snapprof passes each SIGURG of its own on too,
+     * since one may have absorbed the program's (a standard signal sent
+     * while another is pending is dropped); a SIGURG handler must expect
+     * spurious ones. */
+    if (atomic_load(&g_urgs) < 5) {
+        fprintf(stderr, "own SIGURG handler ran %d times, fewer than 5\n", atomic_load(&g_urgs));
         return 3;
     }
     if (atomic_load(&g_urg_bad_masks) != 0) {
@@ -392,7 +396,7 @@ static int mode_sigurg(uint64_t ms)
                 atomic_load(&g_urg_bad_masks));
         return 3;
     }
-    printf("own handler saw 5 SIGURG\n");
+    printf("own handler saw its 5 SIGURG\n");
     return 0;
 }
 

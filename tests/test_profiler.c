@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1883,6 +1885,175 @@ static void test_register_at_start(void)
     tu_collector_free(&c3);
 }
 
+/* A thread that runs on a stack of its own making (makecontext and
+ * swapcontext, as fibers and coroutines do; Go's goroutines are the same
+ * to us): its samples are windows of that stack, not failures, and name
+ * the function it spins in and the fiber's entry that called it. */
+static atomic_int g_fib_stop, g_fib_running;
+static snapprof_thread_t *g_fib_token;
+static ucontext_t g_fib_ctx, g_fib_back;
+
+__attribute__((noinline)) static void fiber_hot(void)
+{
+    volatile uint64_t x = 1;
+    while (!atomic_load_explicit(&g_fib_stop, memory_order_relaxed))
+        for (int i = 0; i < 10000; i++)
+            x = x * 6364136223846793005u + 1;
+}
+
+__attribute__((noinline)) static void fiber_entry(void)
+{
+    atomic_store(&g_fib_running, 1);
+    fiber_hot();
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+static void *fiber_thread_main(void *arg)
+{
+    ASSERT_OK(snapprof_thread_register(&g_fib_token));
+    getcontext(&g_fib_ctx);
+    g_fib_ctx.uc_stack.ss_sp = arg;
+    g_fib_ctx.uc_stack.ss_size = 256u << 10;
+    g_fib_ctx.uc_link = &g_fib_back;
+    makecontext(&g_fib_ctx, fiber_entry, 0);
+    swapcontext(&g_fib_back, &g_fib_ctx);
+    return NULL;
+}
+
+static void foreign_stack(snapprof_trigger_t trigger)
+{
+    if (trigger == SNAPPROF_TRIGGER_PERF_EVENT)
+        tu_need_perf_event();
+    void *stack =
+        mmap(NULL, 256u << 10, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(stack != MAP_FAILED);
+    atomic_store(&g_fib_stop, 0);
+    atomic_store(&g_fib_running, 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, fiber_thread_main, stack), 0);
+    while (!atomic_load(&g_fib_running))
+        usleep(1000);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p = make_with(&g_fib_token, 1, 2000000u, SNAPPROF_MODE_CPU, trigger, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    /* 100 samples, or as many failures: before windows were copied, every
+     * one failed (a timeout on a loaded machine is neither). */
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    snapprof_stats_t st;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.samples < 100 && st.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] < 100 &&
+             tu_mono_ns() < deadline);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    atomic_store(&g_fib_stop, 1);
+    pthread_join(th, NULL);
+    size_t total = 0, hot = 0, entry = 0;
+    for (size_t i = 0; i < c.count; i++) {
+        const tu_sample_t *s = &c.samples[i];
+        if (s->tid != snapprof_thread_tid(g_fib_token) || (s->flags & SNAPPROF_SAMPLE_REMAINDER))
+            continue;
+        total++;
+        hot += s->frame_count > 0 && strcmp(tu_frame_name(&s->frames[0]), "fiber_hot") == 0;
+        for (size_t f = 1; f < s->frame_count; f++)
+            if (strcmp(tu_frame_name(&s->frames[f]), "fiber_entry") == 0) {
+                entry++;
+                break;
+            }
+    }
+    printf("trigger %s: %zu samples, %zu in fiber_hot, %zu under fiber_entry; foreign copies "
+           "%llu, sp_out_of_range %llu, failed %llu\n",
+           snapprof_trigger_name(trigger), total, hot, entry,
+           (unsigned long long)c.stats.foreign_stack_copies,
+           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE],
+           (unsigned long long)c.stats.failed_total);
+    ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);
+    ASSERT_GE(total, 100);
+    ASSERT_GE(c.stats.foreign_stack_copies, total);
+    /* Every sample lands in the spin but for the few at the fiber's start
+     * and end; 90 % leaves room for those. */
+    ASSERT_GE(hot * 10, total * 9);
+    ASSERT_GE(entry * 10, total * 9);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(g_fib_token);
+    tu_collector_free(&c);
+    munmap(stack, 256u << 10);
+}
+
+static void test_foreign_stack_auto(void)
+{
+    foreign_stack(SNAPPROF_TRIGGER_AUTO);
+}
+
+static void test_foreign_stack_handshake(void)
+{
+    foreign_stack(SNAPPROF_TRIGGER_HANDSHAKE);
+}
+
+/* The host replaces our handler behind our back (its own sigaction, as a
+ * program linked with snapprof may): the CPU-clock trigger is stopped and
+ * counted, instead of flooding the host's handler with a signal every
+ * period. The handshake that takes over backs off on its timeouts. */
+static atomic_int g_host_urgs;
+static void host_urg(int signo)
+{
+    (void)signo;
+    atomic_fetch_add(&g_host_urgs, 1);
+}
+
+static void test_handler_replaced_trigger(void)
+{
+    target_t a = {0};
+    start_target(&a, BUSY);
+    tu_collector_t c = {0};
+    snapprof_profiler_t *p =
+        make_with(&a.token, 1, 1000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_AUTO, &c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, 20);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    if (st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] > 0) {
+        printf("skipped: no CPU-clock trigger here\n");
+        exit(TEST_SKIP);
+    }
+    struct sigaction host, ours;
+    memset(&host, 0, sizeof host);
+    host.sa_handler = host_urg;
+    sigemptyset(&host.sa_mask);
+    ASSERT_OK(sigaction(SIGURG, &host, &ours));
+    /* Noticed at a tick: well within a few seconds. */
+    uint64_t deadline = tu_mono_ns() + 30000000000u;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    } while (st.handler_replaced_disarmed == 0 && tu_mono_ns() < deadline);
+    int at_notice = atomic_load(&g_host_urgs);
+    /* 400 ms of the target's CPU after that: its trigger would have sent
+     * some 400 signals (100 with the timer's tick), uncounted; what the
+     * host gets now is the handshake's backed-off tries, each counted
+     * (those are spaced by ticks, so their number depends on wall time:
+     * 17 in 2 s here). */
+    uint64_t cpu0, cpu;
+    ASSERT_OK(snapprof__thread_cpu_ns(a.tid, &cpu0));
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof__thread_cpu_ns(a.tid, &cpu));
+    } while (cpu - cpu0 < 400000000u && tu_mono_ns() < deadline + 60000000000u);
+    int after = atomic_load(&g_host_urgs) - at_notice;
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_OK(sigaction(SIGURG, &ours, NULL));
+    printf("noticed: %llu trigger(s) stopped; host handler: %d signals before, %d in the "
+           "400 ms of CPU after; handler_replaced failures %llu\n",
+           (unsigned long long)c.stats.handler_replaced_disarmed, at_notice, after,
+           (unsigned long long)c.stats.failed[SNAPPROF_FAIL_HANDLER_REPLACED]);
+    ASSERT_EQ(c.stats.handler_replaced_disarmed, 1);
+    ASSERT_LE((uint64_t)after, c.stats.failed[SNAPPROF_FAIL_HANDLER_REPLACED] + 2);
+    ASSERT_LE(after, 100);
+    snapprof_profiler_destroy(p);
+    stop_target(&a);
+    tu_collector_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -1910,6 +2081,9 @@ int main(int argc, char **argv)
         {"idle_nanosleep_cpu", test_idle_nanosleep_cpu},
         {"register_tid", test_register_tid},
         {"register_at_start", test_register_at_start},
+        {"foreign_stack_auto", test_foreign_stack_auto},
+        {"foreign_stack_handshake", test_foreign_stack_handshake},
+        {"handler_replaced_trigger", test_handler_replaced_trigger},
         {"register_tid_unanswered", test_register_tid_unanswered},
         {"register_tid_signal", test_register_tid_signal},
         {"threads_and_builder_errors", test_add_remove_builder_errors},

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -450,11 +451,18 @@ static void test_late_signal_other_thread(void)
     stop_target(&t2);
 }
 
-/* A thread running on a stack we don't know (a fiber, a sigaltstack):
- * SNAPPROF_FAIL_SP_OUT_OF_RANGE. */
+/* A thread running on a stack we don't know the bounds of (a fiber here;
+ * a goroutine's stack, a sigaltstack): a window of it is copied from sp,
+ * as far as it can be read. The fiber's stack ends at the top of its
+ * mapping, with an unreadable page above, so the window stops there (a
+ * plain copy of 32 KiB from sp would fault). */
+#define FIBER_STACK (256u << 10)
 static atomic_int g_fiber_running, g_fiber_stop;
+static _Atomic uintptr_t g_fiber_sentinel_at;
 static void fiber_main(void)
 {
+    volatile uint64_t sentinel = 0x5eed5eed5eed5eedull;
+    atomic_store(&g_fiber_sentinel_at, (uintptr_t)&sentinel);
     atomic_store(&g_fiber_running, 1);
     while (!atomic_load(&g_fiber_stop)) {
     }
@@ -462,22 +470,27 @@ static void fiber_main(void)
 
 static ucontext_t g_fiber_ctx, g_fiber_return;
 static snapprof_thread_t *g_fiber_token;
+static uint8_t *g_fiber_stack; /* FIBER_STACK bytes, then a PROT_NONE page */
 static void *fiber_thread(void *arg)
 {
     (void)arg;
     ASSERT_OK(snapprof_thread_register(&g_fiber_token));
-    static char stack[256 * 1024] __attribute__((aligned(16)));
     getcontext(&g_fiber_ctx);
-    g_fiber_ctx.uc_stack.ss_sp = stack;
-    g_fiber_ctx.uc_stack.ss_size = sizeof stack;
+    g_fiber_ctx.uc_stack.ss_sp = g_fiber_stack;
+    g_fiber_ctx.uc_stack.ss_size = FIBER_STACK;
     g_fiber_ctx.uc_link = &g_fiber_return;
     makecontext(&g_fiber_ctx, fiber_main, 0);
     swapcontext(&g_fiber_return, &g_fiber_ctx);
     return NULL;
 }
 
-static void test_sp_out_of_range(void)
+static void test_foreign_stack_window(void)
 {
+    uint8_t *m =
+        mmap(NULL, FIBER_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(m != MAP_FAILED);
+    ASSERT_OK(mprotect(m + FIBER_STACK, 4096, PROT_NONE));
+    g_fiber_stack = m;
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, fiber_thread, NULL), 0);
     while (!atomic_load(&g_fiber_running))
@@ -485,11 +498,33 @@ static void test_sp_out_of_range(void)
     uint8_t *buf = map_buffer(65536);
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;
-    ASSERT_EQ(copy(g_fiber_token, buf, 65536, 1000000000u, &res, &reason), -1);
-    ASSERT_EQ(reason, SNAPPROF_FAIL_SP_OUT_OF_RANGE);
+    ASSERT_EQ(copy(g_fiber_token, buf, 65536, 1000000000u, &res, &reason), 0);
+    uintptr_t sp = res.regs.r[SNAPPROF_REG_SP], top = (uintptr_t)m + FIBER_STACK;
+    printf("sp %#lx, copied [%#lx, +%zu), stack top %#lx\n", (unsigned long)sp,
+           (unsigned long)res.copy_lo, res.copy_size, (unsigned long)top);
+    ASSERT_EQ(res.foreign, 1);
+    ASSERT_EQ(res.truncated, 0);
+    /* Outside the thread's own stack, on the fiber's, near its top. */
+    ASSERT(sp < g_fiber_token->stack_low || sp >= g_fiber_token->stack_base);
+    ASSERT(sp > (uintptr_t)m && sp < top);
+    ASSERT_LE(res.copy_lo, sp);
+    ASSERT_GE(res.copy_lo, sp - 128 - 16);
+    /* Up to the end of the readable mapping, not past it. */
+    ASSERT_UEQ(res.copy_lo + res.copy_size, top);
+    uintptr_t at = atomic_load(&g_fiber_sentinel_at);
+    ASSERT(at >= res.copy_lo && at + 8 <= top);
+    uint64_t word;
+    memcpy(&word, buf + (at - res.copy_lo), sizeof word);
+    ASSERT_UEQ(word, 0x5eed5eed5eed5eedull);
+
+    /* A smaller buffer bounds the window. */
+    ASSERT_EQ(copy(g_fiber_token, buf, 4096, 1000000000u, &res, &reason), 0);
+    ASSERT_EQ(res.foreign, 1);
+    ASSERT_LE(res.copy_size, 4096);
     atomic_store(&g_fiber_stop, 1);
     pthread_join(th, NULL);
     snapprof_thread_release(g_fiber_token);
+    munmap(m, FIBER_STACK + 4096);
 }
 
 /* The failure reason of a copy of thread b through a token that is not
@@ -731,7 +766,7 @@ int main(int argc, char **argv)
         {"blocked_signal", test_blocked_signal},
         {"late_signal_serves_next_request", test_late_signal_serves_next_request},
         {"late_signal_other_thread", test_late_signal_other_thread},
-        {"sp_out_of_range", test_sp_out_of_range},
+        {"foreign_stack_window", test_foreign_stack_window},
         {"recycled_tid", test_recycled_tid},
         {"exiting_thread", test_exiting_thread},
         {"capture_in_exiting_thread", test_capture_in_exiting_thread},

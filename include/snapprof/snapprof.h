@@ -386,6 +386,18 @@ typedef struct snapprof_stats {
      * range, at most 1/16 of it: the README's "The program's fds"). */
     uint64_t fds_lost;
     uint64_t fds_held_max;
+    /* Added in 0.6.0 as well: */
+    /* Samples whose stack pointer was on a stack other than the thread's
+     * own (a goroutine's, a fiber's, a swapcontext() stack, a sigaltstack):
+     * a window of that stack was copied, up to 32 KiB from sp as far as it
+     * could be read. */
+    uint64_t foreign_stack_copies;
+    /* CPU-clock triggers stopped because the profile's signal handler was
+     * found replaced (by raw rt_sigaction, or a host's own sigaction): their
+     * signals would have gone to the program's handler. Their threads go
+     * to the handshake, which counts failed.handler_replaced and backs
+     * off. */
+    uint64_t handler_replaced_disarmed;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */

@@ -1,0 +1,73 @@
+/* Stack copier for a stack pointer outside the thread's own stack: a
+ * goroutine's stack (Go runs goroutines on stacks it allocates in its heap
+ * and switches threads between them), a fiber, a coroutine, a
+ * swapcontext() stack, or an alternate signal stack. We do not know where
+ * such a stack begins, so the handler copies a bounded window from sp
+ * upward, and only memory that is mapped and readable: the copy goes
+ * through process_vm_readv(2) on our own pid, one remote iovec per page,
+ * which stops at the first page that cannot be read and returns what it
+ * copied instead of faulting. (A table of mappings kept by the sampling
+ * thread would go stale between refreshes; the kernel's page tables do
+ * not.) */
+#include "stack_copier/stack_copier.h"
+
+#include "stack_copier/registers_x86_64.h"
+
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define PAGE 4096u
+#define MAX_PAGES (SNAPPROF__FOREIGN_WINDOW / PAGE + 1)
+
+/* Copies up to size bytes from lo, page by page, stopping at the first
+ * page that cannot be read. Returns the bytes copied (0 when not even the
+ * first page could be, or process_vm_readv is refused, as seccomp may).
+ * Async-signal-safe (one system call). */
+static size_t read_pages(uint8_t *dst, uintptr_t lo, size_t size)
+{
+    struct iovec local = {dst, size};
+    struct iovec remote[MAX_PAGES];
+    int n = 0;
+    for (uintptr_t a = lo, end = lo + size; a < end && n < (int)MAX_PAGES; n++) {
+        uintptr_t next = (a & ~(uintptr_t)(PAGE - 1)) + PAGE;
+        if (next > end || next < a)
+            next = end;
+        remote[n].iov_base = (void *)a;
+        remote[n].iov_len = next - a;
+        a = next;
+    }
+    long got =
+        syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote, (long)n, 0L);
+    return got > 0 ? (size_t)got : 0;
+}
+
+/* Async-signal-safe. */
+int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_size,
+                                 snapprof__copy_result_t *res)
+{
+    size_t window = buffer_size < SNAPPROF__FOREIGN_WINDOW ? buffer_size : SNAPPROF__FOREIGN_WINDOW;
+    window &= ~(size_t)(SNAPPROF_STACK_ALIGN - 1);
+    if (window == 0 || sp < SNAPPROF_RED_ZONE)
+        return -1;
+    /* The red zone below sp too, as for the thread's own stack, unless it
+     * lies on a page that cannot be read (a guard page right below). */
+    uintptr_t lo = (sp - SNAPPROF_RED_ZONE) & ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+    if (lo + window < lo)
+        return -1;
+    size_t got = read_pages(buffer, lo, window);
+    if (got <= sp - lo && (lo & ~(uintptr_t)(PAGE - 1)) != (sp & ~(uintptr_t)(PAGE - 1))) {
+        lo = sp & ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+        got = read_pages(buffer, lo, window);
+    }
+    got &= ~(size_t)(sizeof(uintptr_t) - 1);
+    if (got <= sp - lo)
+        return -1; /* not even the word at sp */
+    res->copy_lo = lo;
+    res->copy_size = got;
+    /* Where this stack ends is not known: the window is not counted as a
+     * truncated copy (an unwind that runs past it is counted as such). */
+    res->truncated = 0;
+    res->foreign = 1;
+    return 0;
+}
