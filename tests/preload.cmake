@@ -32,6 +32,12 @@ target_link_options(preload_stripped_lib PRIVATE -s)
 add_executable(preload_stripped_prog test_preload_stripped_prog.c)
 target_compile_options(preload_stripped_prog PRIVATE ${SNAPPROF_WARNINGS})
 target_link_libraries(preload_stripped_prog PRIVATE preload_stripped_lib)
+# The same linked against the preload library, for the sanitizers.
+add_executable(preload_stripped_prog_linked test_preload_stripped_prog.c)
+target_compile_options(preload_stripped_prog_linked PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_stripped_prog_linked PRIVATE preload_stripped_lib snapprof_preload)
+# It calls nothing of the preload: keep the library from --as-needed.
+target_link_options(preload_stripped_prog_linked PRIVATE -Wl,--no-as-needed)
 
 set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>"
@@ -40,6 +46,7 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
   STRIPPED_PROG="$<TARGET_FILE:preload_stripped_prog>"
+  STRIPPED_PROG_LINKED="$<TARGET_FILE:preload_stripped_prog_linked>"
   STRIPPED_LIB="$<TARGET_FILE_NAME:preload_stripped_lib>"
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 
@@ -50,7 +57,7 @@ function(snapprof_add_preload_tests)
     LABELS preload TIMEOUT 240)
   target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
   add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
-    preload_gperftools_prog preload_stripped_prog)
+    preload_gperftools_prog preload_stripped_prog preload_stripped_prog_linked)
 endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
