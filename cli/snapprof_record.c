@@ -3,6 +3,7 @@
  * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
 #include "cli/cli.h"
+#include "cli/debug_hint.h"
 #include "preload/preload_config.h"
 #include "profile_builder/stats_text.h"
 
@@ -339,6 +340,10 @@ static void check_loadable(const char *path)
 /* ------------------------------------------------------------------------ */
 
 #define MAX_PROCS 256
+/* "unnamed.N" keys read (the preload writes at most 4), and how long dpkg
+ * may take for each. */
+#define SNAPPROF_UNNAMED_KEYS_MAX 4
+#define SNAPPROF_DPKG_TIMEOUT_MS 3000
 #define MAX_KEYS 48
 
 /* One process's summary file: its counters, read with the stats table
@@ -434,6 +439,45 @@ static int first_pprof(const proc_summary_t *s)
     return -1;
 }
 
+/* The preload library, which `record` put first in its own LD_PRELOAD for
+ * the program: dpkg runs without it. */
+static char g_preload[PATH_MAX];
+
+/* Modules that hold a good share of the self time in frames without
+ * names (preload_unnamed.c), the package of each and where its debug
+ * files are. dpkg runs here, after the program ended. */
+static void print_unnamed(const proc_summary_t *s, const char *in)
+{
+    for (unsigned i = 0; i < SNAPPROF_UNNAMED_KEYS_MAX; i++) {
+        const char *v = get_i(s, "unnamed", i);
+        char *path;
+        double share = strtod(v, &path);
+        if (!*v || *path != ' ')
+            break;
+        path++;
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        fprintf(stderr,
+                "snapprof: %s  %.0f%% of the samples stop in %s, which has no symbols there "
+                "(self time, as pprof -top shows it: [%s]): %s\n",
+                in, share * 100, base, base, path);
+        char pkg[128], hint[512];
+        int owner =
+            snapprof__dpkg_owner(path, g_preload, SNAPPROF_DPKG_TIMEOUT_MS, pkg, sizeof pkg);
+        if (owner > 0) {
+            snapprof__debug_hint(pkg, hint, sizeof hint);
+            fprintf(stderr, "snapprof: %s    it is from Debian package %s; %s\n", in, pkg, hint);
+        } else if (owner == 0) {
+            fprintf(stderr,
+                    "snapprof: %s    it is not from a Debian package: build it with -g and "
+                    "without strip (or -s) for names\n",
+                    in);
+        } else {
+            fprintf(stderr, "snapprof: %s    (dpkg could not say which package owns it)\n", in);
+        }
+    }
+}
+
 /* The lines of one process: what it collected, at what rate, what was
  * lost, and where its files went when that is not where they were asked
  * for. */
@@ -479,6 +523,7 @@ static void print_process(const proc_summary_t *s, int several)
     if (num(s, "threads_skipped"))
         fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n", in,
                 num(s, "threads_skipped"), get(s, "signal"));
+    print_unnamed(s, in);
     char all[PATH_MAX * 2] = "";
     size_t len = 0;
     for (unsigned i = 0; i < n_outputs(s); i++) {
@@ -727,6 +772,7 @@ static int record(options_t *o)
         strcat(i ? strcat(formats, ",") : formats, snapprof__format_name(outputs[i].format));
     }
     find_preload(preload, sizeof preload);
+    snprintf(g_preload, sizeof g_preload, "%s", preload);
     resolve_command(o->cmd[0], program, sizeof program);
     check_loadable(program);
 
@@ -818,6 +864,7 @@ static int record(options_t *o)
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    g_child = 0; /* reaped: its pid may be reused */
     if (got == (ssize_t)sizeof exec_errno) {
         if (summary_dir[0])
             remove_dir(summary_dir);

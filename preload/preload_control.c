@@ -173,7 +173,19 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
         }
     }
 
+    /* The summary's note on stripped modules; without it the profile
+     * runs as well. */
+    snapprof__unnamed_t *unnamed = NULL;
+    if (c.summary_dir[0]) {
+        snapprof_builder_t *ub;
+        if (snapprof__unnamed_builder_create(&unnamed, &ub) != 0)
+            unnamed = NULL;
+        else if (snapprof_profiler_add_builder(p, ub) != 0)
+            unnamed = NULL; /* destroyed by the profiler */
+    }
+
     g.profiler = p;
+    g.unnamed = unnamed;
     memcpy(g.builders, builders, sizeof g.builders);
     g.cfg = c;
     g.signo = c.signo;
@@ -199,6 +211,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
             reg_drop(g.n_reg - 1);
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
+        g.unnamed = NULL;
         WHY("cannot start sampling: %s", snapprof_strerror(rc));
         return rc;
     }
@@ -338,6 +351,7 @@ int snapprof__preload_stop(const char *note)
     g.cap_reg = 0;
     snapprof_profiler_destroy(p);
     g.profiler = NULL;
+    g.unnamed = NULL;
     memset(g.builders, 0, sizeof g.builders);
     atomic_store(&g_owner_pid, 0);
     unlock();

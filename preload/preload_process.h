@@ -50,6 +50,7 @@ typedef struct preload_state {
     reg_entry_t *reg;
     size_t n_reg, cap_reg;
     uint64_t threads_seen, threads_failed;
+    struct snapprof__unnamed *unnamed; /* under `snapprof record`: owned by its builder */
 } preload_state_t;
 extern preload_state_t g;
 
@@ -163,5 +164,28 @@ void rescan_threads(void);
 /* Writes "<summary_dir>/<pid>.summary" for `snapprof record`. Under
  * g_lock. */
 void write_summary(const char *note, const output_result_t *res, const snapprof_stats_t *st);
+
+/* ------------------------------------------------------------------------ */
+/* Unnamed leaves (preload_unnamed.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* A module file holding at least this share of the samples' self time in
+ * frames without a name is reported, at most SNAPPROF__UNNAMED_MAX of them. */
+#define SNAPPROF__UNNAMED_NOTE 0.05
+#define SNAPPROF__UNNAMED_MAX 4
+
+typedef struct snapprof__unnamed snapprof__unnamed_t;
+typedef struct snapprof__unnamed_module {
+    const char *path; /* the module cache's: lives as long as the process */
+    double share;     /* of the weight of all samples */
+} snapprof__unnamed_module_t;
+
+/* A builder that counts the samples whose innermost frame has no name, per
+ * module file; *state stays readable until the builder is destroyed. */
+int snapprof__unnamed_builder_create(snapprof__unnamed_t **state, snapprof_builder_t **out);
+/* The modules at or above SNAPPROF__UNNAMED_NOTE at the last completion,
+ * biggest share first. */
+size_t snapprof__unnamed_modules(const snapprof__unnamed_t *u,
+                                 const snapprof__unnamed_module_t **out);
 
 #endif

@@ -55,6 +55,12 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     fprintf(f, "threads=%llu\nthreads_failed=%llu\nthreads_skipped=%u\n",
             (unsigned long long)g.threads_seen, (unsigned long long)g.threads_failed,
             atomic_load(&g_threads_skipped));
+    /* Modules whose frames have no names: "share path" (the share first,
+     * since a path may hold spaces). */
+    const snapprof__unnamed_module_t *um = NULL;
+    size_t n_um = g.unnamed ? snapprof__unnamed_modules(g.unnamed, &um) : 0;
+    for (size_t i = 0; i < n_um; i++)
+        fprintf(f, "unnamed.%zu=%.4f %s\n", i, um[i].share, um[i].path);
     snapprof__stats_for_each(st, print_stat, f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0)

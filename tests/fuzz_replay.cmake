@@ -21,4 +21,5 @@ snapprof_add_fuzz_replay(pprof ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_
 snapprof_add_fuzz_replay(symbols)
 snapprof_add_fuzz_replay(perf_map)
 snapprof_add_fuzz_replay(env ${PROJECT_SOURCE_DIR}/preload/preload_config.c)
-snapprof_add_fuzz_replay(record_options ${PROJECT_SOURCE_DIR}/preload/preload_config.c)
+snapprof_add_fuzz_replay(record_options ${PROJECT_SOURCE_DIR}/preload/preload_config.c
+  ${PROJECT_SOURCE_DIR}/cli/debug_hint.c)

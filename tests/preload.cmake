@@ -46,6 +46,22 @@ if(SNAPPROF_GO)
   add_custom_target(go_cgo_spin ALL DEPENDS ${GO_CGO_SPIN})
 endif()
 
+# A program whose hot loop is in a shared library linked with -s (no
+# .symtab): `snapprof record` names the module, its share and its package.
+add_library(preload_stripped_lib SHARED test_preload_stripped_lib.c)
+target_compile_options(preload_stripped_lib PRIVATE ${SNAPPROF_WARNINGS} -O1)
+set_target_properties(preload_stripped_lib PROPERTIES C_VISIBILITY_PRESET hidden)
+target_link_options(preload_stripped_lib PRIVATE -s)
+add_executable(preload_stripped_prog test_preload_stripped_prog.c)
+target_compile_options(preload_stripped_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_stripped_prog PRIVATE preload_stripped_lib)
+# The same linked against the preload library, for the sanitizers.
+add_executable(preload_stripped_prog_linked test_preload_stripped_prog.c)
+target_compile_options(preload_stripped_prog_linked PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_stripped_prog_linked PRIVATE preload_stripped_lib snapprof_preload)
+# It calls nothing of the preload: keep the library from --as-needed.
+target_link_options(preload_stripped_prog_linked PRIVATE -Wl,--no-as-needed)
+
 set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>"
   SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
@@ -54,6 +70,9 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
   GO_CGO_SPIN_PROG="${GO_CGO_SPIN}"
+  STRIPPED_PROG="$<TARGET_FILE:preload_stripped_prog>"
+  STRIPPED_PROG_LINKED="$<TARGET_FILE:preload_stripped_prog_linked>"
+  STRIPPED_LIB="$<TARGET_FILE_NAME:preload_stripped_lib>"
   SNAPPROF_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 
 # snapprof_add_preload_tests(EXE <exe> SOURCES <files...>)
@@ -63,7 +82,7 @@ function(snapprof_add_preload_tests)
     LABELS preload TIMEOUT 240)
   target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
   add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
-    preload_gperftools_prog fds_prog)
+    preload_gperftools_prog fds_prog preload_stripped_prog preload_stripped_prog_linked)
 endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
@@ -78,6 +97,12 @@ snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_
   TIMEOUT 120)
 target_compile_definitions(stats PRIVATE SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>")
 add_dependencies(stats snapprof_cli)
+
+# What `record` says of a stripped module: the -dbg table and the dpkg
+# lookup, on their own.
+snapprof_add_test_cases(EXE cli_debug_hint SOURCES test_cli_debug_hint.c
+  ${PROJECT_SOURCE_DIR}/cli/debug_hint.c TIMEOUT 60)
+target_include_directories(cli_debug_hint PRIVATE ${PROJECT_SOURCE_DIR})
 
 # The preload library with LD_PRELOAD and the environment alone.
 snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c)

@@ -176,6 +176,40 @@ static void test_go_cgo_4khz(void)
     go_cgo(4000);
 }
 
+/* A program whose hot loop is in a stripped library of the test's own:
+ * the summary names the module, its share of the self time and says it is
+ * not from a Debian package (dpkg -S finds no owner). Before, the frames
+ * were a wall of [libpreload_stripped_lib.so] and the summary said
+ * nothing. */
+static void test_stripped_module(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-stripped");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && %s record -F 1000 -o s.pb.gz -- %s", g_dir, CLI, STRIPPED_PROG);
+    ASSERT_EQ(st, 0);
+    char want[256];
+    snprintf(want, sizeof want, "%% of the samples stop in %s, which has no symbols there",
+             STRIPPED_LIB);
+    const char *line = strstr(text, want);
+    if (!line)
+        TEST_FAIL("no line on the stripped module in:\n%s", text);
+    /* The share: nearly all the work is the library's loop. */
+    const char *p = line;
+    while (p > text && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    int share = atoi(p);
+    if (share < 50)
+        TEST_FAIL("share %d%% of %s, expected most of the samples:\n%s", share, STRIPPED_LIB, text);
+    ASSERT_CONTAINS(text, "(self time, as pprof -top shows it: [");
+    if (system("dpkg --version >/dev/null 2>&1") == 0)
+        ASSERT_CONTAINS(text, "it is not from a Debian package");
+    else
+        ASSERT_CONTAINS(text, "dpkg could not say which package owns it");
+    free(text);
+}
+
 /* A shell that runs a dozen short programs: the summary lists the shell
  * and the busiest few (not a line per process, which was 80 lines for a
  * pyenv shim), counts the rest, and names all the files by a pattern. */
@@ -1090,6 +1124,7 @@ int main(int argc, char **argv)
         {"go_cgo_4khz", test_go_cgo_4khz},
         {"many_processes", test_many_processes},
         {"python", test_python},
+        {"stripped_module", test_stripped_module},
         {"pipeline", test_pipeline},
         {"fork_exec", test_fork_exec},
         {"fork_stop", test_fork_stop},
