@@ -34,6 +34,18 @@ static char *path_in(const char *name)
 /* Programs                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* The summary says what was lost, or that nothing was, in words a note
+ * on the CPU time in no sample does not contradict ("nothing lost" beside
+ * "15% of the threads' CPU time is not in any sample" read as one). */
+static void expect_loss_words(const char *text)
+{
+    ASSERT(strstr(text, "nothing lost") == NULL);
+    if (!strstr(text, "; no sample failed, was dropped or cut short; target pause p50 ") &&
+        !strstr(text, "; failed ") && !strstr(text, "; samples_dropped ") &&
+        !strstr(text, "; trigger_blocked ") && !strstr(text, "; truncated_"))
+        TEST_FAIL("no word on what was lost:\n%s", text);
+}
+
 /* Threads started from a constructor (before main), from main, and one
  * that exits early: each one's hot function is there, under its own
  * thread's name (the threads rename themselves after they start). */
@@ -53,14 +65,7 @@ static void test_threads(void)
     ASSERT_CONTAINS(text, tu_perf_event_allowed()
                               ? " Hz per CPU-second of 1000 Hz requested, trigger perf; "
                               : " Hz per CPU-second of 1000 Hz requested, trigger ");
-    /* What was lost, or that nothing was, in words a note on the CPU time
-     * in no sample does not contradict ("nothing lost" beside "15% of the
-     * threads' CPU time is not in any sample" read as one). */
-    ASSERT(strstr(text, "nothing lost") == NULL);
-    if (!strstr(text, "; no sample failed, was dropped or cut short; target pause p50 ") &&
-        !strstr(text, "; failed ") && !strstr(text, "; samples_dropped ") &&
-        !strstr(text, "; trigger_blocked ") && !strstr(text, "; truncated_"))
-        TEST_FAIL("no word on what was lost:\n%s", text);
+    expect_loss_words(text);
     ASSERT_CONTAINS(text, "profile written to ");
     ASSERT_CONTAINS(text, "go tool pprof -http=: ");
     ASSERT_CONTAINS(text, out);
@@ -508,6 +513,7 @@ static void test_wall(void)
     ASSERT_CONTAINS(text, " samples from 1 thread in ");
     /* The trigger that ran (the default signals blocked threads too). */
     ASSERT_CONTAINS(text, ", 200 Hz of wall time requested, trigger ");
+    expect_loss_words(text);
     if (strstr(text, "is in no sample"))
         TEST_FAIL("a note on unplaced CPU time of a program that slept:\n%s", text);
     char args[1200];
