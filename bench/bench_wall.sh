@@ -131,7 +131,7 @@ kv() { sed -n '/^BENCH_WALL /{s/^BENCH_WALL [a-z]* //; p;}' "$work/$1.out"; }
 
 # stats_of TAG: snapprof's stats of the run as key=value words (s_KEY).
 stats_of() {
-  "$SNAP" stats "$work/$1.pb.gz" 2>/dev/null |
+  "$SNAP" stats --raw "$work/$1.pb.gz" 2>/dev/null |
     awk '$1 ~ /^(samples|samples_signalled|samples_reused|samples_blocked|wall_copy_raced|sampler_cpu_ns|ticks|ticks_missed|failed_total|failed\.thread_exited|failed\.tid_recycled|failed\.timeout)$/ {
            k = $1; sub(/\./, "_", k); printf " s_%s=%s", k, $2 }'
 }

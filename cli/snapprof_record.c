@@ -496,15 +496,16 @@ static void print_process(const proc_summary_t *s, int several)
             in, get(s, "comm"), s->pid, (unsigned long long)st->samples,
             st->samples == 1 ? "" : "s", num(s, "threads"), num(s, "threads") == 1 ? "" : "s",
             (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
-            losses[0] ? losses : "nothing lost", (double)st->pause_p50_ns / 1e3,
+            losses[0] ? losses : SNAPPROF__STATS_NO_LOSS, (double)st->pause_p50_ns / 1e3,
             (double)st->pause_p99_ns / 1e3);
     const char *timer = snapprof__stats_timer_note(st, !strcmp(get(s, "mode"), "wall"));
     if (timer)
         fprintf(stderr, "snapprof: %s  %s\n", in, timer);
-    double unplaced = snapprof__stats_unplaced_share(st, num(s, "period_ns"));
-    if (unplaced > SNAPPROF__UNPLACED_NOTE)
-        fprintf(stderr, "snapprof: %s  %.0f%% of the threads' CPU time is not in any sample\n", in,
-                unplaced * 100);
+    if (snapprof__stats_unplaced_share(st, num(s, "period_ns")) > SNAPPROF__UNPLACED_NOTE) {
+        char unplaced[256];
+        snapprof__stats_unplaced_text(st, unplaced, sizeof unplaced);
+        fprintf(stderr, "snapprof: %s  %s\n", in, unplaced);
+    }
     if (st->trigger_fallback_errno != 0)
         fprintf(stderr, "snapprof: %s  trigger %s was refused (%s); threads fell back\n", in,
                 snapprof_trigger_name(st->trigger_fallback_from),

@@ -445,9 +445,76 @@ int snapprof__stats_comments(const snapprof_stats_t *st, uint64_t period_ns, int
     snapprof__stats_losses_text(st, losses, sizeof losses);
     if (losses[0])
         snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", losses);
-    double unplaced = snapprof__stats_unplaced_share(st, period_ns);
-    if (unplaced > SNAPPROF__UNPLACED_NOTE)
-        snprintf(lines[n++], SNAPPROF__COMMENT_MAX,
-                 "snapprof: %.0f%% of the threads' CPU time is not in any sample", unplaced * 100);
+    char unplaced[SNAPPROF__COMMENT_MAX - 16];
+    if (snapprof__stats_unplaced_share(st, period_ns) > SNAPPROF__UNPLACED_NOTE) {
+        snapprof__stats_unplaced_text(st, unplaced, sizeof unplaced);
+        snprintf(lines[n++], SNAPPROF__COMMENT_MAX, "snapprof: %s", unplaced);
+    }
     return n;
+}
+
+void snapprof__stats_unplaced_text(const snapprof_stats_t *st, char *buf, size_t size)
+{
+    double share = st->cpu_ns_total == 0 || st->cpu_ns_sampled >= st->cpu_ns_total
+                       ? 0
+                       : (double)(st->cpu_ns_total - st->cpu_ns_sampled) / (double)st->cpu_ns_total;
+    char dropped[48] = "";
+    if (st->samples_dropped != 0)
+        snprintf(dropped, sizeof dropped, ", %" PRIu64 " dropped capture%s", st->samples_dropped,
+                 st->samples_dropped == 1 ? "" : "s");
+    snprintf(buf, size,
+             "%.*f%% of the threads' CPU time is in no sample: time in the kernel and after "
+             "each thread's last sample%s (pprof: [kernel and unsampled])",
+             share < 0.1 && share > 0 ? 1 : 0, share * 100, dropped);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Groups                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* By key prefix, first match wins; order is the order of the groups. */
+static const struct {
+    const char *prefix, *group;
+} g_groups[] = {
+    {"ticks", "samples and CPU time"},
+    {"samples", "samples and CPU time"},
+    {"failed", "samples and CPU time"},
+    {"cpu_ns", "samples and CPU time"},
+    {"pause_", "capture"},
+    {"truncated_copy", "capture"},
+    {"copy_bytes", "capture"},
+    {"truncated_depth", "unwind"},
+    {"unwind_", "unwind"},
+    {"cfi_", "unwind"},
+    {"threads_by_trigger", "triggers"},
+    {"trigger_", "triggers"},
+    {"wall_", "wall mode"},
+    {"events_", "events and labels"},
+    {"labels_", "events and labels"},
+    {"app_frames", "events and labels"},
+    {"mmap_", "memory"},
+    {"roundtrip_", "sampler cost"},
+    {"sampler_", "sampler cost"},
+};
+
+const char *snapprof__stats_group(int i)
+{
+    /* Each group once, in the order it first appears. */
+    int n = 0;
+    for (size_t k = 0; k < sizeof g_groups / sizeof g_groups[0]; k++) {
+        int seen = 0;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = strcmp(g_groups[j].group, g_groups[k].group) == 0;
+        if (!seen && n++ == i)
+            return g_groups[k].group;
+    }
+    return n == i ? SNAPPROF__STATS_GROUP_OTHER : NULL;
+}
+
+const char *snapprof__stats_group_of(const char *key)
+{
+    for (size_t k = 0; k < sizeof g_groups / sizeof g_groups[0]; k++)
+        if (strncmp(key, g_groups[k].prefix, strlen(g_groups[k].prefix)) == 0)
+            return g_groups[k].group;
+    return SNAPPROF__STATS_GROUP_OTHER;
 }

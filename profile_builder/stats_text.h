@@ -91,6 +91,16 @@
     XX(U64, foreign_stack_copies)                                                                  \
     XX(U64, handler_replaced_disarmed)
 
+/* The groups `snapprof stats` prints the counters in, assigned by key
+ * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name
+ * of group i in the order printed (the last SNAPPROF__STATS_GROUP_OTHER),
+ * NULL past the last; snapprof__stats_group_of(key) the group of a key. A
+ * counter added to the table with no matching prefix goes to "other"
+ * until a prefix is added there; the table above needs no group. */
+#define SNAPPROF__STATS_GROUP_OTHER "other"
+const char *snapprof__stats_group(int i);
+const char *snapprof__stats_group_of(const char *key);
+
 /* The hidden entry starts with this; the number is the format's version. */
 #define SNAPPROF__STATS_PREFIX "snapprof-stats/"
 #define SNAPPROF__STATS_VERSION 1
@@ -161,6 +171,18 @@ void snapprof__stats_losses_text(const snapprof_stats_t *st, char *buf, size_t s
  * SNAPPROF__UNPLACED_PERIODS sampling periods: a program that mostly
  * sleeps, with a few ms of CPU in all, has nothing worth a note). */
 double snapprof__stats_unplaced_share(const snapprof_stats_t *st, uint64_t period_ns);
+
+/* "15% of the threads' CPU time is in no sample: time in the kernel and
+ * after each thread's last sample, 4 dropped captures (pprof:
+ * [kernel and unsampled])": what that share is, so that it does not read as
+ * a loss beside "no sample failed" (the perf trigger counts user time only;
+ * a thread's time after its last sample is under one period). The
+ * share has one decimal under 10%. */
+void snapprof__stats_unplaced_text(const snapprof_stats_t *st, char *buf, size_t size);
+
+/* What the summary and `snapprof stats` say when
+ * snapprof__stats_losses_text() is "". */
+#define SNAPPROF__STATS_NO_LOSS "no sample failed, was dropped or cut short"
 
 /* Above this share the comments and the record summary say it. */
 #define SNAPPROF__UNPLACED_NOTE 0.10

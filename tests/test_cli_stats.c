@@ -1,6 +1,8 @@
 /* `snapprof stats FILE`: the counters of a real profile read back equal
- * what snapprof_profiler_get_stats() said, gzip-compressed or not; files
- * that are no snapprof profile are refused with one clear line. */
+ * what snapprof_profiler_get_stats() said, gzip-compressed or not, in
+ * --raw's "key value" lines and under the group headings after the
+ * headline; the headline's words; files that are no snapprof profile are
+ * refused with one clear line. */
 #include "profile_builder/stats_text.h"
 #include "test.h"
 #include "test_profile_builder_util.h"
@@ -8,6 +10,7 @@
 
 #include <snapprof/snapprof.h>
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -107,6 +110,63 @@ static void expect_output(const char *out, const char *profile, const snapprof_s
     ASSERT_STR_EQ(out, t.s);
 }
 
+#define BUCKET_NOTE                                                                                \
+    "           p50 and p99 (here and below) are histogram bucket upper bounds, at most 1/16 "     \
+    "above the true value; max is exact\n"
+
+/* Fails unless out, after its headline, has every counter of want (and
+ * extra, "key value\n" lines of counters no field holds) once, as
+ * "  key value" under the heading of the key's group, the groups in their
+ * order, "other" last. */
+static void expect_grouped(const char *out, const snapprof_stats_t *want, const char *extra)
+{
+    static text_t t;
+    t.len = (size_t)snprintf(t.s, sizeof t.s, "\n");
+    snapprof__stats_for_each(want, add_line, &t);
+    t.len += (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "%s", extra);
+    /* The headline ends at the first blank line; no counter is above it. */
+    const char *body = strstr(out, "\n\n");
+    ASSERT_NOT_NULL(body);
+    ASSERT(strstr(out, "\n  ticks ") > body);
+    body += 2;
+    int group = -1, lines = 0;
+    char copy[8192];
+    ASSERT_LT(strlen(body), sizeof copy);
+    strcpy(copy, body);
+    for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] != ' ') {
+            /* A heading: a group after the one before. */
+            size_t n = strlen(line);
+            ASSERT(n > 1 && line[n - 1] == ':');
+            line[n - 1] = '\0';
+            int g = group + 1;
+            while (snapprof__stats_group(g) != NULL && strcmp(snapprof__stats_group(g), line))
+                g++;
+            if (snapprof__stats_group(g) == NULL)
+                TEST_FAIL("heading '%s' is no group, or out of order", line);
+            group = g;
+            continue;
+        }
+        ASSERT(group >= 0);
+        ASSERT(strncmp(line, "  ", 2) == 0);
+        char key[SNAPPROF__STATS_KEY_MAX], value[SNAPPROF__STATS_VALUE_MAX];
+        ASSERT_EQ(sscanf(line, " %63s %31s", key, value), 2);
+        ASSERT_STR_EQ(snapprof__stats_group_of(key), snapprof__stats_group(group));
+        char want_line[128];
+        snprintf(want_line, sizeof want_line, "\n%s %s\n", key, value);
+        char *at = strstr(t.s, want_line);
+        if (at == NULL)
+            TEST_FAIL("'%s' is not a counter or not its value, or twice", line);
+        at[1] = '-'; /* seen */
+        lines++;
+    }
+    for (char *p = t.s + 1; *p; p = strchr(p, '\n') + 1)
+        if (*p != '-')
+            TEST_FAIL("a counter missing: %.*s", (int)strcspn(p, "\n"), p);
+    ASSERT_GT(lines, 40);
+}
+
 /* A real profile: every counter, as snapprof_profiler_get_stats() gave
  * it; the same from the uncompressed file. */
 static void test_roundtrip(void)
@@ -118,7 +178,7 @@ static void test_roundtrip(void)
     ASSERT_GT(st.cpu_ns_total, 0);
     int status;
     char *err;
-    char *out = stats(&status, &err, "'%s'", path);
+    char *out = stats(&status, &err, "--raw '%s'", path);
     ASSERT_EQ(status, 0);
     ASSERT_STR_EQ(err, "");
     ASSERT_CONTAINS(out, "# snapprof: ");
@@ -160,9 +220,29 @@ static void test_roundtrip(void)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "gzip -dc '%s' > '%s'", path, path_in("plain.pb"));
     ASSERT_EQ(system(cmd), 0);
-    out = stats(&status, &err, "'%s'", path_in("plain.pb"));
+    out = stats(&status, &err, "--raw '%s'", path_in("plain.pb"));
     ASSERT_EQ(status, 0);
     expect_output(out, path, &st);
+    free(out);
+    free(err);
+
+    /* Without --raw: the headline first, then every counter once, with
+     * the value --raw gave, under its group's heading, the groups in
+     * their order. */
+    out = stats(&status, &err, "'%s'", path);
+    ASSERT_EQ(status, 0);
+    ASSERT_STR_EQ(err, "");
+    char head[160];
+    snprintf(head, sizeof head, "samples    %" PRIu64 ", ", st.samples);
+    ASSERT(strncmp(out, head, strlen(head)) == 0);
+    snprintf(head, sizeof head,
+             " Hz per CPU-second of 1000 Hz requested\ntrigger    %s (1 thread)\n",
+             snapprof_trigger_name(ran));
+    ASSERT_CONTAINS(out, head);
+    ASSERT_CONTAINS(out, "\nlost       ");
+    ASSERT_CONTAINS(out, "\npause      target p50 ");
+    ASSERT_CONTAINS(out, BUCKET_NOTE);
+    expect_grouped(out, &st, "");
     free(out);
     free(err);
 }
@@ -270,6 +350,110 @@ static void test_merged(void)
     free(err);
 }
 
+/* The headline of counters with every kind of loss: each with its share,
+ * the CPU time in no sample said to be no loss, the bucket bounds. */
+static void test_headline(void)
+{
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.samples = 4012;
+    st.failed[SNAPPROF_FAIL_THREAD_EXITED] = 2;
+    st.failed[SNAPPROF_FAIL_TIMEOUT] = 10;
+    st.failed_total = 12;
+    st.samples_dropped = 3;
+    st.truncated_copy = 1;
+    st.truncated_depth = 4;
+    st.unwind_aborted = 5;
+    st.events_lost = 2;
+    st.cpu_ns_total = 41750000000ull;
+    st.cpu_ns_sampled = st.cpu_ns_total / 4 * 3;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 3;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
+    st.pause_p50_ns = 900;
+    st.pause_p99_ns = 20479;
+    st.pause_max_ns = 23000;
+    const char *path = path_in("headline.pb.gz");
+    snapprof_builder_t *b = pbt_create(path);
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &st));
+    snapprof_builder_destroy(b);
+    int status;
+    char *err;
+    char *out = stats(&status, &err, "'%s'", path);
+    ASSERT_EQ(status, 0);
+    ASSERT_STR_EQ(err, "");
+    const char *want =
+        "samples    4012, 75.0 Hz per CPU-second of 100 Hz requested\n"
+        "triggers   perf (3 threads), handshake (1)\n"
+        "lost       failed 12 (0.3% of captures: thread_exited 2, timeout 10)\n"
+        "           samples_dropped 3 (0.1% of captures: no slot free)\n"
+        "cut short  truncated_copy 1 (<0.1% of samples), truncated_depth 4 (0.1%), "
+        "unwind_aborted 5 (0.1%)\n"
+        "also lost  events_lost 2\n"
+        "unsampled  25% of the threads' CPU time is in no sample: time in the kernel and after "
+        "each thread's last sample, 3 dropped captures (pprof: [kernel and unsampled])\n"
+        "pause      target p50 0.9 us, p99 20.5 us, max 23.0 us\n" BUCKET_NOTE
+        "\nsamples and CPU time:\n"
+        "  ticks                          0\n";
+    ASSERT(strncmp(out, want, strlen(want)) == 0);
+    ASSERT_CONTAINS(out, "\nunwind:\n  truncated_depth                4\n");
+    expect_grouped(out, &st, "");
+    free(out);
+    free(err);
+
+    /* Nothing lost: said so, and the CPU time in no sample is not called a
+     * loss. */
+    memset(&st, 0, sizeof st);
+    st.samples = 4100;
+    st.cpu_ns_total = 41000000000ull;
+    st.cpu_ns_sampled = 41000000000ull - 400000000ull;
+    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 1;
+    b = pbt_create(path);
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &st));
+    snapprof_builder_destroy(b);
+    out = stats(&status, &err, "'%s'", path);
+    ASSERT_EQ(status, 0);
+    want = "samples    4100, 99.0 Hz per CPU-second of 100 Hz requested\n"
+           "trigger    perf (1 thread)\n"
+           "lost       none: no sample failed, was dropped or cut short\n"
+           "unsampled  1.0% of the threads' CPU time is in no sample: time in the kernel and "
+           "after each thread's last sample (pprof: [kernel and unsampled])\n"
+           "pause      target p50 0.0 us, p99 0.0 us, max 0.0 us\n" BUCKET_NOTE "\n";
+    ASSERT(strncmp(out, want, strlen(want)) == 0);
+    free(out);
+    free(err);
+}
+
+/* A counter of a newer snapprof (or one no group claims) is under
+ * "other", last; --raw prints it as it did. */
+static void test_other(void)
+{
+    const char *path = path_in("newer.pb.gz");
+    profile_named(path, "snapprof-stats/1 samples=5 zz_newer_counter=7");
+    int status;
+    char *err;
+    char *out = stats(&status, &err, "'%s'", path);
+    ASSERT_EQ(status, 0);
+    ASSERT(strncmp(out, "samples    5, no CPU time seen, 100 Hz requested\n", 49) == 0);
+    size_t n = strlen(out);
+    const char *tail = "\nother:\n  zz_newer_counter               7\n";
+    ASSERT(n > strlen(tail) && strcmp(out + n - strlen(tail), tail) == 0);
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.samples = 5;
+    expect_grouped(out, &st, "zz_newer_counter 7\n");
+    free(out);
+    free(err);
+    out = stats(&status, &err, "--raw '%s'", path);
+    ASSERT_EQ(status, 0);
+    ASSERT(strncmp(out, "samples ", 8) != 0); /* table order: ticks first */
+    ASSERT_CONTAINS(out, "\nsamples 5\n");
+    n = strlen(out);
+    tail = "\nzz_newer_counter 7\n";
+    ASSERT(n > strlen(tail) && strcmp(out + n - strlen(tail), tail) == 0);
+    free(out);
+    free(err);
+}
+
 static void make_dir(void)
 {
     char *d = tu_make_tmpdir("cli-stats");
@@ -280,9 +464,8 @@ static void make_dir(void)
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
-        {"roundtrip", test_roundtrip},
-        {"bad_file", test_bad_file},
-        {"merged", test_merged},
+        {"roundtrip", test_roundtrip}, {"bad_file", test_bad_file}, {"merged", test_merged},
+        {"headline", test_headline},   {"other", test_other},
     };
     return test_run_case_setup(cases, sizeof cases / sizeof cases[0], make_dir, argc, argv);
 }

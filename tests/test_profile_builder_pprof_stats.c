@@ -134,10 +134,13 @@ static void test_comments(void)
      * samples weigh a quarter less than the rate asked for. */
     st.cpu_ns_sampled = st.cpu_ns_total / 4 * 3;
     path = write_profile("unplaced.pb.gz", SNAPPROF_MODE_CPU, &st);
-    const char *unplaced[] = {"snapprof: 4012 samples, 75.0 Hz per CPU-second of 100 Hz "
-                              "requested, triggers perf (3 threads), handshake (1)",
-                              lossy[1],
-                              "snapprof: 25% of the threads' CPU time is not in any sample"};
+    const char *unplaced[] = {
+        "snapprof: 4012 samples, 75.0 Hz per CPU-second of 100 Hz "
+        "requested, triggers perf (3 threads), handshake (1)",
+        lossy[1],
+        "snapprof: 25% of the threads' CPU time is in no sample: time in the kernel and "
+        "after each thread's last sample, 3 dropped captures (pprof: "
+        "[kernel and unsampled])"};
     expect_comments(path, unplaced, 3);
     pbt_remove(path);
 
@@ -150,7 +153,7 @@ static void test_comments(void)
     path = write_profile("barely.pb.gz", SNAPPROF_MODE_CPU, &st);
     Perftools__Profiles__Profile *barely = pbt_load(path);
     for (size_t i = 0; i < barely->n_comment; i++)
-        if (strstr(pbt_str(barely, barely->comment[i]), "is not in any sample"))
+        if (strstr(pbt_str(barely, barely->comment[i]), "is in no sample"))
             TEST_FAIL("comment: %s", pbt_str(barely, barely->comment[i]));
     perftools__profiles__profile__free_unpacked(barely, NULL);
     pbt_remove(path);
