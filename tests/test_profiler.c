@@ -1622,17 +1622,15 @@ static void *self_remover_main(void *arg)
     return NULL;
 }
 
-/* A thread leaving a running profile (under the preload library, every
- * thread that exits) drained every capture slot, unwinding the other
- * threads' stacks and calling the builders on its own time. It now only
- * stops its trigger; the sampling thread delivers what it left. Its
- * samples still reach the profile. */
-static void test_remove_on_sampling_thread(void)
+/* Runs 8 threads through thread_main beside two busy registered threads,
+ * in a profile whose builder counts the samples delivered on the leaving
+ * threads (in remove_thread or update_name) and the leavers' samples.
+ * Returns the profiler, stopped, for the caller to destroy. */
+static snapprof_profiler_t *run_leavers(void *(*thread_main)(void *), target_t busy[2])
 {
     tu_need_perf_event();
     atomic_store(&g_on_remover, 0);
     atomic_store(&g_of_leavers, 0);
-    target_t busy[2] = {{0}, {0}};
     start_target(&busy[0], BUSY);
     start_target(&busy[1], BUSY);
     snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
@@ -1645,11 +1643,23 @@ static void test_remove_on_sampling_thread(void)
     self_remover_t r[8];
     for (int i = 0; i < 8; i++) {
         r[i] = (self_remover_t){.p = p, .index = i};
-        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_remover_main, &r[i]), 0);
+        ASSERT_EQ(pthread_create(&r[i].th, NULL, thread_main, &r[i]), 0);
     }
     for (int i = 0; i < 8; i++)
         pthread_join(r[i].th, NULL);
     ASSERT_OK(snapprof_profiler_stop(p));
+    return p;
+}
+
+/* A thread leaving a running profile (under the preload library, every
+ * thread that exits) drained every capture slot, unwinding the other
+ * threads' stacks and calling the builders on its own time. It now only
+ * stops its trigger; the sampling thread delivers what it left. Its
+ * samples still reach the profile. */
+static void test_remove_on_sampling_thread(void)
+{
+    target_t busy[2] = {{0}, {0}};
+    snapprof_profiler_t *p = run_leavers(self_remover_main, busy);
     int on_remover = atomic_load(&g_on_remover), of_leavers = atomic_load(&g_of_leavers);
     printf("8 threads left: %d samples delivered on their threads in remove_thread, %d of "
            "theirs in the profile\n",
@@ -1684,28 +1694,9 @@ static void *self_renamer_main(void *arg)
  * renaming thread waits. */
 static void test_rename_on_sampling_thread(void)
 {
-    tu_need_perf_event();
-    atomic_store(&g_on_remover, 0);
-    atomic_store(&g_of_leavers, 0);
     target_t busy[2] = {{0}, {0}};
-    start_target(&busy[0], BUSY);
-    start_target(&busy[1], BUSY);
-    snapprof_thread_t *tokens[2] = {busy[0].token, busy[1].token};
-    snapprof_builder_t *b;
-    ASSERT_OK(snapprof_builder_create(&remover_ops, NULL, &b));
-    snapprof_profiler_t *p = make(tokens, 2, 200000u, SNAPPROF_MODE_CPU, NULL);
-    ASSERT_OK(snapprof_profiler_add_builder(p, b));
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 3);
     unsigned fallbacks0 = snapprof__sampler_handoff_fallbacks();
-    self_remover_t r[8];
-    for (int i = 0; i < 8; i++) {
-        r[i] = (self_remover_t){.p = p, .index = i};
-        ASSERT_EQ(pthread_create(&r[i].th, NULL, self_renamer_main, &r[i]), 0);
-    }
-    for (int i = 0; i < 8; i++)
-        pthread_join(r[i].th, NULL);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = run_leavers(self_renamer_main, busy);
     int on_renamer = atomic_load(&g_on_remover), of_renamers = atomic_load(&g_of_leavers);
     unsigned fallbacks = snapprof__sampler_handoff_fallbacks() - fallbacks0;
     printf("8 threads renamed themselves: %d samples delivered on their threads in "
