@@ -152,7 +152,12 @@ static void trigger_of_start(const char *env, const char *want)
     char *comments = tu_pprof(args, &st);
     printf("%s", comments);
     ASSERT_EQ(st, 0);
-    ASSERT(strstr(comments, want) != NULL);
+    /* "trigger perf", or "triggers perf (1 thread), handshake (1)" where a
+     * thread of the runtime's own (TSan's, which starts with every signal
+     * blocked) is registered too and keeps its signal blocked. */
+    char plural[64];
+    snprintf(plural, sizeof plural, "triggers %s (", want + strlen("trigger "));
+    ASSERT(strstr(comments, want) != NULL || strstr(comments, plural) != NULL);
     free(comments);
     free(text);
 }
