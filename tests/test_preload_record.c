@@ -680,7 +680,7 @@ static void test_wall_proc(void)
 static long long stat_of(const char *profile, const char *key)
 {
     int st;
-    char *text = pl_run(&st, "%s stats '%s'", CLI, profile);
+    char *text = pl_run(&st, "%s stats --raw '%s'", CLI, profile);
     long long v = -1;
     char needle[128];
     snprintf(needle, sizeof needle, "%s ", key); /* "key value" lines */
