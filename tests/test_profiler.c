@@ -1423,6 +1423,12 @@ static void *cache_user_main(void *arg)
 static void test_fork_during_module_cache(void)
 {
     tu_skip_under_tsan("TSan reports the parent's threads as leaked in a fork() child");
+    /* gcc 12's libasan does not intercept fork() (nm: no fork symbol),
+     * so it takes no allocator lock around it: a child forked while the
+     * other threads are inside ASan's malloc can wait for ever in its own
+     * first malloc. Seen once in CI ("fork 40: the child hung"); the plain
+     * and clang runs cover this test. */
+    tu_skip_under_asan("ASan's allocator is not fork-safe while other threads allocate");
     ASSERT_GE(lookup_here(), 1); /* the tables are loaded: lookups are short */
     cache_user_t users[2] = {{.symbols = 0}, {.symbols = 1}};
     pthread_t th[2];

@@ -55,6 +55,12 @@ int tu_tsan_build(void)
 {
 #if defined(__SANITIZE_THREAD__)
     return 1;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return 1;
+#else
+    return 0;
+#endif
 #else
     return 0;
 #endif
@@ -63,6 +69,29 @@ int tu_tsan_build(void)
 void tu_skip_under_tsan(const char *why)
 {
     if (!tu_tsan_build())
+        return;
+    printf("skipped: %s\n", why);
+    exit(TEST_SKIP);
+}
+
+int tu_asan_build(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return 1;
+#else
+    return 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
+void tu_skip_under_asan(const char *why)
+{
+    if (!tu_asan_build())
         return;
     printf("skipped: %s\n", why);
     exit(TEST_SKIP);

@@ -26,6 +26,10 @@ int tu_tsan_build(void);
 
 /* Under TSan, prints "skipped: WHY" and exits with the skip status. */
 void tu_skip_under_tsan(const char *why);
+/* 1 in an AddressSanitizer build; tu_skip_under_asan() exits with
+ * TEST_SKIP there, printing why. */
+int tu_asan_build(void);
+void tu_skip_under_asan(const char *why);
 
 /* Runs a shell command; returns its combined stdout and stderr (malloc'd,
  * never NULL) and stores the exit status (or -1) in *status if given. */
