@@ -831,6 +831,13 @@ static void test_fork_child_gen_wraps(void)
 /* Full slots                                                               */
 /* ------------------------------------------------------------------------ */
 
+static uint64_t clock_ns(clockid_t clk)
+{
+    struct timespec ts;
+    ASSERT_EQ(clock_gettime(clk, &ts), 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* With the sampling thread held up, captures find no free slot: they are
  * counted, and the CPU time they stood for is in the remainder, so the
  * profile's CPU total still matches the threads' CPU clocks. */
@@ -843,9 +850,17 @@ static void test_full_slots(void)
     snapprof_profiler_t *p = make(w, 2, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, &c);
     ASSERT_OK(snapprof_profiler_start(p));
     tu_wait_samples(p, 20);
+    /* Held until the workers have run 200 ms of CPU (800 periods, past
+     * the 256 slots), not for a wall time: on a loaded machine (fresh-check
+     * beside other jobs) 500 ms of wall gave them 59 ms of CPU, fewer
+     * captures than slots. Bounded at 30 s of wall. */
+    clockid_t clk[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_getcpuclockid(w[i].th, &clk[i]), 0);
     snapprof__sampler_lock();
-    uint64_t t0 = tu_mono_ns();
-    while (tu_mono_ns() - t0 < 500000000u)
+    uint64_t t0 = tu_mono_ns(), cpu0 = clock_ns(clk[0]) + clock_ns(clk[1]);
+    while (clock_ns(clk[0]) + clock_ns(clk[1]) - cpu0 < 200000000u &&
+           tu_mono_ns() - t0 < 30000000000u)
         usleep(10000);
     snapprof__sampler_unlock();
     ASSERT_OK(snapprof_profiler_stop(p));
