@@ -997,6 +997,17 @@ static void test_blocked_signal(void)
     snapprof_profiler_t *p = make(both, 2, 5000000u, SNAPPROF_MODE_CPU, &c);
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, 100);
+    /* The blocked thread is found out after 50 periods of its CPU time
+     * with no capture (check_armed), then its handshakes time out: wait
+     * for the first timeout, not for a time. At a load of ~1000
+     * (fresh-check beside other jobs) 100 ticks went by before it had run
+     * 50 periods. */
+    uint64_t wait_end = tu_mono_ns() + 60000000000u;
+    snapprof_stats_t live;
+    do {
+        usleep(5000);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &live));
+    } while (live.failed[SNAPPROF_FAIL_TIMEOUT] == 0 && tu_mono_ns() < wait_end);
     uint64_t t0 = tu_mono_ns();
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_LT(tu_mono_ns() - t0, 5000000000u); /* one tick at most, stalls aside */
