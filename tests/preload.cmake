@@ -142,4 +142,4 @@ add_dependencies(crash preload_crash_prog)
 snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wall
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
-  PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
+  PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
