@@ -398,6 +398,16 @@ typedef struct snapprof_stats {
      * to the handshake, which counts failed.handler_replaced and backs
      * off. */
     uint64_t handler_replaced_disarmed;
+    /* Added in 0.6.0 as well (issue 25 item 2, deep stacks): */
+    /* Bytes in the large buffers of threads whose stacks do not fit a
+     * capture slot (64 KiB), as of this snapshot and the most at once; they
+     * are faulted in (resident) and stay with their thread until it leaves
+     * the profile. Within params.capture_memory_max less the slots. */
+    uint64_t large_buffer_bytes;
+    uint64_t large_buffer_bytes_max;
+    /* Of truncated_copy: captures of threads that memory budget left
+     * without a free large buffer that fits. */
+    uint64_t truncated_copy_budget;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
