@@ -825,10 +825,13 @@ typedef struct snapprof_params {
      * event, CPU timer, handshake), per thread; the stats say which ran and
      * why a better one did not. Default SNAPPROF_TRIGGER_AUTO. */
     snapprof_trigger_t trigger;
-    /* CPU-clock triggers: memory for stack copies, the capture slots and
-     * the buffers of threads whose stacks do not fit a slot, together, for
-     * any number of threads; past it a deep thread's copy is truncated
-     * (counted). Default 64 MiB. */
+    /* CPU-clock triggers: memory for stack copies, the capture slots (a
+     * quarter of it at most, 16 MiB by default) and the large buffers of
+     * threads whose stacks do not fit a slot (the rest; resident, held
+     * until the thread leaves the profile), together, for any number of
+     * threads; past it a deep thread's capture that finds no free large
+     * buffer copies only the innermost 64 KiB (counted in truncated_copy
+     * and truncated_copy_budget). Default 64 MiB; at least 1 MiB. */
     size_t capture_memory_max;
     /* Wall mode: how blocked threads are sampled. Default
      * SNAPPROF_WALL_BLOCKED_PROC: a blocked thread is never signalled, and
