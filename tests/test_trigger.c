@@ -931,9 +931,12 @@ static void test_deep_stack(void)
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    printf("%llu samples, %llu truncated copies, deepest %llu frames, copy max %llu bytes\n",
+    printf("%llu samples, %llu truncated copies (%llu by the budget), %llu dropped, deepest %llu "
+           "frames, copy max %llu bytes, large buffers %llu bytes at most, unwind p50 %llu ns\n",
            (unsigned long long)st.samples_signalled, (unsigned long long)st.truncated_copy,
-           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max);
+           (unsigned long long)st.truncated_copy_budget, (unsigned long long)st.samples_dropped,
+           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max,
+           (unsigned long long)st.large_buffer_bytes_max, (unsigned long long)st.unwind_p50_ns);
     ASSERT_GE(st.unwind_frames_max, 2000);
     /* The first captures are truncated, and later ones too when the
      * sampling thread has not yet handed back every large buffer (a slow
