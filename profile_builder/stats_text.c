@@ -484,6 +484,7 @@ static const struct {
     {"truncated_copy", "capture"},
     {"copy_bytes", "capture"},
     {"foreign_stack", "capture"},
+    {"large_buffer", "capture"},
     {"truncated_depth", "unwind"},
     {"unwind_", "unwind"},
     {"cfi_", "unwind"},

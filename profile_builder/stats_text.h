@@ -89,7 +89,10 @@
     XX(U64, fds_lost)                                                                              \
     XX(U64, fds_held_max)                                                                          \
     XX(U64, foreign_stack_copies)                                                                  \
-    XX(U64, handler_replaced_disarmed)
+    XX(U64, handler_replaced_disarmed)                                                             \
+    XX(U64, large_buffer_bytes)                                                                    \
+    XX(U64, large_buffer_bytes_max)                                                                \
+    XX(U64, truncated_copy_budget)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

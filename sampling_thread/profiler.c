@@ -158,6 +158,8 @@ static void retire_removed(snapprof_profiler_t *p);
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 static void target_free(snapprof_profiler_t *p, snapprof__target_t *t)
 {
+    if (p->pool_ready)
+        snapprof__capture_target_free_large(&p->pool, &t->cap);
     snapprof_thread_release(t->thread);
     free(t->prev);
     free(t->prev_labels);
@@ -503,6 +505,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
                                          snapprof__sampler_kick_word());
         if (rc == 0) {
             p->pool.delegate = &p->delegate;
+            p->pool.copy_max = p->buffer_size;
             p->pool_ready = 1;
         } else {
             /* No memory for the slots: every thread gets the handshake
@@ -563,8 +566,11 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->cpu_ns_total = p->cpu_removed_ns;
     for (size_t i = 0; i < p->target_count; i++)
         out->cpu_ns_total += target_cpu_ns(p->targets[i]);
-    if (p->pool_ready)
+    if (p->pool_ready) {
         out->samples_dropped = atomic_load(&p->pool.dropped);
+        out->large_buffer_bytes = p->pool.large_bytes;
+        out->large_buffer_bytes_max = p->pool.large_bytes_max;
+    }
     out->pause_p50_ns = snapprof__hist_quantile(&p->pause, 0.50);
     out->pause_p99_ns = snapprof__hist_quantile(&p->pause, 0.99);
     out->pause_max_ns = p->pause.max;
@@ -1277,6 +1283,28 @@ static int by_time(const void *a, const void *b)
            (x->res.timestamp_ns < y->res.timestamp_ns);
 }
 
+/* The bytes large buffers may take: the capture memory less the slots. */
+static size_t large_budget(const snapprof_profiler_t *p)
+{
+    size_t slots = p->pool.slot_count * p->pool.slot_bytes;
+    return p->params.capture_memory_max > slots ? p->params.capture_memory_max - slots : 0;
+}
+
+/* Gives every thread armed with a CPU-clock trigger the large buffers its
+ * captures need (see snapprof__capture_target_provision). Lock held. */
+static void provision_large(snapprof_profiler_t *p)
+{
+    atomic_store_explicit(&p->pool.large_asked, 0, memory_order_relaxed);
+    int failed = 0;
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (t->arm && snapprof__capture_target_provision(&p->pool, &t->cap, large_budget(p)) < 0)
+            failed = 1;
+    }
+    if (failed)
+        p->stats.mmap_failed++; /* deep stacks stay truncated for now */
+}
+
 /* Unwinds and delivers the slots filled by now, oldest first, and adds the
  * large buffers deep stacks need. One pass: slots filled meanwhile wait for
  * the next call, so that a thread whose captures come faster than they
@@ -1290,6 +1318,9 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
     if (!p->pool_ready)
         return 0;
     snapprof__capture_pool_t *pool = &p->pool;
+    /* Before the unwinding: the handler may need the new buffers while the
+     * sampling thread unwinds a deep stack. */
+    provision_large(p);
     snapprof__capture_slot_t *full[256];
     {
         size_t n = 0;
@@ -1297,20 +1328,18 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
             if (atomic_load_explicit(&pool->slots[i].state, memory_order_acquire) ==
                 SNAPPROF__SLOT_FULL)
                 full[n++] = &pool->slots[i];
-        if (n == 0)
+        if (n == 0) {
+            /* A capture counted in large_full but not yet published: not
+             * again within the gap (snapprof__profiler_due). */
+            p->last_drain = snapprof__mono_ns();
             return 0;
+        }
         /* Modules may have come or gone since the captures were taken. */
         snapprof__module_cache_update();
         for (size_t i = 0; i < p->unwinder_count; i++)
             if (p->unwinders[i]->ops->xUpdateModules)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         qsort(full, n, sizeof full[0], by_time);
-        /* Before the unwinding: the handler may need the new buffer while
-         * the sampling thread unwinds a deep stack. */
-        if (snapprof__capture_pool_grow(pool, p->params.stack_buffer_size,
-                                        p->params.capture_memory_max -
-                                            pool->slot_count * pool->slot_bytes) < 0)
-            p->stats.mmap_failed++; /* deep stacks stay truncated for now */
         p->draining = 1;
         for (size_t i = 0; i < n; i++) {
             if (give_way && i > 0 && snapprof__sampler_api_waiting()) {
@@ -1319,6 +1348,8 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
             }
             snapprof__capture_slot_t *slot = full[i];
             snapprof__target_t *t = slot->target->owner;
+            if (slot->fail < 0 && slot->res.truncated && slot->target->large_refused)
+                p->stats.truncated_copy_budget++;
             if (slot->fail >= 0) {
                 fail(p, (snapprof_fail_reason_t)slot->fail);
             } else {
@@ -1751,6 +1782,12 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     /* Filling up: drain now, but leave the lock free for a moment between
      * drains (see drain()). */
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
+        return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
+    /* A deep thread's capture holds one of its few large buffers until it
+     * is drained, and one that found none wants more: as soon, so that
+     * the thread's next captures find one free. */
+    if (atomic_load_explicit(&p->pool.large_full, memory_order_relaxed) > 0 ||
+        atomic_load_explicit(&p->pool.large_asked, memory_order_relaxed))
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     uint64_t due = p->next_drain;
     if ((p->handshake_count > 0 || p->joined_since_tick || p->params.mode == SNAPPROF_MODE_WALL) &&

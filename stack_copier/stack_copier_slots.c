@@ -51,7 +51,7 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
     }
     for (size_t i = 0; i < slot_count; i++) {
         pool->slots[i].fail = -1;
-        pool->slots[i].large = -1;
+        pool->slots[i].large = NULL;
         pool->slots[i].extra = pool->extra ? pool->extra + i * pool->extra_size : NULL;
     }
     pool->kick = (_Atomic uint32_t *)kick;
@@ -61,9 +61,7 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
 
 void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
 {
-    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++)
-        if (pool->large[i].buf)
-            munmap(pool->large[i].buf, pool->large[i].size);
+    /* The large buffers are the targets' (snapprof__capture_target_free_large). */
     free(pool->slots);
     free(pool->extra);
     if (pool->memory)
@@ -110,49 +108,63 @@ static void kick(snapprof__capture_pool_t *pool)
     }
 }
 
-/* Takes a free large buffer of at least size bytes, or returns -1. Each is
- * looked at only while held, since the sampling side replaces them under
- * the same flag. Async-signal-safe. */
-static int take_large(snapprof__capture_pool_t *pool, size_t size)
+/* Takes a free large buffer of target's of at least size bytes, or
+ * returns NULL. Each is looked at only while held, since the sampling side
+ * replaces them under the same flag. Async-signal-safe. */
+static snapprof__large_buffer_t *take_large(snapprof__capture_target_t *target, size_t size)
 {
-    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++) {
-        snapprof__large_buffer_t *l = &pool->large[i];
+    uint32_t n = atomic_load_explicit(&target->large_count, memory_order_acquire);
+    for (uint32_t i = 0; i < n && i < SNAPPROF__TARGET_LARGE_MAX; i++) {
+        snapprof__large_buffer_t *l = &target->large[i];
+        if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
+            continue;
         uint32_t idle = 0;
         if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
                                                      memory_order_relaxed))
             continue;
         if (l->buf && size <= l->size)
-            return i;
+            return l;
         atomic_store_explicit(&l->busy, 0, memory_order_release);
     }
-    return -1;
+    return NULL;
 }
 
 /* Copies [lo, lo + size) into the slot's own buffer or, when it does not
- * fit, into a free large buffer; else the innermost slot_bytes, marked
- * truncated, leaving the size it needed for the sampling thread.
- * Async-signal-safe. */
-static void copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot, uintptr_t lo,
-                       size_t size)
+ * fit, into a free large buffer of target's; else the innermost slot_bytes,
+ * marked truncated. Notes the size it wanted for the sampling side, which
+ * provisions target's large buffers from it. Returns 1 when the copy is
+ * truncated for want of a large buffer. Async-signal-safe. */
+static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot,
+                      snapprof__capture_target_t *target, uintptr_t lo, size_t size)
 {
+    int short_of_large = 0;
     slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
-    slot->large = -1;
+    slot->large = NULL;
     slot->res.truncated = 0;
+    /* Only this thread's handler writes it, one capture at a time. */
+    if (size > atomic_load_explicit(&target->deepest, memory_order_relaxed))
+        atomic_store_explicit(&target->deepest, size, memory_order_relaxed);
+    if (pool->copy_max && size > pool->copy_max) {
+        size = pool->copy_max; /* the innermost copy_max bytes */
+        slot->res.truncated = 1;
+    }
     if (size > pool->slot_bytes) {
-        int i = take_large(pool, size);
-        if (i >= 0) {
-            slot->large = i;
-            slot->buffer = pool->large[i].buf;
+        snapprof__large_buffer_t *l = take_large(target, size);
+        if (l) {
+            slot->large = l;
+            slot->buffer = l->buf;
         } else {
-            if (size > atomic_load_explicit(&pool->large_wanted, memory_order_relaxed))
-                atomic_store_explicit(&pool->large_wanted, size, memory_order_relaxed);
+            atomic_fetch_add_explicit(&target->large_short, 1, memory_order_relaxed);
+            atomic_store_explicit(&pool->large_asked, 1, memory_order_relaxed);
             size = pool->slot_bytes;
             slot->res.truncated = 1;
+            short_of_large = 1;
         }
     }
     snapprof__copy_live_stack(slot->buffer, (const uint8_t *)lo, size);
     slot->res.copy_lo = lo;
     slot->res.copy_size = size;
+    return short_of_large;
 }
 
 /* Counts a capture not taken, keeping the CPU time it stood for. Returns
@@ -193,12 +205,13 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     snapprof__regs_from_ucontext(uc, &slot->res.regs);
     uintptr_t sp = slot->res.regs.r[SNAPPROF_REG_SP];
     uintptr_t low = target->stack_low, base = target->stack_base;
+    int short_of_large = 0;
     if (sp < low || sp >= base) {
         /* On a goroutine's stack, a fiber, a coroutine or a sigaltstack:
          * a window of it, as far as it can be read, into the slot's own
          * buffer (never a large one: where it ends is not known). */
         slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
-        slot->large = -1;
+        slot->large = NULL;
         if (snapprof__copy_foreign_stack(sp, slot->buffer, pool->slot_bytes, &slot->res) != 0) {
             slot->fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
             publish(pool, slot);
@@ -209,66 +222,148 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
         lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
         if (lo < low)
             lo = low;
-        copy_stack(pool, slot, lo, base - lo);
+        short_of_large = copy_stack(pool, slot, target, lo, base - lo);
     }
     if (pool->delegate)
         pool->delegate->on_capture(pool->delegate->ctx, slot->extra);
     slot->res.pause_ns = snapprof__monotonic_ns() - entry_ns;
     /* Read before publishing: after it the slot is the drainer's. */
-    int used_large = slot->large >= 0;
-    publish(pool, slot);
+    int used_large = slot->large != NULL;
     if (used_large)
-        kick(pool); /* large buffers are few: have them drained soon */
+        atomic_fetch_add_explicit(&pool->large_full, 1, memory_order_relaxed);
+    publish(pool, slot);
+    /* A large buffer in use: the drainer gives it back within a
+     * millisecond or so (snapprof__profiler_due). Short of one: the
+     * sampling side provisions this thread at once. */
+    if (used_large || short_of_large)
+        kick(pool);
     return 0;
 }
 
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
 {
-    if (slot->large >= 0)
-        atomic_store_explicit(&pool->large[slot->large].busy, 0, memory_order_release);
-    slot->large = -1;
+    if (slot->large) {
+        atomic_store_explicit(&slot->large->busy, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&pool->large_full, 1, memory_order_relaxed);
+    }
+    slot->large = NULL;
     slot->target = NULL;
     slot->buffer = NULL;
     atomic_fetch_sub_explicit(&pool->full, 1, memory_order_relaxed);
     atomic_store_explicit(&slot->state, SNAPPROF__SLOT_FREE, memory_order_release);
 }
 
-int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes, size_t budget)
+/* A mapping of size bytes faulted in now (MAP_POPULATE), so that the
+ * handler's first copy into it takes no page faults; or NULL. */
+static uint8_t *map_large(size_t size)
 {
-    size_t wanted = atomic_exchange_explicit(&pool->large_wanted, 0, memory_order_relaxed);
-    if (wanted == 0)
+    if (snapprof__fault(SNAPPROF__FAULT_MMAP))
+        return NULL;
+    void *buf =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return buf == MAP_FAILED ? NULL : buf;
+}
+
+static void add_large_bytes(snapprof__capture_pool_t *pool, size_t add, size_t sub)
+{
+    pool->large_bytes = pool->large_bytes - sub + add;
+    if (pool->large_bytes > pool->large_bytes_max)
+        pool->large_bytes_max = pool->large_bytes;
+}
+
+int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
+                                       snapprof__capture_target_t *target, size_t budget)
+{
+    size_t deepest = atomic_load_explicit(&target->deepest, memory_order_relaxed);
+    if (deepest <= pool->slot_bytes)
         return 0;
-    /* A quarter more than asked, so a stack that grows a little does not
-     * ask again at once; never more than the copy limit. */
-    size_t size = page_round(wanted + wanted / 4);
-    if (size > page_round(max_bytes))
-        size = page_round(max_bytes);
-    for (int i = 0; i < SNAPPROF__LARGE_MAX; i++) {
-        snapprof__large_buffer_t *l = &pool->large[i];
+    /* What a copy of this thread can be at most: the copy limit, and its
+     * stack's size. */
+    size_t limit = pool->copy_max ? page_round(pool->copy_max) : SIZE_MAX;
+    if (target->stack_base > target->stack_low &&
+        page_round(target->stack_base - target->stack_low) < limit)
+        limit = page_round(target->stack_base - target->stack_low);
+    size_t need = deepest < limit ? deepest : limit;
+    /* A quarter more than its deepest, so that a thread that goes a little
+     * deeper does not need new buffers at once. */
+    size_t size = page_round(need + need / 4);
+    if (size > limit)
+        size = limit;
+    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
+    uint64_t shorts = atomic_load_explicit(&target->large_short, memory_order_relaxed);
+    int all_fit = 1;
+    for (uint32_t i = 0; i < count; i++)
+        all_fit &= target->large[i].size >= need;
+    if (target->large_want == 0) {
+        target->large_want = SNAPPROF__TARGET_LARGE_FIRST;
+    } else if (shorts != target->large_short_seen && all_fit && count == target->large_want) {
+        /* Its captures found every buffer in use (the drainer was late):
+         * half as many again. */
+        target->large_want += (target->large_want + 1) / 2;
+        if (target->large_want > SNAPPROF__TARGET_LARGE_MAX)
+            target->large_want = SNAPPROF__TARGET_LARGE_MAX;
+    }
+    target->large_short_seen = shorts;
+    if (all_fit && count >= target->large_want)
+        return 0;
+    int rc = 0, refused = 0;
+    /* Too small ones first, then new ones. */
+    for (uint32_t i = 0; i < count; i++) {
+        snapprof__large_buffer_t *l = &target->large[i];
+        if (l->size >= need)
+            continue;
         uint32_t idle = 0;
         if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
                                                      memory_order_relaxed))
-            continue;
-        int grew = 0;
-        if (l->size < wanted && pool->large_bytes - l->size + size <= budget) {
-            uint8_t *buf = snapprof__fault(SNAPPROF__FAULT_MMAP)
-                               ? MAP_FAILED
-                               : mmap(NULL, size, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (buf == MAP_FAILED) {
-                grew = -ENOMEM;
+            continue; /* in use: at a later call */
+        if (pool->large_bytes - l->size + size > budget) {
+            refused = 1;
+        } else {
+            uint8_t *buf = map_large(size);
+            if (!buf) {
+                rc = -ENOMEM;
             } else {
-                if (l->buf)
-                    munmap(l->buf, l->size);
-                pool->large_bytes = pool->large_bytes - l->size + size;
+                munmap(l->buf, l->size);
+                add_large_bytes(pool, size, l->size);
                 l->buf = buf;
                 l->size = size;
-                grew = 1;
             }
         }
         atomic_store_explicit(&l->busy, 0, memory_order_release);
-        if (grew)
-            return grew;
     }
-    return 0;
+    for (uint32_t i = count; i < target->large_want && rc == 0; i++) {
+        if (pool->large_bytes + size > budget) {
+            refused = 1;
+            break;
+        }
+        snapprof__large_buffer_t *l = &target->large[i];
+        uint8_t *buf = map_large(size);
+        if (!buf) {
+            rc = -ENOMEM;
+            break;
+        }
+        add_large_bytes(pool, size, 0);
+        l->buf = buf;
+        l->size = size;
+        atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
+        /* Filled before the handler can see it. */
+        atomic_store_explicit(&target->large_count, i + 1, memory_order_release);
+    }
+    target->large_refused = refused;
+    return rc;
+}
+
+void snapprof__capture_target_free_large(snapprof__capture_pool_t *pool,
+                                         snapprof__capture_target_t *target)
+{
+    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
+    for (uint32_t i = 0; i < count; i++) {
+        snapprof__large_buffer_t *l = &target->large[i];
+        munmap(l->buf, l->size);
+        pool->large_bytes -= l->size;
+        l->buf = NULL;
+        l->size = 0;
+    }
+    atomic_store_explicit(&target->large_count, 0, memory_order_relaxed);
+    target->large_want = 0;
 }

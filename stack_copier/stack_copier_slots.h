@@ -10,12 +10,18 @@
  * waits: a capture that finds no free slot is dropped and counted, and the
  * CPU time it stood for stays in the thread's remainder.
  *
- * A stack that does not fit a slot goes into one of the pool's large
- * buffers, which the sampling thread (never the handler) adds after the
- * first truncated capture, each large enough for the deepest stack seen so
- * far, within a memory budget. The handler takes a free one that fits and
- * wakes the drainer at once, since large buffers are few; when none is
- * free it falls back to a truncated slot copy, counted. */
+ * A stack that does not fit a slot goes into a large buffer of its
+ * thread's. The handler notes the largest copy each thread wanted; the
+ * sampling thread (never the handler) gives every thread that went deeper
+ * than a slot a few large buffers of that size and a quarter more, mapped
+ * and faulted in there, grows them when the thread goes deeper and adds
+ * more when its captures found them all in use, within a memory budget
+ * (snapprof__capture_target_provision). The handler takes a free one of
+ * its own thread's that fits; when none is, it falls back to a truncated
+ * slot copy (counted) and wakes the drainer so that the thread gets what
+ * it needs at once. Large buffers are held until the drainer is done with
+ * them, which the sampling thread does within a millisecond or so
+ * (pool->large_full). */
 #ifndef SNAPPROF_STACK_COPIER_SLOTS_H
 #define SNAPPROF_STACK_COPIER_SLOTS_H
 
@@ -26,6 +32,19 @@
 #include <ucontext.h>
 
 enum { SNAPPROF__SLOT_FREE = 0, SNAPPROF__SLOT_FILLING = 1, SNAPPROF__SLOT_FULL = 2 };
+
+/* A large buffer: the sampling side (re)allocates it, and the handler fills
+ * it, only while holding busy (0 -> 1); the drain gives it back. */
+typedef struct snapprof__large_buffer {
+    _Atomic uint32_t busy;
+    uint8_t *buf;
+    size_t size;
+} snapprof__large_buffer_t;
+
+/* Large buffers one thread may have (the budget usually says fewer). */
+#define SNAPPROF__TARGET_LARGE_MAX 32
+/* What a thread gets first when it goes deeper than a slot. */
+#define SNAPPROF__TARGET_LARGE_FIRST 4
 
 /* Where one thread's captures go, filled in on the sampling side before the
  * thread's trigger is armed and read by the handler. The handler never
@@ -41,27 +60,32 @@ typedef struct snapprof__capture_target {
      * handler enters, so the sampling side sees that signals arrive
      * however far behind its draining is. */
     _Atomic uint64_t fired;
+    /* Deep stacks. Written by the handler (one at a time per target: its
+     * arm is BUSY meanwhile), read by the sampling side: the most stack a
+     * capture of this thread wanted to copy, and how many captures it
+     * truncated for want of a free large buffer that fits. */
+    _Atomic size_t deepest;
+    _Atomic uint64_t large_short;
+    /* The thread's large buffers: large_count of them (only ever grows
+     * while the target lives; release store after the entry is filled).
+     * The sampling side's own: how many it should have, the large_short it
+     * last acted on, and whether the budget refused it one. */
+    _Atomic uint32_t large_count;
+    uint32_t large_want;
+    uint64_t large_short_seen;
+    int large_refused;
+    snapprof__large_buffer_t large[SNAPPROF__TARGET_LARGE_MAX];
 } snapprof__capture_target_t;
-
-/* A large buffer: the sampling side (re)allocates it, and the handler fills
- * it, only while holding busy (0 -> 1); the drain gives it back. */
-typedef struct snapprof__large_buffer {
-    _Atomic uint32_t busy;
-    uint8_t *buf;
-    size_t size;
-} snapprof__large_buffer_t;
-
-#define SNAPPROF__LARGE_MAX 32
 
 typedef struct snapprof__capture_slot {
     _Atomic uint32_t state;
     snapprof__capture_target_t *target;
-    snapprof__copy_result_t res; /* registers, time, copy range as live addresses */
-    uint8_t *buffer;             /* where the copy is: its own buffer or a large one */
-    int large;                   /* index of that large buffer, or -1 */
-    uint64_t weight_ns;          /* the thread's CPU time this capture stands for */
-    int fail;                    /* -1, or the snapprof_fail_reason_t of a failed capture */
-    void *extra;                 /* the delegate's area for this slot (pool->extra_size) */
+    snapprof__copy_result_t res;     /* registers, time, copy range as live addresses */
+    uint8_t *buffer;                 /* where the copy is: its own buffer or a large one */
+    snapprof__large_buffer_t *large; /* that large buffer (its target's), or NULL */
+    uint64_t weight_ns;              /* the thread's CPU time this capture stands for */
+    int fail;                        /* -1, or the snapprof_fail_reason_t of a failed capture */
+    void *extra;                     /* the delegate's area for this slot (pool->extra_size) */
 } snapprof__capture_slot_t;
 
 typedef struct snapprof__capture_pool {
@@ -77,9 +101,10 @@ typedef struct snapprof__capture_pool {
     _Atomic uint64_t dropped_ns;                  /* the CPU time they stood for */
     _Atomic uint32_t *kick;                       /* futex word that wakes the drainer */
     uint32_t kick_at;                             /* wake it when this many slots are full */
-    snapprof__large_buffer_t large[SNAPPROF__LARGE_MAX];
-    _Atomic size_t large_wanted; /* bytes the deepest truncated capture needed */
-    size_t large_bytes;          /* allocated in large buffers */
+    size_t copy_max;                              /* a copy's limit (0: none) */
+    _Atomic uint32_t large_full;                  /* FULL slots that hold a large buffer */
+    _Atomic uint32_t large_asked; /* a capture was short of a large buffer since the last look */
+    size_t large_bytes, large_bytes_max; /* in every target's large buffers (sampling side) */
 } snapprof__capture_pool_t;
 
 /* Makes a pool of slot_count slots of slot_bytes each (rounded up to a
@@ -108,11 +133,24 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
 /* Gives a drained slot back (and the large buffer it used). Sampling side. */
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);
 
-/* After truncated captures: adds a large buffer that fits the deepest one
- * (at most max_bytes), or replaces a free one too small for it, while all
- * large buffers together stay within budget bytes. Returns 1 if it added
- * or replaced one, -ENOMEM when the mapping was refused (the truncated
- * captures that asked ask again). Sampling side. */
-int snapprof__capture_pool_grow(snapprof__capture_pool_t *pool, size_t max_bytes, size_t budget);
+/* Gives target the large buffers its captures need, from what its
+ * handler noted: once it went deeper than a slot, SNAPPROF__TARGET_LARGE_FIRST
+ * buffers of its deepest copy and a quarter more (at most
+ * pool->copy_max and its stack's size), each mapped and faulted in here;
+ * a free one smaller than its deepest copy is replaced by a larger one;
+ * when its captures found none free, half as many again (up to
+ * SNAPPROF__TARGET_LARGE_MAX). All large buffers of the pool together stay
+ * within budget bytes: past it target->large_refused is set and its
+ * captures that find no buffer stay truncated. Returns 0, or -ENOMEM when
+ * a mapping was refused (asked again at the next call). Sampling side;
+ * cheap when nothing changed. */
+int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
+                                       snapprof__capture_target_t *target, size_t budget);
+
+/* Unmaps target's large buffers and gives their bytes back to the pool's
+ * budget. Only when no handler can use target (disarmed) and none of its
+ * captures waits in a slot. Sampling side. */
+void snapprof__capture_target_free_large(snapprof__capture_pool_t *pool,
+                                         snapprof__capture_target_t *target);
 
 #endif

@@ -946,9 +946,12 @@ static void test_deep_stack(void)
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    printf("%llu samples, %llu truncated copies, deepest %llu frames, copy max %llu bytes\n",
+    printf("%llu samples, %llu truncated copies (%llu by the budget), %llu dropped, deepest %llu "
+           "frames, copy max %llu bytes, large buffers %llu bytes at most, unwind p50 %llu ns\n",
            (unsigned long long)st.samples_signalled, (unsigned long long)st.truncated_copy,
-           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max);
+           (unsigned long long)st.truncated_copy_budget, (unsigned long long)st.samples_dropped,
+           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max,
+           (unsigned long long)st.large_buffer_bytes_max, (unsigned long long)st.unwind_p50_ns);
     ASSERT_GE(st.unwind_frames_max, 2000);
     /* The first captures are truncated, and later ones too when the
      * sampling thread has not yet handed back every large buffer (a slow
@@ -959,6 +962,116 @@ static void test_deep_stack(void)
     snapprof_profiler_destroy(p);
     snapprof_thread_release(token);
     tu_collector_free(&c);
+}
+
+/* Two threads 2000 frames deep without frame pointers, each holding about
+ * 1.3 MiB of live stack, sampled at 1 kHz (issue 25 item 2): the sampling
+ * side gives each deep thread enough large buffers before its captures
+ * need them, so nearly every sample is a whole stack. Before, 508 of
+ * 691 samples of such a workload were truncated. Judged by counts: the
+ * samples the builder got, and which of them reach the thread's entry. */
+uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
+
+typedef struct deep_thread {
+    pthread_t th;
+    snapprof_thread_t *token;
+    atomic_int registered, at_bottom, stop;
+    uint64_t result;
+} deep_thread_t;
+
+static void *deep_two_main(void *arg)
+{
+    deep_thread_t *d = arg;
+    ASSERT_OK(snapprof_thread_register(&d->token));
+    atomic_store(&d->registered, 1);
+    d->result = trigger_deep_recurse(2000, &d->at_bottom, &d->stop);
+    return NULL;
+}
+
+typedef struct deep_tally {
+    atomic_size_t samples, whole;
+} deep_tally_t;
+
+/* Sampling thread. */
+static int deep_tally_sample(void *user_data, const snapprof_sample_t *s)
+{
+    deep_tally_t *t = user_data;
+    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
+        return 0; /* CPU time no capture placed, not a sample */
+    atomic_fetch_add(&t->samples, 1);
+    /* Whole: past the 2000 frames of the recursion, and not ended by a
+     * marker ("[truncated]" and the like). */
+    if (s->frame_count > 2000 && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
+        atomic_fetch_add(&t->whole, 1);
+    return 0;
+}
+
+static const snapprof_builder_ops_t deep_tally_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "deep_tally",
+    .xOnSample = deep_tally_sample,
+};
+
+static void test_deep_stacks_two_threads(void)
+{
+    tu_need_perf_event();
+    enum { THREADS = 2, SAMPLES = 1000 };
+    deep_thread_t d[THREADS];
+    snapprof_thread_t *tokens[THREADS];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8u << 20);
+        ASSERT_EQ(pthread_create(&d[i].th, &attr, deep_two_main, &d[i]), 0);
+        pthread_attr_destroy(&attr);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        while (!atomic_load(&d[i].registered))
+            usleep(1000);
+        tokens[i] = d[i].token;
+    }
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    snapprof_profiler_t *p;
+    deep_tally_t tally = {0};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_profiler_create(&params, tokens, THREADS, &p));
+    ASSERT_OK(snapprof_builder_create(&deep_tally_ops, &tally, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    /* Started while the threads may still be on their way down: their
+     * buffers grow with them. */
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, SAMPLES);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    size_t n = atomic_load(&tally.samples), whole = atomic_load(&tally.whole);
+    printf("%zu samples, %zu whole (%.3f); stats: %llu signalled, %llu truncated copies, "
+           "%llu dropped, deepest %llu frames, copy max %llu bytes, pause p50 %llu p99 %llu ns, "
+           "large buffers %llu bytes at most, %llu truncated by the budget\n",
+           n, whole, n ? (double)whole / (double)n : 0.0, (unsigned long long)st.samples_signalled,
+           (unsigned long long)st.truncated_copy, (unsigned long long)st.samples_dropped,
+           (unsigned long long)st.unwind_frames_max, (unsigned long long)st.copy_bytes_max,
+           (unsigned long long)st.pause_p50_ns, (unsigned long long)st.pause_p99_ns,
+           (unsigned long long)st.large_buffer_bytes_max,
+           (unsigned long long)st.truncated_copy_budget);
+    for (int i = 0; i < THREADS; i++) {
+        atomic_store(&d[i].stop, 1);
+        pthread_join(d[i].th, NULL);
+        ASSERT_EQ(atomic_load(&d[i].at_bottom), 1);
+    }
+    /* As deep as asked, enough samples, and nearly all of them whole. */
+    ASSERT_GE(st.unwind_frames_max, 2000);
+    ASSERT_GE(st.copy_bytes_max, 1200u << 10);
+    ASSERT_GE(n, SAMPLES);
+    ASSERT_GE(whole * 100, n * 95);
+    ASSERT_LE(st.truncated_copy * 100, st.samples_signalled * 5);
+    snapprof_profiler_destroy(p);
+    for (int i = 0; i < THREADS; i++)
+        snapprof_thread_release(d[i].token);
 }
 
 int main(int argc, char **argv)
@@ -980,6 +1093,7 @@ int main(int argc, char **argv)
         {"fork_child_gen_wraps", test_fork_child_gen_wraps},
         {"full_slots", test_full_slots},
         {"deep_stack", test_deep_stack},
+        {"deep_stacks_two_threads", test_deep_stacks_two_threads},
         /* Shares of CPU with more threads than cores: labelled accuracy in
          * trigger.cmake, run alone and in the plain build only. */
         {"accuracy_oversubscribed_shares", test_oversubscribed_shares},

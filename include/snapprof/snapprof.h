@@ -398,6 +398,16 @@ typedef struct snapprof_stats {
      * to the handshake, which counts failed.handler_replaced and backs
      * off. */
     uint64_t handler_replaced_disarmed;
+    /* Added in 0.6.0 as well (issue 25 item 2, deep stacks): */
+    /* Bytes in the large buffers of threads whose stacks do not fit a
+     * capture slot (64 KiB), as of this snapshot and the most at once; they
+     * are faulted in (resident) and stay with their thread until it leaves
+     * the profile. Within params.capture_memory_max less the slots. */
+    uint64_t large_buffer_bytes;
+    uint64_t large_buffer_bytes_max;
+    /* Of truncated_copy: captures of threads that memory budget left
+     * without a free large buffer that fits. */
+    uint64_t truncated_copy_budget;
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -815,10 +825,13 @@ typedef struct snapprof_params {
      * event, CPU timer, handshake), per thread; the stats say which ran and
      * why a better one did not. Default SNAPPROF_TRIGGER_AUTO. */
     snapprof_trigger_t trigger;
-    /* CPU-clock triggers: memory for stack copies, the capture slots and
-     * the buffers of threads whose stacks do not fit a slot, together, for
-     * any number of threads; past it a deep thread's copy is truncated
-     * (counted). Default 64 MiB. */
+    /* CPU-clock triggers: memory for stack copies, the capture slots (a
+     * quarter of it at most, 16 MiB by default) and the large buffers of
+     * threads whose stacks do not fit a slot (the rest; resident, held
+     * until the thread leaves the profile), together, for any number of
+     * threads; past it a deep thread's capture that finds no free large
+     * buffer copies only the innermost 64 KiB (counted in truncated_copy
+     * and truncated_copy_budget). Default 64 MiB; at least 1 MiB. */
     size_t capture_memory_max;
     /* Wall mode: how blocked threads are sampled. Default
      * SNAPPROF_WALL_BLOCKED_PROC: a blocked thread is never signalled, and

@@ -1,0 +1,216 @@
+/* bench_deep: deep stacks under a CPU-clock trigger (issue 25 item 2). Two
+ * threads recurse 2000 frames deep without frame pointers, each holding
+ * about 1.3 MiB of live stack, and are profiled at 1 kHz of their own CPU
+ * time until they have run 0.8 and then 8 CPU-seconds together (a fresh
+ * profiler and fresh threads for each run). Per run: the share of samples
+ * that are whole stacks, the samples delivered per CPU-second against the
+ * rate asked for, the target's pause in the handler (p50, p99, max), and
+ * the memory the large buffers took.
+ *
+ * Usage: bench_deep [--quick] [--runs N]
+ * Prints a table; it never judges the figures (see bench/README.md). */
+#include <snapprof/profile_builder.h>
+#include <snapprof/snapprof.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 2
+#define DEPTH 2000
+#define HZ 1000u
+
+uint64_t bench_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
+
+typedef struct deep_thread {
+    pthread_t th;
+    snapprof_thread_t *token;
+    clockid_t clock;
+    atomic_int registered, at_bottom, stop;
+    uint64_t result;
+} deep_thread_t;
+
+static void *deep_main(void *arg)
+{
+    deep_thread_t *d = arg;
+    if (snapprof_thread_register(&d->token) != 0)
+        abort();
+    atomic_store(&d->registered, 1);
+    d->result = bench_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
+    return NULL;
+}
+
+typedef struct tally {
+    atomic_size_t samples, whole;
+} tally_t;
+
+/* Sampling thread. */
+static int tally_sample(void *user_data, const snapprof_sample_t *s)
+{
+    tally_t *t = user_data;
+    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
+        return 0; /* CPU time no capture placed, not a sample */
+    atomic_fetch_add(&t->samples, 1);
+    /* Whole: past the recursion, and not ended by a marker. */
+    if (s->frame_count > DEPTH && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
+        atomic_fetch_add(&t->whole, 1);
+    return 0;
+}
+
+static const snapprof_builder_ops_t tally_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "tally",
+    .xOnSample = tally_sample,
+};
+
+static double clock_s(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct cpu_times {
+    unsigned long long v[8];
+} cpu_times_t;
+
+/* The first line of /proc/stat: user nice system idle iowait irq softirq
+ * steal, in clock ticks summed over all CPUs. */
+static cpu_times_t read_cpu_times(void)
+{
+    cpu_times_t t = {{0}};
+    FILE *f = fopen("/proc/stat", "re");
+    if (f) {
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &t.v[0], &t.v[1], &t.v[2],
+                   &t.v[3], &t.v[4], &t.v[5], &t.v[6], &t.v[7]) != 8)
+            memset(&t, 0, sizeof t);
+        fclose(f);
+    }
+    return t;
+}
+
+static void print_machine(const char *when, const cpu_times_t *a, const cpu_times_t *b)
+{
+    unsigned long long d[8], total = 0;
+    for (int i = 0; i < 8; i++) {
+        d[i] = b->v[i] - a->v[i];
+        total += d[i];
+    }
+    if (total == 0)
+        return;
+    printf("machine %s: busy %.0f%%, idle %.0f%%, steal %.0f%% of all CPUs\n", when,
+           100.0 * (double)(d[0] + d[1] + d[2] + d[5] + d[6]) / (double)total,
+           100.0 * (double)(d[3] + d[4]) / (double)total, 100.0 * (double)d[7] / (double)total);
+}
+
+static void run(double cpu_seconds)
+{
+    deep_thread_t d[THREADS];
+    snapprof_thread_t *tokens[THREADS];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8u << 20);
+        if (pthread_create(&d[i].th, &attr, deep_main, &d[i]) != 0)
+            exit(1);
+        pthread_attr_destroy(&attr);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        while (!atomic_load(&d[i].at_bottom))
+            usleep(1000);
+        tokens[i] = d[i].token;
+        pthread_getcpuclockid(d[i].th, &d[i].clock);
+    }
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000000u / HZ;
+    snapprof_profiler_t *p;
+    tally_t t = {0};
+    snapprof_builder_t *b;
+    if (snapprof_profiler_create(&params, tokens, THREADS, &p) != 0 ||
+        snapprof_builder_create(&tally_ops, &t, &b) != 0 ||
+        snapprof_profiler_add_builder(p, b) != 0)
+        exit(1);
+    cpu_times_t m0 = read_cpu_times();
+    double cpu0 = 0, cpu1 = 0, wall0 = clock_s(CLOCK_MONOTONIC);
+    for (int i = 0; i < THREADS; i++)
+        cpu0 += clock_s(d[i].clock);
+    if (snapprof_profiler_start(p) != 0)
+        exit(1);
+    /* Until the threads have run cpu_seconds together while profiled. */
+    for (;;) {
+        usleep(5000);
+        cpu1 = 0;
+        for (int i = 0; i < THREADS; i++)
+            cpu1 += clock_s(d[i].clock);
+        if (cpu1 - cpu0 >= cpu_seconds)
+            break;
+    }
+    double wall = clock_s(CLOCK_MONOTONIC) - wall0;
+    snapprof_profiler_stop(p);
+    cpu_times_t m1 = read_cpu_times();
+    snapprof_stats_t st;
+    snapprof_profiler_get_stats(p, &st);
+    snapprof_profiler_destroy(p);
+    for (int i = 0; i < THREADS; i++) {
+        atomic_store(&d[i].stop, 1);
+        pthread_join(d[i].th, NULL);
+        snapprof_thread_release(d[i].token);
+    }
+    size_t n = atomic_load(&t.samples), whole = atomic_load(&t.whole);
+    double cpu = cpu1 - cpu0, requested = cpu * HZ;
+    printf(
+        "deep %5.1f CPU-s %6.2f %6.1f %7zu %7.0f %7.3f %7.3f %8llu %7.3f %8.0f %9.0f %9.0f %8.1f "
+        "%8.1f\n",
+        cpu_seconds, cpu, wall, n, requested, (double)n / requested,
+        st.cpu_ns_total ? (double)st.cpu_ns_sampled / (double)st.cpu_ns_total : 0.0,
+        (unsigned long long)st.truncated_copy, n ? (double)whole / (double)n : 0.0,
+        st.pause_p50_ns / 1e3, st.pause_p99_ns / 1e3, st.pause_max_ns / 1e3,
+        st.large_buffer_bytes_max / 1048576.0,
+        st.samples ? st.sampler_cpu_ns / 1e3 / (double)st.samples : 0.0);
+    print_machine("during it", &m0, &m1);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, runs = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_deep [--quick] [--runs N]\n");
+            return 2;
+        }
+    }
+    double load[3] = {0, 0, 0};
+    FILE *f = fopen("/proc/loadavg", "re");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = load[1] = load[2] = 0;
+        fclose(f);
+    }
+    printf("bench_deep: snapprof %d.%d.%d, %ld CPUs, load %.2f %.2f %.2f%s\n",
+           SNAPPROF_VERSION_MAJOR, SNAPPROF_VERSION_MINOR, SNAPPROF_VERSION_PATCH,
+           sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2],
+           quick ? " (--quick: figures are not meaningful)" : "");
+    printf("%d threads x %d frames (-fomit-frame-pointer, ~1.3 MiB of live stack each), %u Hz of "
+           "thread CPU time, default trigger and capture memory\n",
+           THREADS, DEPTH, HZ);
+    printf("run      target  cpu(s)  wall(s) samples request    rate  rate.st truncated "
+           "complete p50(us)   p99(us)   max(us) large MiB samp.us\n");
+    static const double full[] = {0.8, 8.0}, brief[] = {0.2, 0.8};
+    const double *targets = quick ? brief : full;
+    for (int r = 0; r < runs; r++)
+        for (int i = 0; i < 2; i++)
+            run(targets[i]);
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* bench_deep's recursion, compiled with -O2 -fomit-frame-pointer (see
+ * bench/CMakeLists.txt), as a distribution builds code: about 670 bytes a
+ * frame, so 2000 frames hold about 1.3 MiB of live stack (issue 25 item 2;
+ * the same as tests/trigger_deep_work.c). */
+#include <stdatomic.h>
+#include <stdint.h>
+
+uint64_t bench_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
+
+__attribute__((noinline)) uint64_t bench_deep_recurse(int depth, atomic_int *at_bottom,
+                                                      const atomic_int *stop)
+{
+    volatile char pad[640];
+    pad[0] = (char)depth;
+    pad[sizeof pad - 1] = (char)depth;
+    if (depth > 0)
+        return bench_deep_recurse(depth - 1, at_bottom, stop) + (uint64_t)pad[0];
+    atomic_store(at_bottom, 1);
+    uint64_t x = 1;
+    while (!atomic_load_explicit(stop, memory_order_relaxed)) {
+        for (int i = 0; i < 10000; i++)
+            x = x * 6364136223846793005u + 1;
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x + (uint64_t)pad[sizeof pad - 1];
+}
