@@ -4,6 +4,7 @@
  * never leaves a program half-started. */
 #include "cli/cli.h"
 #include "cli/debug_hint.h"
+#include "preload/file_names.h"
 #include "preload/preload_config.h"
 #include "profile_builder/stats_text.h"
 
@@ -40,7 +41,9 @@ const char snapprof__record_usage[] =
     "  -o, --output FILE    profile to write (default snapprof.pb.gz), in the format\n"
     "                       its name says: .folded or .txt folded stacks, .json\n"
     "                       trace events, else pprof; repeat for several files\n"
-    "                       (at most 4). Profiled child processes write FILE.<pid>\n"
+    "                       (at most 4). Profiled child processes write FILE with\n"
+    "                       their pid before the extension (prof.1234.pb.gz), if\n"
+    "                       they took samples\n"
     "      --format LIST    pprof, folded or trace, comma-separated or repeated:\n"
     "                       one per -o, or for one -o (or none) several files\n"
     "                       named after it (-o prof --format pprof,folded writes\n"
@@ -573,8 +576,9 @@ static void print_no_profile(const char *dir, pid_t root, int status)
     int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     char sig[32], path[PATH_MAX], line[128] = "";
     snapprof__signal_name(signo, sig, sizeof sig);
-    snprintf(path, sizeof path, "%s/%d.crash", dir ? dir : "", (int)root);
-    FILE *f = dir ? fopen(path, "re") : NULL;
+    int named = dir && snapprof__name_record_file(dir, (int)root, SNAPPROF__RECORD_CRASH_EXT, path,
+                                                  sizeof path) == 0;
+    FILE *f = named ? fopen(path, "re") : NULL;
     double wait_s = SNAPPROF__CRASH_WAIT_NS / 1e9;
     if (f) {
         char more[64];
@@ -617,7 +621,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL && n < MAX_PROCS) {
         const char *dot = strrchr(de->d_name, '.');
-        if (de->d_name[0] == '.' || !dot || strcmp(dot, ".summary") != 0)
+        if (de->d_name[0] == '.' || !dot || strcmp(dot, SNAPPROF__RECORD_SUMMARY_EXT) != 0)
             continue;
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -696,18 +700,20 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     if (n > 1 && k >= 0) {
         const char *main_out = get_i(&procs[0], "output", (unsigned)k);
         fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
-        /* Many FILE.<pid> files are named by one pattern. */
-        size_t len = strlen(main_out);
-        int pattern = *main_out && n > SUMMARY_DETAIL;
+        /* Many files of other processes are named by one pattern
+         * (file_names.h). */
+        char glob[PATH_MAX + 16];
+        int pattern = *main_out && n > SUMMARY_DETAIL &&
+                      snapprof__name_pid_glob(main_out, glob, sizeof glob) == 0;
         for (int i = 0; i < n; i++) {
             int j = first_pprof(&procs[i]);
             const char *out = j >= 0 ? get_i(&procs[i], "output", (unsigned)j) : "";
-            int child_file = pattern && !strncmp(out, main_out, len) && out[len] == '.';
+            int child_file = pattern && snapprof__name_is_pid_file(main_out, out);
             if (*out && !child_file)
                 fprintf(stderr, " %s", out);
         }
         if (pattern)
-            fprintf(stderr, " '%s'.*", main_out);
+            fprintf(stderr, " %s", glob);
         fputc('\n', stderr);
     }
 }

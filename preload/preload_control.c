@@ -1,6 +1,7 @@
 /* Start, stop and flush of the whole-process profile: the profiler and
  * its builders from a config, and at stop every output written somewhere
  * (a fallback directory when its own path fails) and the summary. */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 
 #include <snapprof/jit.h>
@@ -18,9 +19,9 @@
 #include <unistd.h>
 
 /* Where output i goes when its own path cannot be written: $TMPDIR when it
- * is a writable directory, else /tmp; "snapprof.<pid>.pb.gz" for a single
- * output, "snapprof.<pid>.<i>.<ext>" among several (two of one format must
- * not meet there). */
+ * is a writable directory, else /tmp; named as file_names.h says,
+ * "snapprof.<pid>.pb.gz" for a single output, "snapprof-<i>.<pid>.<ext>"
+ * among several (two of one format must not meet there). */
 static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg, unsigned i,
                           char *out, size_t size)
 {
@@ -29,11 +30,11 @@ static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg
     if (!t || t[0] != '/' || stat(t, &st) != 0 || !S_ISDIR(st.st_mode) ||
         access(t, W_OK | X_OK) != 0)
         t = "/tmp";
-    const char *ext = snapprof__format_ext(cfg->outputs[i].format);
-    if (cfg->n_outputs > 1)
-        snprintf(out, size, "%s/snapprof.%d.%u%s", t, (int)getpid(), i, ext);
-    else
-        snprintf(out, size, "%s/snapprof.%d%s", t, (int)getpid(), ext);
+    if (snapprof__name_fallback(t, i, cfg->n_outputs, snapprof__format_ext(cfg->outputs[i].format),
+                                (int)getpid(), out, size) != 0)
+        snapprof__name_fallback("/tmp", i, cfg->n_outputs,
+                                snapprof__format_ext(cfg->outputs[i].format), (int)getpid(), out,
+                                size);
 }
 
 /* Makes the builder of one output. */

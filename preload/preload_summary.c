@@ -1,5 +1,6 @@
 /* The summary of the whole-process profile for `snapprof record`
  * (preload_process.c writes it at stop). */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 #include "profile_builder/stats_text.h"
 
@@ -23,7 +24,8 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     if (!dir[0])
         return;
     char tmp[PATH_MAX], path[PATH_MAX];
-    if (path_fmt(path, sizeof path, "%s/%d.summary", dir, (int)getpid()) != 0 ||
+    if (snapprof__name_record_file(dir, (int)getpid(), SNAPPROF__RECORD_SUMMARY_EXT, path,
+                                   sizeof path) != 0 ||
         path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
         return;
     FILE *f = fopen(tmp, "we");

@@ -5,6 +5,7 @@
  * wall time. */
 #include "test_preload_util.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +28,38 @@ static char *path_in(const char *name)
     static int i;
     char *p = buf[i++ % 4];
     snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+/* How many files in the test's directory are BASE.<pid>EXT, the name of
+ * the output BASE EXT of a process other than the program itself. */
+static int count_pid_files(const char *base, const char *ext)
+{
+    DIR *d = opendir(g_dir);
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    size_t b = strlen(base), e = strlen(ext);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        size_t len = strlen(name);
+        if (len < b + 2 + e || strncmp(name, base, b) != 0 || name[b] != '.' ||
+            strcmp(name + len - e, ext) != 0)
+            continue;
+        size_t digits = strspn(name + b + 1, "0123456789");
+        n += b + 1 + digits == len - e && digits > 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The file of output BASE EXT of process pid. */
+static char *pid_file(const char *base, int pid, const char *ext)
+{
+    static char buf[4][1024];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s.%d%s", g_dir, base, pid, ext);
     return p;
 }
 
@@ -231,17 +264,19 @@ static void test_stripped_module(void)
     free(text);
 }
 
-/* A shell that runs a dozen short programs: the summary lists the shell
- * and the busiest few (not a line per process, which was 80 lines for a
- * pyenv shim), counts the rest, and names all the files by a pattern. */
+/* A shell that runs a dozen short programs, each with a few samples: the
+ * summary lists the shell and the busiest few (not a line per process,
+ * which was 80 lines for a pyenv shim), counts the rest, and names all the
+ * files by a pattern. */
 static void test_many_processes(void)
 {
     pl_skip_if_sanitized();
     setup("rec-many");
     int st;
     char *text = pl_run(&st,
-                        "cd %s && %s record -o m.pb.gz -- /bin/sh -c "
-                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s exit 0; done; %s burn hot_a 200'",
+                        "cd %s && %s record -F 1000 -o m.pb.gz -- /bin/sh -c "
+                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s burn hot_b 5; done; "
+                        "%s burn hot_a 200'",
                         g_dir, CLI, PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "13 processes");
@@ -249,15 +284,15 @@ static void test_many_processes(void)
     ASSERT_CONTAINS(text, "... and 5 more processes with ");
     ASSERT_CONTAINS(text, "  preload_prog (pid "); /* hot_a's: the busiest */
     char want[1200];
-    snprintf(want, sizeof want, "go tool pprof -http=: %s '%s'.*", path_in("m.pb.gz"),
-             path_in("m.pb.gz"));
+    snprintf(want, sizeof want, "go tool pprof -http=: %s '%s'.[0-9]*'.pb.gz'", path_in("m.pb.gz"),
+             path_in("m"));
     ASSERT_CONTAINS(text, want);
-    ASSERT_EQ(pl_count_prefix(g_dir, "m.pb.gz."), 12);
+    ASSERT_EQ(count_pid_files("m", ".pb.gz"), 12);
     free(text);
 }
 
 /* A dash pipeline of our program and gzip: every process of it is
- * profiled, the shell into FILE and each child into FILE.<pid>. */
+ * profiled, the shell into p.pb.gz and each child into p.<pid>.pb.gz. */
 static void test_pipeline(void)
 {
     pl_skip_if_sanitized();
@@ -272,10 +307,10 @@ static void test_pipeline(void)
     ASSERT_CONTAINS(text, "  gzip (pid ");
     ASSERT_CONTAINS(text, "  sh (pid ");
     ASSERT(pl_exists(path_in("p.pb.gz")));
-    ASSERT_EQ(pl_count_prefix(g_dir, "p.pb.gz."), 3);
+    ASSERT_EQ(count_pid_files("p", ".pb.gz"), 3);
     /* Which child file holds which function: look at each. */
     int found_a = 0, found_b = 0;
-    char *list = pl_run(NULL, "ls %s/p.pb.gz.*", g_dir);
+    char *list = pl_run(NULL, "ls %s/p.[0-9]*.pb.gz", g_dir);
     char *save = NULL;
     for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char copy[1024];
@@ -304,8 +339,8 @@ static void test_fork_exec(void)
     ASSERT_NOT_NULL(c);
     ASSERT_EQ(sscanf(c, "children %d %d", &execd, &forked), 2);
     char p1[1024], p2[1024];
-    snprintf(p1, sizeof p1, "%s.%d", path_in("f.pb.gz"), execd);
-    snprintf(p2, sizeof p2, "%s.%d", path_in("f.pb.gz"), forked);
+    snprintf(p1, sizeof p1, "%s", pid_file("f", execd, ".pb.gz"));
+    snprintf(p2, sizeof p2, "%s", pid_file("f", forked, ".pb.gz"));
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
     pl_require_fn(p1, "", "hot_exec", 1);
     pl_require_fn(p2, "", "hot_forked_child", 1);
@@ -323,7 +358,8 @@ static void test_fork_stop(void)
                         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
-    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 0);
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 0);
+    ASSERT_EQ(pl_count_prefix(g_dir, "f."), 1);
     ASSERT(strstr(text, "processes") == NULL);
     free(text);
 }
@@ -338,8 +374,8 @@ static void test_fork_from_thread(void)
     char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s fork_thread 300", g_dir,
                         CLI, PROG);
     ASSERT_EQ(st, 0);
-    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 1);
-    char *child = pl_run(NULL, "ls %s/f.pb.gz.*", g_dir);
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
+    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
     child[strcspn(child, "\n")] = '\0';
     pl_require_fn(child, "", "hot_thread_fork_child", 1);
     ASSERT(strstr(text, "sp_out_of_range") == NULL);
@@ -370,7 +406,7 @@ static void test_fork_in_loader(void)
     ASSERT_EQ(sscanf(c, "ended %llu ms", &ms), 1);
     /* 50 ms of work; 10 s when the _exit() path waits in vain. */
     ASSERT_LT(ms, 5000);
-    if (pl_count_prefix(g_dir, "f.pb.gz.") == 0)
+    if (count_pid_files("f", ".pb.gz") == 0)
         ASSERT_CONTAINS(text, "the dynamic loader");
     free(text);
 }
@@ -916,8 +952,8 @@ static void test_format_list(void)
     free(text);
 }
 
-/* Several outputs from one run, and a child of fork() writes FILE.<pid>
- * for each of them. */
+/* Several outputs from one run, and a child of fork() writes BASE.<pid>EXT
+ * for each of them (a.<pid>.pb.gz, b.<pid>.folded, c.<pid>.json). */
 static void test_several_outputs_fork(void)
 {
     pl_skip_if_sanitized();
@@ -937,15 +973,15 @@ static void test_several_outputs_fork(void)
     require_folded(path_in("b.folded"), "hot_fork_parent");
     require_trace(path_in("c.json"), "hot_fork_parent");
     char p[1024];
-    snprintf(p, sizeof p, "%s.%d", path_in("a.pb.gz"), forked);
+    snprintf(p, sizeof p, "%s", pid_file("a", forked, ".pb.gz"));
     pl_require_fn(p, "", "hot_forked_child", 1);
-    snprintf(p, sizeof p, "%s.%d", path_in("b.folded"), forked);
+    snprintf(p, sizeof p, "%s", pid_file("b", forked, ".folded"));
     require_folded(p, "hot_forked_child");
-    snprintf(p, sizeof p, "%s.%d", path_in("c.json"), execd);
+    snprintf(p, sizeof p, "%s", pid_file("c", execd, ".json"));
     require_trace(p, "hot_exec");
-    ASSERT_EQ(pl_count_prefix(g_dir, "a.pb.gz."), 2);
-    ASSERT_EQ(pl_count_prefix(g_dir, "b.folded."), 2);
-    ASSERT_EQ(pl_count_prefix(g_dir, "c.json."), 2);
+    ASSERT_EQ(count_pid_files("a", ".pb.gz"), 2);
+    ASSERT_EQ(count_pid_files("b", ".folded"), 2);
+    ASSERT_EQ(count_pid_files("c", ".json"), 2);
     /* Only the pprof files open together in pprof. */
     ASSERT_CONTAINS(text, "all processes together: go tool pprof -http=: ");
     const char *together = strstr(text, "all processes together");
@@ -974,7 +1010,7 @@ static void test_output_fallback_formats(void)
     for (int i = 0; i < 2; i++) {
         p = strstr(p, "the profile is in ") + 18;
         ASSERT_EQ(sscanf(p, "%1023s", alt[i]), 1);
-        ASSERT(strstr(alt[i], "/snapprof.") != NULL);
+        ASSERT(strstr(alt[i], "/snapprof-") != NULL); /* snapprof-<i>.<pid><ext> */
     }
     ASSERT(strcmp(alt[0], alt[1]) != 0);
     pl_require_fn(alt[0], "", "hot_a", 1);
