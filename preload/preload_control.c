@@ -313,14 +313,33 @@ int snapprof__preload_stop(const char *note)
     for (unsigned i = 0; i < g.cfg.n_outputs; i++)
         before[i] = file_id(g.cfg.outputs[i].path);
     int rc = snapprof_profiler_stop(p);
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    snapprof_profiler_get_stats(p, &st);
+    /* A process other than the first one profiled that took no sample (a
+     * shell's child that only exec'd, a short tool) leaves no file: a
+     * shell script would leave dozens of empty ones. The file was written
+     * by the stop (the samples are final only then); one at that path from
+     * an earlier run, a recycled pid's, would pass for this run's, so it
+     * goes too. The summary counts the process. The program's own files
+     * are always written: what was asked for exists. */
+    int empty = g.cfg.child && st.samples == 0;
+    if (empty) {
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            unlink(g.cfg.outputs[i].path);
+            res[i] = (output_result_t){.written = "", .err = 0, .no_samples = 1};
+        }
+        rc = 0;
+    }
     unsigned failed = 0;
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+    for (unsigned i = 0; i < g.cfg.n_outputs && !empty; i++) {
         /* The profiler reports the first error of all its builders: which
          * ones failed, their files say. */
         const char *want = g.cfg.outputs[i].path;
         int ok = rc == 0 || rewritten(want, &before[i]);
         snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
         res[i].err = ok ? 0 : rc;
+        res[i].no_samples = 0;
         failed += !ok;
     }
     if (failed > 0) {
@@ -341,9 +360,8 @@ int snapprof__preload_stop(const char *note)
                                        g.cfg.outputs[i].path, snapprof_strerror(res[i].err));
         }
     }
-    snapprof_stats_t st;
-    memset(&st, 0, sizeof st);
-    snapprof_profiler_get_stats(p, &st);
+    if (failed > 0)
+        snapprof_profiler_get_stats(p, &st); /* the fallbacks' writes counted */
     write_summary(note, res, &st);
     while (g.n_reg > 0)
         reg_drop(g.n_reg - 1);

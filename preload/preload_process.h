@@ -58,6 +58,8 @@ extern preload_state_t g;
 typedef struct output_result {
     char written[PATH_MAX]; /* where it is; "" when nowhere */
     int err;                /* why it is not where asked, else 0 */
+    int no_samples;         /* not written: a process other than the first one
+                               profiled that took no sample writes no file */
 } output_result_t;
 
 extern atomic_int g_tracking;         /* new threads register themselves */

@@ -45,7 +45,9 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
         fprintf(f, "requested.%u=%s\nformat.%u=%s\n", i, g.cfg.outputs[i].path, i,
                 snapprof__format_name(g.cfg.outputs[i].format));
-        if (res[i].written[0])
+        if (res[i].no_samples)
+            fprintf(f, "skipped.%u=no samples\n", i);
+        else if (res[i].written[0])
             fprintf(f, "output.%u=%s\n", i, res[i].written);
         else
             fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));

@@ -291,6 +291,66 @@ static void test_many_processes(void)
     free(text);
 }
 
+/* A shell shim that runs ten programs doing nothing (each exec'd by a
+ * forked shell), five subshells (forked, no exec) and one busy program:
+ * only the program itself and the busy one leave files, and the summary
+ * has one line for all the rest. Before, every process wrote a file and
+ * a line of its own: a python3 behind a shell shim made 41 files. 10 Hz,
+ * so that none of the idle ones can take a sample (each uses far less
+ * than 100 ms of CPU); the busy one burns until it has 5. */
+static void test_no_sample_children(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-nosample");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 10 -o m.pb.gz -- /bin/sh -c "
+                        "'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; "
+                        "for i in 1 2 3 4 5; do (exit 0); done; %s burn hot_a 100 </dev/null'",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    /* The busy one, listed with its file. */
+    const char *busy = strstr(text, "  preload_prog (pid ");
+    ASSERT_NOT_NULL(busy);
+    int pid = 0;
+    ASSERT_EQ(sscanf(busy, "  preload_prog (pid %d)", &pid), 1);
+    pl_require_fn(pid_file("m", pid, ".pb.gz"), "", "hot_a", 1);
+    ASSERT_CONTAINS(text, pid_file("m", pid, ".pb.gz"));
+    /* The program's own file, written though the shell took no sample,
+     * and a line that says so. */
+    ASSERT(pl_exists(path_in("m.pb.gz")));
+    ASSERT_CONTAINS(text, "  sh (pid ");
+    ASSERT_CONTAINS(text, "no samples in this process itself; its file is written all the same");
+    /* Exactly those two files. */
+    char *list = pl_run(NULL, "ls -A %s", g_dir);
+    char want[64];
+    snprintf(want, sizeof want, "m.%d.pb.gz\nm.pb.gz\n", pid);
+    ASSERT_STR_EQ(list, want);
+    free(list);
+    /* One line for the others: the ten, and the subshells that were
+     * profiled (a fork while the sampling thread held the loader's lock
+     * goes unprofiled and says so). */
+    pl_require_count(text, "with no samples", 1);
+    ASSERT(strstr(text, "true (pid") == NULL);
+    int total = 0, quiet = 0;
+    const char *t = strstr(text, " processes, ");
+    ASSERT_NOT_NULL(t);
+    while (t > text && t[-1] >= '0' && t[-1] <= '9')
+        t--;
+    total = atoi(t);
+    const char *q = strstr(text, "snapprof:   ");
+    for (; q; q = strstr(q + 1, "snapprof:   "))
+        if (sscanf(q, "snapprof:   %d more processes with no samples, so no files (", &quiet) == 1)
+            break;
+    ASSERT_NOT_NULL(q);
+    ASSERT_EQ(quiet, total - 2);
+    ASSERT(quiet >= 11);
+    ASSERT_CONTAINS(q, "true x10");
+    ASSERT_CONTAINS(q, "sh x");
+    ASSERT(strstr(text, "... and ") == NULL);
+    free(text);
+}
+
 /* A dash pipeline of our program and gzip: every process of it is
  * profiled, the shell into p.pb.gz and each child into p.<pid>.pb.gz. */
 static void test_pipeline(void)
@@ -1181,6 +1241,7 @@ int main(int argc, char **argv)
         {"go_cgo_1khz", test_go_cgo_1khz},
         {"go_cgo_4khz", test_go_cgo_4khz},
         {"many_processes", test_many_processes},
+        {"no_sample_children", test_no_sample_children},
         {"python", test_python},
         {"stripped_module", test_stripped_module},
         {"pipeline", test_pipeline},
