@@ -352,7 +352,8 @@ static void test_no_sample_children(void)
 }
 
 /* A dash pipeline of our program and gzip: every process of it is
- * profiled, the shell into p.pb.gz and each child into p.<pid>.pb.gz. */
+ * profiled, the shell into p.pb.gz and each child into p.<pid>.pb.gz
+ * (gzip only when it took a sample). */
 static void test_pipeline(void)
 {
     pl_skip_if_sanitized();
@@ -364,10 +365,15 @@ static void test_pipeline(void)
                         g_dir, CLI, PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "4 processes");
-    ASSERT_CONTAINS(text, "  gzip (pid ");
     ASSERT_CONTAINS(text, "  sh (pid ");
     ASSERT(pl_exists(path_in("p.pb.gz")));
-    ASSERT_EQ(count_pid_files("p", ".pb.gz"), 3);
+    /* gzip of a few bytes may take no sample, and then writes no file. */
+    if (strstr(text, "  gzip (pid ")) {
+        ASSERT_EQ(count_pid_files("p", ".pb.gz"), 3);
+    } else {
+        ASSERT_CONTAINS(text, "1 more process with no samples, so no file (gzip x1)");
+        ASSERT_EQ(count_pid_files("p", ".pb.gz"), 2);
+    }
     /* Which child file holds which function: look at each. */
     int found_a = 0, found_b = 0;
     char *list = pl_run(NULL, "ls %s/p.[0-9]*.pb.gz", g_dir);
@@ -466,8 +472,12 @@ static void test_fork_in_loader(void)
     ASSERT_EQ(sscanf(c, "ended %llu ms", &ms), 1);
     /* 50 ms of work; 10 s when the _exit() path waits in vain. */
     ASSERT_LT(ms, 5000);
-    if (count_pid_files("f", ".pb.gz") == 0)
+    /* Profiled (then its summary counts it; a file only with samples), or
+     * a line says why not. */
+    if (strstr(text, "2 processes") == NULL)
         ASSERT_CONTAINS(text, "the dynamic loader");
+    else
+        ASSERT(count_pid_files("f", ".pb.gz") == 1 || strstr(text, "with no samples") != NULL);
     free(text);
 }
 
