@@ -316,11 +316,17 @@ static void test_no_sample_children(void)
     ASSERT_EQ(sscanf(busy, "  preload_prog (pid %d)", &pid), 1);
     pl_require_fn(pid_file("m", pid, ".pb.gz"), "", "hot_a", 1);
     ASSERT_CONTAINS(text, pid_file("m", pid, ".pb.gz"));
-    /* The program's own file, written though the shell took no sample,
-     * and a line that says so. */
+    /* The program's own file, written also when the shell took no sample
+     * (nearly always: forks cost it CPU time, more on a loaded machine),
+     * and then a line says so. */
     ASSERT(pl_exists(path_in("m.pb.gz")));
-    ASSERT_CONTAINS(text, "  sh (pid ");
-    ASSERT_CONTAINS(text, "no samples in this process itself; its file is written all the same");
+    const char *sh = strstr(text, "  sh (pid ");
+    ASSERT_NOT_NULL(sh);
+    if (strstr(sh, "): 0 samples from ") == strchr(sh, ')'))
+        ASSERT_CONTAINS(text, "no samples in this process itself; its file is written all the "
+                              "same (the samples are in those of its child processes)");
+    else
+        ASSERT(strstr(text, "no samples in this process itself") == NULL);
     /* Exactly those two files. */
     char *list = pl_run(NULL, "ls -A %s", g_dir);
     char want[64];
