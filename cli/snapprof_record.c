@@ -4,6 +4,7 @@
  * never leaves a program half-started. */
 #include "cli/cli.h"
 #include "cli/debug_hint.h"
+#include "preload/file_names.h"
 #include "preload/preload_config.h"
 #include "profile_builder/stats_text.h"
 
@@ -40,7 +41,9 @@ const char snapprof__record_usage[] =
     "  -o, --output FILE    profile to write (default snapprof.pb.gz), in the format\n"
     "                       its name says: .folded or .txt folded stacks, .json\n"
     "                       trace events, else pprof; repeat for several files\n"
-    "                       (at most 4). Profiled child processes write FILE.<pid>\n"
+    "                       (at most 4). Profiled child processes write FILE with\n"
+    "                       their pid before the extension (prof.1234.pb.gz), if\n"
+    "                       they took samples\n"
     "      --format LIST    pprof, folded or trace, comma-separated or repeated:\n"
     "                       one per -o, or for one -o (or none) several files\n"
     "                       named after it (-o prof --format pprof,folded writes\n"
@@ -418,6 +421,17 @@ static int cmp_pid(const void *a, const void *b)
 /* Processes listed one by one in the summary; more are counted. */
 #define SUMMARY_DETAIL 8
 
+/* 1 for a process other than the program that took no sample and so
+ * wrote no file (preload_control.c): such are counted in one line. */
+static int without_files(const proc_summary_t *s)
+{
+    unsigned n = n_outputs(s);
+    for (unsigned i = 0; i < n; i++)
+        if (!*get_i(s, "skipped", i))
+            return 0;
+    return n > 0;
+}
+
 /* A process whose line says something went wrong is always listed. */
 static int needs_detail(const proc_summary_t *s)
 {
@@ -566,6 +580,56 @@ static void print_outputs(const proc_summary_t *s)
     }
 }
 
+/* "12 more processes with no samples, so no files (sh x9, python3 x3)":
+ * the processes for which skip[i] is set, by name, the commonest first. */
+#define NO_SAMPLE_NAMES 6
+static void print_without_files(const proc_summary_t *procs, const unsigned char *skip, int n)
+{
+    static struct {
+        const char *comm;
+        int count;
+    } names[MAX_PROCS];
+    int n_names = 0, total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!skip[i])
+            continue;
+        total++;
+        const char *comm = *get(&procs[i], "comm") ? get(&procs[i], "comm") : "?";
+        int j = 0;
+        while (j < n_names && strcmp(names[j].comm, comm) != 0)
+            j++;
+        if (j == n_names) {
+            names[j].comm = comm;
+            names[j].count = 0;
+            n_names++;
+        }
+        names[j].count++;
+    }
+    if (total == 0)
+        return;
+    /* Commonest first, then by name; a few entries: insertion sort. */
+    for (int i = 1; i < n_names; i++)
+        for (int j = i; j > 0 && (names[j].count > names[j - 1].count ||
+                                  (names[j].count == names[j - 1].count &&
+                                   strcmp(names[j].comm, names[j - 1].comm) < 0));
+             j--) {
+            const char *c = names[j].comm;
+            int k = names[j].count;
+            names[j] = names[j - 1];
+            names[j - 1].comm = c;
+            names[j - 1].count = k;
+        }
+    char list[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < n_names && i < NO_SAMPLE_NAMES && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s x%d", i ? ", " : "",
+                                names[i].comm, names[i].count);
+    if (n_names > NO_SAMPLE_NAMES && len < sizeof list)
+        snprintf(list + len, sizeof list - len, ", ...");
+    fprintf(stderr, "snapprof:   %d %sprocess%s with no samples, so no file%s (%s)\n", total,
+            total < n ? "more " : "", total == 1 ? "" : "es", total == 1 ? "" : "s", list);
+}
+
 /* Why the program itself left no summary. A crash handler that could not
  * have the profile written in time left "<pid>.crash" (preload_crash.c). */
 static void print_no_profile(const char *dir, pid_t root, int status)
@@ -573,8 +637,9 @@ static void print_no_profile(const char *dir, pid_t root, int status)
     int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     char sig[32], path[PATH_MAX], line[128] = "";
     snapprof__signal_name(signo, sig, sizeof sig);
-    snprintf(path, sizeof path, "%s/%d.crash", dir ? dir : "", (int)root);
-    FILE *f = dir ? fopen(path, "re") : NULL;
+    int named = dir && snapprof__name_record_file(dir, (int)root, SNAPPROF__RECORD_CRASH_EXT, path,
+                                                  sizeof path) == 0;
+    FILE *f = named ? fopen(path, "re") : NULL;
     double wait_s = SNAPPROF__CRASH_WAIT_NS / 1e9;
     if (f) {
         char more[64];
@@ -617,7 +682,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL && n < MAX_PROCS) {
         const char *dot = strrchr(de->d_name, '.');
-        if (de->d_name[0] == '.' || !dot || strcmp(dot, ".summary") != 0)
+        if (de->d_name[0] == '.' || !dot || strcmp(dot, SNAPPROF__RECORD_SUMMARY_EXT) != 0)
             continue;
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -651,17 +716,22 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     /* With many processes (a shell script, a build) the detail lines are
      * the program's own and its busiest descendants', plus any process
      * whose profile went wrong; the rest are counted in one line. */
-    static unsigned char shown[MAX_PROCS];
+    static unsigned char shown[MAX_PROCS], skip[MAX_PROCS];
     memset(shown, 0, sizeof shown);
-    int shown_n = 0;
+    int shown_n = 0, n_files = 0;
     for (int i = 0; i < n; i++) {
-        shown[i] = n <= SUMMARY_DETAIL || i == 0 || needs_detail(&procs[i]);
+        /* Those that took no sample wrote no file: one line for them all. */
+        skip[i] = procs[i].pid != root && without_files(&procs[i]);
+        n_files += !skip[i];
+    }
+    for (int i = 0; i < n; i++) {
+        shown[i] = !skip[i] && (n_files <= SUMMARY_DETAIL || i == 0 || needs_detail(&procs[i]));
         shown_n += shown[i];
     }
     for (; shown_n < SUMMARY_DETAIL; shown_n++) {
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (!shown[i] && (best < 0 || procs[i].st.samples > procs[best].st.samples))
+            if (!shown[i] && !skip[i] && (best < 0 || procs[i].st.samples > procs[best].st.samples))
                 best = i;
         if (best < 0)
             break;
@@ -674,16 +744,25 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
         samples += s->st.samples;
         threads += num(s, "threads");
         failed += s->st.failed_total;
+        if (skip[i])
+            continue;
         if (!shown[i]) {
             rest++;
             rest_samples += s->st.samples;
             continue;
         }
         print_process(s, n > 1);
+        if (s->pid == root && s->st.samples == 0)
+            fprintf(stderr,
+                    "snapprof: %s  no samples in this process itself; its file%s written "
+                    "all the same%s\n",
+                    n > 1 ? "  " : "", n_outputs(s) == 1 ? " is" : "s are",
+                    n_files > 1 ? " (the samples are in those of its child processes)" : "");
     }
     if (rest > 0)
         fprintf(stderr, "snapprof:   ... and %d more process%s with %llu samples in all\n", rest,
                 rest == 1 ? "" : "es", rest_samples);
+    print_without_files(procs, skip, n);
     if (n > 1)
         fprintf(stderr, "snapprof: %d processes, %llu samples from %llu threads, %llu failures\n",
                 n, samples, threads, failed);
@@ -693,21 +772,23 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     /* The pprof files of all processes open together (folded stacks and
      * trace events do not merge that way). */
     int k = have_main ? first_pprof(&procs[0]) : -1;
-    if (n > 1 && k >= 0) {
+    if (n_files > 1 && k >= 0) {
         const char *main_out = get_i(&procs[0], "output", (unsigned)k);
         fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
-        /* Many FILE.<pid> files are named by one pattern. */
-        size_t len = strlen(main_out);
-        int pattern = *main_out && n > SUMMARY_DETAIL;
+        /* Many files of other processes are named by one pattern
+         * (file_names.h). */
+        char glob[PATH_MAX + 16];
+        int pattern = *main_out && n_files > SUMMARY_DETAIL &&
+                      snapprof__name_pid_glob(main_out, glob, sizeof glob) == 0;
         for (int i = 0; i < n; i++) {
             int j = first_pprof(&procs[i]);
             const char *out = j >= 0 ? get_i(&procs[i], "output", (unsigned)j) : "";
-            int child_file = pattern && !strncmp(out, main_out, len) && out[len] == '.';
+            int child_file = pattern && snapprof__name_is_pid_file(main_out, out);
             if (*out && !child_file)
                 fprintf(stderr, " %s", out);
         }
         if (pattern)
-            fprintf(stderr, " '%s'.*", main_out);
+            fprintf(stderr, " %s", glob);
         fputc('\n', stderr);
     }
 }

@@ -1,6 +1,7 @@
 /* Parsing and checking of whole-process profile settings (see
  * preload_config.h); shared by the preload library and the command. */
 #include "preload/preload_config.h"
+#include "preload/file_names.h"
 #include "sampling_thread/profiler_defaults.h"
 
 #include <ctype.h>
@@ -434,18 +435,6 @@ int snapprof__parse_formats(const char *s, snapprof__format_t *out, unsigned max
     return 0;
 }
 
-/* The length of path without an extension that names a format, so that
- * "prof.pb.gz" and "prof" both name the files prof.pb.gz, prof.folded, ... */
-static size_t base_length(const char *path)
-{
-    static const char *const known[] = {".pb.gz", ".pb", ".prof", ".folded", ".txt", ".json"};
-    size_t n = strlen(path);
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (ends_with(path, known[i]))
-            return n - strlen(known[i]);
-    return n;
-}
-
 /* 1 when two absolute paths name the same file as far as their text says:
  * "//" and "/./" do not count ("a/../b" does, a symlink may be behind it). */
 static int same_path(const char *a, const char *b)
@@ -490,8 +479,8 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
         else if (n_paths == 0 && n_formats == 0)
             len = snprintf(name, sizeof name, "snapprof.pb.gz");
         else
-            len = snprintf(name, sizeof name, "%.*s%s", (int)base_length(given), given,
-                           snapprof__format_ext(f));
+            len = snprintf(name, sizeof name, "%.*s%s", (int)snapprof__name_base_length(given),
+                           given, snapprof__format_ext(f));
         if (len < 0 || (size_t)len >= sizeof name ||
             snapprof__absolute_path(name, out[i].path, sizeof out[i].path) != 0) {
             WHY("output path %s is too long", given);

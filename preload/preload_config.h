@@ -54,7 +54,8 @@ typedef enum {
 
 typedef struct snapprof__output_spec {
     char path[PATH_MAX];   /* absolute path of the file this process writes */
-    char family[PATH_MAX]; /* the path profiled children add ".<pid>" to */
+    char family[PATH_MAX]; /* the path as asked: every name of this output derives from
+                              it (file_names.h) */
     snapprof__format_t format;
 } snapprof__output_spec_t;
 
@@ -77,6 +78,8 @@ typedef struct snapprof__preload_config {
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
     int follow_fork;  /* children of fork() and what they exec are profiled */
+    int child;        /* not the first process profiled: files named with the pid, and
+                         none when it took no sample */
     int trigger;      /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
     int wall_blocked; /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];

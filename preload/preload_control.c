@@ -1,6 +1,7 @@
 /* Start, stop and flush of the whole-process profile: the profiler and
  * its builders from a config, and at stop every output written somewhere
  * (a fallback directory when its own path fails) and the summary. */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 
 #include <snapprof/jit.h>
@@ -18,9 +19,9 @@
 #include <unistd.h>
 
 /* Where output i goes when its own path cannot be written: $TMPDIR when it
- * is a writable directory, else /tmp; "snapprof.<pid>.pb.gz" for a single
- * output, "snapprof.<pid>.<i>.<ext>" among several (two of one format must
- * not meet there). */
+ * is a writable directory, else /tmp; named as file_names.h says,
+ * "snapprof.<pid>.pb.gz" for a single output, "snapprof-<i>.<pid>.<ext>"
+ * among several (two of one format must not meet there). */
 static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg, unsigned i,
                           char *out, size_t size)
 {
@@ -29,11 +30,11 @@ static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg
     if (!t || t[0] != '/' || stat(t, &st) != 0 || !S_ISDIR(st.st_mode) ||
         access(t, W_OK | X_OK) != 0)
         t = "/tmp";
-    const char *ext = snapprof__format_ext(cfg->outputs[i].format);
-    if (cfg->n_outputs > 1)
-        snprintf(out, size, "%s/snapprof.%d.%u%s", t, (int)getpid(), i, ext);
-    else
-        snprintf(out, size, "%s/snapprof.%d%s", t, (int)getpid(), ext);
+    if (snapprof__name_fallback(t, i, cfg->n_outputs, snapprof__format_ext(cfg->outputs[i].format),
+                                (int)getpid(), out, size) != 0)
+        snapprof__name_fallback("/tmp", i, cfg->n_outputs,
+                                snapprof__format_ext(cfg->outputs[i].format), (int)getpid(), out,
+                                size);
 }
 
 /* Makes the builder of one output. */
@@ -312,14 +313,33 @@ int snapprof__preload_stop(const char *note)
     for (unsigned i = 0; i < g.cfg.n_outputs; i++)
         before[i] = file_id(g.cfg.outputs[i].path);
     int rc = snapprof_profiler_stop(p);
+    snapprof_stats_t st;
+    memset(&st, 0, sizeof st);
+    snapprof_profiler_get_stats(p, &st);
+    /* A process other than the first one profiled that took no sample (a
+     * shell's child that only exec'd, a short tool) leaves no file: a
+     * shell script would leave dozens of empty ones. The file was written
+     * by the stop (the samples are final only then); one at that path from
+     * an earlier run, a recycled pid's, would pass for this run's, so it
+     * goes too. The summary counts the process. The program's own files
+     * are always written: what was asked for exists. */
+    int empty = g.cfg.child && st.samples == 0;
+    if (empty) {
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            unlink(g.cfg.outputs[i].path);
+            res[i] = (output_result_t){.written = "", .err = 0, .no_samples = 1};
+        }
+        rc = 0;
+    }
     unsigned failed = 0;
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+    for (unsigned i = 0; i < g.cfg.n_outputs && !empty; i++) {
         /* The profiler reports the first error of all its builders: which
          * ones failed, their files say. */
         const char *want = g.cfg.outputs[i].path;
         int ok = rc == 0 || rewritten(want, &before[i]);
         snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
         res[i].err = ok ? 0 : rc;
+        res[i].no_samples = 0;
         failed += !ok;
     }
     if (failed > 0) {
@@ -340,9 +360,8 @@ int snapprof__preload_stop(const char *note)
                                        g.cfg.outputs[i].path, snapprof_strerror(res[i].err));
         }
     }
-    snapprof_stats_t st;
-    memset(&st, 0, sizeof st);
-    snapprof_profiler_get_stats(p, &st);
+    if (failed > 0)
+        snapprof_profiler_get_stats(p, &st); /* the fallbacks' writes counted */
     write_summary(note, res, &st);
     while (g.n_reg > 0)
         reg_drop(g.n_reg - 1);

@@ -33,6 +33,7 @@
  * handler that then raises the signal again would end the process without
  * a profile. It runs under a trampoline of ours instead, which makes the
  * reset (to our SIG_DFL) and calls it with the kernel's flags. */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 
 #include <dlfcn.h>
@@ -151,7 +152,7 @@ static void note_unwritten(int outcome)
     append(path, sizeof path, &n, dir);
     append(path, sizeof path, &n, "/");
     append_uint(path, sizeof path, &n, (unsigned long)getpid());
-    append(path, sizeof path, &n, ".crash");
+    append(path, sizeof path, &n, SNAPPROF__RECORD_CRASH_EXT); /* file_names.h */
     append(text, sizeof text, &t, "crash=");
     append(text, sizeof text, &t, outcome == SNAPPROF__FINISH_OWN_LOCK ? "own_lock" : "timeout");
     append(text, sizeof text, &t, "\nwait_ms=");

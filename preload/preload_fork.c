@@ -1,6 +1,7 @@
 /* fork() and the whole-process profile: the lock held across it, and in
  * the child the parent's profile left alone and, when the profile follows
  * forks, a new one started with the child's own files. */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 
 #include <link.h>
@@ -17,18 +18,21 @@ static int g_fork_tracking; /* a profile ran when fork() was called */
 static void *g_orphans[16];
 static unsigned g_n_orphans;
 
-/* Every output of a child of the first profiled process is FILE.<pid>.
- * Returns 0, or -1 (with a warning) when a path gets too long. */
+/* Every output of a process other than the first one profiled is named
+ * with its pid (file_names.h: BASE.PID EXT). Returns 0, or -1 (with a
+ * warning) when a path gets too long. */
 int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
 {
     for (unsigned i = 0; i < cfg->n_outputs; i++) {
         snapprof__output_spec_t *o = &cfg->outputs[i];
-        if (path_fmt(o->path, sizeof o->path, "%s.%d", o->family, pid) != 0) {
-            snapprof__preload_warn("not profiling process %d: %s.%d is too long a path", pid,
-                                   o->family, pid);
+        if (snapprof__name_file(o->family, NULL, NULL, pid, o->path, sizeof o->path) != 0) {
+            snapprof__preload_warn("not profiling process %d: the name of its file after %s is "
+                                   "too long a path",
+                                   pid, o->family);
             return -1;
         }
     }
+    cfg->child = 1;
     return 0;
 }
 

@@ -101,7 +101,7 @@ __attribute__((constructor)) static void preload_init(void)
     if (getuid() != geteuid())
         return; /* as gperftools: never for set-user-ID programs */
     /* The first profiled process writes FILE; processes it starts, and
-     * what they exec, write FILE.<pid>. */
+     * what they exec, write FILE with their pid (file_names.h). */
     char me[32];
     snprintf(me, sizeof me, "%d", (int)getpid());
     const char *root = getenv(SNAPPROF_ENV_ROOT_PID);

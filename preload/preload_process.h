@@ -58,6 +58,8 @@ extern preload_state_t g;
 typedef struct output_result {
     char written[PATH_MAX]; /* where it is; "" when nowhere */
     int err;                /* why it is not where asked, else 0 */
+    int no_samples;         /* not written: a process other than the first one
+                               profiled that took no sample writes no file */
 } output_result_t;
 
 extern atomic_int g_tracking;         /* new threads register themselves */
@@ -120,8 +122,9 @@ void snapprof__preload_helper_fork_child(void);
 /* fork (preload_fork.c)                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Every output of a child of the first profiled process is FILE.<pid>.
- * Returns 0, or -1 (with a warning) when a path gets too long. */
+/* Names every output of cfg, a process other than the first one profiled,
+ * with pid (file_names.h) and marks cfg as a child's. Returns 0, or -1
+ * (with a warning) when a path gets too long. */
 int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid);
 /* pthread_atfork's child handler, for every fork() that runs atfork
  * handlers, also one that bypasses our wrapper. */

@@ -1,5 +1,6 @@
 /* The summary of the whole-process profile for `snapprof record`
  * (preload_process.c writes it at stop). */
+#include "preload/file_names.h"
 #include "preload/preload_process.h"
 #include "profile_builder/stats_text.h"
 
@@ -23,7 +24,8 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     if (!dir[0])
         return;
     char tmp[PATH_MAX], path[PATH_MAX];
-    if (path_fmt(path, sizeof path, "%s/%d.summary", dir, (int)getpid()) != 0 ||
+    if (snapprof__name_record_file(dir, (int)getpid(), SNAPPROF__RECORD_SUMMARY_EXT, path,
+                                   sizeof path) != 0 ||
         path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
         return;
     FILE *f = fopen(tmp, "we");
@@ -43,7 +45,9 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
     for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
         fprintf(f, "requested.%u=%s\nformat.%u=%s\n", i, g.cfg.outputs[i].path, i,
                 snapprof__format_name(g.cfg.outputs[i].format));
-        if (res[i].written[0])
+        if (res[i].no_samples)
+            fprintf(f, "skipped.%u=no samples\n", i);
+        else if (res[i].written[0])
             fprintf(f, "output.%u=%s\n", i, res[i].written);
         else
             fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));

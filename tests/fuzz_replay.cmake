@@ -20,6 +20,6 @@ set_source_files_properties(${PROJECT_SOURCE_DIR}/fuzz/fuzz_unwind_dframe.c PROP
 snapprof_add_fuzz_replay(pprof ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_util.c)
 snapprof_add_fuzz_replay(symbols)
 snapprof_add_fuzz_replay(perf_map)
-snapprof_add_fuzz_replay(env ${PROJECT_SOURCE_DIR}/preload/preload_config.c)
-snapprof_add_fuzz_replay(record_options ${PROJECT_SOURCE_DIR}/preload/preload_config.c
+snapprof_add_fuzz_replay(env ${PROJECT_SOURCE_DIR}/preload/preload_config.c ${PROJECT_SOURCE_DIR}/preload/file_names.c)
+snapprof_add_fuzz_replay(record_options ${PROJECT_SOURCE_DIR}/preload/preload_config.c ${PROJECT_SOURCE_DIR}/preload/file_names.c
   ${PROJECT_SOURCE_DIR}/cli/debug_hint.c)

@@ -104,6 +104,11 @@ snapprof_add_test_cases(EXE cli_debug_hint SOURCES test_cli_debug_hint.c
   ${PROJECT_SOURCE_DIR}/cli/debug_hint.c TIMEOUT 60)
 target_include_directories(cli_debug_hint PRIVATE ${PROJECT_SOURCE_DIR})
 
+# The names of the files a run writes (preload/file_names.c), on their own.
+snapprof_add_test_cases(EXE file_names SOURCES test_file_names.c
+  ${PROJECT_SOURCE_DIR}/preload/file_names.c TIMEOUT 60)
+target_include_directories(file_names PRIVATE ${PROJECT_SOURCE_DIR})
+
 # The preload library with LD_PRELOAD and the environment alone.
 snapprof_add_preload_tests(EXE preload SOURCES test_preload_env.c)
 

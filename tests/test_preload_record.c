@@ -5,6 +5,7 @@
  * wall time. */
 #include "test_preload_util.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +28,38 @@ static char *path_in(const char *name)
     static int i;
     char *p = buf[i++ % 4];
     snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+/* How many files in the test's directory are BASE.<pid>EXT, the name of
+ * the output BASE EXT of a process other than the program itself. */
+static int count_pid_files(const char *base, const char *ext)
+{
+    DIR *d = opendir(g_dir);
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    size_t b = strlen(base), e = strlen(ext);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        size_t len = strlen(name);
+        if (len < b + 2 + e || strncmp(name, base, b) != 0 || name[b] != '.' ||
+            strcmp(name + len - e, ext) != 0)
+            continue;
+        size_t digits = strspn(name + b + 1, "0123456789");
+        n += b + 1 + digits == len - e && digits > 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The file of output BASE EXT of process pid. */
+static char *pid_file(const char *base, int pid, const char *ext)
+{
+    static char buf[4][1024];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s.%d%s", g_dir, base, pid, ext);
     return p;
 }
 
@@ -231,17 +264,19 @@ static void test_stripped_module(void)
     free(text);
 }
 
-/* A shell that runs a dozen short programs: the summary lists the shell
- * and the busiest few (not a line per process, which was 80 lines for a
- * pyenv shim), counts the rest, and names all the files by a pattern. */
+/* A shell that runs a dozen short programs, each with a few samples: the
+ * summary lists the shell and the busiest few (not a line per process,
+ * which was 80 lines for a pyenv shim), counts the rest, and names all the
+ * files by a pattern. */
 static void test_many_processes(void)
 {
     pl_skip_if_sanitized();
     setup("rec-many");
     int st;
     char *text = pl_run(&st,
-                        "cd %s && %s record -o m.pb.gz -- /bin/sh -c "
-                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s exit 0; done; %s burn hot_a 200'",
+                        "cd %s && %s record -F 1000 -o m.pb.gz -- /bin/sh -c "
+                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s burn hot_b 5; done; "
+                        "%s burn hot_a 200'",
                         g_dir, CLI, PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "13 processes");
@@ -249,15 +284,82 @@ static void test_many_processes(void)
     ASSERT_CONTAINS(text, "... and 5 more processes with ");
     ASSERT_CONTAINS(text, "  preload_prog (pid "); /* hot_a's: the busiest */
     char want[1200];
-    snprintf(want, sizeof want, "go tool pprof -http=: %s '%s'.*", path_in("m.pb.gz"),
-             path_in("m.pb.gz"));
+    snprintf(want, sizeof want, "go tool pprof -http=: %s '%s'.[0-9]*'.pb.gz'", path_in("m.pb.gz"),
+             path_in("m"));
     ASSERT_CONTAINS(text, want);
-    ASSERT_EQ(pl_count_prefix(g_dir, "m.pb.gz."), 12);
+    ASSERT_EQ(count_pid_files("m", ".pb.gz"), 12);
+    free(text);
+}
+
+/* A shell shim that runs ten programs doing nothing (each exec'd by a
+ * forked shell), five subshells (forked, no exec) and one busy program:
+ * only the program itself and the busy one leave files, and the summary
+ * has one line for all the rest. Before, every process wrote a file and
+ * a line of its own: a python3 behind a shell shim made 41 files. 10 Hz,
+ * so that none of the idle ones can take a sample (each uses far less
+ * than 100 ms of CPU); the busy one burns until it has 5. */
+static void test_no_sample_children(void)
+{
+    pl_skip_if_sanitized();
+    setup("rec-nosample");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 10 -o m.pb.gz -- /bin/sh -c "
+                        "'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; "
+                        "for i in 1 2 3 4 5; do (exit 0); done; %s burn hot_a 100 </dev/null'",
+                        g_dir, CLI, PROG);
+    ASSERT_EQ(st, 0);
+    /* The busy one, listed with its file. */
+    const char *busy = strstr(text, "  preload_prog (pid ");
+    ASSERT_NOT_NULL(busy);
+    int pid = 0;
+    ASSERT_EQ(sscanf(busy, "  preload_prog (pid %d)", &pid), 1);
+    pl_require_fn(pid_file("m", pid, ".pb.gz"), "", "hot_a", 1);
+    ASSERT_CONTAINS(text, pid_file("m", pid, ".pb.gz"));
+    /* The program's own file, written also when the shell took no sample
+     * (nearly always: forks cost it CPU time, more on a loaded machine),
+     * and then a line says so. */
+    ASSERT(pl_exists(path_in("m.pb.gz")));
+    const char *sh = strstr(text, "  sh (pid ");
+    ASSERT_NOT_NULL(sh);
+    if (strstr(sh, "): 0 samples from ") == strchr(sh, ')'))
+        ASSERT_CONTAINS(text, "no samples in this process itself; its file is written all the "
+                              "same (the samples are in those of its child processes)");
+    else
+        ASSERT(strstr(text, "no samples in this process itself") == NULL);
+    /* Exactly those two files. */
+    char *list = pl_run(NULL, "ls -A %s", g_dir);
+    char want[64];
+    snprintf(want, sizeof want, "m.%d.pb.gz\nm.pb.gz\n", pid);
+    ASSERT_STR_EQ(list, want);
+    free(list);
+    /* One line for the others: the ten, and the subshells that were
+     * profiled (a fork while the sampling thread held the loader's lock
+     * goes unprofiled and says so). */
+    pl_require_count(text, "with no samples", 1);
+    ASSERT(strstr(text, "true (pid") == NULL);
+    int total = 0, quiet = 0;
+    const char *t = strstr(text, " processes, ");
+    ASSERT_NOT_NULL(t);
+    while (t > text && t[-1] >= '0' && t[-1] <= '9')
+        t--;
+    total = atoi(t);
+    const char *q = strstr(text, "snapprof:   ");
+    for (; q; q = strstr(q + 1, "snapprof:   "))
+        if (sscanf(q, "snapprof:   %d more processes with no samples, so no files (", &quiet) == 1)
+            break;
+    ASSERT_NOT_NULL(q);
+    ASSERT_EQ(quiet, total - 2);
+    ASSERT(quiet >= 11);
+    ASSERT_CONTAINS(q, "true x10");
+    ASSERT_CONTAINS(q, "sh x");
+    ASSERT(strstr(text, "... and ") == NULL);
     free(text);
 }
 
 /* A dash pipeline of our program and gzip: every process of it is
- * profiled, the shell into FILE and each child into FILE.<pid>. */
+ * profiled, the shell into p.pb.gz and each child into p.<pid>.pb.gz
+ * (gzip only when it took a sample). */
 static void test_pipeline(void)
 {
     pl_skip_if_sanitized();
@@ -269,13 +371,18 @@ static void test_pipeline(void)
                         g_dir, CLI, PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "4 processes");
-    ASSERT_CONTAINS(text, "  gzip (pid ");
     ASSERT_CONTAINS(text, "  sh (pid ");
     ASSERT(pl_exists(path_in("p.pb.gz")));
-    ASSERT_EQ(pl_count_prefix(g_dir, "p.pb.gz."), 3);
+    /* gzip of a few bytes may take no sample, and then writes no file. */
+    if (strstr(text, "  gzip (pid ")) {
+        ASSERT_EQ(count_pid_files("p", ".pb.gz"), 3);
+    } else {
+        ASSERT_CONTAINS(text, "1 more process with no samples, so no file (gzip x1)");
+        ASSERT_EQ(count_pid_files("p", ".pb.gz"), 2);
+    }
     /* Which child file holds which function: look at each. */
     int found_a = 0, found_b = 0;
-    char *list = pl_run(NULL, "ls %s/p.pb.gz.*", g_dir);
+    char *list = pl_run(NULL, "ls %s/p.[0-9]*.pb.gz", g_dir);
     char *save = NULL;
     for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char copy[1024];
@@ -304,8 +411,8 @@ static void test_fork_exec(void)
     ASSERT_NOT_NULL(c);
     ASSERT_EQ(sscanf(c, "children %d %d", &execd, &forked), 2);
     char p1[1024], p2[1024];
-    snprintf(p1, sizeof p1, "%s.%d", path_in("f.pb.gz"), execd);
-    snprintf(p2, sizeof p2, "%s.%d", path_in("f.pb.gz"), forked);
+    snprintf(p1, sizeof p1, "%s", pid_file("f", execd, ".pb.gz"));
+    snprintf(p2, sizeof p2, "%s", pid_file("f", forked, ".pb.gz"));
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
     pl_require_fn(p1, "", "hot_exec", 1);
     pl_require_fn(p2, "", "hot_forked_child", 1);
@@ -323,7 +430,8 @@ static void test_fork_stop(void)
                         g_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
-    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 0);
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 0);
+    ASSERT_EQ(pl_count_prefix(g_dir, "f."), 1);
     ASSERT(strstr(text, "processes") == NULL);
     free(text);
 }
@@ -338,8 +446,8 @@ static void test_fork_from_thread(void)
     char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s fork_thread 300", g_dir,
                         CLI, PROG);
     ASSERT_EQ(st, 0);
-    ASSERT_EQ(pl_count_prefix(g_dir, "f.pb.gz."), 1);
-    char *child = pl_run(NULL, "ls %s/f.pb.gz.*", g_dir);
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
+    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
     child[strcspn(child, "\n")] = '\0';
     pl_require_fn(child, "", "hot_thread_fork_child", 1);
     ASSERT(strstr(text, "sp_out_of_range") == NULL);
@@ -370,8 +478,12 @@ static void test_fork_in_loader(void)
     ASSERT_EQ(sscanf(c, "ended %llu ms", &ms), 1);
     /* 50 ms of work; 10 s when the _exit() path waits in vain. */
     ASSERT_LT(ms, 5000);
-    if (pl_count_prefix(g_dir, "f.pb.gz.") == 0)
+    /* Profiled (then its summary counts it; a file only with samples), or
+     * a line says why not. */
+    if (strstr(text, "2 processes") == NULL)
         ASSERT_CONTAINS(text, "the dynamic loader");
+    else
+        ASSERT(count_pid_files("f", ".pb.gz") == 1 || strstr(text, "with no samples") != NULL);
     free(text);
 }
 
@@ -916,8 +1028,8 @@ static void test_format_list(void)
     free(text);
 }
 
-/* Several outputs from one run, and a child of fork() writes FILE.<pid>
- * for each of them. */
+/* Several outputs from one run, and a child of fork() writes BASE.<pid>EXT
+ * for each of them (a.<pid>.pb.gz, b.<pid>.folded, c.<pid>.json). */
 static void test_several_outputs_fork(void)
 {
     pl_skip_if_sanitized();
@@ -937,15 +1049,15 @@ static void test_several_outputs_fork(void)
     require_folded(path_in("b.folded"), "hot_fork_parent");
     require_trace(path_in("c.json"), "hot_fork_parent");
     char p[1024];
-    snprintf(p, sizeof p, "%s.%d", path_in("a.pb.gz"), forked);
+    snprintf(p, sizeof p, "%s", pid_file("a", forked, ".pb.gz"));
     pl_require_fn(p, "", "hot_forked_child", 1);
-    snprintf(p, sizeof p, "%s.%d", path_in("b.folded"), forked);
+    snprintf(p, sizeof p, "%s", pid_file("b", forked, ".folded"));
     require_folded(p, "hot_forked_child");
-    snprintf(p, sizeof p, "%s.%d", path_in("c.json"), execd);
+    snprintf(p, sizeof p, "%s", pid_file("c", execd, ".json"));
     require_trace(p, "hot_exec");
-    ASSERT_EQ(pl_count_prefix(g_dir, "a.pb.gz."), 2);
-    ASSERT_EQ(pl_count_prefix(g_dir, "b.folded."), 2);
-    ASSERT_EQ(pl_count_prefix(g_dir, "c.json."), 2);
+    ASSERT_EQ(count_pid_files("a", ".pb.gz"), 2);
+    ASSERT_EQ(count_pid_files("b", ".folded"), 2);
+    ASSERT_EQ(count_pid_files("c", ".json"), 2);
     /* Only the pprof files open together in pprof. */
     ASSERT_CONTAINS(text, "all processes together: go tool pprof -http=: ");
     const char *together = strstr(text, "all processes together");
@@ -974,7 +1086,7 @@ static void test_output_fallback_formats(void)
     for (int i = 0; i < 2; i++) {
         p = strstr(p, "the profile is in ") + 18;
         ASSERT_EQ(sscanf(p, "%1023s", alt[i]), 1);
-        ASSERT(strstr(alt[i], "/snapprof.") != NULL);
+        ASSERT(strstr(alt[i], "/snapprof-") != NULL); /* snapprof-<i>.<pid><ext> */
     }
     ASSERT(strcmp(alt[0], alt[1]) != 0);
     pl_require_fn(alt[0], "", "hot_a", 1);
@@ -1145,6 +1257,7 @@ int main(int argc, char **argv)
         {"go_cgo_1khz", test_go_cgo_1khz},
         {"go_cgo_4khz", test_go_cgo_4khz},
         {"many_processes", test_many_processes},
+        {"no_sample_children", test_no_sample_children},
         {"python", test_python},
         {"stripped_module", test_stripped_module},
         {"pipeline", test_pipeline},
