@@ -328,6 +328,10 @@ int snapprof__preload_stop(const char *note)
         for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
             if (res[i].err == 0)
                 continue;
+            /* A process that dropped its privileges: into the file it
+             * opened at start, at the path asked for (preload_held.c). */
+            if (snapprof__preload_held_output(i, &res[i]) == 0)
+                continue;
             /* Under `snapprof record` the summary says it; alone, we do. */
             if (res[i].written[0] && !g.cfg.summary_dir[0])
                 snapprof__preload_warn("could not write the profile to %s (%s); it is in %s "
@@ -344,6 +348,7 @@ int snapprof__preload_stop(const char *note)
     memset(&st, 0, sizeof st);
     snapprof_profiler_get_stats(p, &st);
     write_summary(note, res, &st);
+    snapprof__preload_release_files(1);
     while (g.n_reg > 0)
         reg_drop(g.n_reg - 1);
     free(g.reg);
