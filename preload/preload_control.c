@@ -155,6 +155,10 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
     params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    /* Kernel time on the stacks that entered the kernel (snapprof.h,
+     * kernel_share); off unless asked for. */
+    const char *kernel = getenv("SNAPPROF_KERNEL");
+    params.kernel_share = kernel && strcmp(kernel, "1") == 0;
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {

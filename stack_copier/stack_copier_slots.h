@@ -75,8 +75,9 @@ typedef struct snapprof__capture_pool {
     _Atomic uint32_t full;                        /* slots FULL and not yet drained */
     _Atomic uint64_t dropped;                     /* captures with no free slot */
     _Atomic uint64_t dropped_ns;                  /* the CPU time they stood for */
-    _Atomic uint32_t *kick;                       /* futex word that wakes the drainer */
-    uint32_t kick_at;                             /* wake it when this many slots are full */
+    int thread_cpu;         /* each capture reads its thread's CPU clock (res.cpu_ns) */
+    _Atomic uint32_t *kick; /* futex word that wakes the drainer */
+    uint32_t kick_at;       /* wake it when this many slots are full */
     snapprof__large_buffer_t large[SNAPPROF__LARGE_MAX];
     _Atomic size_t large_wanted; /* bytes the deepest truncated capture needed */
     size_t large_bytes;          /* allocated in large buffers */
