@@ -769,6 +769,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                     p->stats.mmap_failed++;
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
+                t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
                 t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
                                         ? p->params.interval_ns - t->arm->first_period_ns
                                         : 0;
