@@ -410,7 +410,7 @@ static int read_summary(const char *path, proc_summary_t *s)
     }
     fclose(f);
     s->pid = atoi(get(s, "pid"));
-    return 0;
+    return s->pid > 0 ? 0 : -1;
 }
 
 static int cmp_pid(const void *a, const void *b)
@@ -681,8 +681,13 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
     DIR *d = dir ? opendir(dir) : NULL;
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL && n < MAX_PROCS) {
+        /* "<pid>.held": the summary of a process that dropped its
+         * privileges, written into a file it opened at start (empty if
+         * it never got that far). */
         const char *dot = strrchr(de->d_name, '.');
-        if (de->d_name[0] == '.' || !dot || strcmp(dot, SNAPPROF__RECORD_SUMMARY_EXT) != 0)
+        if (de->d_name[0] == '.' || !dot ||
+            (strcmp(dot, SNAPPROF__RECORD_SUMMARY_EXT) != 0 &&
+             strcmp(dot, SNAPPROF__RECORD_HELD_EXT) != 0))
             continue;
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);

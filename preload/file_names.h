@@ -35,6 +35,9 @@
 /* What follows PID in the files of `snapprof record`'s private directory. */
 #define SNAPPROF__RECORD_SUMMARY_EXT ".summary"
 #define SNAPPROF__RECORD_CRASH_EXT ".crash"
+/* The summary of a process that dropped its privileges, in a file it
+ * opened before (preload_held.c). */
+#define SNAPPROF__RECORD_HELD_EXT ".held"
 
 /* The length of BASE in path: path less a format extension it ends with
  * (case-insensitive; never the whole name). */

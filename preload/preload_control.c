@@ -156,6 +156,10 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
     params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    /* Kernel time on the stacks that entered the kernel (snapprof.h,
+     * kernel_share); off unless asked for. */
+    const char *kernel = getenv("SNAPPROF_KERNEL");
+    params.kernel_share = kernel && strcmp(kernel, "1") == 0;
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
@@ -348,6 +352,10 @@ int snapprof__preload_stop(const char *note)
         for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
             if (res[i].err == 0)
                 continue;
+            /* A process that dropped its privileges: into the file it
+             * opened at start, at the path asked for (preload_held.c). */
+            if (snapprof__preload_held_output(i, &res[i]) == 0)
+                continue;
             /* Under `snapprof record` the summary says it; alone, we do. */
             if (res[i].written[0] && !g.cfg.summary_dir[0])
                 snapprof__preload_warn("could not write the profile to %s (%s); it is in %s "
@@ -363,6 +371,7 @@ int snapprof__preload_stop(const char *note)
     if (failed > 0)
         snapprof_profiler_get_stats(p, &st); /* the fallbacks' writes counted */
     write_summary(note, res, &st);
+    snapprof__preload_release_files(1);
     while (g.n_reg > 0)
         reg_drop(g.n_reg - 1);
     free(g.reg);

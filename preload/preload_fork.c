@@ -134,6 +134,7 @@ void snapprof__preload_fork_child(void)
      * this thread runs in the child now. */
     static snapprof__preload_config_t cfg;
     cfg = g.cfg;
+    snapprof__preload_release_files(0); /* the parent's */
     memset(&g, 0, sizeof g);
     if (!was_running || !cfg.follow_fork)
         return;

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -190,5 +191,20 @@ int snapprof__unnamed_builder_create(snapprof__unnamed_t **state, snapprof_build
  * biggest share first. */
 size_t snapprof__unnamed_modules(const snapprof__unnamed_t *u,
                                  const snapprof__unnamed_module_t **out);
+
+/* ------------------------------------------------------------------------ */
+/* Files held for processes that drop privileges (preload_held.c)          */
+/* ------------------------------------------------------------------------ */
+
+/* At stop (and in a fork child, for the parent's): closes the held files;
+ * with remove_unused, one this process created and nothing was written to
+ * is removed. */
+void snapprof__preload_release_files(int remove_unused);
+/* Output i went to a fallback file (res->written) instead of its path:
+ * copies it into the held file at the path, removes the fallback and makes
+ * res say the path. Returns 0, or a negative errno (res unchanged). */
+int snapprof__preload_held_output(unsigned i, output_result_t *res);
+/* The held summary file to write, or NULL. */
+FILE *snapprof__preload_held_summary(void);
 
 #endif

@@ -29,6 +29,11 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
         path_fmt(tmp, sizeof tmp, "%s/.%d.tmp", dir, (int)getpid()) != 0)
         return;
     FILE *f = fopen(tmp, "we");
+    /* A process that dropped its privileges writes the file it opened at
+     * start (preload_held.c), which `snapprof record` reads instead. */
+    int held = 0;
+    if (!f && (f = snapprof__preload_held_summary()) != NULL)
+        held = 1;
     if (!f)
         return;
     char comm[64] = "", exe[PATH_MAX] = "", name[32];
@@ -67,6 +72,8 @@ void write_summary(const char *note, const output_result_t *res, const snapprof_
         fprintf(f, "unnamed.%zu=%.4f %s\n", i, um[i].share, um[i].path);
     snapprof__stats_for_each(st, print_stat, f);
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+    if (held)
+        fclose(f);
+    else if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
         unlink(tmp);
 }

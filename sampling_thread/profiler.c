@@ -506,6 +506,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         if (rc == 0) {
             p->pool.delegate = &p->delegate;
             p->pool.copy_max = p->buffer_size;
+            p->pool.thread_cpu = p->params.kernel_share && p->params.mode == SNAPPROF_MODE_CPU;
             p->pool_ready = 1;
         } else {
             /* No memory for the slots: every thread gets the handshake
@@ -720,6 +721,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);
     free(p->frames);
+    free(p->kernel_frames);
     free(p->frames_alt);
     free(p->labels);
     free(p->app_frames);
@@ -773,6 +775,7 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                     p->stats.mmap_failed++;
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
+                t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
                 t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
                                         ? p->params.interval_ns - t->arm->first_period_ns
                                         : 0;
@@ -1022,7 +1025,7 @@ static void deliver(snapprof_profiler_t *p, snapprof__target_t *t, const snappro
     to_builders(p, &s);
     /* A remainder is CPU time no sample placed, not a sample: counted, it
      * would add one "sample" per thread to the rate. */
-    if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
+    if (!(flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL)))
         p->stats.samples++;
 }
 
@@ -1199,11 +1202,32 @@ static size_t unwind_guessing_fp(snapprof_profiler_t *p, snapprof_regs_t *regs,
     return count;
 }
 
+/* The kernel time measured before the capture whose count frames
+ * p->frames holds, as a second sample of that stack under a "[kernel]"
+ * leaf (snapprof_params_t.kernel_share). Its labels are the capture's.
+ * Lock held. */
+static void deliver_kernel(snapprof_profiler_t *p, snapprof__target_t *t, size_t count,
+                           unsigned flags, uint64_t timestamp, uint64_t kernel_ns,
+                           snapprof__label_capture_t *labels)
+{
+    if (!p->kernel_frames &&
+        !(p->kernel_frames = malloc((p->params.max_frames + 1) * sizeof *p->kernel_frames))) {
+        t->sampled_ns -= kernel_ns; /* to the remainder after all */
+        return;
+    }
+    p->kernel_frames[0] = (snapprof_frame_t){.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel]"};
+    memcpy(p->kernel_frames + 1, p->frames, count * sizeof *p->frames);
+    deliver(p, t, p->kernel_frames, count + 1, flags | SNAPPROF_SAMPLE_KERNEL, timestamp, kernel_ns,
+            labels);
+}
+
 /* Unwinds a stack copy that buffer holds (the target has resumed) and
- * delivers it with cpu_ns as its weight. Lock held. */
+ * delivers it with cpu_ns as its weight, and kernel_ns (when not 0) as a
+ * second sample under a "[kernel]" leaf. Lock held. */
 static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                const snapprof__copy_result_t *res, uint8_t *buffer,
-                               snapprof__label_capture_t *labels, uint64_t cpu_ns, int without_fp)
+                               snapprof__label_capture_t *labels, uint64_t cpu_ns, int without_fp,
+                               uint64_t kernel_ns)
 {
     if (!without_fp) { /* a signal stopped the thread */
         p->stats.samples_signalled++;
@@ -1268,12 +1292,31 @@ static void unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         fail(p, SNAPPROF_FAIL_NO_FRAMES);
     else
         deliver(p, t, p->frames, count, flags, res->timestamp_ns, cpu_ns, labels);
+    if (kernel_ns > 0 && count > 0)
+        deliver_kernel(p, t, count, flags, res->timestamp_ns, kernel_ns, labels);
     remember(p, t, count, flags, labels, res->timestamp_ns);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Draining the capture slots                                               */
 /* ------------------------------------------------------------------------ */
+
+/* snapprof_params_t.kernel_share: the CPU time t spent in the kernel
+ * between its previous capture and this one, as the advance of its CPU
+ * clock (read in the handler, kernel time included) less the user time the
+ * perf event counted (the capture's period). The first capture of a
+ * thread, and captures of other triggers (the CPU timer's periods count
+ * kernel time already), give 0. Lock held. */
+static uint64_t kernel_since(snapprof__target_t *t, const snapprof__capture_slot_t *slot)
+{
+    uint64_t now = slot->res.cpu_ns, prev = t->kernel_cpu_prev;
+    if (now == 0 || t->trigger != SNAPPROF_TRIGGER_PERF_EVENT)
+        return 0;
+    t->kernel_cpu_prev = now;
+    if (prev == 0 || now <= prev + slot->weight_ns)
+        return 0;
+    return now - prev - slot->weight_ns;
+}
 
 static int by_time(const void *a, const void *b)
 {
@@ -1361,8 +1404,10 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
                 weight -= cut;
                 t->first_short_ns = 0;
                 t->sampled_ns += weight;
+                uint64_t kernel_ns = kernel_since(t, slot);
+                t->sampled_ns += kernel_ns;
                 unwind_and_deliver(p, t, &slot->res, slot->buffer,
-                                   (snapprof__label_capture_t *)slot->extra, weight, 0);
+                                   (snapprof__label_capture_t *)slot->extra, weight, 0, kernel_ns);
             }
             snapprof__capture_slot_release(pool, slot);
         }
@@ -1546,7 +1591,7 @@ static int sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         if (!t->arm && *cpu0 >= since)
             cpu_ns = *cpu0 - since;
     }
-    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 1);
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 1, 0);
     p->stats.samples_blocked++;
     if (cpu0) {
         t->cpu_at_sample = *cpu0;
@@ -1691,7 +1736,7 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     snapprof__hist_add(&p->roundtrip, res.roundtrip_ns);
     uint64_t since = cpu_placed(t);
     uint64_t cpu_ns = res.cpu_ns >= since ? res.cpu_ns - since : 0;
-    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 0);
+    unwind_and_deliver(p, t, &res, p->buffer, p->labels, cpu_ns, 0, 0);
     t->cpu_at_sample = res.cpu_ns;
     t->sampled = 1;
     /* Read after the target resumed: our handler's own CPU time must not

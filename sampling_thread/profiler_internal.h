@@ -55,6 +55,7 @@ typedef struct snapprof__target {
     /* Wall mode without signals to blocked threads: what its latest
      * sample found it doing (a WALL_STATE_* and the system call). Its /proc
      * files are in stack_copier_proc.c's cache, not here. */
+    uint64_t kernel_cpu_prev;       /* CPU clock at its previous capture (kernel_share) */
     uint64_t wall_unplaced_ticks;   /* ticks of wall time still to go on a sample */
     uint64_t sched_run, sched_wait; /* what its schedstat said last time */
     int wall_state;
@@ -108,8 +109,9 @@ struct snapprof_profiler {
 
     uint8_t *buffer; /* stack copies, mmap'd */
     size_t buffer_size;
-    snapprof_frame_t *frames;     /* params.max_frames */
-    snapprof_frame_t *frames_alt; /* as many, for a second walk (wall mode) */
+    snapprof_frame_t *frames;        /* params.max_frames */
+    snapprof_frame_t *kernel_frames; /* params.max_frames + 1, made at first use */
+    snapprof_frame_t *frames_alt;    /* as many, for a second walk (wall mode) */
 
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */

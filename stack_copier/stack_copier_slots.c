@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Defined in thread_posix.c: the token registered on this thread. */
@@ -197,6 +198,11 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     slot->fail = -1;
     memset(&slot->res, 0, sizeof slot->res);
     slot->res.timestamp_ns = entry_ns;
+    if (pool->thread_cpu) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+            slot->res.cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    }
     if (target->on_thread && snapprof__tls_self != target->thread) {
         slot->fail = SNAPPROF_FAIL_TID_RECYCLED;
         publish(pool, slot);

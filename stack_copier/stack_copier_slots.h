@@ -99,10 +99,11 @@ typedef struct snapprof__capture_pool {
     _Atomic uint32_t full;                        /* slots FULL and not yet drained */
     _Atomic uint64_t dropped;                     /* captures with no free slot */
     _Atomic uint64_t dropped_ns;                  /* the CPU time they stood for */
-    _Atomic uint32_t *kick;                       /* futex word that wakes the drainer */
-    uint32_t kick_at;                             /* wake it when this many slots are full */
-    size_t copy_max;                              /* a copy's limit (0: none) */
-    _Atomic uint32_t large_full;                  /* FULL slots that hold a large buffer */
+    int thread_cpu;               /* each capture reads its thread's CPU clock (res.cpu_ns) */
+    _Atomic uint32_t *kick;       /* futex word that wakes the drainer */
+    uint32_t kick_at;             /* wake it when this many slots are full */
+    size_t copy_max;              /* a copy's limit (0: none) */
+    _Atomic uint32_t large_full;  /* FULL slots that hold a large buffer */
     _Atomic uint32_t large_asked; /* a capture was short of a large buffer since the last look */
     size_t large_bytes, large_bytes_max; /* in every target's large buffers (sampling side) */
 } snapprof__capture_pool_t;

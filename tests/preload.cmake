@@ -148,3 +148,11 @@ snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wal
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
   PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+
+# Kernel time and processes that drop their privileges (kernel_prog.c),
+# under `snapprof record`.
+add_executable(kernel_prog kernel_prog.c)
+target_compile_options(kernel_prog PRIVATE ${SNAPPROF_WARNINGS})
+snapprof_add_preload_tests(EXE kernel SOURCES test_preload_kernel.c)
+target_compile_definitions(kernel PRIVATE KERNEL_PROG="$<TARGET_FILE:kernel_prog>")
+add_dependencies(kernel kernel_prog)

@@ -261,8 +261,18 @@ static void test_exports(void)
                                           "_fini",
                                           "_init",
                                           "fork",
+                                          "initgroups",
                                           "pthread_create",
                                           "pthread_setname_np",
+                                          "setegid",
+                                          "seteuid",
+                                          "setgid",
+                                          "setgroups",
+                                          "setregid",
+                                          "setresgid",
+                                          "setresuid",
+                                          "setreuid",
+                                          "setuid",
                                           "sigaction",
                                           "signal"};
     int n = 0;

@@ -205,6 +205,10 @@ typedef struct snapprof_label {
 /* Not a stack: a thread's CPU time that no CPU-clock sample placed (kernel
  * time, missed or dropped captures), one "[kernel and unsampled]" frame. */
 #define SNAPPROF_SAMPLE_REMAINDER 0x10u
+/* The kernel time a thread spent since its previous sample, measured
+ * (snapprof_params_t.kernel_share), on this sample's stack under a
+ * "[kernel]" leaf. Not counted as a sample in the statistics. */
+#define SNAPPROF_SAMPLE_KERNEL 0x20u
 
 /* One sample as builders receive it. Everything it points to is valid only
  * during the builder's xOnSample call. */
@@ -839,6 +843,22 @@ typedef struct snapprof_params {
      * blocked one syscall=NAME) as labels. SNAPPROF_WALL_BLOCKED_SIGNAL
      * uses the handshake for every thread, which ends waits early. */
     snapprof_wall_blocked_t wall_blocked;
+    /* Added in 0.6.0 (read only when size covers it). CPU mode with the
+     * perf trigger: when nonzero, each thread's kernel time is attributed
+     * to the user stack that entered the kernel instead of going to its
+     * "[kernel and unsampled]" remainder. The event counts user time only;
+     * the handler also reads the thread's CPU clock (which includes kernel
+     * time), and the clock's advance between two captures, less the
+     * period, is delivered as a second sample of the later capture's
+     * stack under a "[kernel]" leaf (SNAPPROF_SAMPLE_KERNEL). The kernel
+     * time of an interval goes to the stack found at its end: right for a
+     * stretch of code that makes the same system calls for longer than a
+     * period, off by at most one interval's kernel time where a thread
+     * moves from such code to other code. Signal delivery to the handler
+     * (a few microseconds a sample) and captures dropped for want of a
+     * slot count as kernel time too. Default 0 (SNAPPROF_KERNEL=1 in the
+     * preload library). */
+    int kernel_share;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),
