@@ -17,15 +17,17 @@ static int g_fork_tracking; /* a profile ran when fork() was called */
 static void *g_orphans[16];
 static unsigned g_n_orphans;
 
-/* Every output of a child of the first profiled process is FILE.<pid>.
- * Returns 0, or -1 (with a warning) when a path gets too long. */
+/* Every output of a child of the first profiled process is FILE.<pid>,
+ * or FILE_<pid> when CPUPROFILE named it (gperftools' own names). Returns
+ * 0, or -1 (with a warning) when a path gets too long. */
 int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
 {
+    char sep = cfg->gperftools_names ? '_' : '.';
     for (unsigned i = 0; i < cfg->n_outputs; i++) {
         snapprof__output_spec_t *o = &cfg->outputs[i];
-        if (path_fmt(o->path, sizeof o->path, "%s.%d", o->family, pid) != 0) {
-            snapprof__preload_warn("not profiling process %d: %s.%d is too long a path", pid,
-                                   o->family, pid);
+        if (path_fmt(o->path, sizeof o->path, "%s%c%d", o->family, sep, pid) != 0) {
+            snapprof__preload_warn("not profiling process %d: %s%c%d is too long a path", pid,
+                                   o->family, sep, pid);
             return -1;
         }
     }
@@ -106,6 +108,7 @@ void snapprof__preload_fork_parent(void)
  * wrapper: the helper thread did not come along. */
 void snapprof__preload_atfork_child(void)
 {
+    snapprof__preload_state_fork_child();
     snapprof__preload_helper_gone();
     atomic_store(&g_tracking, 0);
 }
