@@ -131,7 +131,9 @@ static void ensure_helper(void)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
+    /* It symbolizes (libdw) and compresses for ProfilerFlush too, which
+     * sanitizer runtimes make deeper: address space, not memory. */
+    pthread_attr_setstacksize(&attr, 2u << 20);
     pthread_t th;
     int rc = snapprof__preload_start_quiet_thread(&th, &attr, helper_main);
     pthread_attr_destroy(&attr);
