@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # linux-perf: perf record -e cpu-clock; libgoogle-perftools-dev: gperftools'
-# libprofiler.so (LD_PRELOAD, CPUPROFILE); gnuplot-nox: the plot in
+# libprofiler.so (LD_PRELOAD, CPUPROFILE); google-perftools: its google-pprof,
+# for bench/gperftools_unittest.sh; gnuplot-nox: the plot in
 # docs/BENCHMARKS.md.
-bash tools/setup.sh linux-perf libgoogle-perftools-dev gnuplot-nox
+bash tools/setup.sh linux-perf libgoogle-perftools-dev google-perftools gnuplot-nox

@@ -75,6 +75,11 @@ int snapprof__name_pid_glob(const char *asked, char *out, size_t size)
     return fits(n, size);
 }
 
+int snapprof__name_gperftools_child(const char *asked, int pid, char *out, size_t size)
+{
+    return fits(snprintf(out, size, "%s_%d", asked, pid), size);
+}
+
 int snapprof__name_record_file(const char *dir, int pid, const char *ext, char *out, size_t size)
 {
     return fits(snprintf(out, size, "%s/%d%s", dir, pid, ext), size);

@@ -15,6 +15,9 @@
  *             profiled (the program itself writes BASE...EXT exactly as
  *             asked).
  *
+ * The one exception is the gperftools drop-in: under CPUPROFILE=FILE a
+ * child writes FILE_PID, as gperftools does.
+ *
  * The parts never look alike (a word, a time with T and Z, a number), so
  * each name says which part it has. A file that cannot be written where
  * asked goes to DIR/snapprof[-I].PID EXT (DIR $TMPDIR, /tmp or /var/tmp; I
@@ -62,6 +65,11 @@ int snapprof__name_is_pid_file(const char *asked, const char *path);
 /* A shell pattern for every file of another process of output asked,
  * quoted for the shell: 'BASE'.[0-9]*'EXT'. Returns 0 or -1 as above. */
 int snapprof__name_pid_glob(const char *asked, char *out, size_t size);
+
+/* What gperftools names a child's file of CPUPROFILE=FILE: FILE_PID,
+ * whatever FILE ends with (the drop-in keeps gperftools' names). Returns 0
+ * or -1 as above. */
+int snapprof__name_gperftools_child(const char *asked, int pid, char *out, size_t size);
 
 /* DIR/PID.summary and the like, ext one of the SNAPPROF__RECORD_*_EXT.
  * Returns 0 or -1 as above. */

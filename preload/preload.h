@@ -48,15 +48,22 @@ int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flag
  * runs. note says why it stopped ("exit", "SIGINT", ...). Any thread. */
 int snapprof__preload_stop(const char *note);
 
-/* Writes the profile so far; sampling goes on. No-op when nothing runs. */
+/* Writes the profile so far; sampling goes on. No-op when nothing runs.
+ * The helper thread does the work (it is never sampled) while the caller
+ * waits, so that symbolizing and compressing never land in the profile as
+ * the program's. */
 int snapprof__preload_flush(void);
 
 typedef struct snapprof__preload_state {
     int running;
     time_t start_time;
-    char path[PATH_MAX];
-    uint64_t samples;
+    char path[1024];                    /* cut where gperftools' ProfilerState cuts it */
+    uint64_t samples;                   /* delivered so far, remainders not counted */
+    const volatile int *sample_counter; /* where samples are counted (0 at each start) */
 } snapprof__preload_state_t;
+/* The running profile of this process, cheaply (no stats snapshot, not
+ * the preload lock): for ProfilerGetCurrentState(), which programs call
+ * in loops. */
 void snapprof__preload_get_state(snapprof__preload_state_t *out);
 
 /* Nonzero while threads created now must register themselves. Cheap: the

@@ -384,6 +384,7 @@ static const struct {
     [SNAPPROF__FORMAT_PPROF] = {"pprof", ".pb.gz"},
     [SNAPPROF__FORMAT_FOLDED] = {"folded", ".folded"},
     [SNAPPROF__FORMAT_TRACE] = {"trace", ".json"},
+    [SNAPPROF__FORMAT_GPERFTOOLS] = {"gperftools", ".prof"},
 };
 
 const char *snapprof__format_name(snapprof__format_t format)
@@ -422,7 +423,7 @@ int snapprof__parse_formats(const char *s, snapprof__format_t *out, unsigned max
             if (strlen(g_formats[f].name) == len && strncasecmp(p, g_formats[f].name, len) == 0)
                 found = f;
         if (found < 0) {
-            WHY("'%.*s' is not a format (pprof, folded or trace)", (int)len, p);
+            WHY("'%.*s' is not a format (pprof, folded, trace or gperftools)", (int)len, p);
             return -1;
         }
         if (*n >= max) {
@@ -563,8 +564,8 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
     char why[256];
     const char *v;
     /* SNAPPROF_OUTPUT is a comma-separated list (empty entries are
-     * skipped); CPUPROFILE is one gperftools path, a pprof file unless
-     * SNAPPROF_FORMAT says otherwise. */
+     * skipped); CPUPROFILE is one gperftools path, in gperftools' own
+     * format unless SNAPPROF_FORMAT says otherwise (pprof: ours). */
     static char list[SNAPPROF_OUTPUTS_MAX * PATH_MAX];
     const char *paths[SNAPPROF_OUTPUTS_MAX];
     unsigned n_paths = 0;
@@ -592,11 +593,11 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
             n_formats = 0;
             cfg->n_outputs = 0;
             warn("ignoring %s: %s; %s", SNAPPROF_ENV_FORMAT, why,
-                 cpuprofile ? "writing pprof" : "choosing by the file names");
+                 cpuprofile ? "writing gperftools' format" : "choosing by the file names");
         }
     }
     if (n_formats == 0 && cpuprofile)
-        formats[n_formats++] = SNAPPROF__FORMAT_PPROF;
+        formats[n_formats++] = SNAPPROF__FORMAT_GPERFTOOLS;
     if ((cfg->n_outputs == 0 || n_formats == 0) &&
         snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs, &cfg->n_outputs,
                                why, sizeof why) != 0) {
@@ -615,6 +616,7 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         warn("ignoring %s: %s; following children", SNAPPROF_ENV_FORK, why);
         cfg->follow_fork = 1;
     }
+    cfg->gperftools_names = cpuprofile;
     if ((v = get(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
     return 1;

@@ -15,13 +15,15 @@
  * gperftools names, which are honoured so that existing scripts work. */
 #define SNAPPROF_ENV_OUTPUT                                                                        \
     "SNAPPROF_OUTPUT" /* profile paths, comma-separated; enables profiling */
-#define SNAPPROF_ENV_FORMAT "SNAPPROF_FORMAT"       /* pprof | folded | trace, one per output */
-#define SNAPPROF_ENV_FREQUENCY "SNAPPROF_FREQUENCY" /* samples per second per thread */
-#define SNAPPROF_ENV_MODE "SNAPPROF_MODE"           /* cpu | wall */
-#define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"       /* e.g. SIGURG, RTMIN+4, 23 */
-#define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"   /* seconds of sampling, then stop */
-#define SNAPPROF_ENV_FORK "SNAPPROF_FORK"           /* follow | stop */
-#define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"     /* auto | perf | timer | handshake */
+#define SNAPPROF_ENV_FORMAT                                                                        \
+    "SNAPPROF_FORMAT" /* pprof | folded | trace | gperftools, per output                           \
+                       */
+#define SNAPPROF_ENV_FREQUENCY "SNAPPROF_FREQUENCY"       /* samples per second per thread */
+#define SNAPPROF_ENV_MODE "SNAPPROF_MODE"                 /* cpu | wall */
+#define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"             /* e.g. SIGURG, RTMIN+4, 23 */
+#define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"         /* seconds of sampling, then stop */
+#define SNAPPROF_ENV_FORK "SNAPPROF_FORK"                 /* follow | stop */
+#define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"           /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
 #define SNAPPROF_ENV_JIT_LAYOUT "SNAPPROF_JIT_LAYOUT"     /* [PREFIX=]LAYOUT,... of perf map code */
 #define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR"   /* set by `snapprof record` */
@@ -43,9 +45,10 @@
 
 /* The files one run writes: each in one format. */
 typedef enum {
-    SNAPPROF__FORMAT_PPROF = 0,  /* gzipped perftools.profiles.Profile */
-    SNAPPROF__FORMAT_FOLDED = 1, /* "root;...;leaf count" lines */
-    SNAPPROF__FORMAT_TRACE = 2,  /* Chrome trace-event JSON */
+    SNAPPROF__FORMAT_PPROF = 0,      /* gzipped perftools.profiles.Profile */
+    SNAPPROF__FORMAT_FOLDED = 1,     /* "root;...;leaf count" lines */
+    SNAPPROF__FORMAT_TRACE = 2,      /* Chrome trace-event JSON */
+    SNAPPROF__FORMAT_GPERFTOOLS = 3, /* gperftools' legacy binary CPU profile */
     SNAPPROF__FORMAT_COUNT
 } snapprof__format_t;
 
@@ -77,11 +80,12 @@ typedef struct snapprof__preload_config {
     int signo;           /* sampling signal */
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
-    int follow_fork;  /* children of fork() and what they exec are profiled */
-    int child;        /* not the first process profiled: files named with the pid, and
-                         none when it took no sample */
-    int trigger;      /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
-    int wall_blocked; /* snapprof_wall_blocked_t: 0 signal, 1 proc */
+    int follow_fork;      /* children of fork() and what they exec are profiled */
+    int child;            /* not the first process profiled: files named with the pid, and
+                             none when it took no sample */
+    int gperftools_names; /* CPUPROFILE: children write FILE_<pid>, as gperftools names them */
+    int trigger;          /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
+    int wall_blocked;     /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];
     snapprof__jit_rule_t jit_rules[SNAPPROF_JIT_RULES_MAX]; /* SNAPPROF_JIT_LAYOUT, in order */
     unsigned n_jit_rules;
@@ -119,10 +123,11 @@ int snapprof__signal_usable(int signo);
 /* "SIGURG", "SIGRTMIN+4", ... into buf; returns buf. */
 const char *snapprof__signal_name(int signo, char *buf, size_t size);
 
-/* "pprof", "folded", "trace". */
+/* "pprof", "folded", "trace", "gperftools". */
 const char *snapprof__format_name(snapprof__format_t format);
 
-/* The extension a format's files get: ".pb.gz", ".folded", ".json". */
+/* The extension a format's files get: ".pb.gz", ".folded", ".json",
+ * ".prof". */
 const char *snapprof__format_ext(snapprof__format_t format);
 
 /* The format a file name asks for: ".folded" or ".txt" folded, ".json"

@@ -5,6 +5,7 @@
 #include "preload/preload_process.h"
 
 #include <snapprof/jit.h>
+#include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
 #include <errno.h>
@@ -45,6 +46,8 @@ static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t *
         return snapprof_folded_builder_create(o->path, out);
     case SNAPPROF__FORMAT_TRACE:
         return snapprof_trace_builder_create(o->path, out);
+    case SNAPPROF__FORMAT_GPERFTOOLS:
+        return snapprof_gperftools_builder_create(o->path, out);
     default:
         return snapprof_pprof_builder_create(o->path, out);
     }
@@ -68,6 +71,44 @@ static int pick_free_signal(void)
             return s;
     }
     return 0;
+}
+
+/* What ProfilerGetCurrentState() reads, kept apart from g_lock (which a
+ * stop or flush holds while it writes) and from the profiler's counters
+ * (whose snapshot computes histogram quantiles): the samples as a builder
+ * of ours counts them on delivery, and the name, start and owner of the
+ * running profile under a lock of its own, set at start and stop. */
+static atomic_int g_sample_count; /* an int: gperftools' tests read it as one */
+static pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int running; /* this process's profile: cleared in every fork child */
+    time_t start_time;
+    char path[PATH_MAX];
+} g_state;
+
+static int count_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    (void)user_data;
+    /* A remainder is CPU time no sample placed, not a sample. */
+    if (!(sample->flags & SNAPPROF_SAMPLE_REMAINDER) &&
+        atomic_load_explicit(&g_sample_count, memory_order_relaxed) < INT_MAX)
+        atomic_fetch_add_explicit(&g_sample_count, 1, memory_order_relaxed);
+    return 0;
+}
+
+static const snapprof_builder_ops_t k_count_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "sample-count",
+    .xOnSample = count_sample,
+};
+
+static void publish_state(int running, time_t start_time, const char *path)
+{
+    pthread_mutex_lock(&g_state_lock);
+    g_state.running = running;
+    g_state.start_time = start_time;
+    snprintf(g_state.path, sizeof g_state.path, "%s", path);
+    pthread_mutex_unlock(&g_state_lock);
 }
 
 #define WHY(...) snprintf(why, why_size, __VA_ARGS__)
@@ -178,6 +219,13 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
         }
     }
 
+    /* The samples ProfilerGetCurrentState() reports; without it the
+     * profile runs as well and reports none. */
+    snapprof_builder_t *cb;
+    atomic_store(&g_sample_count, 0);
+    if (snapprof_builder_create(&k_count_ops, NULL, &cb) == 0)
+        (void)snapprof_profiler_add_builder(p, cb); /* destroyed by the profiler */
+
     /* The summary's note on stripped modules; without it the profile
      * runs as well. */
     snapprof__unnamed_t *unnamed = NULL;
@@ -222,6 +270,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     }
     g.start_time = time(NULL);
     g.start_mono = snapprof__monotonic_ns();
+    publish_state(1, g.start_time, c.outputs[0].path);
     atomic_store(&g_owner_pid, (int)getpid());
     snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0);
     return 0;
@@ -310,6 +359,7 @@ int snapprof__preload_stop(const char *note)
         return 0;
     }
     atomic_store(&g_tracking, 0);
+    publish_state(0, 0, "");
     snapprof__preload_helper_disarm();
     snapprof_profiler_t *p = g.profiler;
     static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under g_lock */
@@ -386,7 +436,7 @@ int snapprof__preload_stop(const char *note)
     return rc;
 }
 
-int snapprof__preload_flush(void)
+int snapprof__preload_flush_here(void)
 {
     lock();
     int rc = g.profiler && g.owner == getpid() ? snapprof_profiler_flush(g.profiler) : 0;
@@ -394,17 +444,28 @@ int snapprof__preload_flush(void)
     return rc;
 }
 
+void snapprof__preload_state_fork_child(void)
+{
+    pthread_mutex_init(&g_state_lock, NULL);
+    g_state.running = 0;
+}
+
 void snapprof__preload_get_state(snapprof__preload_state_t *out)
 {
-    memset(out, 0, sizeof *out);
-    lock();
-    if (g.profiler && g.owner == getpid()) {
-        snapprof_stats_t st;
-        out->running = atomic_load(&g_tracking);
-        out->start_time = g.start_time;
-        snprintf(out->path, sizeof out->path, "%s", g.cfg.outputs[0].path);
-        if (snapprof_profiler_get_stats(g.profiler, &st) == 0)
-            out->samples = st.samples;
+    out->running = 0;
+    out->path[0] = '\0';
+    out->samples = 0;
+    out->start_time = 0;
+    /* Always: gperftools' test takes it before any profile starts. */
+    out->sample_counter = (const volatile int *)&g_sample_count;
+    pthread_mutex_lock(&g_state_lock);
+    if (g_state.running) {
+        out->running = 1;
+        out->start_time = g_state.start_time;
+        size_t n = strnlen(g_state.path, sizeof out->path - 1);
+        memcpy(out->path, g_state.path, n);
+        out->path[n] = '\0';
+        out->samples = (uint64_t)atomic_load_explicit(&g_sample_count, memory_order_relaxed);
     }
-    unlock();
+    pthread_mutex_unlock(&g_state_lock);
 }

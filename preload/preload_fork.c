@@ -19,13 +19,17 @@ static void *g_orphans[16];
 static unsigned g_n_orphans;
 
 /* Every output of a process other than the first one profiled is named
- * with its pid (file_names.h: BASE.PID EXT). Returns 0, or -1 (with a
- * warning) when a path gets too long. */
+ * with its pid (file_names.h: BASE.PID EXT, or FILE_PID under CPUPROFILE,
+ * as gperftools names them). Returns 0, or -1 (with a warning) when a
+ * path gets too long. */
 int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid)
 {
     for (unsigned i = 0; i < cfg->n_outputs; i++) {
         snapprof__output_spec_t *o = &cfg->outputs[i];
-        if (snapprof__name_file(o->family, NULL, NULL, pid, o->path, sizeof o->path) != 0) {
+        int rc = cfg->gperftools_names
+                     ? snapprof__name_gperftools_child(o->family, pid, o->path, sizeof o->path)
+                     : snapprof__name_file(o->family, NULL, NULL, pid, o->path, sizeof o->path);
+        if (rc != 0) {
             snapprof__preload_warn("not profiling process %d: the name of its file after %s is "
                                    "too long a path",
                                    pid, o->family);
@@ -110,6 +114,7 @@ void snapprof__preload_fork_parent(void)
  * wrapper: the helper thread did not come along. */
 void snapprof__preload_atfork_child(void)
 {
+    snapprof__preload_state_fork_child();
     snapprof__preload_helper_gone();
     atomic_store(&g_tracking, 0);
 }

@@ -14,13 +14,20 @@
 #include <unistd.h>
 
 /* The helper thread and its commands. */
-enum { CMD_FINISH = 1u, CMD_WAKE = 2u };
+enum { CMD_FINISH = 1u, CMD_WAKE = 2u, CMD_FLUSH = 4u };
 static atomic_uint g_cmd;
 static atomic_uint g_finish_done;
 static atomic_int g_finish_signal;
 static atomic_int g_helper_running;
 static atomic_int g_helper_tid;  /* the helper thread, once it runs */
 static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
+
+/* Flushes asked of the helper: one at a time (g_flush_mutex), each a new
+ * generation; the helper answers with the generation it served and its
+ * result. */
+static pthread_mutex_t g_flush_mutex = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint g_flush_asked, g_flush_served;
+static atomic_int g_flush_rc;
 
 void snapprof__preload_futex_wake(atomic_uint *word)
 {
@@ -61,6 +68,13 @@ static void *helper_main(void *arg)
     uint64_t next_rescan = 0;
     for (;;) {
         unsigned cmd = atomic_exchange(&g_cmd, 0);
+        /* A flush first: a finish in the same word ends the loop's turn. */
+        if (cmd & CMD_FLUSH) {
+            unsigned gen = atomic_load(&g_flush_asked);
+            atomic_store(&g_flush_rc, snapprof__preload_flush_here());
+            atomic_store(&g_flush_served, gen);
+            snapprof__preload_futex_wake(&g_flush_served);
+        }
         if (cmd & CMD_FINISH) {
             char name[32];
             int signo = atomic_load(&g_finish_signal);
@@ -117,7 +131,9 @@ static void ensure_helper(void)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
+    /* It symbolizes (libdw) and compresses for ProfilerFlush too, which
+     * sanitizer runtimes make deeper: address space, not memory. */
+    pthread_attr_setstacksize(&attr, 2u << 20);
     pthread_t th;
     int rc = snapprof__preload_start_quiet_thread(&th, &attr, helper_main);
     pthread_attr_destroy(&attr);
@@ -150,8 +166,27 @@ void snapprof__preload_helper_gone(void)
     atomic_store(&g_helper_running, 0);
 }
 
+int snapprof__preload_flush(void)
+{
+    if (!atomic_load(&g_tracking) || atomic_load(&g_owner_pid) != getpid())
+        return 0;
+    if (!atomic_load(&g_helper_running) || atomic_load(&g_helper_tid) == gettid_())
+        return snapprof__preload_flush_here();
+    pthread_mutex_lock(&g_flush_mutex);
+    unsigned gen = atomic_fetch_add(&g_flush_asked, 1) + 1;
+    atomic_fetch_or(&g_cmd, CMD_FLUSH);
+    snapprof__preload_futex_wake(&g_cmd);
+    unsigned served;
+    while ((served = atomic_load(&g_flush_served)) != gen)
+        snapprof__preload_futex_wait(&g_flush_served, served, 0);
+    int rc = atomic_load(&g_flush_rc);
+    pthread_mutex_unlock(&g_flush_mutex);
+    return rc;
+}
+
 void snapprof__preload_helper_fork_child(void)
 {
+    pthread_mutex_init(&g_flush_mutex, NULL);
     atomic_store(&g_helper_running, 0);
     atomic_store(&g_helper_tid, 0);
     atomic_store(&g_cmd, 0);

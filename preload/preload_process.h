@@ -101,6 +101,15 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
  * it stops the profile (CLOCK_MONOTONIC ns; 0: none) and wakes it when it
  * has a deadline or threads to scan again. */
 void snapprof__preload_helper_arm(uint64_t deadline);
+/* snapprof__preload_flush() on this thread: symbolizes and writes here.
+ * The helper calls it for the others (preload_helper.c), so that the
+ * profiler's work never lands in the program's profile. */
+int snapprof__preload_flush_here(void);
+
+/* In the child of any fork(), before anything else: the parent's profile
+ * is not this process's (what ProfilerGetCurrentState() reports). */
+void snapprof__preload_state_fork_child(void);
+
 /* At stop: no deadline. */
 void snapprof__preload_helper_disarm(void);
 /* In the child of any fork(): the helper thread did not come along. */
@@ -124,8 +133,8 @@ void snapprof__preload_helper_fork_child(void);
 /* ------------------------------------------------------------------------ */
 
 /* Names every output of cfg, a process other than the first one profiled,
- * with pid (file_names.h) and marks cfg as a child's. Returns 0, or -1
- * (with a warning) when a path gets too long. */
+ * with pid (file_names.h; FILE_<pid> under CPUPROFILE) and marks cfg as a
+ * child's. Returns 0, or -1 (with a warning) when a path gets too long. */
 int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid);
 /* pthread_atfork's child handler, for every fork() that runs atfork
  * handlers, also one that bypasses our wrapper. */

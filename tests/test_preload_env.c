@@ -64,7 +64,7 @@ static void test_bad_env(void)
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_DURATION: -1 seconds is out of range");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORK: 'maybe' is not a fork mode");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 'svg' is not a format (pprof, "
-                          "folded or trace); choosing by the file names\n");
+                          "folded, trace or gperftools); choosing by the file names\n");
     char prof[1024], args[1200];
     snprintf(prof, sizeof prof, "%s/e.pb.gz", g_dir);
     snprintf(args, sizeof args, "-raw '%s'", prof);
@@ -102,8 +102,8 @@ static void test_output_dir_missing(void)
 /* SNAPPROF_OUTPUT lists several files, each in the format its name says
  * (empty entries skipped); SNAPPROF_FORMAT names formats for one base
  * name, or one per file; formats that do not pair with the files cost one
- * line and the names decide. CPUPROFILE is one pprof file, whatever its
- * name. */
+ * line and the names decide. CPUPROFILE is one file in gperftools' format,
+ * whatever its name. */
 static void test_output_list(void)
 {
     pl_skip_if_sanitized();

@@ -12,11 +12,22 @@
  *   bad_path FILE         ProfilerStart on an unwritable path returns 0
  *   signal_taken FILE     SIGURG has the program's handler before Start;
  *                         expect_start=0 in the environment: Start must fail
- *   env FILE              CPUPROFILE started a profile at load: Start fails */
+ *   env FILE              CPUPROFILE started a profile at load: Start fails
+ *   stack_trace FILE      ProfilerGetStackTrace from code and from a handler
+ *   state_cost FILE       prints what one ProfilerGetCurrentState costs (CPU
+ *                         ns), and checks the sample counter gperftools'
+ *                         own test finds after the name's NUL
+ *   fork_env FILE         under CPUPROFILE: a forked child, and one that
+ *                         execs this program ("burn"), each write a file of
+ *                         their own; prints their pids
+ *   burn FILE             burns in gperf_cold until 20 samples, exits
+ *   flush_many FILE       ProfilerFlush until the flushes used 100 ms of
+ *                         the process's CPU; prints it */
 #include <gperftools/profiler.h>
 
 #include <pthread.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -240,6 +251,159 @@ static int mode_vfork_thread(const char *file)
     return 0;
 }
 
+/* ProfilerGetStackTrace from code: result[0] in the caller, result[1]
+ * its return address; skip_count 1 starts there. */
+static void *volatile g_ra;
+
+__attribute__((noinline)) static int st_inner(void **out, int max, int skip)
+{
+    int n = ProfilerGetStackTrace(out, max, skip, NULL);
+    g_ra = __builtin_return_address(0);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+__attribute__((noinline)) static int st_outer(void **out, int max, int skip)
+{
+    int n = st_inner(out, max, skip);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static void *volatile g_uc_pc, *volatile g_handler_pc0;
+static volatile int g_handler_n;
+
+static void on_usr1(int signo, siginfo_t *si, void *uc)
+{
+    (void)signo;
+    (void)si;
+    void *r[32];
+    g_handler_n = ProfilerGetStackTrace(r, 32, 0, uc);
+    g_handler_pc0 = g_handler_n > 0 ? r[0] : NULL;
+    g_uc_pc = (void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+}
+
+static int mode_stack_trace(void)
+{
+    void *r[64];
+    int n = st_outer(r, 64, 0);
+    printf("depth %d: %p %p, st_inner at %p, return address %p\n", n, r[0], n > 1 ? r[1] : NULL,
+           (void *)st_inner, g_ra);
+    CHECK(n >= 3);
+    CHECK((char *)r[0] > (char *)st_inner && (char *)r[0] < (char *)st_inner + 4096);
+    CHECK(r[1] == g_ra);
+    n = st_outer(r, 64, 1);
+    CHECK(n >= 2 && r[0] == g_ra);
+    CHECK(st_outer(r, 1, 0) == 1);
+    CHECK(ProfilerGetStackTrace(r, 0, 0, NULL) == 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_usr1;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    raise(SIGUSR1);
+    printf("handler: depth %d, pc %p, interrupted at %p\n", g_handler_n, g_handler_pc0, g_uc_pc);
+    CHECK(g_handler_n >= 2 && g_handler_pc0 == g_uc_pc);
+    return 0;
+}
+
+static uint64_t cpu_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int mode_state_cost(const char *file)
+{
+    /* gperftools' profiler_unittest takes the counter during static
+     * initialisation, before any profile runs: it must be there. */
+    struct ProfilerState early;
+    memset(&early, 0, sizeof early);
+    ProfilerGetCurrentState(&early);
+    const volatile int *early_ticks;
+    memcpy(&early_ticks, early.profile_name + 1, sizeof early_ticks);
+    CHECK(early.enabled == 0 && early.profile_name[0] == '\0');
+    CHECK(ProfilerStart(file) != 0);
+    burn_until_samples(gperf_hot, 20);
+    struct ProfilerState st;
+    enum { CALLS = 200000 };
+    uint64_t t0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+    for (int i = 0; i < CALLS; i++)
+        ProfilerGetCurrentState(&st);
+    uint64_t t1 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+    printf("state_ns %.1f\n", (double)(t1 - t0) / CALLS);
+    CHECK(st.enabled && st.samples_gathered >= 20);
+    CHECK(early_ticks != NULL);
+    /* gperftools' profiler_unittest reads its tick count through a
+     * pointer after the name's NUL. */
+    size_t len = strlen(st.profile_name);
+    const volatile int *ticks;
+    CHECK(len + 1 + sizeof ticks <= sizeof st.profile_name);
+    memcpy(&ticks, st.profile_name + len + 1, sizeof ticks);
+    CHECK(ticks == early_ticks && *ticks >= st.samples_gathered);
+    int want = *ticks + 10;
+    while (*ticks < want)
+        gperf_hot(5);
+    ProfilerStop();
+    fflush(stdout);
+    return 0;
+}
+
+static int mode_burn(void)
+{
+    CHECK(ProfilingIsEnabledForAllThreads());
+    burn_until_samples(gperf_cold, 20);
+    return 0;
+}
+
+static int mode_fork_env(const char *self)
+{
+    CHECK(ProfilingIsEnabledForAllThreads()); /* CPUPROFILE did it */
+    burn_until_samples(gperf_hot, 10);
+    pid_t a = fork();
+    CHECK(a >= 0);
+    if (a == 0) {
+        burn_until_samples(gperf_pre_a, 20);
+        exit(0);
+    }
+    int status;
+    CHECK(waitpid(a, &status, 0) == a && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    fflush(stdout);
+    pid_t b = fork();
+    CHECK(b >= 0);
+    if (b == 0) {
+        execl(self, self, "burn", "-", (char *)NULL);
+        _exit(127);
+    }
+    CHECK(waitpid(b, &status, 0) == b && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("forked %d exec %d\n", (int)a, (int)b);
+    fflush(stdout);
+    return 0;
+}
+
+static int mode_flush_many(const char *file)
+{
+    CHECK(ProfilerStart(file) != 0);
+    burn_until_samples(gperf_hot, 50);
+    uint64_t used = 0;
+    int flushes = 0;
+    while (used < 100000000u && flushes < 2000) {
+        uint64_t t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
+        ProfilerFlush();
+        used += cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
+        flushes++;
+    }
+    printf("flushes %d cpu_ms %.1f\n", flushes, used / 1e6);
+    fflush(stdout);
+    struct ProfilerState now;
+    ProfilerGetCurrentState(&now);
+    burn_until_samples(gperf_cold, now.samples_gathered + 20);
+    ProfilerStop();
+    return 0;
+}
+
 static atomic_int g_urgs;
 
 static void on_urg(int signo)
@@ -296,6 +460,16 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "signal_taken"))
         return mode_signal_taken(file);
+    if (!strcmp(mode, "stack_trace"))
+        return mode_stack_trace();
+    if (!strcmp(mode, "state_cost"))
+        return mode_state_cost(file);
+    if (!strcmp(mode, "burn"))
+        return mode_burn();
+    if (!strcmp(mode, "fork_env"))
+        return mode_fork_env(argv[0]);
+    if (!strcmp(mode, "flush_many"))
+        return mode_flush_many(file);
     if (!strcmp(mode, "env")) {
         CHECK(ProfilingIsEnabledForAllThreads()); /* CPUPROFILE did it */
         CHECK(ProfilerStart(file) == 0);

@@ -47,7 +47,7 @@ static void test_drop_privileges(void)
     ASSERT_CONTAINS(text, "3 processes");
     for (int i = 0; i < 2; i++) {
         char p[1024], line[1200];
-        snprintf(p, sizeof p, "%s/d.pb.gz.%d", g_dir, w[i]);
+        snprintf(p, sizeof p, "%s/d.%d.pb.gz", g_dir, w[i]);
         if (!pl_exists(p))
             TEST_FAIL("no profile %s:\n%s", p, text);
         snprintf(line, sizeof line, "(pid %d): ", w[i]);

@@ -1222,7 +1222,7 @@ static void test_missing_value(void)
 static void test_bad_format(void)
 {
     bad_input("record --format svg -- touch MARKER", 2,
-              "bad --format: 'svg' is not a format (pprof, folded or trace)");
+              "bad --format: 'svg' is not a format (pprof, folded, trace or gperftools)");
     bad_input("record --format pprof, -- touch MARKER", 2, "bad --format: '' is not a format");
     bad_input("record -o a.pb.gz -o b.pb.gz -o c.json --format pprof,folded -- touch MARKER", 2,
               "3 outputs and 2 formats: give one format per output, or one output for several "

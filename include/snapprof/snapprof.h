@@ -574,6 +574,17 @@ SNAPPROF_API int snapprof_folded_builder_create(const char *path, snapprof_build
  * at completion. Path rules as for pprof. */
 SNAPPROF_API int snapprof_trace_builder_create(const char *path, snapprof_builder_t **out);
 
+/* gperftools' CPU profile builder: when the profile completes, writes the
+ * legacy binary CPU profile gperftools' profiler writes (header, one record
+ * of count and pcs per distinct stack, trailer, then /proc/self/maps), which
+ * gperftools' pprof (Debian's google-pprof) and `go tool pprof` read and
+ * symbolize from the mapped files. Counts are whole samples: each stack's
+ * weight (CPU time, or wall time in a wall profile) in sampling periods,
+ * rounded so the file's total is the total weight in periods. A thread's
+ * "[kernel and unsampled]" remainder has no pc and is left out; a marker
+ * frame ends its stack. Path rules as for pprof. */
+SNAPPROF_API int snapprof_gperftools_builder_create(const char *path, snapprof_builder_t **out);
+
 /* Points a pprof builder at another output path, with the same checks as
  * snapprof_pprof_builder_create(); on failure the old path stays. For a
  * write that failed at completion: set a path that works, then flush. Call
@@ -582,7 +593,7 @@ SNAPPROF_API int snapprof_trace_builder_create(const char *path, snapprof_builde
 SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
 
 /* The same for any built-in builder that writes a file (pprof, folded,
- * trace), so that a run writing several formats loses none of them to a
+ * trace, gperftools), so that a run writing several formats loses none of them to a
  * failed write. Returns -EINVAL for a builder that writes no file of its
  * own (one made with snapprof_builder_create()). */
 SNAPPROF_API int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path);

@@ -1,8 +1,12 @@
 /* snapprof's stand-in for gperftools' <gperftools/profiler.h>: the same
  * functions with the same signatures, so a program written for gperftools'
  * CPU profiler builds unchanged against libsnapprof-preload (pkg-config
- * snapprof-gperftools) and writes pprof profiles (gzipped protobuf, which
- * `go tool pprof` and `pprof` read; gperftools' legacy Perl pprof does not).
+ * snapprof-gperftools) and writes what gperftools writes: its legacy binary
+ * CPU profile, which gperftools' pprof (Debian's google-pprof) and
+ * `go tool pprof` read, counts in whole samples. SNAPPROF_FORMAT=pprof in
+ * the environment writes snapprof's pprof profile instead (gzipped
+ * protobuf with thread labels, CPU nanoseconds and the run's counters;
+ * `go tool pprof` reads it, google-pprof does not).
  *
  * Differences from gperftools, all on the side of doing more:
  *   - every thread is sampled, so ProfilerRegisterThread() has nothing left
@@ -62,7 +66,16 @@ struct ProfilerState {
     char profile_name[1024]; /* the file it is written to, or "" */
     int samples_gathered;    /* samples so far */
 };
+/* Cheap (no lock the profiler holds while it writes): call it in loops. */
 PERFTOOLS_DLL_DECL void ProfilerGetCurrentState(struct ProfilerState *state);
+
+/* The calling thread's stack: up to max_depth return addresses into
+ * result, innermost first, skipping this function and skip_count more
+ * frames; from a signal handler, uc (its ucontext_t *, or NULL) starts at
+ * the interrupted instruction instead and skip_count is not used. Returns
+ * the number stored; 0 when called again from a signal inside a call. */
+PERFTOOLS_DLL_DECL int ProfilerGetStackTrace(void **result, int max_depth, int skip_count,
+                                             const void *uc);
 
 #ifdef __cplusplus
 }
