@@ -143,7 +143,7 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
  * start with the new rules. At most SNAPPROF_JIT_PERF_MAP_RULES_MAX rules
  * besides the default; prefixes of at most 63 bytes. Returns 0, -EINVAL (a
  * bad layout, a prefix too long or NULL), -ENOSPC (too many rules) or
- * -ENOMEM. Any thread, not from a signal handler. */
+ * -ENOMEM. Any thread, not from a signal handler. Added in 0.6.0. */
 #define SNAPPROF_JIT_PERF_MAP_RULES_MAX 16
 SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
                                                   const snapprof_jit_layout_t *layout);
