@@ -143,3 +143,20 @@ snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wal
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
   PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
+
+# The README's embedding example (examples/whole_process.c): a host that
+# starts one whole-process profile from code, with a thread from before the
+# start and one from after it. Each thread does a fixed amount of work, so
+# the profile must name all three threads' functions.
+# TSan delivers a signal only when a thread enters its runtime, which the
+# example's busy loops never do (see preload linked_threads): there only
+# the profile's being written is checked.
+if(SNAPPROF_SANITIZE MATCHES "thread")
+  set(whole_process_check file)
+else()
+  set(whole_process_check functions)
+endif()
+add_test(NAME preload_whole_process_example
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_whole_process_example.sh $<TARGET_FILE:whole_process>
+          ${whole_process_check})
+set_tests_properties(preload_whole_process_example PROPERTIES LABELS "preload" TIMEOUT 120)
