@@ -178,7 +178,10 @@ typedef struct snapprof_symbol {
 SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
 
 /* Symbolizes one frame into out[0..max). Returns the number of symbols
- * written (0 when the address has no known function), or a negative error.
+ * written (0 when the address has no known function, or max is 0);
+ * -EINVAL (frame NULL, out NULL with max above 0, or frame->kind not a
+ * snapprof_frame_kind_t); -ENOMEM (the module's symbols could not be
+ * loaded for want of memory).
  * Strings belong to the module cache and live as long as the process.
  * Results are cached per module. Not async-signal-safe. Any thread, builder
  * callbacks included, as for snapprof_module_find(); the first lookup in a
