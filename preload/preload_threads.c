@@ -133,6 +133,26 @@ static int thread_blocks(pid_t tid, int signo)
     return thread_sigset_has(tid, "SigBlk", signo);
 }
 
+/* 1 when thread tid has not run yet: the first field of its schedstat (its
+ * time on a CPU, in ns) is 0. glibc starts a thread with every signal
+ * blocked and unblocks them when it first runs, so a thread created just
+ * before a profile starts looks, until then, like one that blocks our
+ * signal. 0 when the file cannot be read (no CONFIG_SCHED_INFO). */
+static int thread_never_ran(pid_t tid)
+{
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return buf[0] == '0' && (buf[1] == ' ' || buf[1] == '\n');
+}
+
 /* The token the calling thread registered itself with. snapprof keeps a
  * reference on it for the thread itself, so it lives as long as the thread:
  * the thread renames itself through it without taking g_lock. */
@@ -177,6 +197,15 @@ static size_t scan_unregistered(int signo, int retrying, pid_t **out)
         /* snapprof finds a foreign thread's stack by stopping it with
          * SIGURG, whatever the sampling signal. */
         if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
+            if (thread_never_ran(tid)) {
+                /* Not run yet, so its signals are glibc's, not its own:
+                 * looked at again every RETRY_NS until it has run (a
+                 * thread created just before ProfilerStart() was
+                 * otherwise never sampled; test
+                 * preload_whole_process_example). */
+                atomic_store(&g_rescan_due, 1);
+                continue;
+            }
             if (!retrying)
                 atomic_fetch_add(&g_threads_skipped, 1);
             continue;

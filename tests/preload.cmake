@@ -156,3 +156,20 @@ target_compile_options(kernel_prog PRIVATE ${SNAPPROF_WARNINGS})
 snapprof_add_preload_tests(EXE kernel SOURCES test_preload_kernel.c)
 target_compile_definitions(kernel PRIVATE KERNEL_PROG="$<TARGET_FILE:kernel_prog>")
 add_dependencies(kernel kernel_prog)
+
+# The README's embedding example (examples/whole_process.c): a host that
+# starts one whole-process profile from code, with a thread from before the
+# start and one from after it. Each thread does a fixed amount of work, so
+# the profile must name all three threads' functions.
+# TSan delivers a signal only when a thread enters its runtime, which the
+# example's busy loops never do (see preload linked_threads): there only
+# the profile's being written is checked.
+if(SNAPPROF_SANITIZE MATCHES "thread")
+  set(whole_process_check file)
+else()
+  set(whole_process_check functions)
+endif()
+add_test(NAME preload_whole_process_example
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_whole_process_example.sh $<TARGET_FILE:whole_process>
+          ${whole_process_check})
+set_tests_properties(preload_whole_process_example PROPERTIES LABELS "preload" TIMEOUT 120)

@@ -100,8 +100,8 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
 /* The region that started at from now starts at to (a moving collector
  * moved the code), with the same size, name and layout. Frames taken before
  * the move keep the old address. Returns 0, -ENOENT (no region starts at
- * from), -EEXIST (the new place overlaps another region), -EINVAL or
- * -ENOMEM. Any thread, not from a signal handler. */
+ * from), -EEXIST (the new place overlaps another region), -EINVAL (the
+ * region would wrap past the end of the address space at to) or -ENOMEM. Any thread, not from a signal handler. */
 SNAPPROF_API int snapprof_jit_region_move(uintptr_t from, uintptr_t to);
 
 /* The code of the region that starts at start is gone; its memory may be
@@ -126,8 +126,9 @@ SNAPPROF_API int snapprof_jit_region_unregister(uintptr_t start);
  * are not read) and the default layout of its code (NULL: frame pointer),
  * which lines no prefix rule (below) matches get. Regions read from the
  * previous file are dropped (frames that point at them stay sound). path is
- * copied. Returns 0, -EINVAL or -ENOMEM. Any thread, not from a signal
- * handler. */
+ * copied. Returns 0, -EINVAL (a bad layout, as for
+ * snapprof_jit_region_register()) or -ENOMEM. Any thread, not from a
+ * signal handler. */
 SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
                                                  const snapprof_jit_layout_t *layout);
 
@@ -143,7 +144,7 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
  * start with the new rules. At most SNAPPROF_JIT_PERF_MAP_RULES_MAX rules
  * besides the default; prefixes of at most 63 bytes. Returns 0, -EINVAL (a
  * bad layout, a prefix too long or NULL), -ENOSPC (too many rules) or
- * -ENOMEM. Any thread, not from a signal handler. */
+ * -ENOMEM. Any thread, not from a signal handler. Added in 0.6.0. */
 #define SNAPPROF_JIT_PERF_MAP_RULES_MAX 16
 SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
                                                   const snapprof_jit_layout_t *layout);
@@ -164,7 +165,8 @@ typedef struct snapprof_jit_stats {
     uint64_t perf_map_replaced;    /* regions replaced by a later overlapping line */
 } snapprof_jit_stats_t;
 
-/* Copies the process-wide JIT counters into *out. Returns 0 or -EINVAL.
+/* Copies the process-wide JIT counters into *out. Returns 0 or -EINVAL
+ * (out NULL).
  * Any thread. */
 SNAPPROF_API int snapprof_jit_get_stats(snapprof_jit_stats_t *out);
 

@@ -1,11 +1,23 @@
 /* snapprof profile builder interface: receives samples, makes a profile.
  *
- * A builder is told when the profile starts, gets every sample on the
- * sampling thread after the target has resumed, and is told when the
- * profile completes (on the thread that called snapprof_profiler_stop(), or
- * on the sampling thread when a duration or sample cap ended it) and again
- * at every snapprof_profiler_flush() (on the thread that called it, while
- * sampling pauses). Callbacks of one builder never run concurrently. They
+ * A builder is told when the profile starts (on the thread that calls
+ * snapprof_profiler_start()), gets every sample after the target has
+ * resumed, and is told when the profile completes (on the thread that
+ * called snapprof_profiler_stop() or _destroy(), or on the sampling thread
+ * when a duration or sample cap ended it) and again at every
+ * snapprof_profiler_flush() (on the thread that called it, while sampling
+ * pauses). Samples (xOnSample) come mostly from the sampling thread, but
+ * not only: the captures still waiting when a profile completes or is
+ * flushed, and each thread's "[kernel and unsampled]" remainder, reach
+ * the builders on the thread that completes or flushes it; a thread that
+ * calls snapprof_profiler_remove_thread() on a running profile without
+ * capture slots (the handshake trigger, or wall mode with
+ * SNAPPROF_WALL_BLOCKED_SIGNAL) delivers the removed thread's remainder
+ * itself; and a thread that calls snapprof_thread_update_name() delivers
+ * the waiting captures itself when the sampling thread has not taken them
+ * within 100 ms. Every callback runs under the
+ * profiler's lock or with sampling stopped, so callbacks of one builder
+ * never run concurrently. They
  * must not call back into the profiler that drives them; of the rest of the
  * API they may call snapprof_symbolize(), snapprof_module_find() and the
  * name functions (snapprof_strerror() and the *_name() ones), nothing

@@ -20,10 +20,20 @@
  *     negative errno value (-EINVAL, -ENOMEM, -ESRCH, ...) or one of the
  *     SNAPPROF_E* codes below on failure. snapprof_strerror() describes
  *     them, snapprof_err_name() names them.
- *   - A call that fails leaves nothing half-built and changes no state.
+ *   - A call that fails leaves nothing half-built and changes no state,
+ *     with the exceptions its comment names: snapprof_profiler_add_builder()
+ *     and _add_unwinder() own (and so destroy) their object even when they
+ *     fail; snapprof_profiler_start() installs the signal handler for good;
+ *     snapprof_zone_begin() past SNAPPROF_ZONE_DEPTH_MAX counts the zone
+ *     open. Each function's comment says which argument each -EINVAL
+ *     means.
  *   - Objects made by _create() are released by the matching _destroy();
  *     _destroy(NULL) is a no-op.
- *   - The library never aborts and never prints.
+ *   - The library never aborts and never prints, with one exception: the
+ *     fault-injection seam its own tests use (common/fault.h) is in every
+ *     build, so that the tests exercise the library that is installed; it
+ *     reads SNAPPROF_TEST_FAULTS once, when the library is loaded, and a
+ *     malformed value costs one line on stderr. Leave it unset.
  *
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
@@ -53,8 +63,14 @@ extern "C" {
 /* Version and errors                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* The version of this header, the project's (CMake checks that they
+ * agree). The library file is libsnapprof.so.MAJOR.MINOR.PATCH of this
+ * version; its soname, libsnapprof.so.1, is not this version but the ABI's:
+ * it changed once, in 0.4.0, when snapprof_params_t and snapprof_stats_t
+ * got their size member, and stays until the ABI breaks again (everything
+ * since was added compatibly; see "Added in" below and the README). */
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 5
+#define SNAPPROF_VERSION_MINOR 6
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes, one table: XX(name, value, description).
@@ -162,7 +178,10 @@ typedef struct snapprof_symbol {
 SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
 
 /* Symbolizes one frame into out[0..max). Returns the number of symbols
- * written (0 when the address has no known function), or a negative error.
+ * written (0 when the address has no known function, or max is 0);
+ * -EINVAL (frame NULL, out NULL with max above 0, or frame->kind not a
+ * snapprof_frame_kind_t); -ENOMEM (the module's symbols could not be
+ * loaded for want of memory).
  * Strings belong to the module cache and live as long as the process.
  * Results are cached per module. Not async-signal-safe. Any thread, builder
  * callbacks included, as for snapprof_module_find(); the first lookup in a
@@ -374,7 +393,9 @@ typedef struct snapprof_stats {
      * got the next one, as threads_by_trigger says. And memory mappings
      * refused: the capture slots (every thread then gets the handshake), a
      * large buffer for deep stacks (their copies stay truncated meanwhile),
-     * a perf event's page (wall mode reads the thread's clock instead). */
+     * a perf event's page (wall mode reads the thread's clock instead).
+     * trigger_refused, mmap_failed and wall_proc_transient were added in
+     * 0.5.0. */
     uint64_t trigger_refused[SNAPPROF_TRIGGER_COUNT];
     uint64_t mmap_failed;
     /* Wall mode with SNAPPROF_WALL_BLOCKED_PROC: reads of a thread's
@@ -486,10 +507,13 @@ SNAPPROF_API void snapprof_thread_release(snapprof_thread_t *thread);
 /* The tid a token stands for; -1 for NULL. */
 SNAPPROF_API pid_t snapprof_thread_tid(const snapprof_thread_t *thread);
 
-/* A thread's name is read once, at registration. This sets the name that
- * later samples carry (snapprof_sample_t.thread_name, the thread_name
- * label), for a thread renamed since. The name is cut to 15 bytes, like
- * the kernel's. Returns 0, or -EINVAL when thread or name is NULL. */
+/* A thread's name is read once: at registration, or with
+ * SNAPPROF_REGISTER_AT_START when a profiler first arms the thread. This
+ * sets the name that later samples carry (snapprof_sample_t.thread_name,
+ * the thread_name label), for a thread renamed since; the samples already
+ * captured keep the old name (they are delivered first, see
+ * <snapprof/profile_builder.h>). The name is cut to 15 bytes, like the
+ * kernel's. Returns 0, or -EINVAL when thread or name is NULL. */
 SNAPPROF_API int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name);
 
 /* ------------------------------------------------------------------------ */
@@ -533,7 +557,7 @@ SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
 /* The CFI table unwinder: DWARF CFI (.eh_frame, or .debug_frame for
  * objects without .eh_frame_hdr) compiled per module, through elfutils
  * libdw, into tables sorted by address (CFA = rsp or rbp + offset; return
- * address and rbp saved at CFA + offset), built on the sampler thread the
+ * address and rbp saved at CFA + offset), built on the unwinding thread the
  * first time a pc in an FDE is met, then walked over the stack copy with a
  * binary search and checked reads per frame. Frames the tables cannot
  * express (signal trampolines, PLT stubs, DWARF expressions) are stepped
@@ -544,6 +568,9 @@ SNAPPROF_API int snapprof_hybrid_unwinder_create(snapprof_unwinder_t **out);
  * your own, add it before a libunwind and a .debug_frame unwinder. Any
  * thread; the caller owns *out until it hands it to a profiler. */
 SNAPPROF_API int snapprof_cfi_table_unwinder_create(snapprof_unwinder_t **out);
+
+/* Each of the _create() functions above returns 0, -EINVAL when out is
+ * NULL, or -ENOMEM. */
 
 /* Destroys an unwinder not handed to a profiler. NULL is a no-op. */
 SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
@@ -557,7 +584,8 @@ SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
  * (a temporary file in the same directory, then rename). The directory must
  * exist and be writable, and path must not name a directory: that is
  * checked here, so a bad path fails early with a negative errno (-ENOENT,
- * -ENOTDIR, -EACCES, -EISDIR, -EINVAL for NULL or ""). */
+ * -ENOTDIR, -EACCES, -EISDIR; -EINVAL when path is NULL or "" or out is
+ * NULL), or -ENOMEM. The same for every builder below that takes a path. */
 SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
 
 /* The folded-stacks builder: when the profile completes, writes one line per
@@ -589,13 +617,15 @@ SNAPPROF_API int snapprof_gperftools_builder_create(const char *path, snapprof_b
  * snapprof_pprof_builder_create(); on failure the old path stays. For a
  * write that failed at completion: set a path that works, then flush. Call
  * it only when no completion can run (before start, after stop). Returns
- * -EINVAL for a builder that is not a pprof builder. */
+ * -EINVAL when builder is NULL or not a pprof builder, and the path errors
+ * of snapprof_pprof_builder_create(). */
 SNAPPROF_API int snapprof_pprof_builder_set_path(snapprof_builder_t *builder, const char *path);
 
 /* The same for any built-in builder that writes a file (pprof, folded,
  * trace, gperftools), so that a run writing several formats loses none of them to a
- * failed write. Returns -EINVAL for a builder that writes no file of its
- * own (one made with snapprof_builder_create()). */
+ * failed write. Returns -EINVAL when builder is NULL or writes no file of
+ * its own (one made with snapprof_builder_create()), and the path errors
+ * of snapprof_pprof_builder_create(). */
 SNAPPROF_API int snapprof_builder_set_path(snapprof_builder_t *builder, const char *path);
 
 /* Destroys a builder not handed to a profiler. NULL is a no-op. */
@@ -637,19 +667,22 @@ typedef enum {
 } snapprof_label_scope_t;
 
 /* Sets key to a string value in scope, replacing its previous value.
- * Returns 0, -EINVAL, -ENAMETOOLONG, -ENOSPC (all slots used) or -ENOMEM
- * (the calling thread's first thread-scope label). */
+ * Returns 0; -EINVAL (scope not SNAPPROF_LABEL_THREAD or _PROCESS, key
+ * NULL, "" or one of the library's own keys, value NULL); -ENAMETOOLONG
+ * (key or value too long); -ENOSPC (all slots used) or -ENOMEM (the
+ * calling thread's first thread-scope label). */
 SNAPPROF_API int snapprof_label_set_str(snapprof_label_scope_t scope, const char *key,
                                         const char *value);
 
 /* Sets key to a number in scope; unit (e.g. "bytes") may be NULL. pprof
  * shows numeric labels as values and filters them by range
- * (-tagfocus=key=10:20). Returns as snapprof_label_set_str(). */
+ * (-tagfocus=key=10:20). Returns as snapprof_label_set_str() (a unit too
+ * long is -ENAMETOOLONG). */
 SNAPPROF_API int snapprof_label_set_num(snapprof_label_scope_t scope, const char *key,
                                         int64_t value, const char *unit);
 
 /* Removes key from scope. Returns 0, -ENOENT when it is not set, or
- * -EINVAL. */
+ * -EINVAL for a bad scope or key, as snapprof_label_set_str(). */
 SNAPPROF_API int snapprof_label_remove(snapprof_label_scope_t scope, const char *key);
 
 /* App frames: the frames of a frame-based program (a game, a renderer, a
@@ -894,18 +927,32 @@ static inline void snapprof_params_init(snapprof_params_t *params)
 
 /* Creates a profiler for the given threads (count may be 0; add more with
  * snapprof_profiler_add_thread()). The profiler takes its own reference on
- * each thread; params are copied. */
+ * each thread; params are copied. Returns 0 or:
+ *   -EINVAL   params, out, or (count > 0) threads is NULL, or one of
+ *             threads[] is; params->size is 0 or below
+ *             SNAPPROF_PARAMS_SIZE_MIN (params not made by
+ *             snapprof_params_init()); interval_ns below 10 us; signal not
+ *             a signal number; copy_timeout_ns 0; max_frames below 2;
+ *             stack_buffer_size below 4096; mode or trigger not one of
+ *             its enum's values; capture_memory_max below 1 MiB (unless
+ *             the trigger is SNAPPROF_TRIGGER_HANDSHAKE);
+ *   -ENOMEM   out of memory (the profiler's buffers are allocated here). */
 SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
                                           snapprof_thread_t *const *threads, size_t count,
                                           snapprof_profiler_t **out);
 
 /* Adds or removes a target thread; allowed before and while running.
- * Removing a thread the profiler does not sample returns -ENOENT. A thread
+ * Both return 0, -EINVAL when profiler or thread is NULL, -ENOMEM (add);
+ * adding a thread the profiler samples already does nothing and returns 0;
+ * removing a thread the profiler does not sample returns -ENOENT. A thread
  * that has exited can be added (its exit could race the call anyway): the
  * sampler finds it gone, counts SNAPPROF_FAIL_THREAD_EXITED once and leaves
  * it alone. Removing a thread from a running profile stops its sampling at
  * once and costs the caller no unwinding: the samples it had already given
- * reach the builders from the sampling thread, at its next drain. A thread
+ * reach the builders from the sampling thread, at its next drain (a
+ * profile without capture slots, the handshake trigger's or wall mode's
+ * with SNAPPROF_WALL_BLOCKED_SIGNAL, has no captures waiting: the caller
+ * delivers the thread's "[kernel and unsampled]" remainder). A thread
  * removed once the profile is completing or complete leaves without adding
  * anything to it. */
 SNAPPROF_API int snapprof_profiler_add_thread(snapprof_profiler_t *profiler,
@@ -915,7 +962,9 @@ SNAPPROF_API int snapprof_profiler_remove_thread(snapprof_profiler_t *profiler,
 
 /* Appends an unwinder to the chain (earlier ones are asked first). The
  * profiler owns it from now on, also when this call fails. Only before
- * start. With no unwinder added, the JIT unwinder (<snapprof/jit.h>) is
+ * start. Returns 0; -EINVAL when profiler or unwinder is NULL;
+ * SNAPPROF_ESTATE after start; -ENOMEM. With no unwinder added, the JIT
+ * unwinder (<snapprof/jit.h>) is
  * used, then the CFI table unwinder, then the libunwind unwinder (for the
  * frames the tables cannot express), then the .debug_frame unwinder (for
  * objects with no .eh_frame), then the frame-pointer unwinder for
@@ -924,12 +973,15 @@ SNAPPROF_API int snapprof_profiler_add_unwinder(snapprof_profiler_t *profiler,
                                                 snapprof_unwinder_t *unwinder);
 
 /* Adds a builder; every builder receives every sample. The profiler owns it
- * from now on, also when this call fails. Only before start. */
+ * from now on, also when this call fails. Only before start. Returns 0;
+ * -EINVAL when profiler or builder is NULL; SNAPPROF_ESTATE after start;
+ * -ENOMEM. */
 SNAPPROF_API int snapprof_profiler_add_builder(snapprof_profiler_t *profiler,
                                                snapprof_builder_t *builder);
 
 /* Starts sampling on the shared sampling thread. A profiler starts once:
- * a second start returns SNAPPROF_ESTATE. Fails with SNAPPROF_ESIGNAL when
+ * a second start returns SNAPPROF_ESTATE. -EINVAL when profiler is NULL.
+ * Fails with SNAPPROF_ESIGNAL when
  * the signal cannot be installed, with the error of a builder's
  * xOnProfileStarted (builders are started in the order they were added;
  * those after the one that failed are not called), with -ENOMEM, or with
@@ -948,14 +1000,15 @@ SNAPPROF_API int snapprof_profiler_start(snapprof_profiler_t *profiler);
  * run; returns the first error a builder reported, else 0. Stopping a
  * profiler that already completed (duration or sample cap reached) waits for
  * that completion and returns its result. Stop without start returns
- * SNAPPROF_ESTATE. */
+ * SNAPPROF_ESTATE; -EINVAL when profiler is NULL. */
 SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
 
 /* Writes the profile collected so far while sampling goes on (or, after the
  * profile completed, writes it once more): every builder's
  * xOnProfileCompleted runs again with the counters so far. Sampling pauses
  * while the builders write. Returns the first error a builder reported, else
- * 0; SNAPPROF_ESTATE before start. Builders must accept more than one
+ * 0; SNAPPROF_ESTATE before start; -EINVAL when profiler is NULL.
+ * Builders must accept more than one
  * completion (the pprof builder does: a failed write loses nothing). */
 SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
 
@@ -968,8 +1021,9 @@ SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
  * built against an older header (a smaller struct) gets the counters it
  * knows. Bytes of a newer header's struct that this library does not know
  * are zeroed. out->size is set to the bytes that hold counters (the
- * smaller of size and the library's struct). -EINVAL when size is 0 or
- * below SNAPPROF_STATS_SIZE_MIN (out untouched). Allowed at any time.
+ * smaller of size and the library's struct). -EINVAL when profiler or out
+ * is NULL, or size is 0 or below SNAPPROF_STATS_SIZE_MIN (out untouched).
+ * Allowed at any time.
  * Call it through snapprof_profiler_get_stats(). Added in 0.4.0. */
 SNAPPROF_API int snapprof_profiler_get_stats_sized(snapprof_profiler_t *profiler,
                                                    snapprof_stats_t *out, size_t size);

@@ -12,6 +12,17 @@
  * also ends when a step adds no frame or the depth cap is reached.
  * Modelled on Chromium's base/profiler Unwinder.
  *
+ * Threads. Unwinding happens after the target has resumed, under the
+ * profiler's lock, so the callbacks of one unwinder (xOnStackCapture apart)
+ * never run concurrently; but not always on the sampling thread. It
+ * unwinds at its ticks, and the captures still waiting when a profile is
+ * stopped or flushed are unwound on the thread that calls
+ * snapprof_profiler_stop() (or _destroy()) or snapprof_profiler_flush(); a
+ * thread that calls snapprof_thread_update_name() hands its captures to
+ * the sampling thread and unwinds them itself only when that thread has
+ * not taken them within 100 ms (a stalled host, a builder writing a file).
+ * The callbacks must not call into the profiler that drives them.
+ *
  * The ops struct is versioned like SQLite's sqlite3_io_methods: version
  * first, members grouped by the version that added them, append-only.
  */
@@ -102,17 +113,20 @@ typedef struct snapprof_unwinder_ops {
     int version;      /* SNAPPROF_UNWINDER_OPS_VERSION the implementation was built for */
     const char *name; /* for statistics and debugging */
     /* -- version 1 -- */
-    /* Whether this unwinder handles frame (the last one found). Sampler
-     * thread. Required. */
+    /* Whether this unwinder handles frame (the last one found). On the
+     * unwinding thread (see "Threads" above). Required. */
     int (*xCanUnwindFrom)(void *user_data, const snapprof_frame_t *frame);
-    /* Appends caller frames to ctx. Sampler thread, after the target has
-     * resumed. Required. */
+    /* Appends caller frames to ctx. On the unwinding thread, after the
+     * target has resumed. Required. */
     snapprof_unwind_result_t (*xTryUnwind)(void *user_data, snapprof_unwind_ctx_t *ctx);
     /* RUNS IN THE SIGNAL HANDLER WHILE THE TARGET IS STOPPED: no allocation,
      * no locks, no logging; async-signal-safe calls only. May be NULL. */
     void (*xOnStackCapture)(void *user_data);
-    /* Called on the sampler thread before each sample is unwound, e.g. to
-     * refresh code ranges. May be NULL. */
+    /* Modules may have been loaded or unloaded: called once per tick
+     * (before that tick's samples) and once before each batch of captured
+     * stacks is unwound, not once per sample, on the unwinding thread; e.g.
+     * to refresh code ranges. Cheap when nothing changed, please. May be
+     * NULL. */
     void (*xUpdateModules)(void *user_data);
     /* Frees user_data. May be NULL. */
     void (*xDestroy)(void *user_data);
