@@ -6,8 +6,9 @@
  * Settings come from the environment (SNAPPROF_FREQUENCY, SNAPPROF_MODE,
  * SNAPPROF_TRIGGER, ...; CPUPROFILE_FREQUENCY too). Build it with
  *   cc whole_process.c $(pkg-config --cflags --libs snapprof-gperftools) -lpthread
- * Usage: whole_process [OUTPUT]  (default whole.pb.gz), then
- *   go tool pprof -top whole.pb.gz
+ * Usage: whole_process [OUTPUT]  (default whole.prof, gperftools' own
+ * format; SNAPPROF_FORMAT=pprof for our pprof), then
+ *   go tool pprof -top whole_process whole.prof
  * shows work_before, work_after and work_main: the three threads. */
 #include <gperftools/profiler.h>
 
@@ -63,7 +64,7 @@ static void *after_thread(void *arg)
 
 int main(int argc, char **argv)
 {
-    const char *out = argc > 1 ? argv[1] : "whole.pb.gz";
+    const char *out = argc > 1 ? argv[1] : "whole.prof";
     pthread_t before, after;
     if (pthread_create(&before, NULL, before_thread, NULL) != 0)
         return 1;

@@ -8,7 +8,9 @@
 set -eu
 work=$(mktemp -d "${TMPDIR:-/tmp}/snapprof-whole-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-"$1" "$work/w.pb.gz"
+# Our pprof (SNAPPROF_FORMAT), which names the functions in the file;
+# ProfilerStart() alone writes gperftools' format (gperftools_* tests).
+SNAPPROF_FORMAT=pprof "$1" "$work/w.pb.gz"
 gzip -dc "$work/w.pb.gz" > "$work/w.pb"
 test -s "$work/w.pb"
 [ "${2:-functions}" = file ] && exit 0
