@@ -142,7 +142,7 @@ add_dependencies(crash preload_crash_prog)
 snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wall
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
-  PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
+  fds_budget_5000_cpu fds_budget_5000_wall PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
 
 # dlclose() of libsnapprof-preload.so by a host that dlopen()ed it and goes
 # on running with signals arriving (-z nodelete, as libsnapprof.so).
