@@ -547,13 +547,16 @@ void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out)
 
 /* A fork() child whose parent had snapprof__jit_perf_table.lock held in
  * another thread: g_pm may be half-changed. The child forgets the file it
- * was reading (it reads its own map from the start; a default path names
- * its own pid, where the parent's regions are dropped as for any child),
- * keeping what was configured. Called by the child handler in
+ * was reading: its next read takes the file as replaced and starts over
+ * with what it says (a default path names the child's own pid, where the
+ * parent's regions are dropped as for any child), keeping what was
+ * configured. Called by the child handler in
  * jit_regions.c, which took the lock anew. */
 void snapprof__jit_perf_map_fork_reset(void)
 {
     g_pm.module_path = NULL; /* in the old arena: copied again on the next read */
+    g_pm.dev = 0;            /* the file counts as replaced: read again whole */
+    g_pm.ino = 0;
     g_pm.offset = 0;
     g_pm.skipping = 0;
     g_pm.seen_ns = 0;

@@ -287,6 +287,7 @@ static int jit_child(void)
     const snapprof_module_t *m = snapprof__jit_find(mine + 8, 0);
     if (m == NULL || snapprof_jit_region_unregister(mine) != 0)
         return 0;
+    snapprof__jit_perf_map_refresh_now(); /* what the reset left, read on */
     if (snapprof_jit_perf_map_configure(g_maps[0], NULL) != 0)
         return 0;
     snapprof__jit_perf_map_refresh_now();
