@@ -29,7 +29,7 @@ if [ "${1:-}" = "--sanitizers" ]; then
   # as for the fuzz step below.
   echo "== clang ==" >&2
   bash tools/setup.sh clang libclang-rt-14-dev llvm-14
-  CC=clang CXX=clang++ run_suite build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE accuracy
+  CC=clang CXX=clang++ run_suite build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "accuracy|slow"
   echo "== ASan + UBSan ==" >&2
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSNAPPROF_SANITIZE=address,undefined -- -LE "accuracy|nosan"
