@@ -63,6 +63,9 @@ const char snapprof__record_usage[] =
     "                       per thread; default)\n"
     "      --fork MODE      follow: children of fork(), and what they exec, are\n"
     "                       profiled too (default); stop: only CMD's own process\n"
+    "      --crash MODE     write: a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL,\n"
+    "                       SIGABRT) writes the profile, then the program dies of\n"
+    "                       it (default); off: no handler of ours, no profile\n"
     "      --jit-layout L   how frames of code named in /tmp/perf-PID.map are laid\n"
     "                       out: [PREFIX=]LAYOUT, comma-separated or repeated, for\n"
     "                       the lines whose names start with PREFIX (none: all\n"
@@ -105,6 +108,8 @@ typedef struct options {
     const char *duration; /* as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
+    const char *crash_mode;
+    int crash_off; /* --crash off */
     const char *trigger;
     const char *wall_blocked;
     char jit_layout[1024]; /* --jit-layout values, checked, joined by commas */
@@ -192,6 +197,12 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->fork_mode = option_value(argc, argv, &i, NULL, "--fork");
             if (snapprof__parse_fork(o->fork_mode, &follow, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --fork: %s", why);
+        } else if (matches(a, NULL, "--crash")) {
+            int write;
+            o->crash_mode = option_value(argc, argv, &i, NULL, "--crash");
+            if (snapprof__parse_crash(o->crash_mode, &write, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --crash: %s", why);
+            o->crash_off = !write;
         } else if (matches(a, NULL, "--trigger")) {
             int trigger;
             o->trigger = option_value(argc, argv, &i, NULL, "--trigger");
@@ -633,7 +644,7 @@ static void print_without_files(const proc_summary_t *procs, const unsigned char
 
 /* Why the program itself left no summary. A crash handler that could not
  * have the profile written in time left "<pid>.crash" (preload_crash.c). */
-static void print_no_profile(const char *dir, pid_t root, int status)
+static void print_no_profile(const char *dir, pid_t root, int status, int crash_off)
 {
     int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     char sig[32], path[PATH_MAX], line[128] = "";
@@ -661,6 +672,10 @@ static void print_no_profile(const char *dir, pid_t root, int status)
                 "finished within %g s of the crash (the crashed thread held something the "
                 "writer needs, such as the allocator's lock, or the machine was too busy)\n",
                 (int)root, sig, wait_s);
+    else if (crash_off && (signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE ||
+                           signo == SIGILL || signo == SIGABRT))
+        fprintf(stderr, "snapprof: pid %d wrote no profile: it died of %s (--crash off)\n",
+                (int)root, sig);
     else if (signo == SIGSEGV || signo == SIGBUS || signo == SIGFPE || signo == SIGILL ||
              signo == SIGABRT)
         fprintf(stderr,
@@ -675,7 +690,7 @@ static void print_no_profile(const char *dir, pid_t root, int status)
                 (int)root);
 }
 
-static void print_summary(const char *dir, pid_t root, const char *cmd, int status)
+static void print_summary(const char *dir, pid_t root, const char *cmd, int status, int crash_off)
 {
     static proc_summary_t procs[MAX_PROCS];
     int n = 0;
@@ -717,7 +732,7 @@ static void print_summary(const char *dir, pid_t root, const char *cmd, int stat
         snprintf(how, sizeof how, "ended");
     fprintf(stderr, "snapprof: %s (pid %d) %s\n", cmd, (int)root, how);
     if (n == 0 || procs[0].pid != root)
-        print_no_profile(dir, root, status);
+        print_no_profile(dir, root, status, crash_off);
 
     /* With many processes (a shell script, a build) the detail lines are
      * the program's own and its busiest descendants', plus any process
@@ -895,6 +910,7 @@ static int record(options_t *o)
     else
         unsetenv(SNAPPROF_ENV_DURATION);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
+    set_env(SNAPPROF_ENV_CRASH, o->crash_mode ? o->crash_mode : "write");
     if (o->trigger)
         set_env(SNAPPROF_ENV_TRIGGER, o->trigger);
     else
@@ -960,7 +976,7 @@ static int record(options_t *o)
             strerror(exec_errno));
     }
     if (!o->quiet)
-        print_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status);
+        print_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status, o->crash_off);
     if (summary_dir[0])
         remove_dir(summary_dir);
 

@@ -78,6 +78,13 @@ int snapprof__fd_place(int fd, snapprof__fd_kind_t kind)
     return high;
 }
 
+int snapprof__fd_room(snapprof__fd_kind_t kind)
+{
+    int budget, floor;
+    snapprof__fd_budget(&budget, &floor);
+    return budget >= 4 && atomic_load(&g_held[kind]) < share_of(kind, budget);
+}
+
 void snapprof__fd_release(snapprof__fd_kind_t kind)
 {
     atomic_fetch_sub(&g_held[kind], 1);

@@ -25,6 +25,7 @@
  * copies the entries it has not seen from there. Threads write events only
  * while a profiler reads (g_readers > 0). */
 #include "common/clock.h"
+#include "common/fork_resets.h"
 #include "events/events.h"
 #include "labels/labels.h"
 
@@ -49,6 +50,9 @@ static char g_names[SNAPPROF_EVENT_NAMES_MAX + 1][SNAPPROF_EVENT_NAME_MAX];
 static _Atomic uint32_t g_name_hash[NAME_HASH_SIZE];
 static uint32_t g_name_count; /* under g_names_lock */
 static pthread_mutex_t g_names_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static void fork_once(void); /* registers fork_child(), below */
 
 static uint32_t hash_name(const char *s, size_t len)
 {
@@ -85,6 +89,7 @@ static int64_t intern(const char *name)
     uint32_t id = find_name(name, len, h, &slot);
     if (id != 0)
         return id;
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_names_lock);
     id = find_name(name, len, h, &slot); /* another thread may have added it */
     if (id == 0 && g_name_count < SNAPPROF_EVENT_NAMES_MAX) {
@@ -126,6 +131,7 @@ int snapprof_counter_attach(const char *name, const char *unit, double scale)
         return (int)id;
     /* g_names_lock serializes attaches; neither the handler nor a set ever
      * takes it. */
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_names_lock);
     int err = 0;
     uint32_t n = atomic_load_explicit(&g_attached_count, memory_order_relaxed);
@@ -265,6 +271,7 @@ static tstate_t *thread_state(int *err)
         return NULL;
     }
     t->tid = (pid_t)syscall(SYS_gettid);
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_log_lock);
     t->next = g_threads;
     if (g_threads)
@@ -635,6 +642,7 @@ static void visit_tree(call_tree_t *c, snapprof__calls_visit_cb cb, void *ud)
 
 uint64_t snapprof__calls_visit(snapprof__calls_visit_cb cb, void *ud)
 {
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_log_lock);
     uint64_t unplaced = atomic_load_explicit(&g_retired_lost, memory_order_relaxed);
     for (tstate_t *t = g_threads; t != NULL; t = t->next) {
@@ -782,6 +790,7 @@ int snapprof__event_reader_open(snapprof__event_reader_t *r)
 {
     if (r->open)
         return 0;
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_log_lock);
     if (g_log == NULL) {
         g_log = malloc(SNAPPROF__EVENT_LOG * sizeof *g_log);
@@ -835,4 +844,50 @@ void snapprof__event_reader_free(snapprof__event_reader_t *r)
     free(r->events);
     r->events = NULL;
     r->count = r->cap = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork()                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The child of a fork() has only the thread that forked; a lock another
+ * thread held at the fork would stay held for good (fork_resets.h).
+ *
+ * g_names_lock (a thread interning a name or attaching a counter): taken
+ * anew. A name cut short was counted but not yet published in the hash,
+ * an attach cut short not yet published in the count: either is as if it
+ * had not happened, bar an id never used.
+ *
+ * g_log_lock (a thread registering itself or exiting, a profiler's tick
+ * draining the rings, the calls builder): taken anew, and what it guards
+ * may be half-changed. The registry is started again with the forking
+ * thread's own state alone (the other threads are not in the child; their
+ * states are left allocated, as the retired call trees are, which are
+ * forgotten). The log itself stays: its head only grows, and an entry cut
+ * short is one event with a stale value. */
+static void fork_child(void)
+{
+    if (pthread_mutex_trylock(&g_names_lock) == 0) {
+        pthread_mutex_unlock(&g_names_lock);
+    } else {
+        pthread_mutex_init(&g_names_lock, NULL);
+        snapprof__fork_reset_note(SNAPPROF__FORK_EVENT_NAMES);
+    }
+    if (pthread_mutex_trylock(&g_log_lock) == 0) {
+        pthread_mutex_unlock(&g_log_lock);
+    } else {
+        pthread_mutex_init(&g_log_lock, NULL);
+        tstate_t *self = atomic_load_explicit(&tls_state, memory_order_relaxed);
+        if (self != NULL)
+            self->next = self->prev = NULL;
+        g_threads = self;
+        g_retired = NULL;
+        g_retired_count = 0;
+        snapprof__fork_reset_note(SNAPPROF__FORK_EVENT_LOG);
+    }
+}
+
+static void fork_once(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
 }

@@ -21,7 +21,7 @@ static const char *const g_names[] = {
     SNAPPROF_ENV_SUMMARY_DIR, SNAPPROF_ENV_ROOT_PID, SNAPPROF_ENV_CPUPROFILE,
     SNAPPROF_ENV_CPUPROFILE_FREQUENCY, SNAPPROF_ENV_CPUPROFILE_REALTIME,
     /* last: the seeds' bytes keep naming the others */
-    SNAPPROF_ENV_JIT_LAYOUT};
+    SNAPPROF_ENV_JIT_LAYOUT, SNAPPROF_ENV_CRASH};
 #define N_NAMES (sizeof g_names / sizeof g_names[0])
 static char *g_values[N_NAMES];
 

@@ -12,6 +12,7 @@
  * (snapprof_profile_info_t.app_frames); the pprof builder then adds
  * hitch=true/false to the samples of those frames. */
 #include "common/clock.h"
+#include "common/fork_resets.h"
 #include "labels/labels.h"
 
 #include <errno.h>
@@ -40,6 +41,29 @@ static uint64_t g_begin_ns; /* under g_lock */
 /* What the handler reads: id + 1 of the frame in progress, 0 for none. */
 static _Atomic uint64_t g_current;
 
+/* The child of a fork() taken while another thread began or ended a frame
+ * would find g_lock held for good (fork_resets.h): it takes it anew. An
+ * append cut short left its entry's seq odd and the head where it was, so
+ * the child's next append writes that entry again; g_open and the frame
+ * in progress are as the cut-short call left them, which a later begin or
+ * end sets right. */
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    if (pthread_mutex_trylock(&g_lock) == 0) {
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    pthread_mutex_init(&g_lock, NULL);
+    snapprof__fork_reset_note(SNAPPROF__FORK_APP_FRAMES);
+}
+
+static void fork_once(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
 /* Appends an ended frame to the log. g_lock held: one writer. */
 static void log_append(uint64_t id, uint64_t begin_ns, uint64_t end_ns)
 {
@@ -59,6 +83,7 @@ int snapprof_app_frame_begin(uint64_t frame_id)
     if (frame_id == UINT64_MAX)
         return -EINVAL;
     uint64_t now = snapprof__monotonic_ns();
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_lock);
     if (g_open)
         log_append(g_open_id, g_begin_ns, now); /* begin ends the previous frame */
@@ -73,6 +98,7 @@ int snapprof_app_frame_begin(uint64_t frame_id)
 int snapprof_app_frame_end(uint64_t frame_id)
 {
     uint64_t now = snapprof__monotonic_ns();
+    pthread_once(&g_fork_once, fork_once);
     pthread_mutex_lock(&g_lock);
     if (!g_open || g_open_id != frame_id) {
         pthread_mutex_unlock(&g_lock);

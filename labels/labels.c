@@ -23,6 +23,7 @@
  * ordered by the release/acquire fences around them (Boehm's seqlock
  * recipe), so there is no data race for TSan to find and no lock anywhere
  * the handler or the sampler could wait on. */
+#include "common/fork_resets.h"
 #include "labels/labels.h"
 
 #include <errno.h>
@@ -63,6 +64,34 @@ static __thread _Atomic(table_t *) tls_table __attribute__((tls_model("initial-e
 
 static table_t g_process;
 static pthread_mutex_t g_process_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The child of a fork() taken while another thread set a process label
+ * would find g_process_lock held for good (fork_resets.h). It takes the
+ * lock anew, and a write cut short by the fork is undone: that write made
+ * seq odd and was filling the version that is not current, so seq - 1
+ * names the whole one again. A label the write would have added may be
+ * left out of the used mask: the set did not happen, in the child. */
+static pthread_once_t g_process_fork_once = PTHREAD_ONCE_INIT;
+
+static void process_fork_child(void)
+{
+    if (pthread_mutex_trylock(&g_process_lock) == 0) {
+        pthread_mutex_unlock(&g_process_lock); /* free at the fork: the table is whole */
+        return;
+    }
+    pthread_mutex_init(&g_process_lock, NULL);
+    for (int i = 0; i < SNAPPROF_LABEL_SLOTS; i++) {
+        uint32_t q = atomic_load_explicit(&g_process.slots[i].seq, memory_order_relaxed);
+        if (q & 1)
+            atomic_store_explicit(&g_process.slots[i].seq, q - 1, memory_order_relaxed);
+    }
+    snapprof__fork_reset_note(SNAPPROF__FORK_LABELS_PROCESS);
+}
+
+static void process_fork_once(void)
+{
+    pthread_atfork(NULL, NULL, process_fork_child);
+}
 
 static pthread_key_t g_table_key;
 static pthread_once_t g_table_key_once = PTHREAD_ONCE_INIT;
@@ -224,6 +253,7 @@ static int table_apply(table_t *t, const uint64_t *words)
 static int apply(snapprof_label_scope_t scope, const uint64_t *words)
 {
     if (scope == SNAPPROF_LABEL_PROCESS) {
+        pthread_once(&g_process_fork_once, process_fork_once);
         pthread_mutex_lock(&g_process_lock);
         int err = table_apply(&g_process, words);
         pthread_mutex_unlock(&g_process_lock);

@@ -435,6 +435,7 @@ void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns)
 {
     if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) < interval_ns)
         return;
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     pm_init_locked();
     if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= interval_ns)
@@ -451,16 +452,21 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
     char *copy = NULL;
     if (path != NULL && path[0] != '\0' && (copy = strdup(path)) == NULL)
         return -ENOMEM;
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     pm_init_locked();
     pm_drop_all(snapprof__monotonic_ns());
-    free(g_pm.path);
+    /* The old path is freed after the lock is let go, so that g_pm.path
+     * names a live string even in a fork() child that found the lock held
+     * (snapprof__jit_perf_map_fork_reset() keeps it). */
+    char *old = g_pm.path;
     g_pm.path = copy;
     g_pm.enabled = path == NULL || path[0] != '\0';
     g_pm.layout = lay;
     g_pm.seen_ns = 0;
     atomic_store(&snapprof__jit_perf_checked_ns, 0);
     pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    free(old);
     return 0;
 }
 
@@ -473,6 +479,7 @@ SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
         return -EINVAL;
     size_t len = strlen(prefix);
     int rc = 0;
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     pm_init_locked();
     if (len == 0) {
@@ -509,6 +516,7 @@ SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
 
 void snapprof__jit_perf_map_refresh_now(void)
 {
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     pm_refresh_locked();
     pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
@@ -516,6 +524,7 @@ void snapprof__jit_perf_map_refresh_now(void)
 
 void snapprof__jit_perf_map_forget(void)
 {
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&snapprof__jit_perf_table.lock);
     free(atomic_exchange(&snapprof__jit_perf_table.current, NULL));
     /* With no reader about, two rounds free every snapshot retired so far. */
@@ -534,4 +543,22 @@ void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out)
     out->perf_map_lines = atomic_load(&g_perf_lines);
     out->perf_map_bad_lines = atomic_load(&g_perf_bad);
     out->perf_map_replaced = atomic_load(&g_perf_replaced);
+}
+
+/* A fork() child whose parent had snapprof__jit_perf_table.lock held in
+ * another thread: g_pm may be half-changed. The child forgets the file it
+ * was reading: its next read takes the file as replaced and starts over
+ * with what it says (a default path names the child's own pid, where the
+ * parent's regions are dropped as for any child), keeping what was
+ * configured. Called by the child handler in
+ * jit_regions.c, which took the lock anew. */
+void snapprof__jit_perf_map_fork_reset(void)
+{
+    g_pm.module_path = NULL; /* in the old arena: copied again on the next read */
+    g_pm.dev = 0;            /* the file counts as replaced: read again whole */
+    g_pm.ino = 0;
+    g_pm.offset = 0;
+    g_pm.skipping = 0;
+    g_pm.seen_ns = 0;
+    atomic_store(&snapprof__jit_perf_checked_ns, 0);
 }

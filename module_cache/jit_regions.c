@@ -31,6 +31,7 @@
  * at T the frame gets no JIT module at all ("[unknown]") rather than a
  * name that may be wrong.
  */
+#include "common/fork_resets.h"
 #include "module_cache/jit_regions_internal.h"
 #include "module_cache/module_cache.h"
 
@@ -141,6 +142,65 @@ void snapprof__jit_retire(snapshot_t *old)
 
 static table_t g_api = {.lock = PTHREAD_MUTEX_INITIALIZER};
 table_t snapprof__jit_perf_table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ------------------------------------------------------------------------ */
+/* fork()                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Takes t's lock anew in a fork() child that found it held by a thread
+ * that is not there (fork_resets.h). The published snapshot is whole (it
+ * changes by one exchange); the arena may be half-way through an
+ * allocation, so the child starts a new one and leaves the old allocated
+ * (the snapshot's regions live in it). Returns 1 when it was held. */
+static int table_fork_child(table_t *t)
+{
+    if (pthread_mutex_trylock(&t->lock) == 0) {
+        pthread_mutex_unlock(&t->lock);
+        return 0;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    memset(&t->arena, 0, sizeof t->arena);
+    return 1;
+}
+
+/* The child has only the thread that forked, which is not inside a lookup:
+ * readers that other threads counted in an epoch never leave, and would
+ * keep every later snapshot from being freed; the counts start from 0. A
+ * retirement cut short by the fork may have left g_retired half-changed:
+ * the child forgets it (those snapshots stay allocated). */
+static void fork_child(void)
+{
+    if (table_fork_child(&g_api))
+        snapprof__fork_reset_note(SNAPPROF__FORK_JIT_API);
+    if (table_fork_child(&snapprof__jit_perf_table)) {
+        snapprof__jit_perf_map_fork_reset();
+        snapprof__fork_reset_note(SNAPPROF__FORK_JIT_PERF_MAP);
+    }
+    if (pthread_mutex_trylock(&g_retire_lock) == 0) {
+        pthread_mutex_unlock(&g_retire_lock);
+    } else {
+        pthread_mutex_init(&g_retire_lock, NULL);
+        g_retired = NULL;
+        snapprof__fork_reset_note(SNAPPROF__FORK_JIT_RETIRE);
+    }
+    if (atomic_load(&g_readers[0]) != 0 || atomic_load(&g_readers[1]) != 0) {
+        atomic_store(&g_readers[0], 0);
+        atomic_store(&g_readers[1], 0);
+        snapprof__fork_reset_note(SNAPPROF__FORK_JIT_READERS);
+    }
+}
+
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_once(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+void snapprof__jit_fork_watch(void)
+{
+    pthread_once(&g_fork_once, fork_once);
+}
 
 static _Atomic uint64_t g_registered, g_unregistered, g_moved;
 
@@ -501,6 +561,7 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
         (lay.kind == SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE &&
          snapprof__jit_trampoline_shape(size) == NULL))
         return -EINVAL;
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&g_api.lock);
     snapshot_t *old = atomic_load(&g_api.current);
     int rc = 0;
@@ -530,6 +591,7 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
  * is born, or at the time it is taken out. */
 static int take_region(uintptr_t start, const uintptr_t *to, _Atomic uint64_t *done)
 {
+    snapprof__jit_fork_watch();
     pthread_mutex_lock(&g_api.lock);
     snapshot_t *old = atomic_load(&g_api.current);
     snapprof__jit_region_t *r = live_at_start(old, start);

@@ -85,4 +85,12 @@ void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns);
 /* Fills the perf_map_* counters of out. */
 void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out);
 
+/* Puts the reader's state right in a fork() child that found the perf
+ * table's lock held (jit_regions.c took it anew). */
+void snapprof__jit_perf_map_fork_reset(void);
+
+/* Registers the fork() child handler of the JIT tables' locks, once; called
+ * before any of them is taken (jit_regions.c). */
+void snapprof__jit_fork_watch(void);
+
 #endif

@@ -79,6 +79,19 @@ int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
     return 0;
 }
 
+int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size)
+{
+    if (s && (strcasecmp(s, "write") == 0 || strcasecmp(s, "on") == 0 || strcmp(s, "1") == 0))
+        *write = 1;
+    else if (s && (strcasecmp(s, "off") == 0 || strcmp(s, "0") == 0))
+        *write = 0;
+    else {
+        WHY("'%s' is not a crash mode (write or off)", s ? s : "");
+        return -1;
+    }
+    return 0;
+}
+
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size)
 {
     /* In the order of snapprof_trigger_t. */
@@ -549,6 +562,12 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
         warn("ignoring %s: %s; using the default layouts", SNAPPROF_ENV_JIT_LAYOUT, why);
         cfg->n_jit_rules = 0;
     }
+    int write = 1;
+    if ((v = get(SNAPPROF_ENV_CRASH)) && snapprof__parse_crash(v, &write, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; writing the profile on a crash", SNAPPROF_ENV_CRASH, why);
+        write = 1;
+    }
+    cfg->crash_off = !write;
 }
 
 /* The environment, read: see preload_config.h. */

@@ -23,6 +23,7 @@
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"             /* e.g. SIGURG, RTMIN+4, 23 */
 #define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"         /* seconds of sampling, then stop */
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"                 /* follow | stop */
+#define SNAPPROF_ENV_CRASH "SNAPPROF_CRASH"               /* write | off: the profile on a crash */
 #define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"           /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
 #define SNAPPROF_ENV_JIT_LAYOUT "SNAPPROF_JIT_LAYOUT"     /* [PREFIX=]LAYOUT,... of perf map code */
@@ -84,6 +85,7 @@ typedef struct snapprof__preload_config {
     int child;            /* not the first process profiled: files named with the pid, and
                              none when it took no sample */
     int gperftools_names; /* CPUPROFILE: children write FILE_<pid>, as gperftools names them */
+    int crash_off;        /* SNAPPROF_CRASH=off: crashes are left alone (preload_crash.c) */
     int trigger;          /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
     int wall_blocked;     /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];
@@ -96,6 +98,9 @@ int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size)
 int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);
+/* "write" (or "on", "1") or "off" (or "0"), any case: whether a crash
+ * writes the profile before the program dies of it. */
+int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size);
 /* "auto", "perf", "timer" or "handshake", as snapprof_trigger_t's values. */
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
 /* "signal" or "proc", as snapprof_wall_blocked_t's values. */
@@ -154,7 +159,7 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
                            snapprof__output_spec_t *out, unsigned *n_out, char *why,
                            size_t why_size);
 
-/* Sets cfg's rate, mode, signal, trigger, wall_blocked and JIT layouts from the
+/* Sets cfg's rate, mode, signal, trigger, wall_blocked, JIT layouts and crash mode from the
  * environment (through get), or to the defaults above; warns (through warn)
  * of each value it ignores. Both the preloaded start and gperftools'
  * ProfilerStart() read these the same way. */

@@ -179,7 +179,8 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     snapprof__preload_signals_manage(SIGINT, 1);
     snapprof__preload_signals_manage(SIGTERM, 1);
     snapprof__preload_signals_manage(SIGHUP, 1);
-    snapprof__preload_crash_arm();
+    if (!c.crash_off)
+        snapprof__preload_crash_arm(); /* SNAPPROF_CRASH=off: crashes are the program's alone */
 
     /* Process-wide, and harmless to set again (a profile restarted, a
      * forked child): the perf map is read afresh with them. */

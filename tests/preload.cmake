@@ -147,7 +147,25 @@ add_dependencies(crash preload_crash_prog)
 snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wall
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
-  PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  fds_budget_5000_cpu fds_budget_5000_wall PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+# 5000 threads sampled in wall mode: 22 s a run on a quiet machine, 138 s
+# at a load average of 15, and past the program's 360 s alarm beside the
+# whole suite (not yet known why; CPU mode takes 13 s). Labelled slow:
+# tools/test.sh leaves it out until that is understood; run it with
+# `ctest -L slow`.
+snapprof_set_case_properties(EXE record CASES fds_budget_5000_wall
+  PROPERTIES LABELS "preload;slow")
+
+# dlclose() of libsnapprof-preload.so by a host that dlopen()ed it and goes
+# on running with signals arriving (-z nodelete, as libsnapprof.so).
+# Not a case table: it must not link the library it dlopens. nosan: the
+# preload leaves a sanitized process unprofiled.
+add_executable(preload_dlclose_prog test_preload_dlclose.c)
+target_compile_options(preload_dlclose_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_dlclose_prog PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+add_dependencies(preload_dlclose_prog snapprof_preload)
+add_test(NAME preload_dlclose COMMAND preload_dlclose_prog $<TARGET_FILE:snapprof_preload>)
+set_tests_properties(preload_dlclose PROPERTIES TIMEOUT 120 LABELS "nosan;preload")
 
 # Kernel time and processes that drop their privileges (kernel_prog.c),
 # under `snapprof record`.

@@ -18,3 +18,6 @@ target_link_libraries(library_dlclose_prog PRIVATE Threads::Threads ${CMAKE_DL_L
 add_dependencies(library_dlclose_prog snapprof)
 add_test(NAME library_dlclose COMMAND library_dlclose_prog $<TARGET_FILE:snapprof>)
 set_tests_properties(library_dlclose PROPERTIES TIMEOUT 120 LABELS "nosan")
+# Fork children that find the labels', events' and JIT tables' locks held
+# by a thread of the parent (common/fork_resets.h).
+snapprof_add_test_cases(EXE fork_child SOURCES test_fork_child.c TIMEOUT 300)

@@ -186,6 +186,57 @@ static void test_inside_malloc_bounded(void)
     free(text);
 }
 
+/* --crash off (and SNAPPROF_CRASH=0 with LD_PRELOAD): no handler of ours
+ * on the fault signals, so a crash writes no profile and the program dies
+ * of its signal with the status it has alone. */
+static void test_off(void)
+{
+    setup("off");
+    static const struct {
+        const char *mode;
+        int signo;
+    } crashes[] = {{"segv", SIGSEGV}, {"abrt", SIGABRT}};
+    for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++) {
+        const char *mode = crashes[i].mode;
+        char *alone = pl_run(NULL, "cd %s && ulimit -c 0 && %s %s 300 2>&1; echo st=$?", g_dir,
+                             CRASH_PROG, mode);
+        require_status(alone, 128 + crashes[i].signo);
+        char *text = pl_run(NULL,
+                            "cd %s && ulimit -c 0 && %s %s record --crash off -F 1000 -o c.pb.gz "
+                            "-- %s %s 300 2>&1; echo st=$?",
+                            g_dir, LONG_WAIT, CLI, CRASH_PROG, mode);
+        require_status(text, 128 + crashes[i].signo);
+        ASSERT_CONTAINS(text, "wrote no profile: it died of SIG");
+        ASSERT_CONTAINS(text, "(--crash off)\n");
+        char *env = pl_run(NULL,
+                           "cd %s && ulimit -c 0 && %s SNAPPROF_CRASH=0 SNAPPROF_OUTPUT=%s/e.pb.gz "
+                           "LD_PRELOAD=%s %s %s 300 2>&1; echo st=$?",
+                           g_dir, LONG_WAIT, g_dir, SNAPPROF_PRELOAD_LIB, CRASH_PROG, mode);
+        require_status(env, 128 + crashes[i].signo);
+        if (strstr(text, "profile written on") || strstr(env, "profile written on"))
+            TEST_FAIL("%s: the crash handler acted with crashes off:\n%s\n%s", mode, text, env);
+        if (strstr(env, "ignoring SNAPPROF_CRASH"))
+            TEST_FAIL("SNAPPROF_CRASH=0 was not understood:\n%s", env);
+        char out[1024];
+        snprintf(out, sizeof out, "%s/c.pb.gz", g_dir);
+        if (pl_exists(out))
+            TEST_FAIL("%s: record --crash off wrote %s", mode, out);
+        snprintf(out, sizeof out, "%s/e.pb.gz", g_dir);
+        if (pl_exists(out))
+            TEST_FAIL("%s: SNAPPROF_CRASH=0 wrote %s", mode, out);
+        printf("%s: alone, under record --crash off and with SNAPPROF_CRASH=0: st=%d, no "
+               "profile\n",
+               mode, 128 + crashes[i].signo);
+        free(alone);
+        free(text);
+        free(env);
+    }
+    /* A bad value is said and the default kept. */
+    char *bad =
+        pl_run(NULL, "cd %s && %s record --crash maybe -- true 2>&1; echo st=$?", g_dir, CLI);
+    ASSERT_CONTAINS(bad, "bad --crash");
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -201,6 +252,7 @@ int main(int argc, char **argv)
         {"overflow_altstack", test_overflow_altstack},
         {"overflow_not_covered", test_overflow_not_covered},
         {"inside_malloc_bounded", test_inside_malloc_bounded},
+        {"off", test_off},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

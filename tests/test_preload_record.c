@@ -856,12 +856,12 @@ static void test_fds_dup2_wall(void)
  * fds sit at the top of the range within 1/16 of it, and threads past
  * that budget get the CPU timer). It used to lose 96-140 opens in CPU mode
  * and 568-871 in wall mode. */
-static void run_budget(const char *flags, int slack)
+static void run_budget(int nthreads, const char *flags, int slack)
 {
     pl_skip_if_sanitized();
     setup("rec-fdbudget");
     int st;
-    char *alone = pl_run(&st, "%s budget 2000 900", FDS_PROG);
+    char *alone = pl_run(&st, "%s budget %d 900", FDS_PROG, nthreads);
     printf("alone: %s\n", alone);
     ASSERT_EQ(st, 0);
     const char *line = strstr(alone, "threads=");
@@ -871,8 +871,9 @@ static void run_budget(const char *flags, int slack)
                      &failed, &highest, &others),
               5);
     ASSERT_EQ(failed, 0);
-    char *text = pl_run(&st, "cd %s && %s record %s -o b.pb.gz -- %s budget 2000 900", g_dir, CLI,
-                        flags, FDS_PROG);
+    ASSERT_EQ(threads, nthreads);
+    char *text = pl_run(&st, "cd %s && %s record %s -o b.pb.gz -- %s budget %d 900", g_dir, CLI,
+                        flags, FDS_PROG, nthreads);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
     line = strstr(text, "threads=");
@@ -897,9 +898,11 @@ static void run_budget(const char *flags, int slack)
     long long held = stat_of(out, "fds_held_max");
     long long perf = stat_of(out, "threads_by_trigger.perf");
     long long timer = stat_of(out, "threads_by_trigger.timer");
-    printf("snapprof held at most %lld fds (the program saw %d not its own at the end); "
-           "threads by trigger: perf %lld, timer %lld\n",
-           held, r_others, perf, timer);
+    long long handshake = stat_of(out, "threads_by_trigger.handshake");
+    printf("%d threads: failed opens %d alone, %d under record; highest fd %d alone, %d under "
+           "record; snapprof held at most %lld fds (the program saw %d not its own at the end); "
+           "threads by trigger: perf %lld, timer %lld, handshake %lld\n",
+           nthreads, failed, r_failed, highest, r_highest, held, r_others, perf, timer, handshake);
     ASSERT_LE(held, 1024 / 16);
     free(alone);
     free(text);
@@ -909,7 +912,7 @@ static void run_budget(const char *flags, int slack)
  * before the program's opens: no slack. */
 static void test_fds_budget_cpu(void)
 {
-    run_budget("-F 100", 0);
+    run_budget(2000, "-F 100", 0);
 }
 
 /* Wall mode opens a /proc file, for a moment, for every thread that ran
@@ -918,7 +921,19 @@ static void test_fds_budget_cpu(void)
  * in the runs so far). */
 static void test_fds_budget_wall(void)
 {
-    run_budget("--wall --wall-blocked proc --trigger auto -F 100", 6);
+    run_budget(2000, "--wall --wall-blocked proc --trigger auto -F 100", 6);
+}
+
+/* The brief's case: 5000 threads at a limit of 1024 fds, five times the
+ * fds there are. */
+static void test_fds_budget_5000_cpu(void)
+{
+    run_budget(5000, "-F 100", 0);
+}
+
+static void test_fds_budget_5000_wall(void)
+{
+    run_budget(5000, "--wall --wall-blocked proc --trigger auto -F 100", 6);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1276,6 +1291,8 @@ int main(int argc, char **argv)
         {"fds_dup2_wall", test_fds_dup2_wall},
         {"fds_budget_cpu", test_fds_budget_cpu},
         {"fds_budget_wall", test_fds_budget_wall},
+        {"fds_budget_5000_cpu", test_fds_budget_5000_cpu},
+        {"fds_budget_5000_wall", test_fds_budget_5000_wall},
         {"duration", test_duration},
         {"trigger_timer", test_trigger_timer},
         {"wall", test_wall},

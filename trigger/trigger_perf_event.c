@@ -132,6 +132,8 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     attr.exclude_hv = 1;
     attr.wakeup_events = 1;
     int fd;
+    if (!snapprof__fd_room(SNAPPROF__FD_TRIGGER))
+        return -EMFILE; /* past the budget: no fd at all, not even a low one for a moment */
     if (snapprof__fault(SNAPPROF__FAULT_PERF_EVENT_OPEN)) {
         errno = EMFILE;
         fd = -1;
