@@ -143,3 +143,19 @@ snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wal
   PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
   PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
+
+# Short-lived threads (issue 25, item 4): a thread-per-task program whose
+# threads each use less than one sampling period, under `snapprof record`
+# (tests record_short_threads_1khz, record_short_threads_100hz and, alone,
+# record_accuracy_short_threads_share). bench/bench_churn.sh runs the same
+# program beside perf and gperftools.
+add_executable(churn_prog churn_prog.c)
+target_compile_options(churn_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(churn_prog PRIVATE Threads::Threads)
+snapprof_add_test_cases(EXE record_churn PREFIX record_
+  SOURCES test_churn.c test_preload_util.c LABELS preload TIMEOUT 600)
+target_compile_definitions(record_churn PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS}
+  CHURN_PROG="$<TARGET_FILE:churn_prog>")
+add_dependencies(record_churn snapprof_cli snapprof_preload churn_prog)
+snapprof_set_case_properties(EXE record_churn CASES accuracy_short_threads_share
+  PROPERTIES LABELS "preload;accuracy" RUN_SERIAL TRUE TIMEOUT 900)
