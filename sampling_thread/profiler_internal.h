@@ -40,9 +40,9 @@ typedef struct snapprof__target {
     /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
      * its arm and where its captures go. */
     snapprof_trigger_t trigger;
-    /* Joined a running profile with a CPU-clock trigger asked for: the
-     * sampling thread arms it at its next tick, so a thread that ends
-     * sooner costs no trigger at all (its CPU time is its remainder). */
+    /* Joined a running profile with a CPU-clock trigger asked for, not as
+     * it started on itself (those arm at once): the sampling thread arms
+     * it at its next tick. */
     int arm_pending;
     int never_armed; /* it left, or the profile ended, while arm_pending */
     /* Armed by the thread itself as it joined at its start: when it ends

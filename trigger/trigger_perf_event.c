@@ -17,8 +17,9 @@
  * profile gives those points' functions shares that are pp off and move
  * from run to run: 2-3 pp at 10 000 samples on bench_trigger's ratio
  * program, nearly every sample in one function for a loop in step with
- * the thread's clock. The first period is drawn when the event is made;
- * then every CHANGE_EVERY overflows the handler starts a period of a length
+ * the thread's clock. The first period is uniform in (0, interval]
+ * (draw_first(), for short threads), and its handler starts one drawn as
+ * the others; then every CHANGE_EVERY overflows the handler starts a period of a length
  * drawn anew (PERF_EVENT_IOC_PERIOD, which restarts the count from the
  * moment of the call and reprograms the timer: 13-14 us in the handler on
  * these VMs, 3 us in a loop, so only 1 sample in CHANGE_EVERY pays it).
@@ -28,8 +29,9 @@
  * CHANGE_EVERY periods at 1 kHz) is in no period: it goes to the thread's
  * remainder. (It used to be read from the event's count and given back,
  * but that read() is what the event's fd must never get; see below.)
- * Each capture weighs the period in force when it fired, so a thread's
- * samples never add up to more than its clock.
+ * Each capture weighs the period in force when it fired, but the first,
+ * which weighs the interval (draw_first() says why): a short thread's
+ * samples may add up to more than its clock, by less than one interval.
  *
  * The event's fd is a number in the program's fd table, and the program
  * may close it (daemons that close every fd, closefrom) or dup2 one of its
