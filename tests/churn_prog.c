@@ -39,9 +39,12 @@ static uint64_t spin(uint64_t loops)
     return x;
 }
 
+/* Not the same code as churn_work(): GCC folds identical functions into
+ * one (-fipa-icf), and perf and gperftools then named churn_work's samples
+ * calibrate_spin. */
 __attribute__((noinline)) static void calibrate_spin(uint64_t loops)
 {
-    g_sink = spin(loops);
+    g_sink = spin(loops) ^ 1;
     __asm__ volatile("" ::: "memory");
 }
 
