@@ -251,6 +251,7 @@ static void test_exports(void)
                                           "ProfilerEnable",
                                           "ProfilerFlush",
                                           "ProfilerGetCurrentState",
+                                          "ProfilerGetStackTrace",
                                           "ProfilerRegisterThread",
                                           "ProfilerStart",
                                           "ProfilerStartWithOptions",
