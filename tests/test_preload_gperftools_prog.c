@@ -61,14 +61,17 @@ HOT(gperf_pre_a)
 HOT(gperf_pre_b)
 
 /* Burns until the profile holds at least n samples (ProfilerGetCurrentState
- * counts them), so a stalled host cannot leave it empty. */
+ * counts them), so a stalled host cannot leave it empty; but no more than
+ * 60 s of CPU time, so that a process that is not sampled at all (a fork
+ * child in a sanitizer build) ends and its test fails instead of hanging. */
 static void burn_until_samples(void (*fn)(uint64_t), int n)
 {
     struct ProfilerState st;
+    clock_t end = clock() + 60 * CLOCKS_PER_SEC;
     do {
         fn(20);
         ProfilerGetCurrentState(&st);
-    } while (st.samples_gathered < n);
+    } while (st.samples_gathered < n && clock() < end);
 }
 
 static int mode_basic(const char *file)
