@@ -1494,6 +1494,11 @@ typedef struct overlap_builder {
     atomic_int after_done; /* xOnSample calls after xOnProfileCompleted */
     atomic_int completed;
     atomic_int samples;
+    /* The completion also waits (up to 5 s) until this many threads have
+     * been removed (counted in removals): a loaded TSan run let only 11 of
+     * 60 removals into a fixed 30 ms. */
+    int want_removals;
+    atomic_int removals;
 } overlap_builder_t;
 
 static int overlap_enter(overlap_builder_t *b)
@@ -1522,6 +1527,8 @@ static int overlap_on_completed(void *user_data, const snapprof_profile_info_t *
     overlap_enter(b);
     atomic_store(&b->completing, 1);
     usleep(30000);
+    for (int waited = 0; atomic_load(&b->removals) < b->want_removals && waited < 5000; waited++)
+        usleep(1000);
     atomic_store(&b->completed, 1);
     atomic_store(&b->in_callback, 0);
     return 0;
@@ -1556,6 +1563,7 @@ static void *leaver_main(void *arg)
     busy_leaf(&x); /* CPU time after the profile's end */
     ASSERT_OK(snapprof_profiler_remove_thread(l->p, l->token));
     atomic_store(&l->removed_completing, !atomic_load(&l->b->completed));
+    atomic_fetch_add(&l->b->removals, 1);
     snapprof_thread_release(l->token);
     return NULL;
 }
@@ -1569,7 +1577,7 @@ static void test_remove_while_completing(void)
 {
     int rounds = 10, during = 0;
     for (int r = 0; r < rounds; r++) {
-        overlap_builder_t ob = {0};
+        overlap_builder_t ob = {.want_removals = 6};
         snapprof_builder_t *b;
         ASSERT_OK(snapprof_builder_create(&overlap_ops, &ob, &b));
         snapprof_profiler_t *p = make(NULL, 0, 1000000u, SNAPPROF_MODE_CPU, NULL);
