@@ -345,9 +345,11 @@ static int mode_state_cost(const char *file)
     const volatile int *ticks;
     CHECK(len + 1 + sizeof ticks <= sizeof st.profile_name);
     memcpy(&ticks, st.profile_name + len + 1, sizeof ticks);
-    CHECK(ticks == early_ticks && *ticks >= st.samples_gathered);
-    int want = *ticks + 10;
-    while (*ticks < want)
+    /* gperftools' test reads it as a plain volatile int; a relaxed atomic
+     * load is the same read, and says so to TSan (our write is atomic). */
+    CHECK(ticks == early_ticks && __atomic_load_n(ticks, __ATOMIC_RELAXED) >= st.samples_gathered);
+    int want = __atomic_load_n(ticks, __ATOMIC_RELAXED) + 10;
+    while (__atomic_load_n(ticks, __ATOMIC_RELAXED) < want)
         gperf_hot(5);
     ProfilerStop();
     fflush(stdout);
