@@ -16,18 +16,26 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 static atomic_int g_go;
 
-/* A fixed amount of CPU work (about a tenth of a second), so that each
- * thread has samples however busy the machine is; inlined, so that the
- * samples land in the work_* function that calls it. */
+/* A fixed amount of CPU work, a fifth of a second of this thread's own
+ * CPU time, so that each thread has samples however busy the machine is
+ * and whatever the compiler makes of the loop (clang folds 8 steps of it
+ * into one); inlined, so that the samples land in the work_* function
+ * that calls it. */
 static inline __attribute__((always_inline)) uint64_t spin(uint64_t seed)
 {
     uint64_t h = seed;
-    for (int i = 0; i < 100000000; i++)
-        h = h * 6364136223846793005u + 1442695040888963407u;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+        for (int i = 0; i < 100000; i++)
+            h = h * 6364136223846793005u + 1442695040888963407u;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 200000000L);
     return h;
 }
 
