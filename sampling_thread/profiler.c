@@ -204,6 +204,9 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     p->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = p};
     p->buffer_size = (known.stack_buffer_size + 4095u) & ~(size_t)4095u;
     p->frames = calloc(known.max_frames, sizeof *p->frames);
+    /* kernel_share: a stack and its "[kernel]" leaf (deliver_kernel()). */
+    if (known.kernel_share)
+        p->kernel_frames = calloc(known.max_frames + 1, sizeof *p->kernel_frames);
     p->labels = calloc(1, sizeof *p->labels);
     p->buffer = snapprof__fault(SNAPPROF__FAULT_MMAP)
                     ? MAP_FAILED
@@ -211,8 +214,11 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p->buffer == MAP_FAILED)
         p->buffer = NULL;
-    if (!p->frames || !p->labels || !p->buffer) {
+    if (p->kernel_frames)
+        p->kernel_frames[0] = (snapprof_frame_t){.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel]"};
+    if (!p->frames || (known.kernel_share && !p->kernel_frames) || !p->labels || !p->buffer) {
         free(p->frames);
+        free(p->kernel_frames);
         free(p->frames_alt);
         free(p->labels);
         if (p->buffer)
@@ -1203,19 +1209,14 @@ static size_t unwind_guessing_fp(snapprof_profiler_t *p, snapprof_regs_t *regs,
 }
 
 /* The kernel time measured before the capture whose count frames
- * p->frames holds, as a second sample of that stack under a "[kernel]"
- * leaf (snapprof_params_t.kernel_share). Its labels are the capture's.
+ * p->frames holds, as a second sample of that stack under the "[kernel]"
+ * leaf that p->kernel_frames[0] holds from creation
+ * (snapprof_params_t.kernel_share). Its labels are the capture's.
  * Lock held. */
 static void deliver_kernel(snapprof_profiler_t *p, snapprof__target_t *t, size_t count,
                            unsigned flags, uint64_t timestamp, uint64_t kernel_ns,
                            snapprof__label_capture_t *labels)
 {
-    if (!p->kernel_frames &&
-        !(p->kernel_frames = malloc((p->params.max_frames + 1) * sizeof *p->kernel_frames))) {
-        t->sampled_ns -= kernel_ns; /* to the remainder after all */
-        return;
-    }
-    p->kernel_frames[0] = (snapprof_frame_t){.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel]"};
     memcpy(p->kernel_frames + 1, p->frames, count * sizeof *p->frames);
     deliver(p, t, p->kernel_frames, count + 1, flags | SNAPPROF_SAMPLE_KERNEL, timestamp, kernel_ns,
             labels);

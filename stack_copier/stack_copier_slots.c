@@ -109,6 +109,13 @@ static void kick(snapprof__capture_pool_t *pool)
     }
 }
 
+/* Points slot at its own part of the pool's memory. Async-signal-safe. */
+static void use_own_buffer(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
+{
+    slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
+    slot->large = NULL;
+}
+
 /* Takes a free large buffer of target's of at least size bytes, or
  * returns NULL. Each is looked at only while held, since the sampling side
  * replaces them under the same flag. Async-signal-safe. */
@@ -139,8 +146,7 @@ static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *
                       snapprof__capture_target_t *target, uintptr_t lo, size_t size)
 {
     int short_of_large = 0;
-    slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
-    slot->large = NULL;
+    use_own_buffer(pool, slot);
     slot->res.truncated = 0;
     /* Only this thread's handler writes it, one capture at a time. */
     if (size > atomic_load_explicit(&target->deepest, memory_order_relaxed))
@@ -216,8 +222,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
         /* On a goroutine's stack, a fiber, a coroutine or a sigaltstack:
          * a window of it, as far as it can be read, into the slot's own
          * buffer (never a large one: where it ends is not known). */
-        slot->buffer = pool->memory + (size_t)(slot - pool->slots) * pool->slot_bytes;
-        slot->large = NULL;
+        use_own_buffer(pool, slot);
         if (snapprof__copy_foreign_stack(sp, slot->buffer, pool->slot_bytes, &slot->res) != 0) {
             slot->fail = SNAPPROF_FAIL_SP_OUT_OF_RANGE;
             publish(pool, slot);

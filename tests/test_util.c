@@ -51,50 +51,57 @@ int tu_sanitizer_build(void)
 #endif
 }
 
-int tu_tsan_build(void)
-{
+/* Which sanitizer the build has: gcc says so with __SANITIZE_*__, clang
+ * with __has_feature. */
 #if defined(__SANITIZE_THREAD__)
-    return 1;
+#define TU_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
+#define TU_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+
+int tu_tsan_build(void)
+{
+#ifdef TU_TSAN
     return 1;
 #else
     return 0;
 #endif
-#else
-    return 0;
-#endif
-}
-
-void tu_skip_under_tsan(const char *why)
-{
-    if (!tu_tsan_build())
-        return;
-    printf("skipped: %s\n", why);
-    exit(TEST_SKIP);
 }
 
 int tu_asan_build(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef TU_ASAN
     return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    return 1;
-#else
-    return 0;
-#endif
 #else
     return 0;
 #endif
 }
 
-void tu_skip_under_asan(const char *why)
+static void skip_if(int yes, const char *why)
 {
-    if (!tu_asan_build())
+    if (!yes)
         return;
     printf("skipped: %s\n", why);
     exit(TEST_SKIP);
+}
+
+void tu_skip_under_tsan(const char *why)
+{
+    skip_if(tu_tsan_build(), why);
+}
+
+void tu_skip_under_asan(const char *why)
+{
+    skip_if(tu_asan_build(), why);
 }
 
 char *tu_run(const char *cmd, int *status)
