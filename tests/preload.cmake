@@ -172,7 +172,8 @@ set_tests_properties(preload_dlclose PROPERTIES TIMEOUT 120 LABELS "nosan;preloa
 add_executable(kernel_prog kernel_prog.c)
 target_compile_options(kernel_prog PRIVATE ${SNAPPROF_WARNINGS})
 snapprof_add_preload_tests(EXE kernel SOURCES test_preload_kernel.c)
-target_compile_definitions(kernel PRIVATE KERNEL_PROG="$<TARGET_FILE:kernel_prog>")
+target_compile_definitions(kernel PRIVATE KERNEL_PROG="$<TARGET_FILE:kernel_prog>"
+  SNAPPROF_LIB="$<TARGET_FILE:snapprof>")
 add_dependencies(kernel kernel_prog)
 
 # The README's embedding example (examples/whole_process.c): a host that

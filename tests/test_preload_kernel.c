@@ -90,11 +90,25 @@ static void kernel_share(int as_user)
     setup(as_user ? "kern-share-user" : "kern-share");
     ASSERT_EQ(chmod(g_dir, 0777), 0);
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && SNAPPROF_KERNEL=1 %s %s record -F 1000 -o k.pb.gz -- %s syscalls "
-                        "400",
-                        g_dir, as_user ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : "",
-                        CLI, PROG);
+    char *text;
+    if (as_user) {
+        /* nobody may not reach the build tree (a clone under root's 0700
+         * home, as on a fresh machine): it runs copies, from the test's
+         * own directory, which it can read. */
+        text = pl_run(&st,
+                      "cd %s && mkdir bin && cp %s %s %s %s bin/ && "
+                      "ln -s $(basename %s) bin/libsnapprof.so.1 2>/dev/null; chmod -R a+rX bin && "
+                      "SNAPPROF_KERNEL=1 LD_LIBRARY_PATH=%s/bin "
+                      "SNAPPROF_PRELOAD_LIB=%s/bin/libsnapprof-preload.so "
+                      "setpriv --reuid=65534 --regid=65534 --clear-groups "
+                      "bin/snapprof record -F 1000 -o k.pb.gz -- bin/kernel_prog syscalls 400",
+                      g_dir, CLI, SNAPPROF_PRELOAD_LIB, SNAPPROF_LIB, PROG, SNAPPROF_LIB, g_dir,
+                      g_dir);
+    } else {
+        text = pl_run(&st,
+                      "cd %s && SNAPPROF_KERNEL=1 %s record -F 1000 -o k.pb.gz -- %s syscalls 400",
+                      g_dir, CLI, PROG);
+    }
     if (st != 0)
         TEST_FAIL("status %d:\n%s", st, text);
     char p[1024];
