@@ -1,6 +1,8 @@
 /* Start, stop and flush of the whole-process profile: the profiler and
  * its builders from a config, and at stop every output written somewhere
- * (a fallback directory when its own path fails) and the summary. */
+ * (a fallback directory when its own path fails) and the summary. This
+ * file alone holds the profile's state (g); it runs the helper thread's
+ * loop, which carries out the requests posted to it (preload_helper.c). */
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
@@ -18,6 +20,12 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The running profile of this process: under the preload lock. */
+static snapprof__preload_profile_t g;
+
+/* The helper thread's loop (below). */
+static void *helper_main(void *arg);
 
 /* Where output i goes when its own path cannot be written: $TMPDIR when it
  * is a writable directory, else /tmp; named as file_names.h says,
@@ -73,11 +81,11 @@ static int pick_free_signal(void)
     return 0;
 }
 
-/* What ProfilerGetCurrentState() reads, kept apart from g_lock (which a
- * stop or flush holds while it writes) and from the profiler's counters
- * (whose snapshot computes histogram quantiles): the samples as a builder
- * of ours counts them on delivery, and the name, start and owner of the
- * running profile under a lock of its own, set at start and stop. */
+/* What ProfilerGetCurrentState() reads, kept apart from the preload lock
+ * (which a stop or flush holds while it writes) and from the profiler's
+ * counters (whose snapshot computes histogram quantiles): the samples as a
+ * builder of ours counts them on delivery, and the name, start and owner
+ * of the running profile under a lock of its own, set at start and stop. */
 static atomic_int g_sample_count; /* an int: gperftools' tests read it as one */
 static pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -124,10 +132,10 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
         WHY("no output to write");
         return -EINVAL;
     }
-    pthread_once(&g_exit_key_once, make_exit_key);
+    snapprof__preload_threads_init();
     /* Static, not on the stack: the config holds a few pages of paths, and
      * this may run on a small thread stack (in the child of a fork() made
-     * there). Always under g_lock. */
+     * there). Always under the preload lock. */
     static snapprof__preload_config_t c;
     c = *cfg;
     for (unsigned i = 0; i < c.n_outputs; i++) {
@@ -244,25 +252,21 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
-    g.threads_seen = g.threads_failed = 0;
-    atomic_store(&g_threads_skipped, 0);
-    atomic_store(&g_signo, c.signo);
+    snapprof__preload_threads_begin(p, c.signo);
     /* From here on new threads register themselves; they wait on the lock
      * until the scan below is done, then find themselves or are added. */
-    atomic_store(&g_tracking, 1);
-    register_self();
+    atomic_store(&snapprof__preload_tracking_on, 1);
+    snapprof__preload_register_self();
     if (c.signo != SIGURG)
         snapprof__preload_signals_manage(SIGURG, 1); /* the scan stops threads with it */
-    atomic_store(&g_rescan_due, 0);
-    register_existing(c.signo);
+    snapprof__preload_register_existing(c.signo);
 
     snapprof__preload_signals_passthrough(1);
     rc = snapprof_profiler_start(p);
     snapprof__preload_signals_passthrough(0);
     if (rc != 0) {
-        atomic_store(&g_tracking, 0);
-        while (g.n_reg > 0)
-            reg_drop(g.n_reg - 1);
+        atomic_store(&snapprof__preload_tracking_on, 0);
+        snapprof__preload_threads_end(0);
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
         g.unnamed = NULL;
@@ -272,17 +276,17 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.start_time = time(NULL);
     g.start_mono = snapprof__monotonic_ns();
     publish_state(1, g.start_time, c.outputs[0].path);
-    atomic_store(&g_owner_pid, (int)getpid());
-    snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0);
+    atomic_store(&snapprof__preload_owner_pid, (int)getpid());
+    snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0, helper_main);
     return 0;
 }
 
 int snapprof__preload_start(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
                             size_t why_size)
 {
-    lock();
+    snapprof__preload_lock();
     int rc = snapprof__preload_start_locked(cfg, flags, why, why_size);
-    unlock();
+    snapprof__preload_unlock();
     return rc;
 }
 
@@ -347,23 +351,23 @@ static unsigned write_fallbacks(snapprof_profiler_t *p, output_result_t *res, un
 
 int snapprof__preload_stop(const char *note)
 {
-    lock();
+    snapprof__preload_lock();
     if (!g.profiler) {
-        unlock();
+        snapprof__preload_unlock();
         return 0;
     }
     if (g.owner != getpid()) {
         /* Inherited through a fork() that bypassed our wrapper, or in a
          * vfork() child sharing the parent's memory: the parent writes
          * this profile, and nothing here may change. */
-        unlock();
+        snapprof__preload_unlock();
         return 0;
     }
-    atomic_store(&g_tracking, 0);
+    atomic_store(&snapprof__preload_tracking_on, 0);
     publish_state(0, 0, "");
     snapprof__preload_helper_disarm();
     snapprof_profiler_t *p = g.profiler;
-    static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under g_lock */
+    static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
     file_id_t before[SNAPPROF_OUTPUTS_MAX];
     for (unsigned i = 0; i < g.cfg.n_outputs; i++)
         before[i] = file_id(g.cfg.outputs[i].path);
@@ -405,7 +409,7 @@ int snapprof__preload_stop(const char *note)
                 continue;
             /* A process that dropped its privileges: into the file it
              * opened at start, at the path asked for (preload_held.c). */
-            if (snapprof__preload_held_output(i, &res[i]) == 0)
+            if (snapprof__preload_held_output(&g.cfg, i, &res[i]) == 0)
                 continue;
             /* Under `snapprof record` the summary says it; alone, we do. */
             if (res[i].written[0] && !g.cfg.summary_dir[0])
@@ -421,28 +425,48 @@ int snapprof__preload_stop(const char *note)
     }
     if (failed > 0)
         snapprof_profiler_get_stats(p, &st); /* the fallbacks' writes counted */
-    write_summary(note, res, &st);
-    snapprof__preload_release_files(1);
-    while (g.n_reg > 0)
-        reg_drop(g.n_reg - 1);
-    free(g.reg);
-    g.reg = NULL;
-    g.cap_reg = 0;
+    snapprof__preload_write_summary(&g, note, res, &st);
+    snapprof__preload_release_files(&g.cfg, 1);
+    snapprof__preload_threads_end(1);
     snapprof_profiler_destroy(p);
     g.profiler = NULL;
     g.unnamed = NULL;
     memset(g.builders, 0, sizeof g.builders);
-    atomic_store(&g_owner_pid, 0);
-    unlock();
+    atomic_store(&snapprof__preload_owner_pid, 0);
+    snapprof__preload_unlock();
     return rc;
 }
 
-int snapprof__preload_flush_here(void)
+/* snapprof__preload_flush() on this thread: symbolizes and writes here.
+ * The helper thread calls it for the others (helper_main), so that the
+ * profiler's work never lands in the program's profile. */
+static int flush_here(void)
 {
-    lock();
+    snapprof__preload_lock();
     int rc = g.profiler && g.owner == getpid() ? snapprof_profiler_flush(g.profiler) : 0;
-    unlock();
+    snapprof__preload_unlock();
     return rc;
+}
+
+const snapprof__preload_config_t *snapprof__preload_config_here(void)
+{
+    return g.profiler && g.owner == getpid() ? &g.cfg : NULL;
+}
+
+const char *snapprof__preload_summary_dir(void)
+{
+    return g.cfg.summary_dir;
+}
+
+int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void **profiler)
+{
+    if (!g.profiler)
+        return 0;
+    *profiler = g.profiler;
+    *cfg = g.cfg;
+    snapprof__preload_release_files(&g.cfg, 0); /* the parent's */
+    memset(&g, 0, sizeof g);
+    return 1;
 }
 
 void snapprof__preload_state_fork_child(void)
@@ -469,4 +493,82 @@ void snapprof__preload_get_state(snapprof__preload_state_t *out)
         out->samples = (uint64_t)atomic_load_explicit(&g_sample_count, memory_order_relaxed);
     }
     pthread_mutex_unlock(&g_state_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The helper thread                                                        */
+/* ------------------------------------------------------------------------ */
+
+int snapprof__preload_flush(void)
+{
+    if (!atomic_load(&snapprof__preload_tracking_on) ||
+        atomic_load(&snapprof__preload_owner_pid) != getpid())
+        return 0;
+    int rc;
+    if (snapprof__preload_helper_flush(&rc))
+        return rc;
+    return flush_here();
+}
+
+static void stop_at_deadline(void)
+{
+    snapprof__preload_lock();
+    int due = g.profiler && g.owner == getpid();
+    snapprof__preload_unlock();
+    if (due)
+        snapprof__preload_stop("duration");
+}
+
+/* Under TSan our pthread_create cannot register threads: TSan starts each
+ * thread with its own routine, which must run before any instrumented code,
+ * so the trampoline would come too early (preload_interpose.c does not wrap
+ * there). The helper finds new threads in /proc/self/task instead. */
+#if defined(SNAPPROF_PRELOAD_TSAN)
+#define RESCAN_NS 20000000u
+#else
+#define RESCAN_NS 0u
+#endif
+
+/* The helper thread (started by snapprof__preload_helper_arm()): carries
+ * out the requests posted to it (preload_helper.c), stops the profile at
+ * its deadline, and scans for threads when a scan is due. */
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    snapprof__preload_helper_began();
+    uint64_t next_rescan = 0;
+    for (;;) {
+        unsigned cmd = snapprof__preload_helper_take();
+        /* A flush first: a finish in the same word ends the loop's turn. */
+        if (cmd & SNAPPROF__HELPER_FLUSH) {
+            unsigned gen = snapprof__preload_helper_flush_asked();
+            snapprof__preload_helper_flush_served(gen, flush_here());
+        }
+        if (cmd & SNAPPROF__HELPER_FINISH) {
+            char name[32];
+            int signo = snapprof__preload_helper_finish_signo();
+            snapprof__preload_stop(signo > 0 ? snapprof__signal_name(signo, name, sizeof name)
+                                             : "_exit");
+            snapprof__preload_helper_finish_served();
+            continue;
+        }
+        uint64_t deadline = snapprof__preload_helper_deadline(), now = snapprof__monotonic_ns();
+        if (deadline && now >= deadline) {
+            snapprof__preload_helper_disarm();
+            stop_at_deadline();
+            continue;
+        }
+        uint64_t wake = deadline;
+        uint64_t every = RESCAN_NS ? RESCAN_NS : snapprof__preload_rescan_due() ? RETRY_NS : 0;
+        if (every && atomic_load(&snapprof__preload_tracking_on)) {
+            if (now >= next_rescan) {
+                snapprof__preload_rescan_threads();
+                next_rescan = snapprof__monotonic_ns() + every;
+            }
+            if (!wake || next_rescan < wake)
+                wake = next_rescan;
+        }
+        snapprof__preload_helper_wait(wake ? (wake > now ? wake - now : 1) : 0);
+    }
+    return NULL;
 }

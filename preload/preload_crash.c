@@ -138,7 +138,7 @@ static void append_uint(char *buf, size_t size, size_t *n, unsigned long v)
  * in time, or the crash was inside the preload lock). Async-signal-safe. */
 static void note_unwritten(int outcome)
 {
-    const char *dir = g.cfg.summary_dir; /* fixed while the profile runs */
+    const char *dir = snapprof__preload_summary_dir(); /* fixed while the profile runs */
     if (!dir[0])
         return;
     /* Not on the stack, which may be a small alternate one; the first

@@ -1,6 +1,9 @@
 /* fork() and the whole-process profile: the lock held across it, and in
  * the child the parent's profile left alone and, when the profile follows
- * forks, a new one started with the child's own files. */
+ * forks, a new one started with the child's own files. Above the control
+ * code (preload_control.c), which never calls back here: the child's start
+ * runs on the forking thread before fork() returns, so it is a call, not a
+ * request to carry out later. */
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
@@ -100,14 +103,15 @@ void snapprof__preload_fork_prepare(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 2;
-    g_fork_locked = pthread_mutex_timedlock(&g_lock, &ts) == 0;
-    g_fork_tracking = atomic_load(&g_tracking) && g.profiler && g.owner == getpid();
+    g_fork_locked = snapprof__preload_fork_lock(&ts);
+    g_fork_tracking =
+        atomic_load(&snapprof__preload_tracking_on) && snapprof__preload_config_here() != NULL;
 }
 
 void snapprof__preload_fork_parent(void)
 {
     if (g_fork_locked)
-        pthread_mutex_unlock(&g_lock);
+        snapprof__preload_fork_unlock();
 }
 
 /* For every fork() that runs atfork handlers, also one that bypasses our
@@ -116,31 +120,29 @@ void snapprof__preload_atfork_child(void)
 {
     snapprof__preload_state_fork_child();
     snapprof__preload_helper_gone();
-    atomic_store(&g_tracking, 0);
+    atomic_store(&snapprof__preload_tracking_on, 0);
 }
 
 void snapprof__preload_fork_child(void)
 {
-    threads_fork_child();
-    pthread_mutex_init(&g_lock, NULL);
-    atomic_store(&g_lock_owner, 0);
+    snapprof__preload_threads_fork_child();
+    snapprof__preload_fork_lock_reset();
     snapprof__preload_helper_fork_child();
     int was_running = g_fork_tracking;
-    atomic_store(&g_tracking, 0);
-    if (!g.profiler)
-        return;
-    /* The parent's profile belongs to the parent. Its memory stays as it
-     * is (this process may well exec() soon); the child starts afresh. */
-    if (g_n_orphans + 2 <= sizeof g_orphans / sizeof g_orphans[0]) {
-        g_orphans[g_n_orphans++] = g.profiler;
-        g_orphans[g_n_orphans++] = g.reg;
-    }
+    atomic_store(&snapprof__preload_tracking_on, 0);
     /* Static rather than on the stack of whatever thread forked; only
      * this thread runs in the child now. */
     static snapprof__preload_config_t cfg;
-    cfg = g.cfg;
-    snapprof__preload_release_files(0); /* the parent's */
-    memset(&g, 0, sizeof g);
+    void *profiler;
+    if (!snapprof__preload_profile_fork_child(&cfg, &profiler))
+        return;
+    /* The parent's profile belongs to the parent. Its memory stays as it
+     * is (this process may well exec() soon); the child starts afresh. */
+    void *reg = snapprof__preload_threads_forget();
+    if (g_n_orphans + 2 <= sizeof g_orphans / sizeof g_orphans[0]) {
+        g_orphans[g_n_orphans++] = profiler;
+        g_orphans[g_n_orphans++] = reg;
+    }
     if (!was_running || !cfg.follow_fork)
         return;
     if (snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
@@ -166,9 +168,9 @@ void snapprof__preload_fork_child(void)
         return;
     }
     char why[256];
-    lock();
+    snapprof__preload_lock();
     int rc = snapprof__preload_start_locked(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why);
-    unlock();
+    snapprof__preload_unlock();
     if (rc != 0)
         snapprof__preload_warn("not profiling child %d: %s", (int)getpid(), why);
 #endif

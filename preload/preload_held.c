@@ -43,7 +43,7 @@ typedef struct held {
     int created; /* this process made the file */
 } held_t;
 
-/* Under g_lock. [SNAPPROF_OUTPUTS_MAX] is the summary. */
+/* Under the preload lock. [SNAPPROF_OUTPUTS_MAX] is the summary. */
 static held_t g_held[SNAPPROF_OUTPUTS_MAX + 1] = {
     [0 ... SNAPPROF_OUTPUTS_MAX] = {.fd = -1},
 };
@@ -103,27 +103,28 @@ static void unhold(held_t *h)
     h->fd = -1;
 }
 
-static void summary_held_path(char *out, size_t size)
+static void summary_held_path(const snapprof__preload_config_t *cfg, char *out, size_t size)
 {
-    if (path_fmt(out, size, "%s/%d" SNAPPROF__RECORD_HELD_EXT, g.cfg.summary_dir, (int)getpid()) !=
-        0)
+    if (snapprof__preload_path_fmt(out, size, "%s/%d" SNAPPROF__RECORD_HELD_EXT, cfg->summary_dir,
+                                   (int)getpid()) != 0)
         out[0] = '\0';
 }
 
-/* Under g_lock, with this process's profile running. */
-static void hold_files(void)
+/* Under the preload lock, with this process's profile (config cfg)
+ * running. */
+static void hold_files(const snapprof__preload_config_t *cfg)
 {
-    snapprof__preload_release_files(0);
+    snapprof__preload_release_files(cfg, 0);
     g_held_pid = getpid();
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
-        hold(&g_held[i], g.cfg.outputs[i].path, O_CREAT, 0644);
+    for (unsigned i = 0; i < cfg->n_outputs; i++)
+        hold(&g_held[i], cfg->outputs[i].path, O_CREAT, 0644);
     char path[PATH_MAX];
-    summary_held_path(path, sizeof path);
-    if (g.cfg.summary_dir[0] && path[0])
+    summary_held_path(cfg, path, sizeof path);
+    if (cfg->summary_dir[0] && path[0])
         hold(&g_held[SNAPPROF_OUTPUTS_MAX], path, O_CREAT | O_EXCL, 0600);
 }
 
-void snapprof__preload_release_files(int remove_unused)
+void snapprof__preload_release_files(const snapprof__preload_config_t *cfg, int remove_unused)
 {
     if (g_held_pid != getpid()) {
         /* Inherited through fork(): the parent's files, not ours to write
@@ -140,9 +141,9 @@ void snapprof__preload_release_files(int remove_unused)
         struct stat fst, pst;
         char path[PATH_MAX];
         if (i == SNAPPROF_OUTPUTS_MAX)
-            summary_held_path(path, sizeof path);
+            summary_held_path(cfg, path, sizeof path);
         else
-            snprintf(path, sizeof path, "%s", g.cfg.outputs[i].path);
+            snprintf(path, sizeof path, "%s", cfg->outputs[i].path);
         /* Still our empty file at the path: nothing was written to it. */
         if (remove_unused && (h->created || i == SNAPPROF_OUTPUTS_MAX) && path[0] && held_ok(h) &&
             fstat(h->fd, &fst) == 0 && fst.st_size == 0 && lstat(path, &pst) == 0 &&
@@ -193,7 +194,8 @@ static int copy_into(held_t *h, const char *from)
     return err;
 }
 
-int snapprof__preload_held_output(unsigned i, output_result_t *res)
+int snapprof__preload_held_output(const snapprof__preload_config_t *cfg, unsigned i,
+                                  output_result_t *res)
 {
     if (g_held_pid != getpid() || i >= SNAPPROF_OUTPUTS_MAX || !res->written[0] ||
         !held_ok(&g_held[i]))
@@ -202,7 +204,7 @@ int snapprof__preload_held_output(unsigned i, output_result_t *res)
     if (rc != 0)
         return rc;
     unlink(res->written);
-    snprintf(res->written, sizeof res->written, "%s", g.cfg.outputs[i].path);
+    snprintf(res->written, sizeof res->written, "%s", cfg->outputs[i].path);
     res->err = 0;
     return 0;
 }
@@ -229,12 +231,13 @@ FILE *snapprof__preload_held_summary(void)
  * files if it is root and its profile runs (once). */
 static void before_setid(void)
 {
-    if (geteuid() != 0 || atomic_load(&g_owner_pid) != (int)getpid())
+    if (geteuid() != 0 || atomic_load(&snapprof__preload_owner_pid) != (int)getpid())
         return;
-    lock();
-    if (g.profiler && g.owner == getpid() && g_held_pid != getpid())
-        hold_files();
-    unlock();
+    snapprof__preload_lock();
+    const snapprof__preload_config_t *cfg = snapprof__preload_config_here();
+    if (cfg && g_held_pid != getpid())
+        hold_files(cfg);
+    snapprof__preload_unlock();
 }
 
 static void *next_fn(void **slot, const char *name)

@@ -1,6 +1,10 @@
-/* The helper thread of the whole-process profile: it stops the profile
- * at its deadline, at exit and for terminating signals (which cannot write
- * it from a handler), and finds threads that registered no other way. */
+/* Requests to the helper thread of the whole-process profile: it stops
+ * the profile at its deadline, at exit and for terminating signals (which
+ * cannot write it from a handler), flushes it for ProfilerFlush, and finds
+ * threads that registered no other way. Signal handlers, _exit and
+ * ProfilerFlush post their requests here, in one word (from a handler
+ * without a lock); the thread itself runs the loop of preload_control.c,
+ * which carries them out. This file calls nothing of the control code. */
 #include "preload/preload_process.h"
 
 #include <limits.h>
@@ -13,8 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The helper thread and its commands. */
-enum { CMD_FINISH = 1u, CMD_WAKE = 2u, CMD_FLUSH = 4u };
+/* The helper thread and its requests (SNAPPROF__HELPER_*). */
 static atomic_uint g_cmd;
 static atomic_uint g_finish_done;
 static atomic_int g_finish_signal;
@@ -40,69 +43,49 @@ void snapprof__preload_futex_wait(atomic_uint *word, unsigned expected, uint64_t
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, timeout_ns ? &ts : NULL, NULL, 0);
 }
 
-static void stop_at_deadline(void)
+void snapprof__preload_helper_began(void)
 {
-    lock();
-    int due = g.profiler && g.owner == getpid();
-    unlock();
-    if (due)
-        snapprof__preload_stop("duration");
-}
-
-/* Under TSan our pthread_create cannot register threads: TSan starts each
- * thread with its own routine, which must run before any instrumented code,
- * so the trampoline would come too early (preload_interpose.c does not wrap
- * there). The helper finds new threads in /proc/self/task instead. */
-#if defined(SNAPPROF_PRELOAD_TSAN)
-#define RESCAN_NS 20000000u
-#else
-#define RESCAN_NS 0u
-#endif
-
-static void *helper_main(void *arg)
-{
-    (void)arg;
     /* prctl, not pthread_setname_np, which is ours and takes our lock. */
     prctl(PR_SET_NAME, "snapprof-helper");
     atomic_store(&g_helper_tid, (int)gettid_());
-    uint64_t next_rescan = 0;
-    for (;;) {
-        unsigned cmd = atomic_exchange(&g_cmd, 0);
-        /* A flush first: a finish in the same word ends the loop's turn. */
-        if (cmd & CMD_FLUSH) {
-            unsigned gen = atomic_load(&g_flush_asked);
-            atomic_store(&g_flush_rc, snapprof__preload_flush_here());
-            atomic_store(&g_flush_served, gen);
-            snapprof__preload_futex_wake(&g_flush_served);
-        }
-        if (cmd & CMD_FINISH) {
-            char name[32];
-            int signo = atomic_load(&g_finish_signal);
-            snapprof__preload_stop(signo > 0 ? snapprof__signal_name(signo, name, sizeof name)
-                                             : "_exit");
-            atomic_store(&g_finish_done, 1);
-            snapprof__preload_futex_wake(&g_finish_done);
-            continue;
-        }
-        uint64_t deadline = atomic_load(&g_deadline), now = snapprof__monotonic_ns();
-        if (deadline && now >= deadline) {
-            atomic_store(&g_deadline, 0);
-            stop_at_deadline();
-            continue;
-        }
-        uint64_t wake = deadline;
-        uint64_t every = RESCAN_NS ? RESCAN_NS : atomic_load(&g_rescan_due) ? RETRY_NS : 0;
-        if (every && atomic_load(&g_tracking)) {
-            if (now >= next_rescan) {
-                rescan_threads();
-                next_rescan = snapprof__monotonic_ns() + every;
-            }
-            if (!wake || next_rescan < wake)
-                wake = next_rescan;
-        }
-        snapprof__preload_futex_wait(&g_cmd, 0, wake ? (wake > now ? wake - now : 1) : 0);
-    }
-    return NULL;
+}
+
+unsigned snapprof__preload_helper_take(void)
+{
+    return atomic_exchange(&g_cmd, 0);
+}
+
+unsigned snapprof__preload_helper_flush_asked(void)
+{
+    return atomic_load(&g_flush_asked);
+}
+
+void snapprof__preload_helper_flush_served(unsigned gen, int rc)
+{
+    atomic_store(&g_flush_rc, rc);
+    atomic_store(&g_flush_served, gen);
+    snapprof__preload_futex_wake(&g_flush_served);
+}
+
+int snapprof__preload_helper_finish_signo(void)
+{
+    return atomic_load(&g_finish_signal);
+}
+
+void snapprof__preload_helper_finish_served(void)
+{
+    atomic_store(&g_finish_done, 1);
+    snapprof__preload_futex_wake(&g_finish_done);
+}
+
+uint64_t snapprof__preload_helper_deadline(void)
+{
+    return atomic_load(&g_deadline);
+}
+
+void snapprof__preload_helper_wait(uint64_t timeout_ns)
+{
+    snapprof__preload_futex_wait(&g_cmd, 0, timeout_ns);
 }
 
 int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *attr,
@@ -124,7 +107,7 @@ int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *at
 
 /* Starts the helper once per process; it blocks every signal, so it is
  * never a sampling target and never runs the program's handlers. */
-static void ensure_helper(void)
+static void ensure_helper(void *(*serve)(void *))
 {
     if (atomic_load(&g_helper_running))
         return;
@@ -135,7 +118,7 @@ static void ensure_helper(void)
      * sanitizer runtimes make deeper: address space, not memory. */
     pthread_attr_setstacksize(&attr, 2u << 20);
     pthread_t th;
-    int rc = snapprof__preload_start_quiet_thread(&th, &attr, helper_main);
+    int rc = snapprof__preload_start_quiet_thread(&th, &attr, serve);
     pthread_attr_destroy(&attr);
     if (rc == 0) {
         atomic_store(&g_helper_running, 1);
@@ -146,12 +129,12 @@ static void ensure_helper(void)
     }
 }
 
-void snapprof__preload_helper_arm(uint64_t deadline)
+void snapprof__preload_helper_arm(uint64_t deadline, void *(*serve)(void *))
 {
-    ensure_helper();
+    ensure_helper(serve);
     atomic_store(&g_deadline, deadline);
-    if (deadline || atomic_load(&g_rescan_due)) {
-        atomic_fetch_or(&g_cmd, CMD_WAKE);
+    if (deadline || snapprof__preload_rescan_due()) {
+        atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_WAKE);
         snapprof__preload_futex_wake(&g_cmd);
     }
 }
@@ -166,22 +149,20 @@ void snapprof__preload_helper_gone(void)
     atomic_store(&g_helper_running, 0);
 }
 
-int snapprof__preload_flush(void)
+int snapprof__preload_helper_flush(int *rc)
 {
-    if (!atomic_load(&g_tracking) || atomic_load(&g_owner_pid) != getpid())
-        return 0;
     if (!atomic_load(&g_helper_running) || atomic_load(&g_helper_tid) == gettid_())
-        return snapprof__preload_flush_here();
+        return 0;
     pthread_mutex_lock(&g_flush_mutex);
     unsigned gen = atomic_fetch_add(&g_flush_asked, 1) + 1;
-    atomic_fetch_or(&g_cmd, CMD_FLUSH);
+    atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_FLUSH);
     snapprof__preload_futex_wake(&g_cmd);
     unsigned served;
     while ((served = atomic_load(&g_flush_served)) != gen)
         snapprof__preload_futex_wait(&g_flush_served, served, 0);
-    int rc = atomic_load(&g_flush_rc);
+    *rc = atomic_load(&g_flush_rc);
     pthread_mutex_unlock(&g_flush_mutex);
-    return rc;
+    return 1;
 }
 
 void snapprof__preload_helper_fork_child(void)
@@ -204,19 +185,19 @@ int snapprof__preload_finish_within(int signo, uint64_t timeout_ns)
 {
     /* getpid() is a system call: right in vfork() children too, which
      * share our memory and must leave it alone. */
-    if (!atomic_load(&g_tracking) || !atomic_load(&g_helper_running) ||
-        atomic_load(&g_owner_pid) != getpid())
+    if (!atomic_load(&snapprof__preload_tracking_on) || !atomic_load(&g_helper_running) ||
+        atomic_load(&snapprof__preload_owner_pid) != getpid())
         return SNAPPROF__FINISH_NOTHING;
     /* The writer needs the preload lock: if this very thread holds it,
      * waiting would never end; nor would the helper's wait for itself. */
     pid_t self = gettid_();
-    if (atomic_load(&g_lock_owner) == self)
+    if (snapprof__preload_lock_holder() == self)
         return SNAPPROF__FINISH_OWN_LOCK;
     if (atomic_load(&g_helper_tid) == self)
         return SNAPPROF__FINISH_NOTHING;
     int expected = 0;
     atomic_compare_exchange_strong(&g_finish_signal, &expected, signo > 0 ? signo : -1);
-    atomic_fetch_or(&g_cmd, CMD_FINISH);
+    atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_FINISH);
     snapprof__preload_futex_wake(&g_cmd);
     uint64_t t0 = snapprof__monotonic_ns();
     while (!atomic_load(&g_finish_done)) {

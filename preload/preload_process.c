@@ -4,10 +4,11 @@
  * and continues in children of fork() with their own files. A helper thread
  * does the work that signal handlers and timers cannot do themselves.
  *
- * This file: the state, its lock, and loading from the environment. Start,
- * stop and flush are preload_control.c, the helper thread preload_helper.c,
- * fork preload_fork.c, the thread registry preload_threads.c, the summary
- * for `snapprof record` preload_summary.c. */
+ * This file: the preload lock, the flags read without it, and loading from
+ * the environment. Start, stop and flush (and the profile's state) are
+ * preload_control.c, requests to the helper thread preload_helper.c, fork
+ * preload_fork.c, the thread registry preload_threads.c, the summary for
+ * `snapprof record` preload_summary.c. */
 #include "preload/preload_process.h"
 
 #include <snapprof/snapprof.h>
@@ -20,36 +21,63 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
-/* State                                                                    */
+/* The lock and the flags                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Shared with the other files of the profile (preload_process.h). */
-pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-preload_state_t g;
-atomic_int g_tracking;
-atomic_int g_signo;
-atomic_uint g_threads_skipped;
-atomic_int g_lock_owner;
-atomic_int g_owner_pid;
+/* The preload lock guards the profile (preload_control.c) and the thread
+ * registry (preload_threads.c); its holder is noted for signal context. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_lock_owner;
+atomic_int snapprof__preload_tracking_on;
+atomic_int snapprof__preload_owner_pid;
 
-void lock(void)
+void snapprof__preload_lock(void)
 {
-    lock_as(gettid_());
+    snapprof__preload_lock_as(gettid_());
 }
 
-void lock_as(pid_t self)
+void snapprof__preload_lock_as(pid_t self)
 {
     pthread_mutex_lock(&g_lock);
     atomic_store(&g_lock_owner, (int)self);
 }
 
-void unlock(void)
+void snapprof__preload_unlock(void)
 {
     atomic_store(&g_lock_owner, 0);
     pthread_mutex_unlock(&g_lock);
 }
 
-int path_fmt(char *out, size_t size, const char *fmt, ...)
+int snapprof__preload_trylock_as(pid_t self)
+{
+    if (pthread_mutex_trylock(&g_lock) != 0)
+        return 0;
+    atomic_store(&g_lock_owner, (int)self);
+    return 1;
+}
+
+pid_t snapprof__preload_lock_holder(void)
+{
+    return (pid_t)atomic_load(&g_lock_owner);
+}
+
+int snapprof__preload_fork_lock(const struct timespec *abstime)
+{
+    return pthread_mutex_timedlock(&g_lock, abstime) == 0;
+}
+
+void snapprof__preload_fork_unlock(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+void snapprof__preload_fork_lock_reset(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    atomic_store(&g_lock_owner, 0);
+}
+
+int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -1,11 +1,14 @@
 /* What the files of the whole-process profile share: preload_process.c
- * (the state, loading), preload_control.c (start/stop/flush),
- * preload_helper.c (the helper thread), preload_fork.c (fork),
- * preload_threads.c (the thread registry) and preload_summary.c (the
- * summary for `snapprof record`). Private to those files; the g_ and
- * unprefixed names are those the code had when it was one file, the
- * functions shared since it was split are snapprof__preload_*, and all stay
- * hidden in the library (C_VISIBILITY_PRESET hidden). */
+ * (the preload lock, the flags read without it, loading),
+ * preload_control.c (start/stop/flush; it alone holds the profile's
+ * state), preload_helper.c (requests to the helper thread), preload_fork.c
+ * (fork), preload_threads.c (the thread registry; it alone holds the
+ * registry) and preload_summary.c (the summary for `snapprof record`).
+ * Calls run one way: fork -> control -> helper, and each of them -> threads
+ * -> process; the helper thread posts nothing back, its requests are
+ * carried out by the loop preload_control.c runs on it. Private to the
+ * library: every name with external linkage is snapprof__preload_*, and
+ * all stay hidden (C_VISIBILITY_PRESET hidden). */
 #ifndef SNAPPROF_PRELOAD_PROCESS_H
 #define SNAPPROF_PRELOAD_PROCESS_H
 
@@ -26,21 +29,52 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
-/* State (preload_process.c)                                                */
+/* The preload lock and the flags read without it (preload_process.c)       */
 /* ------------------------------------------------------------------------ */
 
-/* One registered thread. The entry owns one reference on the token. */
-typedef struct reg_entry {
-    pid_t tid;
-    pthread_t pth;
-    int has_pth;   /* pth is known (the thread registered itself) */
-    int from_scan; /* found in /proc/self/task, registered by tid */
-    snapprof_thread_t *token;
-} reg_entry_t;
+/* Take and leave the preload lock, noting its holder (for signal context,
+ * snapprof__preload_lock_holder()). */
+void snapprof__preload_lock(void);
+void snapprof__preload_unlock(void);
+/* snapprof__preload_lock(), for a caller that knows its tid (one system
+ * call less). */
+void snapprof__preload_lock_as(pid_t self);
+/* One try at the lock; on success notes self as its holder. Returns 1 when
+ * taken, else 0. */
+int snapprof__preload_trylock_as(pid_t self);
+/* The tid holding the preload lock, else 0. Async-signal-safe. */
+pid_t snapprof__preload_lock_holder(void);
+/* The lock held across fork() (preload_fork.c): taken with a bound on the
+ * wait and no holder noted (returns 1 when taken), left in the parent, and
+ * made anew, free, in the child. */
+int snapprof__preload_fork_lock(const struct timespec *abstime);
+void snapprof__preload_fork_unlock(void);
+void snapprof__preload_fork_lock_reset(void);
 
-/* Everything below is guarded by g_lock. */
-extern pthread_mutex_t g_lock;
-typedef struct preload_state {
+/* Set while this process's profile runs: new threads register themselves.
+ * Written under the preload lock (and in a fork child); read anywhere,
+ * signal handlers included. */
+extern atomic_int snapprof__preload_tracking_on;
+/* The process whose profile runs, else 0 (a fork child or a vfork child
+ * sees its parent's until it looks at getpid()). */
+extern atomic_int snapprof__preload_owner_pid;
+
+static inline pid_t gettid_(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* snprintf for paths: returns 0, or -1 when the result did not fit (then
+ * out holds a cut, still terminated, string that must not be used). */
+int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------------ */
+/* The profile (preload_control.c, which alone holds its state)             */
+/* ------------------------------------------------------------------------ */
+
+/* The running profile of this process; guarded by the preload lock. */
+typedef struct snapprof__preload_profile {
     snapprof__preload_config_t cfg; /* as started (output: the path in use) */
     snapprof_profiler_t *profiler;
     snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX]; /* one per output, owned by the profiler */
@@ -48,12 +82,8 @@ typedef struct preload_state {
     int signo;
     time_t start_time;
     uint64_t start_mono;
-    reg_entry_t *reg;
-    size_t n_reg, cap_reg;
-    uint64_t threads_seen, threads_failed;
     struct snapprof__unnamed *unnamed; /* under `snapprof record`: owned by its builder */
-} preload_state_t;
-extern preload_state_t g;
+} snapprof__preload_profile_t;
 
 /* What became of each output at stop. */
 typedef struct output_result {
@@ -63,56 +93,72 @@ typedef struct output_result {
                                profiled that took no sample writes no file */
 } output_result_t;
 
-extern atomic_int g_tracking;         /* new threads register themselves */
-extern atomic_int g_signo;            /* the sampling signal while tracking */
-extern atomic_uint g_threads_skipped; /* threads that block the sampling signal */
-extern atomic_int g_lock_owner;       /* tid holding g_lock, for signal context */
-extern atomic_int g_owner_pid;        /* the process whose profile runs, else 0 */
-
-/* Take and leave g_lock, noting its holder in g_lock_owner. */
-void lock(void);
-void unlock(void);
-/* lock(), for a caller that knows its tid (one system call less). */
-void lock_as(pid_t self);
-
-static inline pid_t gettid_(void)
-{
-    return (pid_t)syscall(SYS_gettid);
-}
-
-/* snprintf for paths: returns 0, or -1 when the result did not fit (then
- * out holds a cut, still terminated, string that must not be used). */
-int path_fmt(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* ------------------------------------------------------------------------ */
-/* Start (preload_control.c)                                                */
-/* ------------------------------------------------------------------------ */
-
-/* snapprof__preload_start() with g_lock held; the fork child starts its
- * own profile through it. */
+/* snapprof__preload_start() with the preload lock held; the fork child
+ * starts its own profile through it. */
 int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
                                    size_t why_size);
 
-/* ------------------------------------------------------------------------ */
-/* The helper thread (preload_helper.c)                                     */
-/* ------------------------------------------------------------------------ */
+/* The config of the profile this process runs (started here, not
+ * inherited through fork()), else NULL. Under the preload lock. */
+const snapprof__preload_config_t *snapprof__preload_config_here(void);
 
-/* At start: starts the helper once per process, sets the deadline at which
- * it stops the profile (CLOCK_MONOTONIC ns; 0: none) and wakes it when it
- * has a deadline or threads to scan again. */
-void snapprof__preload_helper_arm(uint64_t deadline);
-/* snapprof__preload_flush() on this thread: symbolizes and writes here.
- * The helper calls it for the others (preload_helper.c), so that the
- * profiler's work never lands in the program's profile. */
-int snapprof__preload_flush_here(void);
+/* The summary directory of the profile (`snapprof record`), "" when none:
+ * fixed while a profile runs. Async-signal-safe. */
+const char *snapprof__preload_summary_dir(void);
+
+/* In the child of our fork() wrapper, on its only thread: when a profile
+ * was inherited, copies its config to cfg and its profiler to *profiler
+ * (the parent's: never written nor freed here), gives back the parent's
+ * held files and forgets the profile. Returns 1 then, else 0. */
+int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void **profiler);
 
 /* In the child of any fork(), before anything else: the parent's profile
  * is not this process's (what ProfilerGetCurrentState() reports). */
 void snapprof__preload_state_fork_child(void);
 
-/* At stop: no deadline. */
+/* ------------------------------------------------------------------------ */
+/* Requests to the helper thread (preload_helper.c)                         */
+/* ------------------------------------------------------------------------ */
+
+/* The helper thread blocks every signal and is never sampled. Signal
+ * handlers, _exit and ProfilerFlush post requests to it in one word (the
+ * posting from a handler is async-signal-safe); preload_control.c runs the
+ * thread and carries them out. This file calls nothing of the control
+ * code nor of fork. */
+enum {
+    SNAPPROF__HELPER_FINISH = 1u, /* stop and write the profile (a signal, _exit) */
+    SNAPPROF__HELPER_WAKE = 2u,   /* look at the deadline and the rescan again */
+    SNAPPROF__HELPER_FLUSH = 4u,  /* write the profile so far */
+};
+
+/* At start: starts the helper once per process, running serve, sets the
+ * deadline at which it stops the profile (CLOCK_MONOTONIC ns; 0: none)
+ * and wakes it when it has a deadline or threads to scan again. */
+void snapprof__preload_helper_arm(uint64_t deadline, void *(*serve)(void *));
+/* At stop, and on the helper when the deadline has come: no deadline. */
 void snapprof__preload_helper_disarm(void);
-/* In the child of any fork(): the helper thread did not come along. */
+/* snapprof__preload_flush()'s request from a program thread: when the
+ * helper runs and this is not it, asks it to flush and waits; returns 1
+ * with its result in *rc. Returns 0 when the caller must flush itself. */
+int snapprof__preload_helper_flush(int *rc);
+
+/* On the helper thread (serve): names it and notes its tid, once. */
+void snapprof__preload_helper_began(void);
+/* Takes the requests posted since the last call (SNAPPROF__HELPER_*). */
+unsigned snapprof__preload_helper_take(void);
+/* The generation of the flush asked last; after the flush, answers it with
+ * its result. */
+unsigned snapprof__preload_helper_flush_asked(void);
+void snapprof__preload_helper_flush_served(unsigned gen, int rc);
+/* The signal a finish was asked for (> 0), or -1 for _exit; after the stop,
+ * tells the waiting threads. */
+int snapprof__preload_helper_finish_signo(void);
+void snapprof__preload_helper_finish_served(void);
+/* The deadline set by snapprof__preload_helper_arm() (0: none). */
+uint64_t snapprof__preload_helper_deadline(void);
+/* Waits for a request, at most timeout_ns (0: no limit). */
+void snapprof__preload_helper_wait(uint64_t timeout_ns);
+
 /* Starts fn on a new thread with every signal blocked (so it is never a
  * sampling target and never runs the program's handlers), not through
  * our own pthread_create (it is not registered). Returns 0 or an errno
@@ -123,6 +169,7 @@ int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *at
  * timeout_ns (0: no limit). */
 void snapprof__preload_futex_wake(atomic_uint *word);
 void snapprof__preload_futex_wait(atomic_uint *word, unsigned expected, uint64_t timeout_ns);
+/* In the child of any fork(): the helper thread did not come along. */
 void snapprof__preload_helper_gone(void);
 /* In the child of our fork() wrapper: the helper is gone and has no
  * command and no deadline. */
@@ -141,42 +188,52 @@ int snapprof__preload_child_paths(snapprof__preload_config_t *cfg, int pid);
 void snapprof__preload_atfork_child(void);
 
 /* ------------------------------------------------------------------------ */
-/* Thread registry (preload_threads.c)                                      */
+/* Thread registry (preload_threads.c, which alone holds its state)         */
 /* ------------------------------------------------------------------------ */
 
-/* The key whose destructor removes an exiting self-registered thread;
- * made once, by pthread_once(&g_exit_key_once, make_exit_key). */
-extern pthread_key_t g_exit_key;
-extern pthread_once_t g_exit_key_once;
-void make_exit_key(void);
+/* Once per process, at the first start: the key whose destructor removes
+ * an exiting self-registered thread. */
+void snapprof__preload_threads_init(void);
+/* At start, under the preload lock: the registry adds threads to p from
+ * now on, scans with signo, and its counts start at 0. */
+void snapprof__preload_threads_begin(snapprof_profiler_t *p, int signo);
+/* At stop, or a start that failed, under the preload lock: every thread
+ * leaves the profile (whose profiler is still alive) and the registry adds
+ * none any more; with free_entries, its memory is given back. */
+void snapprof__preload_threads_end(int free_entries);
 /* In a forked child, on its only thread: forgets that thread's tid. */
-void threads_fork_child(void);
+void snapprof__preload_threads_fork_child(void);
+/* In a forked child whose parent ran a profile: forgets the parent's
+ * registry and returns its memory (the parent's: never freed here). */
+void *snapprof__preload_threads_forget(void);
+/* For the summary: threads registered, failed and skipped (they block the
+ * sampling signal). Under the preload lock. */
+void snapprof__preload_threads_counts(uint64_t *seen, uint64_t *failed, unsigned *skipped);
 
 /* Set when a scanned thread did not answer its handshake: the helper scans
  * again every RETRY_NS. */
-extern atomic_int g_rescan_due;
+int snapprof__preload_rescan_due(void);
 #define RETRY_NS 20000000u
 
-/* Removes registry entry i from the profile and releases its token. */
-void reg_drop(size_t i);
-
 /* Registers the calling thread and adds it to the profile. */
-void register_self(void);
+void snapprof__preload_register_self(void);
 
-/* At start, under g_lock: registers the threads that existed before. */
-void register_existing(int signo);
+/* At start, under the preload lock: registers the threads that existed
+ * before. */
+void snapprof__preload_register_existing(int signo);
 
-/* From the helper, without g_lock: threads that did not answer before, and
- * those made without our pthread_create. */
-void rescan_threads(void);
+/* From the helper, without the preload lock: threads that did not answer
+ * before, and those made without our pthread_create. */
+void snapprof__preload_rescan_threads(void);
 
 /* ------------------------------------------------------------------------ */
 /* Summary (preload_summary.c)                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Writes "<summary_dir>/<pid>.summary" for `snapprof record`. Under
- * g_lock. */
-void write_summary(const char *note, const output_result_t *res, const snapprof_stats_t *st);
+/* Writes "<summary_dir>/<pid>.summary" for `snapprof record` about the
+ * profile p. Under the preload lock. */
+void snapprof__preload_write_summary(const snapprof__preload_profile_t *p, const char *note,
+                                     const output_result_t *res, const snapprof_stats_t *st);
 
 /* ------------------------------------------------------------------------ */
 /* Unnamed leaves (preload_unnamed.c)                                       */
@@ -205,14 +262,15 @@ size_t snapprof__unnamed_modules(const snapprof__unnamed_t *u,
 /* Files held for processes that drop privileges (preload_held.c)          */
 /* ------------------------------------------------------------------------ */
 
-/* At stop (and in a fork child, for the parent's): closes the held files;
- * with remove_unused, one this process created and nothing was written to
- * is removed. */
-void snapprof__preload_release_files(int remove_unused);
-/* Output i went to a fallback file (res->written) instead of its path:
- * copies it into the held file at the path, removes the fallback and makes
- * res say the path. Returns 0, or a negative errno (res unchanged). */
-int snapprof__preload_held_output(unsigned i, output_result_t *res);
+/* At stop (and in a fork child, for the parent's): closes the held files
+ * of the profile whose config is cfg; with remove_unused, one this process
+ * created and nothing was written to is removed. */
+void snapprof__preload_release_files(const snapprof__preload_config_t *cfg, int remove_unused);
+/* Output i of cfg went to a fallback file (res->written) instead of its
+ * path: copies it into the held file at the path, removes the fallback and
+ * makes res say the path. Returns 0, or a negative errno (res unchanged). */
+int snapprof__preload_held_output(const snapprof__preload_config_t *cfg, unsigned i,
+                                  output_result_t *res);
 /* The held summary file to write, or NULL. */
 FILE *snapprof__preload_held_summary(void);
 

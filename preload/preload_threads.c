@@ -1,7 +1,8 @@
 /* The thread registry of the whole-process profile (preload_process.c):
  * threads that register themselves (made through our pthread_create) or
  * are found in /proc/self/task, added to and removed from the profiler,
- * and renamed. Everything here is under g_lock unless it says otherwise. */
+ * and renamed. This file alone holds the registry. Everything here is
+ * under the preload lock unless it says otherwise. */
 #include "preload/preload_process.h"
 
 #include <dirent.h>
@@ -14,26 +15,47 @@
 #include <string.h>
 #include <unistd.h>
 
-pthread_key_t g_exit_key;
+/* One registered thread. The entry owns one reference on the token. */
+typedef struct reg_entry {
+    pid_t tid;
+    pthread_t pth;
+    int has_pth;   /* pth is known (the thread registered itself) */
+    int from_scan; /* found in /proc/self/task, registered by tid */
+    snapprof_thread_t *token;
+} reg_entry_t;
+
+/* The registry; under the preload lock. */
+static struct {
+    snapprof_profiler_t *profiler; /* the running profile's, else NULL */
+    int signo;                     /* its sampling signal */
+    reg_entry_t *reg;
+    size_t n_reg, cap_reg;
+    uint64_t threads_seen, threads_failed;
+} g_reg;
+static atomic_uint g_threads_skipped; /* threads that block the sampling signal */
+
+/* The key whose destructor removes an exiting self-registered thread. */
+static pthread_key_t g_exit_key;
 /* A thread's tid, noted as it registers itself: its start and its exit
  * each make one system call less (they are most of what profiling costs a
  * short thread). 0 in a forked child's thread until it registers again. */
 static __thread pid_t tls_tid;
-pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
 
 static ssize_t reg_find(pid_t tid)
 {
-    for (size_t i = 0; i < g.n_reg; i++)
-        if (g.reg[i].tid == tid)
+    for (size_t i = 0; i < g_reg.n_reg; i++)
+        if (g_reg.reg[i].tid == tid)
             return (ssize_t)i;
     return -1;
 }
 
-void reg_drop(size_t i)
+/* Removes registry entry i from the profile and releases its token. */
+static void reg_drop(size_t i)
 {
-    snapprof_profiler_remove_thread(g.profiler, g.reg[i].token);
-    snapprof_thread_release(g.reg[i].token);
-    g.reg[i] = g.reg[--g.n_reg];
+    snapprof_profiler_remove_thread(g_reg.profiler, g_reg.reg[i].token);
+    snapprof_thread_release(g_reg.reg[i].token);
+    g_reg.reg[i] = g_reg.reg[--g_reg.n_reg];
 }
 
 /* Adds a registered thread to the profile; takes over the token's
@@ -48,28 +70,28 @@ static void reg_add(const reg_entry_t *e)
     }
     int counted = 1;
     if (old >= 0) {
-        counted = !g.reg[old].from_scan; /* else the same thread, seen twice */
+        counted = !g_reg.reg[old].from_scan; /* else the same thread, seen twice */
         reg_drop((size_t)old);
     }
-    if (g.n_reg == g.cap_reg) {
-        size_t cap = g.cap_reg ? g.cap_reg * 2 : 16;
-        reg_entry_t *n = realloc(g.reg, cap * sizeof *n);
+    if (g_reg.n_reg == g_reg.cap_reg) {
+        size_t cap = g_reg.cap_reg ? g_reg.cap_reg * 2 : 16;
+        reg_entry_t *n = realloc(g_reg.reg, cap * sizeof *n);
         if (!n) {
-            g.threads_failed++;
+            g_reg.threads_failed++;
             snapprof_thread_release(e->token);
             return;
         }
-        g.reg = n;
-        g.cap_reg = cap;
+        g_reg.reg = n;
+        g_reg.cap_reg = cap;
     }
-    if (snapprof_profiler_add_thread(g.profiler, e->token) != 0) {
-        g.threads_failed++;
+    if (snapprof_profiler_add_thread(g_reg.profiler, e->token) != 0) {
+        g_reg.threads_failed++;
         snapprof_thread_release(e->token);
         return;
     }
-    g.reg[g.n_reg++] = *e;
+    g_reg.reg[g_reg.n_reg++] = *e;
     if (counted)
-        g.threads_seen++;
+        g_reg.threads_seen++;
 }
 
 /* Runs when a thread that registered itself exits: it leaves the profile
@@ -78,19 +100,19 @@ static void on_thread_exit(void *unused)
 {
     (void)unused;
     pid_t tid = tls_tid ? tls_tid : gettid_();
-    lock_as(tid);
-    ssize_t i = g.profiler ? reg_find(tid) : -1;
+    snapprof__preload_lock_as(tid);
+    ssize_t i = g_reg.profiler ? reg_find(tid) : -1;
     if (i >= 0)
         reg_drop((size_t)i);
-    unlock();
+    snapprof__preload_unlock();
 }
 
-void threads_fork_child(void)
+void snapprof__preload_threads_fork_child(void)
 {
     tls_tid = 0; /* the forking thread's, which has a new tid here */
 }
 
-void make_exit_key(void)
+static void make_exit_key(void)
 {
     /* Made after the library's own exit key, which registering a thread
      * makes (start registers this thread anyway, just after): glibc runs
@@ -102,6 +124,45 @@ void make_exit_key(void)
     if (snapprof_thread_register(&t) == 0)
         snapprof_thread_release(t);
     pthread_key_create(&g_exit_key, on_thread_exit);
+}
+
+void snapprof__preload_threads_init(void)
+{
+    pthread_once(&g_exit_key_once, make_exit_key);
+}
+
+void snapprof__preload_threads_begin(snapprof_profiler_t *p, int signo)
+{
+    g_reg.profiler = p;
+    g_reg.signo = signo;
+    g_reg.threads_seen = g_reg.threads_failed = 0;
+    atomic_store(&g_threads_skipped, 0);
+}
+
+void snapprof__preload_threads_end(int free_entries)
+{
+    while (g_reg.n_reg > 0)
+        reg_drop(g_reg.n_reg - 1);
+    if (free_entries) {
+        free(g_reg.reg);
+        g_reg.reg = NULL;
+        g_reg.cap_reg = 0;
+    }
+    g_reg.profiler = NULL;
+}
+
+void *snapprof__preload_threads_forget(void)
+{
+    void *entries = g_reg.reg;
+    memset(&g_reg, 0, sizeof g_reg);
+    return entries;
+}
+
+void snapprof__preload_threads_counts(uint64_t *seen, uint64_t *failed, unsigned *skipped)
+{
+    *seen = g_reg.threads_seen;
+    *failed = g_reg.threads_failed;
+    *skipped = atomic_load(&g_threads_skipped);
 }
 
 /* Reads /proc/self/task/TID/NAME into buf, NUL-terminated (cut to size).
@@ -158,14 +219,14 @@ static int thread_never_ran(pid_t tid)
 
 /* The token the calling thread registered itself with. snapprof keeps a
  * reference on it for the thread itself, so it lives as long as the thread:
- * the thread renames itself through it without taking g_lock. */
+ * the thread renames itself through it without taking the preload lock. */
 static __thread snapprof_thread_t *tls_token;
 
-void register_self(void)
+void snapprof__preload_register_self(void)
 {
     snapprof_thread_t *t;
     if (snapprof_thread_register(&t) != 0) {
-        g.threads_failed++;
+        g_reg.threads_failed++;
         return;
     }
     tls_token = t;
@@ -178,11 +239,16 @@ void register_self(void)
 /* Set when a thread found by a scan did not answer the handshake that
  * finds its stack (a stalled host; a thread waiting in vfork()): the helper
  * scans again, every RETRY_NS, until it answers or is gone. */
-atomic_int g_rescan_due;
+static atomic_int g_rescan_due;
+
+int snapprof__preload_rescan_due(void)
+{
+    return atomic_load(&g_rescan_due);
+}
 
 /* The tids in /proc/self/task that are neither registered nor the caller,
  * and that do not block the signals we stop them with; when retrying, not
- * those that have yet to take the last one we sent. Under g_lock. Returns
+ * those that have yet to take the last one we sent. Under the lock. Returns
  * how many (*out is malloc'd, NULL when none). */
 static size_t scan_unregistered(int signo, int retrying, pid_t **out)
 {
@@ -223,7 +289,7 @@ static size_t scan_unregistered(int signo, int retrying, pid_t **out)
             size_t c = cap ? cap * 2 : 16;
             pid_t *t = realloc(tids, c * sizeof *t);
             if (!t) {
-                g.threads_failed++;
+                g_reg.threads_failed++;
                 continue;
             }
             tids = t;
@@ -238,7 +304,7 @@ static size_t scan_unregistered(int signo, int retrying, pid_t **out)
 
 /* Registers tid by its stack pointer (a handshake: may wait up to its
  * timeout). Returns the token, or NULL: gone, late (the helper retries) or
- * failed (*failed set, for the caller to count under g_lock). */
+ * failed (*failed set, for the caller to count under the lock). */
 static snapprof_thread_t *register_tid(pid_t tid, int *failed)
 {
     snapprof_thread_t *t;
@@ -256,16 +322,17 @@ static snapprof_thread_t *register_tid(pid_t tid, int *failed)
 }
 
 /* Threads that are there but not registered, at start: those that existed
- * before. Under g_lock, which the caller already holds: threads that
+ * before. Under the lock, which the caller already holds: threads that
  * register themselves wait until the scan is done. */
-void register_existing(int signo)
+void snapprof__preload_register_existing(int signo)
 {
+    atomic_store(&g_rescan_due, 0);
     pid_t *tids;
     size_t n = scan_unregistered(signo, 0, &tids);
     for (size_t i = 0; i < n; i++) {
         int failed;
         snapprof_thread_t *t = register_tid(tids[i], &failed);
-        g.threads_failed += (uint64_t)failed;
+        g_reg.threads_failed += (uint64_t)failed;
         if (t) {
             reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
             reg_add(&e);
@@ -276,41 +343,43 @@ void register_existing(int signo)
 
 /* Later, from the helper: threads that did not answer before, and (see
  * RESCAN_NS) those made without our pthread_create. The handshakes run
- * without g_lock, so a thread that is slow to answer does not hold up the
+ * without the lock, so a thread that is slow to answer does not hold up the
  * program's pthread_create() or ProfilerStop(). */
-void rescan_threads(void)
+void snapprof__preload_rescan_threads(void)
 {
     atomic_store(&g_rescan_due, 0);
-    lock();
+    snapprof__preload_lock();
     pid_t *tids = NULL;
-    size_t n = g.profiler && atomic_load(&g_tracking) ? scan_unregistered(g.signo, 1, &tids) : 0;
-    unlock();
+    size_t n = g_reg.profiler && atomic_load(&snapprof__preload_tracking_on)
+                   ? scan_unregistered(g_reg.signo, 1, &tids)
+                   : 0;
+    snapprof__preload_unlock();
     for (size_t i = 0; i < n; i++) {
         int failed;
         snapprof_thread_t *t = register_tid(tids[i], &failed);
         if (!t && !failed)
             continue;
-        lock();
-        g.threads_failed += (uint64_t)failed;
-        if (t && g.profiler && atomic_load(&g_tracking)) {
+        snapprof__preload_lock();
+        g_reg.threads_failed += (uint64_t)failed;
+        if (t && g_reg.profiler && atomic_load(&snapprof__preload_tracking_on)) {
             reg_entry_t e = {.tid = tids[i], .from_scan = 1, .token = t};
             reg_add(&e); /* a no-op if the thread registered itself meanwhile */
         } else if (t) {
             snapprof_thread_release(t);
         }
-        unlock();
+        snapprof__preload_unlock();
     }
     free(tids);
 }
 
 int snapprof__preload_tracking(void)
 {
-    return atomic_load_explicit(&g_tracking, memory_order_relaxed);
+    return atomic_load_explicit(&snapprof__preload_tracking_on, memory_order_relaxed);
 }
 
 void snapprof__preload_thread_started(void)
 {
-    if (!atomic_load(&g_tracking))
+    if (!atomic_load(&snapprof__preload_tracking_on))
         return;
     /* A thread that starts with the sampling signal blocked is registered
      * all the same: Go's runtime (cgo) starts every thread with all signals
@@ -321,26 +390,26 @@ void snapprof__preload_thread_started(void)
     snapprof_thread_t *t;
     int rc = snapprof_thread_register_ex(SNAPPROF_REGISTER_AT_START, &t);
     pid_t tid = rc == 0 ? snapprof_thread_tid(t) : gettid_();
-    lock_as(tid);
+    snapprof__preload_lock_as(tid);
     if (rc == 0) {
         tls_token = t;
         tls_tid = tid;
     }
-    if (rc == 0 && g.profiler && atomic_load(&g_tracking)) {
+    if (rc == 0 && g_reg.profiler && atomic_load(&snapprof__preload_tracking_on)) {
         reg_entry_t e = {.tid = tid, .pth = pthread_self(), .has_pth = 1, .token = t};
         reg_add(&e);
         pthread_setspecific(g_exit_key, (void *)1);
     } else if (rc == 0) {
         snapprof_thread_release(t);
-    } else if (g.profiler) {
-        g.threads_failed++;
+    } else if (g_reg.profiler) {
+        g_reg.threads_failed++;
     }
-    unlock();
+    snapprof__preload_unlock();
 }
 
 void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
 {
-    if (!atomic_load(&g_tracking) || !name)
+    if (!atomic_load(&snapprof__preload_tracking_on) || !name)
         return;
     /* A thread naming itself, as most do: straight to its token. (Only
      * threads that registered themselves have one; snapprof's own threads,
@@ -354,19 +423,19 @@ void snapprof__preload_thread_renamed(pthread_t thread, const char *name)
      * ranks below ours: waiting for our lock there could deadlock with a
      * thread that holds ours and waits for the sampler's. So never wait for
      * long: a rename lost to a busy lock only costs a label. */
-    if (atomic_load(&g_lock_owner) == gettid_())
+    pid_t self_tid = gettid_();
+    if (snapprof__preload_lock_holder() == self_tid)
         return;
     int locked = 0;
-    for (int i = 0; i < 2000 && !(locked = pthread_mutex_trylock(&g_lock) == 0); i++)
+    for (int i = 0; i < 2000 && !(locked = snapprof__preload_trylock_as(self_tid)); i++)
         sched_yield();
     if (!locked)
         return;
-    atomic_store(&g_lock_owner, gettid_());
-    for (size_t i = 0; g.profiler && i < g.n_reg; i++) {
-        if (g.reg[i].has_pth && pthread_equal(g.reg[i].pth, thread)) {
-            snapprof_thread_update_name(g.reg[i].token, name);
+    for (size_t i = 0; g_reg.profiler && i < g_reg.n_reg; i++) {
+        if (g_reg.reg[i].has_pth && pthread_equal(g_reg.reg[i].pth, thread)) {
+            snapprof_thread_update_name(g_reg.reg[i].token, name);
             break;
         }
     }
-    unlock();
+    snapprof__preload_unlock();
 }
