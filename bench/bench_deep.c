@@ -25,7 +25,8 @@
 #define DEPTH 2000
 #define HZ 1000u
 
-uint64_t bench_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
+/* tests/trigger_deep_work.c, built without frame pointers (CMakeLists.txt). */
+uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
 
 typedef struct deep_thread {
     pthread_t th;
@@ -41,7 +42,7 @@ static void *deep_main(void *arg)
     if (snapprof_thread_register(&d->token) != 0)
         abort();
     atomic_store(&d->registered, 1);
-    d->result = bench_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
+    d->result = trigger_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
     return NULL;
 }
 
