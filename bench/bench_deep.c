@@ -9,6 +9,8 @@
  *
  * Usage: bench_deep [--quick] [--runs N]
  * Prints a table; it never judges the figures (see bench/README.md). */
+#include "bench_util.h"
+
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
@@ -25,7 +27,8 @@
 #define DEPTH 2000
 #define HZ 1000u
 
-uint64_t bench_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
+/* tests/trigger_deep_work.c, built without frame pointers (CMakeLists.txt). */
+uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
 
 typedef struct deep_thread {
     pthread_t th;
@@ -41,7 +44,7 @@ static void *deep_main(void *arg)
     if (snapprof_thread_register(&d->token) != 0)
         abort();
     atomic_store(&d->registered, 1);
-    d->result = bench_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
+    d->result = trigger_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
     return NULL;
 }
 
@@ -67,46 +70,6 @@ static const snapprof_builder_ops_t tally_ops = {
     .name = "tally",
     .xOnSample = tally_sample,
 };
-
-static double clock_s(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-typedef struct cpu_times {
-    unsigned long long v[8];
-} cpu_times_t;
-
-/* The first line of /proc/stat: user nice system idle iowait irq softirq
- * steal, in clock ticks summed over all CPUs. */
-static cpu_times_t read_cpu_times(void)
-{
-    cpu_times_t t = {{0}};
-    FILE *f = fopen("/proc/stat", "re");
-    if (f) {
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &t.v[0], &t.v[1], &t.v[2],
-                   &t.v[3], &t.v[4], &t.v[5], &t.v[6], &t.v[7]) != 8)
-            memset(&t, 0, sizeof t);
-        fclose(f);
-    }
-    return t;
-}
-
-static void print_machine(const char *when, const cpu_times_t *a, const cpu_times_t *b)
-{
-    unsigned long long d[8], total = 0;
-    for (int i = 0; i < 8; i++) {
-        d[i] = b->v[i] - a->v[i];
-        total += d[i];
-    }
-    if (total == 0)
-        return;
-    printf("machine %s: busy %.0f%%, idle %.0f%%, steal %.0f%% of all CPUs\n", when,
-           100.0 * (double)(d[0] + d[1] + d[2] + d[5] + d[6]) / (double)total,
-           100.0 * (double)(d[3] + d[4]) / (double)total, 100.0 * (double)d[7] / (double)total);
-}
 
 static void run(double cpu_seconds)
 {
@@ -137,10 +100,10 @@ static void run(double cpu_seconds)
         snapprof_builder_create(&tally_ops, &t, &b) != 0 ||
         snapprof_profiler_add_builder(p, b) != 0)
         exit(1);
-    cpu_times_t m0 = read_cpu_times();
-    double cpu0 = 0, cpu1 = 0, wall0 = clock_s(CLOCK_MONOTONIC);
+    bench_cpu_times_t m0 = bench_read_cpu_times();
+    double cpu0 = 0, cpu1 = 0, wall0 = bench_clock_s(CLOCK_MONOTONIC);
     for (int i = 0; i < THREADS; i++)
-        cpu0 += clock_s(d[i].clock);
+        cpu0 += bench_clock_s(d[i].clock);
     if (snapprof_profiler_start(p) != 0)
         exit(1);
     /* Until the threads have run cpu_seconds together while profiled. */
@@ -148,13 +111,13 @@ static void run(double cpu_seconds)
         usleep(5000);
         cpu1 = 0;
         for (int i = 0; i < THREADS; i++)
-            cpu1 += clock_s(d[i].clock);
+            cpu1 += bench_clock_s(d[i].clock);
         if (cpu1 - cpu0 >= cpu_seconds)
             break;
     }
-    double wall = clock_s(CLOCK_MONOTONIC) - wall0;
+    double wall = bench_clock_s(CLOCK_MONOTONIC) - wall0;
     snapprof_profiler_stop(p);
-    cpu_times_t m1 = read_cpu_times();
+    bench_cpu_times_t m1 = bench_read_cpu_times();
     snapprof_stats_t st;
     snapprof_profiler_get_stats(p, &st);
     snapprof_profiler_destroy(p);
@@ -174,7 +137,7 @@ static void run(double cpu_seconds)
         st.pause_p50_ns / 1e3, st.pause_p99_ns / 1e3, st.pause_max_ns / 1e3,
         st.large_buffer_bytes_max / 1048576.0,
         st.samples ? st.sampler_cpu_ns / 1e3 / (double)st.samples : 0.0);
-    print_machine("during it", &m0, &m1);
+    bench_print_machine("machine during it", &m0, &m1);
     fflush(stdout);
 }
 

@@ -5,6 +5,8 @@
  * Usage: bench_pause [--quick] [--repeats N] [--seconds S] [--rate-seconds S]
  *                    [--floor-rebase]
  * Prints a table; it never judges the figures (see bench/README.md). */
+#include "bench_util.h"
+
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
@@ -58,17 +60,9 @@ typedef struct config {
 /* Clocks and small helpers                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Async-signal-safe (clock_gettime is on the POSIX list). */
-static uint64_t clock_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t mono_ns(void)
 {
-    return clock_ns(CLOCK_MONOTONIC);
+    return bench_clock_ns(CLOCK_MONOTONIC);
 }
 
 static void sleep_ns(uint64_t ns)
@@ -525,7 +519,7 @@ static result_t run_floor(size_t hold_bytes, unsigned hz, double seconds, int re
     uint64_t start = mono_ns(), end = start + (uint64_t)(seconds * 1e9), next = start;
     while (next < end && n < cap) {
         sleep_until(next);
-        uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        uint64_t c0 = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);
         if (floor_request(t->tid, &rt[n]) == 0) {
             pause[n] = g_floor.pause_ns;
             entries[n] = g_floor.entry_ns;
@@ -536,7 +530,7 @@ static result_t run_floor(size_t hold_bytes, unsigned hz, double seconds, int re
         } else {
             failed++;
         }
-        cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        cpu += bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
         next += interval;
         uint64_t now = mono_ns();
         if (next <= now) {
@@ -704,42 +698,6 @@ static void wake_latency(int n, uint64_t *p50, uint64_t *max)
     *max = late[n - 1];
 }
 
-/* The first line of /proc/stat: user nice system idle iowait irq softirq
- * steal, in clock ticks summed over all CPUs. */
-typedef struct cpu_times {
-    unsigned long long v[8];
-} cpu_times_t;
-
-static cpu_times_t read_cpu_times(void)
-{
-    cpu_times_t t = {{0}};
-    FILE *f = fopen("/proc/stat", "re");
-    if (f) {
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &t.v[0], &t.v[1], &t.v[2],
-                   &t.v[3], &t.v[4], &t.v[5], &t.v[6], &t.v[7]) != 8)
-            memset(&t, 0, sizeof t);
-        fclose(f);
-    }
-    return t;
-}
-
-/* How the machine's CPUs were spent while we measured. Steal is time the
- * hypervisor gave our vCPUs to someone else: every wall-clock figure, and
- * thread CPU clocks too, can carry some of it. */
-static void print_machine(const cpu_times_t *a, const cpu_times_t *b)
-{
-    unsigned long long d[8], total = 0;
-    for (int i = 0; i < 8; i++) {
-        d[i] = b->v[i] - a->v[i];
-        total += d[i];
-    }
-    if (total == 0)
-        return;
-    printf("\nmachine during the run: busy %.0f%%, idle %.0f%%, steal %.0f%% of all CPUs\n",
-           100.0 * (double)(d[0] + d[1] + d[2] + d[5] + d[6]) / (double)total,
-           100.0 * (double)(d[3] + d[4]) / (double)total, 100.0 * (double)d[7] / (double)total);
-}
-
 static void print_header(const config_t *cfg)
 {
     double load[3] = {0, 0, 0};
@@ -892,7 +850,7 @@ int main(int argc, char **argv)
     floor_install();
     /* Line-buffered so progress shows when piped (ctest, tee). */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    cpu_times_t cpu_before = read_cpu_times();
+    bench_cpu_times_t cpu_before = bench_read_cpu_times();
     print_header(&cfg);
 
     result_t sp[SIZE_COUNT], fl[SIZE_COUNT];
@@ -917,7 +875,7 @@ int main(int argc, char **argv)
 
     rate_t rates[2] = {run_rate(100, cfg.rate_seconds), run_rate(1000, cfg.rate_seconds)};
     print_rates(rates, 2);
-    cpu_times_t cpu_after = read_cpu_times();
-    print_machine(&cpu_before, &cpu_after);
+    bench_cpu_times_t cpu_after = bench_read_cpu_times();
+    bench_print_machine("\nmachine during the run", &cpu_before, &cpu_after);
     return 0;
 }

@@ -11,6 +11,8 @@
  * It links nothing of snapprof: every profiler sees the same plain program.
  * The hot functions keep frame pointers (the build's flags) and are never
  * inlined or cloned, so every profiler can name them. */
+#include "bench_util.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -44,16 +46,9 @@ static void die(const char *what)
     exit(1);
 }
 
-static uint64_t clock_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t thread_cpu_ns(void)
 {
-    return clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    return bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 static uint64_t tv_ns(struct timeval tv)
@@ -279,14 +274,14 @@ static void print_process(uint64_t wall_start)
     getrusage(RUSAGE_SELF, &ru);
     printf(" main_cpu_ns=%llu process_cpu_ns=%llu utime_ns=%llu stime_ns=%llu wall_ns=%llu\n",
            (unsigned long long)thread_cpu_ns(),
-           (unsigned long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID),
+           (unsigned long long)bench_clock_ns(CLOCK_PROCESS_CPUTIME_ID),
            (unsigned long long)tv_ns(ru.ru_utime), (unsigned long long)tv_ns(ru.ru_stime),
-           (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - wall_start));
+           (unsigned long long)(bench_clock_ns(CLOCK_MONOTONIC) - wall_start));
 }
 
 static int run_ratio(const ratio_cfg_t *cfg)
 {
-    uint64_t wall = clock_ns(CLOCK_MONOTONIC);
+    uint64_t wall = bench_clock_ns(CLOCK_MONOTONIC);
     if (cfg->floor_hz)
         floor_install();
     pthread_t tid[THREAD_MAX];
@@ -392,7 +387,7 @@ static void *busy_thread(void *p)
 
 static int run_eintr(int busy, uint64_t budget_ns)
 {
-    uint64_t wall = clock_ns(CLOCK_MONOTONIC);
+    uint64_t wall = bench_clock_ns(CLOCK_MONOTONIC);
     static sleeper_t sl[3];
     void *(*fn[3])(void *) = {sleep_nanosleep, sleep_poll, sleep_read};
     pthread_t stid[3], btid[THREAD_MAX];
@@ -456,7 +451,7 @@ static void *churn_creator(void *p)
 
 static int run_churn(uint64_t total, int creators, uint64_t units)
 {
-    uint64_t wall = clock_ns(CLOCK_MONOTONIC);
+    uint64_t wall = bench_clock_ns(CLOCK_MONOTONIC);
     churn_cfg_t cfg = {(total + (uint64_t)creators - 1) / (uint64_t)creators, units};
     pthread_t tid[THREAD_MAX];
     for (int i = 0; i < creators; i++) {
@@ -513,94 +508,50 @@ static void run_spin(void)
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void usage(void) __attribute__((noreturn));
-static void usage(void)
-{
-    fputs("usage: bench_trigger ratio --threads N (--cpu-seconds S | --iters N) [--floor HZ]\n"
-          "       bench_trigger eintr --busy N --cpu-seconds S\n"
-          "       bench_trigger churn --threads-total N --creators C --units U\n"
-          "       bench_trigger calibrate\n"
-          "       bench_trigger spin\n",
-          stderr);
-    exit(2);
-}
-
-/* The value of "--name V" at argv[*i], or NULL when argv[*i] is not --name. */
-static const char *opt(int argc, char **argv, int *i, const char *name)
-{
-    if (strcmp(argv[*i], name) != 0)
-        return NULL;
-    if (*i + 1 >= argc)
-        usage();
-    return argv[++*i];
-}
-
-static uint64_t positive(const char *v)
-{
-    char *end;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n == 0)
-        usage();
-    return n;
-}
-
-static uint64_t seconds_ns(const char *v)
-{
-    char *end;
-    double s = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || !(s > 0) || s > 1e5)
-        usage();
-    return (uint64_t)(s * 1e9);
-}
-
 int main(int argc, char **argv)
 {
+    bench_usage_text =
+        "usage: bench_trigger ratio --threads N (--cpu-seconds S | --iters N) [--floor HZ]\n"
+        "       bench_trigger eintr --busy N --cpu-seconds S\n"
+        "       bench_trigger churn --threads-total N --creators C --units U\n"
+        "       bench_trigger calibrate\n"
+        "       bench_trigger spin\n";
     if (argc < 2)
-        usage();
+        bench_usage();
     const char *mode = argv[1];
     uint64_t threads = 0, iters = 0, budget = 0, floor_hz = 0, busy = 0, total = 0, creators = 0,
              units = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *v;
-        if ((v = opt(argc, argv, &i, "--threads")))
-            threads = positive(v);
-        else if ((v = opt(argc, argv, &i, "--iters")))
-            iters = positive(v);
-        else if ((v = opt(argc, argv, &i, "--cpu-seconds")))
-            budget = seconds_ns(v);
-        else if ((v = opt(argc, argv, &i, "--floor")))
-            floor_hz = positive(v);
-        else if ((v = opt(argc, argv, &i, "--busy")))
-            busy = positive(v);
-        else if ((v = opt(argc, argv, &i, "--threads-total")))
-            total = positive(v);
-        else if ((v = opt(argc, argv, &i, "--creators")))
-            creators = positive(v);
-        else if ((v = opt(argc, argv, &i, "--units")))
-            units = positive(v);
-        else
-            usage();
-    }
+    const bench_opt_t opts[] = {
+        {"--threads", bench_positive, &threads, NULL},
+        {"--iters", bench_positive, &iters, NULL},
+        {"--cpu-seconds", bench_seconds_ns, &budget, NULL},
+        {"--floor", bench_positive, &floor_hz, NULL},
+        {"--busy", bench_positive, &busy, NULL},
+        {"--threads-total", bench_positive, &total, NULL},
+        {"--creators", bench_positive, &creators, NULL},
+        {"--units", bench_positive, &units, NULL},
+    };
+    bench_parse_opts(argc, argv, 2, opts, sizeof opts / sizeof opts[0]);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "ratio") == 0) {
         if (threads == 0 || threads > THREAD_MAX || (!iters == !budget) || floor_hz > 100000)
-            usage();
+            bench_usage();
         ratio_cfg_t cfg = {(int)threads, budget, iters, (unsigned)floor_hz};
         return run_ratio(&cfg);
     }
     if (strcmp(mode, "eintr") == 0) {
         if (busy == 0 || busy > THREAD_MAX || budget == 0)
-            usage();
+            bench_usage();
         return run_eintr((int)busy, budget);
     }
     if (strcmp(mode, "churn") == 0) {
         if (total == 0 || creators == 0 || creators > THREAD_MAX || units < 2)
-            usage();
+            bench_usage();
         return run_churn(total, (int)creators, units);
     }
     if (strcmp(mode, "calibrate") == 0)
         return run_calibrate();
     if (strcmp(mode, "spin") == 0)
         run_spin();
-    usage();
+    bench_usage();
 }

@@ -17,29 +17,14 @@ trap 'echo "bench_trigger.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-# shellcheck source=bench/docs_section.sh
-. "$here/docs_section.sh"
-quick=0
-build=$root/build
-docs=1
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 command_line="bash bench/bench_trigger.sh${*:+ $*}"
-while [ $# -gt 0 ]; do
-  case $1 in
-    --quick) quick=1 ;;
-    --build) [ $# -ge 2 ] || { echo "usage: $0 [--quick] [--build DIR] [--no-docs]" >&2; exit 2; }
-             build=$(cd "$2" && pwd); shift ;;
-    --no-docs) docs=0 ;;
-    *) echo "usage: $0 [--quick] [--build DIR] [--no-docs]" >&2; exit 2 ;;
-  esac
-  shift
-done
+bench_parse_args "[--quick] [--build DIR] [--no-docs]" "$@"
 
 W=$build/bench/bench_trigger
 SNAP=$build/cli/snapprof
-for f in "$W" "$SNAP"; do
-  [ -x "$f" ] || { echo "bench_trigger: $f is missing: build first (cmake --build $build)" >&2; exit 1; }
-done
-command -v go >/dev/null || { echo "bench_trigger: go (go tool pprof) is missing: bash tools/setup.sh" >&2; exit 1; }
+bench_require bench_trigger "$W" "$SNAP"
 
 ncpu=$(nproc)
 hz_attr=1000                 # attribution and the EINTR/churn comparisons' main rate
@@ -74,8 +59,6 @@ trap cleanup EXIT
 results=$work/results
 : >"$results"
 
-say() { printf '%s\n' "$*" >&2; }
-
 # ---------------------------------------------------------------------------
 # The profilers
 # ---------------------------------------------------------------------------
@@ -93,9 +76,7 @@ label[snap-perf]="snapprof/perf"
 label[snap-timer]="snapprof/timer"
 label[snap-handshake]="snapprof/handshake"
 
-# No early exit in a reader of a pipe: under pipefail the writer's SIGPIPE
-# would fail the assignment, and set -e would end the script without a word.
-libprofiler=$(ldconfig -p 2>/dev/null | awk '$1 == "libprofiler.so.0" && !found { print $NF; found = 1 }')
+libprofiler=$(bench_libprofiler)
 if ! command -v perf >/dev/null; then
   why_na[perf]="perf is not installed (bash bench/setup.sh)"
 elif ! perf record -q -e cpu-clock:u -c 1000000 -o "$work/probe.data" -- "$W" calibrate \
@@ -118,11 +99,6 @@ for t in perf timer handshake; do
     fi
   fi
 done
-available=()
-for p in "${profilers[@]}"; do
-  [ -z "${why_na[$p]:-}" ] && available+=("$p")
-done
-
 # run_one PROFILER HZ TAG ARGS...: runs the workload with ARGS under PROFILER
 # at HZ; leaves TAG.out (its line), TAG.err and the profile in $work.
 # Returns nonzero when the program failed or wrote no line.
@@ -146,16 +122,15 @@ run_one() {
       "$SNAP" record -F "$hz" -o "$tag.pb.gz" ${snap_flag[$prof]} -- "$W" "$@" \
         >"$tag.out" 2>"$tag.err" || rc=$? ;;
   esac
-  if [ "$rc" != 0 ] || ! grep -q '^BENCH_TRIGGER ' "$tag.out"; then
-    say "bench_trigger: $prof $*: exit $rc; stderr: $(tail -n 3 "$tag.err" | tr '\n' ' ')"
-    return 1
-  fi
+  bench_check_run bench_trigger BENCH_TRIGGER "$prof" "$rc" "$tag" "$@" || return 1
   if [ "${prof#snap-}" != "$prof" ] && [ -z "${said[$prof]:-}" ]; then
     # The summary names the trigger that ran (and why a better one did not)
     # once triggers land; keep its first word on it for the header.
     said[$prof]=$(grep -io 'trigger[^;]*' "$tag.err" | sed -n 1p)
   fi
 }
+
+mapfile -t available < <(bench_available "${profilers[@]}")
 
 # kv TAG: the workload's line as shell-safe key=value words.
 # The truth's hot_X_ns become truth_X, apart from the profile's hot_X_ns.
@@ -198,25 +173,12 @@ pause_of() {
     "$work/$1.err" | sed -n 1p
 }
 
-# record SECTION KEY=VALUE...: one line of the results file (an argument may
-# hold several words: they are joined with spaces either way).
-record() { printf '%s\n' "$*" >>"$results"; }
-
 # ---------------------------------------------------------------------------
 # The machine
 # ---------------------------------------------------------------------------
 
-read_stat() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $5 + $6, $9; exit }' /proc/stat; }
-stat_before=$(read_stat)
-started=$(date -u '+%Y-%m-%d %H:%M UTC')
-t_start=$(date +%s)
-cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-[ -n "$cpu_model" ] || cpu_model=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ && !m { m = $2 } END { print m }')
-kernel=$(uname -r)
+bench_machine_start
 paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo "?")
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?")
-git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
-load=$(cut -d' ' -f1-3 /proc/loadavg)
 unit_ns=$("$W" calibrate | sed -n 's/.*unit_ns=\([0-9.]*\).*/\1/p')
 say "bench_trigger: $ncpu CPUs, $cpu_model, kernel $kernel; one unit of work = $unit_ns ns"
 say "bench_trigger: profilers: ${available[*]}"
@@ -355,14 +317,9 @@ done
 # The report
 # ---------------------------------------------------------------------------
 
-stat_after=$(read_stat)
-elapsed=$(($(date +%s) - t_start))
-machine_line=$(awk -v a="$stat_before" -v b="$stat_after" 'BEGIN {
-  split(a, x, " "); split(b, y, " ");
-  busy = y[1] - x[1]; idle = y[2] - x[2]; steal = y[3] - x[3]; t = busy + idle + steal;
-  if (t > 0) printf "busy %.0f%%, idle %.0f%%, steal %.0f%% of all CPUs", 100 * busy / t, 100 * idle / t, 100 * steal / t }')
+bench_machine_end
 
-# The awk helpers every section uses: a median, and "key=value" fields.
+# The awk helpers every section uses: a median, and lib.sh's.
 # shellcheck disable=SC2016 # awk's own $i, not the shell's
 awk_lib='
 function median(v, n,    i, j, t) {
@@ -370,13 +327,10 @@ function median(v, n,    i, j, t) {
   if (n == 0) return "";
   return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
-function parse(    i, k) { delete f; for (i = 2; i <= NF; i++) { k = index($i, "="); f[substr($i, 1, k - 1)] = substr($i, k + 1) } }
-'
+'$bench_awk_lib
 prof_list="${profilers[*]}"
-labels=""
-for p in none floor "${profilers[@]}"; do labels="$labels$p=${label[$p]};"; done
-na_list=""
-for p in "${profilers[@]}"; do [ -n "${why_na[$p]:-}" ] && na_list="$na_list $p"; done
+labels=$(bench_labels none floor "${profilers[@]}")
+na_list=$(bench_na "${profilers[@]}")
 
 table=$work/table.txt
 plotdata=$work/attribution.dat
@@ -403,8 +357,7 @@ plotdata=$work/attribution.dat
     "hot_a % (pp)" "hot_b % (pp)" "hot_c % (pp)" "hot sum (pp)" worst
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v plot="$plotdata" \
     -v target="$attr_target" -v maxruns="$attr_max_runs" "$awk_lib"'
-    BEGIN { np = split(profs, P, " "); nl = split(labels, L, ";");
-            for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
+    BEGIN { np = split(profs, P, " "); labels_init()
             split(na, N, " "); for (i in N) isna[N[i]] = 1
             nc = split("1x 2x 4x busy", C, " ") }
     $1 == "attr" { parse(); c = f["case"]; p = f["prof"]; threads[c] = f["threads"]
@@ -448,8 +401,7 @@ plotdata=$work/attribution.dat
   printf '%-19s' profiler; for hz in "${rates[@]}"; do printf ' %10s' "$hz Hz"; done; printf '\n'
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v rates="${rates[*]}" \
     -v threads4="$threads4" "$awk_lib"'
-    BEGIN { np = split(profs, P, " "); nl = split(labels, L, ";");
-            for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
+    BEGIN { np = split(profs, P, " "); labels_init()
             split(na, N, " "); for (i in N) isna[N[i]] = 1; nr = split(rates, R, " ") }
     ($1 == "rate" || ($1 == "attr" && index($0, " case=4x "))) { parse(); if (f["failed"] || !f["workers_cpu_ns"]) next
       k = f["hz"] SUBSEP f["prof"]; v[k, ++n[k]] = f["samples"] / (f["workers_cpu_ns"] / 1e9) / f["hz"] }
@@ -468,8 +420,7 @@ plotdata=$work/attribution.dat
   printf '   target pause (handler entry to exit) from its summary. perf: not in-process.\n'
   printf '%-19s %9s %10s %11s %9s | %9s %9s\n' profiler samples "CPU (s)" "us/sample" "- floor" "pause p50" "p99"
   awk -v labels="$labels" -v na="$na_list" "$awk_lib"'
-    BEGIN { nl = split(labels, L, ";");
-            for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
+    BEGIN { labels_init()
             split(na, N, " "); for (i in N) isna[N[i]] = 1; order = "none floor gperftools snap-perf snap-timer snap-handshake" }
     $1 == "cost" { parse(); p = f["prof"]; k = ++n[p]; cpu[p, k] = f["process_cpu_ns"] / 1e9
       s[p, k] = p == "floor" ? f["floor_signals"] : f["samples"]
@@ -492,8 +443,7 @@ plotdata=$work/attribution.dat
   printf '   nanosleep/poll/read, and the sleeps they were out of\n'
   printf '%-19s' profiler; for hz in "${rates[@]}"; do printf ' %20s' "$hz Hz"; done; printf ' %9s\n' sleeps
   awk -v profs="$prof_list" -v labels="$labels" -v na="$na_list" -v rates="${rates[*]}" "$awk_lib"'
-    BEGIN { np = split(profs, P, " "); nl = split(labels, L, ";");
-            for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
+    BEGIN { np = split(profs, P, " "); labels_init()
             split(na, N, " "); for (i in N) isna[N[i]] = 1; nr = split(rates, R, " ") }
     $1 == "eintr" { parse(); k = f["hz"] SUBSEP f["prof"]; seen[k] = 1
       ns[k] += f["nanosleep_eintr"]; po[k] += f["poll_eintr"]; rd[k] += f["read_eintr"]
@@ -508,8 +458,7 @@ plotdata=$work/attribution.dat
   printf '   do ~100 us of work; threads per process CPU-second, median of the runs\n'
   printf '%-19s %12s %8s %10s\n' profiler threads/CPU-s "x none" "us/thread"
   awk -v profs="none $prof_list" -v labels="$labels" -v na="$na_list" "$awk_lib"'
-    BEGIN { np = split(profs, P, " "); nl = split(labels, L, ";");
-            for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) }
+    BEGIN { np = split(profs, P, " "); labels_init()
             split(na, N, " "); for (i in N) isna[N[i]] = 1 }
     $1 == "churn" { parse(); p = f["prof"]; k = ++n[p]; v[p, k] = f["threads"] / (f["process_cpu_ns"] / 1e9)
       w[p, k] = f["work_cpu_ns"] / f["threads"] / 1e3 }
@@ -517,14 +466,8 @@ plotdata=$work/attribution.dat
         delete m; for (x = 1; x <= n[p]; x++) m[x] = v[p, x]; t = median(m, n[p]); if (p == "none") base = t
         delete m; for (x = 1; x <= n[p]; x++) m[x] = w[p, x]
         printf "%-19s %12.0f %8.3f %10.1f\n", lab[p], t, base ? t / base : 0, median(m, n[p]) } }' "$results"
-
-  printf '\nmachine during the run: %s; the run took %d s\n' "$machine_line" "$elapsed"
 } >"$table"
-sed -i 's/ *$//' "$table" # padding of empty cells
-
-cat "$table"
-
-[ "$docs" = 1 ] || exit 0
+bench_finish_table "$table"
 
 # ---------------------------------------------------------------------------
 # docs/BENCHMARKS.md and its plot
@@ -561,14 +504,8 @@ else
   say "bench_trigger: gnuplot is missing (bash bench/setup.sh): no plot"
 fi
 
-# The section replaces its previous version in docs/BENCHMARKS.md (from its
-# heading to the next "## " heading) and leaves the other benchmarks' alone.
-md=$root/docs/BENCHMARKS.md
-heading="## Samples timed by each thread's own CPU clock (issue 10)"
-section=$work/section.md
-{
-  echo "$heading"
-  echo
+# The section of docs/BENCHMARKS.md below its heading.
+section_body() {
   if [ "$quick" = 1 ]; then
     echo "**A \`--quick\` run: a fraction of a CPU-second per cell and a few hundred samples,"
     echo "on whatever else the machine was doing, so the figures are not meaningful; it shows"
@@ -593,20 +530,16 @@ section=$work/section.md
   echo
   echo "- machine: $ncpu CPUs ($cpu_model), kernel $kernel, perf_event_paranoid $paranoid;"
   echo "  $machine_line"
-  echo "- made by: \`$command_line\` (after \`bash bench/setup.sh\` and a RelWithDebInfo build),"
-  echo "  at snapprof \`$commit\`, $started, in $elapsed s"
+  bench_section_made_by
   echo "- peers: $(perf --version 2>/dev/null || echo 'perf n/a'); gperftools $(dpkg-query -W -f='${Version}' libgoogle-perftools-dev 2>/dev/null || echo 'n/a')"
   echo "  (\`LD_PRELOAD=libprofiler.so CPUPROFILE=... CPUPROFILE_FREQUENCY=...\`); profiles read with"
   echo "  \`go tool pprof -top -noinlines\` and \`perf report --no-children --sort sym\`"
   echo
-  echo '```'
-  cat "$table"
-  echo '```'
-  echo
+  bench_section_table "$table"
   echo "![attribution error against oversubscription](bench_attribution.png)"
   echo
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_trigger)."
   echo
-} >"$section"
-replace_section "$md" "$heading" "$section" "$work"
-say "bench_trigger: wrote $md and $png"
+}
+bench_write_section "## Samples timed by each thread's own CPU clock (issue 10)" section_body
+say "bench_trigger: wrote $root/docs/BENCHMARKS.md and $png"

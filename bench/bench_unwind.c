@@ -20,6 +20,7 @@
  *
  * Usage: bench_unwind [--quick]; BENCH_READS=1 also prints how many words
  * the CFI engine reads from the copy and from modules per sample. */
+#include "bench_util.h"
 #include "stack_copier/stack_copier.h"
 #include "unwinder/cfi_table_unwinder.h"
 #include "unwinder/cfi_engine.h"
@@ -393,13 +394,6 @@ static const snapprof_builder_ops_t tally_ops = {
     .xOnSample = tally_sample,
 };
 
-static double thread_cpu_s(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void deep_profile(int with_table, double seconds)
 {
     enum { THREADS = 2 };
@@ -445,7 +439,7 @@ static void deep_profile(int with_table, double seconds)
         exit(1);
     double cpu0 = 0, cpu1 = 0;
     for (int i = 0; i < THREADS; i++)
-        cpu0 += thread_cpu_s(sp[i].clock);
+        cpu0 += bench_clock_s(sp[i].clock);
     if (snapprof_profiler_start(p) != 0)
         exit(1);
     usleep((useconds_t)(seconds * 1e6));
@@ -453,7 +447,7 @@ static void deep_profile(int with_table, double seconds)
      * drains the captures still waiting to be unwound, which with a slow
      * unwinder takes long; the threads keep running meanwhile. */
     for (int i = 0; i < THREADS; i++)
-        cpu1 += thread_cpu_s(sp[i].clock);
+        cpu1 += bench_clock_s(sp[i].clock);
     snapprof_profiler_stop(p);
     snapprof_stats_t st;
     snapprof_profiler_get_stats(p, &st);

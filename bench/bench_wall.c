@@ -26,6 +26,8 @@
  * make every one of them several times dearer than on bare metal.
  *
  * It links nothing of snapprof: every profiler sees the same plain program. */
+#include "bench_util.h"
+
 #include <alloca.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,13 +51,6 @@ static void die(const char *what, int err)
     exit(1);
 }
 
-static uint64_t clock_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static struct timespec ns_ts(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
@@ -77,7 +72,7 @@ static _Atomic uint64_t g_sink;
 NAMED void work_for(uint64_t ns);
 void work_for(uint64_t ns)
 {
-    uint64_t x = ns, end = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
+    uint64_t x = ns, end = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
     do {
         for (int i = 0; i < 4096; i++) {
             x ^= x >> 33;
@@ -85,7 +80,7 @@ void work_for(uint64_t ns)
             x ^= x >> 29;
             x += (uint64_t)i;
         }
-    } while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < end);
+    } while (bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) < end);
     atomic_fetch_add_explicit(&g_sink, x, memory_order_relaxed);
 }
 
@@ -119,13 +114,13 @@ static void thread_begin(thread_out_t *out, const char *name, uint64_t *t0)
     out->name = name;
     out->tid = (pid_t)syscall(SYS_gettid);
     pthread_setname_np(pthread_self(), name);
-    *t0 = clock_ns(CLOCK_MONOTONIC);
+    *t0 = bench_clock_ns(CLOCK_MONOTONIC);
 }
 
 static void thread_end(thread_out_t *out, uint64_t t0)
 {
-    out->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    out->elapsed_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    out->cpu_ns = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    out->elapsed_ns = bench_clock_ns(CLOCK_MONOTONIC) - t0;
 }
 
 /* Sleeps wait_ns at a time, works, and writes a byte to the pipe that
@@ -194,11 +189,11 @@ void *sleeper_cond(void *p)
     thread_begin(&a->out, "sleep_cond", &t0);
     pthread_mutex_lock(&cfg->mu);
     while (!atomic_load(&g_stop)) {
-        uint64_t deadline = clock_ns(CLOCK_REALTIME) + cfg->wait_ns;
+        uint64_t deadline = bench_clock_ns(CLOCK_REALTIME) + cfg->wait_ns;
         struct timespec ts = ns_ts(deadline);
         a->out.waits++;
         int rc = pthread_cond_timedwait(&cfg->cond, &cfg->mu, &ts);
-        if (rc != ETIMEDOUT && clock_ns(CLOCK_REALTIME) < deadline)
+        if (rc != ETIMEDOUT && bench_clock_ns(CLOCK_REALTIME) < deadline)
             a->out.early++;
         pthread_mutex_unlock(&cfg->mu);
         work_for(cfg->work_ns);
@@ -216,7 +211,7 @@ void *busy(void *p)
     sleeper_arg_t *a = p;
     uint64_t t0;
     thread_begin(&a->out, "busy", &t0);
-    while (clock_ns(CLOCK_MONOTONIC) - a->cfg->start < a->cfg->run_ns)
+    while (bench_clock_ns(CLOCK_MONOTONIC) - a->cfg->start < a->cfg->run_ns)
         work_for(1000000);
     atomic_store(&g_stop, 1);
     thread_end(&a->out, t0);
@@ -233,7 +228,7 @@ static void print_thread(const thread_out_t *o, const char *key)
 static int run_sleepers(uint64_t run_ns, uint64_t wait_ns, uint64_t work_ns)
 {
     static sleepers_cfg_t cfg;
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC);
     cfg.run_ns = run_ns;
     cfg.wait_ns = wait_ns;
     cfg.work_ns = work_ns;
@@ -263,9 +258,9 @@ static int run_sleepers(uint64_t run_ns, uint64_t wait_ns, uint64_t work_ns)
     for (int i = 0; i < 4; i++)
         print_thread(&arg[i].out, key[i]);
     printf(" main_tid=%d main_elapsed_ns=%llu main_cpu_ns=%llu process_cpu_ns=%llu\n",
-           (int)getpid(), (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t0),
-           (unsigned long long)clock_ns(CLOCK_THREAD_CPUTIME_ID),
-           (unsigned long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+           (int)getpid(), (unsigned long long)(bench_clock_ns(CLOCK_MONOTONIC) - t0),
+           (unsigned long long)bench_clock_ns(CLOCK_THREAD_CPUTIME_ID),
+           (unsigned long long)bench_clock_ns(CLOCK_PROCESS_CPUTIME_ID));
     return 0;
 }
 
@@ -318,7 +313,7 @@ void *cost_thread(void *p)
 static int run_cost(int threads, uint64_t run_ns, uint64_t wait_ns, uint64_t stack_kib)
 {
     static cost_cfg_t cfg;
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
         die("pipe2", errno);
@@ -344,8 +339,8 @@ static int run_cost(int threads, uint64_t run_ns, uint64_t wait_ns, uint64_t sta
            "process_cpu_ns=%llu\n",
            threads, (unsigned long long)(wait_ns / 1000), (unsigned long long)stack_kib,
            (unsigned long long)atomic_load(&g_cost_waits),
-           (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t0),
-           (unsigned long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+           (unsigned long long)(bench_clock_ns(CLOCK_MONOTONIC) - t0),
+           (unsigned long long)bench_clock_ns(CLOCK_PROCESS_CPUTIME_ID));
     return 0;
 }
 
@@ -387,11 +382,11 @@ static int by_value(const void *a, const void *b)
     do {                                                                                           \
         uint64_t v_[15];                                                                           \
         for (int b_ = 0; b_ < 15; b_++) {                                                          \
-            uint64_t t0_ = clock_ns(CLOCK_THREAD_CPUTIME_ID);                                      \
+            uint64_t t0_ = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);                                \
             for (int i_ = 0; i_ < 200; i_++) {                                                     \
                 call;                                                                              \
             }                                                                                      \
-            v_[b_] = (clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0_) / 200;                              \
+            v_[b_] = (bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0_) / 200;                        \
         }                                                                                          \
         qsort(v_, 15, sizeof v_[0], by_value);                                                     \
         (out) = v_[7];                                                                             \
@@ -427,7 +422,7 @@ static int run_calibrate(void)
     uint64_t bare, proc, cpu, vm;
     CAL_MEDIAN(bare, syscall(SYS_getppid));
     CAL_MEDIAN(proc, if (pread(fd, buf, sizeof buf, 0) <= 0) die("pread", errno));
-    CAL_MEDIAN(cpu, clock_ns(cid));
+    CAL_MEDIAN(cpu, bench_clock_ns(cid));
     CAL_MEDIAN(vm, if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof copy)
                        die("process_vm_readv", errno));
     close(fd);
@@ -446,84 +441,41 @@ static int run_calibrate(void)
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void usage(void) __attribute__((noreturn));
-static void usage(void)
-{
-    fputs("usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]\n"
-          "       bench_wall cost --threads N --seconds S (--blocked | --wait-us W) "
-          "[--stack-kib K]\n"
-          "       bench_wall calibrate\n",
-          stderr);
-    exit(2);
-}
-
-/* The value of "--name V" at argv[*i], or NULL when argv[*i] is not --name. */
-static const char *opt(int argc, char **argv, int *i, const char *name)
-{
-    if (strcmp(argv[*i], name) != 0)
-        return NULL;
-    if (*i + 1 >= argc)
-        usage();
-    return argv[++*i];
-}
-
-static uint64_t number(const char *v)
-{
-    char *end;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (*v == '\0' || *end != '\0')
-        usage();
-    return n;
-}
-
-static uint64_t seconds_ns(const char *v)
-{
-    char *end;
-    double s = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || !(s > 0) || s > 1e5)
-        usage();
-    return (uint64_t)(s * 1e9);
-}
-
 int main(int argc, char **argv)
 {
+    bench_usage_text = "usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]\n"
+                       "       bench_wall cost --threads N --seconds S (--blocked | --wait-us W) "
+                       "[--stack-kib K]\n"
+                       "       bench_wall calibrate\n";
     if (argc < 2)
-        usage();
+        bench_usage();
     const char *mode = argv[1];
-    uint64_t run_ns = 0, wait_us = 2000, work_us = 300, threads = 0, stack_kib = 0;
-    int blocked = 0, wait_given = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *v;
-        if ((v = opt(argc, argv, &i, "--seconds")))
-            run_ns = seconds_ns(v);
-        else if ((v = opt(argc, argv, &i, "--wait-us")))
-            wait_us = number(v), wait_given = 1;
-        else if ((v = opt(argc, argv, &i, "--work-us")))
-            work_us = number(v);
-        else if ((v = opt(argc, argv, &i, "--threads")))
-            threads = number(v);
-        else if ((v = opt(argc, argv, &i, "--stack-kib")))
-            stack_kib = number(v);
-        else if (strcmp(argv[i], "--blocked") == 0)
-            blocked = 1;
-        else
-            usage();
-    }
+    uint64_t run_ns = 0, wait_us = 2000, work_us = 300, threads = 0, stack_kib = 0, blocked = 0;
+    int wait_given = 0;
+    const bench_opt_t opts[] = {
+        {"--seconds", bench_seconds_ns, &run_ns, NULL},
+        {"--wait-us", bench_number, &wait_us, &wait_given},
+        {"--work-us", bench_number, &work_us, NULL},
+        {"--threads", bench_number, &threads, NULL},
+        {"--stack-kib", bench_number, &stack_kib, NULL},
+        {"--blocked", NULL, &blocked, NULL},
+    };
+    bench_parse_opts(argc, argv, 2, opts, sizeof opts / sizeof opts[0]);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "calibrate") == 0)
         return run_calibrate();
     if (run_ns == 0)
-        usage();
+        bench_usage();
     if (strcmp(mode, "sleepers") == 0) {
         if (wait_us == 0)
-            usage();
+            bench_usage();
         return run_sleepers(run_ns, wait_us * 1000, work_us * 1000);
     }
     if (strcmp(mode, "cost") == 0) {
-        if (threads == 0 || threads > THREAD_MAX || blocked == wait_given || stack_kib > 4096 ||
+        if (threads == 0 || threads > THREAD_MAX || !blocked == !wait_given || stack_kib > 4096 ||
             (!blocked && wait_us == 0))
-            usage();
+            bench_usage();
         return run_cost((int)threads, run_ns, blocked ? 0 : wait_us * 1000, stack_kib);
     }
-    usage();
+    bench_usage();
 }

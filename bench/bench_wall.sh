@@ -22,31 +22,21 @@ trap 'echo "bench_wall.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-# shellcheck source=bench/docs_section.sh
-. "$here/docs_section.sh"
-quick=0
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 cost_only=0
-build=$root/build
-docs=1
 command_line="bash bench/bench_wall.sh${*:+ $*}"
-while [ $# -gt 0 ]; do
+bench_option() {
   case $1 in
-    --quick) quick=1 ;;
     --cost-only) cost_only=1 docs=0 ;;
-    --build) [ $# -ge 2 ] || { echo "usage: $0 [--quick] [--cost-only] [--build DIR] [--no-docs]" >&2; exit 2; }
-             build=$(cd "$2" && pwd); shift ;;
-    --no-docs) docs=0 ;;
-    *) echo "usage: $0 [--quick] [--cost-only] [--build DIR] [--no-docs]" >&2; exit 2 ;;
+    *) return 1 ;;
   esac
-  shift
-done
+}
+bench_parse_args "[--quick] [--cost-only] [--build DIR] [--no-docs]" "$@"
 
 W=$build/bench/bench_wall
 SNAP=$build/cli/snapprof
-for f in "$W" "$SNAP"; do
-  [ -x "$f" ] || { echo "bench_wall: $f is missing: build first (cmake --build $build)" >&2; exit 1; }
-done
-command -v go >/dev/null || { echo "bench_wall: go (go tool pprof) is missing: bash tools/setup.sh" >&2; exit 1; }
+bench_require bench_wall "$W" "$SNAP"
 
 ncpu=$(nproc)
 rates=(100 1000 4000)  # early returns
@@ -67,8 +57,6 @@ trap 'rm -rf "$work"' EXIT
 results=$work/results
 : >"$results"
 
-say() { printf '%s\n' "$*" >&2; }
-
 # ---------------------------------------------------------------------------
 # The profilers
 # ---------------------------------------------------------------------------
@@ -86,9 +74,7 @@ snap_args[snap-signal]="--wall-blocked signal --trigger handshake"
 snap_args[snap-proc]="--wall-blocked proc --trigger handshake"
 snap_args[snap-proc-perf]="--wall-blocked proc --trigger perf"
 
-# No early exit in a reader of a pipe: under pipefail the writer's SIGPIPE
-# would fail the assignment, and set -e would end the script without a word.
-libprofiler=$(ldconfig -p 2>/dev/null | awk '$1 == "libprofiler.so.0" && !found { print $NF; found = 1 }')
+libprofiler=$(bench_libprofiler)
 [ -n "$libprofiler" ] || why_na[gperftools]="libprofiler.so.0 not found (bash bench/setup.sh)"
 for p in snap-signal snap-proc snap-proc-perf; do
   # shellcheck disable=SC2086 # the options are words
@@ -97,10 +83,7 @@ for p in snap-signal snap-proc snap-proc-perf; do
     why_na[$p]="record --wall ${snap_args[$p]}: $(head -n 1 "$work/probe.err")"
   fi
 done
-available=()
-for p in "${profilers[@]}"; do
-  [ -z "${why_na[$p]:-}" ] && available+=("$p")
-done
+mapfile -t available < <(bench_available "${profilers[@]}")
 
 # run_one PROFILER HZ TAG ARGS...: runs the workload with ARGS under PROFILER
 # at HZ; leaves TAG.out (its line), TAG.err and the profile in $work.
@@ -120,10 +103,7 @@ run_one() {
       "$SNAP" record -F "$hz" --wall ${snap_args[$prof]} -o "$tag.pb.gz" -- "$W" "$@" \
         >"$tag.out" 2>"$tag.err" || rc=$? ;;
   esac
-  if [ "$rc" != 0 ] || ! grep -q '^BENCH_WALL ' "$tag.out"; then
-    say "bench_wall: $prof $*: exit $rc; stderr: $(tail -n 3 "$tag.err" | tr '\n' ' ')"
-    return 1
-  fi
+  bench_check_run bench_wall BENCH_WALL "$prof" "$rc" "$tag" "$@"
 }
 
 # kv TAG: the workload's line as key=value words.
@@ -173,23 +153,11 @@ threads_of() {
     }'
 }
 
-# record SECTION KEY=VALUE...: one line of the results file.
-record() { printf '%s\n' "$*" >>"$results"; }
-
 # ---------------------------------------------------------------------------
 # The machine
 # ---------------------------------------------------------------------------
 
-read_stat() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $5 + $6, $9; exit }' /proc/stat; }
-stat_before=$(read_stat)
-started=$(date -u '+%Y-%m-%d %H:%M UTC')
-t_start=$(date +%s)
-cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-[ -n "$cpu_model" ] || cpu_model=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ && !m { m = $2 } END { print m }')
-kernel=$(uname -r)
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?")
-git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
-load=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_machine_start
 calib=$("$W" calibrate | sed -n 's/^BENCH_WALL calibrate //p')
 say "bench_wall: $ncpu CPUs, $cpu_model, kernel $kernel, load $load"
 say "bench_wall: system calls here: $calib"
@@ -255,24 +223,11 @@ done
 # The report
 # ---------------------------------------------------------------------------
 
-stat_after=$(read_stat)
-elapsed=$(($(date +%s) - t_start))
-machine_line=$(awk -v a="$stat_before" -v b="$stat_after" 'BEGIN {
-  split(a, x, " "); split(b, y, " ");
-  busy = y[1] - x[1]; idle = y[2] - x[2]; steal = y[3] - x[3]; t = busy + idle + steal;
-  if (t > 0) printf "busy %.0f%%, idle %.0f%%, steal %.0f%% of all CPUs", 100 * busy / t, 100 * idle / t, 100 * steal / t }')
-
-# shellcheck disable=SC2016 # awk's own $i, not the shell's
-awk_lib='
-function parse(    i, k) { delete f; for (i = 2; i <= NF; i++) { k = index($i, "="); f[substr($i, 1, k - 1)] = substr($i, k + 1) } }
-function labels_init(    nl, L, i, k) { nl = split(labels, L, ";")
-  for (i = 1; i <= nl; i++) { k = index(L[i], "="); lab[substr(L[i], 1, k - 1)] = substr(L[i], k + 1) } }
-'
+bench_machine_end
+awk_lib=$bench_awk_lib
 prof_list="${profilers[*]}"
-labels=""
-for p in "${profilers[@]}"; do labels="$labels$p=${label[$p]};"; done
-na_list=""
-for p in "${profilers[@]}"; do [ -n "${why_na[$p]:-}" ] && na_list="$na_list $p"; done
+labels=$(bench_labels "${profilers[@]}")
+na_list=$(bench_na "${profilers[@]}")
 
 table=$work/table.txt
 {
@@ -400,23 +355,11 @@ table=$work/table.txt
         if (p != sig && r[p] >= 0 && sgc >= 0 && have(p, "wakers") && d(bl, p, "wakers") > 0)
           three = sprintf("%10.2f", (d(cpu, p, "wakers") - r[p] * d(re, p, "wakers") - sgc * d(sg, p, "wakers")) / d(bl, p, "wakers") / 1e3)
         printf "%-18s %s %s %s\n", lab[p], one, two, three } }' "$results"
-
-  printf '\nmachine during the run: %s; the run took %d s\n' "$machine_line" "$elapsed"
 } >"$table"
-sed -i 's/ *$//' "$table" # padding of empty cells
+bench_finish_table "$table"
 
-cat "$table"
-
-[ "$docs" = 1 ] || exit 0
-
-# The section replaces its previous version in docs/BENCHMARKS.md (from its
-# heading to the next "## " heading) and leaves the rest of the file alone.
-md=$root/docs/BENCHMARKS.md
-heading="## Wall mode: sleeping threads (issue 11)"
-section=$work/section.md
-{
-  echo "$heading"
-  echo
+# The section of docs/BENCHMARKS.md below its heading.
+section_body() {
   if [ "$quick" = 1 ]; then
     echo "**A \`--quick\` run: $runs run(s) of $seconds s per cell, so the figures are not"
     echo "meaningful; it shows the table's shape. The full run, \`bash bench/bench_wall.sh\`,"
@@ -430,18 +373,14 @@ section=$work/section.md
     echo "  started): the threads, the sampler and the peers all waited for a CPU, so"
     echo "  missed ticks and per-sample CPU are those of a busy machine, not an idle one"
   fi
-  echo "- made by: \`$command_line\` (after \`bash bench/setup.sh\` and a RelWithDebInfo build),"
-  echo "  at snapprof \`$commit\`, $started, in $elapsed s"
+  bench_section_made_by
   echo "- peers: gperftools $(dpkg-query -W -f='${Version}' libgoogle-perftools-dev 2>/dev/null || echo 'n/a')"
   echo "  (\`LD_PRELOAD=libprofiler.so CPUPROFILE=... CPUPROFILE_REALTIME=1 CPUPROFILE_FREQUENCY=...\`);"
   echo "  snapprof profiles read with \`go tool pprof -raw\` and \`snapprof stats\`"
   echo
-  echo '```'
-  cat "$table"
-  echo '```'
-  echo
+  bench_section_table "$table"
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_wall)."
   echo
-} >"$section"
-replace_section "$md" "$heading" "$section" "$work"
-say "bench_wall: wrote $md"
+}
+bench_write_section "## Wall mode: sleeping threads (issue 11)" section_body
+say "bench_wall: wrote $root/docs/BENCHMARKS.md"

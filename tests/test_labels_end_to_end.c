@@ -126,6 +126,35 @@ static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
 /* Both -tagfocus tests below pass -relative_percentages to tu_top_cum_pct(),
  * so each cum% is a share of what the filter kept. */
 
+/* Prints `go tool pprof -tags<extra>` of path and checks that it ran and
+ * holds each of want (NULL-ended). */
+static void expect_tags(const char *path, const char *extra, const char *const *want)
+{
+    char args[600];
+    snprintf(args, sizeof args, "-tags%s '%s'", extra, path);
+    int status;
+    char *tags = tu_pprof(args, &status);
+    printf("$ go tool pprof -tags%s\n%s\n", extra, tags);
+    ASSERT_EQ(status, 0);
+    for (const char *const *w = want; *w; w++)
+        ASSERT_CONTAINS(tags, *w);
+    free(tags);
+}
+
+/* The cum% of fn_a and fn_b in the samples -tagfocus=focus keeps, printed
+ * as "focus: what_a A%, what_b B%"; print_a: print the top for fn_a. */
+static void focus_shares(const char *path, const char *focus, const char *fn_a, int print_a,
+                         const char *fn_b, const char *what_a, const char *what_b, double *a,
+                         double *b)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "-relative_percentages -sample_index=samples -tagfocus=%s",
+             focus);
+    *a = tu_top_cum_pct(path, extra, fn_a, print_a);
+    *b = tu_top_cum_pct(path, extra, fn_b, 0);
+    printf("%s: %s %.1f%%, %s %.1f%%\n", focus, what_a, *a, what_b, *b);
+}
+
 /* Two threads with different labels: -tagfocus on a string label and on a
  * numeric one selects each thread's hot function and never the other's. */
 static void test_tagfocus_threads(void)
@@ -140,39 +169,20 @@ static void test_tagfocus_threads(void)
     stop_worker(&ws[0]);
     stop_worker(&ws[1]);
 
-    char args[600];
-    snprintf(args, sizeof args, "-tags '%s'", path);
-    int status;
-    char *tags = tu_pprof(args, &status);
-    printf("$ go tool pprof -tags\n%s\n", tags);
-    ASSERT_EQ(status, 0);
-    ASSERT_CONTAINS(tags, "worker");
-    ASSERT_CONTAINS(tags, "alpha");
-    ASSERT_CONTAINS(tags, "beta");
-    ASSERT_CONTAINS(tags, "shard");
-    free(tags);
+    static const char *const want[] = {"worker", "alpha", "beta", "shard", NULL};
+    expect_tags(path, "", want);
 
-    double a =
-        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
-                       "label_alpha_hot", 1);
-    double b =
-        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=alpha",
-                       "label_beta_hot", 0);
-    printf("worker=alpha: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    double a, b;
+    focus_shares(path, "worker=alpha", "label_alpha_hot", 1, "label_beta_hot", "label_alpha_hot",
+                 "label_beta_hot", &a, &b);
     ASSERT_GT(a, 80.0);
     ASSERT_EQ(b, 0);
-    a = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
-                       "label_alpha_hot", 0);
-    b = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=worker=beta",
-                       "label_beta_hot", 0);
-    printf("worker=beta: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    focus_shares(path, "worker=beta", "label_alpha_hot", 0, "label_beta_hot", "label_alpha_hot",
+                 "label_beta_hot", &a, &b);
     ASSERT_EQ(a, 0);
     ASSERT_GT(b, 80.0);
-    a = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
-                       "label_alpha_hot", 0);
-    b = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=shard=2",
-                       "label_beta_hot", 0);
-    printf("shard=2: label_alpha_hot %.1f%%, label_beta_hot %.1f%%\n", a, b);
+    focus_shares(path, "shard=2", "label_alpha_hot", 0, "label_beta_hot", "label_alpha_hot",
+                 "label_beta_hot", &a, &b);
     ASSERT_EQ(a, 0);
     ASSERT_GT(b, 80.0);
     unlink(path);
@@ -193,33 +203,18 @@ static void test_hitch_frames(void)
     run_profile(&w, 1, 1500, path);
     stop_worker(&w);
 
-    char args[600];
-    snprintf(args, sizeof args, "-tags -tagfocus=hitch '%s'", path);
-    int status;
-    char *tags = tu_pprof(args, &status);
-    printf("$ go tool pprof -tags -tagfocus=hitch\n%s\n", tags);
-    ASSERT_EQ(status, 0);
-    ASSERT_CONTAINS(tags, "hitch");
-    ASSERT_CONTAINS(tags, "true");
-    ASSERT_CONTAINS(tags, "false");
-    free(tags);
+    static const char *const want[] = {"hitch", "true", "false", NULL};
+    expect_tags(path, " -tagfocus=hitch", want);
 
-    double slow =
-        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
-                       "hitch_slow_path", 1);
-    double fast =
-        tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=true",
-                       "hitch_fast_path", 0);
-    printf("hitch=true: slow %.1f%%, fast %.1f%%\n", slow, fast);
+    double slow, fast;
+    focus_shares(path, "hitch=true", "hitch_slow_path", 1, "hitch_fast_path", "slow", "fast", &slow,
+                 &fast);
     /* A host stall can stretch a fast frame past the threshold, so a few
      * fast samples may be hitches too; most are not. */
     ASSERT_GT(slow, 70.0);
     ASSERT_LT(fast, 25.0);
-    slow = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
-                          "hitch_slow_path", 0);
-    fast = tu_top_cum_pct(path, "-relative_percentages -sample_index=samples -tagfocus=hitch=false",
-                          "hitch_fast_path", 0);
-    printf("hitch=false: slow %.1f%%, fast %.1f%%\n", slow, fast);
+    focus_shares(path, "hitch=false", "hitch_slow_path", 0, "hitch_fast_path", "slow", "fast",
+                 &slow, &fast);
     ASSERT_EQ(slow, 0); /* a 60 ms frame is never under 30 ms */
     ASSERT_GT(fast, 80.0);
     unlink(path);

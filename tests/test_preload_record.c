@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,21 @@ static void setup(const char *tag)
     char *d = tu_make_tmpdir(tag);
     snprintf(g_dir, sizeof g_dir, "%s", d);
     free(d);
+}
+
+/* In a fresh directory (tag), runs `snapprof record ARGS`, ARGS made from
+ * fmt; returns its output and stores its exit status in *st. */
+static char *record_in(const char *tag, int *st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static char *record_in(const char *tag, int *st, const char *fmt, ...)
+{
+    setup(tag);
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return pl_run(st, "cd %s && %s record %s", g_dir, CLI, args);
 }
 
 static char *path_in(const char *name)
@@ -188,10 +204,8 @@ static void go_cgo(int hz)
         printf("skipped: no Go toolchain (golang-go) to build the cgo program with\n");
         exit(TEST_SKIP);
     }
-    setup("rec-go");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record -F %d -o g.pb.gz -- %s", g_dir, CLI, hz, GO_CGO_SPIN_PROG);
+    char *text = record_in("rec-go", &st, "-F %d -o g.pb.gz -- %s", hz, GO_CGO_SPIN_PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "go_cgo_spin: 4 spinners done, cgo says 3, preempted: true\n");
@@ -238,10 +252,8 @@ static void test_go_cgo_4khz(void)
 static void test_stripped_module(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-stripped");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record -F 1000 -o s.pb.gz -- %s", g_dir, CLI, STRIPPED_PROG);
+    char *text = record_in("rec-stripped", &st, "-F 1000 -o s.pb.gz -- %s", STRIPPED_PROG);
     ASSERT_EQ(st, 0);
     char want[256];
     snprintf(want, sizeof want, "%% of the samples stop in %s, which has no symbols there",
@@ -271,13 +283,12 @@ static void test_stripped_module(void)
 static void test_many_processes(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-many");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o m.pb.gz -- /bin/sh -c "
-                        "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s burn hot_b 5; done; "
-                        "%s burn hot_a 200'",
-                        g_dir, CLI, PROG, PROG);
+    char *text = record_in("rec-many", &st,
+                           "-F 1000 -o m.pb.gz -- /bin/sh -c "
+                           "'for i in 1 2 3 4 5 6 7 8 9 10 11; do %s burn hot_b 5; done; "
+                           "%s burn hot_a 200'",
+                           PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "13 processes");
     pl_require_count(text, "    -> ", 8); /* the detail lines: 8 processes */
@@ -301,13 +312,12 @@ static void test_many_processes(void)
 static void test_no_sample_children(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-nosample");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 10 -o m.pb.gz -- /bin/sh -c "
-                        "'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; "
-                        "for i in 1 2 3 4 5; do (exit 0); done; %s burn hot_a 100 </dev/null'",
-                        g_dir, CLI, PROG);
+    char *text = record_in("rec-nosample", &st,
+                           "-F 10 -o m.pb.gz -- /bin/sh -c "
+                           "'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; "
+                           "for i in 1 2 3 4 5; do (exit 0); done; %s burn hot_a 100 </dev/null'",
+                           PROG);
     ASSERT_EQ(st, 0);
     /* The busy one, listed with its file. */
     const char *busy = strstr(text, "  preload_prog (pid ");
@@ -363,12 +373,11 @@ static void test_no_sample_children(void)
 static void test_pipeline(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-pipeline");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o p.pb.gz -- /bin/sh -c "
-                        "'%s burn hot_a 300 | %s burn hot_b 300 | gzip -1 > out.gz'",
-                        g_dir, CLI, PROG, PROG);
+    char *text = record_in("rec-pipeline", &st,
+                           "-F 1000 -o p.pb.gz -- /bin/sh -c "
+                           "'%s burn hot_a 300 | %s burn hot_b 300 | gzip -1 > out.gz'",
+                           PROG, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "4 processes");
     ASSERT_CONTAINS(text, "  sh (pid ");
@@ -401,10 +410,8 @@ static void test_pipeline(void)
 static void test_fork_exec(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-forkexec");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s forkexec 300", g_dir, CLI, PROG);
+    char *text = record_in("rec-forkexec", &st, "-F 1000 -o f.pb.gz -- %s forkexec 300", PROG);
     ASSERT_EQ(st, 0);
     int execd, forked;
     const char *c = strstr(text, "children ");
@@ -424,10 +431,9 @@ static void test_fork_exec(void)
 static void test_fork_stop(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-forkstop");
     int st;
-    char *text = pl_run(&st, "cd %s && %s record -F 1000 --fork stop -o f.pb.gz -- %s forkexec 300",
-                        g_dir, CLI, PROG);
+    char *text =
+        record_in("rec-forkstop", &st, "-F 1000 --fork stop -o f.pb.gz -- %s forkexec 300", PROG);
     ASSERT_EQ(st, 0);
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
     ASSERT_EQ(count_pid_files("f", ".pb.gz"), 0);
@@ -441,10 +447,8 @@ static void test_fork_stop(void)
 static void test_fork_from_thread(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-forkthread");
     int st;
-    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.pb.gz -- %s fork_thread 300", g_dir,
-                        CLI, PROG);
+    char *text = record_in("rec-forkthread", &st, "-F 1000 -o f.pb.gz -- %s fork_thread 300", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
     char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
@@ -491,9 +495,8 @@ static void test_fork_in_loader(void)
 static void test_exit_status(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-status");
     int st;
-    char *text = pl_run(&st, "cd %s && %s record -o e.pb.gz -- %s exit 7", g_dir, CLI, PROG);
+    char *text = record_in("rec-status", &st, "-o e.pb.gz -- %s exit 7", PROG);
     ASSERT_EQ(st, 7);
     ASSERT_CONTAINS(text, "exited with status 7");
     ASSERT(pl_exists(path_in("e.pb.gz")));
@@ -674,11 +677,9 @@ static void test_faults_env(void)
 static void test_duration(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-duration");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record -F 1000 --duration 0.2 -o d.pb.gz -- %s burn hot_a 1500",
-               g_dir, CLI, PROG);
+    char *text = record_in("rec-duration", &st,
+                           "-F 1000 --duration 0.2 -o d.pb.gz -- %s burn hot_a 1500", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "sampling stopped after --duration");
@@ -691,11 +692,9 @@ static void test_duration(void)
 static void test_trigger_timer(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-timer");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record --trigger timer -F 1000 -o t.pb.gz -- %s burn hot_a 300",
-               g_dir, CLI, PROG);
+    char *text = record_in("rec-timer", &st,
+                           "--trigger timer -F 1000 -o t.pb.gz -- %s burn hot_a 300", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, " Hz per CPU-second of 1000 Hz requested, trigger timer; ");
     ASSERT_CONTAINS(text, "snapprof:   the timer trigger fires at the kernel's tick: ");
@@ -715,10 +714,8 @@ static void test_trigger_timer(void)
 static void test_wall(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-wall");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record --wall -F 200 -o w.pb.gz -- sleep 0.5", g_dir, CLI);
+    char *text = record_in("rec-wall", &st, "--wall -F 200 -o w.pb.gz -- sleep 0.5");
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, " samples from 1 thread in ");
     /* The trigger that ran (the default signals blocked threads too). */
@@ -744,12 +741,11 @@ static void test_wall(void)
 static void test_wall_proc(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-wall-proc");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record --wall --wall-blocked proc --trigger auto -F 1000 -o "
-                        "w.pb.gz -- %s sleepers 600",
-                        g_dir, CLI, PROG);
+    char *text = record_in("rec-wall-proc", &st,
+                           "--wall --wall-blocked proc --trigger auto -F 1000 -o "
+                           "w.pb.gz -- %s sleepers 600",
+                           PROG);
     ASSERT_EQ(st, 0);
     /* With a perf event timing the running threads' captures nothing
      * signals a thread inside a system call; a CPU timer's signal (where
@@ -988,10 +984,8 @@ static void require_trace(const char *path, const char *fn)
 static void test_format_folded(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-folded");
     int st;
-    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o f.folded -- %s burn hot_a 300", g_dir,
-                        CLI, PROG);
+    char *text = record_in("rec-folded", &st, "-F 1000 -o f.folded -- %s burn hot_a 300", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "folded stacks written to ");
     ASSERT(strstr(text, "go tool pprof") == NULL);
@@ -1008,10 +1002,8 @@ static void test_format_folded(void)
 static void test_format_trace(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-trace");
     int st;
-    char *text =
-        pl_run(&st, "cd %s && %s record -F 1000 -o t.json -- %s burn hot_a 300", g_dir, CLI, PROG);
+    char *text = record_in("rec-trace", &st, "-F 1000 -o t.json -- %s burn hot_a 300", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "trace events written to ");
     require_trace(path_in("t.json"), "hot_a");
@@ -1022,12 +1014,11 @@ static void test_format_trace(void)
 static void test_format_list(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-formats");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 --format pprof,folded --format=trace -o prof "
-                        "-- %s burn hot_a 300",
-                        g_dir, CLI, PROG);
+    char *text = record_in("rec-formats", &st,
+                           "-F 1000 --format pprof,folded --format=trace -o prof "
+                           "-- %s burn hot_a 300",
+                           PROG);
     ASSERT_EQ(st, 0);
     pl_require_fn(path_in("prof.pb.gz"), "", "hot_a", 1);
     require_folded(path_in("prof.folded"), "hot_a");
@@ -1048,12 +1039,11 @@ static void test_format_list(void)
 static void test_several_outputs_fork(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-several");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o a.pb.gz -o b.folded -o c.json -- %s "
-                        "forkexec 300",
-                        g_dir, CLI, PROG);
+    char *text = record_in("rec-several", &st,
+                           "-F 1000 -o a.pb.gz -o b.folded -o c.json -- %s "
+                           "forkexec 300",
+                           PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "3 processes");
     int execd, forked;

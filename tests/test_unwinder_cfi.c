@@ -6,6 +6,7 @@
 #include "test.h"
 #include "test_util.h"
 #include "unwind_fuzz.h"
+#include "unwind_case.h"
 #include "unwind_test_util.h"
 #include "module_cache/module_cache.h"
 #include "unwinder/cfi_engine.h"
@@ -34,75 +35,6 @@ static uint64_t next_rand(uint64_t *s)
 
 /* Loop iterations per microsecond of the spin loops, measured once. */
 static uint64_t g_per_us = 300;
-
-/* The one worker entry: register, then run the body given as arg. */
-static void *worker_main(void *arg)
-{
-    uw_worker_t *w = arg;
-    uw_worker_enter(w);
-    void (*body)(uw_worker_t *) = (void (*)(uw_worker_t *))w->arg;
-    body(w);
-    __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
-    return NULL;
-}
-
-static void run_worker(uw_worker_t *w, void (*body)(uw_worker_t *), size_t stack_size)
-{
-    memset(w, 0, sizeof *w);
-    w->entry = worker_main;
-    w->arg = (void *)body;
-    w->stack_size = stack_size;
-    uw_worker_start(w);
-}
-
-/* Counts of samples whose frames pass a check. */
-typedef struct tally {
-    size_t seen, ok;
-} tally_t;
-
-static void expect_rate(const tally_t *t, const char *what, size_t min_seen, double min_pct)
-{
-    double pct = t->seen ? 100.0 * (double)t->ok / (double)t->seen : 0;
-    printf("%-48s %zu of %zu (%.2f %%)\n", what, t->ok, t->seen, pct);
-    /* Sanitizer runs are slower and cut short (see uw_profile), and on a
-     * loaded machine they may see only a handful of such samples: then a
-     * few, all right, still show the path works. */
-    size_t need = min_seen;
-    if (tu_sanitizer_build())
-        need = min_seen / 20 > 5 ? min_seen / 20 : 5;
-    ASSERT_GE(t->seen, need);
-    if (pct < min_pct)
-        TEST_FAIL("%s: %.2f %% < %.2f %%", what, pct, min_pct);
-}
-
-/* The shape of stacks taken while the thread runs. TSan defers signals:
- * our handler runs later with the registers of the moment the signal
- * came, while the stack has moved on, so the copy and the registers
- * disagree. There the run still exercises the unwinders on those
- * inconsistent copies (which must be safe), but shapes are not judged. */
-static void expect_shape(const tally_t *t, const char *what, size_t min_seen, double min_pct)
-{
-#if defined(__SANITIZE_THREAD__)
-    printf("%-48s %zu of %zu (not judged under TSan)\n", what, t->ok, t->seen);
-    (void)min_seen, (void)min_pct;
-#else
-    expect_rate(t, what, min_seen, min_pct);
-#endif
-}
-
-/* Whether frames[from..] contains name1, then name2 further out, ... */
-static int in_order(const snapprof_frame_t *f, size_t n, const char *const *names)
-{
-    size_t i = 0;
-    for (const char *const *name = names; *name; name++) {
-        while (i < n && !uw_frame_is(&f[i], *name))
-            i++;
-        if (i == n)
-            return 0;
-        i++;
-    }
-    return 1;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Known-ratio workload                                                     */
@@ -192,14 +124,12 @@ static void test_ratio(void)
 {
     calibrate();
     uw_worker_t w;
-    run_worker(&w, ratio_body, 0);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = UW_DEFAULT,
                     .interval_ns = 1000000u,
                     .min_samples = 5000,
                     .timeout_ns = 90000000000u};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, ratio_body, 0, &run, &c);
 
     double rate = uw_complete_rate(&c, &w, "default unwinder, -fomit-frame-pointer");
     /* Samples weigh the thread CPU time since the previous sample. One
@@ -391,11 +321,9 @@ static int libc_between(const snapprof_frame_t *f, size_t n, const char *cmp, co
 static void test_qsort_bsearch(void)
 {
     uw_worker_t w;
-    run_worker(&w, qs_body, 0);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 1500};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, qs_body, 0, &run, &c);
     tally_t q = {0}, b = {0};
     int shown = 0;
     for (size_t i = 0; i < c.count; i++) {
@@ -425,54 +353,24 @@ static void test_qsort_bsearch(void)
 /* A second shared library without frame pointers                          */
 /* ------------------------------------------------------------------------ */
 
-__attribute__((noinline)) uint64_t lib_callback_hot(uint64_t n)
-{
-    uint64_t x = n | 9;
-    for (uint64_t i = 0; i < n; i++) {
-        x = x * 1181783497276652981u + 7;
-        __asm__ volatile("" : "+r"(x));
-    }
-    return x;
-}
-
-__attribute__((noinline)) uint64_t lib_callback(uint64_t n)
-{
-    uint64_t r = lib_callback_hot(n);
-    __asm__ volatile("" : "+r"(r));
-    return r ^ 1;
-}
-
-__attribute__((noinline)) uint64_t lib_caller(uint64_t n)
-{
-    uint64_t r = testlib_outer(n, lib_callback);
-    __asm__ volatile("" : "+r"(r));
-    return r + 3;
-}
-
-__attribute__((noinline)) void lib_body(uw_worker_t *w)
-{
-    while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
-        g_sink += lib_caller(20000);
-}
+UW_CASE_CALLBACK_WORKLOAD(lib, testlib_outer)
 
 static void test_shared_lib(void)
 {
     uw_worker_t w;
-    run_worker(&w, lib_body, 0);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 1500};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, lib_body, 0, &run, &c);
     static const char *const in_lib[] = {"testlib_hot", "testlib_middle", "testlib_outer",
                                          "lib_caller",  "lib_body",       NULL};
     static const char *const callback[] = {"lib_callback_hot", "lib_callback", "testlib_middle",
                                            "testlib_outer",    "lib_caller",   NULL};
-    tally_t l = {0}, cb = {0};
     int shown = 0;
+    tally_t l = {0}, cb = {0};
     for (size_t i = 0; i < c.count; i++) {
-        const uw_sample_t *s = &c.samples[i];
-        const snapprof_frame_t *f = uw_frames(&c, s);
-        if (s->tid != w.tid || s->count == 0)
+        const uw_sample_t *s;
+        const snapprof_frame_t *f = uw_case_worker_frames(&c, i, &w, &s);
+        if (!f)
             continue;
         const char *const *want = uw_frame_is(&f[0], "testlib_hot")        ? in_lib
                                   : uw_frame_is(&f[0], "lib_callback_hot") ? callback
@@ -533,11 +431,9 @@ __attribute__((noinline)) void alloca_body(uw_worker_t *w)
 static void test_alloca_vla(void)
 {
     uw_worker_t w;
-    run_worker(&w, alloca_body, 0);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 1000};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, alloca_body, 0, &run, &c);
     static const char *const want[] = {"vla_leaf", "vla_frame", "alloca_frame", "alloca_body",
                                        NULL};
     tally_t t = {0};
@@ -669,12 +565,10 @@ static void test_depth_cap(void)
     g_depth = 3000;
     g_big_every = 0;
     uw_worker_t w;
-    run_worker(&w, deep_body, 16u << 20);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {
         .kind = UW_DEFAULT, .interval_ns = 10000000u, .min_samples = 20, .max_frames = 500};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, deep_body, 16u << 20, &run, &c);
     size_t seen = 0;
     for (size_t i = 0; i < c.count; i++) {
         const uw_sample_t *s = &c.samples[i];
@@ -916,11 +810,9 @@ static int in_dl_ranges(uintptr_t pc)
 static void test_dlclose(void)
 {
     uw_worker_t w;
-    run_worker(&w, dl_body, 0);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = UW_DEFAULT, .interval_ns = 1000000u, .min_samples = 2000};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, dl_body, 0, &run, &c);
     /* The library is unloaded now. */
     void *probe = dlopen(SNAPPROF_TEST_DLLIB, RTLD_NOW | RTLD_NOLOAD);
     ASSERT_NULL(probe);
@@ -1123,7 +1015,6 @@ static void test_corrupted_copy(void)
                                      (uintptr_t)malloc,       (uintptr_t)snapprof_profiler_start};
     static const uintptr_t start[] = {(uintptr_t)ratio_leaf_a};
     uw_fuzz_spec_t spec = {
-        .seeds = 3000,
         .code = code,
         .code_count = 8,
         .code_span = 512,
@@ -1134,16 +1025,9 @@ static void test_corrupted_copy(void)
         .chains = {{u[0]}, {u[1]}, {u[0], u[2]}, {u[2]}, {u[3]}, {u[3], u[0], u[2]}},
         .chain_len = {1, 1, 2, 1, 1, 3},
         .chain_count = 6,
-        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1]), snapprof__cfi_of(u[3])},
-        .engine_count = 3,
     };
-    uw_fuzz_result_t r;
-    uw_fuzz_corrupt_copies(&spec, &r);
-    ASSERT_UEQ(r.bad_reads, 0);
-    ASSERT_GT(r.copy_reads, 1000);
+    uw_fuzz_result_t r = uw_case_fuzz(spec, u);
     ASSERT_GT(r.module_reads, 100);
-    for (int i = 0; i < 4; i++)
-        snapprof_unwinder_destroy(u[i]);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -8,6 +8,8 @@
 #include "test.h"
 #include "test_util.h"
 #include "unwind_fuzz.h"
+#define UW_CASE_WHAT_WIDTH 52
+#include "unwind_case.h"
 #include "unwind_test_util.h"
 #include "unwinder/cfi_engine.h"
 
@@ -27,96 +29,14 @@ uint64_t dfexe_outer(uint64_t n, dflib_cb cb);
 
 static volatile uint64_t g_sink;
 
-static void *worker_main(void *arg)
-{
-    uw_worker_t *w = arg;
-    uw_worker_enter(w);
-    void (*body)(uw_worker_t *) = (void (*)(uw_worker_t *))w->arg;
-    body(w);
-    __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
-    return NULL;
-}
-
-static void run_worker(uw_worker_t *w, void (*body)(uw_worker_t *))
-{
-    memset(w, 0, sizeof *w);
-    w->entry = worker_main;
-    w->arg = (void *)body;
-    uw_worker_start(w);
-}
-
-/* Whether f[0..n) contains names[0], then names[1] further out, ... */
-static int in_order(const snapprof_frame_t *f, size_t n, const char *const *names)
-{
-    size_t i = 0;
-    for (const char *const *name = names; *name; name++) {
-        while (i < n && !uw_frame_is(&f[i], *name))
-            i++;
-        if (i == n)
-            return 0;
-        i++;
-    }
-    return 1;
-}
-
-typedef struct tally {
-    size_t seen, ok;
-} tally_t;
-
-/* Judges a share of samples. Under sanitizers runs are cut short (see
- * uw_profile), so fewer samples are asked for; under TSan, whose deferred
- * signals make the registers and the copy disagree, shapes are not judged
- * (the walks still run on those copies, which must be safe). */
-static void expect_rate(const tally_t *t, const char *what, size_t min_seen, double min_pct)
-{
-    double pct = t->seen ? 100.0 * (double)t->ok / (double)t->seen : 0;
-    printf("%-52s %zu of %zu (%.2f %%)\n", what, t->ok, t->seen, pct);
-#if defined(__SANITIZE_THREAD__)
-    (void)min_seen, (void)min_pct;
-#else
-    size_t need = tu_sanitizer_build() ? (min_seen / 20 > 5 ? min_seen / 20 : 5) : min_seen;
-    ASSERT_GE(t->seen, need);
-    if (pct < min_pct)
-        TEST_FAIL("%s: %.2f %% < %.2f %%", what, pct, min_pct);
-#endif
-}
-
 /* ------------------------------------------------------------------------ */
 /* The workload                                                             */
 /* ------------------------------------------------------------------------ */
 
-__attribute__((noinline)) uint64_t df_callback_hot(uint64_t n)
-{
-    uint64_t x = n | 9;
-    for (uint64_t i = 0; i < n; i++) {
-        x = x * 1181783497276652981u + 7;
-        __asm__ volatile("" : "+r"(x));
-    }
-    return x;
-}
-
-__attribute__((noinline)) uint64_t df_callback(uint64_t n)
-{
-    uint64_t r = df_callback_hot(n);
-    __asm__ volatile("" : "+r"(r));
-    return r ^ 1;
-}
-
 /* dflib_outer, or the split library's copy when that test set it. */
 static uint64_t (*g_outer)(uint64_t, dflib_cb) = dflib_outer;
 
-__attribute__((noinline)) uint64_t df_caller(uint64_t n)
-{
-    uint64_t r = g_outer(n, df_callback);
-    __asm__ volatile("" : "+r"(r));
-    return r + 3;
-}
-
-__attribute__((noinline)) void df_body(uw_worker_t *w)
-{
-    while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
-        g_sink += df_caller(20000);
-}
+UW_CASE_CALLBACK_WORKLOAD(df, g_outer)
 
 /* Profiles df_body with kind and sorts the worker's samples by leaf: in
  * the library (prefix "dflib" or "dfsplit") or in the callback. */
@@ -131,16 +51,14 @@ static void profile_and_tally(uw_kind_t kind, const char *prefix, size_t min_sam
     const char *const callback[] = {"df_callback_hot", "df_callback", middle, outer,
                                     "df_caller",       "df_body",     NULL};
     uw_worker_t w;
-    run_worker(&w, df_body);
-    uw_collector_t c = {0};
+    uw_collector_t c;
     uw_run_t run = {.kind = kind, .interval_ns = 1000000u, .min_samples = min_samples};
-    uw_profile(&w, &run, &c);
-    uw_worker_stop(&w);
+    uw_case_profile(&w, df_body, 0, &run, &c);
     int shown = 0;
     for (size_t i = 0; i < c.count; i++) {
-        const uw_sample_t *s = &c.samples[i];
-        const snapprof_frame_t *f = uw_frames(&c, s);
-        if (s->tid != w.tid || s->count == 0)
+        const uw_sample_t *s;
+        const snapprof_frame_t *f = uw_case_worker_frames(&c, i, &w, &s);
+        if (!f)
             continue;
         int complete = uw_complete(f, s->count, &w);
         if ((s->flags & SNAPPROF_SAMPLE_UNWIND_ABORTED) && shown++ < 3) {
@@ -219,8 +137,8 @@ static void test_default_chain(void)
 {
     tally_t lib = {0}, cb = {0}, lib_complete = {0};
     profile_and_tally(UW_DEFAULT, "dflib", 1500, &lib, &cb, &lib_complete);
-    expect_rate(&lib, "leaf in the .debug_frame library: callers, complete", 300, 99.0);
-    expect_rate(&cb, "callback from the library: callers, complete", 200, 99.0);
+    expect_shape(&lib, "leaf in the .debug_frame library: callers, complete", 300, 99.0);
+    expect_shape(&cb, "callback from the library: callers, complete", 200, 99.0);
 }
 
 /* Without the .debug_frame unwinder no stack whose leaf is in the library
@@ -248,8 +166,8 @@ static void test_separate_debug_file(void)
     ASSERT_NOT_NULL(g_outer);
     tally_t lib = {0}, cb = {0}, lib_complete = {0};
     profile_and_tally(UW_DEFAULT, "dfsplit", 1500, &lib, &cb, &lib_complete);
-    expect_rate(&lib, "separate debug file, leaf in the library: complete", 300, 99.0);
-    expect_rate(&cb, "separate debug file, callback: complete", 200, 99.0);
+    expect_shape(&lib, "separate debug file, leaf in the library: complete", 300, 99.0);
+    expect_shape(&cb, "separate debug file, callback: complete", 200, 99.0);
     g_outer = dflib_outer;
     dlclose(h);
 }
@@ -261,8 +179,8 @@ static void test_executable(void)
     g_outer = dfexe_outer;
     tally_t lib = {0}, cb = {0}, lib_complete = {0};
     profile_and_tally(UW_DEFAULT, "dfexe", 1500, &lib, &cb, &lib_complete);
-    expect_rate(&lib, "in the executable, leaf without FDE: complete", 300, 99.0);
-    expect_rate(&cb, "in the executable, callback: complete", 200, 99.0);
+    expect_shape(&lib, "in the executable, leaf without FDE: complete", 300, 99.0);
+    expect_shape(&cb, "in the executable, callback: complete", 200, 99.0);
     g_outer = dflib_outer;
 }
 
@@ -288,7 +206,6 @@ static void test_corrupted_copy(void)
                                       (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
                                       (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
     uw_fuzz_spec_t spec = {
-        .seeds = 3000,
         .code = code,
         .code_count = 8,
         .code_span = 256,
@@ -300,15 +217,8 @@ static void test_corrupted_copy(void)
         .chains = {{u[0]}, {u[1], u[0], u[2]}, {u[3]}, {u[3], u[0], u[2]}},
         .chain_len = {1, 3, 1, 3},
         .chain_count = 4,
-        .engines = {snapprof__cfi_of(u[0]), snapprof__cfi_of(u[1]), snapprof__cfi_of(u[3])},
-        .engine_count = 3,
     };
-    uw_fuzz_result_t r;
-    uw_fuzz_corrupt_copies(&spec, &r);
-    ASSERT_UEQ(r.bad_reads, 0);
-    ASSERT_GT(r.copy_reads, 1000);
-    for (int i = 0; i < 4; i++)
-        snapprof_unwinder_destroy(u[i]);
+    uw_case_fuzz(spec, u);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -42,17 +42,8 @@ char tu_thread_state(int tid)
     return paren && paren[1] == ' ' ? paren[2] : '?';
 }
 
-int tu_sanitizer_build(void)
-{
-#ifdef SNAPPROF_SANITIZER_BUILD
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 /* Which sanitizer the build has: gcc says so with __SANITIZE_*__, clang
- * with __has_feature. */
+ * with __has_feature; CMake defines SNAPPROF_SANITIZER_BUILD for any. */
 #if defined(__SANITIZE_THREAD__)
 #define TU_TSAN 1
 #elif defined(__has_feature)
@@ -67,23 +58,31 @@ int tu_sanitizer_build(void)
 #define TU_ASAN 1
 #endif
 #endif
+#ifndef TU_TSAN
+#define TU_TSAN 0
+#endif
+#ifndef TU_ASAN
+#define TU_ASAN 0
+#endif
+#ifdef SNAPPROF_SANITIZER_BUILD
+#define TU_SANITIZER 1
+#else
+#define TU_SANITIZER 0
+#endif
+
+int tu_sanitizer_build(void)
+{
+    return TU_SANITIZER;
+}
 
 int tu_tsan_build(void)
 {
-#ifdef TU_TSAN
-    return 1;
-#else
-    return 0;
-#endif
+    return TU_TSAN;
 }
 
 int tu_asan_build(void)
 {
-#ifdef TU_ASAN
-    return 1;
-#else
-    return 0;
-#endif
+    return TU_ASAN;
 }
 
 static void skip_if(int yes, const char *why)

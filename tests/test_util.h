@@ -80,8 +80,6 @@ int tu_perf_event_allowed(void);
 /* Skips the test (77) when it does not. */
 void tu_need_perf_event(void);
 
-#endif
-
 /* A builder that records every sample it gets (up to 64 frames each, leaf
  * first, plus the outermost frame), for tests that check what the profiler
  * delivered. The collector must outlive the builder; read it after stop. */
@@ -119,3 +117,5 @@ void tu_collector_free(tu_collector_t *c);
  * the outermost symbol, not a function inlined into it), or "?" when
  * unknown. */
 const char *tu_frame_name(const snapprof_frame_t *frame);
+
+#endif

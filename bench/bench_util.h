@@ -1,0 +1,54 @@
+/* What the bench programs share: clocks, the machine's CPU times around a
+ * measurement, and the command line ("--name V" options, their numbers, the
+ * usage message). Plain C and libc only: bench_trigger and bench_wall link
+ * nothing of snapprof, so that every profiler sees the same program. */
+#ifndef SNAPPROF_BENCH_BENCH_UTIL_H
+#define SNAPPROF_BENCH_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* The clock's time in ns or s. Async-signal-safe (clock_gettime is on the
+ * POSIX list). */
+uint64_t bench_clock_ns(clockid_t clock);
+double bench_clock_s(clockid_t clock);
+
+/* The first line of /proc/stat: user nice system idle iowait irq softirq
+ * steal, in clock ticks summed over all CPUs (all 0 when unreadable). */
+typedef struct bench_cpu_times {
+    unsigned long long v[8];
+} bench_cpu_times_t;
+
+bench_cpu_times_t bench_read_cpu_times(void);
+/* How the machine's CPUs were spent from a to b: prints "<lead>: busy B%,
+ * idle I%, steal S% of all CPUs" (nothing when no tick passed). Steal is
+ * time the hypervisor gave our vCPUs to someone else: every wall-clock
+ * figure, and thread CPU clocks too, can carry some of it. */
+void bench_print_machine(const char *lead, const bench_cpu_times_t *a, const bench_cpu_times_t *b);
+
+/* The usage message bench_usage prints (set it first in main). */
+extern const char *bench_usage_text;
+/* Prints the usage message to stderr and exits 2. */
+void bench_usage(void) __attribute__((noreturn));
+
+/* Parsers of an option's value; a bad one is a usage error. */
+uint64_t bench_number(const char *v);     /* a whole number */
+uint64_t bench_positive(const char *v);   /* a whole number > 0 */
+uint64_t bench_seconds_ns(const char *v); /* seconds (> 0, <= 1e5) as ns */
+
+/* An option: "--name V", V read by parse into *value, *given (if not
+ * NULL) set to 1; or, with parse NULL, a flag "--name" that sets *value
+ * to 1. */
+typedef struct bench_opt {
+    const char *name;
+    uint64_t (*parse)(const char *v);
+    uint64_t *value;
+    int *given;
+} bench_opt_t;
+
+/* Reads argv[first..argc) as the options of opts[0..n); anything else is a
+ * usage error. */
+void bench_parse_opts(int argc, char **argv, int first, const bench_opt_t *opts, size_t n);
+
+#endif
