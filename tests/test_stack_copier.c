@@ -196,12 +196,90 @@ static int check_rebase(const uintptr_t *in, size_t n, size_t off, uintptr_t lo,
     return 0;
 }
 
+/* How check_stack_rebase() fills the copy's whole words. */
+enum { FILL_NEAR_MISSES, FILL_ENDS_IN_RANGE, FILL_EVERY_WORD_IN_RANGE };
+
+/* Rebases a copy of size bytes at copy_lo 0x7ffd00000008 through
+ * snapprof__stack_copier_rebase() and checks it against the scalar loop
+ * and, word by word, against in_range_ref(). The whole words are near
+ * misses of the range at random (FILL_NEAR_MISSES), the same with the
+ * first word pointing to the range's highest byte and the last to its
+ * lowest (FILL_ENDS_IN_RANGE), or all in range at random
+ * (FILL_EVERY_WORD_IN_RANGE). Trailing bytes that are no whole word are
+ * left alone. */
+static void check_stack_rebase(size_t size, int fill)
+{
+    uint8_t *scalar = malloc(size), *best = malloc(size);
+    ASSERT_NOT_NULL(scalar);
+    ASSERT_NOT_NULL(best);
+    snapprof__copy_result_t res = {.copy_lo = 0x7ffd00000008u, .copy_size = size};
+    res.regs.r[SNAPPROF_REG_SP] = res.copy_lo + (size >= 64 ? 64 : 0);
+    res.regs.r[SNAPPROF_REG_PC] = res.copy_lo + 8; /* never rebased */
+    size_t words = size / 8, tail = size % 8;
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < words; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uintptr_t w = (x & 1 ? res.copy_lo : res.copy_lo + size) + (x >> 1) % 17 - 8;
+        if (fill == FILL_EVERY_WORD_IN_RANGE)
+            w = res.copy_lo + (x >> 1) % size;
+        else if (fill == FILL_ENDS_IN_RANGE && i == 0)
+            w = res.copy_lo + size - 1; /* the highest address in range */
+        else if (fill == FILL_ENDS_IN_RANGE && i == words - 1)
+            w = res.copy_lo; /* the lowest */
+        memcpy(scalar + i * 8, &w, sizeof w);
+    }
+    memset(scalar + words * 8, 0xab, tail);
+    uintptr_t delta = (uintptr_t)best - res.copy_lo;
+    /* What every word must become, by the definition. */
+    uintptr_t *want = malloc(words * sizeof *want + 1);
+    ASSERT_NOT_NULL(want);
+    size_t in_range = 0;
+    for (size_t i = 0; i < words; i++) {
+        uintptr_t w;
+        memcpy(&w, scalar + i * 8, sizeof w);
+        int in = in_range_ref(w, res.copy_lo, size);
+        in_range += (size_t)in;
+        want[i] = w + (in ? delta : 0);
+    }
+    /* Not vacuous: the words the fill puts in range are. */
+    if (fill == FILL_EVERY_WORD_IN_RANGE)
+        ASSERT_UEQ(in_range, words);
+    if (fill == FILL_ENDS_IN_RANGE)
+        ASSERT(in_range_ref(want[0] - delta, res.copy_lo, size) &&
+               in_range_ref(want[words - 1] - delta, res.copy_lo, size));
+    memcpy(best, scalar, size);
+    ASSERT_OK(snapprof__rebase_words((uintptr_t *)(void *)scalar, words, res.copy_lo, size, delta,
+                                     SNAPPROF__REBASE_SCALAR));
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(&res, best, &regs, &stack);
+    for (size_t i = 0; i < words; i++) {
+        uintptr_t got;
+        memcpy(&got, best + i * 8, sizeof got);
+        if (got != want[i])
+            TEST_FAIL("size %zu fill %d: word %zu of %zu became %#" PRIxPTR ", not %#" PRIxPTR,
+                      size, fill, i, words, got, want[i]);
+    }
+    ASSERT_EQ(memcmp(scalar, best, size), 0);
+    for (size_t i = words * 8; i < size; i++)
+        ASSERT_EQ(best[i], 0xab);
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_SP], (uintptr_t)best + (size >= 64 ? 64 : 0));
+    ASSERT_UEQ(regs.r[SNAPPROF_REG_PC], res.copy_lo + 8);
+    ASSERT_UEQ(stack.bottom, (uintptr_t)best);
+    ASSERT_UEQ(stack.top, (uintptr_t)best + size);
+    free(want);
+    free(scalar);
+    free(best);
+}
+
 /* The rebase's vector loop gives the scalar loop's words, bit for bit: a
  * value just inside or outside either end of the range at every word
  * position, for every length up to past two vector strides, at every
  * word alignment, for ranges that straddle the sign bit (where a signed
- * compare goes wrong) or wrap past the top; then a whole 16 KiB stack of
- * near misses, and a copy whose length is not a whole number of words. */
+ * compare goes wrong) or wrap past the top; then whole stacks through
+ * snapprof__stack_copier_rebase() (check_stack_rebase()): near misses,
+ * the first and last word in range, every word in range, with lengths
+ * that are and are not a whole number of words. */
 static void test_rebase_every_word(void)
 {
     static const struct {
@@ -258,36 +336,18 @@ static void test_rebase_every_word(void)
     if (!avx2)
         fprintf(stderr, "no AVX2 here: the scalar loop only\n");
 
-    /* A 16 KiB stack of pointers around a range, through the rebase the
-     * profiler calls, with 5 trailing bytes that are no whole word. */
-    size_t size = 16384 + 5;
-    uint8_t *scalar = malloc(size), *best = malloc(size);
-    ASSERT_NOT_NULL(scalar);
-    ASSERT_NOT_NULL(best);
-    snapprof__copy_result_t res = {.copy_lo = 0x7ffd00000008u, .copy_size = size};
-    res.regs.r[SNAPPROF_REG_SP] = res.copy_lo + 64;
-    res.regs.r[SNAPPROF_REG_PC] = res.copy_lo + 8; /* never rebased */
-    uint64_t x = 0x9e3779b97f4a7c15u;
-    for (size_t i = 0; i + 8 <= size; i += 8) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        uintptr_t w = (x & 1 ? res.copy_lo : res.copy_lo + size) + (x >> 1) % 17 - 8;
-        memcpy(scalar + i, &w, sizeof w);
+    /* Stacks of pointers around a range, through the rebase the profiler
+     * calls: 16 KiB of near misses at random; the same with the first and
+     * the last whole word in range; every word in range; each with and
+     * without trailing bytes that are no whole word, and one word alone (a
+     * rebase that skipped the first or the last word of the copy passed
+     * the near misses alone: neither of their ends points into the range). */
+    for (int fill = FILL_NEAR_MISSES; fill <= FILL_EVERY_WORD_IN_RANGE; fill++) {
+        check_stack_rebase(16384 + 5, fill);
+        check_stack_rebase(16384, fill);
+        check_stack_rebase(8, fill);
+        check_stack_rebase(8 + 5, fill);
     }
-    memset(scalar + size - 5, 0xab, 5);
-    memcpy(best, scalar, size);
-    ASSERT_OK(snapprof__rebase_words((uintptr_t *)(void *)scalar, size / 8, res.copy_lo, size,
-                                     (uintptr_t)best - res.copy_lo, SNAPPROF__REBASE_SCALAR));
-    snapprof_regs_t regs;
-    snapprof_stack_copy_t stack;
-    snapprof__stack_copier_rebase(&res, best, &regs, &stack);
-    ASSERT_EQ(memcmp(scalar, best, size), 0);
-    for (size_t i = size - 5; i < size; i++)
-        ASSERT_EQ(best[i], 0xab);
-    ASSERT_UEQ(regs.r[SNAPPROF_REG_SP], (uintptr_t)best + 64);
-    ASSERT_UEQ(regs.r[SNAPPROF_REG_PC], res.copy_lo + 8);
-    ASSERT_UEQ(stack.top, (uintptr_t)best + size);
-    free(scalar);
-    free(best);
 }
 
 /* A stack larger than the buffer: the innermost part is copied, and the

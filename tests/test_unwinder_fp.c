@@ -134,6 +134,52 @@ static void test_below_sp(void)
     snapprof_unwinder_destroy(fpu);
 }
 
+/* A next frame pointer at or below the current one: the walk stops at
+ * that record with FP_ORDER, keeping the frames before it, and counts a bad
+ * frame. An unwinder that followed such a chain one step further also
+ * aborted (the next fp lies below the new sp), which expect_abort() alone
+ * cannot tell apart; the frame count, the reason and the last real frame
+ * can. Each chain: frame 0 (the pc), the record at fp (CODE(1)), then the
+ * record whose next fp goes down or stays (CODE(2)), which the walk drops. */
+static void test_next_fp_below(void)
+{
+    static const struct {
+        const char *what;
+        size_t second, next_of_second; /* word indices; next_of_second <= second */
+    } chains[] = {
+        {"below, above sp", 64, 32}, /* 32 is above the sp at word 0 */
+        {"below the first record", 64, 8},
+        {"equal: points to itself", 64, 64},
+        {"one record below", 64, 62},
+    };
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        memset(g_stack, 0, sizeof g_stack);
+        uintptr_t next = (uintptr_t)&g_stack[chains[c].next_of_second];
+        /* A plausible record where the bad next fp points, so that a walk
+         * that followed it would find a frame there. */
+        if (chains[c].next_of_second != chains[c].second)
+            record(chains[c].next_of_second, 0, CODE(3));
+        uintptr_t f2 = record(chains[c].second, next, CODE(2));
+        uintptr_t f1 = record(16, f2, CODE(1));
+        snapprof_frame_t frames[16];
+        snapprof__unwind_outcome_t out;
+        size_t n = unwind(f1, 16, frames, &out, whole_stack());
+        printf("%s: %zu frames, reason %s\n", chains[c].what, n,
+               out.abort_reason ? out.abort_reason : "(none)");
+        ASSERT_EQ(out.aborted, 1);
+        ASSERT_EQ(out.completed, 0);
+        ASSERT_STR_EQ(out.abort_reason, "frame pointers do not increase");
+        ASSERT_EQ(out.abort_kind, SNAPPROF__ABORT_BAD_FRAME);
+        /* The pc, CODE(1)'s frame, the marker: CODE(2)'s record, whose
+         * next fp goes wrong, is not trusted. */
+        ASSERT_EQ(n, 3);
+        ASSERT_UEQ(frames[0].pc, CODE(0));
+        ASSERT_UEQ(frames[1].pc, CODE(1) - 1);
+        ASSERT_EQ(frames[2].kind, SNAPPROF_FRAME_MARKER);
+        ASSERT_STR_EQ(frames[2].name, "[unwind error]");
+    }
+}
+
 static void test_depth_cap(void)
 {
     /* 100 records, a cap of 10 frames: 9 real frames and the marker. */
@@ -322,6 +368,7 @@ int main(int argc, char **argv)
         {"overflow", test_overflow},
         {"misaligned", test_misaligned},
         {"below_sp", test_below_sp},
+        {"next_fp_below", test_next_fp_below},
         {"depth_cap", test_depth_cap},
         {"unknown_pc", test_unknown_pc},
         {"create_checks_ops", test_create_checks_ops},
