@@ -128,38 +128,6 @@ static int raw_cmp(const void *a, const void *b)
     return memcmp(x->name, y->name, x->name_len);
 }
 
-/* Hex GNU build-id of the ELF file into hex ("" when it has none). */
-void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size)
-{
-    hex[0] = '\0';
-    Elf_Scn *scn = NULL;
-    while ((scn = elf_nextscn(elf, scn)) != NULL) {
-        GElf_Shdr sh;
-        if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type != SHT_NOTE)
-            continue;
-        Elf_Data *data = elf_getdata(scn, NULL);
-        if (data == NULL)
-            continue;
-        size_t off = 0, name_off, desc_off;
-        GElf_Nhdr nh;
-        while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-            if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
-                memcmp((const char *)data->d_buf + name_off, "GNU", 4) != 0)
-                continue;
-            if (nh.n_descsz == 0 || 2 * (size_t)nh.n_descsz + 1 > hex_size)
-                return;
-            static const char digits[] = "0123456789abcdef";
-            const unsigned char *d = (const unsigned char *)data->d_buf + desc_off;
-            for (size_t k = 0; k < nh.n_descsz; k++) {
-                hex[2 * k] = digits[d[k] >> 4];
-                hex[2 * k + 1] = digits[d[k] & 15];
-            }
-            hex[2 * nh.n_descsz] = '\0';
-            return;
-        }
-    }
-}
-
 /* Appends the functions of every SHT_SYMTAB and SHT_DYNSYM section. */
 static int collect_syms(Elf *elf, raw_vec_t *rv)
 {
