@@ -42,9 +42,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Regions that went away and are still searched for late unwinds, per
  * table. Unwinding follows the copy by microseconds, by a second at worst on

@@ -4,7 +4,7 @@
  * of the process, and every answer cached per address.
  *
  * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
- * g_sym_lock is never held while calling into module_cache_posix.c, so the
+ * g_sym_lock is never held while calling into module_table.c, so the
  * two locks are never nested. */
 #include "common/arena.h"
 #include "common/array.h"
@@ -427,7 +427,7 @@ static size_t g_demangled_cap, g_demangled_n;
  * fork() would wait for the slowest table load, and that handler's place
  * in the order of prepare handlers (the reverse of their registration)
  * could not be fixed relative to the sampler lock's (see
- * module_cache_posix.c). */
+ * module_table.c). */
 static void sym_fork_child(void)
 {
     if (pthread_mutex_trylock(&g_sym_lock) == 0) {
