@@ -1,12 +1,22 @@
 /* The perf map reader for the JIT regions (jit_regions.c): reads
  * /tmp/perf-PID.map (or the configured file) as it grows, a few lines at a
  * time, and puts its lines into the perf map table, a line replacing every
- * older region it overlaps. */
+ * older region it overlaps. It feeds a table of jit_regions.c and answers
+ * jit_lookup.c; jit_regions.c never calls it. */
+#include "common/arena.h"
 #include "common/array.h"
+#include "common/clock.h"
+#include "common/fork_resets.h"
+#include "module_cache/jit_perf_map.h"
+#include "module_cache/jit_regions.h"
 #include "module_cache/jit_regions_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +29,16 @@
 /* The perf map is read in pieces of at most this many bytes, each published
  * as one snapshot. */
 #define PERF_MAP_CHUNK (16u * 1024 * 1024)
+
+/* A lookup of an address no module holds checks whether the perf map grew
+ * at most this often; one that found a perf map region (whose line a JIT
+ * reusing the memory may have superseded) less often, as that is every
+ * sample of a JIT that names its code this way. A check is one stat(). */
+#define PERF_MAP_MISS_CHECK_NS (1000ull * 1000)
+#define PERF_MAP_HIT_CHECK_NS (10ull * 1000 * 1000)
+
+/* The table of perf map regions; its lock is held by the reader. */
+static table_t g_perf_table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Atomic uint64_t g_perf_reads, g_perf_lines, g_perf_bad, g_perf_replaced;
 
@@ -33,7 +53,7 @@ typedef struct pm_rule {
     snapprof_jit_layout_t layout;
 } pm_rule_t;
 
-/* All of it under snapprof__jit_perf_table.lock, except snapprof__jit_perf_checked_ns. */
+/* All of it under g_perf_table.lock, except g_perf_checked_ns. */
 static struct {
     int configured;               /* set up: by the first look, or by the API */
     int enabled;                  /* 0 after configure("") */
@@ -41,7 +61,7 @@ static struct {
     snapprof_jit_layout_t layout; /* for lines no rule matches */
     pm_rule_t rules[SNAPPROF_JIT_PERF_MAP_RULES_MAX];
     size_t n_rules;
-    const char *module_path; /* path of the file in use, in snapprof__jit_perf_table.arena */
+    const char *module_path; /* path of the file in use, in g_perf_table.arena */
     pid_t pid;               /* getpid() when the default path was made */
     int have_file;
     dev_t dev;
@@ -50,7 +70,24 @@ static struct {
     int skipping;     /* inside an overlong line */
     uint64_t seen_ns; /* when the file last held nothing unread */
 } g_pm;
-_Atomic uint64_t snapprof__jit_perf_checked_ns; /* last check, mono ns; 0: check at once */
+static _Atomic uint64_t g_perf_checked_ns; /* last check, mono ns; 0: check at once */
+
+static void pm_fork_reset(void);
+
+static pthread_once_t g_watch_once = PTHREAD_ONCE_INIT;
+
+static void watch_once(void)
+{
+    snapprof__jit_table_watch(&g_perf_table, SNAPPROF__FORK_JIT_PERF_MAP, pm_fork_reset);
+}
+
+/* Has the fork() child handler of jit_regions.c watch the perf table (and
+ * the reader's state, pm_fork_reset()); called before the table's lock is
+ * taken. */
+static void pm_watch(void)
+{
+    pthread_once(&g_watch_once, watch_once);
+}
 
 typedef struct pm_line {
     uintptr_t start, limit;
@@ -187,10 +224,10 @@ static int cmp_line(const void *a, const void *b)
 
 /* Puts the parsed lines into the table: a line replaces every older region
  * or line it overlaps (what a JIT that reuses memory means by writing it).
- * With reset, every region in the table goes. Under snapprof__jit_perf_table.lock. */
+ * With reset, every region in the table goes. Under g_perf_table.lock. */
 static int pm_apply(pm_vec_t *lines, int reset, uint64_t boundary)
 {
-    snapshot_t *old = atomic_load(&snapprof__jit_perf_table.current);
+    snapshot_t *old = atomic_load(&g_perf_table.current);
     size_t n_new = lines->n;
     if (!reset && old != NULL) {
         for (size_t i = 0; i < old->n_live; i++) {
@@ -238,9 +275,8 @@ static int pm_apply(pm_vec_t *lines, int reset, uint64_t boundary)
                 gone[g++] = v[i].old;
         } else if (!v[i].dead) {
             born[b] = snapprof__jit_region_new(
-                &snapprof__jit_perf_table, v[i].start, v[i].limit, v[i].name, v[i].name_len,
-                g_pm.module_path, pm_layout_for(v[i].name, v[i].name_len, v[i].limit - v[i].start),
-                boundary);
+                &g_perf_table, v[i].start, v[i].limit, v[i].name, v[i].name_len, g_pm.module_path,
+                pm_layout_for(v[i].name, v[i].name_len, v[i].limit - v[i].start), boundary);
             if (born[b] == NULL) {
                 free(gone);
                 return -ENOMEM;
@@ -261,17 +297,17 @@ static int pm_apply(pm_vec_t *lines, int reset, uint64_t boundary)
     for (size_t k = 0; k < n_gone; k++)
         snapprof__jit_region_kill(gone[k], boundary);
     free(gone);
-    snapprof__jit_publish(&snapprof__jit_perf_table, next);
+    snapprof__jit_publish(&g_perf_table, next);
     atomic_fetch_add(&g_perf_lines, n_new);
     atomic_fetch_add(&g_perf_replaced, replaced);
     return 0;
 }
 
-/* Drops every perf map region. Under snapprof__jit_perf_table.lock. */
+/* Drops every perf map region. Under g_perf_table.lock. */
 static void pm_drop_all(uint64_t now)
 {
     pm_vec_t none = {0};
-    if (atomic_load(&snapprof__jit_perf_table.current) != NULL)
+    if (atomic_load(&g_perf_table.current) != NULL)
         pm_apply(&none, 1, now);
     free(none.v);
     g_pm.have_file = 0;
@@ -319,11 +355,11 @@ static size_t pm_parse(const char *buf, size_t len, pm_vec_t *lines, uint64_t *b
 }
 
 /* Reads what the perf map gained since it was last read. Under
- * snapprof__jit_perf_table.lock. */
+ * g_perf_table.lock. */
 static void pm_refresh_locked(void)
 {
     uint64_t now = snapprof__monotonic_ns();
-    atomic_store(&snapprof__jit_perf_checked_ns, now);
+    atomic_store(&g_perf_checked_ns, now);
     if (!g_pm.enabled)
         return;
     char def[64];
@@ -355,12 +391,12 @@ static void pm_refresh_locked(void)
     if (g_pm.have_file &&
         (st.st_dev != g_pm.dev || st.st_ino != g_pm.ino || (uint64_t)st.st_size < g_pm.offset)) {
         /* Replaced or truncated: start over with what it says now. */
-        reset = atomic_load(&snapprof__jit_perf_table.current) != NULL;
+        reset = atomic_load(&g_perf_table.current) != NULL;
         g_pm.offset = 0;
         g_pm.skipping = 0;
     }
     if (!g_pm.have_file || g_pm.module_path == NULL || strcmp(g_pm.module_path, path) != 0) {
-        const char *mp = snapprof__arena_strdup(&snapprof__jit_perf_table.arena, path);
+        const char *mp = snapprof__arena_strdup(&g_perf_table.arena, path);
         if (mp == NULL) {
             close(fd);
             return;
@@ -431,16 +467,16 @@ static void pm_refresh_locked(void)
 }
 
 /* Reads new perf map lines if the last check is older than interval_ns. */
-void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns)
+static void pm_maybe_refresh(uint64_t interval_ns)
 {
-    if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) < interval_ns)
+    if (snapprof__monotonic_ns() - atomic_load(&g_perf_checked_ns) < interval_ns)
         return;
-    snapprof__jit_fork_watch();
-    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_watch();
+    pthread_mutex_lock(&g_perf_table.lock);
     pm_init_locked();
-    if (snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >= interval_ns)
+    if (snapprof__monotonic_ns() - atomic_load(&g_perf_checked_ns) >= interval_ns)
         pm_refresh_locked();
-    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    pthread_mutex_unlock(&g_perf_table.lock);
 }
 
 SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
@@ -452,20 +488,20 @@ SNAPPROF_API int snapprof_jit_perf_map_configure(const char *path,
     char *copy = NULL;
     if (path != NULL && path[0] != '\0' && (copy = strdup(path)) == NULL)
         return -ENOMEM;
-    snapprof__jit_fork_watch();
-    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_watch();
+    pthread_mutex_lock(&g_perf_table.lock);
     pm_init_locked();
     pm_drop_all(snapprof__monotonic_ns());
     /* The old path is freed after the lock is let go, so that g_pm.path
      * names a live string even in a fork() child that found the lock held
-     * (snapprof__jit_perf_map_fork_reset() keeps it). */
+     * (pm_fork_reset() keeps it). */
     char *old = g_pm.path;
     g_pm.path = copy;
     g_pm.enabled = path == NULL || path[0] != '\0';
     g_pm.layout = lay;
     g_pm.seen_ns = 0;
-    atomic_store(&snapprof__jit_perf_checked_ns, 0);
-    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    atomic_store(&g_perf_checked_ns, 0);
+    pthread_mutex_unlock(&g_perf_table.lock);
     free(old);
     return 0;
 }
@@ -479,8 +515,8 @@ SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
         return -EINVAL;
     size_t len = strlen(prefix);
     int rc = 0;
-    snapprof__jit_fork_watch();
-    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_watch();
+    pthread_mutex_lock(&g_perf_table.lock);
     pm_init_locked();
     if (len == 0) {
         if (layout != NULL)
@@ -508,51 +544,73 @@ SNAPPROF_API int snapprof_jit_perf_map_set_layout(const char *prefix,
          * them all again. */
         pm_drop_all(snapprof__monotonic_ns());
         g_pm.seen_ns = 0;
-        atomic_store(&snapprof__jit_perf_checked_ns, 0);
+        atomic_store(&g_perf_checked_ns, 0);
     }
-    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    pthread_mutex_unlock(&g_perf_table.lock);
     return rc;
 }
 
 void snapprof__jit_perf_map_refresh_now(void)
 {
-    snapprof__jit_fork_watch();
-    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
+    pm_watch();
+    pthread_mutex_lock(&g_perf_table.lock);
     pm_refresh_locked();
-    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    pthread_mutex_unlock(&g_perf_table.lock);
 }
 
 void snapprof__jit_perf_map_forget(void)
 {
-    snapprof__jit_fork_watch();
-    pthread_mutex_lock(&snapprof__jit_perf_table.lock);
-    free(atomic_exchange(&snapprof__jit_perf_table.current, NULL));
+    pm_watch();
+    pthread_mutex_lock(&g_perf_table.lock);
+    free(atomic_exchange(&g_perf_table.current, NULL));
     /* With no reader about, two rounds free every snapshot retired so far. */
     snapprof__jit_retire(NULL);
     snapprof__jit_retire(NULL);
-    snapprof__arena_release(&snapprof__jit_perf_table.arena);
+    snapprof__arena_release(&g_perf_table.arena);
     free(g_pm.path);
     memset(&g_pm, 0, sizeof g_pm);
-    atomic_store(&snapprof__jit_perf_checked_ns, 0);
-    pthread_mutex_unlock(&snapprof__jit_perf_table.lock);
+    atomic_store(&g_perf_checked_ns, 0);
+    pthread_mutex_unlock(&g_perf_table.lock);
+}
+
+const snapprof_module_t *snapprof__jit_perf_map_find(uintptr_t addr, uint64_t when_ns)
+{
+    const snapprof_module_t *m = snapprof__jit_table_lookup(&g_perf_table, addr, when_ns);
+    if (m != NULL &&
+        snapprof__monotonic_ns() - atomic_load(&g_perf_checked_ns) >= PERF_MAP_HIT_CHECK_NS) {
+        /* A JIT that reuses memory writes a new line for the same address:
+         * a hit is worth a look at the file too, now and then. */
+        pm_maybe_refresh(PERF_MAP_HIT_CHECK_NS);
+        m = snapprof__jit_table_lookup(&g_perf_table, addr, when_ns);
+    }
+    return m;
+}
+
+const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t when_ns)
+{
+    pm_maybe_refresh(PERF_MAP_MISS_CHECK_NS);
+    if (!snapprof__jit_any())
+        return NULL;
+    return snapprof__jit_table_lookup(&g_perf_table, addr, when_ns);
 }
 
 void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out)
 {
+    out->perf_map_regions = snapprof__jit_table_live(&g_perf_table);
     out->perf_map_reads = atomic_load(&g_perf_reads);
     out->perf_map_lines = atomic_load(&g_perf_lines);
     out->perf_map_bad_lines = atomic_load(&g_perf_bad);
     out->perf_map_replaced = atomic_load(&g_perf_replaced);
 }
 
-/* A fork() child whose parent had snapprof__jit_perf_table.lock held in
+/* A fork() child whose parent had g_perf_table.lock held in
  * another thread: g_pm may be half-changed. The child forgets the file it
  * was reading: its next read takes the file as replaced and starts over
  * with what it says (a default path names the child's own pid, where the
  * parent's regions are dropped as for any child), keeping what was
  * configured. Called by the child handler in
- * jit_regions.c, which took the lock anew. */
-void snapprof__jit_perf_map_fork_reset(void)
+ * jit_regions.c, which took the lock anew (pm_watch()). */
+static void pm_fork_reset(void)
 {
     g_pm.module_path = NULL; /* in the old arena: copied again on the next read */
     g_pm.dev = 0;            /* the file counts as replaced: read again whole */
@@ -560,5 +618,5 @@ void snapprof__jit_perf_map_fork_reset(void)
     g_pm.offset = 0;
     g_pm.skipping = 0;
     g_pm.seen_ns = 0;
-    atomic_store(&snapprof__jit_perf_checked_ns, 0);
+    atomic_store(&g_perf_checked_ns, 0);
 }

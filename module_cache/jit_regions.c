@@ -1,6 +1,8 @@
-/* JIT code regions for the module cache: regions registered through
- * <snapprof/jit.h> and regions read from a perf map (jit_perf_map.c reads
- * it), published to lock-free readers as copy-on-write snapshots.
+/* JIT code regions for the module cache: the tables of regions, published
+ * to lock-free readers as copy-on-write snapshots, and the regions
+ * registered through <snapprof/jit.h>. The perf map reader
+ * (jit_perf_map.c) keeps its regions in a table of its own made here, and
+ * jit_lookup.c looks in both; this file calls neither.
  *
  * Why copy-on-write snapshots and not a mutex around one table: lookups run
  * on the sampling thread for every frame, and registrations on the JIT's
@@ -31,28 +33,24 @@
  * at T the frame gets no JIT module at all ("[unknown]") rather than a
  * name that may be wrong.
  */
+#include "common/arena.h"
+#include "common/clock.h"
 #include "common/fork_resets.h"
+#include "module_cache/jit_regions.h"
 #include "module_cache/jit_regions_internal.h"
-#include "module_cache/module_cache.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Regions that went away and are still searched for late unwinds, per
  * table. Unwinding follows the copy by microseconds, by a second at worst on
  * a stalled VM; 1024 covers that at any sane rate of code turnover. */
 #define GRAVEYARD_MAX 1024
-
-/* A lookup of an address no module holds checks whether the perf map grew
- * at most this often; one that found a perf map region (whose line a JIT
- * reusing the memory may have superseded) less often, as that is every
- * sample of a JIT that names its code this way. A check is one stat(). */
-#define PERF_MAP_MISS_CHECK_NS (1000ull * 1000)
-#define PERF_MAP_HIT_CHECK_NS (10ull * 1000 * 1000)
 
 /* Every region's build_id points here, which tells our JIT modules from
  * ones that others made by hand (a distinct object, never merged with a
@@ -141,7 +139,18 @@ void snapprof__jit_retire(snapshot_t *old)
 /* ------------------------------------------------------------------------ */
 
 static table_t g_api = {.lock = PTHREAD_MUTEX_INITIALIZER};
-table_t snapprof__jit_perf_table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The other tables the fork() child handler puts right (the perf map's),
+ * in the order they were watched: table is stored last, so a child
+ * forked half-way through snapprof__jit_table_watch() sees NULL there (and
+ * that table's lock was not taken yet). */
+#define WATCHED_MAX 4
+static struct {
+    _Atomic(table_t *) table;
+    snapprof__fork_lock_t note;
+    void (*reset)(void);
+} g_watched[WATCHED_MAX];
+static atomic_size_t g_n_watched;
 
 /* ------------------------------------------------------------------------ */
 /* fork()                                                                   */
@@ -172,9 +181,14 @@ static void fork_child(void)
 {
     if (table_fork_child(&g_api))
         snapprof__fork_reset_note(SNAPPROF__FORK_JIT_API);
-    if (table_fork_child(&snapprof__jit_perf_table)) {
-        snapprof__jit_perf_map_fork_reset();
-        snapprof__fork_reset_note(SNAPPROF__FORK_JIT_PERF_MAP);
+    size_t n_watched = atomic_load(&g_n_watched);
+    for (size_t i = 0; i < n_watched && i < WATCHED_MAX; i++) {
+        table_t *t = atomic_load(&g_watched[i].table);
+        if (t != NULL && table_fork_child(t)) {
+            if (g_watched[i].reset != NULL)
+                g_watched[i].reset();
+            snapprof__fork_reset_note(g_watched[i].note);
+        }
     }
     if (pthread_mutex_trylock(&g_retire_lock) == 0) {
         pthread_mutex_unlock(&g_retire_lock);
@@ -200,6 +214,17 @@ static void fork_once(void)
 void snapprof__jit_fork_watch(void)
 {
     pthread_once(&g_fork_once, fork_once);
+}
+
+void snapprof__jit_table_watch(table_t *t, snapprof__fork_lock_t note, void (*reset)(void))
+{
+    snapprof__jit_fork_watch();
+    size_t i = atomic_fetch_add(&g_n_watched, 1);
+    if (i >= WATCHED_MAX)
+        abort(); /* a new table: make WATCHED_MAX larger */
+    g_watched[i].note = note;
+    g_watched[i].reset = reset;
+    atomic_store(&g_watched[i].table, t);
 }
 
 static _Atomic uint64_t g_registered, g_unregistered, g_moved;
@@ -653,7 +678,12 @@ const snapprof__jit_region_t *snapprof__jit_region_of(const snapprof_module_t *m
     return (const snapprof__jit_region_t *)module;
 }
 
-static const snapprof_module_t *find_in(table_t *t, uintptr_t addr, uint64_t when_ns)
+int snapprof__jit_any(void)
+{
+    return atomic_load_explicit(&g_any, memory_order_relaxed);
+}
+
+const snapprof_module_t *snapprof__jit_table_lookup(table_t *t, uintptr_t addr, uint64_t when_ns)
 {
     unsigned slot = read_begin();
     snapprof__jit_region_t *r = table_find(t, addr, when_ns);
@@ -661,46 +691,24 @@ static const snapprof_module_t *find_in(table_t *t, uintptr_t addr, uint64_t whe
     return r ? &r->module : NULL;
 }
 
-const snapprof_module_t *snapprof__jit_find(uintptr_t addr, uint64_t when_ns)
+const snapprof_module_t *snapprof__jit_api_find(uintptr_t addr, uint64_t when_ns)
 {
-    if (!atomic_load_explicit(&g_any, memory_order_relaxed))
-        return NULL;
-    const snapprof_module_t *m = find_in(&g_api, addr, when_ns);
-    if (m != NULL)
-        return m;
-    m = find_in(&snapprof__jit_perf_table, addr, when_ns);
-    if (m != NULL && snapprof__monotonic_ns() - atomic_load(&snapprof__jit_perf_checked_ns) >=
-                         PERF_MAP_HIT_CHECK_NS) {
-        /* A JIT that reuses memory writes a new line for the same address:
-         * a hit is worth a look at the file too, now and then. */
-        snapprof__jit_perf_map_maybe_refresh(PERF_MAP_HIT_CHECK_NS);
-        m = find_in(&snapprof__jit_perf_table, addr, when_ns);
-    }
-    return m;
+    return snapprof__jit_table_lookup(&g_api, addr, when_ns);
 }
 
-const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t when_ns)
+size_t snapprof__jit_table_live(table_t *t)
 {
-    snapprof__jit_perf_map_maybe_refresh(PERF_MAP_MISS_CHECK_NS);
-    if (!atomic_load_explicit(&g_any, memory_order_relaxed))
-        return NULL;
-    return find_in(&snapprof__jit_perf_table, addr, when_ns);
-}
-
-SNAPPROF_API int snapprof_jit_get_stats(snapprof_jit_stats_t *out)
-{
-    if (out == NULL)
-        return -EINVAL;
-    memset(out, 0, sizeof *out);
     unsigned slot = read_begin();
-    snapshot_t *a = atomic_load(&g_api.current),
-               *p = atomic_load(&snapprof__jit_perf_table.current);
-    out->regions_live = a ? a->n_live : 0;
-    out->perf_map_regions = p ? p->n_live : 0;
+    snapshot_t *s = atomic_load(&t->current);
+    size_t n = s ? s->n_live : 0;
     read_end(slot);
+    return n;
+}
+
+void snapprof__jit_api_stats(snapprof_jit_stats_t *out)
+{
+    out->regions_live = snapprof__jit_table_live(&g_api);
     out->regions_registered = atomic_load(&g_registered);
     out->regions_unregistered = atomic_load(&g_unregistered);
     out->regions_moved = atomic_load(&g_moved);
-    snapprof__jit_perf_map_stats(out);
-    return 0;
 }

@@ -1,5 +1,7 @@
 /* JIT code regions inside the module cache: internal interface of
- * jit_regions.c and jit_perf_map.c. The public part is <snapprof/jit.h>.
+ * jit_regions.c (the tables and registered regions), jit_perf_map.c (the
+ * perf map reader) and jit_lookup.c (lookups across both). The public part
+ * is <snapprof/jit.h>.
  *
  * Lookups read an immutable snapshot without taking a lock and may run on
  * any thread, concurrently with registrations. None of this is
@@ -48,7 +50,8 @@ const snapprof_module_t *snapprof__jit_find(uintptr_t addr, uint64_t when_ns);
 
 /* As snapprof__jit_find() for perf map regions, after reading lines the perf
  * map gained since it was last read (if it grew and was not checked in the
- * last millisecond). For addresses no native module holds. */
+ * last millisecond). For addresses no native module holds. Defined in
+ * jit_perf_map.c. */
 const snapprof_module_t *snapprof__jit_find_after_miss(uintptr_t addr, uint64_t when_ns);
 
 /* Fuzzing seams (fuzz/fuzz_perf_map.c). The first reads what the perf map

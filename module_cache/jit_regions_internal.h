@@ -1,13 +1,13 @@
 /* JIT code regions: what jit_regions.c (the snapshots, their tables and
- * the API) shares with jit_perf_map.c (the perf map reader). Private to
- * those two files. */
+ * the API) offers the files above it, jit_perf_map.c (the perf map reader)
+ * and jit_lookup.c (lookups across both tables). Private to module_cache/;
+ * jit_regions.c calls nothing in those two. */
 #ifndef SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 #define SNAPPROF_MODULE_CACHE_JIT_REGIONS_INTERNAL_H
 
 #include "common/arena.h"
-#include "common/clock.h"
+#include "common/fork_resets.h"
 #include "module_cache/jit_regions.h"
-#include "module_cache/module_cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,9 +33,6 @@ typedef struct table {
     pthread_mutex_t lock;          /* held by this table's writers only */
     snapprof__arena_t arena;       /* regions and names; under lock */
 } table_t;
-
-/* The table of perf map regions; its lock is held by the perf map reader. */
-extern table_t snapprof__jit_perf_table;
 
 /* Retires old (already replaced, may be NULL) and frees what no reader can
  * reach any more. Never waits for readers. */
@@ -72,25 +69,34 @@ void snapprof__jit_region_kill(snapprof__jit_region_t *r, uint64_t when);
 /* Checks layout (NULL: frame pointer) and stores the one to use in out. */
 int snapprof__jit_layout_check(const snapprof_jit_layout_t *layout, snapprof_jit_layout_t *out);
 
-/* ------------------------------------------------------------------------ */
-/* The perf map reader (jit_perf_map.c)                                     */
-/* ------------------------------------------------------------------------ */
-
-/* When the perf map was last checked, mono ns; 0: check at once. */
-extern _Atomic uint64_t snapprof__jit_perf_checked_ns;
-
-/* Reads new perf map lines if the last check is older than interval_ns. */
-void snapprof__jit_perf_map_maybe_refresh(uint64_t interval_ns);
-
-/* Fills the perf_map_* counters of out. */
-void snapprof__jit_perf_map_stats(snapprof_jit_stats_t *out);
-
-/* Puts the reader's state right in a fork() child that found the perf
- * table's lock held (jit_regions.c took it anew). */
-void snapprof__jit_perf_map_fork_reset(void);
-
 /* Registers the fork() child handler of the JIT tables' locks, once; called
- * before any of them is taken (jit_regions.c). */
+ * before any of them is taken. */
 void snapprof__jit_fork_watch(void);
+
+/* Has the fork() child handler put table t right too: when the child finds
+ * t->lock held, it takes it anew, calls reset (may be NULL) for what the
+ * table's owner keeps under that lock, and counts note. Once per table,
+ * before its lock is first taken. */
+void snapprof__jit_table_watch(table_t *t, snapprof__fork_lock_t note, void (*reset)(void));
+
+/* ------------------------------------------------------------------------ */
+/* Lookups (jit_regions.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Whether any table has ever held a region (one relaxed load). */
+int snapprof__jit_any(void);
+
+/* The region of table t holding addr in a stack copied at when_ns (0:
+ * now), as a module; NULL when none. Lock-free. */
+const snapprof_module_t *snapprof__jit_table_lookup(table_t *t, uintptr_t addr, uint64_t when_ns);
+
+/* The same in the table of regions registered through the API. */
+const snapprof_module_t *snapprof__jit_api_find(uintptr_t addr, uint64_t when_ns);
+
+/* How many regions table t holds live now. Lock-free. */
+size_t snapprof__jit_table_live(table_t *t);
+
+/* Fills the regions_* counters of out (the API's table). */
+void snapprof__jit_api_stats(snapprof_jit_stats_t *out);
 
 #endif

@@ -52,7 +52,7 @@ size_t snapprof__module_cache_list(const snapprof_module_t **out, size_t max);
 /* The main executable's module, or NULL if it could not be found. */
 const snapprof_module_t *snapprof__module_cache_main(void);
 
-/* The FNV-1a basis of the module cache's string hashes (module_cache_posix.c,
+/* The FNV-1a basis of the module cache's string hashes (module_table.c,
  * symbols_elf.c, through snapprof__fnv1a64() of common/hash.h). It is not
  * FNV's standard offset basis (14695981039346656037, SNAPPROF_FNV1A64_BASIS)
  * but that number short of its last digit, as this code always had it; any

@@ -10,7 +10,10 @@
  * libdwfl's dwfl_standard_find_debuginfo() is not used because it consults
  * debuginfod servers when DEBUGINFOD_URLS is set: a profiler must not fetch
  * files over the network from inside the profiled process. The search done
- * here is the local part of what gdb and eu-addr2line do. */
+ * here is the local part of what gdb and eu-addr2line do.
+ *
+ * It sits below symbols_elf.c and calls nothing there; what both need (an
+ * ELF file's build-id, snapprof__elf_build_id()) is here. */
 #include "module_cache/symbols_dwarf.h"
 
 #include <dwarf.h>
@@ -49,6 +52,38 @@ static char g_debug_dirs[PATH_MAX] = "/usr/lib/debug";
 void snapprof__dwarf_set_debug_dirs(const char *dirs)
 {
     snprintf(g_debug_dirs, sizeof g_debug_dirs, "%s", dirs ? dirs : "");
+}
+
+/* Hex GNU build-id of the ELF file into hex ("" when it has none). */
+void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size)
+{
+    hex[0] = '\0';
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type != SHT_NOTE)
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (data == NULL)
+            continue;
+        size_t off = 0, name_off, desc_off;
+        GElf_Nhdr nh;
+        while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+            if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+                memcmp((const char *)data->d_buf + name_off, "GNU", 4) != 0)
+                continue;
+            if (nh.n_descsz == 0 || 2 * (size_t)nh.n_descsz + 1 > hex_size)
+                return;
+            static const char digits[] = "0123456789abcdef";
+            const unsigned char *d = (const unsigned char *)data->d_buf + desc_off;
+            for (size_t k = 0; k < nh.n_descsz; k++) {
+                hex[2 * k] = digits[d[k] >> 4];
+                hex[2 * k + 1] = digits[d[k] & 15];
+            }
+            hex[2 * nh.n_descsz] = '\0';
+            return;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */

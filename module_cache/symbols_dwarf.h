@@ -1,5 +1,7 @@
 /* DWARF source lines and inline frames (symbols_dwarf.c), used by the ELF
- * symbolizer (symbols_elf.c). Internal to module_cache/.
+ * symbolizer (symbols_elf.c), never the reverse: symbols_dwarf.c calls
+ * nothing in symbols_elf.c. Internal to module_cache/ (and the unwinder's
+ * .debug_frame reader).
  *
  * NOT async-signal-safe, and not thread-safe: callers hold symbols_elf.c's
  * g_sym_lock around every call. */
@@ -72,7 +74,8 @@ Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id);
 void snapprof__dwarf_set_debug_dirs(const char *dirs);
 
 /* Hex GNU build-id of the ELF file (from its section headers) into hex, ""
- * when it has none. Defined in symbols_elf.c. */
+ * when it has none. Checks debug files here; the ELF symbolizer and the
+ * unwinder's CFI table use it too. */
 void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size);
 
 #endif

@@ -4,7 +4,7 @@
  * of the process, and every answer cached per address.
  *
  * NOT async-signal-safe: it opens files, allocates and takes g_sym_lock.
- * g_sym_lock is never held while calling into module_cache_posix.c, so the
+ * g_sym_lock is never held while calling into module_table.c, so the
  * two locks are never nested. */
 #include "common/arena.h"
 #include "common/array.h"
@@ -126,38 +126,6 @@ static int raw_cmp(const void *a, const void *b)
     if (x->name_len != y->name_len)
         return x->name_len < y->name_len ? -1 : 1;
     return memcmp(x->name, y->name, x->name_len);
-}
-
-/* Hex GNU build-id of the ELF file into hex ("" when it has none). */
-void snapprof__elf_build_id(Elf *elf, char *hex, size_t hex_size)
-{
-    hex[0] = '\0';
-    Elf_Scn *scn = NULL;
-    while ((scn = elf_nextscn(elf, scn)) != NULL) {
-        GElf_Shdr sh;
-        if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type != SHT_NOTE)
-            continue;
-        Elf_Data *data = elf_getdata(scn, NULL);
-        if (data == NULL)
-            continue;
-        size_t off = 0, name_off, desc_off;
-        GElf_Nhdr nh;
-        while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-            if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
-                memcmp((const char *)data->d_buf + name_off, "GNU", 4) != 0)
-                continue;
-            if (nh.n_descsz == 0 || 2 * (size_t)nh.n_descsz + 1 > hex_size)
-                return;
-            static const char digits[] = "0123456789abcdef";
-            const unsigned char *d = (const unsigned char *)data->d_buf + desc_off;
-            for (size_t k = 0; k < nh.n_descsz; k++) {
-                hex[2 * k] = digits[d[k] >> 4];
-                hex[2 * k + 1] = digits[d[k] & 15];
-            }
-            hex[2 * nh.n_descsz] = '\0';
-            return;
-        }
-    }
 }
 
 /* Appends the functions of every SHT_SYMTAB and SHT_DYNSYM section. */
@@ -459,7 +427,7 @@ static size_t g_demangled_cap, g_demangled_n;
  * fork() would wait for the slowest table load, and that handler's place
  * in the order of prepare handlers (the reverse of their registration)
  * could not be fixed relative to the sampler lock's (see
- * module_cache_posix.c). */
+ * module_table.c). */
 static void sym_fork_child(void)
 {
     if (pthread_mutex_trylock(&g_sym_lock) == 0) {
