@@ -87,11 +87,13 @@ SUBLAYERS = {
         # The JIT region table, then the perf map reader that fills it.
         ["jit_regions.c"],
         ["jit_perf_map.c"],
-        # JIT lookups over both (jit_lookup.c, which the structure pass
-        # makes: a file this tree lacks is ignored).
+        # JIT lookups over both.
         ["jit_lookup.c"],
-        # The module cache proper, on all of them.
-        ["module_cache_posix.c"],
+        # The module cache proper: the scan of what is mapped, the table it
+        # fills, and the lookups by address over the table and all above.
+        ["module_scan.c"],
+        ["module_table.c"],
+        ["module_lookup.c"],
     ],
 }
 
@@ -103,10 +105,6 @@ ALLOWED = [
     ("sampling_thread/profiler.c", "profile_builder/profile_builder_internal.h"),
     # removed by the structure pass
     ("sampling_thread/profiler.c", "unwinder/cfi_table_unwinder.h"),
-    # removed by the structure pass
-    ("module_cache/jit_regions.c", "module_cache/jit_perf_map.c"),
-    # removed by the structure pass
-    ("module_cache/symbols_dwarf.c", "module_cache/symbols_elf.c"),
 ]
 
 OUTSIDE = {"tests", "fuzz", "bench", "examples", "tools", "docs", "include", "proto", "cmake"}
