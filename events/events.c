@@ -26,8 +26,8 @@
  * while a profiler reads (g_readers > 0). */
 #include "common/clock.h"
 #include "common/fork_resets.h"
+#include "common/label_keys.h"
 #include "events/events.h"
-#include "labels/labels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -693,7 +693,7 @@ size_t snapprof__events_decode(const snapprof__event_capture_t *c, snapprof_labe
 {
     size_t n = 0;
     if (c->zone != 0 && c->zone <= SNAPPROF_EVENT_NAMES_MAX) {
-        out[n] = (snapprof_label_t){.key = "zone", .str = g_names[c->zone]};
+        out[n] = (snapprof_label_t){.key = snapprof__key_zone, .str = g_names[c->zone]};
         n++;
     }
     uint32_t count = c->counter_count <= SNAPPROF_COUNTER_ATTACH_MAX ? c->counter_count
