@@ -23,11 +23,11 @@
  * Log. Whoever reads (a profiler on its tick, or a thread that exits)
  * moves the rings' events into g_log under g_log_lock; each profiler
  * copies the entries it has not seen from there. Threads write events only
- * while a profiler reads (g_readers > 0). */
+ * while a profiler reads (snapprof__event_readers > 0). */
 #include "common/clock.h"
 #include "common/fork_resets.h"
-#include "events/events.h"
-#include "labels/labels.h"
+#include "common/label_keys.h"
+#include "events/events_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -171,64 +171,29 @@ static int64_t to_label(double value, double scale)
 
 enum { EV_BEGIN = SNAPPROF_EVENT_ZONE_BEGIN, EV_END = SNAPPROF_EVENT_ZONE_END };
 
-/* What became of an open zone's begin: no profiler recorded it, it is in
- * the ring (its end will be), or the ring had no room (its end is dropped
- * and counted too). */
-enum { ZONE_UNRECORDED = 0, ZONE_RECORDED = 1, ZONE_DROPPED = 2 };
-
-typedef struct ring_event {
-    uint64_t time_ns;
-    uint32_t name;
-    uint16_t kind;
-    uint16_t depth;
-    union {
-        double value;     /* counters */
-        uint64_t address; /* functions */
-    } u;
-} ring_event_t;
-
-typedef struct tstate {
-    /* The zone stack: the handler reads depth, then stack[depth - 1]. */
-    _Atomic uint32_t depth;
-    _Atomic uint32_t stack[SNAPPROF_ZONE_DEPTH_MAX];
-    /* Owner only. */
-    uint8_t recorded[SNAPPROF_ZONE_DEPTH_MAX]; /* ZONE_* of each open zone */
-    uint32_t overflow;                         /* zones open past SNAPPROF_ZONE_DEPTH_MAX */
-    uint32_t reserved; /* recorded zones open: ring room kept for their ends */
-    pid_t tid;
-    /* The ring: head written by the owner, tail by the reader. */
-    _Atomic uint64_t head, tail;
-    /* Function timing (snapprof_func_enter/_exit), made on first use. */
-    _Atomic(struct call_tree *) calls; /* read by the calls builder */
-    /* The registry of threads (under g_log_lock). */
-    struct tstate *next, *prev;
-    ring_event_t ring[SNAPPROF__EVENT_RING];
-} tstate_t;
-
-/* Initial-exec TLS holds only the pointer, as for the label tables. */
-static __thread _Atomic(tstate_t *) tls_state __attribute__((tls_model("initial-exec")));
+__thread _Atomic(snapprof__event_thread_t *) snapprof__event_tls
+    __attribute__((tls_model("initial-exec")));
 
 static pthread_key_t g_state_key;
 static pthread_once_t g_state_key_once = PTHREAD_ONCE_INIT;
 static int g_state_key_ok;
 
-static _Atomic int g_readers;      /* profilers reading: threads record events */
+_Atomic int snapprof__event_readers;
 static _Atomic uint64_t g_dropped; /* events thread rings had no room for */
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
-static tstate_t *g_threads; /* registry, under g_log_lock */
+static snapprof__event_thread_t *g_threads; /* registry, under g_log_lock */
 
-static void drain_ring_locked(tstate_t *t);
-static void close_open_zones(tstate_t *t);
-static void retire_calls_locked(tstate_t *t);
+static void drain_ring_locked(snapprof__event_thread_t *t);
+static void close_open_zones(snapprof__event_thread_t *t);
 
 static void free_state(void *p)
 {
-    tstate_t *t = p;
+    snapprof__event_thread_t *t = p;
     /* Zones and calls still open end at the thread's exit; what the ring
      * holds then goes to the log before the ring goes away. */
     close_open_zones(t);
     pthread_mutex_lock(&g_log_lock);
-    retire_calls_locked(t);
+    snapprof__calls_retire_locked(t);
     drain_ring_locked(t);
     if (t->prev)
         t->prev->next = t->next;
@@ -238,7 +203,7 @@ static void free_state(void *p)
         t->next->prev = t->prev;
     pthread_mutex_unlock(&g_log_lock);
     /* A signal that arrives from here on finds no state. */
-    atomic_store_explicit(&tls_state, NULL, memory_order_relaxed);
+    atomic_store_explicit(&snapprof__event_tls, NULL, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
     free(t);
 }
@@ -250,9 +215,9 @@ static void make_state_key(void)
 
 /* The calling thread's state, made on first use; NULL with *err set when
  * it cannot be. */
-static tstate_t *thread_state(int *err)
+snapprof__event_thread_t *snapprof__event_thread(int *err)
 {
-    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    snapprof__event_thread_t *t = atomic_load_explicit(&snapprof__event_tls, memory_order_relaxed);
     if (t != NULL)
         return t;
     pthread_once(&g_state_key_once, make_state_key);
@@ -278,13 +243,11 @@ static tstate_t *thread_state(int *err)
         g_threads->prev = t;
     g_threads = t;
     pthread_mutex_unlock(&g_log_lock);
-    atomic_store_explicit(&tls_state, t, memory_order_relaxed);
+    atomic_store_explicit(&snapprof__event_tls, t, memory_order_relaxed);
     return t;
 }
 
-/* Appends an event if the ring has room beyond keep entries (kept for the
- * ends of recorded zones). Returns 1 when written, 0 when dropped. */
-static int push_raw(tstate_t *t, uint32_t keep, ring_event_t ev)
+int snapprof__event_push(snapprof__event_thread_t *t, uint32_t keep, snapprof__ring_event_t ev)
 {
     uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
@@ -297,38 +260,54 @@ static int push_raw(tstate_t *t, uint32_t keep, ring_event_t ev)
     return 1;
 }
 
-static int push(tstate_t *t, uint32_t keep, uint16_t kind, uint16_t depth, uint32_t name,
-                uint64_t time_ns, double value)
+static int push(snapprof__event_thread_t *t, uint32_t keep, uint16_t kind, uint16_t depth,
+                uint32_t name, uint64_t time_ns, double value)
 {
-    return push_raw(
+    return snapprof__event_push(
         t, keep,
-        (ring_event_t){
+        (snapprof__ring_event_t){
             .time_ns = time_ns, .name = name, .kind = kind, .depth = depth, .u.value = value});
 }
 
-static int recording(void)
+void snapprof__event_count_dropped(void)
 {
-    return atomic_load_explicit(&g_readers, memory_order_relaxed) > 0;
+    atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
+}
+
+void snapprof__event_log_lock(void)
+{
+    pthread_once(&g_fork_once, fork_once);
+    pthread_mutex_lock(&g_log_lock);
+}
+
+void snapprof__event_log_unlock(void)
+{
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+snapprof__event_thread_t *snapprof__event_threads_locked(void)
+{
+    return g_threads;
 }
 
 /* Pops the zone at depth d (> 0) off t: records its end at now (0: the
  * clock's time, read only then) when its begin was recorded, counts it
  * dropped when its begin was. Owner. */
-static void end_zone(tstate_t *t, uint32_t d, uint64_t now)
+static void end_zone(snapprof__event_thread_t *t, uint32_t d, uint64_t now)
 {
     atomic_store_explicit(&t->depth, d - 1, memory_order_relaxed);
-    if (t->recorded[d - 1] == ZONE_RECORDED) {
+    if (t->recorded[d - 1] == SNAPPROF__ZONE_RECORDED) {
         t->reserved--;
         push(t, t->reserved, EV_END, (uint16_t)d,
              atomic_load_explicit(&t->stack[d - 1], memory_order_relaxed),
              now != 0 ? now : snapprof__monotonic_ns(), 0);
-    } else if (t->recorded[d - 1] == ZONE_DROPPED) {
+    } else if (t->recorded[d - 1] == SNAPPROF__ZONE_DROPPED) {
         atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
     }
 }
 
 /* Ends every zone still open on t now (thread exit). Owner. */
-static void close_open_zones(tstate_t *t)
+static void close_open_zones(snapprof__event_thread_t *t)
 {
     uint64_t now = snapprof__monotonic_ns();
     t->overflow = 0;
@@ -338,7 +317,7 @@ static void close_open_zones(tstate_t *t)
 
 /* The calling thread's state and the id of name, for a call that records
  * name; NULL with *err set when either fails. */
-static tstate_t *named_call(const char *name, uint32_t *id, int *err)
+static snapprof__event_thread_t *named_call(const char *name, uint32_t *id, int *err)
 {
     int64_t n = intern(name);
     if (n < 0) {
@@ -346,7 +325,7 @@ static tstate_t *named_call(const char *name, uint32_t *id, int *err)
         return NULL;
     }
     *id = (uint32_t)n;
-    return thread_state(err);
+    return snapprof__event_thread(err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -357,7 +336,7 @@ int snapprof_zone_begin(const char *name)
 {
     uint32_t id;
     int err = 0;
-    tstate_t *t = named_call(name, &id, &err);
+    snapprof__event_thread_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
     uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
@@ -366,11 +345,11 @@ int snapprof_zone_begin(const char *name)
         return -E2BIG;
     }
     /* Recorded only with room for this begin, its end and the ends owed. */
-    t->recorded[d] = ZONE_UNRECORDED;
-    if (recording()) {
+    t->recorded[d] = SNAPPROF__ZONE_UNRECORDED;
+    if (snapprof__events_recording()) {
         int ok =
             push(t, t->reserved + 1, EV_BEGIN, (uint16_t)(d + 1), id, snapprof__monotonic_ns(), 0);
-        t->recorded[d] = ok ? ZONE_RECORDED : ZONE_DROPPED;
+        t->recorded[d] = ok ? SNAPPROF__ZONE_RECORDED : SNAPPROF__ZONE_DROPPED;
         t->reserved += (uint32_t)ok;
     }
     atomic_store_explicit(&t->stack[d], id, memory_order_relaxed);
@@ -381,7 +360,7 @@ int snapprof_zone_begin(const char *name)
 
 int snapprof_zone_end(void)
 {
-    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    snapprof__event_thread_t *t = atomic_load_explicit(&snapprof__event_tls, memory_order_relaxed);
     if (t == NULL)
         return -ENOENT;
     if (t->overflow > 0) {
@@ -399,10 +378,10 @@ int snapprof_instant(const char *name)
 {
     uint32_t id;
     int err = 0;
-    tstate_t *t = named_call(name, &id, &err);
+    snapprof__event_thread_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
-    if (recording())
+    if (snapprof__events_recording())
         push(t, t->reserved, SNAPPROF_EVENT_INSTANT, 0, id, snapprof__monotonic_ns(), 0);
     return 0;
 }
@@ -413,7 +392,7 @@ int snapprof_counter_set(const char *name, double value)
         return -EINVAL;
     uint32_t id;
     int err = 0;
-    tstate_t *t = named_call(name, &id, &err);
+    snapprof__event_thread_t *t = named_call(name, &id, &err);
     if (t == NULL)
         return err;
     uint8_t a = atomic_load_explicit(&g_name_attach[id], memory_order_acquire);
@@ -422,242 +401,9 @@ int snapprof_counter_set(const char *name, double value)
         atomic_store_explicit(&c->value, to_label(value, c->scale), memory_order_relaxed);
         atomic_store_explicit(&c->set, 1, memory_order_release);
     }
-    if (recording())
+    if (snapprof__events_recording())
         push(t, t->reserved, SNAPPROF_EVENT_COUNTER, 0, id, snapprof__monotonic_ns(), value);
     return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Function timing                                                          */
-/* ------------------------------------------------------------------------ */
-
-/* A thread's calls aggregated by call path: node i is a function reached
- * through its parent's path; calls and self time add up on the node. The
- * owner adds nodes and counts; readers (the calls builder, under
- * g_log_lock) see the nodes below count, their counts as atomics. Nothing
- * here goes through the event ring, so a full ring loses no call. */
-typedef struct call_node {
-    uintptr_t fn;    /* set before the node is published */
-    uint32_t parent; /* node index; 0 is the root (no function) */
-    _Atomic uint64_t calls, self_ns;
-} call_node_t;
-
-typedef struct call_frame {
-    uintptr_t fn;
-    uint32_t node;
-    uint8_t recorded; /* ZONE_* for its events */
-    uint64_t enter_ns, child_ns;
-} call_frame_t;
-
-typedef struct call_tree {
-    _Atomic uint32_t count; /* published nodes, the root included */
-    pid_t tid;
-    _Atomic uint64_t unplaced; /* calls timed into their caller: the tree was full */
-    struct call_tree *next;    /* retired trees (under g_log_lock) */
-    uint32_t depth, overflow;  /* owner: the shadow stack */
-    call_frame_t stack[SNAPPROF_CALL_DEPTH_MAX];
-    uint32_t hash[2 * SNAPPROF_CALL_NODES_MAX]; /* owner: 1 + node by (parent, fn) */
-    call_node_t nodes[SNAPPROF_CALL_NODES_MAX];
-} call_tree_t;
-
-#define RETIRED_MAX 256
-static call_tree_t *g_retired; /* trees of exited threads, under g_log_lock */
-static size_t g_retired_count;
-static _Atomic uint64_t g_retired_lost; /* calls of trees let go past RETIRED_MAX */
-
-static uint32_t call_hash(uint32_t parent, uintptr_t fn)
-{
-    uint64_t h = ((uint64_t)fn ^ ((uint64_t)parent << 40)) * 0x9e3779b97f4a7c15u;
-    return (uint32_t)(h >> 32) & (2 * SNAPPROF_CALL_NODES_MAX - 1);
-}
-
-/* The node of fn called from parent, added on first use; parent itself
- * when the tree is full (the call's time then counts as the caller's). */
-#define UNPLACED UINT32_MAX
-
-static uint32_t call_node(call_tree_t *c, uint32_t parent, uintptr_t fn)
-{
-    if (parent == UNPLACED)
-        return UNPLACED; /* under a call the full tree could not place */
-    uint32_t i = call_hash(parent, fn);
-    for (;; i = (i + 1) & (2 * SNAPPROF_CALL_NODES_MAX - 1)) {
-        uint32_t n = c->hash[i];
-        if (n == 0)
-            break;
-        if (c->nodes[n - 1].fn == fn && c->nodes[n - 1].parent == parent)
-            return n - 1;
-    }
-    uint32_t count = atomic_load_explicit(&c->count, memory_order_relaxed);
-    if (count == SNAPPROF_CALL_NODES_MAX) {
-        return UNPLACED;
-    }
-    c->nodes[count].fn = fn;
-    c->nodes[count].parent = parent;
-    c->hash[i] = count + 1;
-    atomic_store_explicit(&c->count, count + 1, memory_order_release);
-    return count;
-}
-
-static void add_relaxed(_Atomic uint64_t *a, uint64_t v)
-{
-    /* One writer: a load and a store, no locked instruction. */
-    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
-                          memory_order_relaxed);
-}
-
-/* Pops the innermost call at now. Owner. */
-static void call_pop(tstate_t *t, call_tree_t *c, uint64_t now)
-{
-    call_frame_t *f = &c->stack[--c->depth];
-    uint64_t dur = now > f->enter_ns ? now - f->enter_ns : 0;
-    if (f->node != UNPLACED) {
-        call_node_t *n = &c->nodes[f->node];
-        add_relaxed(&n->calls, 1);
-        add_relaxed(&n->self_ns, dur > f->child_ns ? dur - f->child_ns : 0);
-        if (c->depth > 0)
-            c->stack[c->depth - 1].child_ns += dur;
-    } else {
-        /* Its time stays in its caller's self time. */
-        add_relaxed(&c->unplaced, 1);
-    }
-    if (f->recorded == ZONE_RECORDED) {
-        t->reserved--;
-        push_raw(t, t->reserved,
-                 (ring_event_t){.time_ns = now,
-                                .kind = SNAPPROF_EVENT_FUNC_EXIT,
-                                .depth = (uint16_t)(c->depth + 1),
-                                .u.address = f->fn});
-    } else if (f->recorded == ZONE_DROPPED) {
-        atomic_fetch_add_explicit(&g_dropped, 1, memory_order_relaxed);
-    }
-}
-
-int snapprof_func_enter(void *fn)
-{
-    int err = 0;
-    tstate_t *t = thread_state(&err);
-    if (t == NULL)
-        return err;
-    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
-    if (c == NULL) {
-        c = calloc(1, sizeof *c);
-        if (c == NULL)
-            return -ENOMEM;
-        c->tid = t->tid;
-        atomic_store_explicit(&c->count, 1, memory_order_release); /* the root */
-        atomic_store_explicit(&t->calls, c, memory_order_release);
-    }
-    if (c->depth == SNAPPROF_CALL_DEPTH_MAX) {
-        c->overflow++;
-        return -E2BIG;
-    }
-    uint32_t parent = c->depth > 0 ? c->stack[c->depth - 1].node : 0;
-    call_frame_t *f = &c->stack[c->depth];
-    f->fn = (uintptr_t)fn;
-    f->node = call_node(c, parent, (uintptr_t)fn);
-    f->child_ns = 0;
-    f->recorded = ZONE_UNRECORDED;
-    f->enter_ns = snapprof__monotonic_ns();
-    if (recording()) {
-        int ok = push_raw(t, t->reserved + 1,
-                          (ring_event_t){.time_ns = f->enter_ns,
-                                         .kind = SNAPPROF_EVENT_FUNC_ENTER,
-                                         .depth = (uint16_t)(c->depth + 1),
-                                         .u.address = (uintptr_t)fn});
-        f->recorded = ok ? ZONE_RECORDED : ZONE_DROPPED;
-        t->reserved += (uint32_t)ok;
-    }
-    c->depth++;
-    return 0;
-}
-
-int snapprof_func_exit(void *fn)
-{
-    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
-    call_tree_t *c = t ? atomic_load_explicit(&t->calls, memory_order_relaxed) : NULL;
-    if (c == NULL)
-        return -ENOENT;
-    if (c->overflow > 0) {
-        c->overflow--;
-        return 0;
-    }
-    /* Calls that longjmp() or an unwinder skipped end here too. */
-    uint32_t d = c->depth;
-    while (d > 0 && c->stack[d - 1].fn != (uintptr_t)fn)
-        d--;
-    if (d == 0)
-        return -ENOENT;
-    uint64_t now = snapprof__monotonic_ns();
-    while (c->depth >= d)
-        call_pop(t, c, now);
-    return 0;
-}
-
-/* Ends t's open calls (thread exit) and keeps its tree for the calls
- * builder. g_log_lock held. */
-static void retire_calls_locked(tstate_t *t)
-{
-    call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_relaxed);
-    if (c == NULL)
-        return;
-    atomic_store_explicit(&t->calls, NULL, memory_order_relaxed);
-    uint64_t now = snapprof__monotonic_ns();
-    c->overflow = 0;
-    while (c->depth > 0)
-        call_pop(t, c, now);
-    if (g_retired_count == RETIRED_MAX) {
-        /* Bounded: the oldest retired tree goes, its calls counted. */
-        call_tree_t **pp = &g_retired;
-        while ((*pp)->next != NULL)
-            pp = &(*pp)->next;
-        call_tree_t *old = *pp;
-        uint32_t n = atomic_load_explicit(&old->count, memory_order_relaxed);
-        uint64_t calls = 0;
-        for (uint32_t i = 1; i < n; i++)
-            calls += atomic_load_explicit(&old->nodes[i].calls, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g_retired_lost, calls, memory_order_relaxed);
-        *pp = NULL;
-        free(old);
-        g_retired_count--;
-    }
-    c->next = g_retired;
-    g_retired = c;
-    g_retired_count++;
-}
-
-static void visit_tree(call_tree_t *c, snapprof__calls_visit_cb cb, void *ud)
-{
-    uint32_t n = atomic_load_explicit(&c->count, memory_order_acquire);
-    uintptr_t path[SNAPPROF_CALL_DEPTH_MAX];
-    for (uint32_t i = 1; i < n; i++) {
-        size_t depth = 0;
-        for (uint32_t k = i; k != 0 && depth < SNAPPROF_CALL_DEPTH_MAX; k = c->nodes[k].parent)
-            path[depth++] = c->nodes[k].fn;
-        uint64_t calls = atomic_load_explicit(&c->nodes[i].calls, memory_order_relaxed);
-        uint64_t self = atomic_load_explicit(&c->nodes[i].self_ns, memory_order_relaxed);
-        if (calls > 0)
-            cb(ud, c->tid, path, depth, calls, self);
-    }
-}
-
-uint64_t snapprof__calls_visit(snapprof__calls_visit_cb cb, void *ud)
-{
-    pthread_once(&g_fork_once, fork_once);
-    pthread_mutex_lock(&g_log_lock);
-    uint64_t unplaced = atomic_load_explicit(&g_retired_lost, memory_order_relaxed);
-    for (tstate_t *t = g_threads; t != NULL; t = t->next) {
-        call_tree_t *c = atomic_load_explicit(&t->calls, memory_order_acquire);
-        if (c != NULL) {
-            visit_tree(c, cb, ud);
-            unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
-        }
-    }
-    for (call_tree_t *c = g_retired; c != NULL; c = c->next) {
-        visit_tree(c, cb, ud);
-        unplaced += atomic_load_explicit(&c->unplaced, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&g_log_lock);
-    return unplaced;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -669,7 +415,7 @@ void snapprof__events_capture(snapprof__event_capture_t *out)
 {
     out->zone = 0;
     out->counter_count = 0;
-    tstate_t *t = atomic_load_explicit(&tls_state, memory_order_relaxed);
+    snapprof__event_thread_t *t = atomic_load_explicit(&snapprof__event_tls, memory_order_relaxed);
     if (t != NULL) {
         uint32_t d = atomic_load_explicit(&t->depth, memory_order_relaxed);
         atomic_signal_fence(memory_order_acquire);
@@ -693,7 +439,7 @@ size_t snapprof__events_decode(const snapprof__event_capture_t *c, snapprof_labe
 {
     size_t n = 0;
     if (c->zone != 0 && c->zone <= SNAPPROF_EVENT_NAMES_MAX) {
-        out[n] = (snapprof_label_t){.key = "zone", .str = g_names[c->zone]};
+        out[n] = (snapprof_label_t){.key = snapprof__key_zone, .str = g_names[c->zone]};
         n++;
     }
     uint32_t count = c->counter_count <= SNAPPROF_COUNTER_ATTACH_MAX ? c->counter_count
@@ -715,7 +461,7 @@ size_t snapprof__events_decode(const snapprof__event_capture_t *c, snapprof_labe
 /* ------------------------------------------------------------------------ */
 
 typedef struct log_event {
-    ring_event_t e;
+    snapprof__ring_event_t e;
     pid_t tid;
 } log_event_t;
 
@@ -724,7 +470,7 @@ static uint64_t g_log_head;
 
 /* Moves t's events into the log (dropping them when nobody reads).
  * g_log_lock held: the ring's only reader. */
-static void drain_ring_locked(tstate_t *t)
+static void drain_ring_locked(snapprof__event_thread_t *t)
 {
     uint64_t head = atomic_load_explicit(&t->head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
@@ -741,7 +487,7 @@ static void drain_ring_locked(tstate_t *t)
 
 static void drain_all_locked(void)
 {
-    for (tstate_t *t = g_threads; t != NULL; t = t->next)
+    for (snapprof__event_thread_t *t = g_threads; t != NULL; t = t->next)
         drain_ring_locked(t);
 }
 
@@ -806,7 +552,7 @@ int snapprof__event_reader_open(snapprof__event_reader_t *r)
     r->lost = 0;
     r->dropped_base = atomic_load_explicit(&g_dropped, memory_order_relaxed);
     r->open = 1;
-    atomic_fetch_add_explicit(&g_readers, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&snapprof__event_readers, 1, memory_order_relaxed);
     pthread_mutex_unlock(&g_log_lock);
     return 0;
 }
@@ -828,7 +574,7 @@ void snapprof__event_reader_close(snapprof__event_reader_t *r)
     snapprof__event_reader_read(r);
     r->dropped_base = atomic_load_explicit(&g_dropped, memory_order_relaxed) - r->dropped_base;
     r->open = 0;
-    atomic_fetch_sub_explicit(&g_readers, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&snapprof__event_readers, 1, memory_order_relaxed);
 }
 
 uint64_t snapprof__event_reader_dropped(const snapprof__event_reader_t *r)
@@ -877,12 +623,12 @@ static void fork_child(void)
         pthread_mutex_unlock(&g_log_lock);
     } else {
         pthread_mutex_init(&g_log_lock, NULL);
-        tstate_t *self = atomic_load_explicit(&tls_state, memory_order_relaxed);
+        snapprof__event_thread_t *self =
+            atomic_load_explicit(&snapprof__event_tls, memory_order_relaxed);
         if (self != NULL)
             self->next = self->prev = NULL;
         g_threads = self;
-        g_retired = NULL;
-        g_retired_count = 0;
+        snapprof__calls_fork_forget();
         snapprof__fork_reset_note(SNAPPROF__FORK_EVENT_LOG);
     }
 }

@@ -15,7 +15,7 @@
 #ifndef SNAPPROF_EVENTS_H
 #define SNAPPROF_EVENTS_H
 
-#include <snapprof/profile_builder.h>
+#include <snapprof/snapprof.h>
 
 #include <stdint.h>
 

@@ -24,6 +24,7 @@
  * recipe), so there is no data race for TSan to find and no lock anywhere
  * the handler or the sampler could wait on. */
 #include "common/fork_resets.h"
+#include "common/label_keys.h"
 #include "labels/labels.h"
 
 #include <errno.h>
@@ -192,16 +193,6 @@ static int pack(uint64_t *words, int w, size_t max, const char *s)
     if (len + 1 > max)
         return -ENAMETOOLONG;
     memcpy((char *)&words[w], s, len);
-    return 0;
-}
-
-int snapprof__label_key_reserved(const char *key)
-{
-    static const char *const keys[] = {"thread_id", "thread_name", "frame",  "hitch",
-                                       "zone",      "state",       "syscall"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strcmp(key, keys[i]) == 0)
-            return 1;
     return 0;
 }
 
@@ -398,7 +389,7 @@ size_t snapprof__labels_decode(snapprof__label_capture_t *c, snapprof_label_t *o
     if (c->in_app_frame) {
         snapprof_label_t *l = &out[n++];
         memset(l, 0, sizeof *l);
-        l->key = "frame";
+        l->key = snapprof__key_frame;
         l->num = (int64_t)c->app_frame_id;
     }
     n += snapprof__events_decode(&c->events, out + n);

@@ -12,7 +12,7 @@
 
 #include "events/events.h"
 
-#include <snapprof/profile_builder.h>
+#include <snapprof/snapprof.h>
 
 #include <stdint.h>
 
@@ -33,12 +33,6 @@ typedef struct snapprof__label_capture {
     uint64_t slots[2 * SNAPPROF_LABEL_SLOTS][SNAPPROF__LABEL_WORDS];
     snapprof__event_capture_t events; /* the zone and the attached counters */
 } snapprof__label_capture_t;
-
-/* Whether key is one the library sets itself, which programs may not use
- * as a label or an attached counter: the pprof builder's thread_id and
- * thread_name, the app frame's frame and hitch, the zone, and wall mode's
- * state and syscall. Any thread. */
-int snapprof__label_key_reserved(const char *key);
 
 /* Copies the calling thread's labels, the process's labels, the app frame
  * in progress, the thread's zone and the attached counters into out. RUNS IN THE SIGNAL HANDLER on

@@ -6,6 +6,7 @@
  * the state they share is in profile_builder_pprof.h. */
 #include "profile_builder/profile_builder_pprof.h"
 
+#include "common/label_keys.h"
 #include "events/events.h"
 #include "module_cache/module_cache.h"
 
@@ -54,8 +55,8 @@ static int pprof_init(pprof_builder_t *b)
 {
     if (snapprof__pprof_intern_string(b, "") != 0)
         return -ENOMEM;
-    b->s_thread_id = snapprof__pprof_intern_string(b, "thread_id");
-    b->s_thread_name = snapprof__pprof_intern_string(b, "thread_name");
+    b->s_thread_id = snapprof__pprof_intern_string(b, snapprof__key_thread_id);
+    b->s_thread_name = snapprof__pprof_intern_string(b, snapprof__key_thread_name);
     b->s_samples = snapprof__pprof_intern_string(b, "samples");
     b->s_count = snapprof__pprof_intern_string(b, "count");
     b->s_cpu = snapprof__pprof_intern_string(b, "cpu");
@@ -130,7 +131,7 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
     b->scratch_labels = label;
     for (size_t i = 0; i < depth && v->err == 0; i++)
         v->err = snapprof__pprof_intern_location(b, &v->frames[i], &locations[i]);
-    snapprof_label_t thread_id = {.key = "thread_id", .num = tid};
+    snapprof_label_t thread_id = {.key = snapprof__key_thread_id, .num = tid};
     if (v->err == 0)
         v->err = snapprof__pprof_make_label(b, &label[0], &thread_id);
     if (v->err != 0)

@@ -3,6 +3,8 @@
  * message; app-frame verdicts join the samples as labels at completion. */
 #include "profile_builder/profile_builder_pprof.h"
 
+#include "common/label_keys.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,8 +156,8 @@ int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
 
     /* Every sample says which thread it came from, so threads can be told
      * apart with -tags, -tagfocus and -tagroot. */
-    snapprof_label_t thread_id = {.key = "thread_id", .num = sample->tid};
-    snapprof_label_t thread_name = {.key = "thread_name",
+    snapprof_label_t thread_id = {.key = snapprof__key_thread_id, .num = sample->tid};
+    snapprof_label_t thread_name = {.key = snapprof__key_thread_name,
                                     .str = sample->thread_name ? sample->thread_name : ""};
     int err = snapprof__pprof_make_label(b, &labels[0], &thread_id);
     if (err == 0)
@@ -185,10 +187,10 @@ int snapprof__pprof_apply_hitches(pprof_builder_t *b, const snapprof_profile_inf
 {
     if (info->app_frame_count == 0 || info->app_frames == NULL)
         return 0;
-    int64_t s_frame = snapprof__pprof_find_string(b, "frame");
+    int64_t s_frame = snapprof__pprof_find_string(b, snapprof__key_frame);
     if (s_frame < 0)
         return 0; /* no sample was taken during an app frame */
-    int64_t s_hitch = snapprof__pprof_intern_string(b, "hitch");
+    int64_t s_hitch = snapprof__pprof_intern_string(b, snapprof__key_hitch);
     int64_t s_true = snapprof__pprof_intern_string(b, "true");
     int64_t s_false = snapprof__pprof_intern_string(b, "false");
     if (s_hitch < 0 || s_true < 0 || s_false < 0)

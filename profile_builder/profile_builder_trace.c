@@ -40,6 +40,7 @@
  * sampling thread never waits for DWARF or the disk. */
 #include "common/array.h"
 #include "profile_builder/profile_builder_internal.h"
+#include "profile_builder/profile_builder_trace_json.h"
 #include "profile_builder/stack_table.h"
 
 #include <errno.h>
@@ -76,118 +77,6 @@ typedef struct trace_builder {
 } trace_builder_t;
 
 /* ------------------------------------------------------------------------ */
-/* JSON text                                                                */
-/* ------------------------------------------------------------------------ */
-
-/* Text being made: in memory (fd < 0), or streamed to fd in chunks so a
- * long profile never needs its whole file in memory. */
-typedef struct text {
-    char *p;
-    size_t len, cap;
-    int err;
-    int fd;
-} text_t;
-
-#define TEXT_FLUSH_AT ((size_t)256 * 1024)
-
-static void flush_text(text_t *t)
-{
-    if (t->err == 0 && t->fd >= 0 && t->len > 0) {
-        t->err = snapprof__output_write_all(t->fd, t->p, t->len);
-        t->len = 0;
-    }
-}
-
-static void put(text_t *t, const char *s, size_t n)
-{
-    if (t->err)
-        return;
-    if (t->fd >= 0 && t->len + n > TEXT_FLUSH_AT)
-        flush_text(t);
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (p == NULL) {
-            t->err = -ENOMEM;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-static void puts_(text_t *t, const char *s)
-{
-    put(t, s, strlen(s));
-}
-
-static void printf_(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void printf_(text_t *t, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        put(t, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
-}
-
-/* Length of the valid UTF-8 sequence at s, or 0. */
-static size_t utf8_len(const unsigned char *s)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t n = (s[0] & 0xe0) == 0xc0   ? 2
-               : (s[0] & 0xf0) == 0xe0 ? 3
-               : (s[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    return n;
-}
-
-/* A JSON string: quotes, escapes, and '?' for bytes that are not UTF-8
- * (JSON readers reject them). */
-static void put_str(text_t *t, const char *s)
-{
-    put(t, "\"", 1);
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        if (*p == '"' || *p == '\\') {
-            char e[2] = {'\\', (char)*p};
-            put(t, e, 2);
-            p++;
-        } else if (*p < 0x20) {
-            printf_(t, "\\u%04x", *p);
-            p++;
-        } else {
-            size_t n = utf8_len(p);
-            if (n == 0) {
-                put(t, "?", 1);
-                p++;
-            } else {
-                put(t, (const char *)p, n);
-                p += n;
-            }
-        }
-    }
-    put(t, "\"", 1);
-}
-
-/* Microseconds since the profile started, exact to the nanosecond. */
-static void put_us(text_t *t, uint64_t ns)
-{
-    printf_(t, "%" PRIu64 ".%03u", ns / 1000, (unsigned)(ns % 1000));
-}
-
-/* ------------------------------------------------------------------------ */
 /* Collecting                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -207,20 +96,20 @@ static int intern_labels(trace_builder_t *b, const snapprof_sample_t *s, int32_t
     *out = -1;
     if (s->label_count == 0 && !(s->flags & SNAPPROF_SAMPLE_REUSED))
         return 0;
-    text_t t = {.fd = -1};
+    snapprof__json_text_t t = {.fd = -1};
     for (size_t i = 0; i < s->label_count; i++) {
         const snapprof_label_t *l = &s->labels[i];
         if (i > 0)
-            put(&t, ",", 1);
-        put_str(&t, l->key ? l->key : "");
-        put(&t, ":", 1);
+            snapprof__json_put(&t, ",", 1);
+        snapprof__json_str(&t, l->key ? l->key : "");
+        snapprof__json_put(&t, ":", 1);
         if (l->str != NULL)
-            put_str(&t, l->str);
+            snapprof__json_str(&t, l->str);
         else
-            printf_(&t, "%" PRId64, l->num);
+            snapprof__json_printf(&t, "%" PRId64, l->num);
     }
     if (s->flags & SNAPPROF_SAMPLE_REUSED)
-        puts_(&t, s->label_count ? ",\"reused\":true" : "\"reused\":true");
+        snapprof__json_puts(&t, s->label_count ? ",\"reused\":true" : "\"reused\":true");
     int64_t id = t.err ? t.err : snapprof__stack_table_intern(b->base.stacks, t.p ? t.p : "");
     free(t.p);
     if (id < 0)
@@ -283,7 +172,7 @@ static int trace_on_sample(void *user_data, const snapprof_sample_t *s)
 
 typedef struct writer {
     const trace_builder_t *b;
-    text_t *t;
+    snapprof__json_text_t *t;
     pid_t pid;
     uint64_t base_ns;
     int weight; /* index into trace_sample_t.weight_ns: 1 in wall mode */
@@ -292,7 +181,7 @@ typedef struct writer {
 
 static void begin_event(writer_t *w)
 {
-    puts_(w->t, w->first ? "\n" : ",\n");
+    snapprof__json_puts(w->t, w->first ? "\n" : ",\n");
     w->first = 0;
 }
 
@@ -304,13 +193,13 @@ static uint64_t rel(const writer_t *w, uint64_t ns)
 static void slice(writer_t *w, pid_t tid, uint32_t node, uint64_t start_ns, uint64_t end_ns)
 {
     begin_event(w);
-    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"stack\",\"name\":");
-    put_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
-    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, (int)tid);
-    put_us(w->t, rel(w, start_ns));
-    puts_(w->t, ",\"dur\":");
-    put_us(w->t, end_ns > start_ns ? end_ns - start_ns : 0);
-    puts_(w->t, "}");
+    snapprof__json_puts(w->t, "{\"ph\":\"X\",\"cat\":\"stack\",\"name\":");
+    snapprof__json_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
+    snapprof__json_printf(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, (int)tid);
+    snapprof__json_us(w->t, rel(w, start_ns));
+    snapprof__json_puts(w->t, ",\"dur\":");
+    snapprof__json_us(w->t, end_ns > start_ns ? end_ns - start_ns : 0);
+    snapprof__json_puts(w->t, "}");
 }
 
 static int sample_cmp(const void *a, const void *b)
@@ -382,21 +271,22 @@ static void write_samples(writer_t *w, trace_sample_t *const *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         begin_event(w);
-        printf_(w->t,
-                "{\"ph\":\"P\",\"name\":\"sample\",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
-                (int)s[i]->tid);
-        put_us(w->t, rel(w, s[i]->timestamp_ns));
-        puts_(w->t, ",\"weight\":");
-        put_us(w->t, s[i]->weight_ns[w->weight]);
+        snapprof__json_printf(
+            w->t, "{\"ph\":\"P\",\"name\":\"sample\",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
+            (int)s[i]->tid);
+        snapprof__json_us(w->t, rel(w, s[i]->timestamp_ns));
+        snapprof__json_puts(w->t, ",\"weight\":");
+        snapprof__json_us(w->t, s[i]->weight_ns[w->weight]);
         uint32_t leaf = snapprof__stack_table_leaf(w->b->base.stacks, s[i]->stack);
         if (leaf != 0)
-            printf_(w->t, ",\"sf\":\"%u\"", leaf);
+            snapprof__json_printf(w->t, ",\"sf\":\"%u\"", leaf);
         if (s[i]->labels >= 0) {
-            puts_(w->t, ",\"args\":{");
-            puts_(w->t, snapprof__stack_table_string(w->b->base.stacks, (uint32_t)s[i]->labels));
-            puts_(w->t, "}");
+            snapprof__json_puts(w->t, ",\"args\":{");
+            snapprof__json_puts(
+                w->t, snapprof__stack_table_string(w->b->base.stacks, (uint32_t)s[i]->labels));
+            snapprof__json_puts(w->t, "}");
         }
-        puts_(w->t, "}");
+        snapprof__json_puts(w->t, "}");
     }
 }
 
@@ -434,21 +324,22 @@ static void write_app_frames(writer_t *w, const snapprof_profile_info_t *info,
     if (info->app_frame_count == 0 || info->app_frames == NULL)
         return;
     begin_event(w);
-    printf_(w->t,
-            "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,"
-            "\"args\":{\"name\":\"app frames\"}}",
-            (int)w->pid);
+    snapprof__json_printf(w->t,
+                          "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,"
+                          "\"args\":{\"name\":\"app frames\"}}",
+                          (int)w->pid);
     for (size_t i = 0; i < info->app_frame_count; i++) {
         const snapprof_app_frame_t *f = &info->app_frames[i];
         begin_event(w);
-        printf_(w->t, "{\"ph\":\"X\",\"cat\":\"app_frame\",\"name\":\"%s %" PRIu64 "\",",
-                f->hitch ? "hitch" : "frame", f->id);
-        printf_(w->t, "\"pid\":%d,\"tid\":0,\"ts\":", (int)w->pid);
-        put_us(w->t, rel(w, f->begin_ns));
-        puts_(w->t, ",\"dur\":");
-        put_us(w->t, f->end_ns > f->begin_ns ? f->end_ns - f->begin_ns : 0);
-        printf_(w->t, ",\"args\":{\"frame\":%" PRIu64 ",\"hitch\":%s", f->id,
-                f->hitch ? "true" : "false");
+        snapprof__json_printf(w->t,
+                              "{\"ph\":\"X\",\"cat\":\"app_frame\",\"name\":\"%s %" PRIu64 "\",",
+                              f->hitch ? "hitch" : "frame", f->id);
+        snapprof__json_printf(w->t, "\"pid\":%d,\"tid\":0,\"ts\":", (int)w->pid);
+        snapprof__json_us(w->t, rel(w, f->begin_ns));
+        snapprof__json_puts(w->t, ",\"dur\":");
+        snapprof__json_us(w->t, f->end_ns > f->begin_ns ? f->end_ns - f->begin_ns : 0);
+        snapprof__json_printf(w->t, ",\"args\":{\"frame\":%" PRIu64 ",\"hitch\":%s", f->id,
+                              f->hitch ? "true" : "false");
         /* How long each zone took within the frame: the one that grew
          * explains a hitch. */
         while (n_zt > 0 && zt->frame < i) {
@@ -456,16 +347,16 @@ static void write_app_frames(writer_t *w, const snapprof_profile_info_t *info,
             n_zt--;
         }
         if (n_zt > 0 && zt->frame == i) {
-            puts_(w->t, ",\"zones_ms\":{");
+            snapprof__json_puts(w->t, ",\"zones_ms\":{");
             for (int first = 1; n_zt > 0 && zt->frame == i; zt++, n_zt--, first = 0) {
                 if (!first)
-                    puts_(w->t, ",");
-                put_str(w->t, zt->name);
-                printf_(w->t, ":%.3f", (double)zt->ns / 1e6);
+                    snapprof__json_puts(w->t, ",");
+                snapprof__json_str(w->t, zt->name);
+                snapprof__json_printf(w->t, ":%.3f", (double)zt->ns / 1e6);
             }
-            puts_(w->t, "}");
+            snapprof__json_puts(w->t, "}");
         }
-        puts_(w->t, "}}");
+        snapprof__json_puts(w->t, "}}");
     }
 }
 
@@ -534,13 +425,14 @@ static void func_slice_event(writer_t *w, pid_t tid, const char *name, uint64_t 
                              uint64_t end_ns, int open)
 {
     begin_event(w);
-    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"function\",\"name\":");
-    put_str(w->t, name);
-    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, FUNC_TID + (int)tid);
-    put_us(w->t, rel(w, begin_ns));
-    puts_(w->t, ",\"dur\":");
-    put_us(w->t, end_ns > begin_ns ? end_ns - begin_ns : 0);
-    printf_(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid, open ? ",\"open\":true" : "");
+    snapprof__json_puts(w->t, "{\"ph\":\"X\",\"cat\":\"function\",\"name\":");
+    snapprof__json_str(w->t, name);
+    snapprof__json_printf(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, FUNC_TID + (int)tid);
+    snapprof__json_us(w->t, rel(w, begin_ns));
+    snapprof__json_puts(w->t, ",\"dur\":");
+    snapprof__json_us(w->t, end_ns > begin_ns ? end_ns - begin_ns : 0);
+    snapprof__json_printf(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid,
+                          open ? ",\"open\":true" : "");
 }
 
 static void track_name(writer_t *w, pid_t tid, int base, const char *what)
@@ -552,23 +444,24 @@ static void track_name(writer_t *w, pid_t tid, int base, const char *what)
     else
         snprintf(name, sizeof name, "thread %d %s", (int)tid, what);
     begin_event(w);
-    printf_(w->t,
-            "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
-            (int)w->pid, base + (int)tid);
-    put_str(w->t, name);
-    puts_(w->t, "}}");
+    snapprof__json_printf(
+        w->t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+        (int)w->pid, base + (int)tid);
+    snapprof__json_str(w->t, name);
+    snapprof__json_puts(w->t, "}}");
 }
 
 static void zone_slice_event(writer_t *w, pid_t tid, const zone_slice_t *z, int open)
 {
     begin_event(w);
-    puts_(w->t, "{\"ph\":\"X\",\"cat\":\"zone\",\"name\":");
-    put_str(w->t, z->name);
-    printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, ZONE_TID + (int)tid);
-    put_us(w->t, rel(w, z->begin_ns));
-    puts_(w->t, ",\"dur\":");
-    put_us(w->t, z->end_ns > z->begin_ns ? z->end_ns - z->begin_ns : 0);
-    printf_(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid, open ? ",\"open\":true" : "");
+    snapprof__json_puts(w->t, "{\"ph\":\"X\",\"cat\":\"zone\",\"name\":");
+    snapprof__json_str(w->t, z->name);
+    snapprof__json_printf(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, ZONE_TID + (int)tid);
+    snapprof__json_us(w->t, rel(w, z->begin_ns));
+    snapprof__json_puts(w->t, ",\"dur\":");
+    snapprof__json_us(w->t, z->end_ns > z->begin_ns ? z->end_ns - z->begin_ns : 0);
+    snapprof__json_printf(w->t, ",\"args\":{\"thread\":%d%s}}", (int)tid,
+                          open ? ",\"open\":true" : "");
 }
 
 /* Writes the zones, instants and counters of info->events, and collects
@@ -653,19 +546,22 @@ static int write_events(writer_t *w, const snapprof_profile_info_t *info, uint64
                 break;
             case SNAPPROF_EVENT_INSTANT:
                 begin_event(w);
-                puts_(w->t, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"instant\",\"name\":");
-                put_str(w->t, e->name);
-                printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, ZONE_TID + (int)tid);
-                put_us(w->t, rel(w, e->time_ns));
-                printf_(w->t, ",\"args\":{\"thread\":%d}}", (int)tid);
+                snapprof__json_puts(w->t,
+                                    "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"instant\",\"name\":");
+                snapprof__json_str(w->t, e->name);
+                snapprof__json_printf(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
+                                      ZONE_TID + (int)tid);
+                snapprof__json_us(w->t, rel(w, e->time_ns));
+                snapprof__json_printf(w->t, ",\"args\":{\"thread\":%d}}", (int)tid);
                 break;
             case SNAPPROF_EVENT_COUNTER:
                 begin_event(w);
-                puts_(w->t, "{\"ph\":\"C\",\"cat\":\"counter\",\"name\":");
-                put_str(w->t, e->name);
-                printf_(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid, (int)tid);
-                put_us(w->t, rel(w, e->time_ns));
-                printf_(w->t, ",\"args\":{\"value\":%.17g}}", e->value);
+                snapprof__json_puts(w->t, "{\"ph\":\"C\",\"cat\":\"counter\",\"name\":");
+                snapprof__json_str(w->t, e->name);
+                snapprof__json_printf(w->t, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)w->pid,
+                                      (int)tid);
+                snapprof__json_us(w->t, rel(w, e->time_ns));
+                snapprof__json_printf(w->t, ",\"args\":{\"value\":%.17g}}", e->value);
                 break;
             }
         }
@@ -752,17 +648,17 @@ static int frame_zone_times(const snapprof_profile_info_t *info, const zone_slic
 
 static void write_stack_frames(writer_t *w)
 {
-    puts_(w->t, "\n],\n\"stackFrames\":{");
+    snapprof__json_puts(w->t, "\n],\n\"stackFrames\":{");
     size_t n = snapprof__stack_table_node_count(w->b->base.stacks);
     for (uint32_t node = 1; node < n; node++) {
-        printf_(w->t, "%s\n\"%u\":{\"name\":", node > 1 ? "," : "", node);
-        put_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
+        snapprof__json_printf(w->t, "%s\n\"%u\":{\"name\":", node > 1 ? "," : "", node);
+        snapprof__json_str(w->t, snapprof__stack_table_name(w->b->base.stacks, node));
         uint32_t parent = snapprof__stack_table_parent(w->b->base.stacks, node);
         if (parent != 0)
-            printf_(w->t, ",\"parent\":\"%u\"", parent);
-        puts_(w->t, "}");
+            snapprof__json_printf(w->t, ",\"parent\":\"%u\"", parent);
+        snapprof__json_puts(w->t, "}");
     }
-    puts_(w->t, "\n}}\n");
+    snapprof__json_puts(w->t, "\n}}\n");
 }
 
 /* The name of the program, for the process's track: the base name it was
@@ -797,7 +693,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     uint32_t *path = malloc(n_nodes * sizeof *path);
     uint32_t *open = malloc(n_nodes * sizeof *open);
     uint64_t *open_start = malloc(n_nodes * sizeof *open_start);
-    text_t t = {.fd = -1};
+    snapprof__json_text_t t = {.fd = -1};
     char *tmp = NULL;
     if (sorted == NULL || path == NULL || open == NULL || open_start == NULL) {
         err = -ENOMEM;
@@ -823,30 +719,30 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
         .weight = info->mode == SNAPPROF_MODE_WALL,
     };
     uint64_t period = info->period_ns ? info->period_ns : 10000000u;
-    printf_(&t,
-            "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"snapprof\","
-            "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"",
-            period, info->mode == SNAPPROF_MODE_WALL ? "wall" : "cpu");
+    snapprof__json_printf(&t,
+                          "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"snapprof\","
+                          "\"period_ns\":%" PRIu64 ",\"mode\":\"%s\"",
+                          period, info->mode == SNAPPROF_MODE_WALL ? "wall" : "cpu");
     /* Zones, counters and instants the trace lacks: say so in the file. */
     if (info->stats != NULL)
-        printf_(&t, ",\"events_dropped\":%" PRIu64 ",\"events_lost\":%" PRIu64,
-                info->stats->events_dropped, info->stats->events_lost);
-    puts_(&t, "},\n\"traceEvents\":[");
+        snapprof__json_printf(&t, ",\"events_dropped\":%" PRIu64 ",\"events_lost\":%" PRIu64,
+                              info->stats->events_dropped, info->stats->events_lost);
+    snapprof__json_puts(&t, "},\n\"traceEvents\":[");
     begin_event(&w);
-    printf_(&t,
-            "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":%d,"
-            "\"args\":{\"name\":",
-            (int)w.pid, (int)w.pid);
+    snapprof__json_printf(&t,
+                          "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":%d,"
+                          "\"args\":{\"name\":",
+                          (int)w.pid, (int)w.pid);
     char comm[64];
-    put_str(&t, program_name(comm, sizeof comm));
-    puts_(&t, "}}");
+    snapprof__json_str(&t, program_name(comm, sizeof comm));
+    snapprof__json_puts(&t, "}}");
     for (size_t i = 0; i < b->n_threads; i++) {
         begin_event(&w);
-        printf_(&t,
-                "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
-                (int)w.pid, (int)b->threads[i].tid);
-        put_str(&t, snapprof__stack_table_string(b->base.stacks, b->threads[i].name));
-        puts_(&t, "}}");
+        snapprof__json_printf(
+            &t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+            (int)w.pid, (int)b->threads[i].tid);
+        snapprof__json_str(&t, snapprof__stack_table_string(b->base.stacks, b->threads[i].name));
+        snapprof__json_puts(&t, "}}");
     }
     write_samples(&w, sorted, b->n_samples);
     for (size_t i = 0; i < b->n_samples;) {
@@ -869,7 +765,7 @@ static int trace_on_profile_completed(void *user_data, const snapprof_profile_in
     if (err != 0 && t.err == 0)
         t.err = err;
     write_stack_frames(&w);
-    flush_text(&t);
+    snapprof__json_flush(&t);
     err = snapprof__output_commit(&b->base.out, t.fd, tmp, t.err);
 out:
     free(sorted);

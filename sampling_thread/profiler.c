@@ -5,6 +5,7 @@
 
 #include "common/fault.h"
 #include "common/fds.h"
+#include "common/label_keys.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_internal.h"
 #include "stack_copier/stack_copier.h"
@@ -961,14 +962,14 @@ static const char *syscall_name(long nr)
 static size_t wall_state_labels(int state, long syscall, snapprof_label_t *out)
 {
     static const char *const names[] = {"running", "running", "runnable", "blocked"};
-    out[0] = (snapprof_label_t){.key = "state", .str = names[state]};
+    out[0] = (snapprof_label_t){.key = snapprof__key_state, .str = names[state]};
     if (state != WALL_STATE_BLOCKED)
         return 1;
     const char *name = syscall_name(syscall);
     if (name)
-        out[1] = (snapprof_label_t){.key = "syscall", .str = name};
+        out[1] = (snapprof_label_t){.key = snapprof__key_syscall, .str = name};
     else
-        out[1] = (snapprof_label_t){.key = "syscall", .num = syscall};
+        out[1] = (snapprof_label_t){.key = snapprof__key_syscall, .num = syscall};
     return 2;
 }
 
