@@ -100,8 +100,6 @@ SUBLAYERS = {
 # Violations in the tree when the checker was written: (file, what it uses).
 ALLOWED = [
     # removed by the structure pass
-    ("events/events.c", "labels/labels.h"),
-    # removed by the structure pass
     ("sampling_thread/profiler.c", "profile_builder/profile_builder_internal.h"),
     # removed by the structure pass
     ("sampling_thread/profiler.c", "unwinder/cfi_table_unwinder.h"),
