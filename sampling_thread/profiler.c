@@ -25,40 +25,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
-/* Names (those of error codes are in common/errors.c)                     */
-/* ------------------------------------------------------------------------ */
-
-const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
-{
-    static const char *const names[SNAPPROF_FAIL_COUNT] = {
-        [SNAPPROF_FAIL_THREAD_EXITED] = "thread_exited",
-        [SNAPPROF_FAIL_TID_RECYCLED] = "tid_recycled",
-        [SNAPPROF_FAIL_TIMEOUT] = "timeout",
-        [SNAPPROF_FAIL_SP_OUT_OF_RANGE] = "sp_out_of_range",
-        [SNAPPROF_FAIL_SEND] = "send",
-        [SNAPPROF_FAIL_HANDLER_REPLACED] = "handler_replaced",
-        [SNAPPROF_FAIL_NO_FRAMES] = "no_frames",
-        [SNAPPROF_FAIL_BUILDER] = "builder",
-    };
-    if ((unsigned)reason >= SNAPPROF_FAIL_COUNT)
-        return "unknown";
-    return names[reason];
-}
-
-const char *snapprof_trigger_name(snapprof_trigger_t trigger)
-{
-    static const char *const names[SNAPPROF_TRIGGER_COUNT] = {
-        [SNAPPROF_TRIGGER_AUTO] = "auto",
-        [SNAPPROF_TRIGGER_PERF_EVENT] = "perf",
-        [SNAPPROF_TRIGGER_CPU_TIMER] = "timer",
-        [SNAPPROF_TRIGGER_HANDSHAKE] = "handshake",
-    };
-    if ((unsigned)trigger >= SNAPPROF_TRIGGER_COUNT)
-        return "unknown";
-    return names[trigger];
-}
-
-/* ------------------------------------------------------------------------ */
 /* Creation and configuration                                               */
 /* ------------------------------------------------------------------------ */
 
