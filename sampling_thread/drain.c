@@ -4,7 +4,7 @@
 #include "sampling_thread/profiler_internal.h"
 
 #include "module_cache/module_cache.h"
-#include "profile_builder/profile_builder_internal.h"
+#include "profile_builder/profile_builder_calls.h"
 #include "unwinder/unwinder_fp_guess.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -37,7 +37,7 @@ static void to_builders(snapprof_profiler_t *p, const snapprof_sample_t *s)
 {
     int failed = 0;
     for (size_t i = 0; i < p->builder_count; i++)
-        if (p->builders[i]->ops->xOnSample(p->builders[i]->user_data, s) < 0)
+        if (snapprof__builder_sample(p->builders[i], s) < 0)
             failed = 1;
     if (failed)
         snapprof__fail(p, SNAPPROF_FAIL_BUILDER);

@@ -8,7 +8,7 @@
 #include "common/fault.h"
 #include "common/fds.h"
 #include "module_cache/module_cache.h"
-#include "profile_builder/profile_builder_internal.h"
+#include "profile_builder/profile_builder_calls.h"
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -441,7 +441,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
      * reached them, and a retry starts them afresh (profile_builder.h). */
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
-        if (b->ops->xOnProfileStarted && (rc = b->ops->xOnProfileStarted(b->user_data, &info)) != 0)
+        if ((rc = snapprof__builder_started(b, &info)) != 0)
             goto undo;
     }
     snapprof__sampler_lock();
@@ -574,11 +574,9 @@ static int complete_builders(snapprof_profiler_t *p, const snapprof_profile_info
     int result = 0;
     for (size_t i = 0; i < p->builder_count; i++) {
         snapprof_builder_t *b = p->builders[i];
-        if (b->ops->xOnProfileCompleted) {
-            int rc = b->ops->xOnProfileCompleted(b->user_data, info);
-            if (rc != 0 && result == 0)
-                result = rc;
-        }
+        int rc = snapprof__builder_completed(b, info);
+        if (rc != 0 && result == 0)
+            result = rc;
     }
     return result;
 }
