@@ -154,7 +154,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     p->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = p};
     p->buffer_size = (known.stack_buffer_size + 4095u) & ~(size_t)4095u;
     p->frames = calloc(known.max_frames, sizeof *p->frames);
-    /* kernel_share: a stack and its "[kernel]" leaf (deliver_kernel()). */
+    /* kernel_share: a stack and its "[kernel]" leaf (deliver_kernel() in drain.c). */
     if (known.kernel_share)
         p->kernel_frames = calloc(known.max_frames + 1, sizeof *p->kernel_frames);
     p->labels = calloc(1, sizeof *p->labels);
@@ -466,7 +466,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             p->pool_ready = 1;
         } else {
             /* No memory for the slots: every thread gets the handshake
-             * (arm_target), which copies into p->buffer, rather than no
+             * (snapprof__arm_target), which copies into p->buffer, rather than no
              * profile at all. */
             p->stats.mmap_failed++;
             rc = 0;

@@ -30,7 +30,7 @@ typedef struct snapprof__target {
     int dead;               /* exited or recycled: no more attempts */
     /* Removed while the profile runs: disarmed, its clock read, waiting
      * for the sampling thread's next full drain to deliver its last
-     * captures and free it (retire_removed()). */
+     * captures and free it (snapprof__retire_removed()). */
     int removed;
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
@@ -92,7 +92,7 @@ struct snapprof_profiler {
      * one's samples carry their wall time, so each thread's wall total
      * stays its elapsed time on a machine too busy for every tick. */
     uint64_t wall_ticks_owed;
-    int draining; /* drain() is delivering captures (CPU samples) */
+    int draining; /* snapprof__drain_some() is delivering captures (CPU samples) */
     /* CPU-clock triggers: the slots their captures go to, when to drain
      * them next, and the large buffers of deep threads. */
     snapprof__capture_pool_t pool;

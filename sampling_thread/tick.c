@@ -123,7 +123,7 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     if (p->armed_count == 0)
         return p->next_tick;
     /* Filling up: drain now, but leave the lock free for a moment between
-     * drains (see drain()). */
+     * drains (see snapprof__drain_some()). */
     if (atomic_load_explicit(&p->pool.full, memory_order_relaxed) >= p->pool.kick_at)
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     /* A deep thread's capture holds one of its few large buffers until it
