@@ -94,15 +94,24 @@ int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size)
 
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size)
 {
-    /* In the order of snapprof_trigger_t. */
-    static const char *const names[] = {"auto", "perf", "timer", "handshake"};
-    for (int i = 0; i < 4; i++) {
-        if (s && strcasecmp(s, names[i]) == 0) {
+    /* The names are snapprof_trigger_t's own (SNAPPROF_TRIGGER_MAP). */
+    for (int i = 0; i < SNAPPROF_TRIGGER_COUNT; i++) {
+        if (s && strcasecmp(s, snapprof_trigger_name((snapprof_trigger_t)i)) == 0) {
             *trigger = i;
             return 0;
         }
     }
-    WHY("'%s' is not a trigger (auto, perf, timer or handshake)", s ? s : "");
+    /* "auto, perf, timer or handshake" */
+    char names[128];
+    size_t len = 0;
+    names[0] = '\0';
+    for (int i = 0; i < SNAPPROF_TRIGGER_COUNT && len < sizeof names; i++) {
+        const char *sep = i == 0 ? "" : i + 1 < SNAPPROF_TRIGGER_COUNT ? ", " : " or ";
+        int w = snprintf(names + len, sizeof names - len, "%s%s", sep,
+                         snapprof_trigger_name((snapprof_trigger_t)i));
+        len += w > 0 ? (size_t)w : 0;
+    }
+    WHY("'%s' is not a trigger (%s)", s ? s : "", names);
     return -1;
 }
 

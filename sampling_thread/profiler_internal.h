@@ -12,6 +12,7 @@
 
 #include "labels/labels.h"
 #include "sampling_thread/histogram.h"
+#include "stack_copier/stack_copier.h"
 #include "stack_copier/stack_copier_slots.h"
 #include "trigger/trigger.h"
 
@@ -29,7 +30,7 @@ typedef struct snapprof__target {
     int dead;               /* exited or recycled: no more attempts */
     /* Removed while the profile runs: disarmed, its clock read, waiting
      * for the sampling thread's next full drain to deliver its last
-     * captures and free it (retire_removed()). */
+     * captures and free it (snapprof__retire_removed()). */
     int removed;
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
     snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
@@ -91,7 +92,7 @@ struct snapprof_profiler {
      * one's samples carry their wall time, so each thread's wall total
      * stays its elapsed time on a machine too busy for every tick. */
     uint64_t wall_ticks_owed;
-    int draining; /* drain() is delivering captures (CPU samples) */
+    int draining; /* snapprof__drain_some() is delivering captures (CPU samples) */
     /* CPU-clock triggers: the slots their captures go to, when to drain
      * them next, and the large buffers of deep threads. */
     snapprof__capture_pool_t pool;
@@ -183,5 +184,85 @@ uint32_t *snapprof__sampler_kick_word(void);
 /* Completes a profile whose state is COMPLETING: called WITHOUT the lock;
  * runs the builders' completion and sets state COMPLETED. */
 void snapprof__profiler_complete(snapprof_profiler_t *p);
+
+/* ------------------------------------------------------------------------ */
+/* What the profiler's files share (profiler.c, arm.c, drain.c, wall.c,     */
+/* tick.c). Every function below is called with the lock held.              */
+/* ------------------------------------------------------------------------ */
+
+/* CPU time a target spent while profiled, as far as the sampler has seen. */
+static inline uint64_t snapprof__target_cpu_ns(const snapprof__target_t *t)
+{
+    return t->cpu_last > t->cpu_start ? t->cpu_last - t->cpu_start : 0;
+}
+
+/* CPU time t spent while profiled that its samples do not stand for. */
+static inline uint64_t snapprof__target_unsampled_ns(const snapprof__target_t *t)
+{
+    uint64_t total = snapprof__target_cpu_ns(t);
+    return total > t->sampled_ns ? total - t->sampled_ns : 0;
+}
+
+/* The CPU clock up to which t's samples so far stand for its CPU time,
+ * where a handshake or /proc sample weighs the CPU time since: its last
+ * such sample's clock, else what its trigger's samples stood for from its
+ * start (a thread that blocks the signal goes from its trigger to the
+ * handshake, and those samples must not be counted again). */
+static inline uint64_t snapprof__cpu_placed(const snapprof__target_t *t)
+{
+    return t->sampled ? t->cpu_at_sample : t->cpu_start + t->sampled_ns;
+}
+
+/* Counts a sample that could not be taken, by its reason. */
+static inline void snapprof__fail(snapprof_profiler_t *p, snapprof_fail_reason_t reason)
+{
+    p->stats.failed[reason]++;
+    p->stats.failed_total++;
+}
+
+/* What a wall-mode sample found its thread doing. /proc cannot tell a
+ * thread on a CPU from one waiting for a CPU, so "running" means running
+ * or runnable. */
+enum { WALL_STATE_NONE = 0, WALL_STATE_RUNNING, WALL_STATE_RUNNABLE, WALL_STATE_BLOCKED };
+
+/* profiler.c: frees a target; its trigger must be disarmed and its
+ * captures drained. */
+void snapprof__target_free(snapprof_profiler_t *p, snapprof__target_t *t);
+/* profiler.c: moves the app frames that ended since the last call into
+ * p->app_frames. */
+void snapprof__drain_app_frames(snapprof_profiler_t *p);
+
+/* arm.c: triggers, from arming to disarming. */
+void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__disarm(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__settle_pending(snapprof__target_t *t);
+void snapprof__clock_at_end(snapprof__target_t *t, int read_live);
+void snapprof__retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__retire_removed(snapprof_profiler_t *p);
+int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out);
+void snapprof__check_handler(snapprof_profiler_t *p);
+
+/* drain.c: the capture slots drained, stacks unwound, samples delivered. */
+void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
+                       const snapprof_frame_t *frames, size_t count, unsigned flags,
+                       uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels);
+void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__deliver_unarmed(snapprof_profiler_t *p);
+void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
+                                  const snapprof__copy_result_t *res, uint8_t *buffer,
+                                  snapprof__label_capture_t *labels, uint64_t cpu_ns,
+                                  int without_fp, uint64_t kernel_ns);
+int snapprof__drain_some(snapprof_profiler_t *p, int give_way);
+
+/* wall.c: wall mode's blocked threads, read from /proc. */
+size_t snapprof__wall_state_labels(int state, long syscall, snapprof_label_t *out);
+int snapprof__thread_running(pid_t tid);
+int snapprof__running_or_runnable(snapprof__target_t *t);
+void snapprof__deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now);
+int snapprof__sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
+                             const uint64_t *cpu0, const uint32_t *seq0);
+int snapprof__still_blocked(const snapprof__target_t *t, uint32_t seq);
+void snapprof__wall_tick_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
+                               uint64_t cpu_now, const uint32_t *seq, int runs);
 
 #endif

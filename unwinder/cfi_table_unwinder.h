@@ -19,8 +19,4 @@ size_t snapprof__cfi_table_unwinder_tables(snapprof_unwinder_t *unwinder,
                                            const snapprof_module_t **modules,
                                            snapprof__cfi_table_t **tables, size_t max);
 
-/* The process's tables, together: how many, their bytes and the CPU time
- * spent compiling them. Any thread. */
-void snapprof__cfi_table_store_totals(uint64_t *tables, uint64_t *bytes, uint64_t *build_ns);
-
 #endif

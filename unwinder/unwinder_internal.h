@@ -91,6 +91,11 @@ typedef struct snapprof__unwind_outcome {
  * the kernel did not say. Sampler thread only. */
 int snapprof__unwinder_is_cfi_table(const snapprof_unwinder_t *u);
 
+/* The CFI tables unwinders' tables, together (cfi_table_unwinder.c): how
+ * many, their bytes and the CPU time spent compiling them, for the stats.
+ * Any thread. */
+void snapprof__cfi_table_store_totals(uint64_t *tables, uint64_t *bytes, uint64_t *build_ns);
+
 /* Unwinds one stack copy: frame 0 from regs' pc, then the chain, highest
  * priority (index 0) first. frames must hold max_frames entries; returns the
  * number of frames found. A marker frame ("[truncated]", "[unknown]",

@@ -255,30 +255,57 @@ typedef struct snapprof_sample {
     unsigned flags; /* SNAPPROF_SAMPLE_* */
 } snapprof_sample_t;
 
-/* Why a sample could not be taken. */
+/* Why a sample could not be taken, one table: XX(name, value, text).
+ * SNAPPROF_FAIL_MAP(XX) expands XX once per reason, as SNAPPROF_ERRNO_MAP
+ * does for errors: the enum below (SNAPPROF_FAIL_<name>),
+ * snapprof_fail_reason_name() (text) and the stats' keys come from it. */
+#define SNAPPROF_FAIL_MAP(XX)                                                                      \
+    /* the thread is gone (ESRCH, its CPU clock gone) */                                           \
+    XX(THREAD_EXITED, 0, "thread_exited")                                                          \
+    /* the tid now belongs to another thread */                                                    \
+    XX(TID_RECYCLED, 1, "tid_recycled")                                                            \
+    /* the handler did not run in time (signal blocked?) */                                        \
+    XX(TIMEOUT, 2, "timeout")                                                                      \
+    /* sp outside the thread's stack (sigaltstack, fiber) */                                       \
+    XX(SP_OUT_OF_RANGE, 3, "sp_out_of_range")                                                      \
+    /* sending the signal failed otherwise */                                                      \
+    XX(SEND, 4, "send")                                                                            \
+    /* someone replaced our signal handler */                                                      \
+    XX(HANDLER_REPLACED, 5, "handler_replaced")                                                    \
+    /* nothing could be unwound, not even the pc */                                                \
+    XX(NO_FRAMES, 6, "no_frames")                                                                  \
+    /* a builder's xOnSample returned an error */                                                  \
+    XX(BUILDER, 7, "builder")
+
 typedef enum {
-    SNAPPROF_FAIL_THREAD_EXITED = 0, /* the thread is gone (ESRCH, its CPU clock gone) */
-    SNAPPROF_FAIL_TID_RECYCLED,      /* the tid now belongs to another thread */
-    SNAPPROF_FAIL_TIMEOUT,           /* the handler did not run in time (signal blocked?) */
-    SNAPPROF_FAIL_SP_OUT_OF_RANGE,   /* sp outside the thread's stack (sigaltstack, fiber) */
-    SNAPPROF_FAIL_SEND,              /* sending the signal failed otherwise */
-    SNAPPROF_FAIL_HANDLER_REPLACED,  /* someone replaced our signal handler */
-    SNAPPROF_FAIL_NO_FRAMES,         /* nothing could be unwound, not even the pc */
-    SNAPPROF_FAIL_BUILDER,           /* a builder's xOnSample returned an error */
-    SNAPPROF_FAIL_COUNT
+#define SNAPPROF_FAIL_ENUM_(name, value, text) SNAPPROF_FAIL_##name = (value),
+    SNAPPROF_FAIL_MAP(SNAPPROF_FAIL_ENUM_)
+#undef SNAPPROF_FAIL_ENUM_
+        SNAPPROF_FAIL_COUNT
 } snapprof_fail_reason_t;
 
 /* What decides when a thread's stack is taken. The perf event and the CPU
  * timer are timed by the thread's own CPU clock, so a sample lands where
  * the thread spent its CPU even when it waits for a core; the handshake is
  * timed by the sampling thread and lands where the thread is next
- * scheduled. */
+ * scheduled. One table: XX(name, value, text), as SNAPPROF_FAIL_MAP; text
+ * is what snapprof_trigger_name() returns and what SNAPPROF_TRIGGER and
+ * --trigger take. */
+#define SNAPPROF_TRIGGER_MAP(XX)                                                                   \
+    /* the best one that works, per thread */                                                      \
+    XX(AUTO, 0, "auto")                                                                            \
+    /* a per-thread perf CPU-clock event */                                                        \
+    XX(PERF_EVENT, 1, "perf")                                                                      \
+    /* a per-thread POSIX CPU-time timer */                                                        \
+    XX(CPU_TIMER, 2, "timer")                                                                      \
+    /* the sampling thread signals and waits */                                                    \
+    XX(HANDSHAKE, 3, "handshake")
+
 typedef enum {
-    SNAPPROF_TRIGGER_AUTO = 0,       /* the best one that works, per thread */
-    SNAPPROF_TRIGGER_PERF_EVENT = 1, /* a per-thread perf CPU-clock event */
-    SNAPPROF_TRIGGER_CPU_TIMER = 2,  /* a per-thread POSIX CPU-time timer */
-    SNAPPROF_TRIGGER_HANDSHAKE = 3,  /* the sampling thread signals and waits */
-    SNAPPROF_TRIGGER_COUNT
+#define SNAPPROF_TRIGGER_ENUM_(name, value, text) SNAPPROF_TRIGGER_##name = (value),
+    SNAPPROF_TRIGGER_MAP(SNAPPROF_TRIGGER_ENUM_)
+#undef SNAPPROF_TRIGGER_ENUM_
+        SNAPPROF_TRIGGER_COUNT
 } snapprof_trigger_t;
 
 /* Returns "auto", "perf", "timer" or "handshake" ("unknown" otherwise).

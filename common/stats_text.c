@@ -1,7 +1,7 @@
 /* snapprof_stats_t as text, all of it made from SNAPPROF__STATS_TABLE (see
  * stats_text.h): the hidden entry of a pprof profile, the summary lines
  * of `snapprof record`, and the short comment lines. */
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -45,7 +45,7 @@ SNAPPROF__STATS_TABLE(CHECK_KIND)
 _Static_assert((sizeof(size_t) SNAPPROF__STATS_TABLE(ADD_SIZE) + 7) / 8 * 8 ==
                    sizeof(snapprof_stats_t),
                "a field of snapprof_stats_t is missing from SNAPPROF__STATS_TABLE "
-               "(profile_builder/stats_text.h)");
+               "(common/stats_text.h)");
 #undef ADD_SIZE
 
 static uint64_t *u64_at(snapprof_stats_t *st, const field_t *f)

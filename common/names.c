@@ -1,0 +1,28 @@
+/* The names of failure reasons and triggers, both derived from their
+ * tables in <snapprof/snapprof.h> (SNAPPROF_FAIL_MAP, SNAPPROF_TRIGGER_MAP),
+ * as errors.c derives the error names from SNAPPROF_ERRNO_MAP. */
+#include <snapprof/snapprof.h>
+
+const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
+{
+    static const char *const names[SNAPPROF_FAIL_COUNT] = {
+#define SNAPPROF_FAIL_NAME_(name, value, text) [value] = text,
+        SNAPPROF_FAIL_MAP(SNAPPROF_FAIL_NAME_)
+#undef SNAPPROF_FAIL_NAME_
+    };
+    if ((unsigned)reason >= SNAPPROF_FAIL_COUNT)
+        return "unknown";
+    return names[reason];
+}
+
+const char *snapprof_trigger_name(snapprof_trigger_t trigger)
+{
+    static const char *const names[SNAPPROF_TRIGGER_COUNT] = {
+#define SNAPPROF_TRIGGER_NAME_(name, value, text) [value] = text,
+        SNAPPROF_TRIGGER_MAP(SNAPPROF_TRIGGER_NAME_)
+#undef SNAPPROF_TRIGGER_NAME_
+    };
+    if ((unsigned)trigger >= SNAPPROF_TRIGGER_COUNT)
+        return "unknown";
+    return names[trigger];
+}

@@ -1,0 +1,216 @@
+/* The triggers of a profiler's threads: arming each with the best trigger
+ * that works (perf event, CPU timer, else the handshake), disarming it with
+ * its CPU time kept, the threads that leave before or after, and the
+ * tick's checks on armed threads (gone, blocking the signal, handler
+ * replaced). */
+#include "sampling_thread/profiler_internal.h"
+
+#include "stack_copier/stack_copier.h"
+
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* Triggers                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Notes the first refusal of a better trigger, for the stats. */
+static void note_fallback(snapprof_profiler_t *p, snapprof_trigger_t from, int err)
+{
+    if (p->stats.trigger_fallback_errno == 0) {
+        p->stats.trigger_fallback_from = from;
+        p->stats.trigger_fallback_errno = err < 0 ? -err : err;
+    }
+}
+
+/* Gives t the best trigger that works, starting from the one asked for:
+ * perf event, CPU timer, handshake. Lock held. */
+void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+    t->never_armed = 0;
+    t->blocked_seq_valid = 0;
+    snapprof__thread_resolve_name(t->thread);
+    if (p->pool_ready && !atomic_load(&t->thread->exited)) {
+        struct snapprof_thread *th = t->thread;
+        t->cap.tid = th->tid;
+        t->cap.stack_low = th->stack_low;
+        t->cap.stack_base = th->stack_base;
+        t->cap.thread = th;
+        t->cap.on_thread = th->on_thread;
+        t->cap.owner = t;
+        snapprof_trigger_t first = p->params.trigger == SNAPPROF_TRIGGER_AUTO
+                                       ? SNAPPROF_TRIGGER_PERF_EVENT
+                                       : p->params.trigger;
+        for (snapprof_trigger_t k = first; k < SNAPPROF_TRIGGER_HANDSHAKE; k++) {
+            /* Wall mode asks for the perf event's schedule sequence: a
+             * thread that stays blocked then costs no system call a tick. */
+            unsigned flags = p->params.mode == SNAPPROF_MODE_WALL ? SNAPPROF__ARM_SCHED_SEQ : 0;
+            int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
+                                           p->params.signal, p->params.interval_ns, flags, &t->arm);
+            if (rc == 0) {
+                /* Without its page, a perf event's count cannot be read
+                 * and wall mode reads the thread's clock instead. */
+                if (k == SNAPPROF_TRIGGER_PERF_EVENT && !t->arm->page)
+                    p->stats.mmap_failed++;
+                t->trigger = k;
+                t->arm_gen = t->arm->gen;
+                t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
+                t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
+                                        ? p->params.interval_ns - t->arm->first_period_ns
+                                        : 0;
+                p->armed_count++;
+                p->stats.threads_by_trigger[k]++;
+                return;
+            }
+            note_fallback(p, k, rc);
+            p->stats.trigger_refused[k]++;
+        }
+    }
+    p->handshake_count++;
+    p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+}
+
+/* t leaves (or the profile ends) before the tick that was to arm it.
+ * Lock held. */
+void snapprof__settle_pending(snapprof__target_t *t)
+{
+    if (!t->arm_pending)
+        return;
+    t->arm_pending = 0;
+    t->never_armed = 1;
+}
+
+/* Brings t's CPU clock up to where it ended: the clock the thread read
+ * itself as it exited, or else, with read_live, its clock now. Lock held. */
+void snapprof__clock_at_end(snapprof__target_t *t, int read_live)
+{
+    uint64_t end = atomic_load(&t->thread->cpu_at_exit);
+    if (end == 0 && read_live && !t->dead && snapprof__thread_cpu_ns(t->thread->tid, &end) != 0)
+        end = 0;
+    if (end > t->cpu_last)
+        t->cpu_last = end;
+}
+
+/* t was never armed and is gone: its CPU time joins the one remainder of
+ * such threads (snapprof__deliver_unarmed()). Lock held. */
+void snapprof__retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    uint64_t unsampled = snapprof__target_unsampled_ns(t);
+    if (unsampled > t->remainder_ns)
+        p->unarmed_ns += unsampled - t->remainder_ns;
+    t->remainder_ns = unsampled;
+}
+
+/* Frees the targets removed since the last full drain, which delivered
+ * their last captures: their CPU time that no sample placed goes out as
+ * their remainder first. Only after a drain that left no slot behind.
+ * Lock held. */
+void snapprof__retire_removed(snapprof_profiler_t *p)
+{
+    for (size_t i = 0; p->removed_count > 0 && i < p->target_count;) {
+        snapprof__target_t *t = p->targets[i];
+        if (!t->removed) {
+            i++;
+            continue;
+        }
+        snapprof__deliver_remainder(p, t);
+        p->cpu_removed_ns += snapprof__target_cpu_ns(t);
+        snapprof__target_free(p, t);
+        p->targets[i] = p->targets[--p->target_count];
+        p->removed_count--;
+    }
+}
+
+/* Stops t's trigger, keeping the CPU time it counted. Lock held. */
+void snapprof__disarm(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (!t->arm)
+        return;
+    uint64_t counted = UINT64_MAX;
+    /* A forked child's arms were freed at the fork (trigger_arms.c). */
+    if (t->arm->gen == t->arm_gen)
+        snapprof__trigger_disarm(t->arm, &counted);
+    if (t->trigger == SNAPPROF_TRIGGER_PERF_EVENT && counted != UINT64_MAX &&
+        t->cpu_start + counted > t->cpu_last)
+        t->cpu_last = t->cpu_start + counted; /* the event's count survives the thread */
+    else if (t->trigger == SNAPPROF_TRIGGER_CPU_TIMER && counted != UINT64_MAX &&
+             counted > t->cpu_last)
+        t->cpu_last = counted;
+    /* Armed at a tick after it joined, the event counted from then on only:
+     * a thread that exited says its whole clock itself. */
+    snapprof__clock_at_end(t, 0);
+    t->arm = NULL;
+    t->blocked_seq_valid = 0;
+    p->armed_count--;
+}
+
+/* Periods of CPU time with no capture after which an armed thread is
+ * checked for blocking the signal. */
+#define BLOCKED_PERIODS 50
+
+/* A thread with a CPU-clock trigger needs no signal from us: only notice
+ * when it has gone, and keep its CPU clock for the remainder. Returns 0
+ * with the clock's reading in *cpu_now, or -1 when the thread is gone.
+ * Lock held. */
+int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out)
+{
+    uint64_t cpu_now;
+    if (atomic_load(&t->thread->exited) || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0) {
+        snapprof__profiler_drain(p);
+        snapprof__disarm(p, t);
+        t->dead = 1;
+        return -1;
+    }
+    *cpu_now_out = cpu_now;
+    if (cpu_now > t->cpu_last)
+        t->cpu_last = cpu_now;
+    uint64_t fired = atomic_load_explicit(&t->cap.fired, memory_order_relaxed);
+    if (fired != t->watch_fired || cpu_now < t->watch_cpu) {
+        t->watch_fired = fired;
+        t->watch_cpu = cpu_now;
+    } else if (cpu_now - t->watch_cpu >= BLOCKED_PERIODS * p->params.interval_ns) {
+        /* Many periods of CPU time and not one capture: if the thread
+         * blocks the signal, the first one stays pending for ever and
+         * stands for all the others. The handshake at least counts its
+         * timeouts. A thread that only ran in the kernel is left alone. */
+        if (snapprof__thread_blocks_signal(t->thread->tid, p->params.signal)) {
+            snapprof__disarm(p, t);
+            t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+            p->handshake_count++;
+            p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+            p->stats.trigger_blocked++;
+        } else if (snapprof__trigger_fd_lost(t->arm)) {
+            /* The program closed its perf event's fd, and no page kept
+             * the event alive: armed anew (counted in fds_lost when the
+             * old arm goes), the next trigger that works. */
+            snapprof__profiler_drain(p);
+            snapprof__disarm(p, t);
+            snapprof__arm_target(p, t);
+        }
+        t->watch_cpu = cpu_now;
+    }
+    return 0;
+}
+
+/* Once a tick while CPU-clock triggers are armed: if our handler for the
+ * signal was replaced (raw rt_sigaction, a host's own sigaction), their
+ * signals would flood the program's handler uncounted. Their threads go
+ * to the handshake, whose requests then time out as handler_replaced and
+ * back off (and succeed again if the handler comes back). One system call
+ * a tick. Lock held. */
+void snapprof__check_handler(snapprof_profiler_t *p)
+{
+    if (p->armed_count == 0 || snapprof__stack_copier_handler_ours(p->params.signal))
+        return;
+    snapprof__profiler_drain(p);
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (t->dead || !t->arm)
+            continue;
+        snapprof__disarm(p, t);
+        t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
+        p->handshake_count++;
+        p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;
+        p->stats.handler_replaced_disarmed++;
+    }
+}

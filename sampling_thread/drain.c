@@ -1,0 +1,380 @@
+/* From capture to builders: drains the capture slots oldest first, unwinds
+ * each stack copy, delivers the samples (and the remainders no sample
+ * placed) to the builders, and remembers wall mode's last stacks. */
+#include "sampling_thread/profiler_internal.h"
+
+#include "module_cache/module_cache.h"
+#include "profile_builder/profile_builder_calls.h"
+#include "unwinder/unwinder_fp_guess.h"
+#include "unwinder/unwinder_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Delivery to the builders                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The wall time a sample stands for. In wall mode a tick's sample carries
+ * the ticks since t's previous one (those the sampler was too late for,
+ * and those t had no stack for); a trigger's capture stands for CPU time
+ * only. */
+static uint64_t sample_wall_ns(const snapprof_profiler_t *p, const snapprof__target_t *t,
+                               unsigned flags)
+{
+    if (flags & SNAPPROF_SAMPLE_REMAINDER)
+        return 0;
+    if (p->params.mode != SNAPPROF_MODE_WALL)
+        return p->params.interval_ns;
+    if (p->draining)
+        return 0;
+    return (1 + p->wall_ticks_owed + t->wall_unplaced_ticks) * p->params.interval_ns;
+}
+
+/* Gives s to every builder; one failure among them is one BUILDER failure.
+ * Lock held. */
+static void to_builders(snapprof_profiler_t *p, const snapprof_sample_t *s)
+{
+    int failed = 0;
+    for (size_t i = 0; i < p->builder_count; i++)
+        if (snapprof__builder_sample(p->builders[i], s) < 0)
+            failed = 1;
+    if (failed)
+        snapprof__fail(p, SNAPPROF_FAIL_BUILDER);
+}
+
+void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
+                       const snapprof_frame_t *frames, size_t count, unsigned flags,
+                       uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels)
+{
+    size_t label_count = labels ? snapprof__labels_decode(labels, p->label_views) : 0;
+    if (p->params.mode == SNAPPROF_MODE_WALL &&
+        p->params.wall_blocked == SNAPPROF_WALL_BLOCKED_PROC &&
+        (p->draining || t->wall_state != WALL_STATE_NONE))
+        label_count += snapprof__wall_state_labels(p->draining ? WALL_STATE_RUNNING : t->wall_state,
+                                                   t->wall_syscall, p->label_views + label_count);
+    snapprof_sample_t s = {
+        .labels = p->label_views,
+        .label_count = label_count,
+        .frames = frames,
+        .frame_count = count,
+        .timestamp_ns = timestamp,
+        .cpu_ns = cpu_ns,
+        /* In wall mode a trigger's capture (drained) stands for CPU time;
+         * the ticks' samples carry the wall time. */
+        .wall_ns = sample_wall_ns(p, t, flags),
+        .tid = t->thread->tid,
+        .thread_name = t->thread->name,
+        .flags = flags,
+    };
+    if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
+        p->stats.cpu_ns_sampled += cpu_ns;
+    if (s.wall_ns > 0)
+        t->wall_unplaced_ticks = 0;
+    to_builders(p, &s);
+    /* A remainder is CPU time no sample placed, not a sample: counted, it
+     * would add one "sample" per thread to the rate. */
+    if (!(flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL)))
+        p->stats.samples++;
+}
+
+/* Delivers the CPU time of t that no sample placed since the last call, as
+ * one "[kernel and unsampled]" sample, so the profile's CPU total matches
+ * the thread's CPU clock while the user-space shares keep one period per
+ * sample. Only for CPU-clock triggers (a handshake sample carries all the
+ * CPU time since the previous one). Lock held. */
+void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    /* A thread never armed (it came and went between two ticks) was to
+     * get a CPU-clock trigger: all its CPU time is remainder. */
+    if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER &&
+        !t->never_armed)
+        return;
+    uint64_t unsampled = snapprof__target_unsampled_ns(t);
+    if (unsampled <= t->remainder_ns)
+        return;
+    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
+    snapprof__deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(),
+                      unsampled - t->remainder_ns, NULL);
+    t->remainder_ns = unsampled;
+}
+
+/* The CPU time of the threads that came and went between two ticks
+ * (never armed), as one remainder sample: thousands of short threads would
+ * otherwise make thousands of samples, one thread_id each. Its thread_name
+ * says what it is; its thread_id is 0. Lock held. */
+void snapprof__deliver_unarmed(snapprof_profiler_t *p)
+{
+    if (p->unarmed_ns == 0)
+        return;
+    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
+    snapprof_sample_t s = {
+        .frames = &frame,
+        .frame_count = 1,
+        .timestamp_ns = snapprof__mono_ns(),
+        .cpu_ns = p->unarmed_ns,
+        .tid = 0,
+        .thread_name = "(threads that ended before their first tick)",
+        .flags = SNAPPROF_SAMPLE_REMAINDER,
+    };
+    to_builders(p, &s);
+    p->unarmed_ns = 0;
+}
+
+/* Wall mode keeps each thread's latest stack for the ticks it sleeps
+ * through. A trigger's capture can be drained after a later look found the
+ * thread blocked (it ran, was captured, then blocked before the drain): it
+ * is older than the wait and must not replace the wait's stack. */
+static void remember(snapprof_profiler_t *p, snapprof__target_t *t, size_t count, unsigned flags,
+                     const snapprof__label_capture_t *labels, uint64_t taken_ns)
+{
+    if (p->params.mode != SNAPPROF_MODE_WALL)
+        return;
+    if (t->prev_count > 0 && taken_ns < t->prev_time)
+        return;
+    if (!t->prev && !(t->prev = malloc(p->params.max_frames * sizeof *t->prev))) {
+        t->prev_count = 0;
+        return;
+    }
+    if (!t->prev_labels && !(t->prev_labels = malloc(sizeof *t->prev_labels))) {
+        t->prev_count = 0;
+        return;
+    }
+    memcpy(t->prev, p->frames, count * sizeof *t->prev);
+    memcpy(t->prev_labels, labels, sizeof *t->prev_labels);
+    t->prev_count = count;
+    t->prev_flags = flags;
+    t->prev_time = taken_ns;
+}
+
+/* The kernel time measured before the capture whose count frames
+ * p->frames holds, as a second sample of that stack under the "[kernel]"
+ * leaf that p->kernel_frames[0] holds from creation
+ * (snapprof_params_t.kernel_share). Its labels are the capture's.
+ * Lock held. */
+static void deliver_kernel(snapprof_profiler_t *p, snapprof__target_t *t, size_t count,
+                           unsigned flags, uint64_t timestamp, uint64_t kernel_ns,
+                           snapprof__label_capture_t *labels)
+{
+    memcpy(p->kernel_frames + 1, p->frames, count * sizeof *p->frames);
+    snapprof__deliver(p, t, p->kernel_frames, count + 1, flags | SNAPPROF_SAMPLE_KERNEL, timestamp,
+                      kernel_ns, labels);
+}
+
+/* Unwinds a stack copy that buffer holds (the target has resumed) and
+ * delivers it with cpu_ns as its weight, and kernel_ns (when not 0) as a
+ * second sample under a "[kernel]" leaf. Lock held. */
+void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
+                                  const snapprof__copy_result_t *res, uint8_t *buffer,
+                                  snapprof__label_capture_t *labels, uint64_t cpu_ns,
+                                  int without_fp, uint64_t kernel_ns)
+{
+    if (!without_fp) { /* a signal stopped the thread */
+        p->stats.samples_signalled++;
+        snapprof__hist_add(&p->pause, res->pause_ns);
+    }
+    p->stats.copy_bytes_total += res->copy_size;
+    p->stats.foreign_stack_copies += res->foreign != 0;
+    if (res->copy_size > p->stats.copy_bytes_max)
+        p->stats.copy_bytes_max = res->copy_size;
+
+    unsigned flags = 0;
+    if (res->truncated) {
+        p->stats.truncated_copy++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_COPY;
+    }
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(res, buffer, &regs, &stack);
+    uint64_t unwind_start = snapprof__mono_ns();
+    snapprof__unwind_outcome_t outcome;
+    size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
+                                          p->params.max_frames, &outcome);
+    if (without_fp)
+        count =
+            snapprof__unwind_guessing_fp(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
+                                         count, p->params.max_frames, &p->frames_alt, &outcome);
+    snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
+    if (outcome.completed)
+        p->stats.unwind_complete++;
+    if (outcome.aborted) {
+        p->stats.unwind_aborted++;
+        flags |= SNAPPROF_SAMPLE_UNWIND_ABORTED;
+        switch (outcome.abort_kind) {
+        case SNAPPROF__ABORT_BAD_FRAME:
+            p->stats.unwind_aborted_bad_frame++;
+            break;
+        case SNAPPROF__ABORT_NO_INFO:
+            p->stats.unwind_aborted_no_info++;
+            break;
+        case SNAPPROF__ABORT_MEMORY:
+            p->stats.unwind_aborted_memory++;
+            break;
+        case SNAPPROF__ABORT_TRUNCATED_COPY:
+            p->stats.unwind_aborted_truncated_copy++;
+            break;
+        default:
+            p->stats.unwind_aborted_other++;
+            break;
+        }
+    }
+    if (outcome.unrecognized)
+        p->stats.unwind_unknown++;
+    size_t real_frames =
+        count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
+    p->stats.unwind_frames_total += real_frames;
+    if (real_frames > p->stats.unwind_frames_max)
+        p->stats.unwind_frames_max = real_frames;
+    if (outcome.truncated_depth) {
+        p->stats.truncated_depth++;
+        flags |= SNAPPROF_SAMPLE_TRUNCATED_DEPTH;
+    }
+    p->stats.labels_skipped += labels->skipped;
+    if (count == 0)
+        snapprof__fail(p, SNAPPROF_FAIL_NO_FRAMES);
+    else
+        snapprof__deliver(p, t, p->frames, count, flags, res->timestamp_ns, cpu_ns, labels);
+    if (kernel_ns > 0 && count > 0)
+        deliver_kernel(p, t, count, flags, res->timestamp_ns, kernel_ns, labels);
+    remember(p, t, count, flags, labels, res->timestamp_ns);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Draining the capture slots                                               */
+/* ------------------------------------------------------------------------ */
+
+/* snapprof_params_t.kernel_share: the CPU time t spent in the kernel
+ * between its previous capture and this one, as the advance of its CPU
+ * clock (read in the handler, kernel time included) less the user time the
+ * perf event counted (the capture's period). The first capture of a
+ * thread, and captures of other triggers (the CPU timer's periods count
+ * kernel time already), give 0. Lock held. */
+static uint64_t kernel_since(snapprof__target_t *t, const snapprof__capture_slot_t *slot)
+{
+    uint64_t now = slot->res.cpu_ns, prev = t->kernel_cpu_prev;
+    if (now == 0 || t->trigger != SNAPPROF_TRIGGER_PERF_EVENT)
+        return 0;
+    t->kernel_cpu_prev = now;
+    if (prev == 0 || now <= prev + slot->weight_ns)
+        return 0;
+    return now - prev - slot->weight_ns;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const snapprof__capture_slot_t *x = *(snapprof__capture_slot_t *const *)a;
+    const snapprof__capture_slot_t *y = *(snapprof__capture_slot_t *const *)b;
+    return (x->res.timestamp_ns > y->res.timestamp_ns) -
+           (x->res.timestamp_ns < y->res.timestamp_ns);
+}
+
+/* The bytes large buffers may take: the capture memory less the slots. */
+static size_t large_budget(const snapprof_profiler_t *p)
+{
+    size_t slots = p->pool.slot_count * p->pool.slot_bytes;
+    return p->params.capture_memory_max > slots ? p->params.capture_memory_max - slots : 0;
+}
+
+/* Gives every thread armed with a CPU-clock trigger the large buffers its
+ * captures need (see snapprof__capture_target_provision). Lock held. */
+static void provision_large(snapprof_profiler_t *p)
+{
+    atomic_store_explicit(&p->pool.large_asked, 0, memory_order_relaxed);
+    int failed = 0;
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (t->arm && snapprof__capture_target_provision(&p->pool, &t->cap, large_budget(p)) < 0)
+            failed = 1;
+    }
+    if (failed)
+        p->stats.mmap_failed++; /* deep stacks stay truncated for now */
+}
+
+/* Unwinds and delivers the slots filled by now, oldest first, and adds the
+ * large buffers deep stacks need. One pass: slots filled meanwhile wait for
+ * the next call, so that a thread whose captures come faster than they
+ * unwind cannot keep the lock from stop() and get_stats(). With give_way,
+ * (the sampling thread's ticks) it also stops early, the newer slots left
+ * for the next pass, when another thread waits for the lock. Returns 1 when
+ * it stopped early. Lock held. */
+int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
+{
+    int stopped = 0;
+    if (!p->pool_ready)
+        return 0;
+    snapprof__capture_pool_t *pool = &p->pool;
+    /* Before the unwinding: the handler may need the new buffers while the
+     * sampling thread unwinds a deep stack. */
+    provision_large(p);
+    snapprof__capture_slot_t *full[256];
+    {
+        size_t n = 0;
+        for (size_t i = 0; i < pool->slot_count && n < sizeof full / sizeof full[0]; i++)
+            if (atomic_load_explicit(&pool->slots[i].state, memory_order_acquire) ==
+                SNAPPROF__SLOT_FULL)
+                full[n++] = &pool->slots[i];
+        if (n == 0) {
+            /* A capture counted in large_full but not yet published: not
+             * again within the gap (snapprof__profiler_due). */
+            p->last_drain = snapprof__mono_ns();
+            return 0;
+        }
+        /* Modules may have come or gone since the captures were taken. */
+        snapprof__module_cache_update();
+        for (size_t i = 0; i < p->unwinder_count; i++)
+            if (p->unwinders[i]->ops->xUpdateModules)
+                p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
+        qsort(full, n, sizeof full[0], by_time);
+        p->draining = 1;
+        for (size_t i = 0; i < n; i++) {
+            if (give_way && i > 0 && snapprof__sampler_api_waiting()) {
+                stopped = 1;
+                break;
+            }
+            snapprof__capture_slot_t *slot = full[i];
+            snapprof__target_t *t = slot->target->owner;
+            if (slot->fail < 0 && slot->res.truncated && slot->target->large_refused)
+                p->stats.truncated_copy_budget++;
+            if (slot->fail >= 0) {
+                snapprof__fail(p, (snapprof_fail_reason_t)slot->fail);
+            } else {
+                /* A spread first expiry (the timer's) makes the first
+                 * period short: its sample weighs only what it stands for,
+                 * so the samples never add up to more than the clock. */
+                uint64_t weight = slot->weight_ns;
+                uint64_t cut = t->first_short_ns < weight ? t->first_short_ns : weight - 1;
+                weight -= cut;
+                t->first_short_ns = 0;
+                t->sampled_ns += weight;
+                uint64_t kernel_ns = kernel_since(t, slot);
+                t->sampled_ns += kernel_ns;
+                snapprof__unwind_and_deliver(p, t, &slot->res, slot->buffer,
+                                             (snapprof__label_capture_t *)slot->extra, weight, 0,
+                                             kernel_ns);
+            }
+            snapprof__capture_slot_release(pool, slot);
+        }
+        p->draining = 0;
+    }
+    p->last_drain = snapprof__mono_ns();
+    return stopped;
+}
+
+void snapprof__profiler_drain(snapprof_profiler_t *p)
+{
+    snapprof__drain_some(p, 0);
+}
+
+int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,
+                                       const struct snapprof_thread *thread)
+{
+    if (!p->pool_ready || atomic_load_explicit(&p->pool.full, memory_order_relaxed) == 0)
+        return 0;
+    for (size_t i = 0; i < p->pool.slot_count; i++) {
+        const snapprof__capture_slot_t *slot = &p->pool.slots[i];
+        if (atomic_load_explicit(&slot->state, memory_order_acquire) == SNAPPROF__SLOT_FULL &&
+            slot->target->thread == thread)
+            return 1;
+    }
+    return 0;
+}
