@@ -116,9 +116,10 @@ int snapprof__stack_copier_handler_ours(int signo);
 int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__copy_result_t *res,
                                 snapprof_fail_reason_t *reason);
 
-/* After the target resumed: rewrites every register and stack word that
- * points into the copied live range so that it points into the copy, and
- * describes the copy for the unwinders. */
+/* After the target resumed (stack_copier_rebase.c): rewrites every
+ * register and stack word that points into the copied live range so that
+ * it points into the copy, and describes the copy for the unwinders.
+ * Sampling side. */
 void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
                                    snapprof_regs_t *regs, snapprof_stack_copy_t *stack);
 
