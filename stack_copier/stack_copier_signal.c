@@ -58,7 +58,7 @@ static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
  * (a thread's own CPU-clock trigger); set once, never cleared. */
 static _Atomic(snapprof__signal_hook_fn) g_hook;
 
-/* Defined in thread_posix.c: the token registered on this thread. */
+/* Defined in stack_copier_threads.c: the token registered on this thread. */
 extern __thread struct snapprof_thread *snapprof__tls_self
     __attribute__((tls_model("initial-exec")));
 
