@@ -184,8 +184,8 @@ typedef void (*snapprof__proc_hook_fn)(pid_t tid, void *user_data);
 void snapprof__proc_fail_for_test(int err);
 void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data);
 
-/* Reads a thread's CPU clock (no signal needed). Returns 0 or a negative
- * errno (-EINVAL once the thread is gone). */
+/* Reads a thread's CPU clock (no signal needed; stack_copier_threads.c).
+ * Returns 0 or a negative errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 
 /* Test seam: from now on, counts the calls of snapprof__thread_cpu_ns()

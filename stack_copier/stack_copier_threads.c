@@ -1,5 +1,7 @@
-/* Target threads: registration, stack bounds, exit and tid-reuse detection.
- * Stack bounds are computed here, outside the signal handler, once. */
+/* Target threads: registration, stack bounds, exit and tid-reuse
+ * detection, names, and their CPU clocks. Stack bounds are computed here,
+ * outside the signal handler, once. Nothing here runs in a signal handler
+ * (the handler only reads snapprof__tls_self). */
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
@@ -278,4 +280,33 @@ pid_t snapprof_thread_tid(const snapprof_thread_t *thread)
 void snapprof__thread_retain(struct snapprof_thread *t)
 {
     atomic_fetch_add(&t->refs, 1);
+}
+
+static _Atomic pid_t g_count_tid; /* test seam: whose clock reads are counted */
+static _Atomic uint64_t g_counted;
+
+void snapprof__thread_cpu_count_for_test(pid_t tid)
+{
+    atomic_store(&g_count_tid, 0);
+    atomic_store(&g_counted, 0);
+    atomic_store(&g_count_tid, tid);
+}
+
+uint64_t snapprof__thread_cpu_counted_for_test(void)
+{
+    return atomic_load(&g_counted);
+}
+
+int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)
+{
+    if (tid != 0 && atomic_load_explicit(&g_count_tid, memory_order_relaxed) == tid)
+        atomic_fetch_add_explicit(&g_counted, 1, memory_order_relaxed);
+    /* The kernel's per-thread CPU clock id, as glibc's pthread_getcpuclockid
+     * makes it: ~tid << 3 | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED. */
+    clockid_t clock = (clockid_t)(((unsigned int)~tid << 3) | 4u | 2u);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -errno;
+    *out = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return 0;
 }
