@@ -5,6 +5,8 @@
  * under the preload lock unless it says otherwise. */
 #include "preload/preload_process.h"
 
+#include "common/proc_files.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -165,38 +167,12 @@ void snapprof__preload_threads_counts(uint64_t *seen, uint64_t *failed, unsigned
     *skipped = atomic_load(&g_threads_skipped);
 }
 
-/* Reads /proc/self/task/TID/NAME into buf, NUL-terminated (cut to size).
- * Returns 0, or -1 when it cannot be read. */
-static int read_task_file(pid_t tid, const char *name, char *buf, size_t size)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, size - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    return 0;
-}
-
 /* 1 when the "SigBlk:" (or "SigPnd:") line of thread tid's status has
  * signo set. A thread that blocks the sampling signal cannot be sampled:
  * snapprof's own threads block everything. */
 static int thread_sigset_has(pid_t tid, const char *line_name, int signo)
 {
-    char buf[4096];
-    if (read_task_file(tid, "status", buf, sizeof buf) != 0)
-        return 0;
-    char key[16];
-    snprintf(key, sizeof key, "\n%s:", line_name);
-    const char *line = strstr(buf, key);
-    if (!line)
-        return 0;
-    unsigned long long mask = strtoull(line + strlen(key), NULL, 16);
-    return (mask >> (signo - 1)) & 1u;
+    return snapprof__proc_task_sigset_has(tid, line_name, signo);
 }
 
 static int thread_blocks(pid_t tid, int signo)
@@ -212,7 +188,7 @@ static int thread_blocks(pid_t tid, int signo)
 static int thread_never_ran(pid_t tid)
 {
     char buf[128];
-    if (read_task_file(tid, "schedstat", buf, sizeof buf) != 0)
+    if (snapprof__proc_task_read(tid, "schedstat", buf, sizeof buf) < 0)
         return 0;
     return buf[0] == '0' && (buf[1] == ' ' || buf[1] == '\n');
 }

@@ -116,9 +116,10 @@ int snapprof__stack_copier_handler_ours(int signo);
 int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__copy_result_t *res,
                                 snapprof_fail_reason_t *reason);
 
-/* After the target resumed: rewrites every register and stack word that
- * points into the copied live range so that it points into the copy, and
- * describes the copy for the unwinders. */
+/* After the target resumed (stack_copier_rebase.c): rewrites every
+ * register and stack word that points into the copied live range so that
+ * it points into the copy, and describes the copy for the unwinders.
+ * Sampling side. */
 void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
                                    snapprof_regs_t *regs, snapprof_stack_copy_t *stack);
 
@@ -183,8 +184,8 @@ typedef void (*snapprof__proc_hook_fn)(pid_t tid, void *user_data);
 void snapprof__proc_fail_for_test(int err);
 void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data);
 
-/* Reads a thread's CPU clock (no signal needed). Returns 0 or a negative
- * errno (-EINVAL once the thread is gone). */
+/* Reads a thread's CPU clock (no signal needed; stack_copier_threads.c).
+ * Returns 0 or a negative errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 
 /* Test seam: from now on, counts the calls of snapprof__thread_cpu_ns()

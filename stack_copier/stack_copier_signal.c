@@ -1,5 +1,7 @@
 /* Signal-based stack copier: the tgkill/futex handshake described in
- * stack_copier.h, and the rebasing of the copy after the target resumed. */
+ * stack_copier.h, both its sides (the signal handler and the requester
+ * that waits for it). What the sampling side does with the copy afterwards
+ * is in stack_copier_rebase.c. */
 #include "stack_copier/stack_copier.h"
 
 #include "stack_copier/registers_x86_64.h"
@@ -7,9 +9,6 @@
 #include "common/fault.h"
 
 #include <errno.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -59,7 +58,7 @@ static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
  * (a thread's own CPU-clock trigger); set once, never cleared. */
 static _Atomic(snapprof__signal_hook_fn) g_hook;
 
-/* Defined in thread_posix.c: the token registered on this thread. */
+/* Defined in stack_copier_threads.c: the token registered on this thread. */
 extern __thread struct snapprof_thread *snapprof__tls_self
     __attribute__((tls_model("initial-exec")));
 
@@ -503,122 +502,4 @@ pid_t snapprof__stack_copier_pending_tid(void)
 {
     uint32_t s = atomic_load_explicit(&g_slot.state, memory_order_acquire);
     return (s & 3u) == PHASE_PENDING ? atomic_load(&g_slot.target_tid) : 0;
-}
-
-/* The rebase of one word: w + delta when lo <= w < lo + size. Without a
- * branch (w - lo < size is that test in unsigned arithmetic). */
-static void rebase_words_scalar(uintptr_t *words, size_t n, uintptr_t lo, uintptr_t size,
-                                uintptr_t delta)
-{
-    for (size_t i = 0; i < n; i++) {
-        uintptr_t w = words[i];
-        words[i] = w + (w - lo < size ? delta : 0);
-    }
-}
-
-#if defined(__x86_64__)
-/* The same, four words at a time. AVX2 compares 64-bit lanes as signed
- * only: flipping the top bit of both sides makes that the unsigned
- * w - lo < size. Compiled for AVX2 on its own (the rest of the library
- * stays baseline x86-64) and called only where the CPU has it. */
-__attribute__((target("avx2"))) static void
-rebase_words_avx2(uintptr_t *words, size_t n, uintptr_t lo, uintptr_t size, uintptr_t delta)
-{
-    const __m256i top = _mm256_set1_epi64x(INT64_MIN);
-    const __m256i vlo = _mm256_set1_epi64x((long long)lo);
-    const __m256i vsize = _mm256_xor_si256(_mm256_set1_epi64x((long long)size), top);
-    const __m256i vdelta = _mm256_set1_epi64x((long long)delta);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(words + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(words + i + 4));
-        __m256i in_a = _mm256_cmpgt_epi64(vsize, _mm256_xor_si256(_mm256_sub_epi64(a, vlo), top));
-        __m256i in_b = _mm256_cmpgt_epi64(vsize, _mm256_xor_si256(_mm256_sub_epi64(b, vlo), top));
-        a = _mm256_add_epi64(a, _mm256_and_si256(in_a, vdelta));
-        b = _mm256_add_epi64(b, _mm256_and_si256(in_b, vdelta));
-        _mm256_storeu_si256((__m256i *)(void *)(words + i), a);
-        _mm256_storeu_si256((__m256i *)(void *)(words + i + 4), b);
-    }
-    rebase_words_scalar(words + i, n - i, lo, size, delta);
-}
-
-/* Whether this CPU runs AVX2 code: asked once (the answer never changes,
- * so threads that race to store it store the same). */
-static int have_avx2(void)
-{
-    static _Atomic int known; /* 0 unknown, 1 no, 2 yes */
-    int k = atomic_load_explicit(&known, memory_order_relaxed);
-    if (k == 0) {
-        __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx2") ? 2 : 1;
-        atomic_store_explicit(&known, k, memory_order_relaxed);
-    }
-    return k == 2;
-}
-#endif
-
-int snapprof__rebase_words(uintptr_t *words, size_t n, uintptr_t lo, uintptr_t size,
-                           uintptr_t delta, snapprof__rebase_impl_t impl)
-{
-#if defined(__x86_64__)
-    if (impl != SNAPPROF__REBASE_SCALAR && have_avx2()) {
-        rebase_words_avx2(words, n, lo, size, delta);
-        return 0;
-    }
-#endif
-    if (impl == SNAPPROF__REBASE_AVX2)
-        return -ENOTSUP;
-    rebase_words_scalar(words, n, lo, size, delta);
-    return 0;
-}
-
-void snapprof__stack_copier_rebase(const snapprof__copy_result_t *res, uint8_t *buffer,
-                                   snapprof_regs_t *regs, snapprof_stack_copy_t *stack)
-{
-    uintptr_t lo = res->copy_lo, hi = res->copy_lo + res->copy_size;
-    uintptr_t delta = (uintptr_t)buffer - lo; /* modular arithmetic is intended */
-    *regs = res->regs;
-    for (int i = 0; i < SNAPPROF_REG_COUNT; i++)
-        if (i != SNAPPROF_REG_PC && regs->r[i] >= lo && regs->r[i] < hi)
-            regs->r[i] += delta;
-    /* Every word that points into the copied range now points into the
-     * copy: with AVX2, a 16 KiB copy's rebase takes about a fifth of the
-     * scalar loop's time (173 against 816 ns here; GCC -O2 does not
-     * vectorize that loop). */
-    snapprof__rebase_words((uintptr_t *)(void *)buffer, res->copy_size / sizeof(uintptr_t), lo,
-                           res->copy_size, delta, SNAPPROF__REBASE_BEST);
-    stack->bottom = (uintptr_t)buffer;
-    stack->top = (uintptr_t)buffer + res->copy_size;
-    stack->orig_bottom = lo;
-    stack->truncated = res->truncated;
-    stack->timestamp_ns = res->timestamp_ns;
-}
-
-static _Atomic pid_t g_count_tid; /* test seam: whose clock reads are counted */
-static _Atomic uint64_t g_counted;
-
-void snapprof__thread_cpu_count_for_test(pid_t tid)
-{
-    atomic_store(&g_count_tid, 0);
-    atomic_store(&g_counted, 0);
-    atomic_store(&g_count_tid, tid);
-}
-
-uint64_t snapprof__thread_cpu_counted_for_test(void)
-{
-    return atomic_load(&g_counted);
-}
-
-int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)
-{
-    if (tid != 0 && atomic_load_explicit(&g_count_tid, memory_order_relaxed) == tid)
-        atomic_fetch_add_explicit(&g_counted, 1, memory_order_relaxed);
-    /* The kernel's per-thread CPU clock id, as glibc's pthread_getcpuclockid
-     * makes it: ~tid << 3 | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED. */
-    clockid_t clock = (clockid_t)(((unsigned int)~tid << 3) | 4u | 2u);
-    struct timespec ts;
-    if (clock_gettime(clock, &ts) != 0)
-        return -errno;
-    *out = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    return 0;
 }

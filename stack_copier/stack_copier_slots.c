@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Defined in thread_posix.c: the token registered on this thread. */
+/* Defined in stack_copier_threads.c: the token registered on this thread. */
 extern __thread struct snapprof_thread *snapprof__tls_self
     __attribute__((tls_model("initial-exec")));
 

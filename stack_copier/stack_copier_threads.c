@@ -1,12 +1,14 @@
-/* Target threads: registration, stack bounds, exit and tid-reuse detection.
- * Stack bounds are computed here, outside the signal handler, once. */
+/* Target threads: registration, stack bounds, exit and tid-reuse
+ * detection, names, and their CPU clocks. Stack bounds are computed here,
+ * outside the signal handler, once. Nothing here runs in a signal handler
+ * (the handler only reads snapprof__tls_self). */
 #include "stack_copier/stack_copier.h"
 
+#include "common/proc_files.h"
+
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -49,21 +51,7 @@ static void make_exit_key(void)
 
 int snapprof__thread_blocks_signal(pid_t tid, int signo)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    int blocked = 0;
-    while (fgets(buf, sizeof buf, f)) {
-        if (strncmp(buf, "SigBlk:", 7) == 0) {
-            unsigned long long mask = strtoull(buf + 7, NULL, 16);
-            blocked = signo >= 1 && signo <= 64 && ((mask >> (signo - 1)) & 1u);
-            break;
-        }
-    }
-    fclose(f);
-    return blocked;
+    return snapprof__proc_task_sigset_has(tid, "SigBlk", signo);
 }
 
 const struct snapprof_thread *snapprof__thread_self(void)
@@ -75,23 +63,21 @@ const struct snapprof_thread *snapprof__thread_self(void)
  * "[stack]" line) and returns its range. */
 static int find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end)
 {
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return -errno;
-    char line[512];
-    int rc = -ENOENT;
-    while (fgets(line, sizeof line, f)) {
-        uintptr_t s, e;
-        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &s, &e) != 2)
-            continue;
-        if (addr == 0 ? strstr(line, "[stack]") != NULL : (addr >= s && addr < e)) {
-            *start = s;
-            *end = e;
+    snapprof__proc_maps_t it;
+    int rc = snapprof__proc_maps_open(&it);
+    if (rc != 0)
+        return rc;
+    snapprof__proc_map_t m;
+    rc = -ENOENT;
+    while (snapprof__proc_maps_next(&it, &m) > 0) {
+        if (addr == 0 ? strstr(m.path, "[stack]") != NULL : (addr >= m.start && addr < m.end)) {
+            *start = m.start;
+            *end = m.end;
             rc = 0;
             break;
         }
     }
-    fclose(f);
+    snapprof__proc_maps_close(&it);
     return rc;
 }
 
@@ -113,19 +99,6 @@ static int main_thread_bounds(uintptr_t *low, uintptr_t *base)
     *base = e;
     *low = e - s > limit ? s : (e > limit ? e - limit : 0);
     return 0;
-}
-
-static void read_comm(pid_t tid, char name[16])
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
-    FILE *f = fopen(path, "re");
-    name[0] = '\0';
-    if (!f)
-        return;
-    if (fgets(name, 16, f))
-        name[strcspn(name, "\n")] = '\0';
-    fclose(f);
 }
 
 int snapprof_thread_register(snapprof_thread_t **out)
@@ -251,7 +224,7 @@ int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **ou
         free(t);
         return rc;
     }
-    read_comm(tid, t->name);
+    snapprof__proc_task_comm(tid, t->name);
     *out = t;
     return 0;
 }
@@ -259,7 +232,7 @@ int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **ou
 void snapprof__thread_resolve_name(struct snapprof_thread *t)
 {
     if (atomic_load(&t->name_pending) && !atomic_load(&t->exited)) {
-        read_comm(t->tid, t->name);
+        snapprof__proc_task_comm(t->tid, t->name);
         atomic_store(&t->name_pending, 0);
     }
 }
@@ -278,4 +251,33 @@ pid_t snapprof_thread_tid(const snapprof_thread_t *thread)
 void snapprof__thread_retain(struct snapprof_thread *t)
 {
     atomic_fetch_add(&t->refs, 1);
+}
+
+static _Atomic pid_t g_count_tid; /* test seam: whose clock reads are counted */
+static _Atomic uint64_t g_counted;
+
+void snapprof__thread_cpu_count_for_test(pid_t tid)
+{
+    atomic_store(&g_count_tid, 0);
+    atomic_store(&g_counted, 0);
+    atomic_store(&g_count_tid, tid);
+}
+
+uint64_t snapprof__thread_cpu_counted_for_test(void)
+{
+    return atomic_load(&g_counted);
+}
+
+int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)
+{
+    if (tid != 0 && atomic_load_explicit(&g_count_tid, memory_order_relaxed) == tid)
+        atomic_fetch_add_explicit(&g_counted, 1, memory_order_relaxed);
+    /* The kernel's per-thread CPU clock id, as glibc's pthread_getcpuclockid
+     * makes it: ~tid << 3 | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED. */
+    clockid_t clock = (clockid_t)(((unsigned int)~tid << 3) | 4u | 2u);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -errno;
+    *out = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return 0;
 }
