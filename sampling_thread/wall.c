@@ -2,6 +2,7 @@
  * signal, what they were doing (state and system call labels, with the
  * x86-64 system call names), and the ticks they sleep through. */
 #include "common/label_keys.h"
+#include "common/proc_files.h"
 #include "sampling_thread/profiler_internal.h"
 
 #include "stack_copier/stack_copier.h"
@@ -89,19 +90,8 @@ size_t snapprof__wall_state_labels(int state, long syscall, snapprof_label_t *ou
  * line); a thread we cannot ask counts as running. */
 int snapprof__thread_running(pid_t tid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 1;
-    buf[n] = '\0';
-    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-    const char *paren = strrchr(buf, ')');
-    return !paren || paren[1] != ' ' || paren[2] == 'R';
+    int state = snapprof__proc_task_state(tid);
+    return state < 0 || state == 'R'; /* unreadable: taken as running */
 }
 
 /* Wall mode: whether t, which is not blocked, spent the time since its
