@@ -7,7 +7,7 @@
 #include "cli/debug_hint.h"
 #include "preload/file_names.h"
 #include "preload/preload_config.h"
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,7 +28,7 @@
 #define MAX_KEYS 48
 
 /* One process's summary file: its counters, read with the stats table
- * that wrote them (profile_builder/stats_text.h), and its own keys. */
+ * that wrote them (common/stats_text.h), and its own keys. */
 typedef struct proc_summary {
     int pid;
     char keys[MAX_KEYS][40];

@@ -1,6 +1,6 @@
 /* `snapprof stats FILE`: prints what a snapprof pprof profile says about
  * its own run, read from its hidden stats entry
- * (profile_builder/stats_text.h) with the same table that wrote it: first
+ * (common/stats_text.h) with the same table that wrote it: first
  * a headline (samples and rate, trigger, what was lost or cut short, the
  * CPU time in no sample, the target's pause), then every counter as
  * "key value" under the heading of its group (snapprof__stats_group_of();
@@ -8,7 +8,7 @@
  * `--raw` prints the comments as "# " lines, then every counter as one
  * "key value" line in the table's order, for scripts. */
 #include "cli/cli.h"
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 
 #include "profile.pb-c.h"
 

@@ -2,7 +2,7 @@
  * (preload_control.c writes it at stop). */
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +16,7 @@ static int print_stat(void *arg, const char *key, const char *value)
 /* Writes "<summary_dir>/<pid>.summary" for `snapprof record`: key=value
  * lines, through a temporary file so the command never reads half. The
  * process's own keys come first, then every counter of the profile from
- * the stats table (profile_builder/stats_text.h), which the command reads
+ * the stats table (common/stats_text.h), which the command reads
  * back with the same table; no process key is also a counter's. */
 void snapprof__preload_write_summary(const snapprof__preload_profile_t *p, const char *note,
                                      const output_result_t *res, const snapprof_stats_t *st)

@@ -3,7 +3,7 @@
  * stats entry), packed, gzipped and put in place atomically. */
 #include "profile_builder/profile_builder_pprof.h"
 
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -69,9 +69,8 @@ INTERFACE = {
     # The unwinders as the profiler core sees them, the chaining loop, and
     # the frame-pointer rescue over the chain.
     "unwinder": ["unwinder_internal.h", "unwinder_fp_guess.h"],
-    # The stats' text table (forwarding to common/), and the builders'
-    # callbacks as the sampler calls them.
-    "profile_builder": ["stats_text.h", "profile_builder_calls.h"],
+    # The builders' callbacks as the sampler calls them.
+    "profile_builder": ["profile_builder_calls.h"],
     # The defaults the preload shares with snapprof_params_init().
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],

@@ -3,7 +3,7 @@
  * --raw's "key value" lines and under the group headings after the
  * headline; the headline's words; files that are no snapprof profile are
  * refused with one clear line. */
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

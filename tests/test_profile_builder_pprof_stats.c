@@ -2,7 +2,7 @@
  * few short comment lines that pprof prints above every report, and every
  * counter in a hidden string-table entry that pprof accepts, never prints,
  * and drops when it merges. */
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 #include "test.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"

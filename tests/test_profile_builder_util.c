@@ -1,6 +1,6 @@
 /* Helpers for the profile_builder tests (see test_profile_builder_util.h). */
 #include "test_profile_builder_util.h"
-#include "profile_builder/stats_text.h"
+#include "common/stats_text.h"
 #include "test.h"
 #include "test_util.h"
 
