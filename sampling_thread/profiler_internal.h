@@ -40,11 +40,14 @@ typedef struct snapprof__target {
     /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
      * its arm and where its captures go. */
     snapprof_trigger_t trigger;
-    /* Joined a running profile with a CPU-clock trigger asked for: the
-     * sampling thread arms it at its next tick, so a thread that ends
-     * sooner costs no trigger at all (its CPU time is its remainder). */
+    /* Joined a running profile with a CPU-clock trigger asked for, not as
+     * it started on itself (those arm at once): the sampling thread arms
+     * it at its next tick. */
     int arm_pending;
     int never_armed; /* it left, or the profile ended, while arm_pending */
+    /* Armed by the thread itself as it joined at its start: when it ends
+     * without a sample its CPU time goes to the pool (deliver_unarmed()). */
+    int armed_at_start;
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
@@ -101,6 +104,10 @@ struct snapprof_profiler {
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */
     uint64_t unarmed_ns;
+    /* What ended threads' samples stood for beyond their clocks (a perf
+     * trigger's first sample weighs a whole interval): taken off
+     * unarmed_ns when it is delivered. */
+    uint64_t overshoot_ns;
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */

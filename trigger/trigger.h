@@ -105,6 +105,14 @@ struct snapprof__arm {
     uint64_t rng;          /* the generator's state */
     uint64_t partner_ns;   /* the period that pairs with the last one drawn, or 0 */
     uint32_t until_change; /* overflows until the next change; 0: never */
+    /* The short first period (draw_first()) while the event still runs
+     * it, else 0: the first signal weighs period_ns, and its handler starts
+     * a period drawn as the others. */
+    uint64_t first_ns;
+    /* Set by the handler when the first change failed (the program closed
+     * or replaced the fd first): the event keeps the short first period,
+     * and the sampling side makes a new one. */
+    _Atomic int first_stuck;
 
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
