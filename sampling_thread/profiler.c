@@ -148,6 +148,8 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t);
 static void disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 static void drain(snapprof_profiler_t *p);
 static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, int final);
+static int settle_final(snapprof_profiler_t *p, snapprof__target_t *t);
+static void net_unarmed(snapprof_profiler_t *p);
 static void settle_pending(snapprof__target_t *t);
 static void deliver_unarmed(snapprof_profiler_t *p);
 static uint64_t target_unsampled_ns(const snapprof__target_t *t);
@@ -237,6 +239,31 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     return 0;
 }
 
+/* One in params.short_threads threads that join as they start is armed then;
+ * the others wait for the next tick, as threads added by another thread
+ * do. Arming a perf event is 9 system calls, 100-150 us a thread on these
+ * VMs: every thread armed at its start cost a program of 0.4 ms threads
+ * 31 % of its thread throughput at 100 Hz (2150 threads/s against 3150).
+ * A thread armed at start has its first sample weigh short_threads
+ * intervals, so a thread that uses c < interval of CPU time before the
+ * tick is sampled with probability c / (interval * short_threads) and
+ * weighs c in expectation, as each of them did when all were armed
+ * (draw_first() in trigger_perf_event.c). A random draw, not every Nth
+ * thread: a program that starts its workers in batches of N would have
+ * only one kind of worker sampled. Lock held. */
+static int arm_at_start(snapprof_profiler_t *p)
+{
+    if (p->params.short_threads == 0 || p->params.mode != SNAPPROF_MODE_CPU)
+        return 0;
+    if (p->start_rng == 0)
+        p->start_rng = snapprof__mono_ns();
+    uint64_t z = (p->start_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z % p->params.short_threads == 0;
+}
+
 int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
 {
     if (!p || !thread)
@@ -274,7 +301,8 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         t->cpu_last = t->cpu_start;
         if (p->params.trigger == SNAPPROF_TRIGGER_HANDSHAKE) {
             arm_target(p, t);
-        } else if (newborn && p->pool_ready && thread->tid == snapprof__gettid_cached()) {
+        } else if (newborn && p->pool_ready && thread->tid == snapprof__gettid_cached() &&
+                   arm_at_start(p)) {
             /* A thread joining as it starts, on itself (the preload's
              * threads, before their start routine): armed now, its first
              * period drawn in (0, interval] (trigger_perf_event.c), so a
@@ -284,6 +312,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
              * never sampled. The cost (perf_event_open, fcntl, ioctl,
              * mmap, and the teardown at its exit) is the thread's own. */
             t->armed_at_start = 1;
+            t->first_odds = p->params.short_threads;
             uint64_t before, after;
             int timed = snapprof__thread_cpu_ns(thread->tid, &before) == 0;
             arm_target(p, t);
@@ -299,8 +328,9 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
                 t->cpu_last = t->cpu_start;
             }
         } else {
-            /* Added by another thread, or not as it starts: the next
-             * tick arms it, if the thread is still there. */
+            /* Added by another thread, not as it starts, or not drawn
+             * (arm_at_start()): the next tick arms it, if the thread is
+             * still there. */
             t->arm_pending = 1;
             /* The first one since the last tick makes the profile due at
              * its next tick (the sampling thread may be asleep until a
@@ -323,6 +353,16 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
     if (!p || !thread)
         return -EINVAL;
     int rc = -ENOENT;
+    /* A thread that leaves on itself (the preload's threads as they exit):
+     * its CPU time ends here, before the profiler's own teardown (the
+     * disarm's close and munmap, about 100 us of kernel time a thread on
+     * these VMs, as much as a short thread's own work), which is
+     * snapprof's cost, not the program's, as its arming is
+     * (snapprof_profiler_add_thread()). */
+    uint64_t self_end = 0;
+    if (thread->tid != snapprof__gettid_cached() ||
+        snapprof__thread_cpu_ns(thread->tid, &self_end) != 0)
+        self_end = 0;
     snapprof__sampler_lock();
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
@@ -349,7 +389,9 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
                  * full drain delivers what it left and frees it. */
                 disarm(p, t);
                 clock_at_end(t, 1); /* its CPU time up to now counts */
-                t->dead = 1;        /* no tick looks at it again */
+                if (self_end != 0 && t->cpu_last > self_end)
+                    t->cpu_last = self_end;
+                t->dead = 1; /* no tick looks at it again */
                 t->removed = 1;
                 if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE)
                     p->handshake_count--;
@@ -663,13 +705,20 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->target_count; i++)
         disarm(p, p->targets[i]);
     drain(p);
+    /* Every thread's excess first (settle_final()), netted against the
+     * pool of unsampled ones, then what is left against the remainders. */
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         if (t->arm_pending)
             clock_at_end(t, 1); /* never armed: no count to read */
         settle_pending(t);
-        deliver_remainder(p, t, 1);
+        if (t->trigger == SNAPPROF_TRIGGER_PERF_EVENT || t->trigger == SNAPPROF_TRIGGER_CPU_TIMER ||
+            t->never_armed)
+            settle_final(p, t);
     }
+    net_unarmed(p);
+    for (size_t i = 0; i < p->target_count; i++)
+        deliver_remainder(p, p->targets[i], 1);
     retire_removed(p);
     deliver_unarmed(p);
     drain_app_frames(p);
@@ -793,6 +842,8 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             /* Wall mode asks for the perf event's schedule sequence: a
              * thread that stays blocked then costs no system call a tick. */
             unsigned flags = p->params.mode == SNAPPROF_MODE_WALL ? SNAPPROF__ARM_SCHED_SEQ : 0;
+            if (t->first_odds > 0)
+                flags |= SNAPPROF__ARM_FIRST_SPREAD; /* armed as it starts */
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
                                            p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
@@ -803,9 +854,13 @@ static void arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
                 t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
-                t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
-                                        ? p->params.interval_ns - t->arm->first_period_ns
-                                        : 0;
+                /* Its first sample weighs first_odds intervals (drain_some()). */
+                uint64_t first_weight =
+                    p->params.interval_ns * (t->first_odds > 1 ? t->first_odds : 1);
+                t->first_debt_ns = first_weight > t->arm->first_period_ns
+                                       ? first_weight - t->arm->first_period_ns
+                                       : 0;
+                t->first_pending = 1;
                 p->armed_count++;
                 p->stats.threads_by_trigger[k]++;
                 return;
@@ -1068,38 +1123,65 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, int
     if (t->trigger != SNAPPROF_TRIGGER_PERF_EVENT && t->trigger != SNAPPROF_TRIGGER_CPU_TIMER &&
         !t->never_armed)
         return;
-    if (final) {
-        /* Its last word. A perf trigger's first sample weighs a whole
-         * interval for a first period drawn in (0, interval] (why:
-         * draw_first() in trigger_perf_event.c), so a short thread's
-         * samples add up to its CPU time only in expectation: more than
-         * its clock when it was sampled, nothing when it was not. Both go
-         * to the pool of such threads (deliver_unarmed()), where they
-         * cancel: a thread with no sample at all adds its CPU time there
-         * (one sample for all of them, not one thread_id each), a thread
-         * whose samples stand for more than its clock takes the excess
-         * off. Left per thread, every excess would stay and every
-         * unsampled thread would add, and the remainder would grow with
-         * the number of short threads (62 % of a profile of 0.4 ms threads
-         * at 1 kHz instead of their kernel time). */
-        uint64_t total = target_cpu_ns(t);
-        if (t->armed_at_start && t->sampled_ns == 0 && !t->sampled) {
-            retire_unarmed(p, t);
-            return;
-        }
-        uint64_t placed = t->sampled_ns + t->remainder_ns;
-        if (placed > total) {
-            p->overshoot_ns += placed - total;
-            return;
-        }
-    }
+    if (final && settle_final(p, t))
+        return;
     uint64_t unsampled = target_unsampled_ns(t);
     if (unsampled <= t->remainder_ns)
         return;
-    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
-    deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(),
-            unsampled - t->remainder_ns, NULL);
+    uint64_t cpu_ns = unsampled - t->remainder_ns;
     t->remainder_ns = unsampled;
+    /* Less what ended threads' samples stood for beyond their clocks and
+     * the pool of unsampled ones did not take (deliver_unarmed()), so that
+     * the profile's total stays the threads' clocks. */
+    uint64_t netted = cpu_ns < p->overshoot_ns ? cpu_ns : p->overshoot_ns;
+    cpu_ns -= netted;
+    p->overshoot_ns -= netted;
+    if (cpu_ns == 0)
+        return;
+    snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
+    deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(), cpu_ns, NULL);
+}
+
+/* The last word of t, which ended (or the profile did). A CPU-clock
+ * trigger's first sample weighs a whole interval for a first period drawn
+ * in (0, interval] (why: draw_first() in trigger_perf_event.c), so a short
+ * thread's samples add up to its CPU time only in expectation: more than
+ * its clock when it was sampled (by what it still owed: drain_some()),
+ * nothing when it was not. Both go to the pool of such threads
+ * (deliver_unarmed()), where they cancel: a thread armed as it started
+ * with no sample at all adds its CPU time there (one sample for all of
+ * them, not one thread_id each), a thread whose samples stand for more
+ * than its clock takes the excess off, and an excess the pool cannot take
+ * comes off the other threads' remainders (deliver_remainder()). Left per
+ * thread, every excess would stay and every unsampled thread would add,
+ * and the remainder would grow with the number of short threads (62 % of a
+ * profile of 0.4 ms threads at 1 kHz instead of their kernel time).
+ * Returns 1 when t has nothing left to deliver. Lock held. */
+static int settle_final(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (t->settled)
+        return 0;
+    t->settled = 1;
+    if (t->armed_at_start && t->sampled_ns == 0 && !t->sampled) {
+        retire_unarmed(p, t);
+        return 1;
+    }
+    uint64_t total = target_cpu_ns(t);
+    uint64_t placed = t->sampled_ns + t->remainder_ns;
+    if (placed > total) {
+        p->overshoot_ns += placed - total;
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes what ended threads' samples stood for beyond their clocks
+ * (settle_final()) off the pool of those that ended unsampled. Lock held. */
+static void net_unarmed(snapprof_profiler_t *p)
+{
+    uint64_t netted = p->unarmed_ns < p->overshoot_ns ? p->unarmed_ns : p->overshoot_ns;
+    p->unarmed_ns -= netted;
+    p->overshoot_ns -= netted;
 }
 
 /* The CPU time of the threads that ended without a sample (armed as they
@@ -1110,12 +1192,9 @@ static void deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, int
  * is; its thread_id is 0. Lock held. */
 static void deliver_unarmed(snapprof_profiler_t *p)
 {
-    /* Less what sampled short threads' samples stood for beyond their
-     * clocks (deliver_remainder()); an excess left over waits for the
-     * next flush's pool. */
-    uint64_t netted = p->unarmed_ns < p->overshoot_ns ? p->unarmed_ns : p->overshoot_ns;
-    p->unarmed_ns -= netted;
-    p->overshoot_ns -= netted;
+    /* An excess the pool cannot take comes off the threads' remainders
+     * (deliver_remainder()), at the next flush or at the end. */
+    net_unarmed(p);
     if (p->unarmed_ns == 0)
         return;
     snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
@@ -1451,13 +1530,33 @@ static int drain_some(snapprof_profiler_t *p, int give_way)
             if (slot->fail >= 0) {
                 fail(p, (snapprof_fail_reason_t)slot->fail);
             } else {
-                /* A spread first expiry (the timer's) makes the first
-                 * period short: its sample weighs only what it stands for,
-                 * so the samples never add up to more than the clock. */
+                /* A thread armed as it started (arm_at_start()) has a
+                 * short first period, drawn in (0, interval], whose sample
+                 * weighs first_odds intervals: that is what keeps a short
+                 * thread's expected weight its CPU time (why: draw_first()
+                 * in trigger_perf_event.c). The difference is repaid from
+                 * the thread's next samples, at most half of each, so that
+                 * a thread that lives a few periods has samples that add
+                 * up to no more than its clock. What a thread that ends
+                 * first still owes goes to the pool (settle_final()). */
                 uint64_t weight = slot->weight_ns;
-                uint64_t cut = t->first_short_ns < weight ? t->first_short_ns : weight - 1;
-                weight -= cut;
-                t->first_short_ns = 0;
+                if (t->first_pending && t->first_odds == 0) {
+                    /* Not armed as it started (the CPU timer spreads its
+                     * first expiry all the same): the first sample weighs
+                     * only what it stands for, so the samples never add up
+                     * to more than the clock. */
+                    t->first_pending = 0;
+                    weight -= t->first_debt_ns < weight ? t->first_debt_ns : weight - 1;
+                } else if (t->first_pending) {
+                    t->first_pending = 0;
+                    weight *= t->first_odds;
+                    t->first_odds = 0;
+                    t->first_short_ns += t->first_debt_ns;
+                } else if (t->first_short_ns > 0) {
+                    uint64_t cut = t->first_short_ns < weight / 2 ? t->first_short_ns : weight / 2;
+                    weight -= cut;
+                    t->first_short_ns -= cut;
+                }
                 t->sampled_ns += weight;
                 uint64_t kernel_ns = kernel_since(t, slot);
                 t->sampled_ns += kernel_ns;

@@ -51,8 +51,18 @@ typedef struct snapprof__target {
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
-    uint64_t sampled_ns;             /* CPU time its delivered samples stand for */
-    uint64_t first_short_ns;         /* how much shorter than a period its first one is */
+    uint64_t sampled_ns; /* CPU time its delivered samples stand for */
+    /* A CPU-clock trigger's first period is short (drawn in (0, interval]
+     * so that a short thread is sampled with probability its CPU time /
+     * interval), but its sample weighs the interval: first_debt_ns is by
+     * how much, owed from the arm's first sample on (first_pending until
+     * it comes), and first_short_ns what is still owed, repaid from the
+     * thread's next samples (drain_some()). */
+    int first_pending;
+    unsigned first_odds; /* its first sample weighs this many intervals (arm_at_start()) */
+    uint64_t first_debt_ns;
+    uint64_t first_short_ns;
+    int settled;                     /* its last remainder or excess is taken (settle_final()) */
     uint64_t remainder_ns;           /* CPU time already delivered as its remainder */
     uint64_t watch_fired, watch_cpu; /* cap.fired and CPU clock when last seen to progress */
     /* Wall mode without signals to blocked threads: what its latest
@@ -108,6 +118,7 @@ struct snapprof_profiler {
      * trigger's first sample weighs a whole interval): taken off
      * unarmed_ns when it is delivered. */
     uint64_t overshoot_ns;
+    uint64_t start_rng; /* arm_at_start()'s draws */
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */

@@ -140,7 +140,12 @@ enum {
     /* Keep a word that changes whenever the thread is scheduled in
      * (snapprof__trigger_sched_seq()), where the trigger has one: the perf
      * event's mapped page (which every perf arm maps now, for its count). */
-    SNAPPROF__ARM_SCHED_SEQ = 1u << 0
+    SNAPPROF__ARM_SCHED_SEQ = 1u << 0,
+    /* The perf event's first period uniform in (0, interval], its sample
+     * weighing the interval (draw_first() in trigger_perf_event.c), for
+     * threads armed as they start (snapprof_params_t.short_threads).
+     * Without it the first period is drawn as the others. */
+    SNAPPROF__ARM_FIRST_SPREAD = 1u << 1
 };
 
 /* The ops of a CPU-clock trigger kind, or NULL (AUTO, HANDSHAKE). */

@@ -17,9 +17,10 @@
  * profile gives those points' functions shares that are pp off and move
  * from run to run: 2-3 pp at 10 000 samples on bench_trigger's ratio
  * program, nearly every sample in one function for a loop in step with
- * the thread's clock. The first period is uniform in (0, interval]
- * (draw_first(), for short threads), and its handler starts one drawn as
- * the others; then every CHANGE_EVERY overflows the handler starts a period of a length
+ * the thread's clock. The first period is drawn when the event is made
+ * (for a thread armed as it starts, uniform in (0, interval]:
+ * draw_first(), and its handler starts one drawn as the others); then
+ * every CHANGE_EVERY overflows the handler starts a period of a length
  * drawn anew (PERF_EVENT_IOC_PERIOD, which restarts the count from the
  * moment of the call and reprograms the timer: 13-14 us in the handler on
  * these VMs, 3 us in a loop, so only 1 sample in CHANGE_EVERY pays it).
@@ -30,8 +31,8 @@
  * remainder. (It used to be read from the event's count and given back,
  * but that read() is what the event's fd must never get; see below.)
  * Each capture weighs the period in force when it fired, but the first,
- * which weighs the interval (draw_first() says why): a short thread's
- * samples may add up to more than its clock, by less than one interval.
+ * which weighs the interval (draw_first() says why); the sampling side
+ * repays the difference from the thread's next samples.
  *
  * The event's fd is a number in the program's fd table, and the program
  * may close it (daemons that close every fd, closefrom) or dup2 one of its
@@ -133,11 +134,13 @@ static uint64_t draw_period(snapprof__arm_t *arm)
  * half its time. For fixed periods (X_k = P) the same holds for every c:
  * E[W] = c + (w_1 - P) * P(u <= c). With periods that vary, a long thread
  * gets E[W] = c - Var(X) / (2P) = c - P / 24 (the age at its end is size-
- * biased), a constant per thread, where the first period drawn as the
- * others used to lose about P / 2 per thread. A single thread's samples may
- * now add up to more than its clock (up to P - u more); the profile nets
- * those excesses against the remainder of the threads that ended unsampled
- * (sampling_thread/profiler.c), so its total stays the threads' clocks.
+ * biased), a constant per thread. A single thread's samples may so add up
+ * to more than its clock (up to P - u more): the sampling side repays
+ * P - u from its next samples (profiler.c drain_some()), so a thread that
+ * lives a few periods is weighed by the periods it ended, as before, and
+ * only a thread that ends first keeps an excess, which the profile nets
+ * against the remainder of the threads that ended unsampled
+ * (settle_final()), so its total stays the threads' clocks.
  *
  * A first period shorter than FIRST_MIN_NS runs as FIRST_MIN_NS: a thread
  * of less CPU time than that is not sampled (c / P it should have been, at
@@ -171,13 +174,26 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     arm->partner_ns = 0;
     /* An interval too short to vary keeps its one period for good. */
     int varies = period_ns >= 2 * PERIOD_MIN_NS;
-    uint64_t first = varies ? draw_first(arm) : period_ns;
-    /* The first signal weighs the interval, not the (shorter) first
-     * period: see draw_first(). Its handler then starts a period drawn
-     * as all the others (perf_rearm()). */
-    arm->cur_period_ns = period_ns;
-    arm->first_ns = varies ? first : 0;
-    arm->until_change = varies ? 1 : 0;
+    int spread = varies && (arm->flags & SNAPPROF__ARM_FIRST_SPREAD);
+    uint64_t first;
+    if (spread) {
+        /* The first signal weighs the interval, not the (shorter) first
+         * period: see draw_first(). Its handler then starts a period drawn
+         * as all the others (perf_rearm()). */
+        first = draw_first(arm);
+        arm->cur_period_ns = period_ns;
+        arm->first_ns = first;
+        arm->until_change = 1;
+    } else {
+        /* The first period is drawn as the others, so that a thread with
+         * fewer samples than CHANGE_EVERY, and threads started together,
+         * do not keep step. An interval too short to vary keeps its one
+         * period for good. */
+        first = varies ? draw_period(arm) : period_ns;
+        arm->cur_period_ns = first;
+        arm->first_ns = 0;
+        arm->until_change = varies ? CHANGE_EVERY : 0;
+    }
     atomic_store_explicit(&arm->fd_lost, 0, memory_order_relaxed);
     attr.sample_period = first;
     attr.disabled = 1;
@@ -230,6 +246,11 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
         if (ioctl(fd, PERF_EVENT_IOC_PERIOD, &period_ns) != 0)
             arm->cur_period_ns = first; /* each sample weighs what it ends */
     }
+    /* What the first signal stands for in the thread's CPU time: the
+     * sampling side repays the rest of its interval's weight from the
+     * thread's next samples (profiler.c, drain_some()). */
+    if (arm->first_ns)
+        arm->first_period_ns = arm->first_ns;
     return 0;
 }
 
