@@ -210,6 +210,19 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
      * kernel_share); off unless asked for. */
     const char *kernel = getenv("SNAPPROF_KERNEL");
     params.kernel_share = kernel && strcmp(kernel, "1") == 0;
+    /* Threads armed as they start, one in N (snapprof.h, short_threads);
+     * off unless asked for. */
+    const char *shorts = getenv("SNAPPROF_SHORT_THREADS");
+    if (shorts && *shorts) {
+        char *end;
+        errno = 0;
+        unsigned long n = strtoul(shorts, &end, 10);
+        if (errno != 0 || *end != '\0' || n > 1000000 || shorts[0] == '-')
+            snapprof__preload_warn("ignoring SNAPPROF_SHORT_THREADS=%s: want a count, 0 to 1000000",
+                                   shorts);
+        else
+            params.short_threads = (unsigned)n;
+    }
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {

@@ -45,6 +45,8 @@ void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             /* Wall mode asks for the perf event's schedule sequence: a
              * thread that stays blocked then costs no system call a tick. */
             unsigned flags = p->params.mode == SNAPPROF_MODE_WALL ? SNAPPROF__ARM_SCHED_SEQ : 0;
+            if (t->first_odds > 0)
+                flags |= SNAPPROF__ARM_FIRST_SPREAD; /* armed as it starts */
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
                                            p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
@@ -55,9 +57,14 @@ void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
                 t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
-                t->first_short_ns = p->params.interval_ns > t->arm->first_period_ns
-                                        ? p->params.interval_ns - t->arm->first_period_ns
-                                        : 0;
+                /* Its first sample weighs first_odds intervals
+                 * (snapprof__drain_some()). */
+                uint64_t first_weight =
+                    p->params.interval_ns * (t->first_odds > 1 ? t->first_odds : 1);
+                t->first_debt_ns = first_weight > t->arm->first_period_ns
+                                       ? first_weight - t->arm->first_period_ns
+                                       : 0;
+                t->first_pending = 1;
                 p->armed_count++;
                 p->stats.threads_by_trigger[k]++;
                 return;
@@ -113,7 +120,7 @@ void snapprof__retire_removed(snapprof_profiler_t *p)
             i++;
             continue;
         }
-        snapprof__deliver_remainder(p, t);
+        snapprof__deliver_remainder(p, t, 1);
         p->cpu_removed_ns += snapprof__target_cpu_ns(t);
         snapprof__target_free(p, t);
         p->targets[i] = p->targets[--p->target_count];
@@ -164,6 +171,15 @@ int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     *cpu_now_out = cpu_now;
     if (cpu_now > t->cpu_last)
         t->cpu_last = cpu_now;
+    if (t->arm && atomic_load_explicit(&t->arm->first_stuck, memory_order_relaxed)) {
+        /* Its perf event could not leave its short first period (the
+         * program closed or replaced the fd before the first signal): a
+         * new one, or the next trigger that works. */
+        snapprof__profiler_drain(p);
+        snapprof__disarm(p, t);
+        snapprof__arm_target(p, t);
+        return 0;
+    }
     uint64_t fired = atomic_load_explicit(&t->cap.fired, memory_order_relaxed);
     if (fired != t->watch_fired || cpu_now < t->watch_cpu) {
         t->watch_fired = fired;

@@ -41,16 +41,29 @@ typedef struct snapprof__target {
     /* Its trigger (0 until the profile starts): with a CPU-clock trigger,
      * its arm and where its captures go. */
     snapprof_trigger_t trigger;
-    /* Joined a running profile with a CPU-clock trigger asked for: the
-     * sampling thread arms it at its next tick, so a thread that ends
-     * sooner costs no trigger at all (its CPU time is its remainder). */
+    /* Joined a running profile with a CPU-clock trigger asked for, not as
+     * it started on itself (those arm at once): the sampling thread arms
+     * it at its next tick. */
     int arm_pending;
     int never_armed; /* it left, or the profile ended, while arm_pending */
+    /* Armed by the thread itself as it joined at its start: when it ends
+     * without a sample its CPU time goes to the pool (deliver_unarmed()). */
+    int armed_at_start;
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
-    uint64_t sampled_ns;             /* CPU time its delivered samples stand for */
-    uint64_t first_short_ns;         /* how much shorter than a period its first one is */
+    uint64_t sampled_ns; /* CPU time its delivered samples stand for */
+    /* A CPU-clock trigger's first period is short (drawn in (0, interval]
+     * so that a short thread is sampled with probability its CPU time /
+     * interval), but its sample weighs the interval: first_debt_ns is by
+     * how much, owed from the arm's first sample on (first_pending until
+     * it comes), and first_short_ns what is still owed, repaid from the
+     * thread's next samples (drain_some()). */
+    int first_pending;
+    unsigned first_odds; /* its first sample weighs this many intervals (arm_at_start()) */
+    uint64_t first_debt_ns;
+    uint64_t first_short_ns;
+    int settled;                     /* its last remainder or excess is taken (settle_final()) */
     uint64_t remainder_ns;           /* CPU time already delivered as its remainder */
     uint64_t watch_fired, watch_cpu; /* cap.fired and CPU clock when last seen to progress */
     /* Wall mode without signals to blocked threads: what its latest
@@ -102,6 +115,11 @@ struct snapprof_profiler {
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */
     uint64_t unarmed_ns;
+    /* What ended threads' samples stood for beyond their clocks (a perf
+     * trigger's first sample weighs a whole interval): taken off
+     * unarmed_ns when it is delivered. */
+    uint64_t overshoot_ns;
+    uint64_t start_rng; /* arm_at_start()'s draws */
     uint64_t next_drain, last_drain;
     snapprof_stats_t stats;
     uint64_t cpu_removed_ns; /* CPU time of targets removed while profiled */
@@ -246,7 +264,9 @@ void snapprof__check_handler(snapprof_profiler_t *p);
 void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                        const snapprof_frame_t *frames, size_t count, unsigned flags,
                        uint64_t timestamp, uint64_t cpu_ns, snapprof__label_capture_t *labels);
-void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, int final);
+int snapprof__settle_final(snapprof_profiler_t *p, snapprof__target_t *t);
+void snapprof__net_unarmed(snapprof_profiler_t *p);
 void snapprof__deliver_unarmed(snapprof_profiler_t *p);
 void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                   const snapprof__copy_result_t *res, uint8_t *buffer,

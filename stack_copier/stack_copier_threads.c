@@ -232,7 +232,10 @@ int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **ou
 void snapprof__thread_resolve_name(struct snapprof_thread *t)
 {
     if (atomic_load(&t->name_pending) && !atomic_load(&t->exited)) {
-        snapprof__proc_task_comm(t->tid, t->name);
+        /* On the thread itself (armed as it starts) one system call, not
+         * the open, read and close of its comm file. */
+        if (t->tid != snapprof__gettid_cached() || prctl(PR_GET_NAME, t->name) != 0)
+            snapprof__proc_task_comm(t->tid, t->name);
         atomic_store(&t->name_pending, 0);
     }
 }

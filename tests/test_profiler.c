@@ -1881,7 +1881,10 @@ static void test_register_at_start(void)
      * under the sanitizers costs it tens of milliseconds that only the
      * profile it leaves last sees, so the two totals are not compared. */
     ASSERT_GE(n.cpu_add2, 30000000u);
-    ASSERT_GE(c1.stats.cpu_ns_total, n.cpu_remove1);
+    /* Less the arming, which the thread pays as it joins (snapprof's own
+     * cost, left out of the profile): 40-140 us, once 1.2 ms on a loaded
+     * VM; the 30 ms before joining are in, which is the point. */
+    ASSERT_GE(c1.stats.cpu_ns_total + 5000000u, n.cpu_remove1);
     ASSERT_GE(c2.stats.cpu_ns_total, 10000000u);
     /* 1 ms: the perf event's count and the thread's clock are kept apart */
     ASSERT_LE(c2.stats.cpu_ns_total, n.cpu_removed2 - n.cpu_add2 + 1000000u);

@@ -105,6 +105,14 @@ struct snapprof__arm {
     uint64_t rng;          /* the generator's state */
     uint64_t partner_ns;   /* the period that pairs with the last one drawn, or 0 */
     uint32_t until_change; /* overflows until the next change; 0: never */
+    /* The short first period (draw_first()) while the event still runs
+     * it, else 0: the first signal weighs period_ns, and its handler starts
+     * a period drawn as the others. */
+    uint64_t first_ns;
+    /* Set by the handler when the first change failed (the program closed
+     * or replaced the fd first): the event keeps the short first period,
+     * and the sampling side makes a new one. */
+    _Atomic int first_stuck;
 
     snapprof__capture_pool_t *pool;     /* where captures go */
     snapprof__capture_target_t *target; /* whose captures they are */
@@ -132,7 +140,12 @@ enum {
     /* Keep a word that changes whenever the thread is scheduled in
      * (snapprof__trigger_sched_seq()), where the trigger has one: the perf
      * event's mapped page (which every perf arm maps now, for its count). */
-    SNAPPROF__ARM_SCHED_SEQ = 1u << 0
+    SNAPPROF__ARM_SCHED_SEQ = 1u << 0,
+    /* The perf event's first period uniform in (0, interval], its sample
+     * weighing the interval (draw_first() in trigger_perf_event.c), for
+     * threads armed as they start (snapprof_params_t.short_threads).
+     * Without it the first period is drawn as the others. */
+    SNAPPROF__ARM_FIRST_SPREAD = 1u << 1
 };
 
 /* The ops of a CPU-clock trigger kind, or NULL (AUTO, HANDSHAKE). */

@@ -251,6 +251,8 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     a->signo = signo;
     a->fd = -1;
     atomic_store_explicit(&a->fd_lost, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->first_stuck, 0, memory_order_relaxed);
+    a->first_ns = 0;
     a->page = NULL;
     a->flags = flags;
     a->has_timer = 0;

@@ -17,8 +17,10 @@
  * profile gives those points' functions shares that are pp off and move
  * from run to run: 2-3 pp at 10 000 samples on bench_trigger's ratio
  * program, nearly every sample in one function for a loop in step with
- * the thread's clock. The first period is drawn when the event is made;
- * then every CHANGE_EVERY overflows the handler starts a period of a length
+ * the thread's clock. The first period is drawn when the event is made
+ * (for a thread armed as it starts, uniform in (0, interval]:
+ * draw_first(), and its handler starts one drawn as the others); then
+ * every CHANGE_EVERY overflows the handler starts a period of a length
  * drawn anew (PERF_EVENT_IOC_PERIOD, which restarts the count from the
  * moment of the call and reprograms the timer: 13-14 us in the handler on
  * these VMs, 3 us in a loop, so only 1 sample in CHANGE_EVERY pays it).
@@ -28,8 +30,9 @@
  * CHANGE_EVERY periods at 1 kHz) is in no period: it goes to the thread's
  * remainder. (It used to be read from the event's count and given back,
  * but that read() is what the event's fd must never get; see below.)
- * Each capture weighs the period in force when it fired, so a thread's
- * samples never add up to more than its clock.
+ * Each capture weighs the period in force when it fired, but the first,
+ * which weighs the interval (draw_first() says why); the sampling side
+ * repays the difference from the thread's next samples.
  *
  * The event's fd is a number in the program's fd table, and the program
  * may close it (daemons that close every fd, closefrom) or dup2 one of its
@@ -84,6 +87,8 @@ static int is_ours(const snapprof__arm_t *arm)
 #define CHANGE_EVERY 128
 /* The kernel's least period for a CPU-clock event. */
 #define PERIOD_MIN_NS 10000u
+/* The least first period (draw_first()). */
+#define FIRST_MIN_NS 50000u
 
 /* A period uniform in [mean / 2, mean * 3 / 2), in pairs: a draw x (by
  * splitmix64 on the arm's own state), then 2 * mean - x. Two changes in a
@@ -107,6 +112,55 @@ static uint64_t draw_period(snapprof__arm_t *arm)
     return x;
 }
 
+/* The first period: uniform in (0, mean], as Go's runtime draws each
+ * thread's first expiry (golang/go#35057), not in [mean / 2, mean * 3 / 2)
+ * as the others. A thread is armed as it starts (the preload registers it
+ * before its start routine) and its first signal comes after this much of
+ * its CPU time. So a thread that ends with c < mean of CPU time is sampled
+ * with probability c / mean: most threads of a thread-per-task program use
+ * less than one period, and with a first period of at least mean / 2 those
+ * under it were never sampled (a held-out program of 4000 threads of 0.4
+ * ms each: 4 samples at 1 kHz, all their CPU time in the remainder).
+ *
+ * The first sample weighs mean, not the u it ended, and that is what
+ * keeps the weights unbiased. With a first expiry u uniform in (0, P] and
+ * then periods X_2, X_3, ... (drawn independently of u, each of mean P,
+ * each sample weighing its own X_k), a thread that uses c of CPU time gets
+ * W = w_1 * [u <= c] + sum over k >= 2 of X_k * [u + X_2 + ... + X_k <= c].
+ * For c below u + X_2 (at least P / 2 after u; every thread shorter than
+ * P / 2) only the first can fire: E[W] = w_1 * P(u <= c) = w_1 * c / P,
+ * which is c exactly when w_1 = P, and for no other w_1. Weighing it u
+ * would give E[W] = c^2 / (2P): a 0.4 ms thread at 1 kHz would count for
+ * half its time. For fixed periods (X_k = P) the same holds for every c:
+ * E[W] = c + (w_1 - P) * P(u <= c). With periods that vary, a long thread
+ * gets E[W] = c - Var(X) / (2P) = c - P / 24 (the age at its end is size-
+ * biased), a constant per thread. A single thread's samples may so add up
+ * to more than its clock (up to P - u more): the sampling side repays
+ * P - u from its next samples (profiler.c drain_some()), so a thread that
+ * lives a few periods is weighed by the periods it ended, as before, and
+ * only a thread that ends first keeps an excess, which the profile nets
+ * against the remainder of the threads that ended unsampled
+ * (settle_final()), so its total stays the threads' clocks.
+ *
+ * A first period shorter than FIRST_MIN_NS runs as FIRST_MIN_NS: a thread
+ * of less CPU time than that is not sampled (c / P it should have been, at
+ * most 5 % at 1 kHz); from there on the probability is c / P exactly. Why:
+ * the event's timer is the kernel's hrtimer, and on these VMs a period of
+ * 10-12 us (the kernel's least) kept a thread in its timer interrupts for
+ * 0.5-1.8 s of system time before its first signal, 15 us for 120 ms, in a
+ * program that arms 300 threads this way; 30 and 50 us were fine in 1500.
+ * Sampling side, before the arm is published. */
+static uint64_t draw_first(snapprof__arm_t *arm)
+{
+    uint64_t z = (arm->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    uint64_t u = 1 + z % arm->period_ns;
+    uint64_t least = FIRST_MIN_NS < arm->period_ns / 2 ? FIRST_MIN_NS : arm->period_ns / 2;
+    return u < least ? least : u;
+}
+
 static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
 {
     struct perf_event_attr attr;
@@ -118,13 +172,28 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
     arm->rng = snapprof__monotonic_ns() ^ ((uint64_t)(uint32_t)tid << 32) ^
                ((uint64_t)arm->gen << 20) ^ arm->index;
     arm->partner_ns = 0;
-    /* The first period is drawn too, so that a thread with fewer samples
-     * than CHANGE_EVERY, and threads started together, do not keep step.
-     * An interval too short to vary keeps its one period for good. */
+    /* An interval too short to vary keeps its one period for good. */
     int varies = period_ns >= 2 * PERIOD_MIN_NS;
-    uint64_t first = varies ? draw_period(arm) : period_ns;
-    arm->cur_period_ns = first;
-    arm->until_change = varies ? CHANGE_EVERY : 0;
+    int spread = varies && (arm->flags & SNAPPROF__ARM_FIRST_SPREAD);
+    uint64_t first;
+    if (spread) {
+        /* The first signal weighs the interval, not the (shorter) first
+         * period: see draw_first(). Its handler then starts a period drawn
+         * as all the others (perf_rearm()). */
+        first = draw_first(arm);
+        arm->cur_period_ns = period_ns;
+        arm->first_ns = first;
+        arm->until_change = 1;
+    } else {
+        /* The first period is drawn as the others, so that a thread with
+         * fewer samples than CHANGE_EVERY, and threads started together,
+         * do not keep step. An interval too short to vary keeps its one
+         * period for good. */
+        first = varies ? draw_period(arm) : period_ns;
+        arm->cur_period_ns = first;
+        arm->first_ns = 0;
+        arm->until_change = varies ? CHANGE_EVERY : 0;
+    }
     atomic_store_explicit(&arm->fd_lost, 0, memory_order_relaxed);
     attr.sample_period = first;
     attr.disabled = 1;
@@ -168,8 +237,20 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
                      ? MAP_FAILED
                      : mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
     arm->page = page != MAP_FAILED ? page : NULL;
-    if (!arm->page)
+    if (!arm->page && arm->until_change != 0) {
+        /* Without it the period stays as it is made (as it always did):
+         * the interval, not the short first one (the event is disabled
+         * still, so this is its first period). */
         arm->until_change = 0;
+        arm->first_ns = 0;
+        if (ioctl(fd, PERF_EVENT_IOC_PERIOD, &period_ns) != 0)
+            arm->cur_period_ns = first; /* each sample weighs what it ends */
+    }
+    /* What the first signal stands for in the thread's CPU time: the
+     * sampling side repays the rest of its interval's weight from the
+     * thread's next samples (profiler.c, drain_some()). */
+    if (arm->first_ns)
+        arm->first_period_ns = arm->first_ns;
     return 0;
 }
 
@@ -194,14 +275,27 @@ static void perf_rearm(snapprof__arm_t *arm)
     if (arm->until_change == 0 || --arm->until_change > 0)
         return;
     arm->until_change = CHANGE_EVERY;
+    uint64_t first = arm->first_ns;
+    arm->first_ns = 0;
     if (!is_ours(arm)) {
         atomic_store_explicit(&arm->fd_lost, 1, memory_order_relaxed);
         arm->until_change = 0;
+        /* Stuck at the short first period: each later sample weighs that
+         * (the sampling side makes a new event: profiler.c check_armed). */
+        if (first != 0) {
+            arm->cur_period_ns = first;
+            atomic_store_explicit(&arm->first_stuck, 1, memory_order_relaxed);
+        }
         return;
     }
     uint64_t period = draw_period(arm);
-    if (ioctl(arm->fd, PERF_EVENT_IOC_PERIOD, &period) != 0)
+    if (ioctl(arm->fd, PERF_EVENT_IOC_PERIOD, &period) != 0) {
+        if (first != 0) {
+            arm->cur_period_ns = first;
+            atomic_store_explicit(&arm->first_stuck, 1, memory_order_relaxed);
+        }
         return;
+    }
     arm->cur_period_ns = period;
 }
 
