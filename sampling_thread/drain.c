@@ -106,7 +106,7 @@ void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, 
     if (cpu_ns == 0)
         return;
     snapprof_frame_t frame = {.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel and unsampled]"};
-    snapprof__deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__mono_ns(), cpu_ns,
+    snapprof__deliver(p, t, &frame, 1, SNAPPROF_SAMPLE_REMAINDER, snapprof__monotonic_ns(), cpu_ns,
                       NULL);
 }
 
@@ -171,7 +171,7 @@ void snapprof__deliver_unarmed(snapprof_profiler_t *p)
     snapprof_sample_t s = {
         .frames = &frame,
         .frame_count = 1,
-        .timestamp_ns = snapprof__mono_ns(),
+        .timestamp_ns = snapprof__monotonic_ns(),
         .cpu_ns = p->unarmed_ns,
         .tid = 0,
         .thread_name = "(threads that ended before their first sample)",
@@ -246,7 +246,7 @@ void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
     snapprof_regs_t regs;
     snapprof_stack_copy_t stack;
     snapprof__stack_copier_rebase(res, buffer, &regs, &stack);
-    uint64_t unwind_start = snapprof__mono_ns();
+    uint64_t unwind_start = snapprof__monotonic_ns();
     snapprof__unwind_outcome_t outcome;
     size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
                                           p->params.max_frames, &outcome);
@@ -254,7 +254,7 @@ void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         count =
             snapprof__unwind_guessing_fp(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
                                          count, p->params.max_frames, &p->frames_alt, &outcome);
-    snapprof__hist_add(&p->unwind, snapprof__mono_ns() - unwind_start);
+    snapprof__hist_add(&p->unwind, snapprof__monotonic_ns() - unwind_start);
     if (outcome.completed)
         p->stats.unwind_complete++;
     if (outcome.aborted) {
@@ -376,7 +376,7 @@ int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
         if (n == 0) {
             /* A capture counted in large_full but not yet published: not
              * again within the gap (snapprof__profiler_due). */
-            p->last_drain = snapprof__mono_ns();
+            p->last_drain = snapprof__monotonic_ns();
             return 0;
         }
         /* Modules may have come or gone since the captures were taken. */
@@ -437,7 +437,7 @@ int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
         }
         p->draining = 0;
     }
-    p->last_drain = snapprof__mono_ns();
+    p->last_drain = snapprof__monotonic_ns();
     return stopped;
 }
 

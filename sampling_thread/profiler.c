@@ -204,7 +204,7 @@ static int arm_at_start(snapprof_profiler_t *p)
     if (p->params.short_threads == 0 || p->params.mode != SNAPPROF_MODE_CPU)
         return 0;
     if (p->start_rng == 0)
-        p->start_rng = snapprof__mono_ns();
+        p->start_rng = snapprof__monotonic_ns();
     uint64_t z = (p->start_rng += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -492,7 +492,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->unwinder_count; i++)
         if (p->unwinders[i]->ops->xOnStackCapture)
             p->capture_hooks[p->capture_hook_count++] = p->unwinders[i];
-    p->start_mono = snapprof__mono_ns();
+    p->start_mono = snapprof__monotonic_ns();
     p->start_real = realtime_ns();
     snapprof_profile_info_t info = make_info(p, NULL);
     /* Builders that started before one failed are not told: no sample
@@ -691,7 +691,7 @@ int snapprof_profiler_stop(snapprof_profiler_t *p)
     case PROFILER_RUNNING:
         snapprof__sampler_deactivate(p);
         p->state = PROFILER_COMPLETING;
-        p->end_mono = snapprof__mono_ns();
+        p->end_mono = snapprof__monotonic_ns();
         snapprof__sampler_unlock();
         snapprof__profiler_complete(p);
         snapprof__sampler_lock();
@@ -785,7 +785,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     snapshot_stats(p, &stats);
     snapprof_profile_info_t info = make_info(p, &stats);
     if (p->state == PROFILER_RUNNING)
-        info.duration_ns = snapprof__mono_ns() - p->start_mono;
+        info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
     /* The lock stays held while the builders write: the sampling thread
      * cannot deliver a sample meanwhile, nor another flush or stop complete
      * the same builders, since a builder's callbacks never run concurrently. */

@@ -10,6 +10,7 @@
 #include <snapprof/profile_builder.h>
 #include <snapprof/unwinder.h>
 
+#include "common/clock.h"
 #include "labels/labels.h"
 #include "sampling_thread/histogram.h"
 #include "stack_copier/stack_copier.h"

@@ -160,12 +160,12 @@ void snapprof__sampler_drain_active_handoff(void)
     }
     uint32_t want = ++g_drain_asked;
     wake_sampler();
-    uint64_t deadline = snapprof__mono_ns() + HANDOFF_WAIT_NS;
+    uint64_t deadline = snapprof__monotonic_ns() + HANDOFF_WAIT_NS;
     for (;;) {
         uint32_t done = atomic_load(&g_drain_done);
         if ((int32_t)(done - want) >= 0)
             return;
-        uint64_t now = snapprof__mono_ns();
+        uint64_t now = snapprof__monotonic_ns();
         if (now >= deadline) {
             /* The sampling thread is held up (a stalled host, a builder
              * writing a file): what it would have done, done here. */
@@ -220,8 +220,8 @@ static void give_way(void)
     /* Set before the count is read: a caller that leaves after the read
      * sees the flag and wakes us, or changed the count the futex compares. */
     atomic_store(&g_giving_way, 1);
-    uint64_t until = snapprof__mono_ns() + 100000000u;
-    for (uint32_t w; (w = atomic_load(&g_api_waiting)) != 0 && snapprof__mono_ns() < until;) {
+    uint64_t until = snapprof__monotonic_ns() + 100000000u;
+    for (uint32_t w; (w = atomic_load(&g_api_waiting)) != 0 && snapprof__monotonic_ns() < until;) {
         struct timespec ts = {0, 5000000};
         syscall(SYS_futex, &g_api_waiting, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
     }
@@ -241,7 +241,7 @@ static void *sampler_main(void *arg)
             pthread_cond_wait(&g_wake, &g_lock);
             continue;
         }
-        uint64_t now = snapprof__mono_ns();
+        uint64_t now = snapprof__monotonic_ns();
         uint64_t earliest = UINT64_MAX;
         for (snapprof_profiler_t *p = g_active; p; p = p->next_active) {
             uint64_t due = snapprof__profiler_due(p, now);
@@ -260,7 +260,7 @@ static void *sampler_main(void *arg)
             if (snapprof__profiler_tick(p, now)) {
                 snapprof__sampler_deactivate(p);
                 p->state = PROFILER_COMPLETING;
-                p->end_mono = snapprof__mono_ns();
+                p->end_mono = snapprof__monotonic_ns();
                 p->next_active = finished;
                 finished = p;
             }

@@ -223,7 +223,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
         }
         p->wall_ticks_owed = 0;
         p->ticks_done++;
-        uint64_t after = snapprof__mono_ns();
+        uint64_t after = snapprof__monotonic_ns();
         p->next_tick += p->params.interval_ns;
         if (p->next_tick <= after) {
             /* Late: skip the ticks we missed instead of sampling in a burst.

@@ -216,8 +216,6 @@ pid_t snapprof__stack_copier_pending_tid(void);
 /* Test seam: the token registered on the calling thread, or NULL. */
 const struct snapprof_thread *snapprof__thread_self(void);
 
-uint64_t snapprof__mono_ns(void);
-
 /* Copies n bytes of a live stack (sanitizer builds: word by word, unchecked,
  * since sanitizers poison parts of live stacks). Async-signal-safe. */
 void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n);

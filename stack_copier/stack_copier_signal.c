@@ -6,6 +6,7 @@
 
 #include "stack_copier/registers_x86_64.h"
 
+#include "common/clock.h"
 #include "common/fault.h"
 
 #include <errno.h>
@@ -88,11 +89,6 @@ static uint64_t clock_ns(clockid_t clock)
     if (clock_gettime(clock, &ts) != 0)
         return 0;
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t snapprof__mono_ns(void)
-{
-    return clock_ns(CLOCK_MONOTONIC);
 }
 
 /* Async-signal-safe. */
@@ -454,7 +450,7 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
     uint32_t pending = (seq << 2) | PHASE_PENDING;
     atomic_store_explicit(&g_slot.state, pending, memory_order_release);
 
-    uint64_t sent = snapprof__mono_ns();
+    uint64_t sent = snapprof__monotonic_ns();
     if (send_request(req, seq) != 0) {
         int err = errno;
         atomic_store_explicit(&g_slot.state, PHASE_IDLE, memory_order_relaxed);
@@ -467,7 +463,7 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
         uint32_t s = atomic_load_explicit(&g_slot.state, memory_order_acquire);
         if (s == ((seq << 2) | PHASE_DONE))
             break;
-        uint64_t now = snapprof__mono_ns();
+        uint64_t now = snapprof__monotonic_ns();
         if (s == pending && now >= deadline) {
             uint32_t expected = pending;
             if (atomic_compare_exchange_strong(&g_slot.state, &expected, PHASE_IDLE)) {
@@ -486,7 +482,7 @@ int snapprof__stack_copier_copy(const snapprof__copy_request_t *req, snapprof__c
         rc = -1;
     } else {
         *res = g_slot.res;
-        res->roundtrip_ns = snapprof__mono_ns() - sent;
+        res->roundtrip_ns = snapprof__monotonic_ns() - sent;
         /* Read here rather than in the handler: the thread has only just
          * resumed, and the target is spared a syscall while stopped. */
         if (snapprof__thread_cpu_ns(req->thread->tid, &res->cpu_ns) != 0)
