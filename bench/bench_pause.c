@@ -313,7 +313,7 @@ static int stamp_on_sample(void *user_data, const snapprof_sample_t *sample)
 }
 
 static const snapprof_builder_ops_t k_stamp_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "bench_stamps",
     .xOnSample = stamp_on_sample,
 };

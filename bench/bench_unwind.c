@@ -389,7 +389,7 @@ static int tally_sample(void *user_data, const snapprof_sample_t *s)
 }
 
 static const snapprof_builder_ops_t tally_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "tally",
     .xOnSample = tally_sample,
 };

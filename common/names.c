@@ -1,5 +1,6 @@
-/* The names of failure reasons and triggers, both derived from their
- * tables in <snapprof/snapprof.h> (SNAPPROF_FAIL_MAP, SNAPPROF_TRIGGER_MAP),
+/* The names of failure reasons, triggers and sample kinds, each derived
+ * from its table in <snapprof/snapprof.h> (SNAPPROF_FAIL_MAP,
+ * SNAPPROF_TRIGGER_MAP, SNAPPROF_SAMPLE_KIND_MAP),
  * as errors.c derives the error names from SNAPPROF_ERRNO_MAP. */
 #include <snapprof/snapprof.h>
 
@@ -25,4 +26,16 @@ const char *snapprof_trigger_name(snapprof_trigger_t trigger)
     if ((unsigned)trigger >= SNAPPROF_TRIGGER_COUNT)
         return "unknown";
     return names[trigger];
+}
+
+const char *snapprof_sample_kind_name(snapprof_sample_kind_t kind)
+{
+    static const char *const names[SNAPPROF_SAMPLE_KIND_COUNT] = {
+#define SNAPPROF_SAMPLE_KIND_NAME_(name, value, text) [value] = text,
+        SNAPPROF_SAMPLE_KIND_MAP(SNAPPROF_SAMPLE_KIND_NAME_)
+#undef SNAPPROF_SAMPLE_KIND_NAME_
+    };
+    if ((unsigned)kind >= SNAPPROF_SAMPLE_KIND_COUNT)
+        return "unknown";
+    return names[kind];
 }

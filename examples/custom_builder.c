@@ -86,7 +86,7 @@ static int leaf_on_completed(void *user_data, const snapprof_profile_info_t *inf
 }
 
 static const snapprof_builder_ops_t leaf_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "leaf-counter",
     .xOnSample = leaf_on_sample,
     .xOnProfileCompleted = leaf_on_completed,

@@ -105,7 +105,7 @@ static int count_sample(void *user_data, const snapprof_sample_t *sample)
 }
 
 static const snapprof_builder_ops_t k_count_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "sample-count",
     .xOnSample = count_sample,
 };

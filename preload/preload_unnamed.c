@@ -162,7 +162,7 @@ static void destroy(void *arg)
 }
 
 static const snapprof_builder_ops_t k_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "unnamed-leaves",
     .xOnProfileStarted = on_started,
     .xOnSample = on_sample,

@@ -194,7 +194,7 @@ static void folded_destroy(void *user_data)
 }
 
 static const snapprof_builder_ops_t folded_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "folded",
     .xOnSample = folded_on_sample,
     .xOnProfileCompleted = folded_on_profile_completed,

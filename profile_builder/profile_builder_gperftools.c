@@ -272,7 +272,7 @@ static void gperf_destroy(void *user_data)
 }
 
 static const snapprof_builder_ops_t gperf_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "gperftools",
     .xOnSample = gperf_on_sample,
     .xOnProfileCompleted = gperf_on_profile_completed,

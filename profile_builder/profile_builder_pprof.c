@@ -40,7 +40,7 @@ static void pprof_destroy(void *user_data)
 }
 
 static const snapprof_builder_ops_t pprof_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "pprof",
     .xOnProfileStarted = NULL,
     .xOnSample = snapprof__pprof_on_sample,
@@ -168,7 +168,7 @@ static int calls_on_profile_completed(void *user_data, const snapprof_profile_in
 }
 
 static const snapprof_builder_ops_t calls_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "calls",
     .xOnProfileStarted = NULL,
     .xOnSample = calls_on_sample,

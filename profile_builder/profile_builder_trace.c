@@ -788,7 +788,7 @@ static void trace_destroy(void *user_data)
 }
 
 static const snapprof_builder_ops_t trace_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "trace",
     .xOnProfileStarted = trace_on_profile_started,
     .xOnSample = trace_on_sample,

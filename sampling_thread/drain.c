@@ -66,6 +66,8 @@ void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         .tid = t->thread->tid,
         .thread_name = t->thread->name,
         .flags = flags,
+        .size = sizeof(snapprof_sample_t),
+        .kind = SNAPPROF_SAMPLE_KIND_TIME,
     };
     if (!(flags & SNAPPROF_SAMPLE_REMAINDER))
         p->stats.cpu_ns_sampled += cpu_ns;
@@ -176,6 +178,8 @@ void snapprof__deliver_unarmed(snapprof_profiler_t *p)
         .tid = 0,
         .thread_name = "(threads that ended before their first sample)",
         .flags = SNAPPROF_SAMPLE_REMAINDER,
+        .size = sizeof(snapprof_sample_t),
+        .kind = SNAPPROF_SAMPLE_KIND_TIME,
     };
     to_builders(p, &s);
     p->unarmed_ns = 0;

@@ -806,7 +806,7 @@ static int sym_on_completed(void *user_data, const snapprof_profile_info_t *info
 }
 
 static const snapprof_builder_ops_t sym_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "symbolizing",
     .xOnSample = sym_on_sample,
     .xOnProfileCompleted = sym_on_completed,

@@ -397,7 +397,7 @@ static int flaky_sample(void *user_data, const snapprof_sample_t *sample)
 }
 
 static const snapprof_builder_ops_t flaky_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "fails-first-start",
     .xOnProfileStarted = flaky_started,
     .xOnSample = flaky_sample,

@@ -80,7 +80,7 @@ static int sl_on_completed(void *ud, const snapprof_profile_info_t *info)
 }
 
 static const snapprof_builder_ops_t sl_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "test-sample-log",
     .xOnSample = sl_on_sample,
     .xOnProfileCompleted = sl_on_completed,

@@ -1015,7 +1015,7 @@ static int deep_tally_sample(void *user_data, const snapprof_sample_t *s)
 }
 
 static const snapprof_builder_ops_t deep_tally_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "deep_tally",
     .xOnSample = deep_tally_sample,
 };

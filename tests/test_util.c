@@ -340,7 +340,7 @@ static int collector_completed(void *ud, const snapprof_profile_info_t *info)
 }
 
 static const snapprof_builder_ops_t collector_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "test-collector",
     .xOnProfileStarted = collector_started,
     .xOnSample = collector_sample,

@@ -127,7 +127,7 @@ static int collect_done(void *ud, const snapprof_profile_info_t *info)
 }
 
 static const snapprof_builder_ops_t collector_ops = {
-    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .version = 1, /* receives time samples only */
     .name = "unwind-test-collector",
     .xOnSample = collect,
     .xOnProfileCompleted = collect_done,

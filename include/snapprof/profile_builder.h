@@ -72,7 +72,11 @@ typedef struct snapprof_profile_info {
     size_t event_count;
 } snapprof_profile_info_t;
 
-#define SNAPPROF_BUILDER_OPS_VERSION 1
+/* Version 2 (0.7.0) adds no member: a builder that says 2 or more reads
+ * snapprof_sample_t.size and .kind and receives samples of every kind
+ * (heap allocations and frees as well as time); a builder that says 1
+ * receives only SNAPPROF_SAMPLE_KIND_TIME samples. */
+#define SNAPPROF_BUILDER_OPS_VERSION 2
 
 typedef struct snapprof_builder_ops {
     int version;      /* SNAPPROF_BUILDER_OPS_VERSION the implementation was built for */

@@ -229,8 +229,34 @@ typedef struct snapprof_label {
  * "[kernel]" leaf. Not counted as a sample in the statistics. */
 #define SNAPPROF_SAMPLE_KERNEL 0x20u
 
+/* What a sample counts (snapprof_sample_t.kind, added in 0.7.0). One
+ * table: XX(name, value, text), as SNAPPROF_FAIL_MAP. */
+#define SNAPPROF_SAMPLE_KIND_MAP(XX)                                                               \
+    /* CPU or wall time, weighed by cpu_ns and wall_ns (every sample before 0.7.0) */             \
+    XX(TIME, 0, "time")                                                                            \
+    /* one sampled allocation of `bytes` bytes, taken at this stack */                             \
+    XX(HEAP_ALLOC, 1, "heap_alloc")                                                                \
+    /* the free of a sampled allocation: frames and bytes are the allocation's */                  \
+    XX(HEAP_FREE, 2, "heap_free")
+
+typedef enum {
+#define SNAPPROF_SAMPLE_KIND_ENUM_(name, value, text) SNAPPROF_SAMPLE_KIND_##name = (value),
+    SNAPPROF_SAMPLE_KIND_MAP(SNAPPROF_SAMPLE_KIND_ENUM_)
+#undef SNAPPROF_SAMPLE_KIND_ENUM_
+        SNAPPROF_SAMPLE_KIND_COUNT
+} snapprof_sample_kind_t;
+
 /* One sample as builders receive it. Everything it points to is valid only
- * during the builder's xOnSample call. */
+ * during the builder's xOnSample call.
+ *
+ * Versions. The record grows only at its end, each step in a group marked
+ * with the version that added it, and `size` (added in 0.7.0) says how
+ * much of it the sender filled: read a later member only when
+ * SNAPPROF_SAMPLE_HAS(sample, member). A record made before 0.7.0 (or by a
+ * caller that left size 0) is a SNAPPROF_SAMPLE_KIND_TIME sample. A
+ * builder whose ops version is 1 receives only time samples, so builders
+ * written before heap samples existed never weigh an allocation as CPU
+ * time (see <snapprof/profile_builder.h>). */
 typedef struct snapprof_sample {
     const snapprof_frame_t *frames; /* innermost first */
     size_t frame_count;
@@ -253,7 +279,21 @@ typedef struct snapprof_sample {
     const snapprof_label_t *labels;
     size_t label_count;
     unsigned flags; /* SNAPPROF_SAMPLE_* */
+    /* -- added in 0.7.0 -- */
+    size_t size;                 /* sizeof(snapprof_sample_t) as the sender filled it */
+    snapprof_sample_kind_t kind; /* what the sample counts */
+    uint64_t bytes;              /* SNAPPROF_SAMPLE_KIND_HEAP_*: the size asked for; else 0 */
 } snapprof_sample_t;
+
+/* Nonzero when the record `s` points to has `member` (see "Versions"). */
+#define SNAPPROF_SAMPLE_HAS(s, member)                                                             \
+    ((s)->size >= offsetof(snapprof_sample_t, member) + sizeof((s)->member))
+/* The sample's kind, SNAPPROF_SAMPLE_KIND_TIME for a record without one. */
+#define SNAPPROF_SAMPLE_KIND(s)                                                                    \
+    (SNAPPROF_SAMPLE_HAS(s, kind) ? (s)->kind : SNAPPROF_SAMPLE_KIND_TIME)
+
+/* "time", "heap_alloc", "heap_free"; "unknown" for another value. */
+SNAPPROF_API const char *snapprof_sample_kind_name(snapprof_sample_kind_t kind);
 
 /* Why a sample could not be taken, one table: XX(name, value, text).
  * SNAPPROF_FAIL_MAP(XX) expands XX once per reason, as SNAPPROF_ERRNO_MAP
