@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -119,7 +120,8 @@ static int needs_detail(const proc_summary_t *s)
         const char *out = get_i(s, "output", i);
         bad |= !*out || strcmp(out, get_i(s, "requested", i)) != 0;
     }
-    return bad || num(s, "threads_skipped") != 0 || !strncmp(get(s, "stopped"), "SIG", 3);
+    return bad || num(s, "threads_skipped") != 0 || !strncmp(get(s, "stopped"), "SIG", 3) ||
+           !strcmp(get(s, "stopped"), "checkpoint");
 }
 
 /* The index of the first pprof output of s, or -1. */
@@ -134,6 +136,8 @@ static int first_pprof(const proc_summary_t *s)
 /* The preload library, which `record` put first in its own LD_PRELOAD for
  * the program: dpkg runs without it. */
 static const char *g_preload;
+/* CLOCK_MONOTONIC when the summary is read, just after the program ended. */
+static unsigned long long g_ended_ns;
 
 /* Modules that hold a good share of the self time in frames without
  * names (preload_unnamed.c), the package of each and where its debug
@@ -213,6 +217,16 @@ static void print_process(const proc_summary_t *s, int several)
                 in);
     else if (!strncmp(stopped, "SIG", 3))
         fprintf(stderr, "snapprof: %s  profile written on %s\n", in, stopped);
+    else if (!strcmp(stopped, "checkpoint"))
+        fprintf(stderr,
+                "snapprof: %s  the process ended without running exit handlers (a bare "
+                "exit_group system call, as Go's return from main and os.Exit are, or _exit()): "
+                "its profile is the last checkpoint, written %.2f s before the end "
+                "(SNAPPROF_CHECKPOINT)\n",
+                in,
+                g_ended_ns > num(s, "written_mono_ns")
+                    ? (double)(g_ended_ns - num(s, "written_mono_ns")) / 1e9
+                    : 0.0);
     if (num(s, "threads_skipped"))
         fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n", in,
                 num(s, "threads_skipped"), get(s, "signal"));
@@ -360,6 +374,9 @@ void snapprof__record_summary(const char *dir, pid_t root, const char *cmd, int 
                               int crash_off, const char *preload)
 {
     g_preload = preload;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    g_ended_ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
     static proc_summary_t procs[MAX_PROCS];
     int n = 0;
     DIR *d = dir ? opendir(dir) : NULL;

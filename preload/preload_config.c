@@ -53,6 +53,15 @@ int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t 
     return 0;
 }
 
+int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_t why_size)
+{
+    if (s && (strcasecmp(s, "off") == 0 || strcmp(s, "0") == 0)) {
+        *out_ns = 0;
+        return 0;
+    }
+    return snapprof__parse_duration(s, out_ns, why, why_size);
+}
+
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size)
 {
     if (s && strcasecmp(s, "cpu") == 0)
@@ -637,6 +646,14 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         snapprof__parse_duration(v, &cfg->duration_ns, why, sizeof why) != 0) {
         warn("ignoring %s: %s; sampling until exit", SNAPPROF_ENV_DURATION, why);
         cfg->duration_ns = 0;
+    }
+    if ((v = get(SNAPPROF_ENV_CHECKPOINT)) != NULL) {
+        cfg->checkpoint_set = 1;
+        if (snapprof__parse_checkpoint(v, &cfg->checkpoint_ns, why, sizeof why) != 0) {
+            warn("ignoring %s: %s; writing the profile only at the end", SNAPPROF_ENV_CHECKPOINT,
+                 why);
+            cfg->checkpoint_ns = 0;
+        }
     }
     cfg->follow_fork = 1;
     if ((v = get(SNAPPROF_ENV_FORK)) &&

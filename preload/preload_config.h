@@ -23,6 +23,7 @@
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"             /* e.g. SIGURG, RTMIN+4, 23 */
 #define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"         /* seconds of sampling, then stop */
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"                 /* follow | stop */
+#define SNAPPROF_ENV_CHECKPOINT "SNAPPROF_CHECKPOINT"     /* seconds between checkpoints; 0 off */
 #define SNAPPROF_ENV_CRASH "SNAPPROF_CRASH"               /* write | off: the profile on a crash */
 #define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"           /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
@@ -81,6 +82,10 @@ typedef struct snapprof__preload_config {
     int signo;           /* sampling signal */
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
+    /* SNAPPROF_CHECKPOINT: at most this long between writes of the profile
+     * so far (preload_checkpoint.c); 0: written only at the end. */
+    uint64_t checkpoint_ns;
+    int checkpoint_set;   /* SNAPPROF_CHECKPOINT was given (else Go programs get 1 s) */
     int follow_fork;      /* children of fork() and what they exec are profiled */
     int child;            /* not the first process profiled: files named with the pid, and
                              none when it took no sample */
@@ -96,6 +101,8 @@ typedef struct snapprof__preload_config {
 /* Each parser returns 0, or -1 with a one-line reason in why[0..why_size). */
 int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size);
 int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size);
+/* A duration as snapprof__parse_duration(), or "0" / "off" (any case): 0. */
+int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);
 /* "write" (or "on", "1") or "off" (or "0"), any case: whether a crash

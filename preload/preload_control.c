@@ -10,6 +10,7 @@
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -198,6 +199,15 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
             snapprof__preload_warn("ignoring the JIT layout for '%s': %s", c.jit_rules[i].prefix,
                                    snapprof_strerror(rc));
     }
+
+    /* Go ends a program with a bare exit_group system call (main.main
+     * returning, os.Exit), which runs no exit handler: such a run wrote no
+     * profile at all. A cgo program (the only Go program the preload can
+     * load into) exports crosscall2 (runtime/cgo); unless
+     * SNAPPROF_CHECKPOINT says otherwise, it gets checkpoints, and loses
+     * at most the last second or so (preload_control.c, checkpoint_here). */
+    if (!c.checkpoint_set && dlsym(RTLD_DEFAULT, "crosscall2") != NULL)
+        c.checkpoint_ns = 1000000000u;
 
     snapprof_params_t params;
     snapprof_params_init(&params);
@@ -461,6 +471,50 @@ static int flush_here(void)
     return rc;
 }
 
+/* A checkpoint: the profile so far, written where the end's will be, and
+ * the summary `snapprof record` reads, saying "checkpoint". A program that
+ * ends without running exit handlers (Go returns from main and os.Exit()s
+ * with a bare exit_group system call; _exit()) leaves that profile and
+ * summary behind instead of none; an end that does run them writes both
+ * again. Runs on the helper thread. Each builder writes through a
+ * temporary file and a rename (builder_output.c), so an end in the middle
+ * of a checkpoint leaves the one before it whole. */
+static void checkpoint_here(void)
+{
+    snapprof__preload_lock();
+    if (g.profiler && g.owner == getpid()) {
+        static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
+        file_id_t before[SNAPPROF_OUTPUTS_MAX];
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++)
+            before[i] = file_id(g.cfg.outputs[i].path);
+        int rc = snapprof_profiler_flush(g.profiler);
+        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+            const char *want = g.cfg.outputs[i].path;
+            int ok = rc == 0 || rewritten(want, &before[i]);
+            snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
+            res[i].err = ok ? 0 : rc;
+            res[i].no_samples = 0;
+        }
+        snapprof_stats_t st;
+        memset(&st, 0, sizeof st);
+        snapprof_profiler_get_stats(g.profiler, &st);
+        snapprof__preload_write_summary(&g, "checkpoint", res, &st);
+    }
+    snapprof__preload_unlock();
+}
+
+/* When the next checkpoint is due: 0.1 s after the start, then after
+ * twice the previous gap, up to SNAPPROF_CHECKPOINT's, so that a short run
+ * is caught too and a long one writes only every so often. 0: none. */
+static uint64_t next_checkpoint(uint64_t last, uint64_t gap_ns)
+{
+    uint64_t every = g.cfg.checkpoint_ns;
+    if (!every || !g.profiler)
+        return 0;
+    uint64_t gap = gap_ns ? gap_ns * 2 : 100000000u;
+    return last + (gap < every ? gap : every);
+}
+
 const snapprof__preload_config_t *snapprof__preload_config_here(void)
 {
     return g.profiler && g.owner == getpid() ? &g.cfg : NULL;
@@ -550,6 +604,8 @@ static void *helper_main(void *arg)
     (void)arg;
     snapprof__preload_helper_began();
     uint64_t next_rescan = 0;
+    /* Checkpoints of the profile that started at cp_start. */
+    uint64_t cp_start = 0, last_cp = 0, gap_cp = 0, next_cp = 0;
     for (;;) {
         unsigned cmd = snapprof__preload_helper_take();
         /* A flush first: a finish in the same word ends the loop's turn. */
@@ -572,6 +628,20 @@ static void *helper_main(void *arg)
             continue;
         }
         uint64_t wake = deadline;
+        if (next_cp && now >= next_cp) {
+            checkpoint_here();
+            gap_cp = next_cp - last_cp;
+            last_cp = snapprof__monotonic_ns(); /* the next gap counts from the write's end */
+        }
+        snapprof__preload_lock();
+        if (g.start_mono != cp_start) { /* a new profile */
+            cp_start = last_cp = g.start_mono;
+            gap_cp = 0;
+        }
+        next_cp = next_checkpoint(last_cp, gap_cp);
+        snapprof__preload_unlock();
+        if (next_cp && (!wake || next_cp < wake))
+            wake = next_cp;
         uint64_t every = RESCAN_NS ? RESCAN_NS : snapprof__preload_rescan_due() ? RETRY_NS : 0;
         if (every && atomic_load(&snapprof__preload_tracking_on)) {
             if (now >= next_rescan) {

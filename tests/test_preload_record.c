@@ -197,18 +197,27 @@ static void test_python(void)
  * never be stopped (the program hung); the goroutines' stacks, not the
  * threads', made every sample a failure. Now: exit 0, the program's own
  * line, and main.spinHot on most samples. */
-static void go_cgo(int hz)
+static void need_go(void)
 {
     pl_skip_if_sanitized();
     if (GO_CGO_SPIN_PROG[0] == '\0' || !pl_exists(GO_CGO_SPIN_PROG)) {
         printf("skipped: no Go toolchain (golang-go) to build the cgo program with\n");
         exit(TEST_SKIP);
     }
+}
+
+/* ARGS: the program's own ("" or "12000 return"). */
+static void go_cgo(int hz, const char *args_of_prog)
+{
+    need_go();
     int st;
-    char *text = record_in("rec-go", &st, "-F %d -o g.pb.gz -- %s", hz, GO_CGO_SPIN_PROG);
+    char *text =
+        record_in("rec-go", &st, "-F %d -o g.pb.gz -- %s %s", hz, GO_CGO_SPIN_PROG, args_of_prog);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "go_cgo_spin: 4 spinners done, cgo says 3, preempted: true\n");
+    if (args_of_prog[0])
+        ASSERT_CONTAINS(text, "its profile is the last checkpoint, written ");
     ASSERT(strstr(text, "fatal error") == NULL);
     int pst;
     char args[1200];
@@ -236,12 +245,42 @@ static void go_cgo(int hz)
 
 static void test_go_cgo_1khz(void)
 {
-    go_cgo(1000);
+    go_cgo(1000, "");
 }
 
 static void test_go_cgo_4khz(void)
 {
-    go_cgo(4000);
+    go_cgo(4000, "");
+}
+
+/* The same program ending as most Go programs do, by returning from
+ * main: Go's exit is a bare exit_group system call that runs no exit
+ * handler, and such a run wrote no profile at all. A cgo program now gets
+ * checkpoints (0.1 s after the start, then twice the gap each time, up to
+ * 1 s), so the profile is the last one, main.spinHot on most samples, and
+ * the summary says so. About 1.8 s of CPU: the first checkpoints come well
+ * before the end, however busy the machine. */
+static void test_go_cgo_return(void)
+{
+    go_cgo(1000, "12000 return");
+}
+
+/* With checkpoints turned off, the same run writes nothing and the
+ * summary says why: what the test above would see without them. */
+static void test_go_cgo_return_checkpoint_off(void)
+{
+    need_go();
+    setup("rec-go-off");
+    int st;
+    char *text =
+        pl_run(&st, "cd %s && SNAPPROF_CHECKPOINT=0 %s record -o g.pb.gz -- %s 3000 return", g_dir,
+               CLI, GO_CGO_SPIN_PROG);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "go_cgo_spin: 4 spinners done, cgo says 3, preempted: true\n");
+    ASSERT_CONTAINS(text, "wrote no profile: it ended without running exit handlers");
+    ASSERT(!pl_exists(path_in("g.pb.gz")));
+    free(text);
 }
 
 /* A program whose hot loop is in a stripped library of the test's own:
@@ -1259,6 +1298,8 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"threads", test_threads},
         {"go_cgo_1khz", test_go_cgo_1khz},
+        {"go_cgo_return", test_go_cgo_return},
+        {"go_cgo_return_checkpoint_off", test_go_cgo_return_checkpoint_off},
         {"go_cgo_4khz", test_go_cgo_4khz},
         {"many_processes", test_many_processes},
         {"no_sample_children", test_no_sample_children},
