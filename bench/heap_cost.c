@@ -38,7 +38,7 @@ static uint64_t next_rand(uint64_t *s)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-__attribute__((noinline, noipa)) static void *cost_worker(void *arg)
+__attribute__((noinline)) static void *cost_worker(void *arg)
 {
     uint64_t rng = 0x9E3779B97F4A7C15ULL * ((uint64_t)(uintptr_t)arg + 1);
     char *held[HOLD] = {0};

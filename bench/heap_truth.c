@@ -40,7 +40,13 @@
 #include <sys/resource.h>
 #include <time.h>
 
+/* noipa (GCC) rules out inlining, cloning (path_malloc.constprop.0) and any
+ * conclusion drawn from the body; clang has only noinline. */
+#if defined(__clang__)
+#define NOINLINE __attribute__((noinline))
+#else
 #define NOINLINE __attribute__((noinline, noipa))
+#endif
 
 enum { PATH_MALLOC, PATH_CALLOC_REALLOC, PATH_MEMALIGN, NPATHS };
 
