@@ -23,7 +23,8 @@ root=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
 note=""
 pending_note=0
-command_line="bash bench/bench_heap.sh${*:+ $*}"
+# Quoted, so that the line in docs/BENCHMARKS.md runs as shown (--note TEXT).
+command_line="bash bench/bench_heap.sh$([ $# -eq 0 ] || printf ' %q' "$@")"
 bench_option() {
   case $1 in
     --note) pending_note=1 ;;
@@ -424,11 +425,57 @@ plot "$plot_data" using 2:xtic(1)
 EOF
 fi
 
+# The summary as a markdown table: per row, the worst share and the totals
+# of 1., the CPU ratios and RSS of 2., the RSS of 3.
+summary=$work/summary.md
+awk -v labels="$labels" -v bases="$bases" -v prof_list="${profilers[*]}" -v path_list="${paths[*]}" \
+    -v acc_list="${accuracy_profs[*]}" "$bench_awk_lib"'
+BEGIN { labels_init(); nprof = split(prof_list, A, " "); np = split(path_list, P, " ")
+  nb = split(bases, B, ";"); for (i = 1; i <= nb; i++) { k = index(B[i], "="); bs[substr(B[i], 1, k - 1)] = substr(B[i], k + 1) } }
+$1 == "truth" { parse(); ta[f["path"], "alloc_space"] = f["alloc_bytes"]; ta[f["path"], "inuse_space"] = f["inuse_bytes"] }
+$1 == "acc" { parse(); have[f["prof"], f["idx"]] = 1; tot[f["prof"], f["idx"]] = f["total"]
+  for (i = 1; i <= np; i++) v[f["prof"], f["idx"], P[i]] = f[P[i]] }
+$1 == "samples" { parse(); samp[f["prof"]] = f["n"] }
+$1 == "truthrun" { parse(); trss[f["prof"]] = f["maxrss_kib"]; tran[f["prof"]] = 1 }
+$1 == "cost" { parse(); p = f["prof"]; n[p]++; ns[p, n[p]] = f["ns_per_pair"]; rss[p, n[p]] = f["maxrss_kib"] }
+function median(arr, p, cnt,    i, j, t, x) {
+  for (i = 1; i <= cnt; i++) x[i] = arr[p, i]
+  for (i = 2; i <= cnt; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
+  return cnt % 2 ? x[(cnt + 1) / 2] : (x[cnt / 2] + x[cnt / 2 + 1]) / 2 }
+function worst_of(p, idx,    i, d, w) {
+  if (!have[p, idx] || tot[p, idx] <= 0 || ta["total", idx] <= 0) return "-"
+  w = 0; for (i = 1; i <= np; i++) { d = 100 * v[p, idx, P[i]] / tot[p, idx] - 100 * ta[P[i], idx] / ta["total", idx]; if (d < 0) d = -d; if (d > w) w = d }
+  return sprintf("%.2f", w) }
+function total_of(p, idx) { return (have[p, idx] && ta["total", idx] > 0) ? sprintf("%+.1f %%", 100 * (tot[p, idx] / ta["total", idx] - 1)) : "-" }
+END {
+  print "| profiler | base | samples | worst share, alloc_space (pp) | worst share, inuse_space (pp) | alloc_space total | inuse_space total | CPU x base | CPU x glibc | RSS + MiB (heap_cost) | RSS + MiB (heap_truth) |"
+  print "|---|---|---|---|---|---|---|---|---|---|---|"
+  for (a = 1; a <= nprof; a++) { p = A[a]; b = bs[p]
+    if (!n[p] && !tran[p]) { printf "| %s | n/a | | | | | | | | | |\n", lab[p]; continue }
+    acc = 0; if (index(" " acc_list " ", " " p " ")) acc = 1
+    xb = (n[p] && n[b] && p != b) ? sprintf("%.3f", median(ns, p, n[p]) / median(ns, b, n[b])) : "-"
+    xg = (n[p] && n["none"] && p != "none") ? sprintf("%.3f", median(ns, p, n[p]) / median(ns, "none", n["none"])) : "-"
+    rb = (n[p] && n[b] && p != b) ? sprintf("%+.1f", (median(rss, p, n[p]) - median(rss, b, n[b])) / 1024) : "-"
+    tb = b == "snap-cpu" ? "none" : b
+    rt = (tran[p] && tran[tb] && p != tb) ? sprintf("%+.1f", (trss[p] - trss[tb]) / 1024) : "-"
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", lab[p], p == b ? "-" : lab[b],
+      acc ? samp[p] : "", acc ? worst_of(p, "alloc_space") : "", acc ? worst_of(p, "inuse_space") : "",
+      acc ? total_of(p, "alloc_space") : "", acc ? total_of(p, "inuse_space") : "", xb, xg, rb, rt }
+}
+' "$results" >"$summary"
+
 section_body() {
   echo "- machine: $(nproc) CPUs ($cpu_model), kernel $kernel; load $load when it started;"
   echo "  $machine_line"
   [ -n "$note" ] && echo "- note: $note"
   bench_section_made_by
+  echo "- targets (issue 27): with >= 5000 samples each path's alloc_space and inuse_space"
+  echo "  share within 2 pp, the scaled totals within 5 %; CPU at the default interval <= 1.03x"
+  echo "  its base (median of 5, process CPU); RSS <= 16 MiB over its base, plus about 1 KiB per"
+  echo "  unique stack and per live sampled block"
+  echo
+  cat "$summary"
+  echo
   bench_section_table "$table"
   [ -f "$plot" ] && { echo '![heap_cost: CPU per malloc+free pair](bench_heap.png)'; echo; }
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_heap)."
