@@ -317,10 +317,10 @@ table=$work/table.txt
     $1 == "acc" { parse(); have[f["prof"], f["idx"]] = 1; tot[f["prof"], f["idx"]] = f["total"]
       for (i = 1; i <= np; i++) v[f["prof"], f["idx"], P[i]] = f[P[i]] }
     $1 == "samples" { parse(); samp[f["prof"]] = f["n"] }
-    function share_cell(p, idx, i,    t, s) {
+    function share_cell(p, idx, i,    t, s, ad) {
       if (!have[p, idx] || tot[p, idx] <= 0) return sprintf("%7s", "-")
       s = 100 * v[p, idx, P[i]] / tot[p, idx]; t = 100 * ta[P[i], idx] / ta["total", idx]
-      d = s - t; if (d < 0 ? -d : d > worst) worst = d < 0 ? -d : d
+      d = s - t; ad = d < 0 ? -d : d; if (ad > worst) worst = ad
       return sprintf("%+7.2f", d) }
     function total_cell(p, idx) {
       if (!have[p, idx]) return sprintf("%8s", "-")
