@@ -111,8 +111,11 @@ static int heap_on_sample(void *user_data, const snapprof_sample_t *sample)
         memset(&h->entries[h->n_entries++], 0, sizeof *h->entries);
 
     heap_entry_t *e = &h->entries[index];
-    double objects = heap_scale(sample->bytes, h->interval);
-    double space = objects * (double)sample->bytes;
+    /* A record that stops before `bytes` says nothing of its size, and
+     * counts nothing. */
+    uint64_t bytes = SNAPPROF_SAMPLE_HAS(sample, bytes) ? sample->bytes : 0;
+    double objects = heap_scale(bytes, h->interval);
+    double space = objects * (double)bytes;
     if (kind == SNAPPROF_SAMPLE_KIND_HEAP_ALLOC) {
         e->now.alloc_objects += objects;
         e->now.alloc_space += space;
