@@ -1,11 +1,12 @@
 /* snapprof: an in-process sampling CPU profiler for Linux.
  *
  * This is the main public header: everything a program needs to profile
- * itself. Three more public headers build on it (each includes this one):
+ * itself. Four more public headers build on it (each includes this one):
  *   <snapprof/jit.h>              JIT code regions and perf maps, so that
  *                                 frames in generated code get names;
  *   <snapprof/unwinder.h>         the ops struct for writing an unwinder;
- *   <snapprof/profile_builder.h>  the ops struct for writing a builder.
+ *   <snapprof/profile_builder.h>  the ops struct for writing a builder;
+ *   <snapprof/heap_profile.h>     the heap and peak heap profile builders.
  * (The preload library's gperftools-compatible <gperftools/profiler.h>,
  * installed under snapprof/compat/, is for programs written against
  * gperftools, not part of this API.)
