@@ -393,6 +393,15 @@ int tu_perf_event_allowed(void)
     return 1;
 }
 
+void tu_need_test_seams(void)
+{
+#if !SNAPPROF_TEST_SEAMS
+    printf("skipped: built without -DSNAPPROF_TEST_SEAMS=ON, so the library does not read "
+           "SNAPPROF_TEST_FAULTS (tools/test.sh builds with it)\n");
+    exit(TEST_SKIP);
+#endif
+}
+
 void tu_need_perf_event(void)
 {
     if (!tu_perf_event_allowed()) {

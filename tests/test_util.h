@@ -24,6 +24,11 @@ int tu_sanitizer_build(void);
  * cannot be judged there. */
 int tu_tsan_build(void);
 
+/* Skips the test (77) in a build without the CMake option
+ * SNAPPROF_TEST_SEAMS, whose library does not read SNAPPROF_TEST_FAULTS
+ * (tests/README.md, "Test seams"). */
+void tu_need_test_seams(void);
+
 /* Under TSan, prints "skipped: WHY" and exits with the skip status. */
 void tu_skip_under_tsan(const char *why);
 /* 1 in an AddressSanitizer build; tu_skip_under_asan() exits with
