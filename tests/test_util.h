@@ -73,6 +73,12 @@ void tu_burn_cpu_ns(uint64_t ns);
  * busy thread that this VM's host barely runs is idle for many ticks. */
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
 
+/* Reads p's stats into *st every 5 ms until done(st, arg) says 1, or for
+ * 120 s at most (a starved machine); asserts nothing: the caller judges
+ * the last stats, which *st holds. */
+void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
+                   int (*done)(const snapprof_stats_t *st, void *arg), void *arg);
+
 /* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
  * the test after 120 s: for a thread that must be sampled (or armed,
  * or moved) while it runs. */
