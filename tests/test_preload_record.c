@@ -677,6 +677,7 @@ static void test_output_fallback(void)
 static void test_faults_env(void)
 {
     pl_skip_if_sanitized();
+    tu_need_test_seams();
     setup("rec-faults");
     const char *out = path_in("f.pb.gz");
     int st;

@@ -1941,6 +1941,11 @@ static void *fiber_thread_main(void *arg)
     return NULL;
 }
 
+static int samples_or_failures(const snapprof_stats_t *st, void *arg)
+{
+    return st->samples >= 100 || st->failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] >= 100;
+}
+
 static void foreign_stack(snapprof_trigger_t trigger)
 {
     if (trigger == SNAPPROF_TRIGGER_PERF_EVENT)
@@ -1959,13 +1964,8 @@ static void foreign_stack(snapprof_trigger_t trigger)
     ASSERT_OK(snapprof_profiler_start(p));
     /* 100 samples, or as many failures: before windows were copied, every
      * one failed (a timeout on a loaded machine is neither). */
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
     snapprof_stats_t st;
-    do {
-        usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < 100 && st.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] < 100 &&
-             tu_mono_ns() < deadline);
+    tu_wait_stats(p, &st, samples_or_failures, NULL);
     ASSERT_OK(snapprof_profiler_stop(p));
     atomic_store(&g_fib_stop, 1);
     pthread_join(th, NULL);
