@@ -30,11 +30,12 @@
  *     means.
  *   - Objects made by _create() are released by the matching _destroy();
  *     _destroy(NULL) is a no-op.
- *   - The library never aborts and never prints, with one exception: the
- *     fault-injection seam its own tests use (common/fault.h) is in every
- *     build, so that the tests exercise the library that is installed; it
- *     reads SNAPPROF_TEST_FAULTS once, when the library is loaded, and a
- *     malformed value costs one line on stderr. Leave it unset.
+ *   - The library never aborts and never prints, with one exception in
+ *     test builds only (CMake option SNAPPROF_TEST_SEAMS, off by default;
+ *     tests/README.md): the fault-injection seam its own tests use
+ *     (common/fault.h) reads SNAPPROF_TEST_FAULTS once, when the library
+ *     is loaded, and a malformed value costs one line on stderr. A build
+ *     without the option never reads that variable.
  *
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
