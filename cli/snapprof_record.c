@@ -52,6 +52,8 @@ const char snapprof__record_usage[] =
     "                       proc (no signal: read through /proc; default) or\n"
     "                       signal (the handshake: a signal can end its wait early)\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
+    "      --loop T         also one profile per interval T (60s, 5m, 1h; at least\n"
+    "                       1s), each file named BASE.<UTC start>EXT beside FILE\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
     "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
     "                       event per thread), timer (a CPU-time timer per thread,\n"
@@ -103,6 +105,7 @@ typedef struct options {
     unsigned n_formats;
     int wall;
     const char *duration; /* as given, checked */
+    const char *loop;     /* --loop as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
     const char *crash_mode;
@@ -184,6 +187,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->duration = option_value(argc, argv, &i, NULL, "--duration");
             if (snapprof__parse_duration(o->duration, &ns, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad duration: %s", why);
+        } else if (matches(a, NULL, "--loop")) {
+            uint64_t ns;
+            o->loop = option_value(argc, argv, &i, NULL, "--loop");
+            if (snapprof__parse_loop(o->loop, &ns, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --loop: %s", why);
         } else if (matches(a, NULL, "--signal")) {
             int signo;
             o->signal = option_value(argc, argv, &i, NULL, "--signal");
@@ -441,6 +449,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_DURATION, o->duration);
     else
         unsetenv(SNAPPROF_ENV_DURATION);
+    if (o->loop)
+        set_env(SNAPPROF_ENV_LOOP, o->loop);
+    else
+        unsetenv(SNAPPROF_ENV_LOOP);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
     set_env(SNAPPROF_ENV_CRASH, o->crash_mode ? o->crash_mode : "write");
     if (o->trigger)
