@@ -3,6 +3,7 @@
  * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
 #include "cli/cli.h"
+#include "preload/file_names.h"
 #include "preload/preload_config.h"
 
 #include <dirent.h>
@@ -393,6 +394,32 @@ static void set_env(const char *name, const char *value)
         die(EXIT_USAGE, "cannot set %s: %s", name, strerror(errno));
 }
 
+/* --loop: how many interval files of each output the program left
+ * (BASE.<UTC start>EXT, file_names.h), in one line each. */
+static void print_intervals(const snapprof__output_spec_t *outputs, unsigned n_outputs)
+{
+    for (unsigned i = 0; i < n_outputs; i++) {
+        const char *path = outputs[i].path, *slash = strrchr(path, '/');
+        size_t base = snapprof__name_base_length(path), dirlen = (size_t)(slash - path);
+        const char *name = slash + 1, *ext = path + base;
+        size_t nlen = base - dirlen - 1, elen = strlen(ext);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", (int)(dirlen ? dirlen : 1), path);
+        DIR *d = opendir(dir);
+        unsigned n = 0;
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            size_t len = strlen(de->d_name);
+            n += len == nlen + 1 + 16 + elen && strncmp(de->d_name, name, nlen) == 0 &&
+                 de->d_name[nlen] == '.' && de->d_name[nlen + 16] == 'Z' &&
+                 strcmp(de->d_name + len - elen, ext) == 0;
+        }
+        if (d)
+            closedir(d);
+        fprintf(stderr, "snapprof: %u interval profiles: '%.*s'.*Z'%s'\n", n, (int)base, path, ext);
+    }
+}
+
 static int record(options_t *o)
 {
     char preload[PATH_MAX], program[PATH_MAX], why[256];
@@ -522,6 +549,8 @@ static int record(options_t *o)
     if (!o->quiet)
         snapprof__record_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status,
                                  o->crash_off, preload);
+    if (!o->quiet && o->loop)
+        print_intervals(outputs, n_outputs);
     if (summary_dir[0])
         remove_dir(summary_dir);
 
