@@ -2,9 +2,10 @@
  * on a real program writes one pprof per interval beside the whole run's,
  * each with its time and duration, named so that they sort by time, and
  * the intervals add up to the whole run's profile sample for sample (read
- * back through `go tool pprof -raw`). Judged by counts and CPU values,
+ * back with our decoder and merged by `go tool pprof -proto`). Judged by counts and CPU values,
  * never by wall time. */
 #include "test_preload_util.h"
+#include "test_profile_builder_util.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -27,8 +28,9 @@ typedef struct entry {
 typedef struct raw {
     entry_t *e;
     size_t n, cap;
-    double duration_s; /* "Duration:", -1 when absent */
-    int has_time;      /* "Time:" */
+    double duration_s; /* duration_nanos, in seconds */
+    int has_time;      /* time_nanos set */
+    int64_t time_nanos;
     uint64_t cpu_total;
 } raw_t;
 
@@ -48,110 +50,57 @@ static void add_entry(raw_t *r, const char *key, uint64_t count, uint64_t cpu)
     r->e[r->n++] = (entry_t){strdup(key), count, cpu};
 }
 
-/* The text of location id in -raw's "Locations" section (its lines, the
- * address included: the same process maps the same code at the same
- * place in every file of a run). */
-static const char *location_text(char **locs, size_t nlocs, unsigned long id)
+static int by_label(const void *a, const void *b)
 {
-    ASSERT(id > 0 && id < nlocs && locs[id]);
-    return locs[id];
+    return strcmp((const char *)a, (const char *)b);
 }
 
-static void read_raw(const char *path, raw_t *r)
+/* Reads a profile with our own decoder (each go tool pprof call costs
+ * seconds on a loaded machine: the real client merges the intervals once,
+ * below): every sample keyed by its stack (each location's address and
+ * function, leaf first) and its labels. */
+static void read_pb(const char *path, raw_t *r, int ours)
 {
     memset(r, 0, sizeof *r);
-    r->duration_s = -1;
-    char args[1200];
-    snprintf(args, sizeof args, "-raw '%s'", path);
-    int st = 0;
-    char *text = tu_pprof(args, &st);
-    if (st != 0)
-        TEST_FAIL("go tool pprof -raw %s failed:\n%s", path, text);
-    /* The locations first: they come after the samples. */
-    size_t nlocs = 1;
-    char **locs = calloc(1, sizeof *locs);
-    char *loc = strstr(text, "\nLocations\n");
-    ASSERT_NOT_NULL(loc);
-    char *end = strstr(loc, "\nMappings\n");
-    for (char *line = loc + strlen("\nLocations\n"); line && *line && (!end || line < end);) {
-        char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        char *colon = memchr(line, ':', len);
-        char *idend;
-        unsigned long id = strtoul(line, &idend, 10);
-        if (colon && idend == colon && id > 0) {
-            if (id >= nlocs) {
-                locs = realloc(locs, (id + 1) * sizeof *locs);
-                memset(locs + nlocs, 0, (id + 1 - nlocs) * sizeof *locs);
-                nlocs = id + 1;
-            }
-            locs[id] = strndup(colon + 1, len - (size_t)(colon + 1 - line));
-        } else if (id == 0 && nlocs > 1) {
-            /* An inlined caller's line of the location before. */
-            size_t i = nlocs - 1;
-            size_t old = strlen(locs[i]);
-            locs[i] = realloc(locs[i], old + len + 2);
-            locs[i][old] = '|';
-            memcpy(locs[i] + old + 1, line, len);
-            locs[i][old + 1 + len] = '\0';
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    char *d = strstr(text, "\nDuration: ");
-    if (d)
-        r->duration_s = strtod(d + strlen("\nDuration: "), NULL);
-    r->has_time = strstr(text, "\nTime: ") != NULL;
-    char *samples = strstr(text, "\nSamples:\n");
-    ASSERT_NOT_NULL(samples);
-    char *line = strchr(samples + strlen("\nSamples:\n"), '\n'); /* past the types */
-    ASSERT_NOT_NULL(line);
-    line++;
+    Perftools__Profiles__Profile *p = pbt_load(path);
+    ASSERT_NOT_NULL(p);
+    if (ours) /* pprof's own output sets its mappings' flags its way */
+        pbt_check_valid(p);
+    r->duration_s = p->duration_nanos / 1e9;
+    r->has_time = p->time_nanos > 0;
+    r->time_nanos = p->time_nanos;
+    ASSERT_GE(p->n_sample_type, 2);
     static char key[1 << 16];
-    size_t klen = 0;
-    uint64_t count = 0, cpu = 0;
-    int have = 0;
-    while (line && *line && line < loc) {
-        char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        char tmp[8192];
-        snprintf(tmp, sizeof tmp, "%.*s", (int)(len < sizeof tmp ? len : sizeof tmp - 1), line);
-        char *p;
-        unsigned long long c = strtoull(tmp, &p, 10);
-        if (p != tmp && *p == ' ' && strchr(tmp, ':') && !strchr(tmp, '[')) {
-            /* "  count  cpu: id id id" */
-            if (have)
-                add_entry(r, key, count, cpu);
-            count = c;
-            cpu = strtoull(p, &p, 10);
-            ASSERT(*p == ':');
-            p++;
-            klen = 0;
-            key[0] = '\0';
-            for (;;) {
-                char *q;
-                unsigned long id = strtoul(p, &q, 10);
-                if (q == p)
-                    break;
-                p = q;
-                klen += (size_t)snprintf(key + klen, sizeof key - klen, "%s;",
-                                         location_text(locs, nlocs, id));
-                ASSERT(klen < sizeof key);
-            }
-            have = 1;
-            r->cpu_total += cpu;
-        } else if (have) {
-            /* A label line of the sample. */
-            klen += (size_t)snprintf(key + klen, sizeof key - klen, "#%s", tmp);
+    for (size_t i = 0; i < p->n_sample; i++) {
+        const Perftools__Profiles__Sample *smp = p->sample[i];
+        size_t klen = 0;
+        for (size_t k = 0; k < smp->n_location_id; k++) {
+            const Perftools__Profiles__Location *loc = pbt_location(p, smp->location_id[k]);
+            ASSERT_NOT_NULL(loc);
+            klen += (size_t)snprintf(key + klen, sizeof key - klen, "%s@%" PRIx64 ";",
+                                     pbt_location_name(p, smp->location_id[k]), loc->address);
             ASSERT(klen < sizeof key);
         }
-        line = nl ? nl + 1 : NULL;
+        /* Labels in key order: pprof's merge writes them sorted. */
+        char labels[16][512];
+        size_t nl = smp->n_label < 16 ? smp->n_label : 16;
+        for (size_t k = 0; k < nl; k++) {
+            const Perftools__Profiles__Label *l = smp->label[k];
+            if (l->str)
+                snprintf(labels[k], sizeof labels[k], "#%s=%s", pbt_str(p, l->key),
+                         pbt_str(p, l->str));
+            else
+                snprintf(labels[k], sizeof labels[k], "#%s=%" PRId64, pbt_str(p, l->key), l->num);
+        }
+        qsort(labels, nl, sizeof labels[0], by_label);
+        for (size_t k = 0; k < nl; k++) {
+            klen += (size_t)snprintf(key + klen, sizeof key - klen, "%s", labels[k]);
+            ASSERT(klen < sizeof key);
+        }
+        add_entry(r, key, (uint64_t)smp->value[0], (uint64_t)smp->value[1]);
+        r->cpu_total += (uint64_t)smp->value[1];
     }
-    if (have)
-        add_entry(r, key, count, cpu);
-    for (size_t i = 0; i < nlocs; i++)
-        free(locs[i]);
-    free(locs);
-    free(text);
+    perftools__profiles__profile__free_unpacked(p, NULL);
 }
 
 static void free_raw(raw_t *r)
@@ -219,18 +168,43 @@ static uint64_t sum_cpu(const raw_t *r)
 /* The intervals of a run, summed, against its whole profile: every
  * distinct sample (stack and labels) with the same count and CPU time.
  * Returns the CPU time of the samples whose leaf is in function leaf. */
+/* Fails unless b has every distinct sample of a with the same count and
+ * CPU time, and nothing else. */
+static void expect_same(const raw_t *a, const raw_t *b, const char *what)
+{
+    ASSERT_UEQ(b->n, a->n);
+    for (size_t i = 0; i < a->n; i++) {
+        const entry_t *w = &a->e[i], *s = NULL;
+        for (size_t k = 0; k < b->n && !s; k++)
+            if (strcmp(b->e[k].key, w->key) == 0)
+                s = &b->e[k];
+        if (!s) {
+            for (size_t k = 0; k < b->n; k++)
+                fprintf(stderr, "  has: %s\n", b->e[k].key);
+            TEST_FAIL("%s: a sample of the whole run is missing: %s", what, w->key);
+        }
+        if (s->count != w->count || s->cpu_ns != w->cpu_ns)
+            TEST_FAIL("%s: %" PRIu64 " samples %" PRIu64 " ns, whole run %" PRIu64
+                      " samples %" PRIu64 " ns: %s",
+                      what, s->count, s->cpu_ns, w->count, w->cpu_ns, w->key);
+    }
+}
+
 static uint64_t check_adds_up(const char *whole_path, char **files, size_t n, const char *leaf)
 {
     raw_t whole, sum;
-    read_raw(whole_path, &whole);
+    read_pb(whole_path, &whole, 1);
     memset(&sum, 0, sizeof sum);
+    int64_t prev_time = 0;
     for (size_t i = 0; i < n; i++) {
         raw_t r;
-        read_raw(files[i], &r);
-        printf("%s: duration %g (pprof's unit), %.3f CPU-s in %zu distinct samples\n", files[i],
-               r.duration_s, r.cpu_total / 1e9, r.n);
+        read_pb(files[i], &r, 1);
+        printf("%s: %.3f s, %.3f CPU-s in %zu distinct samples\n", files[i], r.duration_s,
+               r.cpu_total / 1e9, r.n);
         ASSERT(r.has_time);
         ASSERT(r.duration_s > 0);
+        ASSERT_GT(r.time_nanos, prev_time); /* the names sort by time */
+        prev_time = r.time_nanos;
         for (size_t k = 0; k < r.n; k++)
             add_entry(&sum, r.e[k].key, r.e[k].count, r.e[k].cpu_ns);
         free_raw(&r);
@@ -238,19 +212,29 @@ static uint64_t check_adds_up(const char *whole_path, char **files, size_t n, co
     printf("whole run: %.3f CPU-s in %zu distinct samples; intervals: %.3f CPU-s in %zu\n",
            whole.cpu_total / 1e9, whole.n, sum_cpu(&sum) / 1e9, sum.n);
     ASSERT_GT(whole.cpu_total, 0);
-    ASSERT_UEQ(sum.n, whole.n);
-    for (size_t i = 0; i < whole.n; i++) {
-        const entry_t *w = &whole.e[i], *s = NULL;
-        for (size_t k = 0; k < sum.n && !s; k++)
-            if (strcmp(sum.e[k].key, w->key) == 0)
-                s = &sum.e[k];
-        if (!s)
-            TEST_FAIL("a sample of the whole run is in no interval: %s", w->key);
-        if (s->count != w->count || s->cpu_ns != w->cpu_ns)
-            TEST_FAIL("intervals %" PRIu64 " samples %" PRIu64 " ns, whole run %" PRIu64
-                      " samples %" PRIu64 " ns: %s",
-                      s->count, s->cpu_ns, w->count, w->cpu_ns, w->key);
-    }
+    expect_same(&whole, &sum, "intervals summed");
+
+    /* The real client: go tool pprof -proto merges them, and the merge is
+     * the whole run's profile. */
+    static char args[1 << 16];
+    size_t alen = (size_t)snprintf(args, sizeof args, "-proto");
+    for (size_t i = 0; i < n; i++)
+        alen += (size_t)snprintf(args + alen, sizeof args - alen, " '%s'", files[i]);
+    char merged[1200];
+    snprintf(merged, sizeof merged, "%s.merged.pb.gz", whole_path);
+    alen += (size_t)snprintf(args + alen, sizeof args - alen, " > '%s'", merged);
+    ASSERT(alen < sizeof args);
+    int st = 0;
+    char *out = tu_pprof(args, &st);
+    if (st != 0)
+        TEST_FAIL("go tool pprof %s failed:\n%s", args, out);
+    free(out);
+    raw_t m;
+    read_pb(merged, &m, 0);
+    expect_same(&whole, &m, "merged by go tool pprof -proto");
+    free_raw(&m);
+    unlink(merged);
+
     uint64_t in_leaf = 0;
     for (size_t i = 0; i < whole.n; i++) {
         const char *semi = strchr(whole.e[i].key, ';');
