@@ -3,6 +3,7 @@
  * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
 #include "cli/cli.h"
+#include "preload/file_names.h"
 #include "preload/preload_config.h"
 
 #include <dirent.h>
@@ -52,6 +53,8 @@ const char snapprof__record_usage[] =
     "                       proc (no signal: read through /proc; default) or\n"
     "                       signal (the handshake: a signal can end its wait early)\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
+    "      --loop T         also one profile per interval T (60s, 5m, 1h; at least\n"
+    "                       1s), each file named BASE.<UTC start>EXT beside FILE\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
     "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
     "                       event per thread), timer (a CPU-time timer per thread,\n"
@@ -103,6 +106,7 @@ typedef struct options {
     unsigned n_formats;
     int wall;
     const char *duration; /* as given, checked */
+    const char *loop;     /* --loop as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
     const char *crash_mode;
@@ -184,6 +188,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->duration = option_value(argc, argv, &i, NULL, "--duration");
             if (snapprof__parse_duration(o->duration, &ns, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad duration: %s", why);
+        } else if (matches(a, NULL, "--loop")) {
+            uint64_t ns;
+            o->loop = option_value(argc, argv, &i, NULL, "--loop");
+            if (snapprof__parse_loop(o->loop, &ns, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --loop: %s", why);
         } else if (matches(a, NULL, "--signal")) {
             int signo;
             o->signal = option_value(argc, argv, &i, NULL, "--signal");
@@ -385,6 +394,32 @@ static void set_env(const char *name, const char *value)
         die(EXIT_USAGE, "cannot set %s: %s", name, strerror(errno));
 }
 
+/* --loop: how many interval files of each output the program left
+ * (BASE.<UTC start>EXT, file_names.h), in one line each. */
+static void print_intervals(const snapprof__output_spec_t *outputs, unsigned n_outputs)
+{
+    for (unsigned i = 0; i < n_outputs; i++) {
+        const char *path = outputs[i].path, *slash = strrchr(path, '/');
+        size_t base = snapprof__name_base_length(path), dirlen = (size_t)(slash - path);
+        const char *name = slash + 1, *ext = path + base;
+        size_t nlen = base - dirlen - 1, elen = strlen(ext);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", (int)(dirlen ? dirlen : 1), path);
+        DIR *d = opendir(dir);
+        unsigned n = 0;
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            size_t len = strlen(de->d_name);
+            n += len == nlen + 1 + 16 + elen && strncmp(de->d_name, name, nlen) == 0 &&
+                 de->d_name[nlen] == '.' && de->d_name[nlen + 16] == 'Z' &&
+                 strcmp(de->d_name + len - elen, ext) == 0;
+        }
+        if (d)
+            closedir(d);
+        fprintf(stderr, "snapprof: %u interval profiles: '%.*s'.*Z'%s'\n", n, (int)base, path, ext);
+    }
+}
+
 static int record(options_t *o)
 {
     char preload[PATH_MAX], program[PATH_MAX], why[256];
@@ -441,6 +476,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_DURATION, o->duration);
     else
         unsetenv(SNAPPROF_ENV_DURATION);
+    if (o->loop)
+        set_env(SNAPPROF_ENV_LOOP, o->loop);
+    else
+        unsetenv(SNAPPROF_ENV_LOOP);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
     set_env(SNAPPROF_ENV_CRASH, o->crash_mode ? o->crash_mode : "write");
     if (o->trigger)
@@ -510,6 +549,8 @@ static int record(options_t *o)
     if (!o->quiet)
         snapprof__record_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status,
                                  o->crash_off, preload);
+    if (!o->quiet && o->loop)
+        print_intervals(outputs, n_outputs);
     if (summary_dir[0])
         remove_dir(summary_dir);
 

@@ -62,6 +62,34 @@ int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_
     return snapprof__parse_duration(s, out_ns, why, why_size);
 }
 
+int snapprof__parse_loop(const char *s, uint64_t *out_ns, char *why, size_t why_size)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || s == end || errno != 0 || isnan(v)) {
+        WHY("'%s' is not an interval (60s, 5m, 1h)", s ? s : "");
+        return -1;
+    }
+    double unit = 1;
+    if (strcmp(end, "m") == 0)
+        unit = 60;
+    else if (strcmp(end, "h") == 0)
+        unit = 3600;
+    else if (*end != '\0' && strcmp(end, "s") != 0) {
+        WHY("'%s' is not an interval (60s, 5m, 1h)", s);
+        return -1;
+    }
+    v *= unit;
+    if (!(v >= 1) || v > SNAPPROF_DURATION_MAX_S) {
+        WHY("%s is out of range (1 s to %.0f s: files are named to the second)", s,
+            SNAPPROF_DURATION_MAX_S);
+        return -1;
+    }
+    *out_ns = (uint64_t)(v * 1e9);
+    return 0;
+}
+
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size)
 {
     if (s && strcasecmp(s, "cpu") == 0)
@@ -654,6 +682,11 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
                  why);
             cfg->checkpoint_ns = 0;
         }
+    }
+    if ((v = get(SNAPPROF_ENV_LOOP)) && *v &&
+        snapprof__parse_loop(v, &cfg->loop_ns, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; one profile for the whole run", SNAPPROF_ENV_LOOP, why);
+        cfg->loop_ns = 0;
     }
     cfg->follow_fork = 1;
     if ((v = get(SNAPPROF_ENV_FORK)) &&

@@ -275,6 +275,8 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
+    if (c.loop_ns) /* rolling profiles: the first interval from the start */
+        snapprof__preload_loop_attach(p, &g.cfg);
     snapprof__preload_threads_begin(p, c.signo);
     /* From here on new threads register themselves; they wait on the lock
      * until the scan below is done, then find themselves or are added. */
@@ -290,6 +292,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     if (rc != 0) {
         atomic_store(&snapprof__preload_tracking_on, 0);
         snapprof__preload_threads_end(0);
+        snapprof__preload_loop_detach();
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
         g.unnamed = NULL;
@@ -299,6 +302,8 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.start_time = time(NULL);
     g.start_mono = snapprof__monotonic_ns();
     publish_state(1, g.start_time, c.outputs[0].path);
+    if (c.loop_ns)
+        snapprof__preload_loop_start();
     atomic_store(&snapprof__preload_owner_pid, (int)getpid());
     snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0, helper_main);
     return 0;
@@ -394,7 +399,9 @@ int snapprof__preload_stop(const char *note)
     file_id_t before[SNAPPROF_OUTPUTS_MAX];
     for (unsigned i = 0; i < g.cfg.n_outputs; i++)
         before[i] = file_id(g.cfg.outputs[i].path);
+    snapprof__preload_loop_quit();
     int rc = snapprof_profiler_stop(p);
+    snapprof__preload_loop_detach(); /* the last interval, written by the stop */
     snapprof_stats_t st;
     memset(&st, 0, sizeof st);
     snapprof_profiler_get_stats(p, &st);
@@ -540,6 +547,7 @@ void snapprof__preload_state_fork_child(void)
 {
     pthread_mutex_init(&g_state_lock, NULL);
     g_state.running = 0;
+    snapprof__preload_loop_fork_child();
 }
 
 void snapprof__preload_get_state(snapprof__preload_state_t *out)

@@ -39,6 +39,9 @@ static void to_builders(snapprof_profiler_t *p, const snapprof_sample_t *s)
     for (size_t i = 0; i < p->builder_count; i++)
         if (snapprof__builder_sample(p->builders[i], s) < 0)
             failed = 1;
+    for (size_t i = 0; i < p->attached_count; i++) /* attach.c */
+        if (snapprof__builder_sample(p->attached[i].builder, s) < 0)
+            failed = 1;
     if (failed)
         snapprof__fail(p, SNAPPROF_FAIL_BUILDER);
 }

@@ -502,6 +502,8 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         if ((rc = snapprof__builder_started(b, &info)) != 0)
             goto undo;
     }
+    if ((rc = snapprof__attached_start(p, &info)) != 0)
+        goto undo;
     snapprof__sampler_lock();
     if ((wall_by_triggers(p) || (p->params.mode == SNAPPROF_MODE_CPU &&
                                  p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE)) &&
@@ -672,6 +674,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
     int result = complete_builders(p, &info);
+    snapprof__attached_complete(p, &stats);
     snapprof__sampler_lock();
     p->result = result;
     p->state = PROFILER_COMPLETED;
@@ -740,6 +743,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->builder_count; i++)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);
+    snapprof__attached_destroy(p);
     free(p->frames);
     free(p->kernel_frames);
     free(p->frames_alt);
@@ -814,4 +818,9 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     atomic_store(&thread->name_pending, 0);
     snapprof__sampler_unlock();
     return 0;
+}
+
+void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
+{
+    snapshot_stats(p, out);
 }
