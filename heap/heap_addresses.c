@@ -26,8 +26,9 @@
  * removers that find it in the old table win its slot there, and the
  * mover's copy is then tombstoned again. Tables are never freed: each size
  * has two, used in turn, so a remove that was preempted in an old table
- * stays memory-safe; one preempted across two whole rebuilds may miss its
- * address (the block then stays in use in the profile). */
+ * stays memory-safe; a table emptied for reuse bumps its epoch (a
+ * seqlock), and a remove that did not find its address in a table whose
+ * epoch moved meanwhile looks again from the start of the chain. */
 #include "heap/heap_internal.h"
 
 #include <errno.h>
@@ -44,6 +45,9 @@ typedef struct table {
     unsigned shift;
     _Atomic size_t used;        /* slots no longer EMPTY */
     _Atomic uint32_t inserters; /* inserts running on this table */
+    /* Odd while the table is being emptied for reuse, bumped twice each
+     * time: a remove that saw it change while it looked starts again. */
+    _Atomic uint64_t epoch;
     _Atomic(struct table *) next;
     _Atomic uintptr_t keys[];
 } table_t;
@@ -140,12 +144,22 @@ int snapprof__heap_set_remove(uintptr_t a)
         return 0;
     if (a == EMPTY || a == TOMB)
         return 0;
-    for (table_t *t = atomic_load_explicit(&g_search, memory_order_acquire); t;
-         t = atomic_load_explicit(&t->next, memory_order_acquire)) {
-        if (table_remove(t, a)) {
+restart:
+    for (table_t *t = atomic_load_explicit(&g_search, memory_order_acquire); t;) {
+        uint64_t e = atomic_load_explicit(&t->epoch, memory_order_acquire);
+        /* An entry of a is a sampled block at a, whichever table holds
+         * it: removing it is right even in a table reused meanwhile. */
+        if (!(e & 1) && table_remove(t, a)) {
             atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
             return 1;
         }
+        table_t *next = atomic_load_explicit(&t->next, memory_order_acquire);
+        /* Not found, but the table was emptied for reuse while we looked
+         * (we were preempted across a rebuild): the answer is stale. */
+        atomic_thread_fence(memory_order_acquire);
+        if ((e & 1) || atomic_load_explicit(&t->epoch, memory_order_relaxed) != e)
+            goto restart;
+        t = next;
     }
     return 0;
 }
@@ -159,6 +173,17 @@ int snapprof__heap_set_nearly_full(void)
 long snapprof__heap_set_count(void)
 {
     return atomic_load(&g_live);
+}
+
+long snapprof__heap_set_entries(void)
+{
+    long n = 0;
+    for (table_t *t = atomic_load(&g_search); t; t = atomic_load(&t->next))
+        for (size_t i = 0; i < t->cap; i++) {
+            uintptr_t k = atomic_load(&t->keys[i]);
+            n += k != EMPTY && k != TOMB;
+        }
+    return n;
 }
 
 size_t snapprof__heap_set_capacity(void)
@@ -184,14 +209,21 @@ static table_t *spare_table(unsigned shift)
                 return NULL;
             t = m;
             g_tables[shift][i] = t;
+            t->cap = cap;
+            t->shift = 64 - shift;
+            atomic_store_explicit(&t->epoch, 0, memory_order_relaxed);
         } else {
+            /* A seqlock's write: removes that looked meanwhile look again. */
+            atomic_fetch_add_explicit(&t->epoch, 1, memory_order_relaxed);
+            atomic_thread_fence(memory_order_release);
             for (size_t k = 0; k < cap; k++)
                 atomic_store_explicit(&t->keys[k], EMPTY, memory_order_relaxed);
+            atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
+            atomic_fetch_add_explicit(&t->epoch, 1, memory_order_release);
         }
-        t->cap = cap;
-        t->shift = 64 - shift;
+        /* inserters is left as it is: an insert that found this table
+         * retired may still be taking its announcement back. */
         atomic_store_explicit(&t->used, 0, memory_order_relaxed);
-        atomic_store_explicit(&t->inserters, 0, memory_order_relaxed);
         atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
         return t;
     }
@@ -221,28 +253,35 @@ static int inserters_gone(table_t *t)
     return 0;
 }
 
-/* Moves every address of old into new (see the file's comment). */
-static void move_all(table_t *old, table_t *new_)
+/* Moves every address of old into new (see the file's comment). Returns
+ * 0, or -1 when new had no room for one (old stays searched). */
+static int move_all(table_t *old, table_t *new_)
 {
+    int rc = 0;
     for (size_t i = 0; i < old->cap; i++) {
         uintptr_t k = atomic_load_explicit(&old->keys[i], memory_order_acquire);
         if (k == EMPTY || k == TOMB)
             continue;
-        long j = table_insert(new_, k);
-        if (j < 0)
-            continue; /* cannot happen: new is at most half full */
+        const uintptr_t addr = k;
+        long j = table_insert(new_, addr);
+        if (j < 0) {
+            rc = -1; /* new is at most half full: only at the largest size */
+            continue;
+        }
         atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
         if (atomic_compare_exchange_strong_explicit(&old->keys[i], &k, TOMB, memory_order_acq_rel,
                                                     memory_order_relaxed)) {
             atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
         } else {
-            /* Its free won the old slot first: the copy goes too. */
-            uintptr_t c = k;
+            /* Its free won the old slot first: the copy goes too (k now
+             * holds what the failed exchange found, not the address). */
+            uintptr_t c = addr;
             if (atomic_compare_exchange_strong_explicit(&new_->keys[j], &c, TOMB,
                                                         memory_order_acq_rel, memory_order_relaxed))
                 atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
         }
     }
+    return rc;
 }
 
 /* Finishes a move begun earlier: once no insert runs on the old table any
@@ -252,8 +291,8 @@ static void finish_move(void)
     table_t *old = atomic_load(&g_search), *cur = atomic_load(&g_insert);
     if (old == cur || !inserters_gone(old))
         return;
-    move_all(old, cur);
-    atomic_store_explicit(&g_search, cur, memory_order_release);
+    if (move_all(old, cur) == 0)
+        atomic_store_explicit(&g_search, cur, memory_order_release);
 }
 
 int snapprof__heap_set_maintain(void)
