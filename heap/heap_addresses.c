@@ -26,9 +26,9 @@
  * removers that find it in the old table win its slot there, and the
  * mover's copy is then tombstoned again. Tables are never freed: each size
  * has two, used in turn, so a remove that was preempted in an old table
- * stays memory-safe; a table emptied for reuse bumps its epoch (a
- * seqlock), and a remove that did not find its address in a table whose
- * epoch moved meanwhile looks again from the start of the chain. */
+ * stays memory-safe; emptying a table for reuse bumps a global count (a
+ * seqlock), and a remove that did not find its address while it moved
+ * looks again from the start of the chain. */
 #include "heap/heap_internal.h"
 
 #include <errno.h>
@@ -45,9 +45,6 @@ typedef struct table {
     unsigned shift;
     _Atomic size_t used;        /* slots no longer EMPTY */
     _Atomic uint32_t inserters; /* inserts running on this table */
-    /* Odd while the table is being emptied for reuse, bumped twice each
-     * time: a remove that saw it change while it looked starts again. */
-    _Atomic uint64_t epoch;
     _Atomic(struct table *) next;
     _Atomic uintptr_t keys[];
 } table_t;
@@ -60,6 +57,7 @@ static table_t *g_tables[MAX_SHIFT + 1][2];
 static _Atomic(table_t *) g_search; /* the oldest table removes look in */
 static _Atomic(table_t *) g_insert; /* the table inserts go to */
 static _Atomic long g_live;         /* entries in the set */
+static _Atomic uint64_t g_recycles; /* odd while a table is emptied for reuse */
 
 static size_t hash(const table_t *t, uintptr_t a)
 {
@@ -67,9 +65,9 @@ static size_t hash(const table_t *t, uintptr_t a)
 }
 
 /* Inserts a when the table has room. Returns the slot, or -1. */
-static long table_insert(table_t *t, uintptr_t a)
+static long table_insert_limit(table_t *t, uintptr_t a, size_t limit)
 {
-    size_t mask = t->cap - 1, limit = t->cap - t->cap / 8;
+    size_t mask = t->cap - 1;
     size_t i = hash(t, a);
     for (size_t n = 0; n < t->cap; n++, i = (i + 1) & mask) {
         uintptr_t k = atomic_load_explicit(&t->keys[i], memory_order_relaxed);
@@ -94,6 +92,11 @@ static long table_insert(table_t *t, uintptr_t a)
         }
     }
     return -1;
+}
+
+static long table_insert(table_t *t, uintptr_t a)
+{
+    return table_insert_limit(t, a, t->cap - t->cap / 8);
 }
 
 /* Tombstones one entry of a. Returns 1 when it did. */
@@ -144,23 +147,27 @@ int snapprof__heap_set_remove(uintptr_t a)
         return 0;
     if (a == EMPTY || a == TOMB)
         return 0;
-restart:
-    for (table_t *t = atomic_load_explicit(&g_search, memory_order_acquire); t;) {
-        uint64_t e = atomic_load_explicit(&t->epoch, memory_order_acquire);
+    int tries = 0;
+restart:;
+    /* Tables are reused (emptied, then filled anew): a remove that finds
+     * nothing while one was reused looks again (a seqlock over all). */
+    uint64_t g0 = atomic_load_explicit(&g_recycles, memory_order_acquire);
+    if ((g0 & 1) && ++tries < 1000)
+        goto restart;
+    for (table_t *t = atomic_load_explicit(&g_search, memory_order_acquire); t;
+         t = atomic_load_explicit(&t->next, memory_order_acquire)) {
         /* An entry of a is a sampled block at a, whichever table holds
          * it: removing it is right even in a table reused meanwhile. */
-        if (!(e & 1) && table_remove(t, a)) {
+        if (table_remove(t, a)) {
             atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
             return 1;
         }
-        table_t *next = atomic_load_explicit(&t->next, memory_order_acquire);
-        /* Not found, but the table was emptied for reuse while we looked
-         * (we were preempted across a rebuild): the answer is stale. */
-        atomic_thread_fence(memory_order_acquire);
-        if ((e & 1) || atomic_load_explicit(&t->epoch, memory_order_relaxed) != e)
-            goto restart;
-        t = next;
     }
+    atomic_thread_fence(memory_order_acquire);
+    /* Bounded: a lookup interrupted by 8 reuses in a row (a thread
+     * preempted again and again) gives up; its block stays in use. */
+    if (atomic_load_explicit(&g_recycles, memory_order_relaxed) != g0 && ++tries < 8)
+        goto restart;
     return 0;
 }
 
@@ -211,15 +218,14 @@ static table_t *spare_table(unsigned shift)
             g_tables[shift][i] = t;
             t->cap = cap;
             t->shift = 64 - shift;
-            atomic_store_explicit(&t->epoch, 0, memory_order_relaxed);
         } else {
             /* A seqlock's write: removes that looked meanwhile look again. */
-            atomic_fetch_add_explicit(&t->epoch, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&g_recycles, 1, memory_order_relaxed);
             atomic_thread_fence(memory_order_release);
             for (size_t k = 0; k < cap; k++)
                 atomic_store_explicit(&t->keys[k], EMPTY, memory_order_relaxed);
             atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
-            atomic_fetch_add_explicit(&t->epoch, 1, memory_order_release);
+            atomic_fetch_add_explicit(&g_recycles, 1, memory_order_release);
         }
         /* inserters is left as it is: an insert that found this table
          * retired may still be taking its announcement back. */
@@ -263,7 +269,8 @@ static int move_all(table_t *old, table_t *new_)
         if (k == EMPTY || k == TOMB)
             continue;
         const uintptr_t addr = k;
-        long j = table_insert(new_, addr);
+        /* The mover may fill the last eighth the hooks leave free. */
+        long j = table_insert_limit(new_, addr, new_->cap);
         if (j < 0) {
             rc = -1; /* new is at most half full: only at the largest size */
             continue;

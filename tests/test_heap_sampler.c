@@ -165,7 +165,8 @@ static void *maintainer(void *arg)
         pthread_mutex_lock(&maintain_lock);
         ASSERT_OK(snapprof__heap_set_maintain());
         pthread_mutex_unlock(&maintain_lock);
-        struct timespec ts = {0, 100000};
+        /* Far more often than the drain (every 20 ms at most). */
+        struct timespec ts = {0, 500000};
         nanosleep(&ts, NULL);
     }
     return NULL;
@@ -189,7 +190,8 @@ static void *worker_main(void *arg)
             int rc;
             /* Refused while the sampling side has not grown it yet: with
              * retry, everything goes in (set_grows); without, some. */
-            while ((rc = snapprof__heap_set_insert(a)) != 0 && w->retry)
+            uint64_t give_up = tu_mono_ns() + 2000000000ull;
+            while ((rc = snapprof__heap_set_insert(a)) != 0 && w->retry && tu_mono_ns() < give_up)
                 sched_yield();
             if (rc == 0)
                 w->inserted++;
@@ -271,10 +273,25 @@ static void set_grows(void)
     pthread_mutex_lock(&maintain_lock);
     snapprof__heap_set_clear();
     pthread_mutex_unlock(&maintain_lock);
-    /* With it, 4 threads keep 4 x 12000 addresses live at once: the table
-     * must reach 65536 slots and more. */
-    set_run(4, 3, 12000, 1);
+    /* With it (here between inserts, as the drain does between hooks),
+     * 40000 live addresses all go in: the set doubles, and each is
+     * found once. */
+    for (uintptr_t i = 0; i < 40000; i++) {
+        if (i % 1000 == 0) {
+            pthread_mutex_lock(&maintain_lock);
+            ASSERT_OK(snapprof__heap_set_maintain());
+            ASSERT_OK(snapprof__heap_set_maintain()); /* a move left to finish */
+            pthread_mutex_unlock(&maintain_lock);
+        }
+        ASSERT_OK(snapprof__heap_set_insert(0x7100000000 + i * 16));
+    }
     ASSERT_GE(snapprof__heap_set_capacity(), 4 * cap0);
+    for (uintptr_t i = 0; i < 40000; i++)
+        ASSERT_EQ(snapprof__heap_set_remove(0x7100000000 + i * 16), 1);
+    ASSERT_EQ(snapprof__heap_set_remove(0x7100000000 + 16), 0);
+    ASSERT_EQ(snapprof__heap_set_entries(), 0);
+    ASSERT_EQ(snapprof__heap_set_count(), 0);
+    printf("capacity %zu -> %zu\n", cap0, snapprof__heap_set_capacity());
 }
 
 static const test_case_t cases[] = {
