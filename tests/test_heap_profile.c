@@ -398,9 +398,13 @@ static void profile_reentrancy(void)
 {
     heap_collector_t c = {.reenter = 1};
     snapprof_profiler_t *p = heap_profiler(1, hc_builder(&c, &hc_ops_v2), NULL);
-    int sampled = churn(200, 64); /* R = 1 byte: every allocation */
+    int sampled = 0;
+    for (int i = 0; i < 10; i++) {
+        /* R = 1 byte: every allocation; 20 at a time, as slots free up */
+        sampled += churn(20, 64);
+        wait_drained(p, (uint64_t)sampled);
+    }
     ASSERT_EQ(sampled, 200);
-    wait_drained(p, 200);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
