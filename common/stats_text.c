@@ -495,6 +495,7 @@ static const struct {
     {"events_", "events and labels"},
     {"labels_", "events and labels"},
     {"app_frames", "events and labels"},
+    {"heap_", "heap"},
     {"mmap_", "memory"},
     {"fds_", "the library's fds"},
     {"roundtrip_", "sampler cost"},

@@ -92,7 +92,13 @@
     XX(U64, handler_replaced_disarmed)                                                             \
     XX(U64, large_buffer_bytes)                                                                    \
     XX(U64, large_buffer_bytes_max)                                                                \
-    XX(U64, truncated_copy_budget)
+    XX(U64, truncated_copy_budget)                                                                 \
+    XX(U64, heap_samples)                                                                          \
+    XX(U64, heap_frees)                                                                            \
+    XX(U64, heap_dropped_no_slot)                                                                  \
+    XX(U64, heap_dropped_set_full)                                                                 \
+    XX(U64, heap_dropped_no_stack)                                                                 \
+    XX(U64, heap_frees_lost)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

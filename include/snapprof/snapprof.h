@@ -234,7 +234,7 @@ typedef struct snapprof_label {
 /* What a sample counts (snapprof_sample_t.kind, added in 0.7.0). One
  * table: XX(name, value, text), as SNAPPROF_FAIL_MAP. */
 #define SNAPPROF_SAMPLE_KIND_MAP(XX)                                                               \
-    /* CPU or wall time, weighed by cpu_ns and wall_ns (every sample before 0.7.0) */             \
+    /* CPU or wall time, weighed by cpu_ns and wall_ns (every sample before 0.7.0) */              \
     XX(TIME, 0, "time")                                                                            \
     /* one sampled allocation of `bytes` bytes, taken at this stack */                             \
     XX(HEAP_ALLOC, 1, "heap_alloc")                                                                \
@@ -502,6 +502,23 @@ typedef struct snapprof_stats {
     /* Of truncated_copy: captures of threads that memory budget left
      * without a free large buffer that fits. */
     uint64_t truncated_copy_budget;
+    /* -- Added in 0.7.0: heap sampling (<snapprof/heap.h>, issue 27) -- */
+    /* Sampled allocations delivered (SNAPPROF_SAMPLE_KIND_HEAP_ALLOC) and
+     * frees of sampled blocks delivered (SNAPPROF_SAMPLE_KIND_HEAP_FREE). */
+    uint64_t heap_samples;
+    uint64_t heap_frees;
+    /* Sampled allocations dropped in the hook: no capture slot was free;
+     * the set of live sampled addresses was full (the sampling thread grows
+     * it before it fills, unless it falls far behind); the thread's stack
+     * bounds could not be found (/proc/self/maps unreadable). */
+    uint64_t heap_dropped_no_slot;
+    uint64_t heap_dropped_set_full;
+    uint64_t heap_dropped_no_stack;
+    /* Frees of sampled blocks not delivered because the queue they wait in
+     * for the sampling thread was full: those blocks stay in use in the
+     * profile. */
+    uint64_t heap_frees_lost;
+    /* -- end of the 0.7.0 heap block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -988,6 +1005,15 @@ typedef struct snapprof_params {
      * fewer threads a second with 1, 18 % fewer with 4). 0 (the default):
      * none (SNAPPROF_SHORT_THREADS=N in the preload library). */
     unsigned short_threads;
+    /* Added in 0.7.0 (read only when size covers it). Heap sampling
+     * (<snapprof/heap.h>): the mean number of bytes allocated between two
+     * sampled allocations, per thread (Go's MemProfileRate; 524288 is Go's
+     * and jemalloc's default). While a profiler with a nonzero heap_interval
+     * runs, snapprof_heap_note_alloc() samples allocations and its builders
+     * of ops version 2 receive SNAPPROF_SAMPLE_KIND_HEAP_ALLOC and _FREE
+     * samples. One profiler at a time samples the heap: starting a second
+     * one fails with -EBUSY. 0 (the default): no heap sampling. */
+    size_t heap_interval;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),
