@@ -1,0 +1,36 @@
+# Tests of the heap hooks (preload_heap/): real programs run with
+# LD_PRELOAD of libsnapprof-heap.so and of a test consumer that stands in
+# for the heap sampler (test_preload_heap_consumer.c: defines
+# snapprof_heap_note_alloc/free, counts what it is told). The programs keep
+# their own tally and compare. Sanitizer builds skip them (77): the
+# sanitizer runtimes own malloc and must load first.
+
+add_library(preload_heap_consumer SHARED test_preload_heap_consumer.c)
+target_compile_options(preload_heap_consumer PRIVATE ${SNAPPROF_WARNINGS})
+set_target_properties(preload_heap_consumer PROPERTIES C_VISIBILITY_PRESET hidden)
+
+# Preloaded after the hooks: its constructor allocates before theirs runs.
+add_library(preload_heap_early SHARED test_preload_heap_early.c)
+target_compile_options(preload_heap_early PRIVATE ${SNAPPROF_WARNINGS})
+set_target_properties(preload_heap_early PROPERTIES C_VISIBILITY_PRESET hidden)
+target_link_libraries(preload_heap_early PRIVATE ${CMAKE_DL_LIBS})
+
+add_executable(preload_heap_prog test_preload_heap_prog.c)
+target_compile_options(preload_heap_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(preload_heap_prog PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+
+add_executable(preload_heap_prog_cxx test_preload_heap_prog_cxx.cpp)
+target_compile_options(preload_heap_prog_cxx PRIVATE -Wall -Wextra $<$<BOOL:${SNAPPROF_WERROR}>:-Werror>)
+set_target_properties(preload_heap_prog_cxx PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+target_link_libraries(preload_heap_prog_cxx PRIVATE ${CMAKE_DL_LIBS})
+
+snapprof_add_test_cases(EXE preload_heap SOURCES test_preload_heap_hooks.c test_preload_util.c
+  PREFIX preload_heap_ LABELS preload TIMEOUT 120)
+target_compile_definitions(preload_heap PRIVATE
+  HEAP_LIB="$<TARGET_FILE:snapprof_heap>"
+  HEAP_CONSUMER="$<TARGET_FILE:preload_heap_consumer>"
+  HEAP_EARLY="$<TARGET_FILE:preload_heap_early>"
+  HEAP_PROG="$<TARGET_FILE:preload_heap_prog>"
+  HEAP_PROG_CXX="$<TARGET_FILE:preload_heap_prog_cxx>")
+add_dependencies(preload_heap snapprof_heap preload_heap_consumer preload_heap_early
+  preload_heap_prog preload_heap_prog_cxx)
