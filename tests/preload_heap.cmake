@@ -15,6 +15,12 @@ target_compile_options(preload_heap_early PRIVATE ${SNAPPROF_WARNINGS})
 set_target_properties(preload_heap_early PROPERTIES C_VISIBILITY_PRESET hidden)
 target_link_libraries(preload_heap_early PRIVATE ${CMAKE_DL_LIBS})
 
+# A dlsym that allocates, preloaded after the hooks.
+add_library(preload_heap_dlsym SHARED test_preload_heap_dlsym.c)
+target_compile_options(preload_heap_dlsym PRIVATE ${SNAPPROF_WARNINGS})
+set_target_properties(preload_heap_dlsym PROPERTIES C_VISIBILITY_PRESET hidden)
+target_link_libraries(preload_heap_dlsym PRIVATE ${CMAKE_DL_LIBS})
+
 add_executable(preload_heap_prog test_preload_heap_prog.c)
 target_compile_options(preload_heap_prog PRIVATE ${SNAPPROF_WARNINGS})
 target_link_libraries(preload_heap_prog PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
@@ -30,7 +36,8 @@ target_compile_definitions(preload_heap PRIVATE
   HEAP_LIB="$<TARGET_FILE:snapprof_heap>"
   HEAP_CONSUMER="$<TARGET_FILE:preload_heap_consumer>"
   HEAP_EARLY="$<TARGET_FILE:preload_heap_early>"
+  HEAP_DLSYM="$<TARGET_FILE:preload_heap_dlsym>"
   HEAP_PROG="$<TARGET_FILE:preload_heap_prog>"
   HEAP_PROG_CXX="$<TARGET_FILE:preload_heap_prog_cxx>")
-add_dependencies(preload_heap snapprof_heap preload_heap_consumer preload_heap_early
+add_dependencies(preload_heap snapprof_heap preload_heap_consumer preload_heap_early preload_heap_dlsym
   preload_heap_prog preload_heap_prog_cxx)

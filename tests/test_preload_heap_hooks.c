@@ -81,6 +81,22 @@ static void test_bootstrap(void)
     free(out);
 }
 
+/* The same when dlsym allocates while the hooks resolve the allocator:
+ * those allocations come from the bootstrap buffer, are never noted, and
+ * their frees are ignored. */
+static void test_bootstrap_dlsym_allocates(void)
+{
+    int status;
+    char *out =
+        run(&status, HEAP_LIB " " HEAP_CONSUMER " " HEAP_DLSYM " " HEAP_EARLY, HEAP_PROG, "boot");
+    ASSERT_EQ(status, 0);
+    ASSERT_CONTAINS(out, "ok boot");
+    const char *b = strstr(out, "bootstrap buffer: ");
+    ASSERT_NOT_NULL(b);
+    ASSERT_GT(strtol(b + strlen("bootstrap buffer: "), NULL, 10), 0);
+    free(out);
+}
+
 /* 8 threads, cross-thread frees, blocks outliving their threads, frees in
  * TLS destructors, a fork with allocating atfork handlers. */
 static void test_threads_fork(void)
@@ -89,9 +105,13 @@ static void test_threads_fork(void)
 }
 
 static const test_case_t cases[] = {
-    {"c_functions", test_c_functions}, {"counts_need_hooks", test_counts_need_hooks},
-    {"no_sampler", test_no_sampler},   {"cxx_operators", test_cxx_operators},
-    {"bootstrap", test_bootstrap},     {"threads_fork", test_threads_fork},
+    {"c_functions", test_c_functions},
+    {"counts_need_hooks", test_counts_need_hooks},
+    {"no_sampler", test_no_sampler},
+    {"cxx_operators", test_cxx_operators},
+    {"bootstrap", test_bootstrap},
+    {"bootstrap_dlsym_allocates", test_bootstrap_dlsym_allocates},
+    {"threads_fork", test_threads_fork},
 };
 
 int main(int argc, char **argv)
