@@ -4,6 +4,9 @@
 // libstdc++'s operators reach malloc, aligned_alloc and operator delete
 // again: each must still be noted once.
 #include "test_preload_heap_consumer.h"
+#ifdef GOT_MODE
+#include "preload_heap/heap_got.h" // linked with the GOT patcher instead
+#endif
 
 #include <cerrno>
 #include <cstdint>
@@ -47,6 +50,12 @@ struct alignas(256) Aligned { // its size a multiple of 256
 
 int main()
 {
+#ifdef GOT_MODE
+    int patched = snapprof_heap_hooks_install();
+    printf("install: %d entries\n", patched);
+    if (patched <= 0)
+        FAIL("install patched nothing");
+#endif
     size_fn = (hc_size_fn)dlsym(RTLD_DEFAULT, "test_heap_consumer_size");
     totals_fn = (hc_totals_fn)dlsym(RTLD_DEFAULT, "test_heap_consumer_totals");
     printf("consumer: %s\n", size_fn ? "yes" : "no");
