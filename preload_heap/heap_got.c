@@ -342,8 +342,8 @@ static const char *hg_basename(const char *path)
 }
 
 /* Modules never patched: the dynamic loader and the vDSO (no allocation
- * calls through a GOT), and the sanitizer runtimes, whose interceptors are
- * the allocator the program's entries point at. */
+ * calls through a GOT), the sanitizer runtimes, whose interceptors are the
+ * allocator the program's entries point at, and in sanitizer builds libc. */
 static int hg_skip_module(const char *name)
 {
     static const char *const prefixes[] = {"ld-linux",   "ld64.so",   "ld.so",   "linux-vdso",
@@ -353,6 +353,13 @@ static int hg_skip_module(const char *name)
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
         if (!strncmp(b, prefixes[i], strlen(prefixes[i])))
             return 1;
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* libc allocates through its GOT on threads the sanitizer runtime has
+     * not set up yet (pthread_getattr_np, from TSan's own thread start):
+     * the sampler, instrumented, cannot run there. */
+    if (!strncmp(b, "libc.so", 7))
+        return 1;
+#endif
     return 0;
 }
 
