@@ -21,12 +21,18 @@ target_compile_options(preload_heap_dlsym PRIVATE ${SNAPPROF_WARNINGS})
 set_target_properties(preload_heap_dlsym PROPERTIES C_VISIBILITY_PRESET hidden)
 target_link_libraries(preload_heap_dlsym PRIVATE ${CMAKE_DL_LIBS})
 
+# -fno-builtin in the programs: they check what the allocator does, which
+# a compiler that knows malloc (clang assumes it never sets errno, and may
+# leave out an allocation freed at once) would answer for it.
 add_executable(preload_heap_prog test_preload_heap_prog.c)
-target_compile_options(preload_heap_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_compile_options(preload_heap_prog PRIVATE ${SNAPPROF_WARNINGS} -fno-builtin)
 target_link_libraries(preload_heap_prog PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 
 add_executable(preload_heap_prog_cxx test_preload_heap_prog_cxx.cpp)
-target_compile_options(preload_heap_prog_cxx PRIVATE -Wall -Wextra $<$<BOOL:${SNAPPROF_WERROR}>:-Werror>)
+# Sized operator delete is declared by clang only with -fsized-deallocation.
+set(PRELOAD_HEAP_CXX_FLAGS -Wall -Wextra $<$<BOOL:${SNAPPROF_WERROR}>:-Werror> -fno-builtin
+  $<$<CXX_COMPILER_ID:Clang>:-fsized-deallocation>)
+target_compile_options(preload_heap_prog_cxx PRIVATE ${PRELOAD_HEAP_CXX_FLAGS})
 set_target_properties(preload_heap_prog_cxx PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
 target_link_libraries(preload_heap_prog_cxx PRIVATE ${CMAKE_DL_LIBS})
 
@@ -39,14 +45,14 @@ target_compile_options(preload_heap_got_lib PRIVATE ${SNAPPROF_WARNINGS} -fno-pl
 set_target_properties(preload_heap_got_lib PROPERTIES C_VISIBILITY_PRESET hidden)
 target_link_options(preload_heap_got_lib PRIVATE "LINKER:-z,relro,-z,now")
 add_executable(preload_heap_got_prog test_preload_heap_got_prog.c)
-target_compile_options(preload_heap_got_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_compile_options(preload_heap_got_prog PRIVATE ${SNAPPROF_WARNINGS} -fno-builtin)
 target_compile_definitions(preload_heap_got_prog PRIVATE
   GOT_LIB="$<TARGET_FILE:preload_heap_got_lib>")
 target_link_libraries(preload_heap_got_prog PRIVATE snapprof_heap_got preload_heap_consumer
   Threads::Threads ${CMAKE_DL_LIBS})
 add_dependencies(preload_heap_got_prog preload_heap_got_lib)
 add_executable(preload_heap_got_prog_cxx test_preload_heap_prog_cxx.cpp)
-target_compile_options(preload_heap_got_prog_cxx PRIVATE -Wall -Wextra $<$<BOOL:${SNAPPROF_WERROR}>:-Werror>)
+target_compile_options(preload_heap_got_prog_cxx PRIVATE ${PRELOAD_HEAP_CXX_FLAGS})
 target_compile_definitions(preload_heap_got_prog_cxx PRIVATE GOT_MODE=1)
 set_target_properties(preload_heap_got_prog_cxx PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
 # Only the hooks' weak references name the consumer: keep it linked.

@@ -138,7 +138,7 @@ static void mode_got(void)
         void *s = aligned_alloc(64, SZ(5));
         CHECK(s != NULL);
         errno = 0;
-        CHECK(malloc(SIZE_MAX - (size_t)i) == NULL);
+        CHECK((sink = malloc(SIZE_MAX - (size_t)i)) == NULL);
         CHECK_EQ(errno, ENOMEM);
         free(p);
         free(q);
@@ -174,7 +174,15 @@ static void mode_got(void)
         l.free(l.alloc(SZ(9)));
     expect(SZ(9), 4, 4);
 
-    /* Install and uninstall while other threads allocate. */
+    hc_totals_t t;
+    test_heap_consumer_totals(&t);
+    CHECK_EQ(t.doubles, 0);
+    CHECK_EQ(t.nulls, 0);
+
+    /* Install and uninstall while other threads allocate. (A block
+     * allocated hooked and freed unhooked stays live for the consumer, and
+     * its address noted again later counts as a double: not checked from
+     * here on.) */
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
         CHECK_EQ(pthread_create(&th[i], NULL, churn, (void *)(intptr_t)i), 0);
@@ -198,10 +206,7 @@ static void mode_got(void)
     l.free(l.alloc(SZ(10)));
     expect(SZ(10), 0, 0);
     CHECK_EQ(dlclose(l.h), 0);
-
-    hc_totals_t t;
     test_heap_consumer_totals(&t);
-    CHECK_EQ(t.doubles, 0);
     CHECK_EQ(t.nulls, 0);
 }
 

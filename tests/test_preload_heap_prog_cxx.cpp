@@ -126,11 +126,12 @@ int main()
         ::operator delete[](p, al, std::nothrow);
         FREE(11);
         // new-expressions: the compiler picks sized and aligned operators.
-        Obj *o = new Obj;
+        // volatile: clang may leave out a new-expression deleted at once.
+        Obj *volatile o = new Obj;
         ALLOC(20);
         delete o;
         FREE(20);
-        Aligned *a = new Aligned;
+        Aligned *volatile a = new Aligned;
         ALLOC(23);
         if ((uintptr_t)a % 256)
             FAIL("not aligned");
