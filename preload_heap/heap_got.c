@@ -570,6 +570,24 @@ static void hg_poll(void)
     pthread_mutex_unlock(&hg_lock);
 }
 
+/* fork() while another thread scans would leave the child's lock held. */
+static void hg_atfork_prepare(void)
+{
+    pthread_mutex_lock(&hg_lock);
+}
+
+static void hg_atfork_release(void)
+{
+    pthread_mutex_unlock(&hg_lock);
+}
+
+static pthread_once_t hg_atfork_once = PTHREAD_ONCE_INIT;
+
+static void hg_register_atfork(void)
+{
+    pthread_atfork(hg_atfork_prepare, hg_atfork_release, hg_atfork_release);
+}
+
 int snapprof_heap_hooks_install(void)
 {
 #if !defined(HG_R_JUMP_SLOT)
@@ -578,6 +596,7 @@ int snapprof_heap_hooks_install(void)
     /* The preload's hooks see every allocation already. */
     if (dlsym(RTLD_DEFAULT, "snapprof__heap_preload_info") != NULL)
         return 0;
+    pthread_once(&hg_atfork_once, hg_register_atfork);
     pthread_mutex_lock(&hg_lock);
     hg_resolve_reals();
     if (hg_real.malloc == NULL || hg_real.free == NULL || hg_real.calloc == NULL ||

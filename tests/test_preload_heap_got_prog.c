@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -189,6 +191,24 @@ static void mode_got(void)
     for (int i = 0; i < 20; i++) {
         CHECK(snapprof_heap_hooks_uninstall() > 0);
         CHECK(snapprof_heap_hooks_install() > 0);
+        if (i % 5 == 0) {
+            /* A fork child, forked while the threads allocate (and may be
+             * checking for new modules under the patcher's lock),
+             * allocates, uninstalls and installs again. */
+            pid_t pid = fork();
+            CHECK(pid >= 0);
+            if (pid == 0) {
+                alloc_free(SZ(13));
+                if (snapprof_heap_hooks_uninstall() <= 0 || snapprof_heap_hooks_install() <= 0)
+                    _exit(3);
+                alloc_free(SZ(13));
+                _exit(0);
+            }
+            int status;
+            CHECK_EQ(waitpid(pid, &status, 0), pid);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                FAIL("fork child: status %d", status);
+        }
     }
     __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < 4; i++)
