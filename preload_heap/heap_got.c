@@ -570,22 +570,24 @@ static void hg_poll(void)
     pthread_mutex_unlock(&hg_lock);
 }
 
-/* fork() while another thread scans would leave the child's lock held. */
-static void hg_atfork_prepare(void)
+/* A fork child of a process where another thread held the patcher's lock
+ * (scanning) gets the lock back unheld: that thread is not in the child.
+ * Its scan may have patched an entry it had not recorded yet, which the
+ * child's uninstall then leaves patched. Not taken across fork() (a
+ * prepare handler): sanitizer runtimes lock their allocator before the
+ * handlers run, and a scanning thread that allocates in their
+ * dl_iterate_phdr would never give the lock up. */
+static void hg_atfork_child(void)
 {
-    pthread_mutex_lock(&hg_lock);
-}
-
-static void hg_atfork_release(void)
-{
-    pthread_mutex_unlock(&hg_lock);
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&hg_lock, &fresh, sizeof fresh);
 }
 
 static pthread_once_t hg_atfork_once = PTHREAD_ONCE_INIT;
 
 static void hg_register_atfork(void)
 {
-    pthread_atfork(hg_atfork_prepare, hg_atfork_release, hg_atfork_release);
+    pthread_atfork(NULL, NULL, hg_atfork_child);
 }
 
 int snapprof_heap_hooks_install(void)
