@@ -51,8 +51,8 @@ LAYERS = [
     # 4: the sampler: the profiler object and the sampling thread.
     ["sampling_thread"],
     # 5: what runs the sampler in a program: the preload library, the
-    # -finstrument-functions hooks.
-    ["preload", "instrument"],
+    # -finstrument-functions hooks, the allocation hooks (preload_heap/).
+    ["preload", "instrument", "preload_heap"],
     # 6: the snapprof command (it reads the preload's settings and names).
     ["cli"],
 ]
@@ -77,6 +77,8 @@ INTERFACE = {
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],
     "instrument": [],
+    # GOT patching, for programs that link the library (not yet public).
+    "preload_heap": ["heap_got.h"],
     "cli": [],
 }
 
