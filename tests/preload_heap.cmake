@@ -36,30 +36,6 @@ target_compile_options(preload_heap_prog_cxx PRIVATE ${PRELOAD_HEAP_CXX_FLAGS})
 set_target_properties(preload_heap_prog_cxx PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
 target_link_libraries(preload_heap_prog_cxx PRIVATE ${CMAKE_DL_LIBS})
 
-# GOT patching (preload_heap/heap_got.c): programs that link the patcher
-# and the consumer, no LD_PRELOAD, so they run under the sanitizers too.
-# The library they dlopen after install has GLOB_DAT entries (-fno-plt)
-# on full-RELRO pages; the programs' own are JUMP_SLOT, partial RELRO.
-add_library(preload_heap_got_lib SHARED test_preload_heap_got_lib.c)
-target_compile_options(preload_heap_got_lib PRIVATE ${SNAPPROF_WARNINGS} -fno-plt)
-set_target_properties(preload_heap_got_lib PROPERTIES C_VISIBILITY_PRESET hidden)
-target_link_options(preload_heap_got_lib PRIVATE "LINKER:-z,relro,-z,now")
-add_executable(preload_heap_got_prog test_preload_heap_got_prog.c)
-target_compile_options(preload_heap_got_prog PRIVATE ${SNAPPROF_WARNINGS} -fno-builtin)
-target_compile_definitions(preload_heap_got_prog PRIVATE
-  GOT_LIB="$<TARGET_FILE:preload_heap_got_lib>")
-target_link_libraries(preload_heap_got_prog PRIVATE snapprof_heap_got preload_heap_consumer
-  Threads::Threads ${CMAKE_DL_LIBS})
-add_dependencies(preload_heap_got_prog preload_heap_got_lib)
-add_executable(preload_heap_got_prog_cxx test_preload_heap_prog_cxx.cpp)
-target_compile_options(preload_heap_got_prog_cxx PRIVATE ${PRELOAD_HEAP_CXX_FLAGS})
-target_compile_definitions(preload_heap_got_prog_cxx PRIVATE GOT_MODE=1)
-set_target_properties(preload_heap_got_prog_cxx PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
-# Only the hooks' weak references name the consumer: keep it linked.
-target_link_options(preload_heap_got_prog_cxx PRIVATE "LINKER:--no-as-needed")
-target_link_libraries(preload_heap_got_prog_cxx PRIVATE snapprof_heap_got preload_heap_consumer
-  ${CMAKE_DL_LIBS})
-
 snapprof_add_test_cases(EXE preload_heap SOURCES test_preload_heap_hooks.c test_preload_util.c
   PREFIX preload_heap_ LABELS preload TIMEOUT 120)
 target_compile_definitions(preload_heap PRIVATE
@@ -69,7 +45,6 @@ target_compile_definitions(preload_heap PRIVATE
   HEAP_DLSYM="$<TARGET_FILE:preload_heap_dlsym>"
   HEAP_PROG="$<TARGET_FILE:preload_heap_prog>"
   HEAP_PROG_CXX="$<TARGET_FILE:preload_heap_prog_cxx>"
-  HEAP_GOT_PROG="$<TARGET_FILE:preload_heap_got_prog>"
-  HEAP_GOT_PROG_CXX="$<TARGET_FILE:preload_heap_got_prog_cxx>")
+  )
 add_dependencies(preload_heap snapprof_heap preload_heap_consumer preload_heap_early preload_heap_dlsym
-  preload_heap_prog preload_heap_prog_cxx preload_heap_got_prog preload_heap_got_prog_cxx)
+  preload_heap_prog preload_heap_prog_cxx)

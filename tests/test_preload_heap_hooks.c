@@ -104,46 +104,6 @@ static void test_threads_fork(void)
     require_ok(HEAP_LIB " " HEAP_CONSUMER, HEAP_PROG, "threads", "as made");
 }
 
-/* The programs ask for huge sizes to see them fail: the sanitizers'
- * allocators must return NULL for them as glibc's does, not abort. */
-#define SAN_NULL_ON_HUGE                                                                           \
-    "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 "                     \
-    "TSAN_OPTIONS=${TSAN_OPTIONS:+$TSAN_OPTIONS:}allocator_may_return_null=1 "
-
-/* GOT patching, no LD_PRELOAD (runs under the sanitizers): the program's
- * own module, a library dlopen()ed after install and dlclose()d, install
- * and uninstall beside allocating threads, uninstall restoring. */
-static void test_got_patch(void)
-{
-    int status;
-    char *out = pl_run(&status, SAN_NULL_ON_HUGE "'%s' got 2>&1", HEAP_GOT_PROG);
-    ASSERT_EQ(status, 0);
-    ASSERT_CONTAINS(out, "ok got");
-    free(out);
-}
-
-/* operator new/delete through patched GOT entries, noted once each. */
-static void test_got_patch_cxx(void)
-{
-    int status;
-    char *out = pl_run(&status, SAN_NULL_ON_HUGE "'%s' 2>&1", HEAP_GOT_PROG_CXX);
-    ASSERT_EQ(status, 0);
-    ASSERT_CONTAINS(out, "as made");
-    ASSERT_CONTAINS(out, "ok cxx");
-    free(out);
-}
-
-/* With the preload's hooks there, install patches nothing and every
- * allocation is noted once. */
-static void test_got_patch_preloaded(void)
-{
-    int status;
-    char *out = run(&status, HEAP_LIB, HEAP_GOT_PROG, "preloaded");
-    ASSERT_EQ(status, 0);
-    ASSERT_CONTAINS(out, "ok preloaded");
-    free(out);
-}
-
 static const test_case_t cases[] = {
     {"c_functions", test_c_functions},
     {"counts_need_hooks", test_counts_need_hooks},
@@ -152,9 +112,6 @@ static const test_case_t cases[] = {
     {"bootstrap", test_bootstrap},
     {"bootstrap_dlsym_allocates", test_bootstrap_dlsym_allocates},
     {"threads_fork", test_threads_fork},
-    {"got_patch", test_got_patch},
-    {"got_patch_cxx", test_got_patch_cxx},
-    {"got_patch_preloaded", test_got_patch_preloaded},
 };
 
 int main(int argc, char **argv)
