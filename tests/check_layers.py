@@ -77,8 +77,7 @@ INTERFACE = {
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],
     "instrument": [],
-    # GOT patching, for programs that link the library (not yet public).
-    "preload_heap": ["heap_got.h"],
+    "preload_heap": [],
     "cli": [],
 }
 
