@@ -26,7 +26,7 @@ static uint64_t realtime_now(void)
  * the builders attached now, so that a boundary after this call splits
  * each thread's CPU time where its clock was read (what
  * snapprof_profiler_flush() delivers before it writes). Lock held. */
-static void deliver_so_far(snapprof_profiler_t *p)
+void snapprof__deliver_so_far(snapprof_profiler_t *p)
 {
     snapprof__profiler_drain(p);
     snapprof__retire_removed(p);
@@ -194,7 +194,7 @@ int snapprof_profiler_attach_builder(snapprof_profiler_t *p, snapprof_builder_t 
         /* It starts with the profile (snapprof__attached_start()). */
         p->attached[p->attached_count++] = (snapprof__attached_t){.builder = b};
     } else if (rc == 0) {
-        deliver_so_far(p);
+        snapprof__deliver_so_far(p);
         rc = start_attached(p, b, &p->attached[p->attached_count]);
         if (rc == 0)
             p->attached_count++;
@@ -229,7 +229,7 @@ int snapprof_profiler_detach_builder(snapprof_profiler_t *p, snapprof_builder_t 
         a.completed = 1; /* never started: nothing to complete */
         a.result = 0;
     } else if (!a.completed) {
-        deliver_so_far(p);
+        snapprof__deliver_so_far(p);
         end_attached(p, &a, &e);
     }
     memmove(&p->attached[i], &p->attached[i + 1],
@@ -254,7 +254,7 @@ int snapprof_profiler_swap_builder(snapprof_profiler_t *p, snapprof_builder_t *o
         rc = SNAPPROF_ESTATE;
     ending_t e;
     if (rc == 0) {
-        deliver_so_far(p);
+        snapprof__deliver_so_far(p);
         snapprof__attached_t a = p->attached[i];
         rc = start_attached(p, b, &p->attached[i]);
         if (rc == 0)

@@ -794,18 +794,8 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
         snapprof__heap_guard_leave();
         return SNAPPROF_ESTATE;
     }
-    if (p->state == PROFILER_RUNNING) {
-        /* The captures so far and the CPU time no sample placed so far. */
-        snapprof__profiler_drain(p);
-        snapprof__retire_removed(p);
-        for (size_t i = 0; i < p->target_count; i++) {
-            snapprof__target_t *t = p->targets[i];
-            if (!t->dead)
-                snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
-            snapprof__deliver_remainder(p, t, 0);
-        }
-        snapprof__deliver_unarmed(p);
-    }
+    if (p->state == PROFILER_RUNNING)
+        snapprof__deliver_so_far(p); /* the captures and unplaced CPU time so far */
     if (p->state == PROFILER_RUNNING) {
         snapprof__drain_app_frames(p);
         snapprof__event_reader_read(&p->events);

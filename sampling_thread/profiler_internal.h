@@ -295,6 +295,10 @@ void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, 
 int snapprof__settle_final(snapprof_profiler_t *p, snapprof__target_t *t);
 void snapprof__net_unarmed(snapprof_profiler_t *p);
 void snapprof__deliver_unarmed(snapprof_profiler_t *p);
+/* Drains the slots and delivers every thread's remainder and the unarmed
+ * pool up to now (attach.c): what a flush, an attach, a detach or a swap
+ * delivers before its boundary. Lock held. */
+void snapprof__deliver_so_far(snapprof_profiler_t *p);
 void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                   const snapprof__copy_result_t *res, uint8_t *buffer,
                                   snapprof__label_capture_t *labels, uint64_t cpu_ns,
