@@ -12,7 +12,6 @@
 #include "unwinder/cfi_engine.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1077,34 +1076,9 @@ static void test_object_reads_cached(void)
     snapprof__cfi_destroy(c);
 }
 
-/* libunwind's first call makes a pipe at the two lowest free fds; it used
- * to stay there, so every fd the program opened after the profiler
- * started was 2 higher than without it. The engine makes that call on a
- * thread with its own fd table: the lowest free fd is the same before and
- * after, and no fd of libunwind's is left in the process. */
-static void test_no_low_fds(void)
-{
-    int before = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(before, 0);
-    close(before);
-    snapprof__cfi_t *c;
-    ASSERT_OK(snapprof__cfi_create(&c));
-    if (!snapprof__cfi_first_call_was_apart()) {
-        printf("SKIP: unshare(CLONE_FILES) refused here: libunwind's pipe took two low fds\n");
-        exit(TEST_SKIP);
-    }
-    int after = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(after, 0);
-    close(after);
-    printf("lowest free fd %d before the engine, %d after\n", before, after);
-    ASSERT_EQ(after, before);
-    snapprof__cfi_destroy(c);
-}
-
 /* ------------------------------------------------------------------------ */
 
 static const test_case_t cases[] = {
-    {"no_low_fds", test_no_low_fds},
     {"ratio", test_ratio},
     {"rates", test_rates},
     {"qsort_bsearch", test_qsort_bsearch},

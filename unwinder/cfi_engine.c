@@ -17,9 +17,6 @@
 #include <errno.h>
 #include <libunwind.h>
 #include <link.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -593,73 +590,8 @@ static unw_accessors_t accessors = {
 /* The engine                                                               */
 /* ------------------------------------------------------------------------ */
 
-/* libunwind's first call of a kind that needs its target set up
- * (tdep_init) makes a pipe, O_NONBLOCK | O_CLOEXEC, at the two lowest free
- * fd numbers, and keeps it for ever: under snapprof every fd the program
- * opened after that was 2 higher than without it, and two fds the program
- * never made sat where it expects its own (issue 24 item 3). The pipe
- * serves libunwind's check of addresses in its *local* address space
- * (write_validate, used only when mincore() is refused); the engine uses a
- * remote address space whose every read is access_mem below, ours. So
- * that first call is made on a short-lived thread that has unshared its
- * fd table (unshare(CLONE_FILES) applies to the calling thread only): the
- * pipe is made in that thread's copy of the table and closed with it when
- * the thread ends, and the program's table never sees it. libunwind keeps
- * the two numbers; in the process's table they may be the program's fds,
- * but libunwind would touch them only from a local address space with
- * mincore() refused, which nothing of ours creates. When the thread or
- * unshare() cannot be had (seccomp, thread limits), the first call is made
- * on the caller's thread as before: the pipe takes two low fds, and
- * nothing else goes wrong. */
-static void *first_call_apart(void *arg)
-{
-    int *made_apart = arg;
-    if (unshare(CLONE_FILES) == 0)
-        *made_apart = 1;
-    unw_addr_space_t as = unw_create_addr_space(&accessors, 0);
-    if (as) {
-        unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
-        unw_destroy_addr_space(as);
-    }
-    return NULL;
-}
-
-static int g_first_call_apart; /* 1 when the pipe went with the thread's table */
-
-static void first_call(void)
-{
-    /* The thread takes no signals (the program's handlers must not run on
-     * a thread of ours), as the sampling thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t th;
-    int made_apart = 0;
-    if (pthread_create(&th, NULL, first_call_apart, &made_apart) == 0)
-        pthread_join(th, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    g_first_call_apart = made_apart;
-    if (!made_apart) {
-        /* A thread that could not unshare still made the call (and its
-         * pipe, in the shared table); one that never ran did not: make it
-         * here. A second tdep_init is a no-op. */
-        unw_addr_space_t as = unw_create_addr_space(&accessors, 0);
-        if (as) {
-            unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
-            unw_destroy_addr_space(as);
-        }
-    }
-}
-
-int snapprof__cfi_first_call_was_apart(void)
-{
-    return g_first_call_apart;
-}
-
 int snapprof__cfi_create(snapprof__cfi_t **out)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, first_call);
     snapprof__cfi_t *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;

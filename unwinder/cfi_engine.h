@@ -17,10 +17,6 @@
  * Returns 0 or -ENOMEM (libunwind's unw_create_addr_space fails only when
  * it cannot allocate). */
 int snapprof__cfi_create(snapprof__cfi_t **out);
-/* 1 when libunwind's first call ran on a thread with a table of fds of its
- * own, so the pipe libunwind makes then never took the program's numbers
- * (see cfi_engine.c); 0 when it ran in the shared table. For tests. */
-int snapprof__cfi_first_call_was_apart(void);
 void snapprof__cfi_destroy(snapprof__cfi_t *cfi);
 
 /* Rescans the loaded objects when the dynamic loader reports that objects
