@@ -363,6 +363,7 @@ static void profile_interval_zero(void)
     ASSERT_EQ(st.heap_samples, 0);
     ASSERT_EQ(c.count, 0);
     snapprof_profiler_destroy(p);
+    free(c.s);
     /* No profiler at all: the same. */
     ASSERT_EQ(churn(20000, 4096), 0);
 }
@@ -389,6 +390,8 @@ static void profile_v1_builder(void)
     ASSERT_EQ(c1.count, 0);
     ASSERT_UEQ(c2.count, st.heap_samples + st.heap_frees);
     snapprof_profiler_destroy(p);
+    free(c1.s);
+    free(c2.s);
 }
 
 /* note_alloc called inside a builder callback (the sampling thread, or the
@@ -414,6 +417,7 @@ static void profile_reentrancy(void)
     ASSERT_EQ(st.heap_samples, 200);
     ASSERT_EQ(st.heap_frees, 200);
     snapprof_profiler_destroy(p);
+    free(c.s);
 }
 
 /* One profiler at a time samples the heap: a second start is -EBUSY; after
@@ -435,6 +439,8 @@ static void profile_one_owner(void)
     ASSERT_OK(snapprof_profiler_stop(p2));
     snapprof_profiler_destroy(p1);
     snapprof_profiler_destroy(p2);
+    free(c1.s);
+    free(c2.s);
 }
 
 static const test_case_t cases[] = {
