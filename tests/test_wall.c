@@ -680,7 +680,14 @@ static void test_capture_older_than_wait(void)
             cpu_spinning += has_fn(smp, "early_spin");
         if (smp->wall_ns > 0 && strcmp(smp->state, "blocked") == 0) {
             blocked++;
-            blocked_spinning += has_fn(smp, "early_spin");
+            if (has_fn(smp, "early_spin") && blocked_spinning++ == 0) {
+                /* What it was: the capture's stack (no read at its leaf),
+                 * or the wait's stack with a wrong guess above read. */
+                printf("a blocked sample in early_spin:");
+                for (size_t f = 0; f < smp->frame_count && f < TU_MAX_FRAMES; f++)
+                    printf(" %s", tu_frame_name(&smp->frames[f]));
+                printf("\n");
+            }
         }
     }
     printf("trigger captures in early_spin %zu; blocked samples %zu, %zu of them in early_spin\n",

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How many frame records above the stopped walk are tried. */
+#define GUESSES 8
+
 /* Wall mode, blocked threads: whether the copy's word at a is a plausible frame record: a saved
  * frame pointer that is 0 or points higher up the copy, then a return address in a loaded module's
  * code. */
@@ -71,7 +74,11 @@ static int walk_better(size_t n_a, const snapprof__unwind_outcome_t *a, size_t n
  * record lies above the frame that walk stopped at, rbp most likely held
  * its address (the first frame record above a frame is its own, as
  * Breakpad's stack scan assumes): unwind again from there, trying up to
- * three such records, and keep the best walk. Returns its frame count.
+ * GUESSES such records, and keep the best walk. Returns its frame count.
+ * Stale records lie there too: a frame's uninitialised locals keep the
+ * records of calls made earlier at that depth (an ASan interceptor's
+ * frame under read() held three, from the loop that ran before it), and
+ * walks from them stop early: three guesses were too few for that.
  * A walk the CFI tables completed needed no rbp it did not find saved on
  * the stack: no guess can better it, and the second walk would cost as
  * much as the first. A walk another unwinder completed may have stopped
@@ -93,7 +100,7 @@ size_t snapprof__unwind_guessing_fp(snapprof_unwinder_t *const *unwinders, size_
         return count;
     uintptr_t ra = last > 1 ? frames[last - 1].pc + 1 : 0;
     uintptr_t from = regs->r[SNAPPROF_REG_SP];
-    for (int attempt = 0; attempt < 3; attempt++) {
+    for (int attempt = 0; attempt < GUESSES; attempt++) {
         uintptr_t fp = guess_fp(stack, from, attempt == 0 ? ra : 0, 64u << 10);
         if (fp == 0)
             break;
