@@ -233,6 +233,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
         else
             params.short_threads = (unsigned)n;
     }
+    snapprof__preload_libunwind_init();
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
