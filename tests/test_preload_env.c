@@ -266,6 +266,7 @@ static void test_exports(void)
                                           "_init",
                                           "fork",
                                           "initgroups",
+                                          "pipe2",
                                           "pthread_create",
                                           "pthread_setname_np",
                                           "setegid",
