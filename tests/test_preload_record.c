@@ -841,6 +841,39 @@ static long long stat_of(const char *profile, const char *key)
     return v;
 }
 
+/* A thread blocked in read() under a frame-pointer function whose
+ * uninitialised locals hold stale frame records (wall_stale_prog.c): its
+ * blocked samples' stacks (pc and sp from /proc, rbp guessed) must be
+ * read, waiter, thread_main and on out, with none of the stale functions.
+ * The guess took the first plausible record above read's frame: the
+ * stack came out "read waiter stale3 stale2 stale1 stale0 thread_main". */
+static void test_wall_stale_records(void)
+{
+    pl_skip_if_sanitized();
+    int st;
+    char *text =
+        record_in("rec-wall-stale", &st, "--wall --wall-blocked proc -F 100 -o s.pb.gz -- %s 1000",
+                  WALL_STALE_PROG);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "wall_stale_prog: done");
+    const char *prof = path_in("s.pb.gz");
+    char args[1200];
+    snprintf(args, sizeof args, "-traces -tagfocus=syscall=read '%s'", prof);
+    char *traces = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    printf("%s\n", traces);
+    ASSERT_CONTAINS(traces, "waiter");
+    ASSERT_CONTAINS(traces, "thread_main");
+    for (int i = 0; i <= 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "stale%d", i);
+        if (strstr(traces, name))
+            TEST_FAIL("a blocked stack holds %s, a call made before the wait", name);
+    }
+    free(traces);
+    free(text);
+}
+
 /* A program that closes every fd it did not open (closeall), or dup2s a
  * pipe over each (dup2: one pipe holds its bytes, the other is empty),
  * mid-profile, then runs on: the fds were ours (perf events; /proc files
@@ -1357,6 +1390,7 @@ int main(int argc, char **argv)
         {"fds_closeall", test_fds_closeall},
         {"fds_dup2", test_fds_dup2},
         {"fds_dup2_wall", test_fds_dup2_wall},
+        {"wall_stale_records", test_wall_stale_records},
         {"fds_same_numbers", test_fds_same_numbers},
         {"fds_same_numbers_wall", test_fds_same_numbers_wall},
         {"fds_budget_cpu", test_fds_budget_cpu},
