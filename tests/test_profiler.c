@@ -925,7 +925,13 @@ static void test_handshake_beside_trigger(void)
     printf("handshake: %llu samples, %llu timeouts; perf: %llu samples, moved %llu\n",
            (unsigned long long)sh.samples, (unsigned long long)sh.failed[SNAPPROF_FAIL_TIMEOUT],
            (unsigned long long)sp.samples, (unsigned long long)sp.trigger_blocked);
-    ASSERT_LE(sh.failed[SNAPPROF_FAIL_TIMEOUT], 2);
+    /* Waited out for a merged signal, most requests would time out (the
+     * perf overflow is pending at nearly every one). A timeout is also a
+     * thread kept off its CPU past the handshake's wall-time bound: 5 in
+     * ~100 requests on CI's machine beside another full build. A tenth
+     * of the requests keeps the two apart. */
+    uint64_t timeouts = sh.failed[SNAPPROF_FAIL_TIMEOUT];
+    ASSERT_LE(timeouts * 10, sh.samples + timeouts);
     ASSERT_GT(sp.samples, 0);
     snapprof_profiler_destroy(ph);
     snapprof_profiler_destroy(pp);
