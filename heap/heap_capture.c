@@ -6,9 +6,7 @@
 #include "heap/heap_internal.h"
 
 #include "common/clock.h"
-#include "common/proc_files.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -20,32 +18,20 @@ static __thread struct {
     uintptr_t low, base;
 } tls_bounds __attribute__((tls_model("initial-exec")));
 
-/* The bounds of the mapping that holds sp, from /proc/self/maps read with
- * plain system calls (common/proc_files: no malloc, no stdio): the main
- * thread's "[stack]", or a thread's stack mapping, whose top holds its
- * thread descriptor and static TLS (the copy stops below them, as
- * snapprof_thread_register() does). Returns 0 or a negative errno. */
+/* The bounds of the mapping that holds sp (snapprof__find_mapping(): no
+ * malloc, no stdio): the main thread's "[stack]", or a thread's stack
+ * mapping, whose top holds its thread descriptor and static TLS (the copy
+ * stops below them, as snapprof_thread_register() does). Returns 0 or a
+ * negative errno. */
 static int find_bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
 {
-    snapprof__proc_maps_t it;
-    int rc = snapprof__proc_maps_open(&it);
+    int rc = snapprof__find_mapping(sp, low, base);
     if (rc != 0)
         return rc;
-    snapprof__proc_map_t m;
-    rc = -ENOENT;
-    while (snapprof__proc_maps_next(&it, &m) > 0) {
-        if (sp >= m.start && sp < m.end) {
-            *low = m.start;
-            *base = m.end;
-            uintptr_t self = (uintptr_t)pthread_self();
-            if (self > sp && self < m.end)
-                *base = self & ~(uintptr_t)15;
-            rc = 0;
-            break;
-        }
-    }
-    snapprof__proc_maps_close(&it);
-    return rc;
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (self > sp && self < *base)
+        *base = self & ~(uintptr_t)15;
+    return 0;
 }
 
 /* The calling thread's stack bounds: its registration's, else found once. */

@@ -343,6 +343,33 @@ static int rewritten(const char *path, const file_id_t *before)
     return now.exists && (!before->exists || now.dev != before->dev || now.ino != before->ino);
 }
 
+/* Each output's file as it is before a write (its identity, for
+ * rewritten()). */
+static void outputs_before(file_id_t *before)
+{
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
+        before[i] = file_id(g.cfg.outputs[i].path);
+}
+
+/* Each output's result after a write of them all that returned rc (the
+ * stop's, a checkpoint's): written where asked, unless rc says a write
+ * failed and that output's file was not rewritten since before (the
+ * profiler reports the first error of all its builders: which ones
+ * failed, their files say). Returns how many failed. */
+static unsigned output_results(int rc, const file_id_t *before, output_result_t *res)
+{
+    unsigned failed = 0;
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        const char *want = g.cfg.outputs[i].path;
+        int ok = rc == 0 || rewritten(want, &before[i]);
+        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
+        res[i].err = ok ? 0 : rc;
+        res[i].no_samples = 0;
+        failed += !ok;
+    }
+    return failed;
+}
+
 /* After a failed write: moves each output that was not written to a
  * fallback directory ($TMPDIR or /tmp, then /tmp, then /var/tmp) and
  * writes again, until every output is somewhere. Nothing collected is
@@ -398,8 +425,7 @@ int snapprof__preload_stop(const char *note)
     snapprof_profiler_t *p = g.profiler;
     static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
     file_id_t before[SNAPPROF_OUTPUTS_MAX];
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
-        before[i] = file_id(g.cfg.outputs[i].path);
+    outputs_before(before);
     snapprof__preload_loop_quit();
     int rc = snapprof_profiler_stop(p);
     snapprof__preload_loop_detach(); /* the last interval, written by the stop */
@@ -421,17 +447,7 @@ int snapprof__preload_stop(const char *note)
         }
         rc = 0;
     }
-    unsigned failed = 0;
-    for (unsigned i = 0; i < g.cfg.n_outputs && !empty; i++) {
-        /* The profiler reports the first error of all its builders: which
-         * ones failed, their files say. */
-        const char *want = g.cfg.outputs[i].path;
-        int ok = rc == 0 || rewritten(want, &before[i]);
-        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
-        res[i].err = ok ? 0 : rc;
-        res[i].no_samples = 0;
-        failed += !ok;
-    }
+    unsigned failed = empty ? 0 : output_results(rc, before, res);
     if (failed > 0) {
         unsigned left = write_fallbacks(p, res, failed);
         rc = left > 0 ? rc : 0;
@@ -493,16 +509,8 @@ static void checkpoint_here(void)
     if (g.profiler && g.owner == getpid()) {
         static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
         file_id_t before[SNAPPROF_OUTPUTS_MAX];
-        for (unsigned i = 0; i < g.cfg.n_outputs; i++)
-            before[i] = file_id(g.cfg.outputs[i].path);
-        int rc = snapprof_profiler_flush(g.profiler);
-        for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
-            const char *want = g.cfg.outputs[i].path;
-            int ok = rc == 0 || rewritten(want, &before[i]);
-            snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
-            res[i].err = ok ? 0 : rc;
-            res[i].no_samples = 0;
-        }
+        outputs_before(before);
+        output_results(snapprof_profiler_flush(g.profiler), before, res);
         snapprof_stats_t st;
         memset(&st, 0, sizeof st);
         snapprof_profiler_get_stats(g.profiler, &st);

@@ -1,6 +1,7 @@
 /* profile_builder_heap_oom: in the heap and peak builders, each failed allocation is reported,
  * leaks nothing, loses nothing. */
 #include "test.h"
+#include "test_builder_oom.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"
 
@@ -11,72 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* An interposed allocator: counts live blocks and fails the Nth call from
- * when it is armed. Sanitizer builds bring their own allocator, which runs
- * before main and must not meet this one, so there it is not even
- * compiled and the test is skipped. */
-#ifndef SNAPPROF_SANITIZER_BUILD
-void *__libc_malloc(size_t size);
-void *__libc_calloc(size_t n, size_t size);
-void *__libc_realloc(void *p, size_t size);
-void __libc_free(void *p);
-
-static long live;
-static long countdown; /* 0: disarmed; else fail when it reaches 0 */
-static int injected;
-
-static int should_fail(void)
-{
-    if (countdown > 0 && --countdown == 0) {
-        injected = 1;
-        errno = ENOMEM; /* as the real allocator does */
-        return 1;
-    }
-    return 0;
-}
-
-void *malloc(size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_malloc(size);
-    if (p != NULL)
-        live++;
-    return p;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_calloc(n, size);
-    if (p != NULL)
-        live++;
-    return p;
-}
-
-void *realloc(void *old, size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_realloc(old, size);
-    if (p != NULL && old == NULL)
-        live++;
-    return p;
-}
-
-void free(void *p)
-{
-    if (p != NULL)
-        live--;
-    __libc_free(p);
-}
-#else
-static long live;
-static long countdown;
-static int injected;
-#endif
 
 #define ROUNDS 40
 
@@ -148,12 +83,42 @@ static int create(int peak, const char *path, snapprof_builder_t **b)
     return err;
 }
 
+/* What the runs share: the builder, where it writes, the frees of the
+ * last feed. */
+typedef struct run {
+    int peak;
+    char *path;
+    int frees;
+} run_t;
+
+static int run_create(void *ctx, snapprof_builder_t **b)
+{
+    run_t *r = ctx;
+    return create(r->peak, r->path, b);
+}
+
+static int run_feed(void *ctx, snapprof_builder_t *b)
+{
+    run_t *r = ctx;
+    return feed(b, &r->frees);
+}
+
+static int run_complete(void *ctx, snapprof_builder_t *b)
+{
+    (void)ctx;
+    return pbt_complete(b, SNAPPROF_MODE_CPU, NULL);
+}
+
+static void run_check(void *ctx, int accepted)
+{
+    run_t *r = ctx;
+    if (!r->peak)
+        check_output(r->path, accepted, r->frees);
+}
+
 static void test_oom(void)
 {
-    if (tu_sanitizer_build()) {
-        printf("skipped: sanitizers replace malloc, which this test interposes\n");
-        exit(TEST_SKIP);
-    }
+    builder_oom_skip_under_sanitizers();
     char *path = pbt_tmp_path("pb-heap-oom", "oom.heap.pb.gz");
     for (int peak = 0; peak < 2; peak++) {
         /* A clean run first, so the module cache has made whatever it keeps
@@ -169,43 +134,9 @@ static void test_oom(void)
         if (!peak)
             check_output(path, ROUNDS, frees);
 
-        int failures = 0;
-        for (long n = 1;; n++) {
-            long before = live;
-            injected = 0;
-            countdown = n;
-            b = NULL;
-            int err = create(peak, path, &b);
-            if (err != 0) {
-                ASSERT_EQ(err, -ENOMEM);
-                ASSERT_NULL(b);
-                countdown = 0;
-                ASSERT_EQ(live, before);
-                failures++;
-                continue;
-            }
-            int accepted = feed(b, &frees);
-            err = pbt_complete(b, SNAPPROF_MODE_CPU, NULL);
-            countdown = 0;
-            if (!injected) {
-                ASSERT_OK(err);
-                ASSERT_EQ(accepted, ROUNDS);
-                snapprof_builder_destroy(b);
-                ASSERT_EQ(live, before);
-                break;
-            }
-            failures++;
-            if (err != 0)
-                ASSERT_EQ(err, -ENOMEM);
-            /* Whatever failed, the builder is intact: completing again
-             * writes every sample that was accepted. */
-            ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
-            snapprof_builder_destroy(b);
-            ASSERT_EQ(live, before);
-            if (!peak)
-                check_output(path, accepted, frees);
-            ASSERT_EQ(live, before);
-        }
+        run_t run = {.peak = peak, .path = path};
+        static const builder_oom_case_t c = {ROUNDS, run_create, run_feed, run_complete, run_check};
+        int failures = builder_oom_fail_each(&c, &run);
         printf("%s: %d injected allocation failures, all handled\n", peak ? "peak" : "heap",
                failures);
         ASSERT_GT(failures, 20);
