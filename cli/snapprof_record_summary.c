@@ -265,6 +265,15 @@ static void print_outputs(const proc_summary_t *s)
         } else if (!strcmp(format, "trace")) {
             fprintf(stderr, "snapprof: trace events written to %s\n", out);
             fprintf(stderr, "snapprof: view them in ui.perfetto.dev or chrome://tracing\n");
+        } else if (!strcmp(format, "heap")) {
+            /* In use at exit (the default index) is the leak report. */
+            fprintf(stderr, "snapprof: heap profile written to %s\n", out);
+            fprintf(stderr,
+                    "snapprof: view it with: go tool pprof -sample_index=inuse_space (or "
+                    "alloc_space) -http=: %s\n",
+                    out);
+        } else if (!strcmp(format, "heappeak")) {
+            fprintf(stderr, "snapprof: heap profile at its in-use peak written to %s\n", out);
         } else {
             fprintf(stderr, "snapprof: profile written to %s\n", out);
             fprintf(stderr, "snapprof: view it with: go tool pprof -http=: %s\n", out);

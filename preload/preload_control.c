@@ -6,6 +6,8 @@
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
+#include <snapprof/heap.h>
+#include <snapprof/heap_profile.h>
 #include <snapprof/jit.h>
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
@@ -47,10 +49,28 @@ static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg
                                 size);
 }
 
+/* A heap or peak builder, told the profile's interval. */
+static int create_heap_builder(const snapprof__output_spec_t *o, size_t interval,
+                               snapprof_builder_t **out)
+{
+    int rc = o->format == SNAPPROF__FORMAT_HEAP_PEAK
+                 ? snapprof_heap_peak_builder_create(o->path, out)
+                 : snapprof_heap_builder_create(o->path, out);
+    if (rc == 0 && (rc = snapprof_heap_builder_set_interval(*out, interval)) != 0) {
+        snapprof_builder_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* Makes the builder of one output. */
-static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t **out)
+static int create_builder(const snapprof__output_spec_t *o, size_t heap_interval,
+                          snapprof_builder_t **out)
 {
     switch (o->format) {
+    case SNAPPROF__FORMAT_HEAP:
+    case SNAPPROF__FORMAT_HEAP_PEAK:
+        return create_heap_builder(o, heap_interval ? heap_interval : 1, out);
     case SNAPPROF__FORMAT_FOLDED:
         return snapprof_folded_builder_create(o->path, out);
     case SNAPPROF__FORMAT_TRACE:
@@ -216,6 +236,9 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
     params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    /* SNAPPROF_HEAP=1: allocations sampled too (libsnapprof-heap.so, when
+     * preloaded, reports them); 0 unless asked for. */
+    params.heap_interval = c.heap_interval;
     /* Kernel time on the stacks that entered the kernel (snapprof.h,
      * kernel_share); off unless asked for. */
     const char *kernel = getenv("SNAPPROF_KERNEL");
@@ -242,7 +265,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     }
     snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX] = {NULL};
     for (unsigned i = 0; i < c.n_outputs; i++) {
-        rc = create_builder(&c.outputs[i], &builders[i]);
+        rc = create_builder(&c.outputs[i], c.heap_interval, &builders[i]);
         if (rc == 0)
             rc = snapprof_profiler_add_builder(p, builders[i]);
         if (rc != 0) {
@@ -611,6 +634,9 @@ static void stop_at_deadline(void)
 static void *helper_main(void *arg)
 {
     (void)arg;
+    /* What the helper allocates (writing profiles, scanning threads) is
+     * ours, never the program's: not in its heap profile. */
+    snapprof_heap_ignore_begin();
     snapprof__preload_helper_began();
     uint64_t next_rescan = 0;
     /* Checkpoints of the profile that started at cp_start. */
