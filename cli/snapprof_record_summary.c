@@ -194,6 +194,24 @@ static void print_process(const proc_summary_t *s, int several)
             (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
             losses[0] ? losses : SNAPPROF__STATS_NO_LOSS, (double)st->pause_p50_ns / 1e3,
             (double)st->pause_p99_ns / 1e3);
+    if (num(s, "heap_interval")) {
+        /* --heap: what the heap profile rests on, and what it lost. */
+        unsigned long long dropped =
+            st->heap_dropped_no_slot + st->heap_dropped_set_full + st->heap_dropped_no_stack;
+        fprintf(stderr,
+                "snapprof: %s  heap: %llu sampled allocation%s (one per %llu bytes on average), "
+                "%llu of their frees seen",
+                in, (unsigned long long)st->heap_samples, st->heap_samples == 1 ? "" : "s",
+                num(s, "heap_interval"), (unsigned long long)st->heap_frees);
+        if (dropped)
+            fprintf(stderr,
+                    "; %llu dropped (no free capture slot %llu, live set full %llu, no stack "
+                    "bounds %llu)",
+                    dropped, (unsigned long long)st->heap_dropped_no_slot,
+                    (unsigned long long)st->heap_dropped_set_full,
+                    (unsigned long long)st->heap_dropped_no_stack);
+        fputc('\n', stderr);
+    }
     const char *timer = snapprof__stats_timer_note(st, !strcmp(get(s, "mode"), "wall"));
     if (timer)
         fprintf(stderr, "snapprof: %s  %s\n", in, timer);

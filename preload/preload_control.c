@@ -142,8 +142,23 @@ static void publish_state(int running, time_t start_time, const char *path)
 
 #define WHY(...) snprintf(why, why_size, __VA_ARGS__)
 
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size);
+
 int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
                                    size_t why_size)
+{
+    /* What the start allocates (the helper thread's creation, the
+     * profiler's own) is ours, never the program's, on whatever thread it
+     * runs (a constructor's, ProfilerStart()'s caller's, a fork child's). */
+    snapprof_heap_ignore_begin();
+    int rc = start_locked(cfg, flags, why, why_size);
+    snapprof_heap_ignore_end();
+    return rc;
+}
+
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size)
 {
     if (g.profiler) {
         WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);

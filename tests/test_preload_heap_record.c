@@ -93,6 +93,7 @@ static void test_shares(void)
     ASSERT_NOT_NULL(strstr(out, "heap profile written to "));
     ASSERT_NOT_NULL(strstr(out, heap));
     ASSERT_NOT_NULL(strstr(out, peak));
+    ASSERT_NOT_NULL(strstr(out, "sampled allocations (one per 4096 bytes on average)"));
     free(out);
 
     /* 24 MiB at 4 KiB: ~6000 samples; well above what the shares need. */
@@ -117,6 +118,32 @@ static void test_shares(void)
     /* The peak: everything kept was in use at once. */
     double p = big_share(peak, "inuse_space");
     ASSERT(p >= 0.6 && p <= 0.9);
+}
+
+/* The library's own allocations are never the program's: the helper
+ * thread's (here writing checkpoints every 50 ms) and those of the start
+ * in the program's constructor. Sampled at 256 bytes, so that they would
+ * show. */
+static void test_own_threads(void)
+{
+    setup("heap-own");
+    int st;
+    char *out = pl_run(&st,
+                       "cd %s && SNAPPROF_CHECKPOINT=0.05 %s record --heap --heap-interval 256 "
+                       "-o prof.pb.gz -- %s 1000",
+                       g_dir, CLI, HEAP_RECORD_PROG);
+    printf("%s", out);
+    ASSERT_EQ(st, 0);
+    free(out);
+    char args[1024];
+    snprintf(args, sizeof args, "-traces -sample_index=alloc_space '%s'",
+             path_in("prof.heap.pb.gz"));
+    char *traces = tu_pprof(args, NULL);
+    ASSERT_NOT_NULL(strstr(traces, "heap_big"));
+    if (strstr(traces, "snapprof__") || strstr(traces, "snapprof-helper") ||
+        strstr(traces, "helper_main"))
+        TEST_FAIL("the library's own allocations are in the heap profile:\n%s", traces);
+    free(traces);
 }
 
 /* Off by default: no --heap, no heap library loaded, no heap file, the
@@ -194,6 +221,7 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"shares", test_shares},
+        {"own_threads", test_own_threads},
         {"off", test_off},
         {"env_bad_interval", test_env_bad_interval},
         {"bad_values", test_bad_values},

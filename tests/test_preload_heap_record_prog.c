@@ -4,14 +4,16 @@
  * heap_small 1 KiB blocks, as many of each, kept until exit (big holds 3/4
  * of what is in use at exit); heap_churn as many bytes as heap_small, each
  * block freed at once (in alloc_space, never in inuse_space). Prints the
- * truth and whether libsnapprof-heap.so is loaded. */
+ * truth and whether libsnapprof-heap.so is loaded. argv[1]: blocks of
+ * each (default and most 6000). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCKS 6000 /* of each: 24 MiB in all, ~6000 samples at 4 KiB */
+#define BLOCKS_MAX 6000 /* of each: 30 MiB in all, ~7500 samples at 4 KiB */
 
-static void *g_keep[2 * BLOCKS];
+static int BLOCKS = BLOCKS_MAX; /* argv[1] may ask for fewer */
+static void *g_keep[2 * BLOCKS_MAX];
 static unsigned g_n_keep;
 
 __attribute__((noinline)) static void heap_big(void)
@@ -60,8 +62,10 @@ static int heap_lib_loaded(void)
     return found;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && atoi(argv[1]) > 0 && atoi(argv[1]) < BLOCKS_MAX)
+        BLOCKS = atoi(argv[1]);
     heap_big();
     heap_small();
     heap_churn();
