@@ -450,8 +450,10 @@ int snapprof__preload_stop(const char *note)
      * by the stop (the samples are final only then); one at that path from
      * an earlier run, a recycled pid's, would pass for this run's, so it
      * goes too. The summary counts the process. The program's own files
-     * are always written: what was asked for exists. */
-    int empty = g.cfg.child && st.samples == 0;
+     * are always written: what was asked for exists. A process that took
+     * heap samples (SNAPPROF_HEAP) but no CPU sample keeps its files: its
+     * allocations are what the heap profile is for. */
+    int empty = g.cfg.child && st.samples == 0 && st.heap_samples == 0;
     if (empty) {
         for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
             unlink(g.cfg.outputs[i].path);

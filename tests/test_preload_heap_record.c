@@ -146,6 +146,42 @@ static void test_own_threads(void)
     free(traces);
 }
 
+/* Children (a shell's, exec'd) write BASE.heap.PID.pb.gz, by the scheme,
+ * also when they took no CPU sample (1 Hz here): their allocations are
+ * what the heap profile is for. The summary opens them together. */
+static void test_children(void)
+{
+    setup("heap-children");
+    int st;
+    char *out = pl_run(&st,
+                       "cd %s && %s record --heap --heap-interval 4096 -F 1 -o prof.pb.gz -- sh -c "
+                       "'%s 1000; %s 1000; true'",
+                       g_dir, CLI, HEAP_RECORD_PROG, HEAP_RECORD_PROG);
+    printf("%s", out);
+    ASSERT_EQ(st, 0);
+    ASSERT_NOT_NULL(strstr(out, "their heap profiles together: go tool pprof"));
+    free(out);
+    DIR *d = opendir(g_dir);
+    ASSERT_NOT_NULL(d);
+    int heap = 0, peak = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int pid;
+        char rest[64];
+        if (sscanf(de->d_name, "prof.heap.%d%63s", &pid, rest) == 2 && !strcmp(rest, ".pb.gz")) {
+            heap++;
+            ASSERT(tu_top_cum_pct(path_in(de->d_name), "-sample_index=alloc_space", "heap_big", 1) >
+                   0);
+        }
+        if (sscanf(de->d_name, "prof.heappeak.%d%63s", &pid, rest) == 2 && !strcmp(rest, ".pb.gz"))
+            peak++;
+    }
+    closedir(d);
+    ASSERT_EQ(heap, 2);
+    ASSERT_EQ(peak, 2);
+    ASSERT(pl_exists(path_in("prof.heap.pb.gz"))); /* the shell's own, as asked */
+}
+
 /* Off by default: no --heap, no heap library loaded, no heap file, the
  * CPU profile as ever; SNAPPROF_HEAP in the caller's environment does not
  * leak through `record` without --heap. */
@@ -222,6 +258,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"shares", test_shares},
         {"own_threads", test_own_threads},
+        {"children", test_children},
         {"off", test_off},
         {"env_bad_interval", test_env_bad_interval},
         {"bad_values", test_bad_values},
