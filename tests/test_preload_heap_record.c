@@ -253,6 +253,37 @@ static void test_bad_values(void)
     ASSERT_EQ(count_heap_files(), 0);
 }
 
+/* The preload linked into the program (the case that runs under the
+ * sanitizers), SNAPPROF_HEAP=1 without the hooks: heap sampling starts, a
+ * bad interval is said, and the heap files are written, valid, with no
+ * allocation in them (nothing reports one). */
+static void test_linked_no_hooks(void)
+{
+    char *d = tu_make_tmpdir("heap-linked");
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
+    int st;
+    char *out = pl_run(&st,
+                       "cd %s && SNAPPROF_OUTPUT=l.pb.gz SNAPPROF_HEAP=1 "
+                       "SNAPPROF_HEAP_INTERVAL=-5 %s threads 200",
+                       g_dir, PRELOAD_PROG_LINKED);
+    printf("%s", out);
+    ASSERT_EQ(st, 0);
+    ASSERT_NOT_NULL(strstr(out, "ignoring SNAPPROF_HEAP_INTERVAL"));
+    free(out);
+    const char *files[] = {"l.pb.gz", "l.heap.pb.gz", "l.heappeak.pb.gz"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char args[1200];
+        snprintf(args, sizeof args, "-top '%s'", path_in(files[i]));
+        char *top = tu_pprof(args, &st);
+        printf("%s\n", top);
+        ASSERT_EQ(st, 0);
+        if (i > 0)
+            ASSERT_NOT_NULL(strstr(top, "one sample per 524288 bytes"));
+        free(top);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -262,6 +293,7 @@ int main(int argc, char **argv)
         {"off", test_off},
         {"env_bad_interval", test_env_bad_interval},
         {"bad_values", test_bad_values},
+        {"linked_no_hooks", test_linked_no_hooks},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
