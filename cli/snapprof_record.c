@@ -90,8 +90,8 @@ const char snapprof__record_usage[] =
     "snapprof stats FILE. Folded stacks open in speedscope or flamegraph.pl, trace\n"
     "events in ui.perfetto.dev.\n"
     "Without this command: LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=FILE CMD\n"
-    "(heap: LD_PRELOAD=\"libsnapprof-heap.so libsnapprof-preload.so\" SNAPPROF_HEAP=1)\n"
-    "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too).\n";
+    "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too); heap profiles too:\n"
+    "LD_PRELOAD=\"libsnapprof-heap.so libsnapprof-preload.so\" SNAPPROF_HEAP=1 ...\n";
 
 static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 static void die(int status, const char *fmt, ...)
