@@ -6,6 +6,8 @@
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
+#include <snapprof/heap.h>
+#include <snapprof/heap_profile.h>
 #include <snapprof/jit.h>
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
@@ -47,10 +49,28 @@ static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg
                                 size);
 }
 
+/* A heap or peak builder, told the profile's interval. */
+static int create_heap_builder(const snapprof__output_spec_t *o, size_t interval,
+                               snapprof_builder_t **out)
+{
+    int rc = o->format == SNAPPROF__FORMAT_HEAP_PEAK
+                 ? snapprof_heap_peak_builder_create(o->path, out)
+                 : snapprof_heap_builder_create(o->path, out);
+    if (rc == 0 && (rc = snapprof_heap_builder_set_interval(*out, interval)) != 0) {
+        snapprof_builder_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* Makes the builder of one output. */
-static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t **out)
+static int create_builder(const snapprof__output_spec_t *o, size_t heap_interval,
+                          snapprof_builder_t **out)
 {
     switch (o->format) {
+    case SNAPPROF__FORMAT_HEAP:
+    case SNAPPROF__FORMAT_HEAP_PEAK:
+        return create_heap_builder(o, heap_interval ? heap_interval : 1, out);
     case SNAPPROF__FORMAT_FOLDED:
         return snapprof_folded_builder_create(o->path, out);
     case SNAPPROF__FORMAT_TRACE:
@@ -122,8 +142,23 @@ static void publish_state(int running, time_t start_time, const char *path)
 
 #define WHY(...) snprintf(why, why_size, __VA_ARGS__)
 
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size);
+
 int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
                                    size_t why_size)
+{
+    /* What the start allocates (the helper thread's creation, the
+     * profiler's own) is ours, never the program's, on whatever thread it
+     * runs (a constructor's, ProfilerStart()'s caller's, a fork child's). */
+    snapprof_heap_ignore_begin();
+    int rc = start_locked(cfg, flags, why, why_size);
+    snapprof_heap_ignore_end();
+    return rc;
+}
+
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size)
 {
     if (g.profiler) {
         WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);
@@ -216,6 +251,9 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
     params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    /* SNAPPROF_HEAP=1: allocations sampled too (libsnapprof-heap.so, when
+     * preloaded, reports them); 0 unless asked for. */
+    params.heap_interval = c.heap_interval;
     /* Kernel time on the stacks that entered the kernel (snapprof.h,
      * kernel_share); off unless asked for. */
     const char *kernel = getenv("SNAPPROF_KERNEL");
@@ -242,7 +280,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     }
     snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX] = {NULL};
     for (unsigned i = 0; i < c.n_outputs; i++) {
-        rc = create_builder(&c.outputs[i], &builders[i]);
+        rc = create_builder(&c.outputs[i], c.heap_interval, &builders[i]);
         if (rc == 0)
             rc = snapprof_profiler_add_builder(p, builders[i]);
         if (rc != 0) {
@@ -438,8 +476,10 @@ int snapprof__preload_stop(const char *note)
      * by the stop (the samples are final only then); one at that path from
      * an earlier run, a recycled pid's, would pass for this run's, so it
      * goes too. The summary counts the process. The program's own files
-     * are always written: what was asked for exists. */
-    int empty = g.cfg.child && st.samples == 0;
+     * are always written: what was asked for exists. A process that took
+     * heap samples (SNAPPROF_HEAP) but no CPU sample keeps its files: its
+     * allocations are what the heap profile is for. */
+    int empty = g.cfg.child && st.samples == 0 && st.heap_samples == 0;
     if (empty) {
         for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
             unlink(g.cfg.outputs[i].path);
@@ -619,6 +659,9 @@ static void stop_at_deadline(void)
 static void *helper_main(void *arg)
 {
     (void)arg;
+    /* What the helper allocates (writing profiles, scanning threads) is
+     * ours, never the program's: not in its heap profile. */
+    snapprof_heap_ignore_begin();
     snapprof__preload_helper_began();
     uint64_t next_rescan = 0;
     /* Checkpoints of the profile that started at cp_start. */

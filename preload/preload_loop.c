@@ -8,11 +8,13 @@
  * interval, so the intervals merged are the whole run's profile) and
  * writes the old one and frees it, so memory stays that of one interval.
  * The last interval ends with the profile: the stop completes it with the
- * others. This file holds its own state and never takes the preload lock
- * (a stop waits for the thread under it). */
+ * others. The heap profiles (SNAPPROF_HEAP) have no interval files: what
+ * is in use is the whole run's, written at the end. This file holds its own state and never takes
+ * the preload lock (a stop waits for the thread under it). */
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
+#include <snapprof/heap.h>
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
@@ -90,6 +92,8 @@ int snapprof__preload_loop_attach(snapprof_profiler_t *p, const snapprof__preloa
     L.warned = 0;
     interval_name(realtime_ns(), L.name, sizeof L.name);
     for (unsigned i = 0; i < cfg->n_outputs; i++) {
+        if (snapprof__format_is_heap(cfg->outputs[i].format))
+            continue; /* the whole run's only */
         int rc = make_builder(i, L.name, &L.cur[i]);
         if (rc == 0 && (rc = snapprof_profiler_attach_builder(p, L.cur[i])) != 0) {
             snapprof_builder_destroy(L.cur[i]);
@@ -143,6 +147,7 @@ static void *loop_main(void *arg)
 {
     (void)arg;
     prctl(PR_SET_NAME, "snapprof-loop");
+    snapprof_heap_ignore_begin(); /* what it allocates is ours */
     uint64_t next = snapprof__monotonic_ns() + L.cfg->loop_ns;
     while (!atomic_load(&L.quit)) {
         uint64_t now = snapprof__monotonic_ns();

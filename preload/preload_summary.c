@@ -61,6 +61,8 @@ void snapprof__preload_write_summary(const snapprof__preload_profile_t *p, const
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(p->signo, name, sizeof name));
     fprintf(f, "mode=%s\nperiod_ns=%u\n", p->cfg.wall ? "wall" : "cpu", 1000000000u / p->cfg.hz);
+    if (p->cfg.heap_interval)
+        fprintf(f, "heap_interval=%zu\n", p->cfg.heap_interval);
     uint64_t now = snapprof__monotonic_ns();
     fprintf(f, "duration_ns=%llu\nwritten_mono_ns=%llu\n",
             (unsigned long long)(now - p->start_mono), (unsigned long long)now);
