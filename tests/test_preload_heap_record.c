@@ -94,6 +94,8 @@ static void test_shares(void)
     ASSERT_NOT_NULL(strstr(out, heap));
     ASSERT_NOT_NULL(strstr(out, peak));
     ASSERT_NOT_NULL(strstr(out, "sampled allocations (one per 4096 bytes on average)"));
+    /* Samples lost for want of a free capture slot, as the summary says. */
+    int slots_short = strstr(out, "dropped (no free capture slot") != NULL;
     free(out);
 
     /* 24 MiB at 4 KiB: ~6000 samples; well above what the shares need. */
@@ -110,7 +112,11 @@ static void test_shares(void)
      * heap_dropped_no_slot.) */
     double churn_alloc = tu_top_cum_pct(heap, "-sample_index=alloc_space", "heap_churn", 1);
     double churn_inuse = tu_top_cum_pct(heap, "-sample_index=inuse_space", "heap_churn", 1);
-    ASSERT(churn_alloc > 0);
+    /* Its loop is the tightest and runs last: on a loaded machine the
+     * sampling thread can stay off its CPU for all of it, with every slot
+     * still full of the others' samples (1 run in 8 beside the heap tests
+     * at -j2). Then the summary says samples were dropped. */
+    ASSERT(churn_alloc > 0 || slots_short);
     ASSERT(churn_inuse < 2);
     /* Our own threads' allocations (the helper writing the profiles) are
      * never the program's. */
