@@ -7,7 +7,9 @@
 #include "heap/heap_internal.h"
 
 #include "common/hash.h"
+#include "module_cache/module_cache.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -403,15 +405,43 @@ static void deliver_free(const snapprof__heap_sink_t *sink, block_t *b, uint64_t
     key_release(k);
 }
 
+/* The code range of the allocation hooks' library (libsnapprof-heap.so,
+ * preload_heap/), found once by the symbol it exports for that; [0, 0)
+ * when it is not loaded. Drain side only. */
+static uintptr_t g_hooks_start, g_hooks_limit;
+static int g_hooks_looked;
+
+static int in_hooks(uintptr_t pc)
+{
+    if (!g_hooks_looked) {
+        g_hooks_looked = 1;
+        void *sym = dlsym(RTLD_DEFAULT, "snapprof__heap_preload_info");
+        const snapprof_module_t *m = sym ? snapprof__module_find_at((uintptr_t)sym, 0) : NULL;
+        if (m) {
+            g_hooks_start = m->start;
+            g_hooks_limit = m->limit;
+        }
+    }
+    return pc >= g_hooks_start && pc < g_hooks_limit;
+}
+
 /* The frames of the allocation's caller on: the stack was taken inside
  * the library (heap_capture.c), and the first frame of the caller's is
- * the one at its return address less one (the call). When it is not among
- * the first few (an unwind that failed early), the stack stays whole. */
+ * the one at its return address less one (the call). When that caller is
+ * an allocation hook of libsnapprof-heap.so (the interposed malloc or
+ * operator new, with its inlined hk_note_alloc), its frames go too: the
+ * program called the allocator, and the leaf is the program's call. When
+ * the caller is not among the first few frames (an unwind that failed
+ * early), the stack stays whole. */
 static size_t skip_own(const snapprof_frame_t *frames, size_t count, uintptr_t caller_pc)
 {
     for (size_t i = 0; i < count && i < 8; i++)
-        if (frames[i].pc == caller_pc - 1)
+        if (frames[i].pc == caller_pc - 1) {
+            while (i + 1 < count && frames[i].kind == SNAPPROF_FRAME_NATIVE &&
+                   in_hooks(frames[i].pc))
+                i++;
             return i;
+        }
     return 0;
 }
 

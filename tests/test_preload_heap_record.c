@@ -124,6 +124,19 @@ static void test_shares(void)
     /* The peak: everything kept was in use at once. */
     double p = big_share(peak, "inuse_space");
     ASSERT(p >= 0.6 && p <= 0.9);
+    /* The leaves are the program's calls of the allocator, not the hook
+     * that saw them: every stack's innermost frame used to be the
+     * interposed malloc with its inlined hk_note_alloc, which held 100 %
+     * flat. */
+    char args[1024];
+    snprintf(args, sizeof args, "-top -sample_index=alloc_space '%s'", heap);
+    char *top = tu_pprof(args, &st);
+    ASSERT_EQ(st, 0);
+    printf("%s", top);
+    ASSERT(strstr(top, "hk_note_alloc") == NULL);
+    ASSERT(strstr(top, " malloc\n") == NULL);
+    ASSERT_NOT_NULL(strstr(top, " heap_big\n"));
+    free(top);
 }
 
 /* The library's own allocations are never the program's: the helper
