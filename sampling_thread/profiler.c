@@ -111,11 +111,12 @@ void snapprof__target_free(snapprof_profiler_t *p, snapprof__target_t *t)
 {
     if (p->pool_ready)
         snapprof__capture_target_free_large(&p->pool, &t->cap);
-    snapprof_thread_release(t->thread);
     free(t->prev);
     free(t->prev_labels);
     if (p->params.mode == SNAPPROF_MODE_WALL)
         snapprof__proc_forget(t->thread->tid);
+    /* Last: the release may free the thread, whose tid was read above. */
+    snapprof_thread_release(t->thread);
     free(t);
 }
 
