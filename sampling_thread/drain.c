@@ -16,12 +16,26 @@
 /* Delivery to the builders                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Wall mode: of the ticks the sampler missed before the one at now, those
+ * t was there for. A thread that joined during the sampler's late stretch
+ * (a flush or a stalled vCPU held it up) was not there for all of them:
+ * given every one, a thread that lived 10 ms took 250 ms of wall time. */
+uint64_t snapprof__wall_owed(const snapprof_profiler_t *p, const snapprof__target_t *t,
+                             uint64_t now)
+{
+    uint64_t owed = p->wall_ticks_owed;
+    if (owed == 0 || t->wall_joined_ns == 0)
+        return owed;
+    uint64_t age = now > t->wall_joined_ns ? (now - t->wall_joined_ns) / p->params.interval_ns : 0;
+    return owed < age ? owed : age;
+}
+
 /* The wall time a sample stands for. In wall mode a tick's sample carries
- * the ticks since t's previous one (those the sampler was too late for,
- * and those t had no stack for); a trigger's capture stands for CPU time
- * only. */
+ * the ticks since t's previous one (those the sampler was too late for
+ * while t was there, and those t had no stack for); a trigger's capture
+ * stands for CPU time only. */
 static uint64_t sample_wall_ns(const snapprof_profiler_t *p, const snapprof__target_t *t,
-                               unsigned flags)
+                               unsigned flags, uint64_t now)
 {
     if (flags & SNAPPROF_SAMPLE_REMAINDER)
         return 0;
@@ -29,7 +43,7 @@ static uint64_t sample_wall_ns(const snapprof_profiler_t *p, const snapprof__tar
         return p->params.interval_ns;
     if (p->draining)
         return 0;
-    return (1 + p->wall_ticks_owed + t->wall_unplaced_ticks) * p->params.interval_ns;
+    return (1 + snapprof__wall_owed(p, t, now) + t->wall_unplaced_ticks) * p->params.interval_ns;
 }
 
 /* Gives s to every builder; one failure among them is one BUILDER failure.
@@ -66,7 +80,7 @@ void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
         .cpu_ns = cpu_ns,
         /* In wall mode a trigger's capture (drained) stands for CPU time;
          * the ticks' samples carry the wall time. */
-        .wall_ns = sample_wall_ns(p, t, flags),
+        .wall_ns = sample_wall_ns(p, t, flags, timestamp),
         .tid = t->thread->tid,
         .thread_name = t->thread->name,
         .flags = flags,

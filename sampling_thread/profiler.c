@@ -246,6 +246,7 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
      * microseconds so far are not worth a system call on every thread. */
     int newborn = atomic_exchange(&thread->newborn, 0);
     if (p->state == PROFILER_RUNNING) {
+        t->wall_joined_ns = snapprof__monotonic_ns();
         if (!newborn)
             snapprof__thread_cpu_ns(thread->tid, &t->cpu_start);
         t->cpu_last = t->cpu_start;

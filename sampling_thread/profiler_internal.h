@@ -80,8 +80,12 @@ typedef struct snapprof__target {
     /* Wall mode without signals to blocked threads: what its latest
      * sample found it doing (a WALL_STATE_* and the system call). Its /proc
      * files are in stack_copier_proc.c's cache, not here. */
-    uint64_t kernel_cpu_prev;       /* CPU clock at its previous capture (kernel_share) */
-    uint64_t wall_unplaced_ticks;   /* ticks of wall time still to go on a sample */
+    uint64_t kernel_cpu_prev;     /* CPU clock at its previous capture (kernel_share) */
+    uint64_t wall_unplaced_ticks; /* ticks of wall time still to go on a sample */
+    /* Wall mode: when it joined a running profile (monotonic; 0 when it
+     * was there from the start). Ticks the sampler missed before then are
+     * not its wall time (snapprof__wall_owed()). */
+    uint64_t wall_joined_ns;
     uint64_t sched_run, sched_wait; /* what its schedstat said last time */
     int wall_state;
     long wall_syscall;
@@ -310,6 +314,8 @@ size_t snapprof__wall_state_labels(int state, long syscall, snapprof_label_t *ou
 int snapprof__thread_running(pid_t tid);
 int snapprof__running_or_runnable(snapprof__target_t *t);
 void snapprof__deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now);
+uint64_t snapprof__wall_owed(const snapprof_profiler_t *p, const snapprof__target_t *t,
+                             uint64_t now);
 int snapprof__sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t now,
                              const uint64_t *cpu0, const uint32_t *seq0);
 int snapprof__still_blocked(const snapprof__target_t *t, uint32_t seq);

@@ -114,7 +114,7 @@ void snapprof__deliver_previous(snapprof_profiler_t *p, snapprof__target_t *t, u
     if (t->prev_count == 0) {
         /* No stack yet (a trigger's first capture is still to come): the
          * tick's wall time goes with t's first sample. */
-        t->wall_unplaced_ticks += 1 + p->wall_ticks_owed;
+        t->wall_unplaced_ticks += 1 + snapprof__wall_owed(p, t, now);
         return;
     }
     snapprof__deliver(p, t, t->prev, t->prev_count, t->prev_flags | SNAPPROF_SAMPLE_REUSED, now, 0,

@@ -22,7 +22,12 @@
  *                         their own; prints their pids
  *   burn FILE             burns in gperf_cold until 20 samples, exits
  *   flush_many FILE       ProfilerFlush until the flushes used 100 ms of
- *                         the process's CPU; prints it */
+ *                         the process's CPU; prints it
+ *   realtime_threads FILE (with CPUPROFILE_REALTIME=1) profiler_unittest's
+ *                         shape: the main thread burns, flushes, starts two
+ *                         threads that take turns at a mutex, burns again;
+ *                         prints each thread's wall time in its function
+ *                         ("thread TID wall_ms W") */
 #include <gperftools/profiler.h>
 
 #include <pthread.h>
@@ -409,6 +414,47 @@ static int mode_flush_many(const char *file)
     return 0;
 }
 
+static void burn_cpu_ms(void (*fn)(uint64_t), uint64_t ms)
+{
+    uint64_t end = cpu_ns(CLOCK_THREAD_CPUTIME_ID) + ms * 1000000u;
+    while (cpu_ns(CLOCK_THREAD_CPUTIME_ID) < end)
+        fn(1);
+}
+
+static pthread_mutex_t g_turns = PTHREAD_MUTEX_INITIALIZER;
+
+static void *realtime_other(void *arg)
+{
+    (void)arg;
+    uint64_t t0 = mono_ns();
+    ProfilerRegisterThread();
+    pthread_mutex_lock(&g_turns);
+    burn_cpu_ms(gperf_cold, 200);
+    pthread_mutex_unlock(&g_turns);
+    printf("thread %ld wall_ms %.1f\n", (long)syscall(SYS_gettid), (mono_ns() - t0) / 1e6);
+    return NULL;
+}
+
+static int mode_realtime_threads(const char *file)
+{
+    uint64_t t0 = mono_ns();
+    CHECK(ProfilerStart(file) != 0);
+    burn_cpu_ms(gperf_hot, 200);
+    /* Symbolizes what was sampled so far: the sampler is held up for that
+     * long (100-400 ms here), and the threads start right after. */
+    ProfilerFlush();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&t[i], NULL, realtime_other, NULL) == 0);
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    burn_cpu_ms(gperf_hot, 200);
+    ProfilerStop();
+    printf("thread %ld wall_ms %.1f\n", (long)getpid(), (mono_ns() - t0) / 1e6);
+    fflush(stdout);
+    return 0;
+}
+
 static atomic_int g_urgs;
 
 static void on_urg(int signo)
@@ -475,6 +521,8 @@ int main(int argc, char **argv)
         return mode_fork_env(argv[0]);
     if (!strcmp(mode, "flush_many"))
         return mode_flush_many(file);
+    if (!strcmp(mode, "realtime_threads"))
+        return mode_realtime_threads(file);
     if (!strcmp(mode, "env")) {
         CHECK(ProfilingIsEnabledForAllThreads()); /* CPUPROFILE did it */
         CHECK(ProfilerStart(file) == 0);
