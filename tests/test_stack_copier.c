@@ -823,6 +823,82 @@ static void test_chained_handler_mask(void)
     stop_target(&t);
 }
 
+/* The bounds a registration gets are those of the thread's own stack. A
+ * thread whose stack is a mapping of ours, between guard pages so that no
+ * neighbour merges with it: registered by itself, from the mapping's start
+ * up to glibc's thread descriptor, which glibc puts at the top of a stack
+ * it is given (pthread_attr_getstack); by tid, the mapping that holds its
+ * sp, whole. The main thread: the top of "[stack]", a low bound below its
+ * sp.
+ * (Moving the lookup 1 MiB off sp was caught by no test before this.) */
+#define OWN_STACK (256u * 1024u)
+
+static uint8_t *g_own_lo;
+static atomic_int g_own_state; /* 1 registered itself, 2 may exit */
+static snapprof_thread_t *g_own_self;
+static uintptr_t g_own_descriptor, g_own_sp;
+
+static void *own_stack_thread(void *arg)
+{
+    (void)arg;
+    ASSERT_OK(snapprof_thread_register(&g_own_self));
+    g_own_descriptor = (uintptr_t)pthread_self();
+    g_own_sp = (uintptr_t)__builtin_frame_address(0);
+    atomic_store(&g_own_state, 1);
+    while (atomic_load(&g_own_state) != 2)
+        usleep(1000);
+    snapprof_thread_release(g_own_self);
+    return NULL;
+}
+
+static void test_registration_bounds(void)
+{
+    uint8_t *m = mmap(NULL, OWN_STACK + 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(m != MAP_FAILED);
+    g_own_lo = m + 4096;
+    ASSERT_OK(mprotect(g_own_lo, OWN_STACK, PROT_READ | PROT_WRITE));
+    pthread_attr_t attr;
+    ASSERT_EQ(pthread_attr_init(&attr), 0);
+    ASSERT_EQ(pthread_attr_setstack(&attr, g_own_lo, OWN_STACK), 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, &attr, own_stack_thread, NULL), 0);
+    pthread_attr_destroy(&attr);
+    while (atomic_load(&g_own_state) != 1)
+        usleep(1000);
+    struct snapprof_thread *self = g_own_self;
+    printf("own stack [%p, %p): by itself [%#lx, %#lx)\n", (void *)g_own_lo,
+           (void *)(g_own_lo + OWN_STACK), (unsigned long)self->stack_low,
+           (unsigned long)self->stack_base);
+    ASSERT_EQ(self->stack_low, (uintptr_t)g_own_lo);
+    ASSERT(g_own_descriptor > g_own_sp && g_own_descriptor < (uintptr_t)(g_own_lo + OWN_STACK));
+    ASSERT_EQ(self->stack_base, g_own_descriptor & ~(uintptr_t)15);
+    snapprof_thread_t *by_tid = NULL;
+    ASSERT_OK(snapprof_thread_register_tid(snapprof_thread_tid(g_own_self), &by_tid));
+    struct snapprof_thread *other = by_tid;
+    printf("by tid [%#lx, %#lx)\n", (unsigned long)other->stack_low,
+           (unsigned long)other->stack_base);
+    ASSERT_EQ(other->stack_low, (uintptr_t)g_own_lo);
+    ASSERT_EQ(other->stack_base, (uintptr_t)(g_own_lo + OWN_STACK));
+    snapprof_thread_release(by_tid);
+    atomic_store(&g_own_state, 2);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    munmap(m, OWN_STACK + 2 * 4096);
+
+    /* The main thread: its sp lies inside, the base is the top of the
+     * mapping that holds it. */
+    snapprof_thread_t *main_tok = NULL;
+    ASSERT_OK(snapprof_thread_register(&main_tok));
+    struct snapprof_thread *mt = main_tok;
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo, hi;
+    ASSERT_OK(snapprof__find_mapping(sp, &lo, &hi));
+    printf("main: sp %#lx in [%#lx, %#lx), registered [%#lx, %#lx)\n", (unsigned long)sp,
+           (unsigned long)lo, (unsigned long)hi, (unsigned long)mt->stack_low,
+           (unsigned long)mt->stack_base);
+    ASSERT_EQ(mt->stack_base, hi);
+    ASSERT(mt->stack_low <= sp && sp < mt->stack_base);
+    snapprof_thread_release(main_tok);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -841,6 +917,7 @@ int main(int argc, char **argv)
         {"handler_replaced", test_handler_replaced},
         {"other_signals_wait", test_other_signals_wait},
         {"chained_handler_mask", test_chained_handler_mask},
+        {"registration_bounds", test_registration_bounds},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
