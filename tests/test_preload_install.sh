@@ -120,7 +120,7 @@ mkdir "$work/proj"
 cat > "$work/proj/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.18)
 project(uses_snapprof C)
-find_package(snapprof 0.6 REQUIRED)
+find_package(snapprof 0.7 REQUIRED)
 add_executable(api ../api.c)
 target_link_libraries(api PRIVATE snapprof::snapprof)
 add_executable(gperf ../gperf.c)

@@ -72,7 +72,7 @@ extern "C" {
  * got their size member, and stays until the ABI breaks again (everything
  * since was added compatibly; see "Added in" below and the README). */
 #define SNAPPROF_VERSION_MAJOR 0
-#define SNAPPROF_VERSION_MINOR 6
+#define SNAPPROF_VERSION_MINOR 7
 #define SNAPPROF_VERSION_PATCH 0
 
 /* Library-specific error codes, one table: XX(name, value, description).
