@@ -248,7 +248,7 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
     atomic_store(&h->dropped_set_full, 0);
     atomic_store(&h->dropped_no_stack, 0);
     atomic_store(&h->frees_lost, 0);
-    h->dropped_no_slot_base = atomic_load(&h->pool.dropped);
+    atomic_store(&h->dropped_no_slot, 0);
     atomic_store(&h->interval, interval);
     return 0;
 }
@@ -283,7 +283,7 @@ void snapprof__heap_stats(const void *owner, snapprof_stats_t *out)
     snapprof__heap_state_t *h = &snapprof__heap;
     if (!snapprof__heap_owned_by(owner))
         return;
-    out->heap_dropped_no_slot = atomic_load(&h->pool.dropped) - h->dropped_no_slot_base;
+    out->heap_dropped_no_slot = atomic_load(&h->dropped_no_slot);
     out->heap_dropped_set_full = atomic_load(&h->dropped_set_full);
     out->heap_dropped_no_stack = atomic_load(&h->dropped_no_stack);
     out->heap_frees_lost = atomic_load(&h->frees_lost);
