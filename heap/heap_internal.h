@@ -70,6 +70,10 @@ extern snapprof__heap_state_t snapprof__heap;
 /* The set of live sampled addresses (heap_addresses.c)                     */
 /* ------------------------------------------------------------------------ */
 
+/* Entries in the set: what a free looks at first (0: nothing to look up).
+ * Read relaxed; the set's own. */
+extern _Atomic long snapprof__heap_live;
+
 /* Adds addr. Returns 0, or -1 when the set is too full (the caller drops
  * the sample). Lock-free; no allocation. */
 int snapprof__heap_set_insert(uintptr_t addr);
