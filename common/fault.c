@@ -28,6 +28,7 @@ static const char *const g_names[SNAPPROF__FAULT_SITE_COUNT] = {
     [SNAPPROF__FAULT_SIGQUEUE] = "rt_tgsigqueueinfo",
     [SNAPPROF__FAULT_WRITE] = "write",
     [SNAPPROF__FAULT_PROCESS_VM_READV] = "process_vm_readv",
+    [SNAPPROF__FAULT_HEAP_SLOT] = "heap_slot",
 };
 
 /* splitmix64's finalizer: every bit of x moves every bit of the result.
@@ -123,7 +124,7 @@ int snapprof__fault_parse(const char *spec, char *why, size_t why_size)
         if (site == -2) {
             snprintf(why, why_size,
                      "unknown site \"%.*s\" (perf_event_open, timer_create, mmap, open, "
-                     "rt_tgsigqueueinfo, write, process_vm_readv, all, or seed)",
+                     "rt_tgsigqueueinfo, write, process_vm_readv, heap_slot, all, or seed)",
                      (int)len, s);
             return -1;
         }

@@ -14,7 +14,7 @@
  * every write of a profile; the seed picks which ones (the same seed and
  * the same calls: the same failures). Site names: perf_event_open,
  * timer_create, mmap, open, rt_tgsigqueueinfo, write, process_vm_readv,
- * and all. A value
+ * heap_slot (not a system call: a heap capture slot), and all. A value
  * that does not parse costs one line on stderr and is ignored whole.
  * Unset (the default), every call site costs one relaxed atomic load. */
 #ifndef SNAPPROF_COMMON_FAULT_H
@@ -31,6 +31,7 @@ typedef enum snapprof__fault_site {
     SNAPPROF__FAULT_SIGQUEUE,            /* the handshake's rt_tgsigqueueinfo (EAGAIN) */
     SNAPPROF__FAULT_WRITE,               /* writing a profile (ENOSPC) */
     SNAPPROF__FAULT_PROCESS_VM_READV,    /* a blocked thread's stack in wall mode (EPERM) */
+    SNAPPROF__FAULT_HEAP_SLOT,           /* a sampled allocation finds no free capture slot */
     SNAPPROF__FAULT_SITE_COUNT
 } snapprof__fault_site_t;
 

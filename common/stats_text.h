@@ -98,7 +98,8 @@
     XX(U64, heap_dropped_no_slot)                                                                  \
     XX(U64, heap_dropped_set_full)                                                                 \
     XX(U64, heap_dropped_no_stack)                                                                 \
-    XX(U64, heap_frees_lost)
+    XX(U64, heap_frees_lost)                                                                       \
+    XX(U64, heap_samples_no_slot)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

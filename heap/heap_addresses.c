@@ -56,7 +56,8 @@ static table_t *g_tables[MAX_SHIFT + 1][2];
 
 static _Atomic(table_t *) g_search; /* the oldest table removes look in */
 static _Atomic(table_t *) g_insert; /* the table inserts go to */
-static _Atomic long g_live;         /* entries in the set */
+_Atomic long snapprof__heap_live;   /* entries in the set (heap_internal.h) */
+#define g_live snapprof__heap_live
 static _Atomic uint64_t g_recycles; /* odd while a table is emptied for reuse */
 
 static size_t hash(const table_t *t, uintptr_t a)

@@ -6,6 +6,7 @@
 #include "heap/heap_internal.h"
 
 #include "common/clock.h"
+#include "common/fault.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -78,6 +79,38 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
 
 _Static_assert(sizeof(((snapprof_regs_t *)0)->r[0]) == 8, "64-bit registers");
 
+/* A sampled allocation that found every capture slot taken (a burst of
+ * samples faster than the sampling thread drains them): its address goes
+ * into the live set and its size and thread into the free queue, in the
+ * order of the frees, so that the totals and what is in use stay right;
+ * the drain gives it the frame "[heap: no capture slot]" for a stack.
+ * Dropped and counted only when the queue or the set is full too. Returns
+ * 1 when queued. No allocation, no locks. */
+static int record_without_stack(snapprof__heap_state_t *h, uintptr_t addr, size_t size,
+                                uint64_t entry)
+{
+    if (snapprof__heap_set_insert(addr) != 0) {
+        atomic_fetch_add_explicit(&h->dropped_no_slot, 1, memory_order_relaxed);
+        return 0;
+    }
+    snapprof__heap_free_rec_t rec = {
+        .gen = atomic_load_explicit(&h->gen, memory_order_relaxed),
+        .seq = atomic_fetch_add_explicit(&h->seq, 1, memory_order_relaxed),
+        .time_ns = entry,
+        .addr = addr,
+        .bytes = size,
+        .tid = snapprof__gettid_cached(),
+        .alloc = 1,
+    };
+    if (snapprof__heap_free_push(&rec) != 0) {
+        /* Nobody else has addr yet: its entry goes again. */
+        snapprof__heap_set_remove(addr);
+        atomic_fetch_add_explicit(&h->dropped_no_slot, 1, memory_order_relaxed);
+        return 0;
+    }
+    return 1;
+}
+
 __attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size,
                                                      uintptr_t caller_pc)
 {
@@ -95,9 +128,14 @@ __attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size
         atomic_fetch_add_explicit(&h->dropped_set_full, 1, memory_order_relaxed);
         return 0;
     }
-    snapprof__capture_slot_t *slot = snapprof__capture_regs(&h->pool, &regs, low, base, entry);
+    /* sp is inside [low, base) (the bounds are those of its mapping), so
+     * the copy is of our own stack and NULL means no free slot. */
+    snapprof__capture_slot_t *slot =
+        snapprof__fault(SNAPPROF__FAULT_HEAP_SLOT)
+            ? NULL
+            : snapprof__capture_regs(&h->pool, &regs, low, base, entry);
     if (!slot)
-        return 0; /* counted in pool.dropped */
+        return record_without_stack(h, addr, size, entry);
     /* Recorded live before the slot is published and before the caller
      * hands the block out: its free, on any thread, finds it. */
     if (snapprof__heap_set_insert(addr) != 0) {

@@ -445,6 +445,24 @@ static size_t skip_own(const snapprof_frame_t *frames, size_t count, uintptr_t c
     return 0;
 }
 
+/* Delivers an allocation of bytes at addr with the (interned) stack k and
+ * keeps it as live until its free. */
+static void add_block(const snapprof__heap_sink_t *sink, heap_key_t *k, uintptr_t addr,
+                      uint64_t bytes, uint64_t time_ns)
+{
+    k->refs++;
+    deliver(sink, k, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, bytes, time_ns);
+    if ((g.block_count + 1) * 2 > g.block_cap && blocks_grow() != 0) {
+        key_release(k);
+        return;
+    }
+    size_t mask = g.block_cap - 1, i = addr_hash(addr) & mask;
+    while (g.blocks[i].addr)
+        i = (i + 1) & mask;
+    g.blocks[i] = (block_t){.addr = addr, .bytes = bytes, .key = k};
+    g.block_count++;
+}
+
 static void deliver_alloc(const snapprof__heap_sink_t *sink, snapprof__capture_slot_t *slot)
 {
     snapprof__heap_extra_t *x = slot->extra;
@@ -465,17 +483,29 @@ static void deliver_alloc(const snapprof__heap_sink_t *sink, snapprof__capture_s
     heap_key_t *k = intern(frames + skip, count - skip, flags, views, label_count, x->tid, x->name);
     if (!k)
         return;
-    k->refs++;
-    deliver(sink, k, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, x->bytes, slot->res.timestamp_ns);
-    if ((g.block_count + 1) * 2 > g.block_cap && blocks_grow() != 0) {
-        key_release(k);
+    add_block(sink, k, x->addr, x->bytes, slot->res.timestamp_ns);
+}
+
+/* A sampled allocation that found no free capture slot (heap_capture.c):
+ * the same as one that did, with the one frame "[heap: no capture slot]"
+ * for a stack, its thread's id and no name or labels. */
+static void deliver_alloc_no_slot(const snapprof__heap_sink_t *sink,
+                                  const snapprof__heap_free_rec_t *r)
+{
+    static const snapprof_frame_t marker = {
+        .kind = SNAPPROF_FRAME_MARKER,
+        .name = "[heap: no capture slot]",
+    };
+    block_t *old = block_find(r->addr);
+    if (old)
+        deliver_free(sink, old, r->time_ns); /* as in deliver_alloc() */
+    heap_key_t *k = intern(&marker, 1, 0, NULL, 0, r->tid, "");
+    if (!k) {
+        atomic_fetch_add(&snapprof__heap.dropped_no_slot, 1);
         return;
     }
-    size_t mask = g.block_cap - 1, i = addr_hash(x->addr) & mask;
-    while (g.blocks[i].addr)
-        i = (i + 1) & mask;
-    g.blocks[i] = (block_t){.addr = x->addr, .bytes = x->bytes, .key = k};
-    g.block_count++;
+    sink->stats->heap_samples_no_slot++;
+    add_block(sink, k, r->addr, r->bytes, r->time_ns);
 }
 
 static int by_seq(const void *a, const void *b)
@@ -495,7 +525,9 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
     /* The frees first, then the slots: a free's allocation was published
      * before the program had the block's address, so every free read here
      * finds its allocation among the slots read after (or delivered
-     * earlier). */
+     * earlier), or before it in the queue (an allocation that found no
+     * slot: the queue is read in order, up to the first entry not yet
+     * published). */
     size_t nfree = 0;
     for (snapprof__heap_free_rec_t rec; free_pop(&rec);) {
         if (rec.gen != gen)
@@ -504,7 +536,7 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
             size_t cap = g.free_cap ? g.free_cap * 2 : 256;
             snapprof__heap_free_rec_t *f = realloc(g.frees, cap * sizeof *f);
             if (!f) {
-                atomic_fetch_add(&h->frees_lost, 1);
+                atomic_fetch_add(rec.alloc ? &h->dropped_no_slot : &h->frees_lost, 1);
                 continue;
             }
             g.frees = f;
@@ -528,8 +560,9 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
     qsort(g.allocs, nalloc, sizeof *g.allocs, by_seq);
     if (nalloc > 0 && sink->prepare)
         sink->prepare(sink->ctx);
-    /* The frees are in queue order, which is their seq order but for
-     * frees that raced each other (a few places): ordered too. */
+    /* The frees (and allocations without a slot) are in queue order,
+     * which is their seq order but for pushes that raced each other (a few
+     * places): ordered too. */
     for (size_t i = 1; i < nfree; i++) {
         snapprof__heap_free_rec_t r = g.frees[i];
         size_t j = i;
@@ -546,6 +579,9 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
             deliver_alloc(sink, g.allocs[a]);
             snapprof__capture_slot_release(&h->pool, g.allocs[a]);
             a++;
+        } else if (g.frees[f].alloc) {
+            deliver_alloc_no_slot(sink, &g.frees[f]);
+            f++;
         } else {
             block_t *b = block_find(g.frees[f].addr);
             /* Not found: an entry the set kept of a block whose free went

@@ -25,14 +25,21 @@ typedef struct snapprof__heap_extra {
     char name[16];
 } snapprof__heap_extra_t;
 
-/* A free of a sampled block, queued for the drain. */
+/* A free of a sampled block, queued for the drain; or a sampled
+ * allocation that found no free capture slot, queued without its stack
+ * (alloc 1: its bytes and thread), so that it still counts in the totals
+ * and in use until its free. */
 typedef struct snapprof__heap_free_rec {
     uint64_t gen, seq, time_ns;
     uintptr_t addr;
+    uint64_t bytes; /* an allocation's */
+    pid_t tid;      /* an allocation's */
+    uint32_t alloc; /* 1: an allocation without its stack; 0: a free */
 } snapprof__heap_free_rec_t;
 
 /* The free queue: a bounded multi-producer queue (Vyukov's), one
- * consumer at a time (the drain, under the sampler lock). */
+ * consumer at a time (the drain, under the sampler lock). It also carries
+ * the allocations that found no capture slot, in the order of the frees. */
 #define SNAPPROF__HEAP_FREE_RING 16384u
 typedef struct snapprof__heap_free_cell {
     _Atomic uint64_t turn;
@@ -52,7 +59,9 @@ typedef struct snapprof__heap_state {
     _Atomic uint64_t ring_head; /* the consumer's; producers only look */
     /* Hook-side counters, since the session started. */
     _Atomic uint64_t dropped_set_full, dropped_no_stack, frees_lost;
-    uint64_t dropped_no_slot_base; /* pool.dropped at the session's start */
+    /* Sampled allocations that found no free capture slot and could not
+     * be queued without their stack either (the queue or the set full). */
+    _Atomic uint64_t dropped_no_slot;
 } snapprof__heap_state_t;
 
 extern snapprof__heap_state_t snapprof__heap;
@@ -60,6 +69,10 @@ extern snapprof__heap_state_t snapprof__heap;
 /* ------------------------------------------------------------------------ */
 /* The set of live sampled addresses (heap_addresses.c)                     */
 /* ------------------------------------------------------------------------ */
+
+/* Entries in the set: what a free looks at first (0: nothing to look up).
+ * Read relaxed; the set's own. */
+extern _Atomic long snapprof__heap_live;
 
 /* Adds addr. Returns 0, or -1 when the set is too full (the caller drops
  * the sample). Lock-free; no allocation. */
@@ -96,9 +109,10 @@ int snapprof__heap_free_push(const snapprof__heap_free_rec_t *rec);
 /* ------------------------------------------------------------------------ */
 
 /* Captures the calling thread for a sampled allocation of size bytes at
- * addr, whose caller returns to caller_pc, and records addr as live.
- * Returns 1, or 0 when the sample was dropped (counted). The thread's
- * guard is held by the caller. */
+ * addr, whose caller returns to caller_pc, and records addr as live. When
+ * no capture slot is free, queues the allocation without its stack
+ * instead. Returns 1, or 0 when the sample was dropped (counted). The
+ * thread's guard is held by the caller. */
 int snapprof__heap_capture(uintptr_t addr, size_t size, uintptr_t caller_pc);
 
 /* Test seam: the sampling rule alone. Draws the next countdown of a

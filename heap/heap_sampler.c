@@ -92,10 +92,8 @@ static void seed(heap_tls_t *s)
     s->rng = x ? x : 1;
 }
 
-/* The countdown went to zero or below (or was never drawn). Not inlined
- * into the callers: the fast path stays a subtract and a compare. */
-static __attribute__((noinline)) int slow_path(uintptr_t addr, size_t size, size_t interval,
-                                               uintptr_t caller_pc)
+/* The countdown went to zero or below (or was never drawn). */
+static int sample_or_draw(uintptr_t addr, size_t size, size_t interval, uintptr_t caller_pc)
 {
     heap_tls_t *s = &tls;
     seed(s);
@@ -121,6 +119,19 @@ static __attribute__((noinline)) int slow_path(uintptr_t addr, size_t size, size
     return rc;
 }
 
+/* Not inlined into the callers: the fast path stays a subtract and a
+ * compare. errno is the caller's afterwards (a capture may fail a system
+ * call: /proc/self/maps at the fd limit), so that the allocation hooks need
+ * not save it on every call. */
+static __attribute__((noinline)) int slow_path(uintptr_t addr, size_t size, size_t interval,
+                                               uintptr_t caller_pc)
+{
+    int e = errno;
+    int rc = sample_or_draw(addr, size, interval, caller_pc);
+    errno = e;
+    return rc;
+}
+
 SNAPPROF_API __attribute__((noinline)) int snapprof_heap_note_alloc(void *ptr, size_t size)
 {
     size_t interval = atomic_load_explicit(&snapprof__heap.interval, memory_order_relaxed);
@@ -136,9 +147,15 @@ SNAPPROF_API __attribute__((noinline)) int snapprof_heap_note_alloc(void *ptr, s
 
 SNAPPROF_API int snapprof_heap_note_free(void *ptr)
 {
-    /* Inside: one relaxed load while no sampled block is live. */
-    if (ptr == NULL || !snapprof__heap_set_remove((uintptr_t)ptr))
+    /* One relaxed load while no sampled block is live, here rather than
+     * in the set's code so that a free of the program pays no second
+     * call: the block's insert happened before the program had its
+     * address, so a free of a sampled block sees the count above 0. */
+    if (atomic_load_explicit(&snapprof__heap_live, memory_order_relaxed) <= 0 || ptr == NULL)
         return 0;
+    if (!snapprof__heap_set_remove((uintptr_t)ptr))
+        return 0;
+    int e = errno; /* the caller's, whatever the futex wake-up does */
     snapprof__heap_free_rec_t rec = {
         .gen = atomic_load_explicit(&snapprof__heap.gen, memory_order_relaxed),
         .seq = atomic_fetch_add_explicit(&snapprof__heap.seq, 1, memory_order_relaxed),
@@ -147,6 +164,7 @@ SNAPPROF_API int snapprof_heap_note_free(void *ptr)
     };
     if (snapprof__heap_free_push(&rec) != 0)
         atomic_fetch_add_explicit(&snapprof__heap.frees_lost, 1, memory_order_relaxed);
+    errno = e;
     return 1;
 }
 
@@ -248,7 +266,7 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
     atomic_store(&h->dropped_set_full, 0);
     atomic_store(&h->dropped_no_stack, 0);
     atomic_store(&h->frees_lost, 0);
-    h->dropped_no_slot_base = atomic_load(&h->pool.dropped);
+    atomic_store(&h->dropped_no_slot, 0);
     atomic_store(&h->interval, interval);
     return 0;
 }
@@ -283,7 +301,7 @@ void snapprof__heap_stats(const void *owner, snapprof_stats_t *out)
     snapprof__heap_state_t *h = &snapprof__heap;
     if (!snapprof__heap_owned_by(owner))
         return;
-    out->heap_dropped_no_slot = atomic_load(&h->pool.dropped) - h->dropped_no_slot_base;
+    out->heap_dropped_no_slot = atomic_load(&h->dropped_no_slot);
     out->heap_dropped_set_full = atomic_load(&h->dropped_set_full);
     out->heap_dropped_no_stack = atomic_load(&h->dropped_no_stack);
     out->heap_frees_lost = atomic_load(&h->frees_lost);

@@ -200,13 +200,14 @@ HK_EXPORT void free(void *p)
             return; /* cannot be ours to free: nothing was allocated yet */
         fn = hk_real.free;
     }
-    if (!hk_enter()) {
-        fn(p);
-        return;
-    }
-    hk_note_free(p);
+    /* Only the outermost hook notes (operator delete reaching free has
+     * noted already), so the depth counter is read; it is not raised:
+     * neither the sampler's note_free (which never allocates) nor the
+     * allocator's free calls a hook of ours, and the allocator is reached
+     * by a tail call with no frame of ours left. */
+    if (HK_LIKELY(snapprof_heap_note_free != NULL) && HK_LIKELY(HK_DEPTH == 0))
+        hk_note_free(p);
     fn(p);
-    hk_leave();
 }
 
 HK_EXPORT void *calloc(size_t count, size_t size)

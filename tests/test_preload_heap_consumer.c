@@ -2,8 +2,9 @@
  * points and counts what the hooks tell it, in a lock-free table of live
  * pointers (no malloc, no lock: it runs inside malloc, in fork children
  * and in thread teardown). It sets errno on every call, as a sampler that
- * makes system calls would: the hooks must give the program its own errno
- * back. Test-only (tests/), never shipped. */
+ * makes system calls would, and gives the caller its errno back as the
+ * real sampler does (<snapprof/heap.h>): the program must see the
+ * allocator's errno. Test-only (tests/), never shipped. */
 #include "test_preload_heap_consumer.h"
 
 #include <errno.h>
@@ -52,7 +53,7 @@ static void hc_full(void)
 /* The operations on one pointer are ordered by the allocator (a block is
  * noted freed before it is freed, noted allocated after it is returned), so
  * only different pointers race, for free slots. */
-EXPORT int snapprof_heap_note_alloc(void *ptr, size_t size)
+static int hc_note_alloc(void *ptr, size_t size)
 {
     errno = 4321;
     if (ptr == NULL) {
@@ -99,7 +100,7 @@ EXPORT int snapprof_heap_note_alloc(void *ptr, size_t size)
     }
 }
 
-EXPORT int snapprof_heap_note_free(void *ptr)
+static int hc_note_free(void *ptr)
 {
     errno = 4321;
     if (ptr == NULL) {
@@ -143,4 +144,20 @@ EXPORT void test_heap_consumer_size(size_t size, uint64_t *allocs, uint64_t *fre
     uint64_t *a = hc_counter(size, 0), *f = hc_counter(size, 1);
     *allocs = a ? __atomic_load_n(a, __ATOMIC_RELAXED) : 0;
     *frees = f ? __atomic_load_n(f, __ATOMIC_RELAXED) : 0;
+}
+
+EXPORT int snapprof_heap_note_alloc(void *ptr, size_t size)
+{
+    int e = errno;
+    int rc = hc_note_alloc(ptr, size);
+    errno = e;
+    return rc;
+}
+
+EXPORT int snapprof_heap_note_free(void *ptr)
+{
+    int e = errno;
+    int rc = hc_note_free(ptr);
+    errno = e;
+    return rc;
 }

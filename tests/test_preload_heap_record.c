@@ -7,6 +7,7 @@
 #include "test_preload_util.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <unistd.h>
 
 #define CLI SNAPPROF_CLI
@@ -74,6 +75,31 @@ static long sampled_allocations(const char *profile)
     return n;
 }
 
+/* The estimates in the heap profile's comment ("an estimated A bytes
+ * allocated, U in use"), and the truth the program printed ("truth:
+ * heap_big B heap_small S heap_churn C bytes": B + S kept, C freed). */
+static void estimates(const char *profile, double *alloc, double *inuse)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "-top -nodecount=1 '%s'", profile);
+    char *raw = tu_pprof(args, NULL);
+    const char *p = strstr(raw, "an estimated ");
+    if (!p || sscanf(p, "an estimated %lf bytes allocated, %lf in use", alloc, inuse) != 2)
+        TEST_FAIL("%s: no estimates in its comment:\n%s", profile, raw);
+    free(raw);
+}
+
+static void truth(const char *out, double *alloc, double *inuse)
+{
+    const char *p = strstr(out, "truth: ");
+    double big, small, churn;
+    if (!p ||
+        sscanf(p, "truth: heap_big %lf heap_small %lf heap_churn %lf", &big, &small, &churn) != 3)
+        TEST_FAIL("no truth in the program's output");
+    *alloc = big + small + churn;
+    *inuse = big + small;
+}
+
 /* --heap --heap-interval 4096: the heap profile and the peak profile beside
  * the CPU profile, named by the scheme, listed by the summary; both name
  * the allocating functions with their shares of the bytes. */
@@ -94,8 +120,8 @@ static void test_shares(void)
     ASSERT_NOT_NULL(strstr(out, heap));
     ASSERT_NOT_NULL(strstr(out, peak));
     ASSERT_NOT_NULL(strstr(out, "sampled allocations (one per 4096 bytes on average)"));
-    /* Samples lost for want of a free capture slot, as the summary says. */
-    int slots_short = strstr(out, "dropped (no free capture slot") != NULL;
+    double ta, tu;
+    truth(out, &ta, &tu);
     free(out);
 
     /* 24 MiB at 4 KiB: ~6000 samples; well above what the shares need. */
@@ -115,8 +141,20 @@ static void test_shares(void)
     /* Its loop is the tightest and runs last: on a loaded machine the
      * sampling thread can stay off its CPU for all of it, with every slot
      * still full of the others' samples (1 run in 8 beside the heap tests
-     * at -j2). Then the summary says samples were dropped. */
-    ASSERT(churn_alloc > 0 || slots_short);
+     * at -j2). Then its samples are under "[heap: no capture slot]". */
+    double no_slot =
+        tu_top_cum_pct(heap, "-sample_index=alloc_space", "[heap: no capture slot]", 0);
+    ASSERT(churn_alloc > 0 || no_slot > 0);
+    /* The totals whatever the slots did (1000-1360 samples of ~5800 found
+     * none here, and alloc_space came out 16 % short when they were
+     * dropped). */
+    double ea, eu;
+    estimates(heap, &ea, &eu);
+    printf("alloc_space %.0f of %.0f (%+.1f %%), inuse_space %.0f of %.0f (%+.1f %%), %.1f %% "
+           "of alloc_space without a slot\n",
+           ea, ta, 100 * (ea / ta - 1), eu, tu, 100 * (eu / tu - 1), no_slot);
+    ASSERT(fabs(ea / ta - 1) <= 0.05);
+    ASSERT(fabs(eu / tu - 1) <= 0.05);
     ASSERT(churn_inuse < 2);
     /* Our own threads' allocations (the helper writing the profiles) are
      * never the program's. */
@@ -137,6 +175,42 @@ static void test_shares(void)
     ASSERT(strstr(top, " malloc\n") == NULL);
     ASSERT_NOT_NULL(strstr(top, " heap_big\n"));
     free(top);
+}
+
+/* Totals survive bursts (issue 27): a sampled allocation that finds every
+ * capture slot taken (1000-1360 of ~5800 samples in heap_churn's tight
+ * loop on a loaded machine) still counts, without its stack, so the scaled
+ * totals stay within 5 % of the truth (they came out 16 % short). Made
+ * certain here: SNAPPROF_TEST_FAULTS=heap_slot=3 gives about one sampled
+ * allocation in three no slot. The profile names those "[heap: no capture
+ * slot]"; the shares of the stacks that were taken stay as they were. */
+static void test_totals_no_slot(void)
+{
+    setup("heap-noslot");
+    tu_need_test_seams();
+    int st;
+    char *out = pl_run(&st,
+                       "cd %s && SNAPPROF_TEST_FAULTS='heap_slot=3;seed=5' %s record --heap "
+                       "--heap-interval 4096 -o prof.pb.gz -- %s",
+                       g_dir, CLI, HEAP_RECORD_PROG);
+    printf("%s", out);
+    ASSERT_EQ(st, 0);
+    ASSERT_NOT_NULL(strstr(out, "heap_lib=1"));
+    double ta, tu;
+    truth(out, &ta, &tu);
+    free(out);
+    const char *heap = path_in("prof.heap.pb.gz");
+    double ea, eu;
+    estimates(heap, &ea, &eu);
+    printf("alloc_space %.0f of %.0f (%+.1f %%), inuse_space %.0f of %.0f (%+.1f %%)\n", ea, ta,
+           100 * (ea / ta - 1), eu, tu, 100 * (eu / tu - 1));
+    ASSERT(fabs(ea / ta - 1) <= 0.05);
+    ASSERT(fabs(eu / tu - 1) <= 0.05);
+    /* Not vacuous: samples went without a slot, about a third of them. */
+    double noslot = tu_top_cum_pct(heap, "-sample_index=alloc_space", "[heap: no capture slot]", 1);
+    ASSERT(noslot >= 20 && noslot <= 60);
+    double big = big_share(heap, "inuse_space");
+    ASSERT(big >= 0.6 && big <= 0.9);
 }
 
 /* The library's own allocations are never the program's: the helper
@@ -307,6 +381,7 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"shares", test_shares},
+        {"totals_no_slot", test_totals_no_slot},
         {"own_threads", test_own_threads},
         {"children", test_children},
         {"off", test_off},

@@ -45,7 +45,8 @@
  * allocate, never take a lock and never wait. Calls made on a thread
  * while the library's own code runs on it (a builder, the sampling thread,
  * or one of these calls interrupted by a signal whose handler allocates)
- * are ignored. They are not async-signal-safe in general: a sampled
+ * are ignored. They leave errno as they found it (allocation hooks need
+ * not save it around them). They are not async-signal-safe in general: a sampled
  * allocation may read /proc/self/maps once per thread to find the bounds of
  * a stack the library does not know. */
 #ifndef SNAPPROF_HEAP_H

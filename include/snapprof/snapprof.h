@@ -507,7 +507,8 @@ typedef struct snapprof_stats {
      * frees of sampled blocks delivered (SNAPPROF_SAMPLE_KIND_HEAP_FREE). */
     uint64_t heap_samples;
     uint64_t heap_frees;
-    /* Sampled allocations dropped in the hook: no capture slot was free;
+    /* Sampled allocations dropped in the hook: no capture slot was free
+     * and the free queue or the set was full too (heap_samples_no_slot);
      * the set of live sampled addresses was full (the sampling thread grows
      * it before it fills, unless it falls far behind); the thread's stack
      * bounds could not be found (/proc/self/maps unreadable). */
@@ -518,6 +519,13 @@ typedef struct snapprof_stats {
      * for the sampling thread was full: those blocks stay in use in the
      * profile. */
     uint64_t heap_frees_lost;
+    /* Added in 0.7.0 (issue 27, totals survive bursts): of heap_samples,
+     * sampled allocations that found no free capture slot (a burst faster
+     * than the sampling thread drains) and were delivered without their
+     * stack, under the one frame "[heap: no capture slot]", so that the
+     * totals and what is in use stay right. heap_dropped_no_slot counts
+     * only those that could not be kept even so. */
+    uint64_t heap_samples_no_slot;
     /* -- end of the 0.7.0 heap block -- */
 } snapprof_stats_t;
 
