@@ -92,7 +92,14 @@
     XX(U64, handler_replaced_disarmed)                                                             \
     XX(U64, large_buffer_bytes)                                                                    \
     XX(U64, large_buffer_bytes_max)                                                                \
-    XX(U64, truncated_copy_budget)
+    XX(U64, truncated_copy_budget)                                                                 \
+    XX(U64, python_samples)                                                                        \
+    XX(U64, python_frames)                                                                         \
+    XX(U64, python_truncated)                                                                      \
+    XX(U64, python_broken)                                                                         \
+    XX(U64, python_unmatched)                                                                      \
+    XX(U64, python_code_reused)                                                                    \
+    XX(U64, python_layout_unknown)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

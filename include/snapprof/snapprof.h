@@ -232,7 +232,7 @@ typedef struct snapprof_label {
 /* What a sample counts (snapprof_sample_t.kind, added in 0.7.0). One
  * table: XX(name, value, text), as SNAPPROF_FAIL_MAP. */
 #define SNAPPROF_SAMPLE_KIND_MAP(XX)                                                               \
-    /* CPU or wall time, weighed by cpu_ns and wall_ns (every sample before 0.7.0) */             \
+    /* CPU or wall time, weighed by cpu_ns and wall_ns (every sample before 0.7.0) */              \
     XX(TIME, 0, "time")                                                                            \
     /* one sampled allocation of `bytes` bytes, taken at this stack */                             \
     XX(HEAP_ALLOC, 1, "heap_alloc")                                                                \
@@ -500,6 +500,23 @@ typedef struct snapprof_stats {
     /* Of truncated_copy: captures of threads that memory budget left
      * without a free large buffer that fits. */
     uint64_t truncated_copy_budget;
+    /* -- Added in 0.7.0 (issue 29, Python frames; snapprof_params_t.python) -- */
+    /* Samples with CPython frames spliced in, and those frames; captures
+     * whose interpreter frames were cut at 1024 (python_truncated) or ended
+     * by a half-linked or unreadable frame (python_broken); runs of Python
+     * frames with no evaluation-loop frame left to replace (not shown);
+     * frames whose code object was freed and its address reused between
+     * the capture and the unwinding (shown as "<code object freed>"); and
+     * 1 when the process runs a Python whose frame layout snapprof does not
+     * know (native frames only). */
+    uint64_t python_samples;
+    uint64_t python_frames;
+    uint64_t python_truncated;
+    uint64_t python_broken;
+    uint64_t python_unmatched;
+    uint64_t python_code_reused;
+    uint64_t python_layout_unknown;
+    /* -- end of issue 29's block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -986,6 +1003,16 @@ typedef struct snapprof_params {
      * fewer threads a second with 1, 18 % fewer with 4). 0 (the default):
      * none (SNAPPROF_SHORT_THREADS=N in the preload library). */
     unsigned short_threads;
+    /* Added in 0.7.0 (read only when size covers it). When nonzero, in a
+     * process running CPython 3.11, each capture also copies the thread's
+     * interpreter frames, and every frame of the evaluation loop
+     * (_PyEval_EvalFrameDefault) in its stack is replaced by the Python
+     * functions it was running, named qualname with file and line, under
+     * the "[python]" mapping (docs/python.md). Another version, or no
+     * interpreter: native frames only (stats python_layout_unknown). Default 0
+     * (SNAPPROF_PYTHON=1 in the preload library, `snapprof record
+     * --python`). */
+    int python;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),
