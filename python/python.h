@@ -63,8 +63,9 @@ int snapprof__python_enable(void);
  * native frames only", ...). Any thread, after snapprof__python_enable(). */
 const char *snapprof__python_status(void);
 
-/* 1 when the interpreter was found but its layout is unknown. */
-int snapprof__python_layout_unknown(void);
+/* When an interpreter was found but its layout is unknown: its version
+ * (Py_Version, 0x030c00f0 for 3.12.0) or 1 when it has none; else 0. */
+uint32_t snapprof__python_layout_unknown(void);
 
 /* Reads the interpreter's thread list again (at most every 10 ms unless
  * force) and publishes each thread's PyThreadState for the handler,

@@ -262,7 +262,7 @@ int snapprof__python_enable(void)
         version = forced;
     const snapprof__py_layout_t *l = snapprof__py_layout_for(version);
     if (l == NULL) {
-        unknown = 1;
+        unknown = version ? version : 1;
         if (version)
             snprintf(status, sizeof status,
                      "Python %u.%u: frame layout unknown, native frames only", version >> 24,
@@ -309,7 +309,7 @@ const char *snapprof__python_status(void)
     return status;
 }
 
-int snapprof__python_layout_unknown(void)
+uint32_t snapprof__python_layout_unknown(void)
 {
     return unknown;
 }

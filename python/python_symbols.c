@@ -353,7 +353,10 @@ uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused
     if (snapprof__py_module() == NULL)
         return 0;
     uintptr_t code = rec->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
-    code_entry_t *e = &cache[(code >> 4) % CODE_CACHE];
+    /* By address and names: a code object freed and its address reused
+     * by another one while captures of the first wait to be drained keeps
+     * its entry beside the newcomer's. */
+    code_entry_t *e = &cache[((code >> 4) ^ rec->names ^ (rec->names >> 32)) % CODE_CACHE];
     pthread_mutex_lock(&lock);
     uintptr_t pc = 0;
     if (e->code != code || e->names != rec->names || e->firstlineno != rec->firstlineno) {

@@ -506,9 +506,10 @@ typedef struct snapprof_stats {
      * by a half-linked or unreadable frame (python_broken); runs of Python
      * frames with no evaluation-loop frame left to replace (not shown);
      * frames whose code object was freed and its address reused between
-     * the capture and the unwinding (shown as "<code object freed>"); and
-     * 1 when the process runs a Python whose frame layout snapprof does not
-     * know (native frames only). */
+     * the capture and the unwinding (shown as "<code object freed>"); and,
+     * when the process runs a Python whose frame layout snapprof does not
+     * know (native frames only), its version as PY_VERSION_HEX (1 when it
+     * does not say), else 0. */
     uint64_t python_samples;
     uint64_t python_frames;
     uint64_t python_truncated;
