@@ -16,6 +16,8 @@
  * in batches, one system call per batch. */
 #include "python/python_internal.h"
 
+#include "stack_copier/stack_copier.h"
+
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -112,8 +114,9 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         }
         which[i - from] = (uint8_t)k;
     }
-    ssize_t got = syscall(SYS_process_vm_readv, (pid_t)syscall(SYS_getpid), local,
-                          (unsigned long)(3 * ncodes), remote, (unsigned long)(3 * ncodes), 0UL);
+    ssize_t got =
+        syscall(SYS_process_vm_readv, atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
+                local, (unsigned long)(3 * ncodes), remote, (unsigned long)(3 * ncodes), 0UL);
     /* A partial read stops at the first iovec that failed: the code
      * objects read whole are those before it. */
     size_t whole = got <= 0 ? 0 : (size_t)got / (16 + 4 + 24);
@@ -146,7 +149,7 @@ void snapprof__python_capture(snapprof__py_capture_t *cap)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
-    pid_t tid = (pid_t)syscall(SYS_gettid);
+    pid_t tid = snapprof__gettid_cached();
     uintptr_t ts = snapprof__py_tstate_of(tid);
     uint8_t tsb[512];
     if (ts == 0 || (ts & 7) || l->ts_size > sizeof tsb ||
@@ -164,17 +167,26 @@ void snapprof__python_capture(snapprof__py_capture_t *cap)
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }
-    uintptr_t frame = 0;
-    if (cframe == 0 || (cframe & 7) ||
-        snapprof__py_read(cframe + l->cframe_current_frame, &frame, sizeof frame) < 0) {
+    /* The current frame and the current chunk's header in one read. */
+    uintptr_t frame = 0, hdr[3] = {0, 0, 0};
+    if (cframe == 0 || (cframe & 7) || (chunk & 7)) {
+        cap->status = SNAPPROF__PY_BROKEN;
+        return;
+    }
+    struct iovec local[2] = {{&frame, sizeof frame}, {hdr, sizeof hdr}};
+    struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
+                              {(void *)chunk, sizeof hdr}};
+    ssize_t got =
+        syscall(SYS_process_vm_readv, atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
+                local, chunk ? 2UL : 1UL, remote, chunk ? 2UL : 1UL, 0UL);
+    if (got < (ssize_t)sizeof frame) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
     walk_t w = {.l = l, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
-    uintptr_t hdr[3];
-    if (chunk != 0 && !(chunk & 7) && snapprof__py_read(chunk, hdr, sizeof hdr) == 0 &&
-        top >= chunk + l->chunk_data && top - chunk <= hdr[1]) {
+    if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
+        top - chunk <= hdr[1]) {
         w.chunks[w.nchunks++] = (chunk_range_t){chunk + l->chunk_data, top};
         w.next_chunk = hdr[0];
     }

@@ -17,6 +17,10 @@ typedef struct snapprof__py_state {
     uintptr_t code_type;        /* &PyCode_Type */
     uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault, as its dynamic symbol says */
     uintptr_t cold_lo, cold_hi; /* its .cold part, found by the jumps into it (0, 0: none) */
+    /* Our pid as of the last refresh: the handler's reads name it without
+     * a getpid() (after a fork, until the child's first refresh, they read
+     * the parent, whose thread states name no thread of the child). */
+    _Atomic pid_t pid;
 } snapprof__py_state_t;
 
 extern snapprof__py_state_t snapprof__py;

@@ -36,8 +36,8 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n)
     struct iovec local = {.iov_base = dst, .iov_len = n};
     struct iovec remote = {.iov_base = (void *)addr, .iov_len = n};
     /* Async-signal-safe: two system calls, no libc state. */
-    ssize_t got =
-        syscall(SYS_process_vm_readv, (pid_t)syscall(SYS_getpid), &local, 1UL, &remote, 1UL, 0UL);
+    pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
+    ssize_t got = syscall(SYS_process_vm_readv, pid, &local, 1UL, &remote, 1UL, 0UL);
     return got == (ssize_t)n ? 0 : -1;
 }
 
@@ -79,6 +79,7 @@ void snapprof__python_refresh(int force)
     if (!force && now - last_refresh_ns < 10000000u)
         return;
     last_refresh_ns = now;
+    atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
     const snapprof__py_layout_t *l = snapprof__py.layout;
     pid_t tids[PY_THREADS_MAX];
     uintptr_t states[PY_THREADS_MAX];
@@ -286,6 +287,7 @@ int snapprof__python_enable(void)
         return 0;
     }
     uintptr_t probe = 0;
+    atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
     if (snapprof__py_read((uintptr_t)runtime, &probe, sizeof probe) < 0) {
         snprintf(status, sizeof status, "Python %s: process_vm_readv refused, native frames only",
                  l->name);
