@@ -3,6 +3,7 @@
  * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
 #include "cli/cli.h"
+#include "preload/file_names.h"
 #include "preload/preload_config.h"
 
 #include <dirent.h>
@@ -23,6 +24,9 @@
 
 #ifndef SNAPPROF_PRELOAD_NAME
 #define SNAPPROF_PRELOAD_NAME "libsnapprof-preload.so"
+#endif
+#ifndef SNAPPROF_HEAP_NAME
+#define SNAPPROF_HEAP_NAME "libsnapprof-heap.so"
 #endif
 
 #define EXIT_USAGE SNAPPROF_EXIT_USAGE
@@ -52,6 +56,8 @@ const char snapprof__record_usage[] =
     "                       proc (no signal: read through /proc; default) or\n"
     "                       signal (the handshake: a signal can end its wait early)\n"
     "      --duration S     stop sampling after S seconds; CMD runs on\n"
+    "      --loop T         also one profile per interval T (60s, 5m, 1h; at least\n"
+    "                       1s), each file named BASE.<UTC start>EXT beside FILE\n"
     "      --signal SIG     signal that stops threads for a sample (default SIGURG)\n"
     "      --trigger T      what times samples in CPU mode: perf (a perf CPU-clock\n"
     "                       event per thread), timer (a CPU-time timer per thread,\n"
@@ -63,6 +69,13 @@ const char snapprof__record_usage[] =
     "      --crash MODE     write: a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL,\n"
     "                       SIGABRT) writes the profile, then the program dies of\n"
     "                       it (default); off: no handler of ours, no profile\n"
+    "      --heap           also sample allocations (malloc, new, ...): writes\n"
+    "                       BASE.heap.pb.gz, the heap profile (in use at exit and\n"
+    "                       all allocations), and BASE.heappeak.pb.gz, the same at\n"
+    "                       the in-use peak, beside the first FILE\n"
+    "      --heap-interval BYTES\n"
+    "                       mean bytes allocated between heap samples (default\n"
+    "                       524288); implies --heap\n"
     "      --jit-layout L   how frames of code named in /tmp/perf-PID.map are laid\n"
     "                       out: [PREFIX=]LAYOUT, comma-separated or repeated, for\n"
     "                       the lines whose names start with PREFIX (none: all\n"
@@ -79,7 +92,8 @@ const char snapprof__record_usage[] =
     "snapprof stats FILE. Folded stacks open in speedscope or flamegraph.pl, trace\n"
     "events in ui.perfetto.dev.\n"
     "Without this command: LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=FILE CMD\n"
-    "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too).\n";
+    "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too); heap profiles too:\n"
+    "LD_PRELOAD=\"libsnapprof-heap.so libsnapprof-preload.so\" SNAPPROF_HEAP=1 ...\n";
 
 static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 static void die(int status, const char *fmt, ...)
@@ -99,19 +113,22 @@ static void die(int status, const char *fmt, ...)
 
 typedef struct options {
     unsigned hz;
-    const char *paths[SNAPPROF_OUTPUTS_MAX]; /* -o, as given */
+    const char *paths[SNAPPROF_OUTPUTS_ASKED_MAX]; /* -o, as given */
     unsigned n_paths;
-    snapprof__format_t formats[SNAPPROF_OUTPUTS_MAX]; /* --format */
+    snapprof__format_t formats[SNAPPROF_OUTPUTS_ASKED_MAX]; /* --format */
     unsigned n_formats;
     int wall;
     const char *duration; /* as given, checked */
+    const char *loop;     /* --loop as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
     const char *crash_mode;
     int crash_off; /* --crash off */
     const char *trigger;
     const char *wall_blocked;
-    char jit_layout[1024]; /* --jit-layout values, checked, joined by commas */
+    char jit_layout[1024];     /* --jit-layout values, checked, joined by commas */
+    int heap;                  /* --heap */
+    const char *heap_interval; /* --heap-interval as given, checked */
     unsigned n_jit_rules;
     int python; /* --python */
     int quiet;
@@ -170,13 +187,13 @@ static void parse_options(int argc, char **argv, options_t *o)
             /* SNAPPROF_OUTPUT separates the paths with commas. */
             if (strchr(path, ','))
                 die(EXIT_USAGE, "output path %s has a ',', which snapprof cannot pass on", path);
-            if (o->n_paths == SNAPPROF_OUTPUTS_MAX)
-                die(EXIT_USAGE, "more than %u outputs", SNAPPROF_OUTPUTS_MAX);
+            if (o->n_paths == SNAPPROF_OUTPUTS_ASKED_MAX)
+                die(EXIT_USAGE, "more than %u outputs", SNAPPROF_OUTPUTS_ASKED_MAX);
             o->paths[o->n_paths++] = path;
         } else if (matches(a, NULL, "--format")) {
             const char *v = option_value(argc, argv, &i, NULL, "--format");
-            if (snapprof__parse_formats(v, o->formats, SNAPPROF_OUTPUTS_MAX, &o->n_formats, why,
-                                        sizeof why) != 0)
+            if (snapprof__parse_formats(v, o->formats, SNAPPROF_OUTPUTS_ASKED_MAX, &o->n_formats,
+                                        why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --format: %s", why);
         } else if (strcmp(a, "--cpu") == 0) {
             o->wall = 0;
@@ -189,6 +206,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->duration = option_value(argc, argv, &i, NULL, "--duration");
             if (snapprof__parse_duration(o->duration, &ns, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad duration: %s", why);
+        } else if (matches(a, NULL, "--loop")) {
+            uint64_t ns;
+            o->loop = option_value(argc, argv, &i, NULL, "--loop");
+            if (snapprof__parse_loop(o->loop, &ns, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --loop: %s", why);
         } else if (matches(a, NULL, "--signal")) {
             int signo;
             o->signal = option_value(argc, argv, &i, NULL, "--signal");
@@ -225,6 +247,14 @@ static void parse_options(int argc, char **argv, options_t *o)
             if (len + 1 + strlen(v) >= sizeof o->jit_layout)
                 die(EXIT_USAGE, "--jit-layout: too long");
             snprintf(o->jit_layout + len, sizeof o->jit_layout - len, "%s%s", len ? "," : "", v);
+        } else if (strcmp(a, "--heap") == 0) {
+            o->heap = 1;
+        } else if (matches(a, NULL, "--heap-interval")) {
+            size_t bytes;
+            o->heap_interval = option_value(argc, argv, &i, NULL, "--heap-interval");
+            if (snapprof__parse_heap_interval(o->heap_interval, &bytes, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --heap-interval: %s", why);
+            o->heap = 1;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else {
@@ -278,6 +308,42 @@ static void find_preload(char *out, size_t size)
         "cannot find %s next to %s (looked in ../lib and ../preload; set "
         "SNAPPROF_PRELOAD_LIB)",
         SNAPPROF_PRELOAD_NAME, self);
+}
+
+/* The heap hooks (--heap): $SNAPPROF_HEAP_LIB, or beside the preload
+ * library (an install tree), or in the build tree (cli/../preload_heap). */
+static void find_heap_lib(const char *preload, char *out, size_t size)
+{
+    const char *env = getenv("SNAPPROF_HEAP_LIB");
+    if (env && *env) {
+        if (access(env, R_OK) != 0)
+            die(EXIT_USAGE, "SNAPPROF_HEAP_LIB=%s: %s", env, strerror(errno));
+        if (snapprof__absolute_path(env, out, size) != 0)
+            die(EXIT_USAGE, "SNAPPROF_HEAP_LIB=%s: path too long", env);
+        return;
+    }
+    char self[PATH_MAX], dir[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        die(EXIT_USAGE, "cannot find this command's own path: %s", strerror(errno));
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(dir, sizeof dir, "%s", preload);
+    *strrchr(dir, '/') = '\0';
+    const char *dirs[] = {dir, self};
+    const char *rel[] = {".", "../preload_heap"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char cand[PATH_MAX], real[PATH_MAX];
+        int len = snprintf(cand, sizeof cand, "%s/%s/%s", dirs[i], rel[i], SNAPPROF_HEAP_NAME);
+        if (len > 0 && (size_t)len < sizeof cand && access(cand, R_OK) == 0 &&
+            realpath(cand, real)) {
+            snprintf(out, size, "%s", real);
+            return;
+        }
+    }
+    die(EXIT_USAGE,
+        "--heap: cannot find %s beside %s nor in %s/../preload_heap (set SNAPPROF_HEAP_LIB)",
+        SNAPPROF_HEAP_NAME, preload, self);
 }
 
 /* Finds the program as execvp() would; exits 127 or 126 like a shell. */
@@ -390,6 +456,32 @@ static void set_env(const char *name, const char *value)
         die(EXIT_USAGE, "cannot set %s: %s", name, strerror(errno));
 }
 
+/* --loop: how many interval files of each output the program left
+ * (BASE.<UTC start>EXT, file_names.h), in one line each. */
+static void print_intervals(const snapprof__output_spec_t *outputs, unsigned n_outputs)
+{
+    for (unsigned i = 0; i < n_outputs; i++) {
+        const char *path = outputs[i].path, *slash = strrchr(path, '/');
+        size_t base = snapprof__name_base_length(path), dirlen = (size_t)(slash - path);
+        const char *name = slash + 1, *ext = path + base;
+        size_t nlen = base - dirlen - 1, elen = strlen(ext);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", (int)(dirlen ? dirlen : 1), path);
+        DIR *d = opendir(dir);
+        unsigned n = 0;
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            size_t len = strlen(de->d_name);
+            n += len == nlen + 1 + 16 + elen && strncmp(de->d_name, name, nlen) == 0 &&
+                 de->d_name[nlen] == '.' && de->d_name[nlen + 16] == 'Z' &&
+                 strcmp(de->d_name + len - elen, ext) == 0;
+        }
+        if (d)
+            closedir(d);
+        fprintf(stderr, "snapprof: %u interval profiles: '%.*s'.*Z'%s'\n", n, (int)base, path, ext);
+    }
+}
+
 static int record(options_t *o)
 {
     char preload[PATH_MAX], program[PATH_MAX], why[256];
@@ -413,6 +505,9 @@ static int record(options_t *o)
         strcat(i ? strcat(formats, ",") : formats, snapprof__format_name(outputs[i].format));
     }
     find_preload(preload, sizeof preload);
+    char heap_lib[PATH_MAX] = "";
+    if (o->heap)
+        find_heap_lib(preload, heap_lib, sizeof heap_lib);
     resolve_command(o->cmd[0], program, sizeof program);
     check_loadable(program);
 
@@ -426,13 +521,23 @@ static int record(options_t *o)
             summary_dir[0] = '\0';
     }
 
-    char buf[PATH_MAX * 2 + 2];
+    /* The heap hooks come first: they must be what the program's malloc
+     * calls bind to, ahead of libsnapprof.so and everything else. */
+    static char buf[PATH_MAX * 4 + 4];
     const char *old_preload = getenv("LD_PRELOAD");
-    if (old_preload && *old_preload)
-        snprintf(buf, sizeof buf, "%s:%s", preload, old_preload);
-    else
-        snprintf(buf, sizeof buf, "%s", preload);
+    snprintf(buf, sizeof buf, "%s%s%s%s%s", heap_lib, heap_lib[0] ? ":" : "", preload,
+             old_preload && *old_preload ? ":" : "", old_preload ? old_preload : "");
     set_env("LD_PRELOAD", buf);
+    if (o->heap) {
+        set_env(SNAPPROF_ENV_HEAP, "1");
+        if (o->heap_interval)
+            set_env(SNAPPROF_ENV_HEAP_INTERVAL, o->heap_interval);
+        else
+            unsetenv(SNAPPROF_ENV_HEAP_INTERVAL);
+    } else {
+        unsetenv(SNAPPROF_ENV_HEAP);
+        unsetenv(SNAPPROF_ENV_HEAP_INTERVAL);
+    }
     set_env(SNAPPROF_ENV_OUTPUT, paths);
     set_env(SNAPPROF_ENV_FORMAT, formats);
     snprintf(buf, sizeof buf, "%u", o->hz);
@@ -446,6 +551,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_DURATION, o->duration);
     else
         unsetenv(SNAPPROF_ENV_DURATION);
+    if (o->loop)
+        set_env(SNAPPROF_ENV_LOOP, o->loop);
+    else
+        unsetenv(SNAPPROF_ENV_LOOP);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
     set_env(SNAPPROF_ENV_CRASH, o->crash_mode ? o->crash_mode : "write");
     if (o->trigger)
@@ -519,6 +628,8 @@ static int record(options_t *o)
     if (!o->quiet)
         snapprof__record_summary(summary_dir[0] ? summary_dir : NULL, pid, o->cmd[0], status,
                                  o->crash_off, preload);
+    if (!o->quiet && o->loop)
+        print_intervals(outputs, n_outputs);
     if (summary_dir[0])
         remove_dir(summary_dir);
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -119,14 +120,15 @@ static int needs_detail(const proc_summary_t *s)
         const char *out = get_i(s, "output", i);
         bad |= !*out || strcmp(out, get_i(s, "requested", i)) != 0;
     }
-    return bad || num(s, "threads_skipped") != 0 || !strncmp(get(s, "stopped"), "SIG", 3);
+    return bad || num(s, "threads_skipped") != 0 || !strncmp(get(s, "stopped"), "SIG", 3) ||
+           !strcmp(get(s, "stopped"), "checkpoint");
 }
 
-/* The index of the first pprof output of s, or -1. */
-static int first_pprof(const proc_summary_t *s)
+/* The index of the first output of s in format, or -1. */
+static int first_of_format(const proc_summary_t *s, const char *format)
 {
     for (unsigned i = 0; i < n_outputs(s); i++)
-        if (!strcmp(get_i(s, "format", i), "pprof"))
+        if (!strcmp(get_i(s, "format", i), format))
             return (int)i;
     return -1;
 }
@@ -134,6 +136,8 @@ static int first_pprof(const proc_summary_t *s)
 /* The preload library, which `record` put first in its own LD_PRELOAD for
  * the program: dpkg runs without it. */
 static const char *g_preload;
+/* CLOCK_MONOTONIC when the summary is read, just after the program ended. */
+static unsigned long long g_ended_ns;
 
 /* Modules that hold a good share of the self time in frames without
  * names (preload_unnamed.c), the package of each and where its debug
@@ -190,6 +194,24 @@ static void print_process(const proc_summary_t *s, int several)
             (double)num(s, "duration_ns") / 1e9, rate, trigger[0] ? ", " : "", trigger,
             losses[0] ? losses : SNAPPROF__STATS_NO_LOSS, (double)st->pause_p50_ns / 1e3,
             (double)st->pause_p99_ns / 1e3);
+    if (num(s, "heap_interval")) {
+        /* --heap: what the heap profile rests on, and what it lost. */
+        unsigned long long dropped =
+            st->heap_dropped_no_slot + st->heap_dropped_set_full + st->heap_dropped_no_stack;
+        fprintf(stderr,
+                "snapprof: %s  heap: %llu sampled allocation%s (one per %llu bytes on average), "
+                "%llu of their frees seen",
+                in, (unsigned long long)st->heap_samples, st->heap_samples == 1 ? "" : "s",
+                num(s, "heap_interval"), (unsigned long long)st->heap_frees);
+        if (dropped)
+            fprintf(stderr,
+                    "; %llu dropped (no free capture slot %llu, live set full %llu, no stack "
+                    "bounds %llu)",
+                    dropped, (unsigned long long)st->heap_dropped_no_slot,
+                    (unsigned long long)st->heap_dropped_set_full,
+                    (unsigned long long)st->heap_dropped_no_stack);
+        fputc('\n', stderr);
+    }
     const char *timer = snapprof__stats_timer_note(st, !strcmp(get(s, "mode"), "wall"));
     if (timer)
         fprintf(stderr, "snapprof: %s  %s\n", in, timer);
@@ -224,6 +246,16 @@ static void print_process(const proc_summary_t *s, int several)
                 in);
     else if (!strncmp(stopped, "SIG", 3))
         fprintf(stderr, "snapprof: %s  profile written on %s\n", in, stopped);
+    else if (!strcmp(stopped, "checkpoint"))
+        fprintf(stderr,
+                "snapprof: %s  the process ended without running exit handlers (a bare "
+                "exit_group system call, as Go's return from main and os.Exit are, or _exit()): "
+                "its profile is the last checkpoint, written %.2f s before the end "
+                "(SNAPPROF_CHECKPOINT)\n",
+                in,
+                g_ended_ns > num(s, "written_mono_ns")
+                    ? (double)(g_ended_ns - num(s, "written_mono_ns")) / 1e9
+                    : 0.0);
     if (num(s, "threads_skipped"))
         fprintf(stderr, "snapprof: %s  %llu thread(s) not sampled: they block %s\n", in,
                 num(s, "threads_skipped"), get(s, "signal"));
@@ -262,11 +294,47 @@ static void print_outputs(const proc_summary_t *s)
         } else if (!strcmp(format, "trace")) {
             fprintf(stderr, "snapprof: trace events written to %s\n", out);
             fprintf(stderr, "snapprof: view them in ui.perfetto.dev or chrome://tracing\n");
+        } else if (!strcmp(format, "heap")) {
+            /* In use at exit (the default index) is the leak report. */
+            fprintf(stderr, "snapprof: heap profile written to %s\n", out);
+            fprintf(stderr,
+                    "snapprof: view it with: go tool pprof -sample_index=inuse_space (or "
+                    "alloc_space) -http=: %s\n",
+                    out);
+        } else if (!strcmp(format, "heappeak")) {
+            fprintf(stderr, "snapprof: heap profile at its in-use peak written to %s\n", out);
         } else {
             fprintf(stderr, "snapprof: profile written to %s\n", out);
             fprintf(stderr, "snapprof: view it with: go tool pprof -http=: %s\n", out);
         }
     }
+}
+
+/* One line: the files of format of every process (procs[0] the program),
+ * for one `go tool pprof`. */
+static void print_together(const proc_summary_t *procs, int n, int n_files, const char *format,
+                           const char *what)
+{
+    int k = first_of_format(&procs[0], format);
+    if (k < 0)
+        return;
+    const char *main_out = get_i(&procs[0], "output", (unsigned)k);
+    fprintf(stderr, "snapprof: %s: go tool pprof -http=:", what);
+    /* Many files of other processes are named by one pattern
+     * (file_names.h). */
+    char glob[PATH_MAX + 16];
+    int pattern = *main_out && n_files > SUMMARY_DETAIL &&
+                  snapprof__name_pid_glob(main_out, glob, sizeof glob) == 0;
+    for (int i = 0; i < n; i++) {
+        int j = first_of_format(&procs[i], format);
+        const char *out = j >= 0 ? get_i(&procs[i], "output", (unsigned)j) : "";
+        int child_file = pattern && snapprof__name_is_pid_file(main_out, out);
+        if (*out && !child_file)
+            fprintf(stderr, " %s", out);
+    }
+    if (pattern)
+        fprintf(stderr, " %s", glob);
+    fputc('\n', stderr);
 }
 
 /* "12 more processes with no samples, so no files (sh x9, python3 x3)":
@@ -371,6 +439,9 @@ void snapprof__record_summary(const char *dir, pid_t root, const char *cmd, int 
                               int crash_off, const char *preload)
 {
     g_preload = preload;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    g_ended_ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
     static proc_summary_t procs[MAX_PROCS];
     int n = 0;
     DIR *d = dir ? opendir(dir) : NULL;
@@ -470,25 +541,9 @@ void snapprof__record_summary(const char *dir, pid_t root, const char *cmd, int 
     if (have_main)
         print_outputs(&procs[0]);
     /* The pprof files of all processes open together (folded stacks and
-     * trace events do not merge that way). */
-    int k = have_main ? first_pprof(&procs[0]) : -1;
-    if (n_files > 1 && k >= 0) {
-        const char *main_out = get_i(&procs[0], "output", (unsigned)k);
-        fprintf(stderr, "snapprof: all processes together: go tool pprof -http=:");
-        /* Many files of other processes are named by one pattern
-         * (file_names.h). */
-        char glob[PATH_MAX + 16];
-        int pattern = *main_out && n_files > SUMMARY_DETAIL &&
-                      snapprof__name_pid_glob(main_out, glob, sizeof glob) == 0;
-        for (int i = 0; i < n; i++) {
-            int j = first_pprof(&procs[i]);
-            const char *out = j >= 0 ? get_i(&procs[i], "output", (unsigned)j) : "";
-            int child_file = pattern && snapprof__name_is_pid_file(main_out, out);
-            if (*out && !child_file)
-                fprintf(stderr, " %s", out);
-        }
-        if (pattern)
-            fprintf(stderr, " %s", glob);
-        fputc('\n', stderr);
+     * trace events do not merge that way); and the heap profiles. */
+    if (have_main && n_files > 1) {
+        print_together(procs, n, n_files, "pprof", "all processes together");
+        print_together(procs, n, n_files, "heap", "their heap profiles together");
     }
 }

@@ -147,8 +147,10 @@ int snapprof__fault_parse(const char *spec, char *why, size_t why_size)
     return 0;
 }
 
+#if SNAPPROF_TEST_SEAMS
 /* Read once, when the library is loaded (before main, so before any thread
- * of ours). Test-only: no user should set it. */
+ * of ours). Test-only: compiled only with the CMake option
+ * SNAPPROF_TEST_SEAMS, so that an installed library never reads it. */
 __attribute__((constructor)) static void fault_from_env(void)
 {
     const char *spec = getenv(FAULT_ENV);
@@ -161,3 +163,4 @@ __attribute__((constructor)) static void fault_from_env(void)
     if (n > 0)
         (void)!write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
+#endif

@@ -23,13 +23,13 @@ typedef struct snapprof__index {
 } snapprof__index_t;
 
 /* Whether the owner's entry at index equals key. */
-typedef int (*snapprof__index_eq_fn)(const void *owner, uint32_t index, const void *key);
+typedef int (*snapprof__index_eq_cb)(const void *owner, uint32_t index, const void *key);
 
 /* Returns index + 1 of the entry under hash that eq(owner, index, key)
  * finds equal, or 0. Inline: it is on the builders' per-sample path and
  * inlining lets the compiler call eq directly. */
 static inline uint32_t snapprof__index_find(const snapprof__index_t *x, uint64_t hash,
-                                            snapprof__index_eq_fn eq, const void *owner,
+                                            snapprof__index_eq_cb eq, const void *owner,
                                             const void *key)
 {
     if (x->cap == 0)

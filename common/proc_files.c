@@ -1,5 +1,6 @@
 /* Readers of the small /proc files about our own threads and memory (see
  * proc_files.h): no malloc, no stdio, one transient O_CLOEXEC fd each. */
+#include "common/hex.h"
 #include "common/proc_files.h"
 
 #include <errno.h>
@@ -55,17 +56,6 @@ ssize_t snapprof__proc_task_read(pid_t tid, const char *name, char *buf, size_t 
     return rc != 0 ? rc : read_small(path, buf, size);
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Parses the hexadecimal number at *s (at least one digit) and moves *s
  * past it. Returns 0, or -1 when there is no digit. */
 static int parse_hex(const char **s, uint64_t *out)
@@ -73,9 +63,9 @@ static int parse_hex(const char **s, uint64_t *out)
     const char *p = *s;
     uint64_t v = 0;
     int d;
-    if (hex_digit(*p) < 0)
+    if (snapprof__hex_digit(*p) < 0)
         return -1;
-    while ((d = hex_digit(*p)) >= 0) {
+    while ((d = snapprof__hex_digit(*p)) >= 0) {
         v = v << 4 | (uint64_t)d;
         p++;
     }

@@ -83,7 +83,7 @@ static const char *fallback_name(snapprof_trigger_t t)
 /* Pairs                                                                    */
 /* ------------------------------------------------------------------------ */
 
-int snapprof__stats_for_each(const snapprof_stats_t *st, snapprof__stats_pair_fn fn, void *arg)
+int snapprof__stats_for_each(const snapprof_stats_t *st, snapprof__stats_pair_cb fn, void *arg)
 {
     char key[SNAPPROF__STATS_KEY_MAX], value[SNAPPROF__STATS_VALUE_MAX];
     int rc = 0;
@@ -252,7 +252,7 @@ int snapprof__stats_is_entry(const char *s)
     return s != NULL && strncmp(s, SNAPPROF__STATS_PREFIX, strlen(SNAPPROF__STATS_PREFIX)) == 0;
 }
 
-int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__stats_pair_fn unknown,
+int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__stats_pair_cb unknown,
                            void *arg)
 {
     memset(st, 0, sizeof *st);
@@ -495,6 +495,7 @@ static const struct {
     {"events_", "events and labels"},
     {"labels_", "events and labels"},
     {"app_frames", "events and labels"},
+    {"heap_", "heap"},
     {"mmap_", "memory"},
     {"fds_", "the library's fds"},
     {"roundtrip_", "sampler cost"},

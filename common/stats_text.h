@@ -93,6 +93,12 @@
     XX(U64, large_buffer_bytes)                                                                    \
     XX(U64, large_buffer_bytes_max)                                                                \
     XX(U64, truncated_copy_budget)                                                                 \
+    XX(U64, heap_samples)                                                                          \
+    XX(U64, heap_frees)                                                                            \
+    XX(U64, heap_dropped_no_slot)                                                                  \
+    XX(U64, heap_dropped_set_full)                                                                 \
+    XX(U64, heap_dropped_no_stack)                                                                 \
+    XX(U64, heap_frees_lost)                                                                       \
     XX(U64, python_samples)                                                                        \
     XX(U64, python_frames)                                                                         \
     XX(U64, python_truncated)                                                                      \
@@ -125,8 +131,8 @@ const char *snapprof__stats_group_of(const char *key);
 
 /* Calls fn(arg, key, value) for every counter, in the table's order, with
  * the value as text; stops at the first nonzero return and returns it. */
-typedef int (*snapprof__stats_pair_fn)(void *arg, const char *key, const char *value);
-int snapprof__stats_for_each(const snapprof_stats_t *st, snapprof__stats_pair_fn fn, void *arg);
+typedef int (*snapprof__stats_pair_cb)(void *arg, const char *key, const char *value);
+int snapprof__stats_for_each(const snapprof_stats_t *st, snapprof__stats_pair_cb fn, void *arg);
 
 /* Sets the counter named key from its text. Returns 0, -ENOENT for a key
  * the table does not have, -EINVAL for a value that is not one. */
@@ -143,7 +149,7 @@ int snapprof__stats_is_entry(const char *s);
  * have goes to unknown(arg, key, value) when unknown is not NULL. Returns
  * 0; -EINVAL when entry is not an entry or a value is bad; -EPROTONOSUPPORT
  * for a version other than SNAPPROF__STATS_VERSION. */
-int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__stats_pair_fn unknown,
+int snapprof__stats_decode(const char *entry, snapprof_stats_t *st, snapprof__stats_pair_cb unknown,
                            void *arg);
 
 /* "98.2 Hz per CPU-second of 100 Hz requested": the delivered rate, the

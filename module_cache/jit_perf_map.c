@@ -7,6 +7,7 @@
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/fork_resets.h"
+#include "common/hex.h"
 #include "module_cache/jit_perf_map.h"
 #include "module_cache/jit_regions.h"
 #include "module_cache/jit_regions_internal.h"
@@ -113,17 +114,6 @@ static int pm_push(pm_vec_t *pv, const pm_line_t *l)
     return 0;
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Parses hex at *p (0x optional) up to a blank; advances *p. */
 static int parse_hex(const char **p, const char *end, uintptr_t *out)
 {
@@ -132,10 +122,10 @@ static int parse_hex(const char **p, const char *end, uintptr_t *out)
         s += 2;
     uintptr_t v = 0;
     const char *digits = s;
-    for (; s < end && hex_digit(*s) >= 0; s++) {
+    for (; s < end && snapprof__hex_digit(*s) >= 0; s++) {
         if (v > (UINTPTR_MAX >> 4))
             return -1;
-        v = (v << 4) | (uintptr_t)hex_digit(*s);
+        v = (v << 4) | (uintptr_t)snapprof__hex_digit(*s);
     }
     if (s == digits || (s < end && *s != ' ' && *s != '\t'))
         return -1;

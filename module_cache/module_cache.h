@@ -81,6 +81,17 @@ const snapprof_module_t *snapprof__module_cache_main(void);
 int snapprof__symbols_lookup(const snapprof_module_t *module, uintptr_t pc, snapprof_symbol_t *out,
                              size_t max);
 
+/* The ELF file that holds the .debug_frame of the object at path (an
+ * absolute path; build_id its GNU build-id, "" if none): the object itself
+ * when it has a .debug_frame with contents, else its separate debug file
+ * (which must have one too, and the same build-id). Taken with the
+ * symbolizer's lock held (it reads the debug directories) and libelf
+ * initialised. Returns the Elf, mapped with no descriptor kept open, for
+ * dwarf_begin_elf(); the caller ends it with elf_end(). NULL when there is
+ * none. Any thread; never in the signal handler. (struct Elf is libelf's
+ * Elf.) */
+struct Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id);
+
 /* Test seam: replaces the directories searched for separate debug files
  * ("dir[:dir...]", default "/usr/lib/debug"); objects symbolized for the
  * first time afterwards use them. Returns 0. */

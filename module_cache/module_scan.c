@@ -8,17 +8,16 @@
  * dl_iterate_phdr() (which takes the loader's lock). Callers hold
  * module_table.c's g_lock; the dl_iterate_phdr() callbacks here only fill
  * local buffers and never take it (see the lock order there). */
+#include "common/proc_files.h"
 #include "module_cache/module_scan.h"
 
 #include <elf.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -253,31 +252,23 @@ static int collect_cb(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* Reads the executable lines of /proc/self/maps. Returns 0, -ENOMEM, or the
- * errno of a failed open (callers go on without maps then). */
+ * errno of a failed open (callers go on without maps then). A read that
+ * fails part way ends the list where it is, as the end of the file would. */
 static int read_maps(map_vec_t *mv)
 {
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return -errno;
-    char *line = NULL;
-    size_t line_cap = 0;
+    snapprof__proc_maps_t it;
+    int rc = snapprof__proc_maps_open(&it);
+    if (rc != 0)
+        return rc;
+    snapprof__proc_map_t pm;
     int err = 0;
-    while (getline(&line, &line_cap, f) > 0) {
-        uintptr_t start, end;
-        uint64_t offset, inode;
-        char perms[8];
-        unsigned dev_major, dev_minor;
-        int name_at = 0;
-        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &start,
-                   &end, perms, &offset, &dev_major, &dev_minor, &inode, &name_at) < 7 ||
-            name_at == 0)
+    while (snapprof__proc_maps_next(&it, &pm) > 0) {
+        if (pm.perms[2] != 'x' || pm.end <= pm.start)
             continue;
-        if (strlen(perms) < 3 || perms[2] != 'x' || end <= start)
-            continue;
-        char *name = line + name_at;
-        size_t nl = strlen(name);
-        while (nl > 0 && (name[nl - 1] == '\n' || name[nl - 1] == ' '))
-            name[--nl] = '\0';
+        /* A name's trailing blanks are dropped, as the kernel pads. */
+        size_t nl = strlen(pm.path);
+        while (nl > 0 && pm.path[nl - 1] == ' ')
+            nl--;
         if (mv->n == mv->cap) {
             size_t cap = mv->cap ? mv->cap * 2 : 64;
             map_line_t *v = realloc(mv->v, cap * sizeof *v);
@@ -289,19 +280,18 @@ static int read_maps(map_vec_t *mv)
             mv->cap = cap;
         }
         map_line_t *m = &mv->v[mv->n];
-        m->name = strdup(name);
+        m->name = strndup(pm.path, nl);
         if (m->name == NULL) {
             err = -ENOMEM;
             break;
         }
-        m->start = start;
-        m->end = end;
-        m->offset = offset;
-        m->inode = inode;
+        m->start = pm.start;
+        m->end = pm.end;
+        m->offset = pm.offset;
+        m->inode = pm.inode;
         mv->n++;
     }
-    free(line);
-    fclose(f);
+    snapprof__proc_maps_close(&it);
     return err;
 }
 

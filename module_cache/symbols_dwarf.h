@@ -1,7 +1,9 @@
 /* DWARF source lines and inline frames (symbols_dwarf.c), used by the ELF
  * symbolizer (symbols_elf.c), never the reverse: symbols_dwarf.c calls
- * nothing in symbols_elf.c. Internal to module_cache/ (and the unwinder's
- * .debug_frame reader).
+ * nothing in symbols_elf.c. Internal to module_cache/, but for
+ * snapprof__elf_build_id(), which the unwinder's CFI tables use; the
+ * unwinders open a .debug_frame through snapprof__symbols_open_frame_elf()
+ * (module_cache.h).
  *
  * NOT async-signal-safe, and not thread-safe: callers hold symbols_elf.c's
  * g_sym_lock around every call. */
@@ -59,14 +61,10 @@ int snapprof__dwarf_lookup(snapprof__dwarf_t *d, uint64_t vaddr, snapprof__dwarf
  * .debug_frame too). A file whose build-id differs from build_id is not
  * trusted. Returns the Elf, mapped with no descriptor kept open, for
  * dwarf_begin_elf(); the caller ends it with elf_end(). NULL when there is
- * none. Used by the .debug_frame unwinder through
- * snapprof__symbols_open_frame_elf(), which holds g_sym_lock. */
+ * none. Used by the .debug_frame unwinder and the CFI tables through
+ * snapprof__symbols_open_frame_elf() (module_cache.h), which holds
+ * g_sym_lock. */
 Elf *snapprof__dwarf_open_frame_elf(const char *path, const char *build_id);
-
-/* snapprof__dwarf_open_frame_elf() with g_sym_lock held (it reads the
- * debug directories) and libelf initialised. Defined in symbols_elf.c.
- * Any thread; never in the signal handler. */
-Elf *snapprof__symbols_open_frame_elf(const char *path, const char *build_id);
 
 /* Replaces the debug directories ("dir[:dir...]", default
  * "/usr/lib/debug"). Affects modules symbolized for the first time after

@@ -41,6 +41,13 @@ int snapprof__name_file(const char *asked, const char *kind, const char *interva
     return fits(n, size);
 }
 
+int snapprof__name_kind_family(const char *asked, const char *kind, const char *ext, char *out,
+                               size_t size)
+{
+    size_t base = snapprof__name_base_length(asked);
+    return fits(snprintf(out, size, "%.*s.%s%s", (int)base, asked, kind, ext), size);
+}
+
 int snapprof__name_fallback(const char *dir, unsigned index, unsigned n_outputs, const char *ext,
                             int pid, char *out, size_t size)
 {

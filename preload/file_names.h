@@ -8,7 +8,10 @@
  *             (".pb.gz", ".pb", ".prof", ".folded", ".txt", ".json"), or
  *             "" when it ends with none (CPUPROFILE=/tmp/prof).
  *   KIND      the kind of profile when it is not the CPU (or wall) profile:
- *             a lowercase word, letters only ("heap"). None today.
+ *             a lowercase word, letters only: "heap" (the heap profile),
+ *             "heappeak" (the heap profile at its in-use peak). Those are
+ *             pprof whatever the CPU profile's format: their EXT is
+ *             always ".pb.gz".
  *   INTERVAL  for a profile of one time interval of a periodic run: its
  *             UTC start, ISO 8601 basic, "20261127T153200Z". None today.
  *   PID       the process, decimal, for every process but the first one
@@ -51,6 +54,13 @@ size_t snapprof__name_base_length(const char *path);
  * or -1 when it does not fit (out is then not to be used). */
 int snapprof__name_file(const char *asked, const char *kind, const char *interval, int pid,
                         char *out, size_t size);
+
+/* The path asked for a profile of another kind beside the output asked
+ * (BASE.KIND EXT, ext the kind's own format extension): the family of that
+ * profile's names, as snapprof__name_file() takes it. Returns 0 or -1 as
+ * above. */
+int snapprof__name_kind_family(const char *asked, const char *kind, const char *ext, char *out,
+                               size_t size);
 
 /* Where output index of n_outputs, whose files end in ext, goes when its
  * own path cannot be written: DIR/snapprof[-INDEX].PID EXT. Returns 0 or -1

@@ -110,6 +110,17 @@ int snapprof__preload_finish_within(int signo, uint64_t timeout_ns);
 int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                   void *(*start)(void *), void *arg);
 
+/* Moves fd, one of ours, to the library's own range at the top of the fd
+ * numbers (common/fds.h). Returns its new number (fd closed), or fd itself
+ * when there is no room up there (preload_held.c). */
+int snapprof__preload_fd_high(int fd);
+
+/* Makes libunwind's first call (the CFI engine's, unw_create_addr_space)
+ * now, with the pipe it makes and keeps moved up by our pipe2()
+ * (preload_interpose.c): the program's fds then get the numbers they
+ * get without us. Before the profiler is created. */
+void snapprof__preload_libunwind_init(void);
+
 /* Writes one line "snapprof: ...\n" to stderr with write(2).
  * Async-signal-safe when the format has no floating point. */
 void snapprof__preload_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

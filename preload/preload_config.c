@@ -53,6 +53,43 @@ int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t 
     return 0;
 }
 
+int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_t why_size)
+{
+    if (s && (strcasecmp(s, "off") == 0 || strcmp(s, "0") == 0)) {
+        *out_ns = 0;
+        return 0;
+    }
+    return snapprof__parse_duration(s, out_ns, why, why_size);
+}
+
+int snapprof__parse_loop(const char *s, uint64_t *out_ns, char *why, size_t why_size)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || s == end || errno != 0 || isnan(v)) {
+        WHY("'%s' is not an interval (60s, 5m, 1h)", s ? s : "");
+        return -1;
+    }
+    double unit = 1;
+    if (strcmp(end, "m") == 0)
+        unit = 60;
+    else if (strcmp(end, "h") == 0)
+        unit = 3600;
+    else if (*end != '\0' && strcmp(end, "s") != 0) {
+        WHY("'%s' is not an interval (60s, 5m, 1h)", s);
+        return -1;
+    }
+    v *= unit;
+    if (!(v >= 1) || v > SNAPPROF_DURATION_MAX_S) {
+        WHY("%s is out of range (1 s to %.0f s: files are named to the second)", s,
+            SNAPPROF_DURATION_MAX_S);
+        return -1;
+    }
+    *out_ns = (uint64_t)(v * 1e9);
+    return 0;
+}
+
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size)
 {
     if (s && strcasecmp(s, "cpu") == 0)
@@ -407,6 +444,8 @@ static const struct {
     [SNAPPROF__FORMAT_FOLDED] = {"folded", ".folded"},
     [SNAPPROF__FORMAT_TRACE] = {"trace", ".json"},
     [SNAPPROF__FORMAT_GPERFTOOLS] = {"gperftools", ".prof"},
+    [SNAPPROF__FORMAT_HEAP] = {"heap", ".pb.gz"},
+    [SNAPPROF__FORMAT_HEAP_PEAK] = {"heappeak", ".pb.gz"},
 };
 
 const char *snapprof__format_name(snapprof__format_t format)
@@ -441,7 +480,7 @@ int snapprof__parse_formats(const char *s, snapprof__format_t *out, unsigned max
     do {
         size_t len = strcspn(p, ",");
         int found = -1;
-        for (int f = 0; f < SNAPPROF__FORMAT_COUNT; f++)
+        for (int f = 0; f < (int)SNAPPROF__FORMAT_USER_COUNT; f++)
             if (strlen(g_formats[f].name) == len && strncasecmp(p, g_formats[f].name, len) == 0)
                 found = f;
         if (found < 0) {
@@ -488,8 +527,8 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
             n_paths, n_formats);
         return -1;
     }
-    if (n > SNAPPROF_OUTPUTS_MAX) {
-        WHY("%u outputs; at most %u", n, SNAPPROF_OUTPUTS_MAX);
+    if (n > SNAPPROF_OUTPUTS_ASKED_MAX) {
+        WHY("%u outputs; at most %u", n, SNAPPROF_OUTPUTS_ASKED_MAX);
         return -1;
     }
     for (unsigned i = 0; i < n; i++) {
@@ -520,6 +559,82 @@ int snapprof__plan_outputs(const char *const *paths, unsigned n_paths,
     }
     *n_out = n;
     return 0;
+}
+
+int snapprof__parse_heap_interval(const char *s, size_t *out, char *why, size_t why_size)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+    if (!s || *s < '0' || *s > '9' || errno != 0 || *end != '\0' || n < 1 ||
+        n > SNAPPROF_HEAP_INTERVAL_MAX || n > SIZE_MAX) {
+        WHY("'%s' is not a number of bytes from 1 to %llu", s ? s : "",
+            (unsigned long long)SNAPPROF_HEAP_INTERVAL_MAX);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
+int snapprof__add_heap_outputs(snapprof__preload_config_t *cfg, size_t interval, char *why,
+                               size_t why_size)
+{
+    static const struct {
+        const char *kind;
+        snapprof__format_t format;
+    } kinds[] = {{"heap", SNAPPROF__FORMAT_HEAP}, {"heappeak", SNAPPROF__FORMAT_HEAP_PEAK}};
+    const unsigned n_kinds = sizeof kinds / sizeof kinds[0];
+    if (cfg->n_outputs < 1 || cfg->n_outputs + n_kinds > SNAPPROF_OUTPUTS_MAX) {
+        WHY("no room for the heap outputs beside %u outputs", cfg->n_outputs);
+        return -1;
+    }
+    /* Static: a few pages of paths. Under the caller's lock or at load. */
+    static snapprof__output_spec_t add[2];
+    for (unsigned k = 0; k < n_kinds; k++) {
+        snapprof__output_spec_t *o = &add[k];
+        const char *ext = snapprof__format_ext(kinds[k].format);
+        if (snapprof__name_kind_family(cfg->outputs[0].family, kinds[k].kind, ext, o->family,
+                                       sizeof o->family) != 0 ||
+            snapprof__name_kind_family(cfg->outputs[0].path, kinds[k].kind, ext, o->path,
+                                       sizeof o->path) != 0) {
+            WHY("the heap profile's name after %s is too long a path", cfg->outputs[0].family);
+            return -1;
+        }
+        o->format = kinds[k].format;
+        for (unsigned j = 0; j < cfg->n_outputs; j++) {
+            if (same_path(cfg->outputs[j].path, o->path)) {
+                WHY("%s is already an output", o->path);
+                return -1;
+            }
+        }
+    }
+    for (unsigned k = 0; k < n_kinds; k++)
+        cfg->outputs[cfg->n_outputs++] = add[k];
+    cfg->heap_interval = interval;
+    return 0;
+}
+
+/* SNAPPROF_HEAP and SNAPPROF_HEAP_INTERVAL: see preload_config.h. */
+static void heap_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
+                          void (*warn)(const char *fmt, ...))
+{
+    char why[256];
+    const char *v = get(SNAPPROF_ENV_HEAP);
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    if (strcmp(v, "1") != 0) {
+        warn("ignoring %s=%s: want 1 (heap profiles) or 0; no heap profile", SNAPPROF_ENV_HEAP, v);
+        return;
+    }
+    size_t interval = SNAPPROF_HEAP_INTERVAL_DEFAULT;
+    if ((v = get(SNAPPROF_ENV_HEAP_INTERVAL)) && *v &&
+        snapprof__parse_heap_interval(v, &interval, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; sampling every %u bytes on average", SNAPPROF_ENV_HEAP_INTERVAL, why,
+             SNAPPROF_HEAP_INTERVAL_DEFAULT);
+        interval = SNAPPROF_HEAP_INTERVAL_DEFAULT;
+    }
+    if (snapprof__add_heap_outputs(cfg, interval, why, sizeof why) != 0)
+        warn("no heap profile: %s", why);
 }
 
 /* What both entry points read the same way: rate, mode, signal, trigger
@@ -594,25 +709,25 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
     /* SNAPPROF_OUTPUT is a comma-separated list (empty entries are
      * skipped); CPUPROFILE is one gperftools path, in gperftools' own
      * format unless SNAPPROF_FORMAT says otherwise (pprof: ours). */
-    static char list[SNAPPROF_OUTPUTS_MAX * PATH_MAX];
-    const char *paths[SNAPPROF_OUTPUTS_MAX];
+    static char list[SNAPPROF_OUTPUTS_ASKED_MAX * PATH_MAX];
+    const char *paths[SNAPPROF_OUTPUTS_ASKED_MAX];
     unsigned n_paths = 0;
     snprintf(list, sizeof list, "%s", out);
     int cpuprofile = strcmp(var, SNAPPROF_ENV_CPUPROFILE) == 0;
     for (char *save = NULL, *p = cpuprofile ? list : strtok_r(list, ",", &save); p;
          p = cpuprofile ? NULL : strtok_r(NULL, ",", &save)) {
-        if (n_paths == SNAPPROF_OUTPUTS_MAX) {
-            warn("ignoring %s after its first %u paths", var, SNAPPROF_OUTPUTS_MAX);
+        if (n_paths == SNAPPROF_OUTPUTS_ASKED_MAX) {
+            warn("ignoring %s after its first %u paths", var, SNAPPROF_OUTPUTS_ASKED_MAX);
             break;
         }
         paths[n_paths++] = p;
     }
     if (n_paths == 0)
         return 0;
-    snapprof__format_t formats[SNAPPROF_OUTPUTS_MAX];
+    snapprof__format_t formats[SNAPPROF_OUTPUTS_ASKED_MAX];
     unsigned n_formats = 0;
     if ((v = get(SNAPPROF_ENV_FORMAT)) && *v) {
-        int ok = snapprof__parse_formats(v, formats, SNAPPROF_OUTPUTS_MAX, &n_formats, why,
+        int ok = snapprof__parse_formats(v, formats, SNAPPROF_OUTPUTS_ASKED_MAX, &n_formats, why,
                                          sizeof why) == 0 &&
                  snapprof__plan_outputs(paths, n_paths, formats, n_formats, cfg->outputs,
                                         &cfg->n_outputs, why, sizeof why) == 0;
@@ -638,6 +753,19 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         warn("ignoring %s: %s; sampling until exit", SNAPPROF_ENV_DURATION, why);
         cfg->duration_ns = 0;
     }
+    if ((v = get(SNAPPROF_ENV_CHECKPOINT)) != NULL) {
+        cfg->checkpoint_set = 1;
+        if (snapprof__parse_checkpoint(v, &cfg->checkpoint_ns, why, sizeof why) != 0) {
+            warn("ignoring %s: %s; writing the profile only at the end", SNAPPROF_ENV_CHECKPOINT,
+                 why);
+            cfg->checkpoint_ns = 0;
+        }
+    }
+    if ((v = get(SNAPPROF_ENV_LOOP)) && *v &&
+        snapprof__parse_loop(v, &cfg->loop_ns, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; one profile for the whole run", SNAPPROF_ENV_LOOP, why);
+        cfg->loop_ns = 0;
+    }
     cfg->follow_fork = 1;
     if ((v = get(SNAPPROF_ENV_FORK)) &&
         snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {
@@ -647,5 +775,6 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
     cfg->gperftools_names = cpuprofile;
     if ((v = get(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
+    heap_from_env(cfg, get, warn);
     return 1;
 }

@@ -22,13 +22,17 @@
 #define SNAPPROF_ENV_MODE "SNAPPROF_MODE"                 /* cpu | wall */
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"             /* e.g. SIGURG, RTMIN+4, 23 */
 #define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"         /* seconds of sampling, then stop */
+#define SNAPPROF_ENV_LOOP "SNAPPROF_LOOP"                 /* a profile per interval: 60s, 1h */
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"                 /* follow | stop */
+#define SNAPPROF_ENV_CHECKPOINT "SNAPPROF_CHECKPOINT"     /* seconds between checkpoints; 0 off */
 #define SNAPPROF_ENV_CRASH "SNAPPROF_CRASH"               /* write | off: the profile on a crash */
 #define SNAPPROF_ENV_TRIGGER "SNAPPROF_TRIGGER"           /* auto | perf | timer | handshake */
 #define SNAPPROF_ENV_WALL_BLOCKED "SNAPPROF_WALL_BLOCKED" /* signal | proc */
 #define SNAPPROF_ENV_JIT_LAYOUT "SNAPPROF_JIT_LAYOUT"     /* [PREFIX=]LAYOUT,... of perf map code */
 #define SNAPPROF_ENV_SUMMARY_DIR "SNAPPROF_SUMMARY_DIR"   /* set by `snapprof record` */
 #define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"         /* the first profiled process */
+#define SNAPPROF_ENV_HEAP "SNAPPROF_HEAP" /* 1: heap profiles too; 0 or unset: off */
+#define SNAPPROF_ENV_HEAP_INTERVAL "SNAPPROF_HEAP_INTERVAL" /* mean bytes between heap samples */
 #define SNAPPROF_ENV_CPUPROFILE "CPUPROFILE"
 #define SNAPPROF_ENV_CPUPROFILE_FREQUENCY "CPUPROFILE_FREQUENCY"
 #define SNAPPROF_ENV_CPUPROFILE_REALTIME "CPUPROFILE_REALTIME"
@@ -40,6 +44,10 @@
 #define SNAPPROF_HZ_DEFAULT 100u
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
+/* The heap sampling interval when SNAPPROF_HEAP_INTERVAL is not given
+ * (Go's and jemalloc's), and the largest one taken (1 TiB). */
+#define SNAPPROF_HEAP_INTERVAL_DEFAULT 524288u
+#define SNAPPROF_HEAP_INTERVAL_MAX (1ull << 40)
 /* How long a crashing thread waits for its profile to be written
  * (preload_crash.c); the `snapprof record` summary quotes it. Wall time. */
 #define SNAPPROF__CRASH_WAIT_NS 2000000000u
@@ -50,11 +58,25 @@ typedef enum {
     SNAPPROF__FORMAT_FOLDED = 1,     /* "root;...;leaf count" lines */
     SNAPPROF__FORMAT_TRACE = 2,      /* Chrome trace-event JSON */
     SNAPPROF__FORMAT_GPERFTOOLS = 3, /* gperftools' legacy binary CPU profile */
+    /* The formats users ask for end here (SNAPPROF_FORMAT, --format); the
+     * heap profiles are outputs the preload adds by itself under
+     * SNAPPROF_HEAP=1 (snapprof__add_heap_outputs()). */
+    SNAPPROF__FORMAT_HEAP = 4,      /* pprof heap profile (heap_profile.h), BASE.heap.pb.gz */
+    SNAPPROF__FORMAT_HEAP_PEAK = 5, /* the same at the in-use peak, BASE.heappeak.pb.gz */
     SNAPPROF__FORMAT_COUNT
 } snapprof__format_t;
 
-/* Outputs of one run, at most. */
-#define SNAPPROF_OUTPUTS_MAX 4
+#define SNAPPROF__FORMAT_USER_COUNT 4u /* formats a user may name */
+
+static inline int snapprof__format_is_heap(snapprof__format_t f)
+{
+    return f == SNAPPROF__FORMAT_HEAP || f == SNAPPROF__FORMAT_HEAP_PEAK;
+}
+
+/* Outputs a user may ask for (-o, SNAPPROF_OUTPUT), at most; and outputs
+ * of one run, at most: those and the two heap profiles. */
+#define SNAPPROF_OUTPUTS_ASKED_MAX 4
+#define SNAPPROF_OUTPUTS_MAX (SNAPPROF_OUTPUTS_ASKED_MAX + 2)
 
 typedef struct snapprof__output_spec {
     char path[PATH_MAX];   /* absolute path of the file this process writes */
@@ -81,6 +103,11 @@ typedef struct snapprof__preload_config {
     int signo;           /* sampling signal */
     int signal_explicit; /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
+    /* SNAPPROF_CHECKPOINT: at most this long between writes of the profile
+     * so far (checkpoint_here() in preload_control.c); 0: only at the end. */
+    uint64_t checkpoint_ns;
+    int checkpoint_set;   /* SNAPPROF_CHECKPOINT was given (else Go programs get 1 s) */
+    uint64_t loop_ns;     /* rolling profiles: one file per output per interval; 0: off */
     int follow_fork;      /* children of fork() and what they exec are profiled */
     int child;            /* not the first process profiled: files named with the pid, and
                              none when it took no sample */
@@ -91,11 +118,20 @@ typedef struct snapprof__preload_config {
     char summary_dir[PATH_MAX];
     snapprof__jit_rule_t jit_rules[SNAPPROF_JIT_RULES_MAX]; /* SNAPPROF_JIT_LAYOUT, in order */
     unsigned n_jit_rules;
+    /* SNAPPROF_HEAP=1: the profiler's heap_interval (bytes); 0: no heap
+     * sampling (the default). The heap outputs are then in outputs[]. */
+    size_t heap_interval;
 } snapprof__preload_config_t;
 
 /* Each parser returns 0, or -1 with a one-line reason in why[0..why_size). */
 int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size);
 int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size);
+/* A duration as snapprof__parse_duration(), or "0" / "off" (any case): 0. */
+int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_t why_size);
+/* The interval of rolling profiles: a number of seconds, minutes or hours
+ * ("60s", "5m", "1h"; a bare number is seconds), at least 1 s (files are
+ * named to the second), at most SNAPPROF_DURATION_MAX_S. */
+int snapprof__parse_loop(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);
 /* "write" (or "on", "1") or "off" (or "0"), any case: whether a crash
@@ -114,6 +150,17 @@ int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_
  * matches get. Appends to out[*n..max). Returns 0, or -1 with a reason. */
 int snapprof__parse_jit_layouts(const char *s, snapprof__jit_rule_t *out, unsigned max, unsigned *n,
                                 char *why, size_t why_size);
+/* SNAPPROF_HEAP_INTERVAL, --heap-interval: a decimal number of bytes, 1
+ * to SNAPPROF_HEAP_INTERVAL_MAX. */
+int snapprof__parse_heap_interval(const char *s, size_t *out, char *why, size_t why_size);
+/* Appends the heap profile and the peak heap profile to cfg's outputs,
+ * named after the first output as file_names.h says (BASE.heap.pb.gz and
+ * BASE.heappeak.pb.gz, whatever the first output's format), and sets
+ * cfg->heap_interval to interval. Returns 0, or -1 with a reason (no
+ * room, a name too long or taken by another output); cfg is then
+ * unchanged. */
+int snapprof__add_heap_outputs(snapprof__preload_config_t *cfg, size_t interval, char *why,
+                               size_t why_size);
 /* Signal names with or without "SIG", any case; "RTMIN+n", "RTMAX-n"; or a
  * number. Refuses signals that cannot stop a thread for a sample without
  * changing what the program sees (see snapprof__signal_usable()). */

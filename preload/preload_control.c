@@ -6,10 +6,13 @@
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
+#include <snapprof/heap.h>
+#include <snapprof/heap_profile.h>
 #include <snapprof/jit.h>
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -46,10 +49,28 @@ static void fallback_path(const char *dir, const snapprof__preload_config_t *cfg
                                 size);
 }
 
+/* A heap or peak builder, told the profile's interval. */
+static int create_heap_builder(const snapprof__output_spec_t *o, size_t interval,
+                               snapprof_builder_t **out)
+{
+    int rc = o->format == SNAPPROF__FORMAT_HEAP_PEAK
+                 ? snapprof_heap_peak_builder_create(o->path, out)
+                 : snapprof_heap_builder_create(o->path, out);
+    if (rc == 0 && (rc = snapprof_heap_builder_set_interval(*out, interval)) != 0) {
+        snapprof_builder_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* Makes the builder of one output. */
-static int create_builder(const snapprof__output_spec_t *o, snapprof_builder_t **out)
+static int create_builder(const snapprof__output_spec_t *o, size_t heap_interval,
+                          snapprof_builder_t **out)
 {
     switch (o->format) {
+    case SNAPPROF__FORMAT_HEAP:
+    case SNAPPROF__FORMAT_HEAP_PEAK:
+        return create_heap_builder(o, heap_interval ? heap_interval : 1, out);
     case SNAPPROF__FORMAT_FOLDED:
         return snapprof_folded_builder_create(o->path, out);
     case SNAPPROF__FORMAT_TRACE:
@@ -121,8 +142,23 @@ static void publish_state(int running, time_t start_time, const char *path)
 
 #define WHY(...) snprintf(why, why_size, __VA_ARGS__)
 
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size);
+
 int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
                                    size_t why_size)
+{
+    /* What the start allocates (the helper thread's creation, the
+     * profiler's own) is ours, never the program's, on whatever thread it
+     * runs (a constructor's, ProfilerStart()'s caller's, a fork child's). */
+    snapprof_heap_ignore_begin();
+    int rc = start_locked(cfg, flags, why, why_size);
+    snapprof_heap_ignore_end();
+    return rc;
+}
+
+static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, char *why,
+                        size_t why_size)
 {
     if (g.profiler) {
         WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);
@@ -199,6 +235,15 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
                                    snapprof_strerror(rc));
     }
 
+    /* Go ends a program with a bare exit_group system call (main.main
+     * returning, os.Exit), which runs no exit handler: such a run wrote no
+     * profile at all. A cgo program (the only Go program the preload can
+     * load into) exports crosscall2 (runtime/cgo); unless
+     * SNAPPROF_CHECKPOINT says otherwise, it gets checkpoints, and loses
+     * at most the last second or so (preload_control.c, checkpoint_here). */
+    if (!c.checkpoint_set && dlsym(RTLD_DEFAULT, "crosscall2") != NULL)
+        c.checkpoint_ns = 1000000000u;
+
     snapprof_params_t params;
     snapprof_params_init(&params);
     params.interval_ns = 1000000000u / c.hz;
@@ -206,6 +251,9 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     params.signal = c.signo;
     params.trigger = (snapprof_trigger_t)c.trigger;
     params.wall_blocked = (snapprof_wall_blocked_t)c.wall_blocked;
+    /* SNAPPROF_HEAP=1: allocations sampled too (libsnapprof-heap.so, when
+     * preloaded, reports them); 0 unless asked for. */
+    params.heap_interval = c.heap_interval;
     /* Kernel time on the stacks that entered the kernel (snapprof.h,
      * kernel_share); off unless asked for. */
     const char *kernel = getenv("SNAPPROF_KERNEL");
@@ -227,6 +275,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
         else
             params.short_threads = (unsigned)n;
     }
+    snapprof__preload_libunwind_init();
     snapprof_profiler_t *p;
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
@@ -235,7 +284,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     }
     snapprof_builder_t *builders[SNAPPROF_OUTPUTS_MAX] = {NULL};
     for (unsigned i = 0; i < c.n_outputs; i++) {
-        rc = create_builder(&c.outputs[i], &builders[i]);
+        rc = create_builder(&c.outputs[i], c.heap_interval, &builders[i]);
         if (rc == 0)
             rc = snapprof_profiler_add_builder(p, builders[i]);
         if (rc != 0) {
@@ -269,6 +318,8 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
+    if (c.loop_ns) /* rolling profiles: the first interval from the start */
+        snapprof__preload_loop_attach(p, &g.cfg);
     snapprof__preload_threads_begin(p, c.signo);
     /* From here on new threads register themselves; they wait on the lock
      * until the scan below is done, then find themselves or are added. */
@@ -284,6 +335,7 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     if (rc != 0) {
         atomic_store(&snapprof__preload_tracking_on, 0);
         snapprof__preload_threads_end(0);
+        snapprof__preload_loop_detach();
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
         g.unnamed = NULL;
@@ -293,6 +345,8 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
     g.start_time = time(NULL);
     g.start_mono = snapprof__monotonic_ns();
     publish_state(1, g.start_time, c.outputs[0].path);
+    if (c.loop_ns)
+        snapprof__preload_loop_start();
     atomic_store(&snapprof__preload_owner_pid, (int)getpid());
     snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0, helper_main);
     return 0;
@@ -329,6 +383,33 @@ static int rewritten(const char *path, const file_id_t *before)
 {
     file_id_t now = file_id(path);
     return now.exists && (!before->exists || now.dev != before->dev || now.ino != before->ino);
+}
+
+/* Each output's file as it is before a write (its identity, for
+ * rewritten()). */
+static void outputs_before(file_id_t *before)
+{
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
+        before[i] = file_id(g.cfg.outputs[i].path);
+}
+
+/* Each output's result after a write of them all that returned rc (the
+ * stop's, a checkpoint's): written where asked, unless rc says a write
+ * failed and that output's file was not rewritten since before (the
+ * profiler reports the first error of all its builders: which ones
+ * failed, their files say). Returns how many failed. */
+static unsigned output_results(int rc, const file_id_t *before, output_result_t *res)
+{
+    unsigned failed = 0;
+    for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
+        const char *want = g.cfg.outputs[i].path;
+        int ok = rc == 0 || rewritten(want, &before[i]);
+        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
+        res[i].err = ok ? 0 : rc;
+        res[i].no_samples = 0;
+        failed += !ok;
+    }
+    return failed;
 }
 
 /* After a failed write: moves each output that was not written to a
@@ -386,9 +467,10 @@ int snapprof__preload_stop(const char *note)
     snapprof_profiler_t *p = g.profiler;
     static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
     file_id_t before[SNAPPROF_OUTPUTS_MAX];
-    for (unsigned i = 0; i < g.cfg.n_outputs; i++)
-        before[i] = file_id(g.cfg.outputs[i].path);
+    outputs_before(before);
+    snapprof__preload_loop_quit();
     int rc = snapprof_profiler_stop(p);
+    snapprof__preload_loop_detach(); /* the last interval, written by the stop */
     snapprof_stats_t st;
     memset(&st, 0, sizeof st);
     snapprof_profiler_get_stats(p, &st);
@@ -398,8 +480,10 @@ int snapprof__preload_stop(const char *note)
      * by the stop (the samples are final only then); one at that path from
      * an earlier run, a recycled pid's, would pass for this run's, so it
      * goes too. The summary counts the process. The program's own files
-     * are always written: what was asked for exists. */
-    int empty = g.cfg.child && st.samples == 0;
+     * are always written: what was asked for exists. A process that took
+     * heap samples (SNAPPROF_HEAP) but no CPU sample keeps its files: its
+     * allocations are what the heap profile is for. */
+    int empty = g.cfg.child && st.samples == 0 && st.heap_samples == 0;
     if (empty) {
         for (unsigned i = 0; i < g.cfg.n_outputs; i++) {
             unlink(g.cfg.outputs[i].path);
@@ -407,17 +491,7 @@ int snapprof__preload_stop(const char *note)
         }
         rc = 0;
     }
-    unsigned failed = 0;
-    for (unsigned i = 0; i < g.cfg.n_outputs && !empty; i++) {
-        /* The profiler reports the first error of all its builders: which
-         * ones failed, their files say. */
-        const char *want = g.cfg.outputs[i].path;
-        int ok = rc == 0 || rewritten(want, &before[i]);
-        snprintf(res[i].written, sizeof res[i].written, "%s", ok ? want : "");
-        res[i].err = ok ? 0 : rc;
-        res[i].no_samples = 0;
-        failed += !ok;
-    }
+    unsigned failed = empty ? 0 : output_results(rc, before, res);
     if (failed > 0) {
         unsigned left = write_fallbacks(p, res, failed);
         rc = left > 0 ? rc : 0;
@@ -465,6 +539,42 @@ static int flush_here(void)
     return rc;
 }
 
+/* A checkpoint: the profile so far, written where the end's will be, and
+ * the summary `snapprof record` reads, saying "checkpoint". A program that
+ * ends without running exit handlers (Go returns from main and os.Exit()s
+ * with a bare exit_group system call; _exit()) leaves that profile and
+ * summary behind instead of none; an end that does run them writes both
+ * again. Runs on the helper thread. Each builder writes through a
+ * temporary file and a rename (builder_output.c), so an end in the middle
+ * of a checkpoint leaves the one before it whole. */
+static void checkpoint_here(void)
+{
+    snapprof__preload_lock();
+    if (g.profiler && g.owner == getpid()) {
+        static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
+        file_id_t before[SNAPPROF_OUTPUTS_MAX];
+        outputs_before(before);
+        output_results(snapprof_profiler_flush(g.profiler), before, res);
+        snapprof_stats_t st;
+        memset(&st, 0, sizeof st);
+        snapprof_profiler_get_stats(g.profiler, &st);
+        snapprof__preload_write_summary(&g, "checkpoint", res, &st);
+    }
+    snapprof__preload_unlock();
+}
+
+/* When the next checkpoint is due: 0.1 s after the start, then after
+ * twice the previous gap, up to SNAPPROF_CHECKPOINT's, so that a short run
+ * is caught too and a long one writes only every so often. 0: none. */
+static uint64_t next_checkpoint(uint64_t last, uint64_t gap_ns)
+{
+    uint64_t every = g.cfg.checkpoint_ns;
+    if (!every || !g.profiler)
+        return 0;
+    uint64_t gap = gap_ns ? gap_ns * 2 : 100000000u;
+    return last + (gap < every ? gap : every);
+}
+
 const snapprof__preload_config_t *snapprof__preload_config_here(void)
 {
     return g.profiler && g.owner == getpid() ? &g.cfg : NULL;
@@ -490,6 +600,7 @@ void snapprof__preload_state_fork_child(void)
 {
     pthread_mutex_init(&g_state_lock, NULL);
     g_state.running = 0;
+    snapprof__preload_loop_fork_child();
 }
 
 void snapprof__preload_get_state(snapprof__preload_state_t *out)
@@ -552,8 +663,13 @@ static void stop_at_deadline(void)
 static void *helper_main(void *arg)
 {
     (void)arg;
+    /* What the helper allocates (writing profiles, scanning threads) is
+     * ours, never the program's: not in its heap profile. */
+    snapprof_heap_ignore_begin();
     snapprof__preload_helper_began();
     uint64_t next_rescan = 0;
+    /* Checkpoints of the profile that started at cp_start. */
+    uint64_t cp_start = 0, last_cp = 0, gap_cp = 0, next_cp = 0;
     for (;;) {
         unsigned cmd = snapprof__preload_helper_take();
         /* A flush first: a finish in the same word ends the loop's turn. */
@@ -576,6 +692,20 @@ static void *helper_main(void *arg)
             continue;
         }
         uint64_t wake = deadline;
+        if (next_cp && now >= next_cp) {
+            checkpoint_here();
+            gap_cp = next_cp - last_cp;
+            last_cp = snapprof__monotonic_ns(); /* the next gap counts from the write's end */
+        }
+        snapprof__preload_lock();
+        if (g.start_mono != cp_start) { /* a new profile */
+            cp_start = last_cp = g.start_mono;
+            gap_cp = 0;
+        }
+        next_cp = next_checkpoint(last_cp, gap_cp);
+        snapprof__preload_unlock();
+        if (next_cp && (!wake || next_cp < wake))
+            wake = next_cp;
         uint64_t every = RESCAN_NS ? RESCAN_NS : snapprof__preload_rescan_due() ? RETRY_NS : 0;
         if (every && atomic_load(&snapprof__preload_tracking_on)) {
             if (now >= next_rescan) {

@@ -60,7 +60,7 @@ static int held_ok(const held_t *h)
  * fds.h): the lowest free number at or above RLIMIT_NOFILE's soft limit
  * less 1/16 of it, as far as 65536. Returns the new number (fd closed), or
  * fd itself when there is no room up there. */
-static int move_high(int fd)
+int snapprof__preload_fd_high(int fd)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -91,7 +91,10 @@ static void hold(held_t *h, const char *path, int flags, mode_t mode)
         close(fd);
         return;
     }
-    *h = (held_t){.fd = move_high(fd), .dev = st.st_dev, .ino = st.st_ino, .created = !existed};
+    *h = (held_t){.fd = snapprof__preload_fd_high(fd),
+                  .dev = st.st_dev,
+                  .ino = st.st_ino,
+                  .created = !existed};
 }
 
 /* Closes h if it is still ours (a number the program took over is left

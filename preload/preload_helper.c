@@ -133,10 +133,10 @@ void snapprof__preload_helper_arm(uint64_t deadline, void *(*serve)(void *))
 {
     ensure_helper(serve);
     atomic_store(&g_deadline, deadline);
-    if (deadline || snapprof__preload_rescan_due()) {
-        atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_WAKE);
-        snapprof__preload_futex_wake(&g_cmd);
-    }
+    /* Always: the new profile's deadline, rescans and checkpoints
+     * (SNAPPROF_CHECKPOINT) are the helper's to schedule. */
+    atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_WAKE);
+    snapprof__preload_futex_wake(&g_cmd);
 }
 
 void snapprof__preload_helper_disarm(void)

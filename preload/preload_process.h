@@ -117,6 +117,28 @@ int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void *
 void snapprof__preload_state_fork_child(void);
 
 /* ------------------------------------------------------------------------ */
+/* Rolling profiles (preload_loop.c; cfg->loop_ns)                          */
+/* ------------------------------------------------------------------------ */
+
+/* Before the profiler starts, under the preload lock: attaches the first
+ * interval's builders (one per output of cfg, which must stay as it is
+ * while the profile runs). Returns 0 (an output whose builder cannot be
+ * made has no interval files, said once). */
+int snapprof__preload_loop_attach(snapprof_profiler_t *p, const snapprof__preload_config_t *cfg);
+/* Once the profiler runs: starts the thread that ends an interval every
+ * cfg->loop_ns. Returns 0 or a negative errno (one interval, said once). */
+int snapprof__preload_loop_start(void);
+/* At stop, before the profiler stops: ends the thread (waiting for an
+ * interval being written). */
+void snapprof__preload_loop_quit(void);
+/* After the profiler stopped (which wrote the last interval), or when it
+ * did not start: detaches and frees the interval builders. */
+void snapprof__preload_loop_detach(void);
+/* In the child of any fork(): the parent's thread and builders are not
+ * this process's. */
+void snapprof__preload_loop_fork_child(void);
+
+/* ------------------------------------------------------------------------ */
 /* Requests to the helper thread (preload_helper.c)                         */
 /* ------------------------------------------------------------------------ */
 

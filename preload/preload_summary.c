@@ -61,8 +61,11 @@ void snapprof__preload_write_summary(const snapprof__preload_profile_t *p, const
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(p->signo, name, sizeof name));
     fprintf(f, "mode=%s\nperiod_ns=%u\n", p->cfg.wall ? "wall" : "cpu", 1000000000u / p->cfg.hz);
-    fprintf(f, "duration_ns=%llu\n",
-            (unsigned long long)(snapprof__monotonic_ns() - p->start_mono));
+    if (p->cfg.heap_interval)
+        fprintf(f, "heap_interval=%zu\n", p->cfg.heap_interval);
+    uint64_t now = snapprof__monotonic_ns();
+    fprintf(f, "duration_ns=%llu\nwritten_mono_ns=%llu\n",
+            (unsigned long long)(now - p->start_mono), (unsigned long long)now);
     uint64_t seen, failed;
     unsigned skipped;
     snapprof__preload_threads_counts(&seen, &failed, &skipped);

@@ -17,11 +17,8 @@
 /* Lifecycle                                                                */
 /* ------------------------------------------------------------------------ */
 
-static void pprof_destroy(void *user_data)
+void snapprof__pprof_release(pprof_builder_t *b)
 {
-    pprof_builder_t *b = user_data;
-    if (b == NULL)
-        return;
     snapprof__index_free(&b->string_index);
     snapprof__index_free(&b->mapping_index);
     snapprof__index_free(&b->location_index);
@@ -36,6 +33,14 @@ static void pprof_destroy(void *user_data)
     free(b->scratch_labels);
     snapprof__arena_release(&b->arena);
     snapprof__output_free(&b->out);
+}
+
+static void pprof_destroy(void *user_data)
+{
+    pprof_builder_t *b = user_data;
+    if (b == NULL)
+        return;
+    snapprof__pprof_release(b);
     free(b);
 }
 
@@ -48,10 +53,9 @@ static const snapprof_builder_ops_t pprof_ops = {
     .xDestroy = pprof_destroy,
 };
 
-/* Interns the strings every profile uses, "" first, and the main
- * executable's mapping so that it becomes mapping[0] (pprof takes the first
- * mapping for the main binary). */
-static int pprof_init(pprof_builder_t *b)
+/* The main executable's mapping becomes mapping[0]: pprof takes the first
+ * mapping for the main binary. */
+int snapprof__pprof_init(pprof_builder_t *b)
 {
     if (snapprof__pprof_intern_string(b, "") != 0)
         return -ENOMEM;
@@ -83,7 +87,7 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
         return -ENOMEM;
     int err = snapprof__output_resolve(path, &b->out);
     if (err == 0)
-        err = pprof_init(b);
+        err = snapprof__pprof_init(b);
     if (err == 0)
         err = snapprof_builder_create(&pprof_ops, b, out);
     if (err == 0)
@@ -137,8 +141,9 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
     if (v->err != 0)
         return;
     sample_key_t key = {locations, depth, label, 1};
-    int64_t values[VALUE_COUNT] = {(int64_t)calls, (int64_t)self_ns, 0};
-    v->err = snapprof__pprof_count_sample(b, &key, values);
+    int64_t values[VALUE_COUNT] = {(int64_t)calls, (int64_t)self_ns};
+    int index = snapprof__pprof_count_sample(b, &key, values);
+    v->err = index < 0 ? index : 0;
 }
 
 static int calls_on_sample(void *user_data, const snapprof_sample_t *sample)
@@ -187,7 +192,7 @@ int snapprof_calls_builder_create(const char *path, snapprof_builder_t **out)
     b->calls = 1;
     int err = snapprof__output_resolve(path, &b->out);
     if (err == 0)
-        err = pprof_init(b);
+        err = snapprof__pprof_init(b);
     if (err == 0) {
         b->s_calls = snapprof__pprof_intern_string(b, "calls");
         b->s_time = snapprof__pprof_intern_string(b, "time");

@@ -4,7 +4,9 @@
  * locations (and symbolizes native locations at completion);
  * profile_builder_pprof_aggregate.c adds samples up by stack and labels;
  * profile_builder_pprof_write.c writes the profile; profile_builder_pprof.c
- * holds the builder's life cycle (and the calls builder's). */
+ * holds the builder's life cycle (and the calls builder's). The heap
+ * builders (profile_builder_heap.c) embed this state and reuse all of it,
+ * with values of their own. */
 #ifndef SNAPPROF_PROFILE_BUILDER_PPROF_H
 #define SNAPPROF_PROFILE_BUILDER_PPROF_H
 
@@ -116,7 +118,11 @@ typedef struct function_key {
     int64_t name, system_name, filename;
 } function_key_t;
 
-#define VALUE_COUNT 3 /* samples/count, cpu/nanoseconds, wall/nanoseconds */
+/* The most values a sample has: samples/count, cpu/nanoseconds and
+ * wall/nanoseconds in a CPU or wall profile; the heap builder's four
+ * (alloc_objects, alloc_space, inuse_objects, inuse_space). A layout
+ * (pprof_layout_t) says how many of them its profile writes. */
+#define VALUE_COUNT 4
 
 typedef struct sample_entry {
     Perftools__Profiles__Sample msg;
@@ -210,10 +216,18 @@ typedef struct sample_key {
 int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
                                const snapprof_label_t *in);
 
-/* Adds values to the sample with key, making it (the key copied into the
- * arena) when there is none yet. Returns 0 or -ENOMEM. */
+/* Adds values (VALUE_COUNT of them) to the sample with key, making it
+ * (the key copied into the arena) when there is none yet. Returns the
+ * sample's index in b->samples, or -ENOMEM. */
 int snapprof__pprof_count_sample(pprof_builder_t *b, const sample_key_t *key,
                                  const int64_t *values);
+
+/* Interns sample's frames and labels (thread_id and thread_name first,
+ * then the sample's own) into the builder's scratch arrays and fills key
+ * with them; key is valid until the next call. Returns 0, -EINVAL for a
+ * malformed sample, or -ENOMEM. */
+int snapprof__pprof_sample_key(pprof_builder_t *b, const snapprof_sample_t *sample,
+                               sample_key_t *key);
 
 /* The pprof builder's xOnSample. */
 int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample);
@@ -229,9 +243,42 @@ int snapprof__pprof_apply_hitches(pprof_builder_t *b, const snapprof_profile_inf
 /* Writing (profile_builder_pprof_write.c)                                  */
 /* ------------------------------------------------------------------------ */
 
-/* The pprof builder's xOnProfileCompleted: builds the Profile message from
- * what was collected and writes it. The collected data is left as it was,
- * so a failed write loses nothing and a second call simply tries again. */
+/* What a profile says its values are: the sample types (names and units
+ * as string indices, the first n_types of each sample's values), the
+ * period's type, unit and value, and the default sample type. comments
+ * NULL: the run's comment lines made from info->stats (a CPU or wall
+ * profile's); otherwise these n_comments lines instead (the hidden stats
+ * entry is written either way). skip_empty leaves out samples whose
+ * values are all 0. */
+typedef struct pprof_layout {
+    int n_types;
+    int64_t type_names[VALUE_COUNT], type_units[VALUE_COUNT];
+    int64_t period_type, period_unit, period;
+    int64_t default_type;
+    const char *const *comments;
+    int n_comments;
+    int skip_empty;
+} pprof_layout_t;
+
+/* Builds the Profile message from what was collected, laid out as layout
+ * says, and writes it. The collected data is left as it was, so a failed
+ * write loses nothing and a second call simply tries again. */
+int snapprof__pprof_write(pprof_builder_t *b, const snapprof_profile_info_t *info,
+                          const pprof_layout_t *layout);
+
+/* The pprof builder's xOnProfileCompleted: snapprof__pprof_write() with
+ * the CPU (or wall, or calls) layout. */
 int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile_info_t *info);
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle (profile_builder_pprof.c)                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Interns the strings every profile uses, "" first, and the main
+ * executable's mapping. b zeroed before. Returns 0 or -ENOMEM. */
+int snapprof__pprof_init(pprof_builder_t *b);
+
+/* Frees everything b holds, not b itself. */
+void snapprof__pprof_release(pprof_builder_t *b);
 
 #endif

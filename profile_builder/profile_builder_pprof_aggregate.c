@@ -48,7 +48,7 @@ static uint64_t sample_hash(const sample_key_t *k)
 /* Adds a sample that has no equal yet, copying its key into the arena. */
 static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, const int64_t *values)
 {
-    if (snapprof__index_reserve(&b->sample_index) < 0)
+    if (b->n_samples >= INT32_MAX || snapprof__index_reserve(&b->sample_index) < 0)
         return -ENOMEM;
     sample_entry_t **samples =
         reserve(b->samples, &b->cap_samples, b->n_samples + 1, sizeof *samples);
@@ -71,14 +71,13 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     memcpy(e->values, values, sizeof e->values);
     e->msg.n_location_id = k->n_locations;
     e->msg.location_id = locations;
-    e->msg.n_value = b->calls ? 2 : VALUE_COUNT;
+    e->msg.n_value = VALUE_COUNT; /* the layout sets the count written */
     e->msg.value = e->values;
     e->msg.n_label = k->n_labels;
     e->msg.label = labels;
     b->samples[b->n_samples] = e;
     snapprof__index_insert(&b->sample_index, h, b->n_samples);
-    b->n_samples++;
-    return 0;
+    return (int)b->n_samples++;
 }
 
 int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
@@ -121,12 +120,12 @@ int snapprof__pprof_count_sample(pprof_builder_t *b, const sample_key_t *key, co
      * builder fed nonsense) stays there instead of overflowing. */
     for (int i = 0; i < VALUE_COUNT; i++)
         e->values[i] = values[i] > INT64_MAX - e->values[i] ? INT64_MAX : e->values[i] + values[i];
-    return 0;
+    return (int)(found - 1);
 }
 
-int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
+int snapprof__pprof_sample_key(pprof_builder_t *b, const snapprof_sample_t *sample,
+                               sample_key_t *key)
 {
-    pprof_builder_t *b = user_data;
     if (sample == NULL || (sample->frame_count != 0 && sample->frames == NULL) ||
         (sample->label_count != 0 && sample->labels == NULL))
         return -EINVAL;
@@ -167,9 +166,25 @@ int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
     if (err < 0)
         return err;
 
-    sample_key_t key = {locations, sample->frame_count, labels, n_labels};
+    *key = (sample_key_t){locations, sample->frame_count, labels, n_labels};
+    return 0;
+}
+
+int snapprof__pprof_on_sample(void *user_data, const snapprof_sample_t *sample)
+{
+    pprof_builder_t *b = user_data;
+    /* A CPU or wall profile weighs time only. Its ops say version 1, so
+     * the profiler never hands it another kind; a caller driving the ops
+     * directly gets the same. */
+    if (sample != NULL && SNAPPROF_SAMPLE_KIND(sample) != SNAPPROF_SAMPLE_KIND_TIME)
+        return 0;
+    sample_key_t key;
+    int err = snapprof__pprof_sample_key(b, sample, &key);
+    if (err < 0)
+        return err;
     int64_t values[VALUE_COUNT] = {1, clamp_value(sample->cpu_ns), clamp_value(sample->wall_ns)};
-    return snapprof__pprof_count_sample(b, &key, values);
+    err = snapprof__pprof_count_sample(b, &key, values);
+    return err < 0 ? err : 0;
 }
 
 typedef struct frame_verdict {

@@ -126,7 +126,37 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
     if (info == NULL)
         return -EINVAL;
     int wall = info->mode == SNAPPROF_MODE_WALL;
+    /* The order and names are the Go runtime's CPU convention plus wall
+     * time; profiles only merge when these stay the same, so never
+     * reorder them. A CPU profile carries only what it measured, samples
+     * and CPU time: its samples' wall value would be their count times the
+     * period, a "wall" time no clock measured (0.6.0 dropped it). */
+    pprof_layout_t layout = {
+        .n_types = wall ? 3 : 2,
+        .type_names = {b->s_samples, b->s_cpu, b->s_wall},
+        .type_units = {b->s_count, b->s_nanoseconds, b->s_nanoseconds},
+        .period_type = wall ? b->s_wall : b->s_cpu,
+        .period_unit = b->s_nanoseconds,
+        .period = (int64_t)info->period_ns,
+        .default_type = wall ? b->s_wall : b->s_cpu,
+    };
+    if (b->calls) {
+        /* Function timing: calls and self time per call path. */
+        layout.n_types = 2;
+        layout.type_names[0] = b->s_calls;
+        layout.type_names[1] = b->s_time;
+        layout.period_type = layout.default_type = b->s_time;
+        layout.period = 1;
+    }
+    return snapprof__pprof_write(b, info, &layout);
+}
 
+int snapprof__pprof_write(pprof_builder_t *b, const snapprof_profile_info_t *info,
+                          const pprof_layout_t *layout)
+{
+    if (info == NULL || layout->n_types < 1 || layout->n_types > VALUE_COUNT ||
+        layout->n_comments < 0 || layout->n_comments > SNAPPROF__COMMENTS_MAX)
+        return -EINVAL;
     int err = snapprof__pprof_symbolize_locations(b);
     if (err == 0)
         err = snapprof__pprof_apply_hitches(b, info);
@@ -136,33 +166,22 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
     err = make_run_strings(info, &run);
     if (err < 0)
         return err;
+    if (layout->comments != NULL)
+        run.n_lines = 0; /* the layout's lines instead */
     finish_mappings(b);
 
-    /* The order and names are the Go runtime's CPU convention plus wall
-     * time; profiles only merge when these stay the same, so never
-     * reorder them. A CPU profile carries only what it measured, samples
-     * and CPU time: its samples' wall value would be their count times the
-     * period, a "wall" time no clock measured (0.6.0 dropped it). */
+    int n_types = layout->n_types;
     Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
     Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
-    int64_t type_names[VALUE_COUNT] = {b->s_samples, b->s_cpu, b->s_wall};
-    int64_t type_units[VALUE_COUNT] = {b->s_count, b->s_nanoseconds, b->s_nanoseconds};
-    int n_types = wall ? VALUE_COUNT : 2;
-    if (b->calls) {
-        /* Function timing: calls and self time per call path. */
-        type_names[0] = b->s_calls;
-        type_names[1] = b->s_time;
-        n_types = 2;
-    }
     for (int i = 0; i < n_types; i++) {
         perftools__profiles__value_type__init(&types[i]);
-        types[i].type = type_names[i];
-        types[i].unit = type_units[i];
+        types[i].type = layout->type_names[i];
+        types[i].unit = layout->type_units[i];
         type_ptrs[i] = &types[i];
     }
     perftools__profiles__value_type__init(&period_type);
-    period_type.type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
-    period_type.unit = b->s_nanoseconds;
+    period_type.type = layout->period_type;
+    period_type.unit = layout->period_unit;
 
     Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
     profile.n_sample_type = (size_t)n_types;
@@ -172,7 +191,7 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
     Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
     Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
     Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
-    size_t n_run = (size_t)run.n_lines + (run.stats != NULL);
+    size_t n_run = (size_t)run.n_lines + (size_t)layout->n_comments + (run.stats != NULL);
     char **strings = malloc((b->n_strings + n_run) * sizeof *strings);
     int64_t comments[SNAPPROF__COMMENTS_MAX];
     uint8_t *buf = NULL;
@@ -180,15 +199,22 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
         err = -ENOMEM;
         goto out;
     }
+    size_t n_samples = 0;
     for (size_t i = 0; i < b->n_samples; i++) {
-        samples[i] = &b->samples[i]->msg;
-        samples[i]->n_value = (size_t)n_types;
+        sample_entry_t *e = b->samples[i];
+        int empty = 1;
+        for (int k = 0; k < n_types; k++)
+            empty &= e->values[k] == 0;
+        if (layout->skip_empty && empty)
+            continue;
+        e->msg.n_value = (size_t)n_types;
+        samples[n_samples++] = &e->msg;
     }
     for (size_t i = 0; i < b->n_mappings; i++)
         mappings[i] = &b->mappings[i]->msg;
     for (size_t i = 0; i < b->n_locations; i++)
         locations[i] = &b->locations[i]->msg;
-    profile.n_sample = b->n_samples;
+    profile.n_sample = n_samples;
     profile.sample = samples;
     profile.n_mapping = b->n_mappings;
     profile.mapping = mappings;
@@ -198,9 +224,14 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
     profile.function = b->functions;
     memcpy(strings, b->strings, b->n_strings * sizeof *strings);
     size_t n_strings = b->n_strings;
+    int n_comments = 0;
     for (int i = 0; i < run.n_lines; i++) {
-        comments[i] = (int64_t)n_strings;
+        comments[n_comments++] = (int64_t)n_strings;
         strings[n_strings++] = run.lines[i];
+    }
+    for (int i = 0; layout->comments != NULL && i < layout->n_comments; i++) {
+        comments[n_comments++] = (int64_t)n_strings;
+        strings[n_strings++] = (char *)layout->comments[i];
     }
     if (run.stats != NULL)
         strings[n_strings++] = run.stats;
@@ -209,10 +240,10 @@ int snapprof__pprof_on_profile_completed(void *user_data, const snapprof_profile
     profile.time_nanos = (int64_t)info->start_time_ns;
     profile.duration_nanos = (int64_t)info->duration_ns;
     profile.period_type = &period_type;
-    profile.period = b->calls ? 1 : (int64_t)info->period_ns;
-    profile.n_comment = (size_t)run.n_lines;
+    profile.period = layout->period;
+    profile.n_comment = (size_t)n_comments;
     profile.comment = comments;
-    profile.default_sample_type = b->calls ? b->s_time : wall ? b->s_wall : b->s_cpu;
+    profile.default_sample_type = layout->default_type;
 
     size_t len = perftools__profiles__profile__get_packed_size(&profile);
     buf = malloc(len ? len : 1);

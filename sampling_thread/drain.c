@@ -3,6 +3,7 @@
  * placed) to the builders, and remembers wall mode's last stacks. */
 #include "sampling_thread/profiler_internal.h"
 
+#include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
 #include "unwinder/unwinder_fp_guess.h"
@@ -38,6 +39,9 @@ static void to_builders(snapprof_profiler_t *p, const snapprof_sample_t *s)
     int failed = 0;
     for (size_t i = 0; i < p->builder_count; i++)
         if (snapprof__builder_sample(p->builders[i], s) < 0)
+            failed = 1;
+    for (size_t i = 0; i < p->attached_count; i++) /* attach.c */
+        if (snapprof__builder_sample(p->attached[i].builder, s) < 0)
             failed = 1;
     if (failed)
         snapprof__fail(p, SNAPPROF_FAIL_BUILDER);
@@ -372,6 +376,59 @@ static void provision_large(snapprof_profiler_t *p)
         p->stats.mmap_failed++; /* deep stacks stay truncated for now */
 }
 
+/* ------------------------------------------------------------------------ */
+/* Heap samples (heap/): unwound by the same chain, to the same builders    */
+/* ------------------------------------------------------------------------ */
+
+/* Unwinds a sampled allocation's copy into p->frames. Lock held. */
+static size_t heap_unwind(void *ctx, const snapprof__copy_result_t *res, uint8_t *buffer,
+                          const snapprof_frame_t **frames, unsigned *flags)
+{
+    snapprof_profiler_t *p = ctx;
+    snapprof_regs_t regs;
+    snapprof_stack_copy_t stack;
+    snapprof__stack_copier_rebase(res, buffer, &regs, &stack);
+    snapprof__unwind_outcome_t outcome;
+    size_t count = snapprof__unwind_chain(p->unwinders, p->unwinder_count, &regs, &stack, p->frames,
+                                          p->params.max_frames, &outcome);
+    *flags = (res->truncated ? SNAPPROF_SAMPLE_TRUNCATED_COPY : 0) |
+             (outcome.aborted ? SNAPPROF_SAMPLE_UNWIND_ABORTED : 0) |
+             (outcome.truncated_depth ? SNAPPROF_SAMPLE_TRUNCATED_DEPTH : 0);
+    if (count == 0)
+        snapprof__fail(p, SNAPPROF_FAIL_NO_FRAMES);
+    *frames = p->frames;
+    return count;
+}
+
+/* Modules may have come or gone since the captures were taken. */
+static void heap_prepare(void *ctx)
+{
+    snapprof_profiler_t *p = ctx;
+    snapprof__module_cache_update();
+    for (size_t i = 0; i < p->unwinder_count; i++)
+        if (p->unwinders[i]->ops->xUpdateModules)
+            p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
+}
+
+static void heap_deliver(void *ctx, const snapprof_sample_t *s)
+{
+    to_builders(ctx, s);
+}
+
+/* Delivers p's sampled allocations and frees so far, when p samples the
+ * heap. Lock held. */
+static void drain_heap(snapprof_profiler_t *p)
+{
+    if (!snapprof__heap_owned_by(p))
+        return;
+    snapprof__heap_sink_t sink = {.ctx = p,
+                                  .prepare = heap_prepare,
+                                  .unwind = heap_unwind,
+                                  .deliver = heap_deliver,
+                                  .stats = &p->stats};
+    snapprof__heap_drain(p, &sink);
+}
+
 /* Unwinds and delivers the slots filled by now, oldest first, and adds the
  * large buffers deep stacks need. One pass: slots filled meanwhile wait for
  * the next call, so that a thread whose captures come faster than they
@@ -382,6 +439,11 @@ static void provision_large(snapprof_profiler_t *p)
 int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
 {
     int stopped = 0;
+    /* The library's own allocations (unwinders, builders) on this thread
+     * are not the program's. */
+    snapprof__heap_guard_enter();
+    drain_heap(p);
+    snapprof__heap_guard_leave();
     if (!p->pool_ready)
         return 0;
     snapprof__capture_pool_t *pool = &p->pool;

@@ -7,6 +7,7 @@
 
 #include "common/fault.h"
 #include "common/fds.h"
+#include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
 #include "stack_copier/stack_copier.h"
@@ -519,6 +520,8 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         if ((rc = snapprof__builder_started(b, &info)) != 0)
             goto undo;
     }
+    if ((rc = snapprof__attached_start(p, &info)) != 0)
+        goto undo;
     snapprof__sampler_lock();
     if ((wall_by_triggers(p) || (p->params.mode == SNAPPROF_MODE_CPU &&
                                  p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE)) &&
@@ -553,6 +556,16 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         snapprof__sampler_unlock();
         goto undo;
     }
+    /* Heap sampling (heap/), one profiler at a time: before any target is
+     * armed, so that its refusal has nothing to undo but the events. */
+    if (p->params.heap_interval > 0) {
+        rc = snapprof__heap_start(p, p->params.heap_interval, snapprof__sampler_kick_word());
+        if (rc != 0) {
+            snapprof__event_reader_close(&p->events);
+            snapprof__sampler_unlock();
+            goto undo;
+        }
+    }
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
@@ -567,6 +580,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     p->state = PROFILER_RUNNING;
     rc = snapprof__sampler_activate(p);
     if (rc != 0) {
+        snapprof__heap_end(p);
         snapprof__event_reader_close(&p->events);
         p->state = PROFILER_CREATED;
         for (size_t i = 0; i < p->target_count; i++) {
@@ -617,6 +631,7 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
                                      &out->cfi_table_build_ns);
     out->fds_lost = snapprof__fds_lost();
     out->fds_held_max = snapprof__fds_held_max();
+    snapprof__heap_stats(p, out);
 }
 
 /* Moves the app frames that ended since the last call into p->app_frames,
@@ -659,12 +674,21 @@ static int complete_builders(snapprof_profiler_t *p, const snapprof_profile_info
 void snapprof__profiler_complete(snapprof_profiler_t *p)
 {
     snapprof_stats_t stats;
+    /* What the library allocates on this thread from here on (unwinding,
+     * the builders' writing) is not the program's. */
+    snapprof__heap_guard_enter();
     snapprof__sampler_lock();
-    /* No capture can come after this: every trigger is off, and what the
-     * slots still hold is delivered before the profile is written. */
+    /* No capture can come after this: every trigger is off, heap sampling
+     * too, and what the slots still hold is delivered before the profile
+     * is written. */
     for (size_t i = 0; i < p->target_count; i++)
         snapprof__disarm(p, p->targets[i]);
+    snapprof__heap_pause(p);
     snapprof__profiler_drain(p);
+    /* The hook side's counters stay in the profile's; blocks still live
+     * need nothing (a builder's in use is allocations less frees). */
+    snapprof__heap_stats(p, &p->stats);
+    snapprof__heap_end(p);
     /* Every thread's excess first (snapprof__settle_final()), netted
      * against the pool of unsampled ones, then what is left against the
      * remainders. */
@@ -689,11 +713,13 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
     int result = complete_builders(p, &info);
+    snapprof__attached_complete(p, &stats);
     snapprof__sampler_lock();
     p->result = result;
     p->state = PROFILER_COMPLETED;
     snapprof__sampler_done(p);
     snapprof__sampler_unlock();
+    snapprof__heap_guard_leave();
 }
 
 int snapprof_profiler_stop(snapprof_profiler_t *p)
@@ -757,6 +783,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->builder_count; i++)
         snapprof_builder_destroy(p->builders[i]);
     free(p->builders);
+    snapprof__attached_destroy(p);
     free(p->frames);
     free(p->py_frames);
     free(p->kernel_frames);
@@ -776,25 +803,17 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
 {
     if (!p)
         return -EINVAL;
+    snapprof__heap_guard_enter(); /* the builders' allocations are not the program's */
     snapprof__sampler_lock();
     while (p->state == PROFILER_COMPLETING)
         snapprof__sampler_wait(p);
     if (p->state == PROFILER_CREATED) {
         snapprof__sampler_unlock();
+        snapprof__heap_guard_leave();
         return SNAPPROF_ESTATE;
     }
-    if (p->state == PROFILER_RUNNING) {
-        /* The captures so far and the CPU time no sample placed so far. */
-        snapprof__profiler_drain(p);
-        snapprof__retire_removed(p);
-        for (size_t i = 0; i < p->target_count; i++) {
-            snapprof__target_t *t = p->targets[i];
-            if (!t->dead)
-                snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
-            snapprof__deliver_remainder(p, t, 0);
-        }
-        snapprof__deliver_unarmed(p);
-    }
+    if (p->state == PROFILER_RUNNING)
+        snapprof__deliver_so_far(p); /* the captures and unplaced CPU time so far */
     if (p->state == PROFILER_RUNNING) {
         snapprof__drain_app_frames(p);
         snapprof__event_reader_read(&p->events);
@@ -809,6 +828,7 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
      * the same builders, since a builder's callbacks never run concurrently. */
     int result = complete_builders(p, &info);
     snapprof__sampler_unlock();
+    snapprof__heap_guard_leave();
     return result;
 }
 
@@ -832,4 +852,9 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     atomic_store(&thread->name_pending, 0);
     snapprof__sampler_unlock();
     return 0;
+}
+
+void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
+{
+    snapshot_stats(p, out);
 }

@@ -29,6 +29,16 @@ enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLET
     ((python) ? SNAPPROF__PY_EXTRA_OFFSET + sizeof(snapprof__py_capture_t)                         \
               : sizeof(snapprof__label_capture_t))
 
+/* A builder attached to a running profile for a stretch (attach.c). */
+typedef struct snapprof__attached {
+    snapprof_builder_t *builder;
+    uint64_t start_mono, start_real; /* when it was attached */
+    snapprof_stats_t stats0;         /* the counters then: its stretch's are the difference */
+    size_t app_frames0, events0;     /* the app frames and events before it */
+    int completed;                   /* by the profile's completion, with this result */
+    int result;
+} snapprof__attached_t;
+
 typedef struct snapprof__target {
     struct snapprof_thread *thread;
     uint64_t cpu_start;     /* its CPU clock when it joined a running profile */
@@ -99,6 +109,10 @@ struct snapprof_profiler {
     size_t unwinder_count;
     snapprof_builder_t **builders;
     size_t builder_count;
+    /* Builders attached while it runs (attach.c); every sample goes to
+     * these after the builders above. */
+    snapprof__attached_t attached[SNAPPROF_ATTACHED_MAX];
+    size_t attached_count;
 
     int state;
     /* Completion has delivered the last samples and calls the builders'
@@ -275,6 +289,18 @@ void snapprof__retire_removed(snapprof_profiler_t *p);
 int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out);
 void snapprof__check_handler(snapprof_profiler_t *p);
 
+/* profiler.c: the counters with the percentiles filled in. */
+void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out);
+
+/* attach.c: builders attached for a stretch. At start, without the lock,
+ * starts those attached before it (returns the first error). At completion, with the lock
+ * held, prepares the attached builders' infos; then, without the lock,
+ * completes them (stats: the profile's final counters). At destroy, frees
+ * those still attached. */
+int snapprof__attached_start(snapprof_profiler_t *p, const snapprof_profile_info_t *info);
+void snapprof__attached_complete(snapprof_profiler_t *p, const snapprof_stats_t *stats);
+void snapprof__attached_destroy(snapprof_profiler_t *p);
+
 /* drain.c: the capture slots drained, stacks unwound, samples delivered. */
 void snapprof__deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                        const snapprof_frame_t *frames, size_t count, unsigned flags,
@@ -283,6 +309,10 @@ void snapprof__deliver_remainder(snapprof_profiler_t *p, snapprof__target_t *t, 
 int snapprof__settle_final(snapprof_profiler_t *p, snapprof__target_t *t);
 void snapprof__net_unarmed(snapprof_profiler_t *p);
 void snapprof__deliver_unarmed(snapprof_profiler_t *p);
+/* Drains the slots and delivers every thread's remainder and the unarmed
+ * pool up to now (attach.c): what a flush, an attach, a detach or a swap
+ * delivers before its boundary. Lock held. */
+void snapprof__deliver_so_far(snapprof_profiler_t *p);
 void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                   const snapprof__copy_result_t *res, uint8_t *buffer,
                                   snapprof__label_capture_t *labels, uint64_t cpu_ns,

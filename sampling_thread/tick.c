@@ -3,6 +3,7 @@
  * by the handshake, and says when the profiler is next due. */
 #include "sampling_thread/profiler_internal.h"
 
+#include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_internal.h"
@@ -120,6 +121,9 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
 
 uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
 {
+    /* Heap captures or frees filling up (heap/): drain now. */
+    if (snapprof__heap_due(p))
+        return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     if (p->armed_count == 0)
         return p->next_tick;
     /* Filling up: drain now, but leave the lock free for a moment between

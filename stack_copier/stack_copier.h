@@ -197,6 +197,13 @@ uint64_t snapprof__thread_cpu_counted_for_test(void);
  * 0 when it does not or cannot be asked. Sampling side. */
 int snapprof__thread_blocks_signal(pid_t tid, int signo);
 
+/* Finds the /proc/self/maps line that holds addr (or, with addr == 0, the
+ * "[stack]" line) and returns its range, read with plain system calls
+ * (common/proc_files: no malloc, no stdio). Used for stack bounds, here
+ * and by the heap sampler's capture. Returns 0 or a negative errno
+ * (-ENOENT: no such line). */
+int snapprof__find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end);
+
 /* Reads a name left for later from /proc/self/task/TID/comm, unless the
  * thread has exited (then it stays empty). Sampling side, sampler lock
  * held (renames write the name under it). */

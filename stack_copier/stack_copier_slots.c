@@ -251,6 +251,62 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
     return 0;
 }
 
+/* Async-signal-safe. */
+snapprof__capture_slot_t *snapprof__capture_regs(snapprof__capture_pool_t *pool,
+                                                 const snapprof_regs_t *regs, uintptr_t stack_low,
+                                                 uintptr_t stack_base, uint64_t entry_ns)
+{
+    snapprof__capture_slot_t *slot = take_slot(pool);
+    if (!slot) {
+        drop(pool, 0);
+        return NULL;
+    }
+    slot->target = NULL;
+    slot->weight_ns = 0;
+    slot->fail = -1;
+    memset(&slot->res, 0, sizeof slot->res);
+    slot->res.timestamp_ns = entry_ns;
+    slot->res.regs = *regs;
+    use_own_buffer(pool, slot);
+    uintptr_t sp = regs->r[SNAPPROF_REG_SP];
+    if (sp < stack_low || sp >= stack_base) {
+        if (snapprof__copy_foreign_stack(sp, slot->buffer, pool->slot_bytes, &slot->res) != 0) {
+            snapprof__capture_slot_abandon(slot);
+            return NULL;
+        }
+    } else {
+        uintptr_t lo = sp >= stack_low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : stack_low;
+        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+        if (lo < stack_low)
+            lo = stack_low;
+        size_t size = stack_base - lo;
+        if (size > pool->slot_bytes) {
+            size = pool->slot_bytes; /* the innermost frames */
+            slot->res.truncated = 1;
+        }
+        snapprof__copy_live_stack(slot->buffer, (const uint8_t *)lo, size);
+        slot->res.copy_lo = lo;
+        slot->res.copy_size = size;
+    }
+    if (pool->delegate)
+        pool->delegate->on_capture(pool->delegate->ctx, slot->extra);
+    slot->res.pause_ns = snapprof__monotonic_ns() - entry_ns;
+    return slot;
+}
+
+/* Async-signal-safe. */
+void snapprof__capture_slot_abandon(snapprof__capture_slot_t *slot)
+{
+    slot->buffer = NULL;
+    atomic_store_explicit(&slot->state, SNAPPROF__SLOT_FREE, memory_order_release);
+}
+
+/* Async-signal-safe. */
+void snapprof__capture_slot_publish(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
+{
+    publish(pool, slot);
+}
+
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot)
 {
     if (slot->large) {

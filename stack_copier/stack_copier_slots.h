@@ -131,6 +131,31 @@ void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
 int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_target_t *target,
                            const ucontext_t *uc, uint64_t weight_ns, uint64_t entry_ns);
 
+/* Captures the calling thread into a free slot of pool outside a signal
+ * handler (a sampled allocation, heap/): registers already taken in a live
+ * frame of the caller's (regs: at least sp, pc and the callee-saved ones),
+ * the time entry_ns, and the live stack from sp (less the red zone) up to
+ * stack_base, the innermost slot's worth of it when longer (marked
+ * truncated; no large buffers: the thread may be one no profiler knows),
+ * or a window of a foreign stack when sp is outside [stack_low,
+ * stack_base), as snapprof__capture_self() does. The pool's delegate runs
+ * after the copy. Returns the slot, still FILLING, for the caller to fill
+ * its extra area and publish with snapprof__capture_slot_publish(); NULL
+ * when no slot was free (counted in pool->dropped) or the foreign stack
+ * could not be read (the slot is given back). No allocation, no locks.
+ * Async-signal-safe. */
+snapprof__capture_slot_t *snapprof__capture_regs(snapprof__capture_pool_t *pool,
+                                                 const snapprof_regs_t *regs, uintptr_t stack_low,
+                                                 uintptr_t stack_base, uint64_t entry_ns);
+
+/* Gives back a slot taken by snapprof__capture_regs() and not published
+ * (the caller found it could not use the capture). Async-signal-safe. */
+void snapprof__capture_slot_abandon(snapprof__capture_slot_t *slot);
+
+/* Publishes a slot taken by snapprof__capture_regs() to the drainer.
+ * Async-signal-safe. */
+void snapprof__capture_slot_publish(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);
+
 /* Gives a drained slot back (and the large buffer it used). Sampling side. */
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);
 

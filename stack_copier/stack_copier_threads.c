@@ -59,9 +59,7 @@ const struct snapprof_thread *snapprof__thread_self(void)
     return snapprof__tls_self;
 }
 
-/* Finds the /proc/self/maps line that holds addr (or, with addr == 0, the
- * "[stack]" line) and returns its range. */
-static int find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end)
+int snapprof__find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end)
 {
     snapprof__proc_maps_t it;
     int rc = snapprof__proc_maps_open(&it);
@@ -87,7 +85,7 @@ static int find_mapping(uintptr_t addr, uintptr_t *start, uintptr_t *end)
 static int main_thread_bounds(uintptr_t *low, uintptr_t *base)
 {
     uintptr_t s, e;
-    int rc = find_mapping(0, &s, &e);
+    int rc = snapprof__find_mapping(0, &s, &e);
     if (rc != 0)
         return rc;
     struct rlimit rl;
@@ -216,7 +214,8 @@ int snapprof_thread_register_tid_ex(pid_t tid, int signo, snapprof_thread_t **ou
                          : reason == SNAPPROF_FAIL_HANDLER_REPLACED ? SNAPPROF_ESIGNAL
                                                                     : -ETIMEDOUT;
                 else
-                    rc = find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low, &t->stack_base);
+                    rc = snapprof__find_mapping(res.regs.r[SNAPPROF_REG_SP], &t->stack_low,
+                                                &t->stack_base);
             }
         }
     }

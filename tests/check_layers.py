@@ -47,12 +47,12 @@ LAYERS = [
     # into stack_copier/'s slots), how to walk a copy (unwinder/, which
     # asks module_cache/), what to write (profile_builder/, which reads
     # module_cache/ and events/).
-    ["trigger", "unwinder", "profile_builder", "python"],
+    ["trigger", "unwinder", "profile_builder", "heap", "python"],
     # 4: the sampler: the profiler object and the sampling thread.
     ["sampling_thread"],
     # 5: what runs the sampler in a program: the preload library, the
-    # -finstrument-functions hooks.
-    ["preload", "instrument"],
+    # -finstrument-functions hooks, the allocation hooks (preload_heap/).
+    ["preload", "instrument", "preload_heap"],
     # 6: the snapprof command (it reads the preload's settings and names).
     ["cli"],
 ]
@@ -71,12 +71,15 @@ INTERFACE = {
     "unwinder": ["unwinder_internal.h", "unwinder_fp_guess.h"],
     # The builders' callbacks as the sampler calls them.
     "profile_builder": ["profile_builder_calls.h"],
+    # Heap sampling as the profiler drives it.
+    "heap": ["heap_sampler.h"],
     # CPython frames: the capture, the refresh and the splice.
     "python": ["python.h"],
     # The defaults the preload shares with snapprof_params_init().
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],
     "instrument": [],
+    "preload_heap": [],
     "cli": [],
 }
 

@@ -23,6 +23,10 @@
  *                       over 120 s alone on 2 loaded cores), and the alarm
  *                       allows 60 s more per 1000 threads.
  *
+ *   fds_prog lowest     prints "lowest=N": the fd its first open() gets
+ *                       (3 when it starts with only stdin, stdout and
+ *                       stderr open, and nothing else took a number).
+ *
  * An alarm ends a run that hangs (SIGALRM: exit status 142). */
 
 #include <dirent.h>
@@ -238,6 +242,11 @@ int main(int argc, char **argv)
         return hostile(1);
     if (argc >= 4 && strcmp(argv[1], "budget") == 0)
         return budget(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: fds_prog closeall|dup2|budget THREADS FILES\n");
+    if (argc >= 2 && strcmp(argv[1], "lowest") == 0) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        printf("lowest=%d\n", fd);
+        return fd >= 0 ? 0 : 1;
+    }
+    fprintf(stderr, "usage: fds_prog closeall|dup2|budget THREADS FILES|lowest\n");
     return 2;
 }

@@ -29,6 +29,11 @@ add_executable(fds_prog fds_prog.c)
 target_compile_options(fds_prog PRIVATE ${SNAPPROF_WARNINGS})
 target_link_libraries(fds_prog PRIVATE Threads::Threads)
 
+# Frame pointers on: its wait's frame needs a guessed rbp (wall_stale_records).
+add_executable(wall_stale_prog wall_stale_prog.c)
+target_compile_options(wall_stale_prog PRIVATE ${SNAPPROF_WARNINGS} -fno-omit-frame-pointer)
+target_link_libraries(wall_stale_prog PRIVATE Threads::Threads)
+
 # A cgo program for the Go cases of `snapprof record`, built with the
 # Debian Go toolchain (golang-go) when there is one: the standard library
 # only, GOPATH mode, its cache in the build tree (no network, no $HOME).
@@ -67,6 +72,7 @@ set(SNAPPROF_PRELOAD_TEST_DEFS
   SNAPPROF_PRELOAD_LIB="$<TARGET_FILE:snapprof_preload>"
   PRELOAD_PROG="$<TARGET_FILE:preload_prog>"
   FDS_PROG="$<TARGET_FILE:fds_prog>"
+  WALL_STALE_PROG="$<TARGET_FILE:wall_stale_prog>"
   PRELOAD_PROG_LINKED="$<TARGET_FILE:preload_prog_linked>"
   GPERFTOOLS_PROG="$<TARGET_FILE:preload_gperftools_prog>"
   GO_CGO_SPIN_PROG="${GO_CGO_SPIN}"
@@ -82,7 +88,7 @@ function(snapprof_add_preload_tests)
     LABELS preload TIMEOUT 240)
   target_compile_definitions(${T_EXE} PRIVATE ${SNAPPROF_PRELOAD_TEST_DEFS})
   add_dependencies(${T_EXE} snapprof_cli snapprof_preload preload_prog preload_prog_linked
-    preload_gperftools_prog fds_prog preload_stripped_prog preload_stripped_prog_linked)
+    preload_gperftools_prog fds_prog wall_stale_prog preload_stripped_prog preload_stripped_prog_linked)
 endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.

@@ -5,10 +5,13 @@ set(PBT_UTIL ${CMAKE_CURRENT_SOURCE_DIR}/test_profile_builder_util.c)
 # (the oom one interposes malloc, so they stay apart).
 snapprof_add_test_cases(EXE profile_builder_create SOURCES test_profile_builder_create.c
   PREFIX profile_builder_)
-foreach(t roundtrip validity aggregation bad_path write_failure scale oom native)
+foreach(t roundtrip validity aggregation bad_path write_failure scale native)
   snapprof_add_test_cases(EXE profile_builder_pprof_${t}
     SOURCES test_profile_builder_pprof_${t}.c ${PBT_UTIL} PREFIX profile_builder_pprof_)
 endforeach()
+snapprof_add_test_cases(EXE profile_builder_pprof_oom
+  SOURCES test_profile_builder_pprof_oom.c ${PBT_UTIL} ${CMAKE_CURRENT_SOURCE_DIR}/test_builder_oom.c
+  PREFIX profile_builder_pprof_)
 # The comment lines and the hidden counters of a pprof profile.
 snapprof_add_test_cases(EXE profile_builder_pprof_stats
   SOURCES test_profile_builder_pprof_stats.c ${PBT_UTIL})

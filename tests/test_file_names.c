@@ -52,6 +52,22 @@ static void test_kind_interval(void)
                   "/d/prof.heap.20261127T153200Z.42.pb.gz");
 }
 
+/* The heap profiles' family beside any output (pprof whatever the CPU
+ * profile's format), and a child's name made from it: BASE.KIND.PID EXT. */
+static void test_kind_family(void)
+{
+    char fam[256];
+    ASSERT_EQ(snapprof__name_kind_family("/d/prof.folded", "heap", ".pb.gz", fam, sizeof fam), 0);
+    ASSERT_STR_EQ(fam, "/d/prof.heap.pb.gz");
+    ASSERT_EQ(snapprof__name_kind_family("/d/prof", "heappeak", ".pb.gz", fam, sizeof fam), 0);
+    ASSERT_STR_EQ(fam, "/d/prof.heappeak.pb.gz");
+    ASSERT_EQ(snapprof__name_kind_family("/d/prof.pb.gz", "heap", ".pb.gz", fam, sizeof fam), 0);
+    ASSERT_STR_EQ(name(fam, NULL, NULL, 42), "/d/prof.heap.42.pb.gz");
+    char small[12];
+    ASSERT_EQ(snapprof__name_kind_family("/d/prof.pb.gz", "heap", ".pb.gz", small, sizeof small),
+              -1);
+}
+
 static void test_too_long(void)
 {
     char out[16];
@@ -105,9 +121,9 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"own_file", test_own_file},           {"pid_file", test_pid_file},
-        {"kind_interval", test_kind_interval}, {"too_long", test_too_long},
-        {"fallback", test_fallback},           {"pid_files", test_pid_files},
-        {"record_files", test_record_files},
+        {"kind_interval", test_kind_interval}, {"kind_family", test_kind_family},
+        {"too_long", test_too_long},           {"fallback", test_fallback},
+        {"pid_files", test_pid_files},         {"record_files", test_record_files},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

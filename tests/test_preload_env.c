@@ -50,11 +50,12 @@ static void test_bad_env(void)
     char *text = pl_run(&st,
                         "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=e.pb.gz SNAPPROF_FREQUENCY=abc "
                         "SNAPPROF_MODE=sideways SNAPPROF_SIGNAL=KILL SNAPPROF_DURATION=-1 "
-                        "SNAPPROF_FORK=maybe SNAPPROF_FORMAT=svg %s burn hot_a 200; echo st=$?",
+                        "SNAPPROF_FORK=maybe SNAPPROF_FORMAT=svg SNAPPROF_CHECKPOINT=soon %s burn "
+                        "hot_a 200; echo st=$?",
                         g_dir, LIB, PROG);
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "st=0");
-    pl_require_count(text, "snapprof: ", 6);
+    pl_require_count(text, "snapprof: ", 7);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FREQUENCY: 'abc' is not a whole number of "
                           "samples per second; sampling at 100 Hz\n");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_MODE: 'sideways' is not a mode (cpu or "
@@ -63,6 +64,8 @@ static void test_bad_env(void)
                           "signal");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_DURATION: -1 seconds is out of range");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORK: 'maybe' is not a fork mode");
+    ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_CHECKPOINT: 'soon' is not a number of "
+                          "seconds; writing the profile only at the end\n");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 'svg' is not a format (pprof, "
                           "folded, trace or gperftools); choosing by the file names\n");
     char prof[1024], args[1200];
@@ -263,6 +266,7 @@ static void test_exports(void)
                                           "_init",
                                           "fork",
                                           "initgroups",
+                                          "pipe2",
                                           "pthread_create",
                                           "pthread_setname_np",
                                           "setegid",

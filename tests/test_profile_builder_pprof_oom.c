@@ -1,5 +1,6 @@
 /* profile_builder_pprof_oom: each failed allocation is reported, leaks nothing, loses nothing. */
 #include "test.h"
+#include "test_builder_oom.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"
 
@@ -9,72 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* An interposed allocator: counts live blocks and fails the Nth call from
- * when it is armed. Sanitizer builds bring their own allocator, which runs
- * before main and must not meet this one, so there it is not even
- * compiled and the test is skipped. */
-#ifndef SNAPPROF_SANITIZER_BUILD
-void *__libc_malloc(size_t size);
-void *__libc_calloc(size_t n, size_t size);
-void *__libc_realloc(void *p, size_t size);
-void __libc_free(void *p);
-
-static long live;
-static long countdown; /* 0: disarmed; else fail when it reaches 0 */
-static int injected;
-
-static int should_fail(void)
-{
-    if (countdown > 0 && --countdown == 0) {
-        injected = 1;
-        errno = ENOMEM; /* as the real allocator does */
-        return 1;
-    }
-    return 0;
-}
-
-void *malloc(size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_malloc(size);
-    if (p != NULL)
-        live++;
-    return p;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_calloc(n, size);
-    if (p != NULL)
-        live++;
-    return p;
-}
-
-void *realloc(void *old, size_t size)
-{
-    if (should_fail())
-        return NULL;
-    void *p = __libc_realloc(old, size);
-    if (p != NULL && old == NULL)
-        live++;
-    return p;
-}
-
-void free(void *p)
-{
-    if (p != NULL)
-        live--;
-    __libc_free(p);
-}
-#else
-static long live;
-static long countdown;
-static int injected;
-#endif
 
 static const snapprof_module_t lib = {
     .start = 0x40000000u,
@@ -131,66 +66,53 @@ static void check_output(const char *path, int accepted)
     perftools__profiles__profile__free_unpacked(p, NULL);
 }
 
+/* What the runs share: where they write, the stats they write. */
+typedef struct run {
+    char *path;
+    snapprof_stats_t stats;
+} run_t;
+
+static int run_create(void *ctx, snapprof_builder_t **b)
+{
+    return snapprof_pprof_builder_create(((run_t *)ctx)->path, b);
+}
+
+static int run_feed(void *ctx, snapprof_builder_t *b)
+{
+    (void)ctx;
+    return feed(b);
+}
+
+static int run_complete(void *ctx, snapprof_builder_t *b)
+{
+    return pbt_complete(b, SNAPPROF_MODE_CPU, &((run_t *)ctx)->stats);
+}
+
+static void run_check(void *ctx, int accepted)
+{
+    check_output(((run_t *)ctx)->path, accepted);
+}
+
 static void test_oom(void)
 {
-    if (tu_sanitizer_build()) {
-        printf("skipped: sanitizers replace malloc, which this test interposes\n");
-        exit(TEST_SKIP);
-    }
-    char *path = pbt_tmp_path("pb-oom", "oom.pb.gz");
-    snapprof_stats_t stats;
-    memset(&stats, 0, sizeof stats);
-    stats.samples = ROUNDS;
-    stats.failed[SNAPPROF_FAIL_TIMEOUT] = 1;
+    builder_oom_skip_under_sanitizers();
+    run_t run = {.path = pbt_tmp_path("pb-oom", "oom.pb.gz")};
+    run.stats.samples = ROUNDS;
+    run.stats.failed[SNAPPROF_FAIL_TIMEOUT] = 1;
 
     /* A clean run first, so the module cache has made whatever it keeps
      * for the life of the process before blocks are counted. */
-    snapprof_builder_t *b = pbt_create(path);
+    snapprof_builder_t *b = pbt_create(run.path);
     ASSERT_EQ(feed(b), ROUNDS);
-    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &stats));
+    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &run.stats));
     snapprof_builder_destroy(b);
-    check_output(path, ROUNDS);
+    check_output(run.path, ROUNDS);
 
-    int failures = 0;
-    for (long n = 1;; n++) {
-        long before = live;
-        injected = 0;
-        countdown = n;
-        b = NULL;
-        int err = snapprof_pprof_builder_create(path, &b);
-        if (err != 0) {
-            ASSERT_EQ(err, -ENOMEM);
-            ASSERT_NULL(b);
-            countdown = 0;
-            ASSERT_EQ(live, before);
-            failures++;
-            continue;
-        }
-        int accepted = feed(b);
-        err = pbt_complete(b, SNAPPROF_MODE_CPU, &stats);
-        countdown = 0;
-        if (!injected) {
-            /* The allocation count ran out before the failure point. */
-            ASSERT_OK(err);
-            ASSERT_EQ(accepted, ROUNDS);
-            snapprof_builder_destroy(b);
-            ASSERT_EQ(live, before);
-            break;
-        }
-        failures++;
-        if (err != 0)
-            ASSERT_EQ(err, -ENOMEM);
-        /* Whatever failed, the builder is intact: completing again writes
-         * every sample that was accepted. */
-        ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &stats));
-        snapprof_builder_destroy(b);
-        ASSERT_EQ(live, before);
-        check_output(path, accepted);
-        ASSERT_EQ(live, before);
-    }
+    static const builder_oom_case_t c = {ROUNDS, run_create, run_feed, run_complete, run_check};
+    int failures = builder_oom_fail_each(&c, &run);
     printf("%d injected allocation failures, all handled\n", failures);
     ASSERT_GT(failures, 20);
-    pbt_remove(path);
+    pbt_remove(run.path);
 }
 
 int main(int argc, char **argv)

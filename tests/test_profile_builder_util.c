@@ -181,16 +181,22 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
      * time only in a wall profile (a CPU profile carries only what it
      * measured). */
     int wall = strcmp(pbt_str(p, p->default_sample_type), "wall") == 0;
-    ASSERT_EQ(p->n_sample_type, wall ? 3 : 2);
+    /* A heap profile has Go's heap layout (include/snapprof/heap_profile.h). */
+    int heap = strcmp(pbt_str(p, p->default_sample_type), "inuse_space") == 0;
+    ASSERT_EQ(p->n_sample_type, heap ? 4 : wall ? 3 : 2);
     static const char *const types[3][2] = {
         {"samples", "count"}, {"cpu", "nanoseconds"}, {"wall", "nanoseconds"}};
+    static const char *const heap_types[4][2] = {{"alloc_objects", "count"},
+                                                 {"alloc_space", "bytes"},
+                                                 {"inuse_objects", "count"},
+                                                 {"inuse_space", "bytes"}};
     for (int i = 0; i < (int)p->n_sample_type; i++) {
-        ASSERT_STR_EQ(pbt_str(p, p->sample_type[i]->type), types[i][0]);
-        ASSERT_STR_EQ(pbt_str(p, p->sample_type[i]->unit), types[i][1]);
+        ASSERT_STR_EQ(pbt_str(p, p->sample_type[i]->type), heap ? heap_types[i][0] : types[i][0]);
+        ASSERT_STR_EQ(pbt_str(p, p->sample_type[i]->unit), heap ? heap_types[i][1] : types[i][1]);
     }
     ASSERT_NOT_NULL(p->period_type);
     pbt_str(p, p->period_type->type);
-    ASSERT_STR_EQ(pbt_str(p, p->period_type->unit), "nanoseconds");
+    ASSERT_STR_EQ(pbt_str(p, p->period_type->unit), heap ? "bytes" : "nanoseconds");
     pbt_str(p, p->default_sample_type);
     pbt_str(p, p->drop_frames);
     pbt_str(p, p->keep_frames);

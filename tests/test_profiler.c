@@ -925,7 +925,13 @@ static void test_handshake_beside_trigger(void)
     printf("handshake: %llu samples, %llu timeouts; perf: %llu samples, moved %llu\n",
            (unsigned long long)sh.samples, (unsigned long long)sh.failed[SNAPPROF_FAIL_TIMEOUT],
            (unsigned long long)sp.samples, (unsigned long long)sp.trigger_blocked);
-    ASSERT_LE(sh.failed[SNAPPROF_FAIL_TIMEOUT], 2);
+    /* Waited out for a merged signal, most requests would time out (the
+     * perf overflow is pending at nearly every one). A timeout is also a
+     * thread kept off its CPU past the handshake's wall-time bound: 5 in
+     * ~100 requests on CI's machine beside another full build. A tenth
+     * of the requests keeps the two apart. */
+    uint64_t timeouts = sh.failed[SNAPPROF_FAIL_TIMEOUT];
+    ASSERT_LE(timeouts * 10, sh.samples + timeouts);
     ASSERT_GT(sp.samples, 0);
     snapprof_profiler_destroy(ph);
     snapprof_profiler_destroy(pp);
@@ -1941,6 +1947,11 @@ static void *fiber_thread_main(void *arg)
     return NULL;
 }
 
+static int samples_or_failures(const snapprof_stats_t *st, void *arg)
+{
+    return st->samples >= 100 || st->failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] >= 100;
+}
+
 static void foreign_stack(snapprof_trigger_t trigger)
 {
     if (trigger == SNAPPROF_TRIGGER_PERF_EVENT)
@@ -1959,13 +1970,8 @@ static void foreign_stack(snapprof_trigger_t trigger)
     ASSERT_OK(snapprof_profiler_start(p));
     /* 100 samples, or as many failures: before windows were copied, every
      * one failed (a timeout on a loaded machine is neither). */
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
     snapprof_stats_t st;
-    do {
-        usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < 100 && st.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] < 100 &&
-             tu_mono_ns() < deadline);
+    tu_wait_stats(p, &st, samples_or_failures, NULL);
     ASSERT_OK(snapprof_profiler_stop(p));
     atomic_store(&g_fib_stop, 1);
     pthread_join(th, NULL);

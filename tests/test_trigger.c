@@ -207,8 +207,12 @@ static void run_forced(snapprof_trigger_t trigger)
     ASSERT_GE(in_worker * 10, stacks * 9);
     /* The handshake lands where a thread is next scheduled, often in the
      * clock_gettime between the hot calls on a busy machine (the bias the
-     * CPU-clock triggers remove), so only those are held to the hot code. */
-    if (trigger != SNAPPROF_TRIGGER_HANDSHAKE)
+     * CPU-clock triggers remove), so only those are held to the hot code.
+     * Under TSan no trigger is: its runtime defers a handler to the
+     * thread's next entry into the runtime (test_faults.c says the same),
+     * and the share came out 78.6-87 % in TSan runs with and without this
+     * stop's merges, across the 80 % line. */
+    if (trigger != SNAPPROF_TRIGGER_HANDSHAKE && !tu_tsan_build())
         ASSERT_GE(hot * 10, stacks * 8);
     /* The profile's CPU matches the threads' CPU clocks. */
     uint64_t cpu = 0;

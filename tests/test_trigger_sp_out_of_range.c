@@ -63,6 +63,11 @@ static void *spinner_main(void *arg)
     return NULL;
 }
 
+static int failed_enough(const snapprof_stats_t *st, void *arg)
+{
+    return st->failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] + st->failed[SNAPPROF_FAIL_TID_RECYCLED] >= 20;
+}
+
 static void run(snapprof_trigger_t trigger)
 {
 #if !defined(__x86_64__)
@@ -93,14 +98,8 @@ static void run(snapprof_trigger_t trigger)
     ASSERT_OK(snapprof_profiler_start(p));
     /* 20 failed captures of either kind (a timeout on a loaded machine
      * is neither, and fails below). */
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
     snapprof_stats_t st;
-    do {
-        usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE] + st.failed[SNAPPROF_FAIL_TID_RECYCLED] <
-                 20 &&
-             tu_mono_ns() < deadline);
+    tu_wait_stats(p, &st, failed_enough, NULL);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     atomic_store(&g_stop, 1);

@@ -243,14 +243,25 @@ char *tu_make_tmpdir(const char *tag)
     return path;
 }
 
-void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
+void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
+                   int (*done)(const snapprof_stats_t *st, void *arg), void *arg)
 {
     uint64_t deadline = tu_mono_ns() + 120000000000u;
-    snapprof_stats_t st;
     do {
         usleep(5000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < n && tu_mono_ns() < deadline);
+        ASSERT_OK(snapprof_profiler_get_stats(p, st));
+    } while (!done(st, arg) && tu_mono_ns() < deadline);
+}
+
+static int has_samples(const snapprof_stats_t *st, void *arg)
+{
+    return st->samples >= *(const uint64_t *)arg;
+}
+
+void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
+{
+    snapprof_stats_t st;
+    tu_wait_stats(p, &st, has_samples, &n);
     ASSERT_GE(st.samples, n);
 }
 
@@ -391,6 +402,15 @@ int tu_perf_event_allowed(void)
         return 0;
     close(fd);
     return 1;
+}
+
+void tu_need_test_seams(void)
+{
+#if !SNAPPROF_TEST_SEAMS
+    printf("skipped: built without -DSNAPPROF_TEST_SEAMS=ON, so the library does not read "
+           "SNAPPROF_TEST_FAULTS (tools/test.sh builds with it)\n");
+    exit(TEST_SKIP);
+#endif
 }
 
 void tu_need_perf_event(void)

@@ -24,6 +24,11 @@ int tu_sanitizer_build(void);
  * cannot be judged there. */
 int tu_tsan_build(void);
 
+/* Skips the test (77) in a build without the CMake option
+ * SNAPPROF_TEST_SEAMS, whose library does not read SNAPPROF_TEST_FAULTS
+ * (tests/README.md, "Test seams"). */
+void tu_need_test_seams(void);
+
 /* Under TSan, prints "skipped: WHY" and exits with the skip status. */
 void tu_skip_under_tsan(const char *why);
 /* 1 in an AddressSanitizer build; tu_skip_under_asan() exits with
@@ -67,6 +72,12 @@ void tu_burn_cpu_ns(uint64_t ns);
  * and fails the test after 120 s. Tests wait for samples, not for time: a
  * busy thread that this VM's host barely runs is idle for many ticks. */
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
+
+/* Reads p's stats into *st every 5 ms until done(st, arg) says 1, or for
+ * 120 s at most (a starved machine); asserts nothing: the caller judges
+ * the last stats, which *st holds. */
+void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
+                   int (*done)(const snapprof_stats_t *st, void *arg), void *arg);
 
 /* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
  * the test after 120 s: for a thread that must be sampled (or armed,

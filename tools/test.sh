@@ -4,7 +4,9 @@
 # suite there (but the accuracy tests, which gcc's run covers), runs the
 # suite under ASan+UBSan and under TSan, and runs the bounded fuzz step
 # (tools/fuzz.sh). Those install clang; the plain run needs no clang. That
-# is what .ci/run does.
+# is what .ci/run does. Every build here has the test seams on
+# (-DSNAPPROF_TEST_SEAMS=ON, tests/README.md), so that no case that needs
+# one skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -16,7 +18,7 @@ run_suite() { # dir, extra cmake args..., then -- ctest args...
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do cmake_args+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   ctest_args=("$@")
-  cmake -S . -B "$dir" -DSNAPPROF_WERROR=ON "${cmake_args[@]}" >/dev/null
+  cmake -S . -B "$dir" -DSNAPPROF_WERROR=ON -DSNAPPROF_TEST_SEAMS=ON "${cmake_args[@]}" >/dev/null
   cmake --build "$dir" -j"$jobs" 2>&1 | grep -E "error|warning" || true
   cmake --build "$dir" -j"$jobs" >/dev/null
   (cd "$dir" && ctest --output-on-failure -j"$jobs" "${ctest_args[@]}")

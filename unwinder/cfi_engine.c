@@ -402,6 +402,23 @@ int snapprof__cfi_covers(snapprof__cfi_t *c, uintptr_t pc)
     return covered;
 }
 
+int snapprof__cfi_function_start(snapprof__cfi_t *c, uintptr_t pc, uintptr_t *start)
+{
+    if (!c->scanned)
+        snapprof__cfi_update_modules(c);
+    const cfi_range_t *r = find_range(c->table.code, c->table.code_count, pc);
+    if (r == NULL)
+        return -1;
+    static const snapprof_stack_copy_t no_stack = {0};
+    cfi_walk_t w = {.cfi = c, .stack = &no_stack};
+    unw_proc_info_t pi;
+    memset(&pi, 0, sizeof pi);
+    if (search_table(c, r, (unw_word_t)pc, &pi, 0, &w) != 0 || pi.start_ip > pc)
+        return -1;
+    *start = (uintptr_t)pi.start_ip;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                   */
 /* ------------------------------------------------------------------------ */

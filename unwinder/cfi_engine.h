@@ -30,6 +30,11 @@ int snapprof__cfi_update_modules(snapprof__cfi_t *cfi);
  * answer is cached per pc until the objects change. */
 int snapprof__cfi_covers(snapprof__cfi_t *cfi, uintptr_t pc);
 
+/* Where the function holding pc starts, as its FDE says (pc_begin):
+ * stores it in *start and returns 0, or -1 when no table has an FDE for
+ * pc. Allocates nothing. */
+int snapprof__cfi_function_start(snapprof__cfi_t *cfi, uintptr_t pc, uintptr_t *start);
+
 /* Whether pc lies in the executable code of any loaded object. */
 int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
 

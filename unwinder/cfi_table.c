@@ -10,6 +10,7 @@
  * at the end of each row, until the FDE ends. */
 #include "unwinder/cfi_table.h"
 
+#include "module_cache/module_cache.h"
 #include "module_cache/symbols_dwarf.h"
 
 #include <dwarf.h>

@@ -13,7 +13,7 @@
  * stack copy, or a readable segment of a loaded object. The engine also
  * tells which code its .eh_frame tables cover; that code is libunwind's,
  * and a walk that reaches it hands over. */
-#include "module_cache/symbols_dwarf.h"
+#include "module_cache/module_cache.h"
 #include "unwinder/cfi_engine.h"
 
 #include <dwarf.h>

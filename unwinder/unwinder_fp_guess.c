@@ -4,9 +4,14 @@
 #include "unwinder/unwinder_fp_guess.h"
 
 #include "module_cache/module_cache.h"
+#include "unwinder/cfi_engine.h"
+#include "unwinder/unwinder_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* How many frame records above the stopped walk are tried. */
+#define GUESSES 8
 
 /* Wall mode, blocked threads: whether the copy's word at a is a plausible frame record: a saved
  * frame pointer that is 0 or points higher up the copy, then a return address in a loaded module's
@@ -24,12 +29,48 @@ static int frame_record_at(const snapprof_stack_copy_t *stack, uintptr_t a)
     return m && m->kind == SNAPPROF_MODULE_NATIVE && m->is_loaded;
 }
 
+/* What is known of the function whose frame record is sought (the one the
+ * walk without rbp stopped in): where it starts, and the engine that can
+ * read code and find other functions' starts. */
+typedef struct seeker {
+    snapprof__cfi_t *cfi; /* NULL: nothing is checked */
+    uintptr_t start;      /* 0: not known */
+    const snapprof_stack_copy_t *stack;
+} seeker_t;
+
+/* Whether the record whose return address is ra is the sought function's
+ * own: the instruction before ra is a direct call (e8 rel32) to the
+ * sought function's entry. A call through a PLT stub, a register or
+ * memory, or a tail call that reached it, does not say so; nor does
+ * anything else prove a record someone else's, so this only finds the
+ * records that are surely right. */
+static int calls_sought(const seeker_t *k, uintptr_t ra)
+{
+    if (!k->cfi || k->start == 0 || ra < 8)
+        return 0;
+    uintptr_t w;
+    if (snapprof__cfi_read_word(k->cfi, k->stack, ra - 8, &w) != 0)
+        return 0;
+    if (((w >> 24) & 0xff) != 0xe8)
+        return 0;
+    return ra + (uintptr_t)(intptr_t)(int32_t)(uint32_t)(w >> 32) == k->start;
+}
+
+/* How many plausible records above the first one are looked at for one
+ * that calls_sought() finds right. */
+#define MATCH_LOOKS 16
+
 /* The address of the first frame record in the copy at or above from, or
  * above the word that holds return_address when that is not 0: the frame
  * pointer of the frame that return_address returns into, most likely. At
- * most max_scan bytes are searched (0: up to the top). */
+ * most max_scan bytes are searched (0: up to the top). A record among the
+ * first MATCH_LOOKS that returns from a direct call to the sought
+ * function (calls_sought()) is taken before the first: stale records of
+ * calls made earlier at that depth lie below it, in the sought frame's
+ * uninitialised locals, and a walk from one splices their functions in
+ * as callers ("read waiter stale3 stale2 stale1 stale0 thread_main"). */
 static uintptr_t guess_fp(const snapprof_stack_copy_t *stack, uintptr_t from,
-                          uintptr_t return_address, size_t max_scan)
+                          uintptr_t return_address, size_t max_scan, const seeker_t *k)
 {
     from = (from + 7) & ~(uintptr_t)7;
     uintptr_t end = stack->top - 16;
@@ -49,10 +90,21 @@ static uintptr_t guess_fp(const snapprof_stack_copy_t *stack, uintptr_t from,
             return 0;
         a += 8;
     }
-    for (; a <= end; a += 8)
-        if (frame_record_at(stack, a))
+    uintptr_t first = 0;
+    int looks = 0;
+    for (; a <= end; a += 8) {
+        if (!frame_record_at(stack, a))
+            continue;
+        if (first == 0)
+            first = a;
+        uintptr_t ra;
+        memcpy(&ra, (const void *)(a + 8), sizeof ra);
+        if (calls_sought(k, ra))
             return a;
-    return 0;
+        if (++looks > MATCH_LOOKS || !k->cfi || k->start == 0)
+            break;
+    }
+    return first;
 }
 
 /* Whether walk a (n_a frames) is better than walk b: it reached the
@@ -71,7 +123,13 @@ static int walk_better(size_t n_a, const snapprof__unwind_outcome_t *a, size_t n
  * record lies above the frame that walk stopped at, rbp most likely held
  * its address (the first frame record above a frame is its own, as
  * Breakpad's stack scan assumes): unwind again from there, trying up to
- * three such records, and keep the best walk. Returns its frame count.
+ * GUESSES such records, and keep the best walk. Returns its frame count.
+ * Stale records lie there too: a frame's uninitialised locals keep the
+ * records of calls made earlier at that depth (an ASan interceptor's
+ * frame under read() held three, from the loop that ran before it). A
+ * record that returns from a direct call to the function is taken first
+ * (guess_fp()); otherwise walks from stale records stop early or splice
+ * in callers, and up to GUESSES are tried.
  * A walk the CFI tables completed needed no rbp it did not find saved on
  * the stack: no guess can better it, and the second walk would cost as
  * much as the first. A walk another unwinder completed may have stopped
@@ -93,8 +151,15 @@ size_t snapprof__unwind_guessing_fp(snapprof_unwinder_t *const *unwinders, size_
         return count;
     uintptr_t ra = last > 1 ? frames[last - 1].pc + 1 : 0;
     uintptr_t from = regs->r[SNAPPROF_REG_SP];
-    for (int attempt = 0; attempt < 3; attempt++) {
-        uintptr_t fp = guess_fp(stack, from, attempt == 0 ? ra : 0, 64u << 10);
+    /* The function the walk stopped in (a frame after the first holds its
+     * return address less 1: inside the call, as ra above undoes). */
+    seeker_t k = {.stack = stack};
+    for (size_t i = 0; i < unwinder_count && !k.cfi; i++)
+        k.cfi = snapprof__cfi_of(unwinders[i]);
+    if (k.cfi && snapprof__cfi_function_start(k.cfi, frames[last - 1].pc, &k.start) != 0)
+        k.start = 0;
+    for (int attempt = 0; attempt < GUESSES; attempt++) {
+        uintptr_t fp = guess_fp(stack, from, attempt == 0 ? ra : 0, 64u << 10, &k);
         if (fp == 0)
             break;
         regs->r[SNAPPROF_REG_FP] = fp;

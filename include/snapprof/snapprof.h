@@ -1,11 +1,12 @@
 /* snapprof: an in-process sampling CPU profiler for Linux.
  *
  * This is the main public header: everything a program needs to profile
- * itself. Three more public headers build on it (each includes this one):
+ * itself. Four more public headers build on it (each includes this one):
  *   <snapprof/jit.h>              JIT code regions and perf maps, so that
  *                                 frames in generated code get names;
  *   <snapprof/unwinder.h>         the ops struct for writing an unwinder;
- *   <snapprof/profile_builder.h>  the ops struct for writing a builder.
+ *   <snapprof/profile_builder.h>  the ops struct for writing a builder;
+ *   <snapprof/heap_profile.h>     the heap and peak heap profile builders.
  * (The preload library's gperftools-compatible <gperftools/profiler.h>,
  * installed under snapprof/compat/, is for programs written against
  * gperftools, not part of this API.)
@@ -29,11 +30,12 @@
  *     means.
  *   - Objects made by _create() are released by the matching _destroy();
  *     _destroy(NULL) is a no-op.
- *   - The library never aborts and never prints, with one exception: the
- *     fault-injection seam its own tests use (common/fault.h) is in every
- *     build, so that the tests exercise the library that is installed; it
- *     reads SNAPPROF_TEST_FAULTS once, when the library is loaded, and a
- *     malformed value costs one line on stderr. Leave it unset.
+ *   - The library never aborts and never prints, with one exception in
+ *     test builds only (CMake option SNAPPROF_TEST_SEAMS, off by default;
+ *     tests/README.md): the fault-injection seam its own tests use
+ *     (common/fault.h) reads SNAPPROF_TEST_FAULTS once, when the library
+ *     is loaded, and a malformed value costs one line on stderr. A build
+ *     without the option never reads that variable.
  *
  * Threads: unless a function says otherwise, it may be called from any
  * thread, but not from a signal handler and not from inside a builder or
@@ -500,6 +502,23 @@ typedef struct snapprof_stats {
     /* Of truncated_copy: captures of threads that memory budget left
      * without a free large buffer that fits. */
     uint64_t truncated_copy_budget;
+    /* -- Added in 0.7.0: heap sampling (<snapprof/heap.h>, issue 27) -- */
+    /* Sampled allocations delivered (SNAPPROF_SAMPLE_KIND_HEAP_ALLOC) and
+     * frees of sampled blocks delivered (SNAPPROF_SAMPLE_KIND_HEAP_FREE). */
+    uint64_t heap_samples;
+    uint64_t heap_frees;
+    /* Sampled allocations dropped in the hook: no capture slot was free;
+     * the set of live sampled addresses was full (the sampling thread grows
+     * it before it fills, unless it falls far behind); the thread's stack
+     * bounds could not be found (/proc/self/maps unreadable). */
+    uint64_t heap_dropped_no_slot;
+    uint64_t heap_dropped_set_full;
+    uint64_t heap_dropped_no_stack;
+    /* Frees of sampled blocks not delivered because the queue they wait in
+     * for the sampling thread was full: those blocks stay in use in the
+     * profile. */
+    uint64_t heap_frees_lost;
+    /* -- end of the 0.7.0 heap block -- */
     /* -- Added in 0.7.0 (issue 29, Python frames; snapprof_params_t.python) -- */
     /* Samples with CPython frames spliced in, and those frames; captures
      * whose interpreter frames were cut at 1024 (python_truncated) or ended
@@ -1004,6 +1023,15 @@ typedef struct snapprof_params {
      * fewer threads a second with 1, 18 % fewer with 4). 0 (the default):
      * none (SNAPPROF_SHORT_THREADS=N in the preload library). */
     unsigned short_threads;
+    /* Added in 0.7.0 (read only when size covers it). Heap sampling
+     * (<snapprof/heap.h>): the mean number of bytes allocated between two
+     * sampled allocations, per thread (Go's MemProfileRate; 524288 is Go's
+     * and jemalloc's default). While a profiler with a nonzero heap_interval
+     * runs, snapprof_heap_note_alloc() samples allocations and its builders
+     * of ops version 2 receive SNAPPROF_SAMPLE_KIND_HEAP_ALLOC and _FREE
+     * samples. One profiler at a time samples the heap: starting a second
+     * one fails with -EBUSY. 0 (the default): no heap sampling. */
+    size_t heap_interval;
     /* Added in 0.7.0 (read only when size covers it). When nonzero, in a
      * process running CPython 3.11, each capture also copies the thread's
      * interpreter frames, and every frame of the evaluation loop
@@ -1122,6 +1150,84 @@ SNAPPROF_API int snapprof_profiler_stop(snapprof_profiler_t *profiler);
  * Builders must accept more than one
  * completion (the pprof builder does: a failed write loses nothing). */
 SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
+
+/* The most builders attached to one profiler at once
+ * (snapprof_profiler_attach_builder()). Added in 0.7.0. */
+#define SNAPPROF_ATTACHED_MAX 16
+
+/* Attaches a builder to a running profiler, for a stretch of it (a
+ * rolling profile's interval, one request of an HTTP endpoint): from now
+ * on builder receives every sample the profiler's own builders receive,
+ * with the same weights, until snapprof_profiler_detach_builder(). The
+ * threads keep their one trigger each, however many builders are attached.
+ * Its xOnProfileStarted runs during this call, with an info whose start
+ * time is now (start_time_ns, start_mono_ns). Attached before
+ * snapprof_profiler_start(), it starts with the profile (its
+ * xOnProfileStarted runs there, with the profile's info), so that a
+ * rolling profile's first interval misses nothing.
+ *
+ * Boundaries. A sample belongs to every builder attached when it is
+ * delivered, and this call first delivers what the threads' capture slots
+ * hold and each thread's "[kernel and unsampled]" remainder so far to the
+ * builders attached before it (the remainders are cumulative per thread,
+ * so each builder gets its own stretch's). The CPU total a builder gets
+ * for a thread is then the thread's CPU clock over the stretch, exactly
+ * when the trigger is a CPU-clock one, up to one sample at each end: a
+ * capture taken while the boundary reads the clocks stands for CPU time
+ * before the boundary but is delivered after it, and the next stretch's
+ * remainder is smaller by as much (a perf period is at most 1.5 intervals).
+ * Stretches that follow each other without a gap
+ * (snapprof_profiler_swap_builder()) add up to the profile's builders'
+ * totals exactly, sample for sample. With the handshake trigger a
+ * stretch's first sample of a thread weighs its CPU time since the
+ * thread's previous sample.
+ *
+ * The call unwinds the captures waiting in the slots on the calling
+ * thread. Ownership stays with the caller (also when the call fails); do
+ * not destroy builder while it is attached. Any thread, not from a builder
+ * callback, concurrently with sampling and with other attach and detach
+ * calls. Returns 0; -EINVAL (profiler or builder NULL); SNAPPROF_ESTATE
+ * (the profile is completing or completed);
+ * -EEXIST (builder is one of the profiler's builders already); -ENOSPC
+ * (SNAPPROF_ATTACHED_MAX attached already); or the nonzero return of its
+ * xOnProfileStarted (then it is not attached). Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_attach_builder(snapprof_profiler_t *profiler,
+                                                  snapprof_builder_t *builder);
+
+/* Detaches a builder attached by snapprof_profiler_attach_builder(): the
+ * captures so far and each thread's remainder up to now are delivered (to
+ * it and the others), then it is removed and its xOnProfileCompleted runs
+ * on this thread, without the profiler's lock (sampling goes on), with
+ * duration_ns the attached stretch and the stretch's counters in stats
+ * (the counts: samples, failures, CPU time and the like, the stretch's;
+ * maxima, percentiles and threads_by_trigger, the profile's so far), and
+ * the app frames and events of the stretch. The caller owns builder again
+ * when this returns. A profile that completed (stop, its duration) while
+ * builder was attached completed it with the others, its stretch ending
+ * there; detaching it then only removes it and returns that result.
+ * Builders still attached when the profiler is destroyed are destroyed
+ * with it. Detached before the profile started, it is only removed
+ * (returns 0). Any thread, as attach. Returns the return of its
+ * xOnProfileCompleted (0 when it has none); -EINVAL (profiler or builder
+ * NULL); -ENOENT (not attached to this profiler). Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_detach_builder(snapprof_profiler_t *profiler,
+                                                  snapprof_builder_t *builder);
+
+/* Detaches old and attaches builder in its place at one instant: every
+ * sample goes to exactly one of them, so consecutive stretches (a rolling
+ * profile's intervals) add up to the whole profile sample for sample.
+ * builder's xOnProfileStarted runs first, under the profiler's lock; when
+ * it fails, nothing changes and its return is returned. Then old completes
+ * as snapprof_profiler_detach_builder() completes it, and its result is
+ * stored in *old_result when old_result is not NULL. Returns 0 when the
+ * swap took place (old is the caller's again, builder is attached);
+ * -EINVAL (profiler, old or builder NULL, or old == builder); -ENOENT (old
+ * not attached); -EEXIST (builder attached or added already);
+ * SNAPPROF_ESTATE (the profile is not running: builder is not attached,
+ * old stays until detached). Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_swap_builder(snapprof_profiler_t *profiler,
+                                                snapprof_builder_t *old,
+                                                snapprof_builder_t *builder, int *old_result);
 
 /* The size of the first snapprof_stats_t that had a size member (0.4.0),
  * the smallest size snapprof_profiler_get_stats_sized() accepts. */

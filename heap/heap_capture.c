@@ -1,0 +1,120 @@
+/* The capture of a sampled allocation, on the allocating thread itself:
+ * its registers taken in a live frame (no signal: the thread captures
+ * itself, as it would in its own handler), its stack bounds found without
+ * allocating, its live stack copied into a capture slot with the
+ * stack copier's own code, and its address recorded as live. */
+#include "heap/heap_internal.h"
+
+#include "common/clock.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+/* The stack bounds of a thread no profiler registered, found once per
+ * thread (the cache is keyed by tid, so a fork child looks again). */
+static __thread struct {
+    pid_t tid;
+    uintptr_t low, base;
+} tls_bounds __attribute__((tls_model("initial-exec")));
+
+/* The bounds of the mapping that holds sp (snapprof__find_mapping(): no
+ * malloc, no stdio): the main thread's "[stack]", or a thread's stack
+ * mapping, whose top holds its thread descriptor and static TLS (the copy
+ * stops below them, as snapprof_thread_register() does). Returns 0 or a
+ * negative errno. */
+static int find_bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
+{
+    int rc = snapprof__find_mapping(sp, low, base);
+    if (rc != 0)
+        return rc;
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (self > sp && self < *base)
+        *base = self & ~(uintptr_t)15;
+    return 0;
+}
+
+/* The calling thread's stack bounds: its registration's, else found once. */
+static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
+{
+    pid_t tid = snapprof__gettid_cached();
+    const struct snapprof_thread *self = snapprof__thread_self();
+    if (self && self->tid == tid && sp >= self->stack_low && sp < self->stack_base) {
+        *low = self->stack_low;
+        *base = self->stack_base;
+        return 0;
+    }
+    if (tls_bounds.tid != tid || sp < tls_bounds.low || sp >= tls_bounds.base) {
+        uintptr_t l, b;
+        if (find_bounds(sp, &l, &b) != 0)
+            return -1;
+        tls_bounds.low = l;
+        tls_bounds.base = b;
+        tls_bounds.tid = tid;
+    }
+    *low = tls_bounds.low;
+    *base = tls_bounds.base;
+    return 0;
+}
+
+/* Takes this frame's registers as a signal's context would give them: the
+ * stack pointer, the frame pointer, the callee-saved registers, and a pc
+ * inside this function, all at one instruction, so that the unwinders walk
+ * from here through note_alloc to its caller. Always inlined into its
+ * caller, whose frame stays live while its stack is copied. */
+#define TAKE_REGISTERS(regs_ptr)                                                                   \
+    __asm__ volatile("movq %%rbx, 0x18(%0)\n\t"                                                    \
+                     "movq %%rbp, 0x30(%0)\n\t"                                                    \
+                     "movq %%rsp, 0x38(%0)\n\t"                                                    \
+                     "movq %%r12, 0x60(%0)\n\t"                                                    \
+                     "movq %%r13, 0x68(%0)\n\t"                                                    \
+                     "movq %%r14, 0x70(%0)\n\t"                                                    \
+                     "movq %%r15, 0x78(%0)\n\t"                                                    \
+                     "leaq 0(%%rip), %%rax\n\t"                                                    \
+                     "movq %%rax, 0x80(%0)\n\t"                                                    \
+                     :                                                                             \
+                     : "r"((regs_ptr)->r)                                                          \
+                     : "rax", "memory")
+
+_Static_assert(sizeof(((snapprof_regs_t *)0)->r[0]) == 8, "64-bit registers");
+
+__attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size,
+                                                     uintptr_t caller_pc)
+{
+    snapprof__heap_state_t *h = &snapprof__heap;
+    uint64_t entry = snapprof__monotonic_ns();
+    snapprof_regs_t regs;
+    memset(&regs, 0, sizeof regs);
+    TAKE_REGISTERS(&regs);
+    uintptr_t low, base;
+    if (bounds(regs.r[SNAPPROF_REG_SP], &low, &base) != 0) {
+        atomic_fetch_add_explicit(&h->dropped_no_stack, 1, memory_order_relaxed);
+        return 0;
+    }
+    if (snapprof__heap_set_nearly_full()) {
+        atomic_fetch_add_explicit(&h->dropped_set_full, 1, memory_order_relaxed);
+        return 0;
+    }
+    snapprof__capture_slot_t *slot = snapprof__capture_regs(&h->pool, &regs, low, base, entry);
+    if (!slot)
+        return 0; /* counted in pool.dropped */
+    /* Recorded live before the slot is published and before the caller
+     * hands the block out: its free, on any thread, finds it. */
+    if (snapprof__heap_set_insert(addr) != 0) {
+        snapprof__capture_slot_abandon(slot);
+        atomic_fetch_add_explicit(&h->dropped_set_full, 1, memory_order_relaxed);
+        return 0;
+    }
+    snapprof__heap_extra_t *x = slot->extra;
+    x->gen = atomic_load_explicit(&h->gen, memory_order_relaxed);
+    x->seq = atomic_fetch_add_explicit(&h->seq, 1, memory_order_relaxed);
+    x->bytes = size;
+    x->addr = addr;
+    x->caller_pc = caller_pc;
+    x->tid = snapprof__gettid_cached();
+    if (prctl(PR_GET_NAME, x->name) != 0)
+        x->name[0] = '\0';
+    x->name[sizeof x->name - 1] = '\0';
+    snapprof__capture_slot_publish(&h->pool, slot);
+    return 1;
+}

@@ -1,0 +1,108 @@
+/* What the files of heap/ share: the process-wide state of the heap
+ * sampler, the set of live sampled addresses (heap_addresses.c), the
+ * capture of a sampled allocation (heap_capture.c) and the queue of frees
+ * the drain reads (heap_drain.c). Private to heap/. */
+#ifndef SNAPPROF_HEAP_INTERNAL_H
+#define SNAPPROF_HEAP_INTERNAL_H
+
+#include "heap/heap_sampler.h"
+#include "labels/labels.h"
+#include "stack_copier/stack_copier_slots.h"
+
+#include <stdatomic.h>
+#include <sys/types.h>
+
+/* What a sampled allocation leaves in its capture slot beside the stack
+ * (the slot's delegate area). */
+typedef struct snapprof__heap_extra {
+    snapprof__label_capture_t labels; /* filled by the pool's delegate */
+    uint64_t gen;                     /* the session it was taken in */
+    uint64_t seq;                     /* its place among allocations and frees */
+    uint64_t bytes;
+    uintptr_t addr;
+    uintptr_t caller_pc; /* return address into the caller of note_alloc */
+    pid_t tid;
+    char name[16];
+} snapprof__heap_extra_t;
+
+/* A free of a sampled block, queued for the drain. */
+typedef struct snapprof__heap_free_rec {
+    uint64_t gen, seq, time_ns;
+    uintptr_t addr;
+} snapprof__heap_free_rec_t;
+
+/* The free queue: a bounded multi-producer queue (Vyukov's), one
+ * consumer at a time (the drain, under the sampler lock). */
+#define SNAPPROF__HEAP_FREE_RING 16384u
+typedef struct snapprof__heap_free_cell {
+    _Atomic uint64_t turn;
+    snapprof__heap_free_rec_t rec;
+} snapprof__heap_free_cell_t;
+
+typedef struct snapprof__heap_state {
+    _Atomic size_t interval; /* mean bytes between samples; 0: off */
+    _Atomic uint64_t gen;    /* the session; bumped at every start */
+    _Atomic uint64_t seq;    /* orders allocations and frees */
+    const void *owner;       /* the profiler that owns it (sampler lock) */
+    int ready;               /* pool and ring made */
+    snapprof__capture_pool_t pool;
+    snapprof__capture_delegate_t delegate;
+    snapprof__heap_free_cell_t *ring;
+    _Atomic uint64_t ring_tail; /* producers */
+    _Atomic uint64_t ring_head; /* the consumer's; producers only look */
+    /* Hook-side counters, since the session started. */
+    _Atomic uint64_t dropped_set_full, dropped_no_stack, frees_lost;
+    uint64_t dropped_no_slot_base; /* pool.dropped at the session's start */
+} snapprof__heap_state_t;
+
+extern snapprof__heap_state_t snapprof__heap;
+
+/* ------------------------------------------------------------------------ */
+/* The set of live sampled addresses (heap_addresses.c)                     */
+/* ------------------------------------------------------------------------ */
+
+/* Adds addr. Returns 0, or -1 when the set is too full (the caller drops
+ * the sample). Lock-free; no allocation. */
+int snapprof__heap_set_insert(uintptr_t addr);
+/* Removes one entry of addr. Returns 1 when there was one, 0 when not.
+ * One relaxed load when the set is empty; else lock-free. */
+int snapprof__heap_set_remove(uintptr_t addr);
+/* 1 when an insert would find the set too full (a cheap look before the
+ * capture). */
+int snapprof__heap_set_nearly_full(void);
+/* Sampling side (sampler lock): makes the first table; grows (or
+ * rebuilds, to shed tombstones) the set before it fills. Returns 0 or
+ * -ENOMEM. */
+int snapprof__heap_set_maintain(void);
+/* Sampling side: removes every entry (the session ended). */
+void snapprof__heap_set_clear(void);
+/* Entries in the set as counted (what the fast path of a remove reads),
+ * and as found in the tables (test seams). */
+long snapprof__heap_set_count(void);
+long snapprof__heap_set_entries(void);
+/* Test seam: the set's current table capacity. */
+size_t snapprof__heap_set_capacity(void);
+
+/* ------------------------------------------------------------------------ */
+/* The free queue (heap_drain.c)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Queues a free. Returns 0, or -1 when the queue is full (counted).
+ * Lock-free; no allocation. */
+int snapprof__heap_free_push(const snapprof__heap_free_rec_t *rec);
+
+/* ------------------------------------------------------------------------ */
+/* The calling thread's capture (heap_capture.c)                            */
+/* ------------------------------------------------------------------------ */
+
+/* Captures the calling thread for a sampled allocation of size bytes at
+ * addr, whose caller returns to caller_pc, and records addr as live.
+ * Returns 1, or 0 when the sample was dropped (counted). The thread's
+ * guard is held by the caller. */
+int snapprof__heap_capture(uintptr_t addr, size_t size, uintptr_t caller_pc);
+
+/* Test seam: the sampling rule alone. Draws the next countdown of a
+ * thread-independent state for interval bytes from *rng. */
+int64_t snapprof__heap_draw(uint64_t *rng, size_t interval);
+
+#endif

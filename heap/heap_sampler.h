@@ -1,0 +1,82 @@
+/* Heap sampling as the profiler sees it (the public side is
+ * <snapprof/heap.h>): turning it on and off for one profiler, draining
+ * the sampled allocations and frees towards its builders, and keeping the
+ * library's own threads and code out of it. Internal.
+ *
+ * One profiler at a time owns the heap sampler (the note functions are
+ * process-wide). Everything here but snapprof__heap_mute_thread() and the
+ * guard runs with the sampler lock held. */
+#ifndef SNAPPROF_HEAP_SAMPLER_H
+#define SNAPPROF_HEAP_SAMPLER_H
+
+#include "stack_copier/stack_copier.h"
+
+#include <snapprof/snapprof.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Starts heap sampling for owner with a mean interval of interval bytes:
+ * the first start makes the capture slots and the free queue (kept for
+ * the life of the process: a hook may still hold a slot after a stop).
+ * kick is the futex word that wakes the sampling thread. Returns 0,
+ * -EBUSY when another profiler owns it, -ENOMEM. */
+int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick);
+
+/* Stops taking new samples (the note functions return 0 from now on);
+ * what was sampled until now can still be drained. No-op unless owner
+ * owns it. */
+void snapprof__heap_pause(const void *owner);
+
+/* Ends owner's session: forgets its live blocks and stacks, empties the
+ * set of live addresses, and lets another profiler start. Call after
+ * the last drain. No-op unless owner owns it. */
+void snapprof__heap_end(const void *owner);
+
+/* 1 when owner owns the heap sampler. */
+int snapprof__heap_owned_by(const void *owner);
+
+/* 1 when owner's heap captures or frees fill up and want a drain now. */
+int snapprof__heap_due(const void *owner);
+
+/* Where the drain sends samples: the profiler's unwinders and builders. */
+typedef struct snapprof__heap_sink {
+    void *ctx;
+    /* Called once before the first unwind of a drain that has any. */
+    void (*prepare)(void *ctx);
+    /* Unwinds a copy (the thread has long resumed): sets *frames (valid
+     * until the next call) and *flags (SNAPPROF_SAMPLE_*), returns the
+     * count (0: nothing could be unwound). */
+    size_t (*unwind)(void *ctx, const snapprof__copy_result_t *res, uint8_t *buffer,
+                     const snapprof_frame_t **frames, unsigned *flags);
+    /* Gives a sample to the builders. */
+    void (*deliver)(void *ctx, const snapprof_sample_t *s);
+    snapprof_stats_t *stats; /* heap_samples, heap_frees counted here */
+} snapprof__heap_sink_t;
+
+/* Delivers owner's sampled allocations and frees so far, in the order
+ * they happened (a free always after its allocation), and grows the set
+ * of live addresses when it fills. No-op unless owner owns it. */
+void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink);
+
+/* Adds the hook-side counters of owner's session (drops, lost frees) to
+ * out. No-op unless owner owns it. */
+void snapprof__heap_stats(const void *owner, snapprof_stats_t *out);
+
+/* Marks the calling thread as one of the library's own: its allocations
+ * are never sampled, for the rest of its life. Any thread. */
+void snapprof__heap_mute_thread(void);
+
+/* The library's own code runs on the calling thread between the two
+ * (they nest): note functions called meanwhile on it are ignored. Any
+ * thread; never allocates. */
+void snapprof__heap_guard_enter(void);
+void snapprof__heap_guard_leave(void);
+
+/* Test seam: the rule alone. With interval nonzero, heap sampling is on
+ * with that interval and a sampled allocation captures nothing, records
+ * nothing and returns 1; 0 turns it off again. Not while a profiler
+ * samples the heap. */
+void snapprof__heap_rule_only_for_test(size_t interval);
+
+#endif

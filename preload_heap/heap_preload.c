@@ -1,0 +1,383 @@
+/* The C allocation functions interposed by libsnapprof-heap.so: malloc,
+ * calloc, realloc, reallocarray, free, posix_memalign, aligned_alloc,
+ * memalign, valloc and pvalloc. Each forwards to the next definition
+ * (dlsym(RTLD_NEXT): glibc's, or jemalloc's or tcmalloc's when one of them
+ * is loaded) and, in the outermost hook of the thread, tells the heap
+ * sampler what came back (heap_hook_core.h). The pointer the program gets
+ * is the allocator's own, so malloc_usable_size and every other call of
+ * the allocator's work on it unchanged.
+ *
+ * Bootstrap: dlsym can allocate (its error string, its per-thread result
+ * buffer) while the next malloc is not known yet. Allocations made while
+ * this thread resolves come from a static buffer; frees of pointers inside
+ * it are ignored, a realloc of one copies it out. */
+#include "preload_heap/heap_preload.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+__thread unsigned snapprof__heap_preload_depth __attribute__((tls_model("initial-exec")));
+
+#include "preload_heap/heap_hook_core.h"
+
+typedef struct hk_real {
+    void *(*malloc)(size_t);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void *(*reallocarray)(void *, size_t, size_t);
+    void (*free)(void *);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+} hk_real_t;
+
+/* Written once per member by the first thread that resolves (others may
+ * resolve at the same time and store the same values). malloc and free are
+ * stored last: a non-NULL malloc (or free) means every member is known. */
+static hk_real_t hk_real;
+
+/* Set while this thread resolves: its allocations are dlsym's. */
+static __thread int hk_resolving __attribute__((tls_model("initial-exec")));
+
+#define HK_LOAD(member) __atomic_load_n(&hk_real.member, __ATOMIC_ACQUIRE)
+
+/* The bootstrap buffer. Each block has a 16-byte header holding its size,
+ * for realloc. Never reused: a few hundred bytes are taken in a process's
+ * life. */
+#define HK_BOOT_SIZE (64 * 1024)
+static _Alignas(64) unsigned char hk_boot[HK_BOOT_SIZE];
+static size_t hk_boot_used;
+
+static inline int hk_in_boot(const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)hk_boot < HK_BOOT_SIZE;
+}
+
+static void *hk_boot_alloc(size_t align, size_t n)
+{
+    if (align < 16)
+        align = 16;
+    if (n > HK_BOOT_SIZE || (align & (align - 1)) != 0 || align > 4096) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t old = __atomic_load_n(&hk_boot_used, __ATOMIC_RELAXED);
+    for (;;) {
+        size_t start = (old + 16 + align - 1) & ~(align - 1);
+        size_t end = start + ((n + 15) & ~(size_t)15);
+        if (end > HK_BOOT_SIZE) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        if (__atomic_compare_exchange_n(&hk_boot_used, &old, end, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            memcpy(hk_boot + start - sizeof(size_t), &n, sizeof n);
+            return hk_boot + start; /* zero: the buffer is never reused */
+        }
+    }
+}
+
+static size_t hk_boot_size(const void *p)
+{
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - sizeof n, sizeof n);
+    return n;
+}
+
+/* Exported for the GOT patcher (heap_got.c), which patches nothing when
+ * this library is loaded (it would note every allocation twice), and for
+ * the tests: returns 1 and the bytes the bootstrap buffer gave out. */
+HK_EXPORT int snapprof__heap_preload_info(size_t *boot_bytes)
+{
+    if (boot_bytes)
+        *boot_bytes = __atomic_load_n(&hk_boot_used, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static void *hk_next(const char *name)
+{
+    return dlsym(RTLD_NEXT, name);
+}
+
+int snapprof__heap_preload_resolve(void)
+{
+    if (HK_LOAD(malloc) != NULL && HK_LOAD(free) != NULL)
+        return 0;
+    /* Raised for the whole resolution: the allocations dlsym makes on this
+     * thread come from the bootstrap buffer and are never noted. */
+    unsigned saved = HK_DEPTH;
+    HK_DEPTH = 1;
+    hk_resolving = 1;
+    int e = errno;
+#define HK_RESOLVE(member)                                                                         \
+    __atomic_store_n(&hk_real.member, (__typeof__(hk_real.member))hk_next(#member),                \
+                     __ATOMIC_RELEASE)
+    HK_RESOLVE(calloc);
+    HK_RESOLVE(realloc);
+    HK_RESOLVE(reallocarray);
+    HK_RESOLVE(posix_memalign);
+    HK_RESOLVE(aligned_alloc);
+    HK_RESOLVE(memalign);
+    HK_RESOLVE(valloc);
+    HK_RESOLVE(pvalloc);
+    HK_RESOLVE(free);
+    HK_RESOLVE(malloc);
+#undef HK_RESOLVE
+    errno = e;
+    hk_resolving = 0;
+    HK_DEPTH = saved;
+    return HK_LOAD(malloc) != NULL && HK_LOAD(free) != NULL ? 0 : -1;
+}
+
+/* Early, so that the first allocation of a program rarely resolves (it
+ * still may: another library's constructor can run before ours). */
+__attribute__((constructor(101))) static void hk_init(void)
+{
+    snapprof__heap_preload_resolve();
+}
+
+/* Calls of the C functions before they are resolved, or while this thread
+ * resolves them: from the bootstrap buffer, without noting. */
+static int hk_booting(void)
+{
+    if (hk_resolving)
+        return 1;
+    return snapprof__heap_preload_resolve() != 0;
+}
+
+void *snapprof__heap_preload_real_malloc(size_t n)
+{
+    if (hk_booting())
+        return hk_boot_alloc(16, n);
+    return hk_real.malloc(n);
+}
+
+void *snapprof__heap_preload_real_aligned(size_t align, size_t n)
+{
+    if (hk_booting())
+        return hk_boot_alloc(align, n);
+    return hk_real.memalign(align, n);
+}
+
+void snapprof__heap_preload_real_free(void *p)
+{
+    if (p == NULL || hk_in_boot(p))
+        return;
+    if (hk_booting())
+        return;
+    hk_real.free(p);
+}
+
+HK_EXPORT void *malloc(size_t n)
+{
+    void *(*fn)(size_t) = HK_LOAD(malloc);
+    if (HK_UNLIKELY(fn == NULL)) {
+        if (hk_booting())
+            return hk_boot_alloc(16, n);
+        fn = hk_real.malloc;
+    }
+    if (!hk_enter())
+        return fn(n);
+    void *p = fn(n);
+    hk_note_alloc(p, n);
+    hk_leave();
+    return p;
+}
+
+HK_EXPORT void free(void *p)
+{
+    void (*fn)(void *) = HK_LOAD(free);
+    if (HK_UNLIKELY(p == NULL || hk_in_boot(p)))
+        return;
+    if (HK_UNLIKELY(fn == NULL)) {
+        if (hk_booting())
+            return; /* cannot be ours to free: nothing was allocated yet */
+        fn = hk_real.free;
+    }
+    if (!hk_enter()) {
+        fn(p);
+        return;
+    }
+    hk_note_free(p);
+    fn(p);
+    hk_leave();
+}
+
+HK_EXPORT void *calloc(size_t count, size_t size)
+{
+    void *(*fn)(size_t, size_t) = HK_LOAD(calloc);
+    if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {
+        if (hk_booting()) {
+            size_t n;
+            if (__builtin_mul_overflow(count, size, &n)) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            return hk_boot_alloc(16, n);
+        }
+        fn = hk_real.calloc;
+    }
+    if (!hk_enter())
+        return fn(count, size);
+    void *p = fn(count, size);
+    /* A non-NULL p means count * size did not overflow. */
+    hk_note_alloc(p, count * size);
+    hk_leave();
+    return p;
+}
+
+/* realloc of a block from the bootstrap buffer: copied into a block of the
+ * real allocator (through malloc, so noted like one). */
+static void *hk_realloc_boot(void *old, size_t n)
+{
+    void *p = malloc(n);
+    if (p != NULL) {
+        size_t had = hk_boot_size(old);
+        memcpy(p, old, had < n ? had : n);
+    }
+    return p;
+}
+
+HK_EXPORT void *realloc(void *old, size_t n)
+{
+    void *(*fn)(void *, size_t) = HK_LOAD(realloc);
+    if (HK_UNLIKELY(old != NULL && hk_in_boot(old)))
+        return hk_realloc_boot(old, n);
+    if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {
+        if (hk_booting())
+            return hk_boot_alloc(16, n); /* old is NULL: nothing allocated yet */
+        fn = hk_real.realloc;
+    }
+    if (!hk_enter())
+        return fn(old, n);
+    void *p = fn(old, n);
+    hk_note_realloc(old, p, n);
+    hk_leave();
+    return p;
+}
+
+HK_EXPORT void *reallocarray(void *old, size_t count, size_t size)
+{
+    void *(*fn)(void *, size_t, size_t) = HK_LOAD(reallocarray);
+    size_t n;
+    int overflow = __builtin_mul_overflow(count, size, &n);
+    if (HK_UNLIKELY(old != NULL && hk_in_boot(old))) {
+        if (overflow) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        return hk_realloc_boot(old, n);
+    }
+    if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {
+        if (hk_booting()) {
+            if (overflow) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            return hk_boot_alloc(16, n);
+        }
+        fn = hk_real.reallocarray;
+    }
+    if (fn == NULL) {
+        /* A libc older than 2.26 has none: realloc does it. */
+        if (overflow) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        return realloc(old, n);
+    }
+    if (!hk_enter())
+        return fn(old, count, size);
+    void *p = fn(old, count, size);
+    if (!overflow)
+        hk_note_realloc(old, p, n);
+    hk_leave();
+    return p;
+}
+
+HK_EXPORT int posix_memalign(void **out, size_t align, size_t n)
+{
+    int (*fn)(void **, size_t, size_t) = HK_LOAD(posix_memalign);
+    if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {
+        if (hk_booting()) {
+            if (align < sizeof(void *) || (align & (align - 1)) != 0)
+                return EINVAL;
+            void *p = hk_boot_alloc(align, n);
+            if (p == NULL)
+                return ENOMEM;
+            *out = p;
+            return 0;
+        }
+        fn = hk_real.posix_memalign;
+    }
+    if (!hk_enter())
+        return fn(out, align, n);
+    int rc = fn(out, align, n);
+    if (rc == 0)
+        hk_note_alloc(*out, n);
+    hk_leave();
+    return rc;
+}
+
+/* aligned_alloc, memalign: (alignment, size). */
+#define HK_ALIGNED(name)                                                                           \
+    HK_EXPORT void *name(size_t align, size_t n)                                                   \
+    {                                                                                              \
+        void *(*fn)(size_t, size_t) = HK_LOAD(name);                                               \
+        if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {                                                \
+            if (hk_booting())                                                                      \
+                return hk_boot_alloc(align, n);                                                    \
+            fn = hk_real.name;                                                                     \
+        }                                                                                          \
+        if (!hk_enter())                                                                           \
+            return fn(align, n);                                                                   \
+        void *p = fn(align, n);                                                                    \
+        hk_note_alloc(p, n);                                                                       \
+        hk_leave();                                                                                \
+        return p;                                                                                  \
+    }
+HK_ALIGNED(aligned_alloc)
+HK_ALIGNED(memalign)
+
+/* valloc, pvalloc: page-aligned; the size noted is the one asked for
+ * (pvalloc rounds it up to whole pages). */
+#define HK_PAGE(name)                                                                              \
+    HK_EXPORT void *name(size_t n)                                                                 \
+    {                                                                                              \
+        void *(*fn)(size_t) = HK_LOAD(name);                                                       \
+        if (HK_UNLIKELY(HK_LOAD(malloc) == NULL)) {                                                \
+            if (hk_booting())                                                                      \
+                return hk_boot_alloc(4096, n);                                                     \
+            fn = hk_real.name;                                                                     \
+        }                                                                                          \
+        if (!hk_enter())                                                                           \
+            return fn(n);                                                                          \
+        void *p = fn(n);                                                                           \
+        hk_note_alloc(p, n);                                                                       \
+        hk_leave();                                                                                \
+        return p;                                                                                  \
+    }
+HK_PAGE(valloc)
+HK_PAGE(pvalloc)
+
+void *snapprof__heap_preload_next(const char *name)
+{
+    void *f = dlsym(RTLD_NEXT, name);
+    if (f == NULL) {
+        /* A C program that dlopen()ed a C++ library with RTLD_LOCAL: its
+         * libstdc++ is not in the global scope, but its references to
+         * operator new bound to ours. */
+        void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        if (h != NULL) {
+            f = dlsym(h, name);
+            dlclose(h);
+        }
+    }
+    return f;
+}

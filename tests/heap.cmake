@@ -1,0 +1,4 @@
+# Heap sampling (heap/, issue 27): the rule and the live-address set alone,
+# and heap profiles in linked mode (note_alloc / note_free around malloc).
+snapprof_add_test_cases(EXE heap SOURCES test_heap_sampler.c LIBS m)
+snapprof_add_test_cases(EXE heap_profile SOURCES test_heap_profile.c LIBS m)

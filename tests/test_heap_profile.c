@@ -1,0 +1,455 @@
+/* Heap profiles in linked mode: a program that calls snapprof_heap_note_alloc()
+ * and _note_free() around its own malloc and free, with a profiler whose
+ * heap_interval is set, gets its sampled allocations and their frees at
+ * its builders, with the allocating function's frames, the allocation's
+ * bytes, thread and labels, as many as the Poisson rule says. */
+#include "test.h"
+#include "test_util.h"
+
+#include <snapprof/heap.h>
+#include <snapprof/profile_builder.h>
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* A builder of ops version 2 that keeps what heap samples it gets          */
+/* ------------------------------------------------------------------------ */
+
+#define HS_FRAMES 8
+
+typedef struct heap_sample {
+    snapprof_sample_kind_t kind;
+    uint64_t bytes, cpu_ns, wall_ns, timestamp_ns;
+    pid_t tid;
+    size_t frame_count;
+    snapprof_frame_t frames[HS_FRAMES];
+    char who[16]; /* its "who" label, "" if none */
+} heap_sample_t;
+
+typedef struct heap_collector {
+    heap_sample_t *s;
+    size_t count, cap;
+    size_t time_samples, others;
+    int reenter;         /* call note_alloc from xOnSample */
+    int reenter_sampled; /* how many of those said sampled */
+} heap_collector_t;
+
+static int hc_sample(void *ud, const snapprof_sample_t *s)
+{
+    heap_collector_t *c = ud;
+    if (c->reenter) {
+        /* Our own code on our own thread: never sampled. */
+        void *p = malloc(64);
+        if (snapprof_heap_note_alloc(p, 1 << 20) != 0)
+            c->reenter_sampled++;
+        snapprof_heap_note_free(p);
+        free(p);
+    }
+    snapprof_sample_kind_t kind = SNAPPROF_SAMPLE_KIND(s);
+    if (kind == SNAPPROF_SAMPLE_KIND_TIME) {
+        c->time_samples++;
+        return 0;
+    }
+    if (kind != SNAPPROF_SAMPLE_KIND_HEAP_ALLOC && kind != SNAPPROF_SAMPLE_KIND_HEAP_FREE) {
+        c->others++;
+        return 0;
+    }
+    if (c->count == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 1024;
+        c->s = realloc(c->s, c->cap * sizeof *c->s);
+        ASSERT_NOT_NULL(c->s);
+    }
+    heap_sample_t *h = &c->s[c->count++];
+    memset(h, 0, sizeof *h);
+    h->kind = kind;
+    h->bytes = s->bytes;
+    h->cpu_ns = s->cpu_ns;
+    h->wall_ns = s->wall_ns;
+    h->timestamp_ns = s->timestamp_ns;
+    h->tid = s->tid;
+    h->frame_count = s->frame_count < HS_FRAMES ? s->frame_count : HS_FRAMES;
+    memcpy(h->frames, s->frames, h->frame_count * sizeof *h->frames);
+    for (size_t i = 0; i < s->label_count; i++)
+        if (!strcmp(s->labels[i].key, "who") && s->labels[i].str)
+            snprintf(h->who, sizeof h->who, "%s", s->labels[i].str);
+    return 0;
+}
+
+static const snapprof_builder_ops_t hc_ops_v2 = {
+    .version = 2,
+    .name = "heap_collector",
+    .xOnSample = hc_sample,
+};
+
+/* The same callbacks, as a builder written before heap samples (version 1). */
+static const snapprof_builder_ops_t hc_ops_v1 = {
+    .version = 1,
+    .name = "heap_collector_v1",
+    .xOnSample = hc_sample,
+};
+
+static snapprof_builder_t *hc_builder(heap_collector_t *c, const snapprof_builder_ops_t *ops)
+{
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(ops, c, &b));
+    return b;
+}
+
+/* A profiler of no thread (no CPU sample) with heap sampling at interval
+ * R, feeding the builders given. */
+static snapprof_profiler_t *heap_profiler(size_t R, snapprof_builder_t *b1, snapprof_builder_t *b2)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000; /* ticks drain the slots: 1 ms */
+    params.heap_interval = R;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b1));
+    if (b2)
+        ASSERT_OK(snapprof_profiler_add_builder(p, b2));
+    ASSERT_OK(snapprof_profiler_start(p));
+    return p;
+}
+
+static uint64_t handled(const snapprof_stats_t *st)
+{
+    return st->heap_samples + st->heap_dropped_no_slot + st->heap_dropped_set_full +
+           st->heap_dropped_no_stack + st->failed[SNAPPROF_FAIL_NO_FRAMES];
+}
+
+/* Waits until the profiler has dealt with every sample the program saw
+ * recorded so far (delivered or dropped), so that a fast allocating loop
+ * never finds every slot taken. */
+static void wait_drained(snapprof_profiler_t *p, uint64_t recorded)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000ull;
+    for (;;) {
+        snapprof_stats_t st;
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (handled(&st) >= recorded)
+            return;
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("the drain did not keep up: %" PRIu64 " of %" PRIu64, handled(&st), recorded);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The same for frees: the queue they wait in is bounded too. */
+static void wait_frees(snapprof_profiler_t *p, uint64_t freed)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000ull;
+    for (;;) {
+        snapprof_stats_t st;
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (st.heap_frees + st.heap_frees_lost >= freed)
+            return;
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("the drain did not keep up with frees: %" PRIu64 " of %" PRIu64,
+                      st.heap_frees, freed);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Two threads, each allocating in its own function, each freeing the      */
+/* other's blocks                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define R_BYTES 4096
+#define A_COUNT 32768 /* 1 KiB blocks: 32 MiB */
+#define A_SIZE 1024
+#define B_COUNT 16384 /* 2 KiB blocks: 32 MiB */
+#define B_SIZE 2048
+
+static snapprof_profiler_t *g_prof;
+static void **g_a_blocks, **g_b_blocks;
+static atomic_uint_fast64_t g_recorded; /* note_alloc said 1 */
+static pthread_barrier_t g_barrier;
+static pid_t g_tid_a, g_tid_b;
+static uint64_t g_freed_sampled;
+
+static __attribute__((noinline)) void *alloc_in_a(size_t size)
+{
+    void *p = malloc(size);
+    ASSERT_NOT_NULL(p);
+    int rc = snapprof_heap_note_alloc(p, size);
+    ASSERT(rc == 0 || rc == 1);
+    if (rc == 1)
+        atomic_fetch_add(&g_recorded, 1);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+    return p;
+}
+
+static __attribute__((noinline)) void *alloc_in_b(size_t size)
+{
+    void *p = malloc(size);
+    ASSERT_NOT_NULL(p);
+    int rc = snapprof_heap_note_alloc(p, size);
+    ASSERT(rc == 0 || rc == 1);
+    if (rc == 1)
+        atomic_fetch_add(&g_recorded, 1);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+static void free_blocks(void **blocks, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = snapprof_heap_note_free(blocks[i]);
+        ASSERT(rc == 0 || rc == 1);
+        __atomic_fetch_add(&g_freed_sampled, (uint64_t)rc, __ATOMIC_RELAXED);
+        free(blocks[i]);
+        if (i % 256 == 255)
+            wait_frees(g_prof, __atomic_load_n(&g_freed_sampled, __ATOMIC_RELAXED));
+    }
+}
+
+static void *thread_a(void *arg)
+{
+    (void)arg;
+    g_tid_a = (pid_t)syscall(SYS_gettid);
+    snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", "a");
+    for (int i = 0; i < A_COUNT; i++) {
+        g_a_blocks[i] = alloc_in_a(A_SIZE);
+        if (i % 128 == 127)
+            wait_drained(g_prof, atomic_load(&g_recorded));
+    }
+    pthread_barrier_wait(&g_barrier);
+    free_blocks(g_b_blocks, B_COUNT); /* B's blocks, freed here */
+    return NULL;
+}
+
+static void *thread_b(void *arg)
+{
+    (void)arg;
+    g_tid_b = (pid_t)syscall(SYS_gettid);
+    snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", "b");
+    for (int i = 0; i < B_COUNT; i++) {
+        g_b_blocks[i] = alloc_in_b(B_SIZE);
+        if (i % 128 == 127)
+            wait_drained(g_prof, atomic_load(&g_recorded));
+    }
+    pthread_barrier_wait(&g_barrier);
+    free_blocks(g_a_blocks, A_COUNT);
+    return NULL;
+}
+
+static void profile_two_threads(void)
+{
+    heap_collector_t c = {0};
+    g_a_blocks = calloc(A_COUNT, sizeof *g_a_blocks);
+    g_b_blocks = calloc(B_COUNT, sizeof *g_b_blocks);
+    pthread_barrier_init(&g_barrier, NULL, 2);
+    g_prof = heap_profiler(R_BYTES, hc_builder(&c, &hc_ops_v2), NULL);
+    pthread_t a, b;
+    ASSERT_OK(pthread_create(&a, NULL, thread_a, NULL));
+    ASSERT_OK(pthread_create(&b, NULL, thread_b, NULL));
+    ASSERT_OK(pthread_join(a, NULL));
+    ASSERT_OK(pthread_join(b, NULL));
+    ASSERT_OK(snapprof_profiler_stop(g_prof));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(g_prof, &st));
+    printf("recorded %" PRIu64 ", heap_samples %" PRIu64 ", heap_frees %" PRIu64
+           ", freed sampled %" PRIu64 ", dropped: no slot %" PRIu64 ", set full %" PRIu64
+           ", no stack %" PRIu64 ", frees lost %" PRIu64 ", no frames %" PRIu64 "\n",
+           (uint64_t)atomic_load(&g_recorded), st.heap_samples, st.heap_frees, g_freed_sampled,
+           st.heap_dropped_no_slot, st.heap_dropped_set_full, st.heap_dropped_no_stack,
+           st.heap_frees_lost, st.failed[SNAPPROF_FAIL_NO_FRAMES]);
+
+    /* The Poisson rule: each block of S bytes sampled with probability
+     * 1 - exp(-S/R), independently; the dropped ones were sampled too. */
+    double pa = 1 - exp(-(double)A_SIZE / R_BYTES), pb = 1 - exp(-(double)B_SIZE / R_BYTES);
+    double expect = A_COUNT * pa + B_COUNT * pb;
+    double sd = sqrt(A_COUNT * pa * (1 - pa) + B_COUNT * pb * (1 - pb));
+    uint64_t sampled = atomic_load(&g_recorded) + st.heap_dropped_no_slot +
+                       st.heap_dropped_set_full + st.heap_dropped_no_stack;
+    printf("sampled %" PRIu64 ", expected %.1f +- %.1f (%.2f sd)\n", sampled, expect, sd,
+           ((double)sampled - expect) / sd);
+    ASSERT(fabs((double)sampled - expect) < 5 * sd);
+    ASSERT(st.heap_dropped_no_slot + st.heap_dropped_set_full + st.heap_dropped_no_stack <
+           sampled / 100);
+
+    /* Every recorded block is delivered, and its free, with its frames. */
+    ASSERT_UEQ(st.heap_samples + st.failed[SNAPPROF_FAIL_NO_FRAMES], atomic_load(&g_recorded));
+    ASSERT_UEQ(g_freed_sampled, atomic_load(&g_recorded));
+    ASSERT_UEQ(st.heap_frees, st.heap_samples);
+    ASSERT_EQ(st.heap_frees_lost, 0);
+    ASSERT_EQ(c.others, 0);
+    ASSERT_UEQ(c.count, st.heap_samples + st.heap_frees);
+    size_t allocs[2] = {0}, frees[2] = {0}, named[2] = {0};
+    size_t live = 0;
+    uint64_t last_ts = 0;
+    (void)last_ts;
+    for (size_t i = 0; i < c.count; i++) {
+        heap_sample_t *h = &c.s[i];
+        ASSERT_EQ(h->cpu_ns, 0);
+        ASSERT_EQ(h->wall_ns, 0);
+        ASSERT_GT(h->frame_count, 0);
+        int is_a = h->bytes == A_SIZE;
+        ASSERT(is_a || h->bytes == B_SIZE);
+        /* The allocation's thread and labels, for its free too. */
+        ASSERT_EQ(h->tid, is_a ? g_tid_a : g_tid_b);
+        ASSERT_STR_EQ(h->who, is_a ? "a" : "b");
+        const char *leaf = tu_frame_name(&h->frames[0]);
+        /* (GCC may name a specialised copy alloc_in_a.constprop.0.) */
+        if (!strncmp(leaf, is_a ? "alloc_in_a" : "alloc_in_b", 10))
+            named[is_a ? 0 : 1]++;
+        else if (i < 20)
+            printf("sample %zu: leaf %s\n", i, leaf);
+        if (h->kind == SNAPPROF_SAMPLE_KIND_HEAP_ALLOC) {
+            allocs[is_a ? 0 : 1]++;
+            live++;
+        } else {
+            ASSERT_EQ(h->kind, SNAPPROF_SAMPLE_KIND_HEAP_FREE);
+            frees[is_a ? 0 : 1]++;
+            ASSERT_GT(live, 0); /* never before its allocation */
+            live--;
+        }
+    }
+    printf("A: %zu allocs, %zu frees; B: %zu allocs, %zu frees; leaf named: %zu, %zu\n", allocs[0],
+           frees[0], allocs[1], frees[1], named[0], named[1]);
+    ASSERT_EQ(live, 0);
+    ASSERT_EQ(allocs[0], frees[0]);
+    ASSERT_EQ(allocs[1], frees[1]);
+    ASSERT_GT(allocs[0], 1000);
+    ASSERT_GT(allocs[1], 1000);
+    /* The innermost frame is the allocating function, frees included. */
+    ASSERT_EQ(named[0], allocs[0] + frees[0]);
+    ASSERT_EQ(named[1], allocs[1] + frees[1]);
+    snapprof_profiler_destroy(g_prof);
+    free(c.s);
+    free(g_a_blocks);
+    free(g_b_blocks);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Off, old builders, reentrancy, one owner                                 */
+/* ------------------------------------------------------------------------ */
+
+static __attribute__((noinline)) int churn(int n, size_t size)
+{
+    int sampled = 0;
+    for (int i = 0; i < n; i++) {
+        void *p = malloc(size);
+        int rc = snapprof_heap_note_alloc(p, size);
+        ASSERT(rc == 0 || rc == 1);
+        sampled += rc;
+        ASSERT(snapprof_heap_note_free(p) == rc);
+        free(p);
+    }
+    return sampled;
+}
+
+/* heap_interval 0 (the default): nothing is sampled, nothing delivered. */
+static void profile_interval_zero(void)
+{
+    heap_collector_t c = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    ASSERT_EQ(params.heap_interval, 0);
+    snapprof_profiler_t *p = heap_profiler(0, hc_builder(&c, &hc_ops_v2), NULL);
+    ASSERT_EQ(churn(20000, 4096), 0);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_EQ(st.heap_samples, 0);
+    ASSERT_EQ(c.count, 0);
+    snapprof_profiler_destroy(p);
+    free(c.s);
+    /* No profiler at all: the same. */
+    ASSERT_EQ(churn(20000, 4096), 0);
+}
+
+/* A builder of ops version 1 gets no heap sample; one of version 2 beside
+ * it gets them all. */
+static void profile_v1_builder(void)
+{
+    heap_collector_t c1 = {0}, c2 = {0};
+    snapprof_profiler_t *p =
+        heap_profiler(4096, hc_builder(&c1, &hc_ops_v1), hc_builder(&c2, &hc_ops_v2));
+    int sampled = 0;
+    for (int i = 0; i < 40; i++) {
+        sampled += churn(50, 4096);
+        wait_drained(p, (uint64_t)sampled);
+    }
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("sampled %d, delivered %" PRIu64 " allocs %" PRIu64 " frees\n", sampled, st.heap_samples,
+           st.heap_frees);
+    ASSERT_GT(sampled, 500);
+    ASSERT_GT(st.heap_samples, 0);
+    ASSERT_EQ(c1.count, 0);
+    ASSERT_UEQ(c2.count, st.heap_samples + st.heap_frees);
+    snapprof_profiler_destroy(p);
+    free(c1.s);
+    free(c2.s);
+}
+
+/* note_alloc called inside a builder callback (the sampling thread, or the
+ * thread that stops the profile) records nothing, and neither do the
+ * builders' own allocations. */
+static void profile_reentrancy(void)
+{
+    heap_collector_t c = {.reenter = 1};
+    snapprof_profiler_t *p = heap_profiler(1, hc_builder(&c, &hc_ops_v2), NULL);
+    int sampled = 0;
+    for (int i = 0; i < 10; i++) {
+        /* R = 1 byte: every allocation; 20 at a time, as slots free up */
+        sampled += churn(20, 64);
+        wait_drained(p, (uint64_t)sampled);
+    }
+    ASSERT_EQ(sampled, 200);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("reentrant calls sampled: %d; samples %" PRIu64 "\n", c.reenter_sampled,
+           st.heap_samples);
+    ASSERT_EQ(c.reenter_sampled, 0);
+    ASSERT_EQ(st.heap_samples, 200);
+    ASSERT_EQ(st.heap_frees, 200);
+    snapprof_profiler_destroy(p);
+    free(c.s);
+}
+
+/* One profiler at a time samples the heap: a second start is -EBUSY; after
+ * the first stops, it may. */
+static void profile_one_owner(void)
+{
+    heap_collector_t c1 = {0}, c2 = {0};
+    snapprof_profiler_t *p1 = heap_profiler(4096, hc_builder(&c1, &hc_ops_v2), NULL);
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.heap_interval = 4096;
+    snapprof_profiler_t *p2;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p2));
+    ASSERT_OK(snapprof_profiler_add_builder(p2, hc_builder(&c2, &hc_ops_v2)));
+    ASSERT_EQ(snapprof_profiler_start(p2), -EBUSY);
+    ASSERT_OK(snapprof_profiler_stop(p1));
+    ASSERT_OK(snapprof_profiler_start(p2));
+    ASSERT_GT(churn(2000, 4096), 0);
+    ASSERT_OK(snapprof_profiler_stop(p2));
+    snapprof_profiler_destroy(p1);
+    snapprof_profiler_destroy(p2);
+    free(c1.s);
+    free(c2.s);
+}
+
+static const test_case_t cases[] = {
+    {"two_threads", profile_two_threads}, {"interval_zero", profile_interval_zero},
+    {"v1_builder", profile_v1_builder},   {"reentrancy", profile_reentrancy},
+    {"one_owner", profile_one_owner},
+};
+
+int main(int argc, char **argv)
+{
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}

@@ -1,0 +1,498 @@
+/* Builders attached to a running profiler for a stretch
+ * (snapprof_profiler_attach_builder(), _detach_builder(), _swap_builder()):
+ * an attached builder receives exactly the samples the profile's own
+ * builder receives while it is attached, and its CPU total per thread is
+ * the thread's CPU time over the stretch. */
+#include "test.h"
+#include "test_util.h"
+
+#include <snapprof/profile_builder.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* A builder that logs every sample                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rec {
+    pid_t tid;
+    unsigned flags;
+    uint64_t timestamp_ns, cpu_ns;
+} rec_t;
+
+typedef struct slog slog_t;
+struct slog {
+    rec_t *recs;
+    size_t *index; /* attached: each sample's index in all's log */
+    size_t cap;
+    atomic_size_t count;
+    const slog_t *all;         /* attached: the profile's own builder's log */
+    atomic_size_t start_index; /* attached: all's count when it started */
+    atomic_int started, completed, destroyed;
+    uint64_t duration_ns, start_mono_ns;
+    snapprof_stats_t stats;
+    int complete_rc; /* what xOnProfileCompleted returns */
+};
+
+/* Callbacks of one builder never run concurrently, and the profile's own
+ * builder is called before the attached ones under the same lock: all's
+ * last record is the sample an attached builder is given. */
+static int log_sample(void *ud, const snapprof_sample_t *s)
+{
+    slog_t *l = ud;
+    size_t n = atomic_load(&l->count);
+    if (n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1024;
+        l->recs = realloc(l->recs, l->cap * sizeof *l->recs);
+        l->index = realloc(l->index, l->cap * sizeof *l->index);
+        ASSERT(l->recs && l->index);
+    }
+    l->recs[n] = (rec_t){s->tid, s->flags, s->timestamp_ns, s->cpu_ns};
+    l->index[n] = l->all ? atomic_load(&l->all->count) - 1 : n;
+    atomic_store(&l->count, n + 1);
+    return 0;
+}
+
+static int log_started(void *ud, const snapprof_profile_info_t *info)
+{
+    slog_t *l = ud;
+    if (l->all)
+        atomic_store(&l->start_index, atomic_load(&l->all->count));
+    l->start_mono_ns = info->start_mono_ns;
+    ASSERT_EQ(info->duration_ns, 0);
+    ASSERT_NULL(info->stats);
+    atomic_fetch_add(&l->started, 1);
+    return 0;
+}
+
+static int log_completed(void *ud, const snapprof_profile_info_t *info)
+{
+    slog_t *l = ud;
+    l->duration_ns = info->duration_ns;
+    l->stats = *info->stats;
+    ASSERT_EQ(info->start_mono_ns, l->start_mono_ns);
+    atomic_fetch_add(&l->completed, 1);
+    return l->complete_rc;
+}
+
+static void log_destroy(void *ud)
+{
+    slog_t *l = ud;
+    atomic_fetch_add(&l->destroyed, 1);
+}
+
+static const snapprof_builder_ops_t k_log_ops = {
+    .version = SNAPPROF_BUILDER_OPS_VERSION,
+    .name = "test-log",
+    .xOnProfileStarted = log_started,
+    .xOnSample = log_sample,
+    .xOnProfileCompleted = log_completed,
+    .xDestroy = log_destroy,
+};
+
+static snapprof_builder_t *log_builder(slog_t *l, const slog_t *all)
+{
+    l->all = all;
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&k_log_ops, l, &b));
+    return b;
+}
+
+static void log_free(slog_t *l)
+{
+    free(l->recs);
+    free(l->index);
+}
+
+/* An attached builder's log is one stretch of all's, without a gap: its
+ * k-th sample is all's (start + k)-th, the same record. Returns start + n. */
+static size_t check_slice(const slog_t *b, const slog_t *all)
+{
+    size_t n = atomic_load(&b->count), start = atomic_load(&b->start_index);
+    ASSERT_EQ(atomic_load(&b->started), 1);
+    for (size_t k = 0; k < n; k++) {
+        ASSERT_EQ(b->index[k], start + k);
+        ASSERT(b->index[k] < atomic_load(&all->count));
+        const rec_t *x = &b->recs[k], *y = &all->recs[b->index[k]];
+        ASSERT_EQ(x->tid, y->tid);
+        ASSERT_EQ(x->flags, y->flags);
+        ASSERT_UEQ(x->timestamp_ns, y->timestamp_ns);
+        ASSERT_UEQ(x->cpu_ns, y->cpu_ns);
+    }
+    return start + n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Workers: user-space work and kernel time (reads of /dev/zero), so that   */
+/* each thread has a "[kernel and unsampled]" remainder to split            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct worker {
+    pthread_t th;
+    snapprof_thread_t *token;
+    pid_t tid;
+    clockid_t clock;
+    atomic_int ready, stop;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    w->tid = snapprof_thread_tid(w->token);
+    ASSERT_EQ(pthread_getcpuclockid(pthread_self(), &w->clock), 0);
+    int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+    ASSERT(fd >= 0);
+    static _Thread_local char buf[256 << 10];
+    atomic_store(&w->ready, 1);
+    while (!atomic_load(&w->stop)) {
+        tu_burn_cpu_ns(1000000u);
+        ASSERT_EQ(read(fd, buf, sizeof buf), (ssize_t)sizeof buf);
+    }
+    close(fd);
+    return NULL;
+}
+
+static void start_workers(worker_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
+    for (size_t i = 0; i < n; i++)
+        while (!atomic_load(&w[i].ready))
+            usleep(1000);
+}
+
+static void stop_workers(worker_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        atomic_store(&w[i].stop, 1);
+        pthread_join(w[i].th, NULL);
+        snapprof_thread_release(w[i].token);
+    }
+}
+
+static uint64_t cpu_of(const worker_t *w)
+{
+    struct timespec ts;
+    ASSERT_EQ(clock_gettime(w->clock, &ts), 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits until every worker has used ns more CPU time than at the call:
+ * CPU time, not wall time (this VM's host stalls). */
+static void wait_cpu(const worker_t *w, size_t n, uint64_t ns)
+{
+    uint64_t base[8];
+    for (size_t i = 0; i < n; i++)
+        base[i] = cpu_of(&w[i]);
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    for (size_t i = 0; i < n; i++)
+        while (cpu_of(&w[i]) < base[i] + ns) {
+            ASSERT(tu_mono_ns() < deadline);
+            usleep(2000);
+        }
+}
+
+#define INTERVAL_NS 5000000u
+
+static snapprof_profiler_t *make_profiler(worker_t *w, size_t n, slog_t *all)
+{
+    snapprof_thread_t *threads[8];
+    for (size_t i = 0; i < n; i++)
+        threads[i] = w[i].token;
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = INTERVAL_NS;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(all, NULL)));
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* One builder attached for a stretch: its samples are the profile's of
+ * that stretch, its counters the stretch's, and its CPU total per thread
+ * the thread's CPU time over the stretch (within a sample at each end). */
+static void test_stretch(void)
+{
+    /* The exact split is the CPU-clock triggers'. */
+    tu_need_perf_event();
+    worker_t w[2] = {0};
+    start_workers(w, 2);
+    slog_t all = {0}, b = {0};
+    snapprof_profiler_t *p = make_profiler(w, 2, &all);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_cpu(w, 2, 200000000u);
+
+    snapprof_builder_t *bb = log_builder(&b, &all);
+    uint64_t c0_before[2], c0_after[2], c1_before[2], c1_after[2];
+    for (int i = 0; i < 2; i++)
+        c0_before[i] = cpu_of(&w[i]);
+    size_t n0 = atomic_load(&all.count);
+    ASSERT_OK(snapprof_profiler_attach_builder(p, bb));
+    size_t n0_after = atomic_load(&all.count);
+    for (int i = 0; i < 2; i++)
+        c0_after[i] = cpu_of(&w[i]);
+
+    wait_cpu(w, 2, 300000000u);
+
+    for (int i = 0; i < 2; i++)
+        c1_before[i] = cpu_of(&w[i]);
+    size_t n1 = atomic_load(&all.count);
+    ASSERT_OK(snapprof_profiler_detach_builder(p, bb));
+    size_t n1_after = atomic_load(&all.count);
+    for (int i = 0; i < 2; i++)
+        c1_after[i] = cpu_of(&w[i]);
+    ASSERT_EQ(atomic_load(&b.completed), 1);
+
+    /* Sampling goes on without it. */
+    wait_cpu(w, 2, 50000000u);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, 2);
+    ASSERT_EQ(atomic_load(&b.completed), 1); /* not again at stop */
+    ASSERT_EQ(atomic_load(&b.destroyed), 0); /* the caller's */
+
+    /* Exactly a stretch of the profile's samples, from the attach to the
+     * detach. */
+    size_t start = atomic_load(&b.start_index), end = check_slice(&b, &all);
+    ASSERT(start >= n0 && start <= n0_after);
+    ASSERT(end >= n1 && end <= n1_after);
+    ASSERT_LT(end, atomic_load(&all.count));
+    ASSERT_GT(atomic_load(&b.count), 20);
+
+    /* Its counters are the stretch's. */
+    uint64_t samples = 0, sampled = 0, remainders = 0;
+    for (size_t k = 0; k < atomic_load(&b.count); k++) {
+        const rec_t *r = &b.recs[k];
+        if (!(r->flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL)))
+            samples++;
+        if (!(r->flags & SNAPPROF_SAMPLE_REMAINDER))
+            sampled += r->cpu_ns;
+        else
+            remainders++;
+    }
+    ASSERT_UEQ(b.stats.samples, samples);
+    ASSERT_UEQ(b.stats.cpu_ns_sampled, sampled);
+    ASSERT_GE(remainders, 1); /* the kernel time: not a vacuous split */
+    ASSERT_GT(b.duration_ns, 0);
+
+    /* Per thread: its CPU time over the stretch, within one sample's
+     * weight (a perf period is at most 1.5 intervals) at each end. */
+    for (int i = 0; i < 2; i++) {
+        uint64_t total = 0;
+        for (size_t k = 0; k < atomic_load(&b.count); k++)
+            if (b.recs[k].tid == w[i].tid)
+                total += b.recs[k].cpu_ns;
+        uint64_t lo = c1_before[i] - c0_after[i], hi = c1_after[i] - c0_before[i];
+        uint64_t slack = 3 * INTERVAL_NS;
+        printf("thread %d: %.1f ms in the stretch's samples, clock %.1f-%.1f ms\n", i, total / 1e6,
+               lo / 1e6, hi / 1e6);
+        ASSERT(total + slack >= lo);
+        ASSERT(total <= hi + slack);
+    }
+    snapprof_builder_destroy(bb);
+    snapprof_profiler_destroy(p);
+    log_free(&all);
+    log_free(&b);
+}
+
+/* A builder attached before start gets the whole profile, as the
+ * profile's own builder does. */
+static void test_before_start(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0}, b = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    snapprof_builder_t *bb = log_builder(&b, &all);
+    ASSERT_OK(snapprof_profiler_attach_builder(p, bb));
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_EQ(atomic_load(&b.started), 1);
+    wait_cpu(w, 1, 50000000u);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(atomic_load(&b.completed), 1);
+    ASSERT_OK(snapprof_profiler_detach_builder(p, bb));
+    ASSERT_EQ(atomic_load(&b.completed), 1);
+    ASSERT_EQ(atomic_load(&b.start_index), 0);
+    ASSERT_EQ(check_slice(&b, &all), atomic_load(&all.count));
+    ASSERT_GT(atomic_load(&b.count), 0);
+    ASSERT_UEQ(b.stats.samples, all.stats.samples);
+    ASSERT_UEQ(b.stats.cpu_ns_total, all.stats.cpu_ns_total);
+    ASSERT_UEQ(b.duration_ns, all.duration_ns);
+    snapprof_builder_destroy(bb);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 1);
+    log_free(&all);
+    log_free(&b);
+}
+
+/* Threads attach, detach and swap builders while the profile samples:
+ * each builder gets one stretch of the profile's samples, and a swap's two
+ * stretches meet without a gap or an overlap. */
+#define CHURNERS 3
+#define ROUNDS 12
+
+typedef struct churner {
+    pthread_t th;
+    snapprof_profiler_t *p;
+    const slog_t *all;
+    slog_t logs[2 * ROUNDS];
+    snapprof_builder_t *builders[2 * ROUNDS];
+    unsigned seed;
+} churner_t;
+
+/* Fewer under TSan, where each boundary's unwinding is many times slower
+ * (a run took 183 s on a loaded machine with 12). */
+static int g_rounds = ROUNDS;
+
+static void *churn_main(void *arg)
+{
+    churner_t *c = arg;
+    for (int r = 0; r < g_rounds; r++) {
+        slog_t *first = &c->logs[2 * r], *second = &c->logs[2 * r + 1];
+        snapprof_builder_t *a = c->builders[2 * r] = log_builder(first, c->all);
+        ASSERT_OK(snapprof_profiler_attach_builder(c->p, a));
+        usleep(1000 + rand_r(&c->seed) % 20000);
+        if (r % 2) {
+            snapprof_builder_t *b = c->builders[2 * r + 1] = log_builder(second, c->all);
+            int rc = -1;
+            ASSERT_OK(snapprof_profiler_swap_builder(c->p, a, b, &rc));
+            ASSERT_OK(rc);
+            usleep(1000 + rand_r(&c->seed) % 20000);
+            ASSERT_OK(snapprof_profiler_detach_builder(c->p, b));
+        } else {
+            ASSERT_OK(snapprof_profiler_detach_builder(c->p, a));
+        }
+    }
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    worker_t w[2] = {0};
+    start_workers(w, 2);
+    slog_t all = {0};
+    snapprof_profiler_t *p = make_profiler(w, 2, &all);
+    ASSERT_OK(snapprof_profiler_start(p));
+    static churner_t c[CHURNERS];
+    if (tu_tsan_build())
+        g_rounds = 4;
+    for (int i = 0; i < CHURNERS; i++) {
+        c[i].p = p;
+        c[i].all = &all;
+        c[i].seed = (unsigned)i + 1;
+        ASSERT_EQ(pthread_create(&c[i].th, NULL, churn_main, &c[i]), 0);
+    }
+    for (int i = 0; i < CHURNERS; i++)
+        pthread_join(c[i].th, NULL);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, 2);
+    size_t got = 0;
+    for (int i = 0; i < CHURNERS; i++) {
+        for (int r = 0; r < g_rounds; r++) {
+            slog_t *first = &c[i].logs[2 * r], *second = &c[i].logs[2 * r + 1];
+            size_t end = check_slice(first, &all);
+            ASSERT_EQ(atomic_load(&first->completed), 1);
+            got += atomic_load(&first->count);
+            if (r % 2) {
+                /* The swap: the second starts where the first ended. */
+                ASSERT_EQ(atomic_load(&second->start_index), end);
+                check_slice(second, &all);
+                ASSERT_EQ(atomic_load(&second->completed), 1);
+                got += atomic_load(&second->count);
+            }
+        }
+        for (int k = 0; k < 2 * g_rounds; k++) {
+            snapprof_builder_destroy(c[i].builders[k]);
+            log_free(&c[i].logs[k]);
+        }
+    }
+    printf("%zu samples in attached builders, %zu in the profile\n", got,
+           (size_t)atomic_load(&all.count));
+    ASSERT_GT(got, 0);
+    snapprof_profiler_destroy(p);
+    log_free(&all);
+}
+
+/* The errors, and a builder still attached when the profile stops or the
+ * profiler is destroyed. */
+static void test_errors_and_stop(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0}, b = {0}, extra[SNAPPROF_ATTACHED_MAX] = {{0}}, last = {0}, kept = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    snapprof_builder_t *bb = log_builder(&b, &all);
+    ASSERT_EQ(snapprof_profiler_attach_builder(NULL, bb), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_attach_builder(p, NULL), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_detach_builder(p, bb), -ENOENT);
+    /* Before start: attached, then detached without a call. */
+    ASSERT_OK(snapprof_profiler_attach_builder(p, bb));
+    snapprof_builder_t *lb = log_builder(&last, &all);
+    ASSERT_EQ(snapprof_profiler_swap_builder(p, bb, lb, NULL), SNAPPROF_ESTATE);
+    ASSERT_OK(snapprof_profiler_detach_builder(p, bb));
+    ASSERT_EQ(atomic_load(&b.started), 0);
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_OK(snapprof_profiler_attach_builder(p, bb));
+    ASSERT_EQ(snapprof_profiler_attach_builder(p, bb), -EEXIST);
+    ASSERT_EQ(snapprof_profiler_swap_builder(p, bb, bb, NULL), -EINVAL);
+    snapprof_builder_t *eb[SNAPPROF_ATTACHED_MAX];
+    for (int i = 0; i < SNAPPROF_ATTACHED_MAX - 1; i++) {
+        eb[i] = log_builder(&extra[i], &all);
+        ASSERT_OK(snapprof_profiler_attach_builder(p, eb[i]));
+    }
+    ASSERT_EQ(snapprof_profiler_attach_builder(p, lb), -ENOSPC);
+    ASSERT_EQ(snapprof_profiler_swap_builder(p, lb, eb[0], NULL), -ENOENT);
+    ASSERT_EQ(snapprof_profiler_swap_builder(p, eb[0], eb[1], NULL), -EEXIST);
+    for (int i = 0; i < SNAPPROF_ATTACHED_MAX - 1; i++) {
+        ASSERT_OK(snapprof_profiler_detach_builder(p, eb[i]));
+        ASSERT_EQ(snapprof_profiler_detach_builder(p, eb[i]), -ENOENT);
+        snapprof_builder_destroy(eb[i]);
+    }
+    snapprof_builder_t *kb = log_builder(&kept, &all);
+    ASSERT_OK(snapprof_profiler_attach_builder(p, kb));
+    wait_cpu(w, 1, 30000000u);
+    /* The stop completes the attached builders with the others; detaching
+     * one then gives its result and calls nothing again. */
+    b.complete_rc = -EIO;
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_EQ(atomic_load(&b.completed), 1);
+    ASSERT_EQ(atomic_load(&kept.completed), 1);
+    ASSERT_GT(b.duration_ns, 0);
+    ASSERT_EQ(snapprof_profiler_attach_builder(p, lb), SNAPPROF_ESTATE);
+    ASSERT_EQ(snapprof_profiler_detach_builder(p, bb), -EIO);
+    ASSERT_EQ(atomic_load(&b.completed), 1);
+    check_slice(&b, &all);
+    snapprof_builder_destroy(bb);
+    snapprof_builder_destroy(lb);
+    /* One left attached is destroyed with the profiler. */
+    snapprof_profiler_destroy(p);
+    ASSERT_EQ(atomic_load(&kept.destroyed), 1);
+    stop_workers(w, 1);
+    log_free(&all);
+    log_free(&b);
+    log_free(&kept);
+    for (int i = 0; i < SNAPPROF_ATTACHED_MAX; i++)
+        log_free(&extra[i]);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case_t cases[] = {
+        {"stretch", test_stretch},
+        {"concurrent", test_concurrent},
+        {"errors_and_stop", test_errors_and_stop},
+        {"before_start", test_before_start},
+    };
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
