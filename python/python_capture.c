@@ -69,13 +69,6 @@ static int in_chunks(walk_t *w, uintptr_t f)
     }
 }
 
-static uint64_t names_check(uintptr_t filename, uintptr_t qualname)
-{
-    uint64_t h = (uint64_t)filename * 0x9e3779b97f4a7c15u;
-    h ^= (uint64_t)qualname + (h >> 29);
-    return h | 1; /* never 0 */
-}
-
 /* What a batch reads of one code object. */
 typedef struct code_fields {
     uintptr_t type;
@@ -135,7 +128,7 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         intptr_t off = ((intptr_t)pi - (intptr_t)first) / 2;
         r->instr = (pi >= first - 2 && off < f[k].size) ? (int32_t)off : -1;
         r->firstlineno = f[k].firstlineno;
-        r->names = names_check(f[k].names[0], f[k].names[2]);
+        r->names = snapprof__py_names_check(f[k].names[0], f[k].names[2], f[k].size);
     }
     return to;
 }

@@ -25,6 +25,18 @@ typedef struct snapprof__py_state {
 
 extern snapprof__py_state_t snapprof__py;
 
+/* The check of a code object's identity the handler copies and the drain
+ * compares (snapprof__py_frame_rec_t.names): its filename and qualname
+ * pointers and its size in code units. Never 0. Async-signal-safe. */
+static inline uint64_t snapprof__py_names_check(uintptr_t filename, uintptr_t qualname,
+                                                intptr_t size)
+{
+    uint64_t h = (uint64_t)filename * 0x9e3779b97f4a7c15u;
+    h ^= (uint64_t)qualname + (h >> 29);
+    h = (h ^ (uint64_t)size) * 0xbf58476d1ce4e5b9u;
+    return (h ^ (h >> 31)) | 1;
+}
+
 /* Reads n bytes at addr of our own memory with process_vm_readv: memory
  * that is not mapped or not readable fails the read instead of faulting.
  * Returns 0 when all n bytes were read, else -1. Async-signal-safe. */

@@ -1,6 +1,8 @@
 /* Names, files and lines of Python frames, out of band: a cache per code
- * object (read with process_vm_readv, so a code object freed since the
- * capture fails the read or shows other names instead of faulting), the
+ * object, filled at its first sight and kept after it is freed (read with
+ * process_vm_readv, so a code object freed since the capture fails the
+ * read instead of faulting, and checked to be live and the one captured
+ * before it is named), the
  * 3.11 line table, and the "[python]" pseudo module whose pcs stand for
  * one (qualname, filename, line) each. Sampling side; the builders'
  * symbolization reads the symbols under the same lock. */
@@ -167,7 +169,7 @@ const snapprof_module_t *snapprof__py_module(void)
 /* ------------------------------------------------------------------------ */
 
 typedef struct code_entry {
-    uintptr_t code;
+    uintptr_t code; /* 0: a free slot */
     uint64_t names;
     int32_t firstlineno;
     int32_t size; /* code units */
@@ -179,32 +181,89 @@ typedef struct code_entry {
     uintptr_t last_pc;
 } code_entry_t;
 
-#define CODE_CACHE 8192
-static code_entry_t cache[CODE_CACHE];
+/* Code objects by (address, names check, first line), as the handler
+ * copied them: open addressing, grown by doubling up to CODE_MAX slots.
+ * An entry stays after its code object is freed, so that captures that
+ * wait for the drain while their code object is freed (a function made,
+ * run and thrown away; the program's last milliseconds, drained after
+ * Py_Finalize freed everything) are named from what was read while it
+ * lived. A table CODE_MAX / 2 full is emptied and starts again (a program
+ * that makes code objects forever): what is still alive is read again. */
+#define CODE_MIN 4096u
+#define CODE_MAX (1u << 17)
+static code_entry_t *codes;
+static size_t codes_cap, codes_n;
 
-/* A str object's text as UTF-8 into buf (at most size - 1 bytes); "?"
- * when it cannot be read. */
-static void read_str(uintptr_t obj, char *buf, size_t size)
+static size_t code_slot(uintptr_t code, uint64_t names, int32_t firstlineno, size_t cap)
+{
+    uint64_t h =
+        ((uint64_t)code ^ names ^ ((uint64_t)(uint32_t)firstlineno << 40)) * 0x9e3779b97f4a7c15u;
+    return (size_t)(h ^ (h >> 29)) & (cap - 1);
+}
+
+static void codes_clear(void)
+{
+    for (size_t i = 0; i < codes_cap; i++)
+        free(codes[i].linetable);
+    free(codes);
+    codes = NULL;
+    codes_cap = codes_n = 0;
+}
+
+/* Makes room for one more entry. Returns 0, -1 when out of memory. Lock
+ * held. */
+static int codes_reserve(void)
+{
+    if (codes_n + 1 <= codes_cap / 2)
+        return 0;
+    if (codes_cap >= CODE_MAX)
+        codes_clear();
+    size_t cap = codes_cap ? codes_cap * 2 : CODE_MIN;
+    code_entry_t *t = calloc(cap, sizeof *t);
+    if (t == NULL)
+        return -1;
+    for (size_t i = 0; i < codes_cap; i++) {
+        const code_entry_t *e = &codes[i];
+        if (e->code == 0)
+            continue;
+        size_t k = code_slot(e->code, e->names, e->firstlineno, cap);
+        while (t[k].code != 0)
+            k = (k + 1) & (cap - 1);
+        t[k] = *e;
+    }
+    free(codes);
+    codes = t;
+    codes_cap = cap;
+    return 0;
+}
+
+/* A str object's text as UTF-8 into buf (at most size - 1 bytes).
+ * Returns 0, or -1 when it cannot be read or is not a live compact str. */
+static int read_str(uintptr_t obj, char *buf, size_t size)
 {
     const snapprof__py_layout_t *l = snapprof__py.layout;
-    strcpy(buf, "?");
+    buf[0] = '\0';
     uint8_t hdr[128];
-    if (obj == 0 || l->unicode_compact_data > sizeof hdr ||
+    if (obj == 0 || (obj & 7) || l->unicode_compact_data > sizeof hdr ||
         snapprof__py_read(obj, hdr, l->unicode_compact_data) < 0)
-        return;
-    intptr_t len;
+        return -1;
+    intptr_t refcnt, len;
     uint32_t state;
+    memcpy(&refcnt, hdr, sizeof refcnt);
     memcpy(&len, hdr + l->unicode_length, sizeof len);
     memcpy(&state, hdr + l->unicode_state, sizeof state);
     unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-    if (!compact || len < 0 || (kind != 1 && kind != 2 && kind != 4))
-        return;
+    /* A freed object's first word is the allocator's free-list link (a
+     * pointer, or 0), never a count a live object has. */
+    if (refcnt <= 0 || refcnt >= ((intptr_t)1 << 32) || !compact || len < 0 ||
+        (kind != 1 && kind != 2 && kind != 4))
+        return -1;
     if (len > 1024)
         len = 1024;
     uint8_t raw[4096];
     uintptr_t data = obj + (ascii ? l->unicode_ascii_data : l->unicode_compact_data);
     if (snapprof__py_read(data, raw, (size_t)len * kind) < 0)
-        return;
+        return -1;
     size_t o = 0;
     for (intptr_t i = 0; i < len; i++) {
         uint32_t c = kind == 1 ? raw[i] : kind == 2 ? ((uint16_t *)raw)[i] : ((uint32_t *)raw)[i];
@@ -235,17 +294,14 @@ static void read_str(uintptr_t obj, char *buf, size_t size)
         o += k;
     }
     buf[o] = '\0';
-}
-
-static uint64_t names_check(uintptr_t filename, uintptr_t qualname)
-{
-    uint64_t h = (uint64_t)filename * 0x9e3779b97f4a7c15u;
-    h ^= (uint64_t)qualname + (h >> 29);
-    return h | 1;
+    return 0;
 }
 
 /* Reads the code object at code into e. Returns 0, or -1 when it cannot
- * be read or is not a code object. */
+ * be read, is not a live code object, or its names are not live strings
+ * (a code object freed since the capture: its memory may still look like
+ * one, with the pointers to its names, freed too, or reused by other
+ * strings). */
 static int load_code(uintptr_t code, code_entry_t *e)
 {
     const snapprof__py_layout_t *l = snapprof__py.layout;
@@ -253,19 +309,21 @@ static int load_code(uintptr_t code, code_entry_t *e)
     if (l->code_code > sizeof hdr || snapprof__py_read(code, hdr, l->code_code) < 0)
         return -1;
     uintptr_t type, filename, qualname, linetable;
-    intptr_t size;
+    intptr_t refcnt, size;
     int32_t first;
+    memcpy(&refcnt, hdr, sizeof refcnt);
     memcpy(&type, hdr + l->code_type, sizeof type);
     memcpy(&size, hdr + l->code_size, sizeof size);
     memcpy(&first, hdr + l->code_firstlineno, sizeof first);
     memcpy(&filename, hdr + l->code_filename, sizeof filename);
     memcpy(&qualname, hdr + l->code_qualname, sizeof qualname);
     memcpy(&linetable, hdr + l->code_linetable, sizeof linetable);
-    if (type != snapprof__py.code_type || size < 0 || size > (1 << 28))
+    if (refcnt <= 0 || refcnt >= ((intptr_t)1 << 32) || type != snapprof__py.code_type ||
+        size < 0 || size > (1 << 28))
         return -1;
     char q[1024], f[4096];
-    read_str(qualname, q, sizeof q);
-    read_str(filename, f, sizeof f);
+    if (read_str(qualname, q, sizeof q) < 0 || read_str(filename, f, sizeof f) < 0)
+        return -1;
     intptr_t lt_len = 0;
     uint8_t *lt = NULL;
     if (linetable != 0 &&
@@ -275,9 +333,8 @@ static int load_code(uintptr_t code, code_entry_t *e)
         free(lt);
         lt = NULL;
     }
-    free(e->linetable);
     *e = (code_entry_t){.code = code,
-                        .names = names_check(filename, qualname),
+                        .names = snapprof__py_names_check(filename, qualname, size),
                         .firstlineno = first,
                         .size = (int32_t)size,
                         .qualname = intern_str(q),
@@ -285,7 +342,12 @@ static int load_code(uintptr_t code, code_entry_t *e)
                         .linetable = lt,
                         .linetable_len = lt ? (size_t)lt_len : 0,
                         .last_instr = -2};
-    return e->qualname && e->filename ? 0 : -1;
+    if (e->qualname == NULL || e->filename == NULL) {
+        free(lt);
+        e->linetable = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* The 3.11 location table (Objects/locations.md): entries of a first byte
@@ -353,27 +415,39 @@ uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused
     if (snapprof__py_module() == NULL)
         return 0;
     uintptr_t code = rec->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
-    /* By address and names: a code object freed and its address reused
-     * by another one while captures of the first wait to be drained keeps
-     * its entry beside the newcomer's. */
-    code_entry_t *e = &cache[((code >> 4) ^ rec->names ^ (rec->names >> 32)) % CODE_CACHE];
     pthread_mutex_lock(&lock);
     uintptr_t pc = 0;
-    if (e->code != code || e->names != rec->names || e->firstlineno != rec->firstlineno) {
-        /* Not cached, or cached for an older object at the same address:
-         * read it as it is now. */
-        if (load_code(code, e) < 0) {
-            e->code = 0;
+    code_entry_t *e = NULL;
+    if (codes_cap > 0) {
+        size_t k = code_slot(code, rec->names, rec->firstlineno, codes_cap);
+        for (; codes[k].code != 0; k = (k + 1) & (codes_cap - 1))
+            if (codes[k].code == code && codes[k].names == rec->names &&
+                codes[k].firstlineno == rec->firstlineno) {
+                e = &codes[k];
+                break;
+            }
+    }
+    if (e == NULL) {
+        /* First sight: read it as it is now. It must still be the one
+         * captured (by address, names and first line); a code object freed
+         * meanwhile, or another at its address, is not named. */
+        code_entry_t n = {0};
+        if (load_code(code, &n) < 0 || n.names != rec->names || n.firstlineno != rec->firstlineno) {
+            free(n.linetable);
             *reused = 1;
             pc = symbol_pc("<code object freed>", "", 0);
             goto out;
         }
-        if (e->names != rec->names || e->firstlineno != rec->firstlineno) {
-            /* Another code object lives there now: not the one captured. */
-            *reused = 1;
-            pc = symbol_pc("<code object freed>", "", 0);
+        if (codes_reserve() < 0) {
+            free(n.linetable);
             goto out;
         }
+        size_t k = code_slot(code, n.names, n.firstlineno, codes_cap);
+        while (codes[k].code != 0)
+            k = (k + 1) & (codes_cap - 1);
+        codes[k] = n;
+        codes_n++;
+        e = &codes[k];
     }
     if (e->last_instr == rec->instr && e->last_pc != 0) {
         pc = e->last_pc;

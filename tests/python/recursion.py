@@ -1,7 +1,9 @@
 """Workload of python_frames_recursion: a chain of DEPTH functions with
 unique names, each with exactly one caller (f_0 <- f_1 <- ... <- f_N),
-made with exec, thrown away and made again in a loop; the deepest one
-spins. argv[1]: CPU seconds to run; argv[2]: depth."""
+made with exec, run for about a quarter of a CPU second, thrown away and
+made again in a loop; the deepest one spins. argv[1]: CPU seconds to run;
+argv[2]: depth."""
+import gc
 import sys
 import time
 
@@ -20,14 +22,15 @@ def make_chain():
 
 def main():
     start = time.process_time()
-    f = None
     while time.process_time() - start < budget:
-        # New code objects every round; the last round's chain is freed a
-        # round later, once its captures have been named (a capture drained
-        # after its code object was freed shows "<code object freed>").
-        prev, f = f, make_chain()
-        for _ in range(500):
+        f = make_chain()
+        for _ in range(200):
             f(20000)
-
+        # Freed at once (f_0 and its globals are a cycle: collected here),
+        # while captures of the round's last milliseconds may still wait for
+        # the sampling thread: they must be named all the same, never
+        # "<code object freed>" or a name read from freed memory.
+        f = None
+        gc.collect()
 
 main()
