@@ -3,14 +3,17 @@
 `snapprof record` with /usr/bin/python3.11 and reads the profile back with
 `go tool pprof -traces`.
 
-usage: check_python.py SNAPPROF_CLI MODE
+usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   shares     the three functions' shares of CPU time against
              time.thread_time(); zlib's frames under the Python caller
   heldout    the same on another work mix, not the one tuned on
   recursion  a 500-deep chain of uniquely named functions: whole chains
   unknown    an interpreter version the layout table lacks: native only
   off        without --python nothing of Python's is in the profile
-Exit 77 (skipped) when /usr/bin/python3.11 or go is missing."""
+Exit 77 (skipped) when /usr/bin/python3.11 or go is missing, or in a
+sanitizer build ("sanitized"), as the other record tests
+(pl_skip_if_sanitized): the sanitized preload library cannot load into
+python3.11, whose process has no sanitizer runtime."""
 import json
 import math
 import os
@@ -172,6 +175,9 @@ def off(cli, tmp):
 
 def main():
     cli, mode = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
+        skip("LD_PRELOAD of a sanitized library into another program cannot work "
+             "(the sanitizer runtime must load first)")
     if not os.access(PY, os.X_OK):
         skip(f"{PY} is not installed (tools/setup.sh installs python3.11)")
     if shutil.which("go") is None:
