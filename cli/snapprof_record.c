@@ -84,6 +84,8 @@ const char snapprof__record_usage[] =
     "                       it without this option) or fixed:SIZE[:RA[:FP]] (SIZE\n"
     "                       bytes with the return address, at RA (SIZE-8), rbp\n"
     "                       saved at FP (untouched)). E.g. py::=fp,fixed:32\n"
+    "      --python         CPython 3.11: Python functions, files and lines in place\n"
+    "                       of the interpreter's evaluation loop (docs/python.md)\n"
     "  -q, --quiet          print no summary\n"
     "\n"
     "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
@@ -128,6 +130,7 @@ typedef struct options {
     int heap;                  /* --heap */
     const char *heap_interval; /* --heap-interval as given, checked */
     unsigned n_jit_rules;
+    int python; /* --python */
     int quiet;
     char **cmd;
 } options_t;
@@ -196,6 +199,8 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->wall = 0;
         } else if (strcmp(a, "--wall") == 0) {
             o->wall = 1;
+        } else if (strcmp(a, "--python") == 0) {
+            o->python = 1;
         } else if (matches(a, NULL, "--duration")) {
             uint64_t ns;
             o->duration = option_value(argc, argv, &i, NULL, "--duration");
@@ -564,6 +569,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_JIT_LAYOUT, o->jit_layout);
     else
         unsetenv(SNAPPROF_ENV_JIT_LAYOUT);
+    if (o->python)
+        set_env("SNAPPROF_PYTHON", "1");
+    else
+        unsetenv("SNAPPROF_PYTHON");
     if (summary_dir[0])
         set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
     else

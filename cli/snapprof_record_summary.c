@@ -224,6 +224,17 @@ static void print_process(const proc_summary_t *s, int several)
         fprintf(stderr, "snapprof: %s  trigger %s was refused (%s); threads fell back\n", in,
                 snapprof_trigger_name(st->trigger_fallback_from),
                 strerror(st->trigger_fallback_errno));
+    if (st->python_layout_unknown > 1)
+        fprintf(stderr,
+                "snapprof: %s  --python: Python %u.%u's frame layout unknown, native frames "
+                "only\n",
+                in, (unsigned)(st->python_layout_unknown >> 24),
+                (unsigned)(st->python_layout_unknown >> 16) & 0xffu);
+    else if (st->python_layout_unknown == 1)
+        fprintf(stderr,
+                "snapprof: %s  --python: this Python's frame layout unknown, native frames "
+                "only\n",
+                in);
     if (st->wall_proc_errno != 0)
         fprintf(stderr,
                 "snapprof: %s  /proc/self/task/TID/syscall could not be read (%s); blocked "

@@ -500,6 +500,7 @@ static const struct {
     {"fds_", "the library's fds"},
     {"roundtrip_", "sampler cost"},
     {"sampler_", "sampler cost"},
+    {"python_", "python frames"},
 };
 
 const char *snapprof__stats_group(int i)

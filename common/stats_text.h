@@ -99,7 +99,14 @@
     XX(U64, heap_dropped_set_full)                                                                 \
     XX(U64, heap_dropped_no_stack)                                                                 \
     XX(U64, heap_frees_lost)                                                                       \
-    XX(U64, heap_samples_no_slot)
+    XX(U64, heap_samples_no_slot)                                                                  \
+    XX(U64, python_samples)                                                                        \
+    XX(U64, python_frames)                                                                         \
+    XX(U64, python_truncated)                                                                      \
+    XX(U64, python_broken)                                                                         \
+    XX(U64, python_unmatched)                                                                      \
+    XX(U64, python_code_reused)                                                                    \
+    XX(U64, python_layout_unknown)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

@@ -10,6 +10,8 @@
 #include "module_cache/module_table.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +29,45 @@ const snapprof_module_t *snapprof__module_find_at(uintptr_t addr, uint64_t when_
     /* Executable memory nobody described: perhaps a perf map names it. */
     const snapprof_module_t *jit = snapprof__jit_find_after_miss(addr, when_ns);
     return jit != NULL ? jit : m;
+}
+
+/* Pseudo modules (module_cache.h): published count last, read without a
+ * lock. */
+#define PSEUDO_MAX 4
+static snapprof_module_t pseudo[PSEUDO_MAX];
+static snapprof__pseudo_symbolize_fn pseudo_fn[PSEUDO_MAX];
+static _Atomic size_t pseudo_count;
+static pthread_mutex_t pseudo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const snapprof_module_t *snapprof__module_pseudo_add(const char *path, uintptr_t start,
+                                                     uintptr_t limit,
+                                                     snapprof__pseudo_symbolize_fn symbolize)
+{
+    pthread_mutex_lock(&pseudo_lock);
+    size_t n = atomic_load_explicit(&pseudo_count, memory_order_relaxed);
+    const snapprof_module_t *m = NULL;
+    if (n < PSEUDO_MAX) {
+        pseudo[n] = (snapprof_module_t){.start = start,
+                                        .limit = limit,
+                                        .path = path,
+                                        .build_id = "",
+                                        .kind = SNAPPROF_MODULE_JIT,
+                                        .is_loaded = 1};
+        pseudo_fn[n] = symbolize;
+        m = &pseudo[n];
+        atomic_store_explicit(&pseudo_count, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&pseudo_lock);
+    return m;
+}
+
+static snapprof__pseudo_symbolize_fn pseudo_of(const snapprof_module_t *m)
+{
+    size_t n = atomic_load_explicit(&pseudo_count, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if (m == &pseudo[i])
+            return pseudo_fn[i];
+    return NULL;
 }
 
 SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr)
@@ -53,6 +94,9 @@ SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symb
         return 1;
     case SNAPPROF_FRAME_NATIVE: {
         const snapprof_module_t *m = frame->module;
+        snapprof__pseudo_symbolize_fn fn = m ? pseudo_of(m) : NULL;
+        if (fn != NULL)
+            return fn(frame->pc, out, max);
         if (m == NULL)
             m = snapprof_module_find(frame->pc);
         const snapprof__jit_region_t *region = snapprof__jit_region_of(m);

@@ -258,6 +258,10 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
      * kernel_share); off unless asked for. */
     const char *kernel = getenv("SNAPPROF_KERNEL");
     params.kernel_share = kernel && strcmp(kernel, "1") == 0;
+    /* Python frames in place of CPython's evaluation loop (snapprof.h,
+     * python); off unless asked for. */
+    const char *python = getenv("SNAPPROF_PYTHON");
+    params.python = python && strcmp(python, "1") == 0;
     /* Threads armed as they start, one in N (snapprof.h, short_threads);
      * off unless asked for. */
     const char *shorts = getenv("SNAPPROF_SHORT_THREADS");

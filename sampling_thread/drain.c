@@ -302,6 +302,24 @@ void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
     }
     if (outcome.unrecognized)
         p->stats.unwind_unknown++;
+    /* -- Python frames (params.python): the evaluation loop's frames
+     * replaced by the Python frames the handler copied. Only for captures
+     * a signal made: a stack read through /proc has no such copy. -- */
+    if (p->python && !without_fp && count > 0) {
+        snapprof__python_refresh(0);
+        snapprof__py_splice_stats_t ps = {0};
+        const snapprof__py_capture_t *cap =
+            (const snapprof__py_capture_t *)((const uint8_t *)labels + SNAPPROF__PY_EXTRA_OFFSET);
+        count =
+            snapprof__python_splice(cap, p->frames, count, p->py_frames, p->params.max_frames, &ps);
+        memcpy(p->frames, p->py_frames, count * sizeof *p->frames);
+        p->stats.python_samples += ps.samples;
+        p->stats.python_frames += ps.frames;
+        p->stats.python_truncated += ps.truncated;
+        p->stats.python_broken += ps.broken;
+        p->stats.python_unmatched += ps.unmatched;
+        p->stats.python_code_reused += ps.code_reused;
+    }
     size_t real_frames =
         count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
     p->stats.unwind_frames_total += real_frames;

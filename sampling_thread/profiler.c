@@ -132,6 +132,11 @@ static void on_capture(void *ctx, void *extra)
     for (size_t i = 0; i < p->capture_hook_count; i++)
         p->capture_hooks[i]->ops->xOnStackCapture(p->capture_hooks[i]->user_data);
     snapprof__labels_capture(extra);
+    /* -- Python frames hook (params.python; python/python_capture.c): the
+     * thread's interpreter frames into the area after the labels. -- */
+    if (p->python)
+        snapprof__python_capture(
+            (snapprof__py_capture_t *)((uint8_t *)extra + SNAPPROF__PY_EXTRA_OFFSET));
 }
 
 int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
@@ -159,7 +164,17 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     /* kernel_share: a stack and its "[kernel]" leaf (deliver_kernel() in drain.c). */
     if (known.kernel_share)
         p->kernel_frames = calloc(known.max_frames + 1, sizeof *p->kernel_frames);
-    p->labels = calloc(1, sizeof *p->labels);
+    /* Python frames: found once per process; an interpreter whose layout
+     * is unknown leaves native frames only, said in the stats. */
+    if (known.python) {
+        p->python = snapprof__python_enable();
+        p->stats.python_layout_unknown = (uint64_t)snapprof__python_layout_unknown();
+        if (p->python)
+            p->py_frames = calloc(known.max_frames, sizeof *p->py_frames);
+    }
+    p->labels = aligned_alloc(64, (SNAPPROF__EXTRA_SIZE(p->python) + 63u) & ~(size_t)63u);
+    if (p->labels)
+        memset(p->labels, 0, SNAPPROF__EXTRA_SIZE(p->python));
     p->buffer = snapprof__fault(SNAPPROF__FAULT_MMAP)
                     ? MAP_FAILED
                     : mmap(NULL, p->buffer_size, PROT_READ | PROT_WRITE,
@@ -168,7 +183,9 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         p->buffer = NULL;
     if (p->kernel_frames)
         p->kernel_frames[0] = (snapprof_frame_t){.kind = SNAPPROF_FRAME_MARKER, .name = "[kernel]"};
-    if (!p->frames || (known.kernel_share && !p->kernel_frames) || !p->labels || !p->buffer) {
+    if (!p->frames || (known.kernel_share && !p->kernel_frames) || !p->labels || !p->buffer ||
+        (p->python && !p->py_frames)) {
+        free(p->py_frames);
         free(p->frames);
         free(p->kernel_frames);
         free(p->frames_alt);
@@ -520,7 +537,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         while (slots > 8 && slots * slot_bytes > p->params.capture_memory_max / 4)
             slots /= 2;
         rc = snapprof__capture_pool_init(&p->pool, slots, slot_bytes,
-                                         sizeof(snapprof__label_capture_t),
+                                         SNAPPROF__EXTRA_SIZE(p->python),
                                          snapprof__sampler_kick_word());
         if (rc == 0) {
             p->pool.delegate = &p->delegate;
@@ -770,6 +787,7 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
     free(p->builders);
     snapprof__attached_destroy(p);
     free(p->frames);
+    free(p->py_frames);
     free(p->kernel_frames);
     free(p->frames_alt);
     free(p->labels);

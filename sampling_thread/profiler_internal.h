@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "labels/labels.h"
+#include "python/python.h"
 #include "sampling_thread/histogram.h"
 #include "stack_copier/stack_copier.h"
 #include "stack_copier/stack_copier_slots.h"
@@ -20,6 +21,13 @@
 #include <pthread.h>
 
 enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLETED };
+
+/* Where a capture's Python frames sit in its extra area, after the labels;
+ * and the size of that area with them (python) or without. */
+#define SNAPPROF__PY_EXTRA_OFFSET ((sizeof(snapprof__label_capture_t) + 63u) & ~(size_t)63u)
+#define SNAPPROF__EXTRA_SIZE(python)                                                               \
+    ((python) ? SNAPPROF__PY_EXTRA_OFFSET + sizeof(snapprof__py_capture_t)                         \
+              : sizeof(snapprof__label_capture_t))
 
 /* A builder attached to a running profile for a stretch (attach.c). */
 typedef struct snapprof__attached {
@@ -150,6 +158,12 @@ struct snapprof_profiler {
     snapprof_frame_t *frames;        /* params.max_frames */
     snapprof_frame_t *kernel_frames; /* params.max_frames + 1, made at first use */
     snapprof_frame_t *frames_alt;    /* as many, for a second walk (wall mode) */
+    /* params.python and an interpreter whose frames can be read: every
+     * capture's extra area holds a snapprof__py_capture_t after the labels
+     * (at SNAPPROF__PY_EXTRA_OFFSET), and py_frames (max_frames) receives
+     * the spliced stack. */
+    int python;
+    snapprof_frame_t *py_frames;
 
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */

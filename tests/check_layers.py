@@ -47,7 +47,7 @@ LAYERS = [
     # into stack_copier/'s slots), how to walk a copy (unwinder/, which
     # asks module_cache/), what to write (profile_builder/, which reads
     # module_cache/ and events/).
-    ["trigger", "unwinder", "profile_builder", "heap"],
+    ["trigger", "unwinder", "profile_builder", "heap", "python"],
     # 4: the sampler: the profiler object and the sampling thread.
     ["sampling_thread"],
     # 5: what runs the sampler in a program: the preload library, the
@@ -73,6 +73,8 @@ INTERFACE = {
     "profile_builder": ["profile_builder_calls.h"],
     # Heap sampling as the profiler drives it.
     "heap": ["heap_sampler.h"],
+    # CPython frames: the capture, the refresh and the splice.
+    "python": ["python.h"],
     # The defaults the preload shares with snapprof_params_init().
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],

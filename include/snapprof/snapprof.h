@@ -527,6 +527,24 @@ typedef struct snapprof_stats {
      * only those that could not be kept even so. */
     uint64_t heap_samples_no_slot;
     /* -- end of the 0.7.0 heap block -- */
+    /* -- Added in 0.7.0 (issue 29, Python frames; snapprof_params_t.python) -- */
+    /* Samples with CPython frames spliced in, and those frames; captures
+     * whose interpreter frames were cut at 1024 (python_truncated) or ended
+     * by a half-linked or unreadable frame (python_broken); runs of Python
+     * frames with no evaluation-loop frame left to replace (not shown);
+     * frames whose code object was freed and its address reused between
+     * the capture and the unwinding (shown as "<code object freed>"); and,
+     * when the process runs a Python whose frame layout snapprof does not
+     * know (native frames only), its version as PY_VERSION_HEX (1 when it
+     * does not say), else 0. */
+    uint64_t python_samples;
+    uint64_t python_frames;
+    uint64_t python_truncated;
+    uint64_t python_broken;
+    uint64_t python_unmatched;
+    uint64_t python_code_reused;
+    uint64_t python_layout_unknown;
+    /* -- end of issue 29's block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -1022,6 +1040,16 @@ typedef struct snapprof_params {
      * samples. One profiler at a time samples the heap: starting a second
      * one fails with -EBUSY. 0 (the default): no heap sampling. */
     size_t heap_interval;
+    /* Added in 0.7.0 (read only when size covers it). When nonzero, in a
+     * process running CPython 3.11, each capture also copies the thread's
+     * interpreter frames, and every frame of the evaluation loop
+     * (_PyEval_EvalFrameDefault) in its stack is replaced by the Python
+     * functions it was running, named qualname with file and line, under
+     * the "[python]" mapping (docs/python.md). Another version, or no
+     * interpreter: native frames only (stats python_layout_unknown). Default 0
+     * (SNAPPROF_PYTHON=1 in the preload library, `snapprof record
+     * --python`). */
+    int python;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),

@@ -1,0 +1,59 @@
+/* What the files of python/ share. Internal to the folder. */
+#ifndef SNAPPROF_PYTHON_INTERNAL_H
+#define SNAPPROF_PYTHON_INTERNAL_H
+
+#include "python/python.h"
+#include "python/python_layout.h"
+
+#include <stdatomic.h>
+#include <sys/types.h>
+
+/* The interpreter found by snapprof__python_enable(); written once before
+ * ready is set (release), read by the handler after it sees ready. */
+typedef struct snapprof__py_state {
+    _Atomic int ready; /* 1: frames can be read */
+    const snapprof__py_layout_t *layout;
+    uintptr_t runtime;          /* &_PyRuntime */
+    uintptr_t code_type;        /* &PyCode_Type */
+    uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault, as its dynamic symbol says */
+    uintptr_t cold_lo, cold_hi; /* its .cold part, found by the jumps into it (0, 0: none) */
+    /* Our pid as of the last refresh: the handler's reads name it without
+     * a getpid() (after a fork, until the child's first refresh, they read
+     * the parent, whose thread states name no thread of the child). */
+    _Atomic pid_t pid;
+} snapprof__py_state_t;
+
+extern snapprof__py_state_t snapprof__py;
+
+/* The check of a code object's identity the handler copies and the drain
+ * compares (snapprof__py_frame_rec_t.names): its filename and qualname
+ * pointers and its size in code units. Never 0. Async-signal-safe. */
+static inline uint64_t snapprof__py_names_check(uintptr_t filename, uintptr_t qualname,
+                                                intptr_t size)
+{
+    uint64_t h = (uint64_t)filename * 0x9e3779b97f4a7c15u;
+    h ^= (uint64_t)qualname + (h >> 29);
+    h = (h ^ (uint64_t)size) * 0xbf58476d1ce4e5b9u;
+    return (h ^ (h >> 31)) | 1;
+}
+
+/* Reads n bytes at addr of our own memory with process_vm_readv: memory
+ * that is not mapped or not readable fails the read instead of faulting.
+ * Returns 0 when all n bytes were read, else -1. Async-signal-safe. */
+int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
+
+/* The PyThreadState published for thread tid by the last refresh, or 0.
+ * Async-signal-safe (atomic loads only). */
+uintptr_t snapprof__py_tstate_of(pid_t tid);
+
+/* Called by the splice once per batch to name frames
+ * (python_symbols.c): the pc of the Python frame for rec, in the
+ * "[python]" pseudo module, or 0 when its code object cannot be read;
+ * *reused is set when the code object at that address is no longer the
+ * one captured. Sampling side. */
+uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused);
+
+/* The "[python]" pseudo module, made by the first call. Sampling side. */
+const snapprof_module_t *snapprof__py_module(void);
+
+#endif

@@ -1,0 +1,317 @@
+/* Which interpreter, and its threads (out of band): finds _PyRuntime, the
+ * version and its layout, the evaluation loop's code ranges, and, on each
+ * refresh, every PyThreadState of the process with its native_thread_id,
+ * published in a small table the signal handler reads. */
+
+#include "python/python_internal.h"
+
+#include "module_cache/module_cache.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <libelf.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+snapprof__py_state_t snapprof__py;
+
+static int tried;   /* snapprof__python_enable() ran */
+static int unknown; /* an interpreter whose layout the table does not know */
+static char status[160] = "not looked for";
+
+/* ------------------------------------------------------------------------ */
+/* Checked reads                                                            */
+/* ------------------------------------------------------------------------ */
+
+int snapprof__py_read(uintptr_t addr, void *dst, size_t n)
+{
+    struct iovec local = {.iov_base = dst, .iov_len = n};
+    struct iovec remote = {.iov_base = (void *)addr, .iov_len = n};
+    /* Async-signal-safe: two system calls, no libc state. */
+    pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
+    ssize_t got = syscall(SYS_process_vm_readv, pid, &local, 1UL, &remote, 1UL, 0UL);
+    return got == (ssize_t)n ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread states: tid -> PyThreadState, for the handler                     */
+/* ------------------------------------------------------------------------ */
+
+#define PY_THREADS_MAX 512
+
+/* An entry is published tstate first, then tid (release), and withdrawn
+ * tid first; the handler checks what it finds anyway (native_thread_id). */
+static struct {
+    _Atomic pid_t tid;
+    _Atomic uintptr_t tstate;
+} threads[PY_THREADS_MAX];
+
+uintptr_t snapprof__py_tstate_of(pid_t tid)
+{
+    for (size_t i = 0; i < PY_THREADS_MAX; i++)
+        if (atomic_load_explicit(&threads[i].tid, memory_order_acquire) == tid)
+            return atomic_load_explicit(&threads[i].tstate, memory_order_relaxed);
+    return 0;
+}
+
+static uint64_t last_refresh_ns;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void snapprof__python_refresh(int force)
+{
+    if (!atomic_load_explicit(&snapprof__py.ready, memory_order_acquire))
+        return;
+    uint64_t now = mono_ns();
+    if (!force && now - last_refresh_ns < 10000000u)
+        return;
+    last_refresh_ns = now;
+    atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
+    const snapprof__py_layout_t *l = snapprof__py.layout;
+    pid_t tids[PY_THREADS_MAX];
+    uintptr_t states[PY_THREADS_MAX];
+    size_t n = 0;
+    uintptr_t interp = 0;
+    if (snapprof__py_read(snapprof__py.runtime + l->runtime_interpreters_head, &interp,
+                          sizeof interp) < 0)
+        return;
+    /* Every interpreter's threads (subinterpreters' frames are read like
+     * the main one's; the docs say they are not a supported case). Caps
+     * end a list that a concurrent change made circular. */
+    for (int ni = 0; interp != 0 && ni < 64; ni++) {
+        uintptr_t ts = 0;
+        if (snapprof__py_read(interp + l->interp_threads_head, &ts, sizeof ts) < 0)
+            break;
+        for (int nt = 0; ts != 0 && nt < 4096 && n < PY_THREADS_MAX; nt++) {
+            uintptr_t next = 0;
+            unsigned long native = 0;
+            if (snapprof__py_read(ts + l->ts_next, &next, sizeof next) < 0 ||
+                snapprof__py_read(ts + l->ts_native_thread_id, &native, sizeof native) < 0)
+                break;
+            if (native != 0) {
+                tids[n] = (pid_t)native;
+                states[n] = ts;
+                n++;
+            }
+            ts = next;
+        }
+        uintptr_t next_interp = 0;
+        /* PyInterpreterState.next is its first member. */
+        if (snapprof__py_read(interp, &next_interp, sizeof next_interp) < 0)
+            break;
+        interp = next_interp;
+    }
+    /* Withdraw the threads that are gone, update the others, add the new. */
+    for (size_t i = 0; i < PY_THREADS_MAX; i++) {
+        pid_t tid = atomic_load_explicit(&threads[i].tid, memory_order_relaxed);
+        if (tid == 0)
+            continue;
+        size_t k = 0;
+        while (k < n && tids[k] != tid)
+            k++;
+        if (k == n) {
+            atomic_store_explicit(&threads[i].tid, 0, memory_order_release);
+            atomic_store_explicit(&threads[i].tstate, 0, memory_order_relaxed);
+        } else {
+            atomic_store_explicit(&threads[i].tstate, states[k], memory_order_relaxed);
+            tids[k] = 0; /* placed */
+        }
+    }
+    for (size_t k = 0, i = 0; k < n; k++) {
+        if (tids[k] == 0)
+            continue;
+        while (i < PY_THREADS_MAX && atomic_load_explicit(&threads[i].tid, memory_order_relaxed))
+            i++;
+        if (i == PY_THREADS_MAX)
+            break;
+        atomic_store_explicit(&threads[i].tstate, states[k], memory_order_relaxed);
+        atomic_store_explicit(&threads[i].tid, tids[k], memory_order_release);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The evaluation loop's .cold part                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Debian's stripped interpreter exports _PyEval_EvalFrameDefault but not
+ * the .cold part GCC split from it (its unlikely paths), which is a
+ * function of its own in .eh_frame. The hot part jumps into it from many
+ * places: decode every jmp/jcc rel32 the hot part's bytes could hold, and
+ * take the CFI range (FDE) that most of the targets outside the hot part
+ * fall in. Bytes that only look like jumps land anywhere, one each; the
+ * cold part collects hundreds (254 in 3.11.2). */
+static int by_addr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void find_cold(void)
+{
+    const snapprof_module_t *m = snapprof_module_find(snapprof__py.eval_lo);
+    if (m == NULL || m->path == NULL || m->path[0] != '/')
+        return;
+    size_t cap = 4096, n = 0;
+    uintptr_t *targets = malloc(cap * sizeof *targets);
+    if (targets == NULL)
+        return;
+    const uint8_t *code = (const uint8_t *)snapprof__py.eval_lo;
+    size_t size = snapprof__py.eval_hi - snapprof__py.eval_lo;
+    for (size_t i = 0; i + 6 <= size && n < cap; i++) {
+        size_t len;
+        if (code[i] == 0xe9)
+            len = 5;
+        else if (code[i] == 0x0f && (code[i + 1] & 0xf0) == 0x80)
+            len = 6;
+        else
+            continue;
+        int32_t rel;
+        memcpy(&rel, code + i + len - 4, 4);
+        uintptr_t to = snapprof__py.eval_lo + i + len + (intptr_t)rel;
+        if ((to < snapprof__py.eval_lo || to >= snapprof__py.eval_hi) && to >= m->start &&
+            to < m->limit)
+            targets[n++] = to;
+    }
+    qsort(targets, n, sizeof *targets, by_addr);
+    elf_version(EV_CURRENT);
+    int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    Elf *elf = fd >= 0 ? elf_begin(fd, ELF_C_READ_MMAP, NULL) : NULL;
+    Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+    uintptr_t best_lo = 0, best_hi = 0, lo = 0, hi = 0;
+    size_t best = 0, count = 0;
+    for (size_t i = 0; cfi != NULL && i < n; i++) {
+        if (targets[i] >= lo && targets[i] < hi) {
+            count++;
+        } else {
+            Dwarf_Frame *frame = NULL;
+            Dwarf_Addr s, e;
+            if (dwarf_cfi_addrframe(cfi, targets[i] - m->load_bias, &frame) != 0)
+                continue;
+            int ok = dwarf_frame_info(frame, &s, &e, NULL) >= 0;
+            free(frame);
+            if (!ok)
+                continue;
+            lo = (uintptr_t)s + m->load_bias;
+            hi = (uintptr_t)e + m->load_bias;
+            count = 1;
+        }
+        if (count > best) {
+            best = count;
+            best_lo = lo;
+            best_hi = hi;
+        }
+    }
+    if (best >= 16 && !(best_lo < snapprof__py.eval_hi && best_hi > snapprof__py.eval_lo)) {
+        snapprof__py.cold_lo = best_lo;
+        snapprof__py.cold_hi = best_hi;
+    }
+    if (cfi)
+        dwarf_cfi_end(cfi);
+    if (elf)
+        elf_end(elf);
+    if (fd >= 0)
+        close(fd);
+    free(targets);
+}
+
+int snapprof__python_is_eval_pc(uintptr_t pc)
+{
+    return (pc >= snapprof__py.eval_lo && pc < snapprof__py.eval_hi) ||
+           (pc >= snapprof__py.cold_lo && pc < snapprof__py.cold_hi);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Which interpreter                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Test seam: SNAPPROF_PYTHON_VERSION_FOR_TEST=0x030c0000 makes the
+ * interpreter say another version, so that the unknown-layout path runs on
+ * this machine's 3.11. */
+static uint32_t version_override(void)
+{
+    const char *s = getenv("SNAPPROF_PYTHON_VERSION_FOR_TEST");
+    return s && *s ? (uint32_t)strtoul(s, NULL, 0) : 0;
+}
+
+int snapprof__python_enable(void)
+{
+    if (tried)
+        return atomic_load_explicit(&snapprof__py.ready, memory_order_relaxed);
+    tried = 1;
+    void *runtime = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    if (runtime == NULL) {
+        snprintf(status, sizeof status, "no Python interpreter in the process");
+        return 0;
+    }
+    const unsigned long *pv = dlsym(RTLD_DEFAULT, "Py_Version");
+    uint32_t version = pv ? (uint32_t)*pv : 0;
+    uint32_t forced = version_override();
+    if (forced)
+        version = forced;
+    const snapprof__py_layout_t *l = snapprof__py_layout_for(version);
+    if (l == NULL) {
+        unknown = version ? version : 1;
+        if (version)
+            snprintf(status, sizeof status,
+                     "Python %u.%u: frame layout unknown, native frames only", version >> 24,
+                     (version >> 16) & 0xff);
+        else
+            snprintf(
+                status, sizeof status,
+                "Python before 3.11 (no Py_Version): frame layout unknown, native frames only");
+        return 0;
+    }
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    void *code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval == NULL || code_type == NULL || !dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) ||
+        sym == NULL || sym->st_size == 0) {
+        unknown = 1;
+        snprintf(status, sizeof status,
+                 "Python %s: _PyEval_EvalFrameDefault or PyCode_Type not found, native frames only",
+                 l->name);
+        return 0;
+    }
+    uintptr_t probe = 0;
+    atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
+    if (snapprof__py_read((uintptr_t)runtime, &probe, sizeof probe) < 0) {
+        snprintf(status, sizeof status, "Python %s: process_vm_readv refused, native frames only",
+                 l->name);
+        return 0;
+    }
+    snapprof__py.layout = l;
+    snapprof__py.runtime = (uintptr_t)runtime;
+    snapprof__py.code_type = (uintptr_t)code_type;
+    snapprof__py.eval_lo = (uintptr_t)eval;
+    snapprof__py.eval_hi = (uintptr_t)eval + sym->st_size;
+    find_cold();
+    snprintf(status, sizeof status, "Python %s frames%s", l->name,
+             snapprof__py.cold_lo ? "" : " (evaluation loop's .cold part not found)");
+    atomic_store_explicit(&snapprof__py.ready, 1, memory_order_release);
+    snapprof__python_refresh(1);
+    return 1;
+}
+
+const char *snapprof__python_status(void)
+{
+    return status;
+}
+
+uint32_t snapprof__python_layout_unknown(void)
+{
+    return unknown;
+}

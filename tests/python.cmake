@@ -1,0 +1,24 @@
+# CPython frames (python/, docs/python.md).
+# The layout table against Debian's libpython3.11-dev headers, where they are.
+if(EXISTS /usr/include/python3.11/internal/pycore_frame.h)
+  snapprof_add_test_cases(EXE python_layout SOURCES test_python_layout.c)
+  target_include_directories(python_layout PRIVATE /usr/include/python3.11)
+  # Python's headers are not written for our warnings.
+  target_compile_options(python_layout PRIVATE -Wno-unused-parameter -Wno-missing-field-initializers)
+endif()
+# Real /usr/bin/python3.11 under `snapprof record --python`, read back with
+# go tool pprof (tests/python/check_python.py; skipped without them, and in
+# sanitizer builds, as the other record tests: LD_PRELOAD of a sanitized
+# library into python3.11 cannot work, the sanitizer runtime must load first).
+if(SNAPPROF_SANITIZE)
+  set(python_build sanitized)
+else()
+  set(python_build plain)
+endif()
+foreach(mode shares heldout recursion unknown off)
+  add_test(NAME python_frames_${mode}
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
+                   $<TARGET_FILE:snapprof_cli> ${mode} ${python_build})
+  set_tests_properties(python_frames_${mode} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+    LABELS preload)
+endforeach()

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""ctest driver of the python_frames_* tests: runs a workload under
+`snapprof record` with /usr/bin/python3.11 and reads the profile back with
+`go tool pprof -traces`.
+
+usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
+  shares     the three functions' shares of CPU time against
+             time.thread_time(); zlib's frames under the Python caller
+  heldout    the same on another work mix, not the one tuned on
+  recursion  a 500-deep chain of uniquely named functions: whole chains
+  unknown    an interpreter version the layout table lacks: native only
+  off        without --python nothing of Python's is in the profile
+Exit 77 (skipped) when /usr/bin/python3.11 or go is missing, or in a
+sanitizer build ("sanitized"), as the other record tests
+(pl_skip_if_sanitized): the sanitized preload library cannot load into
+python3.11, whose process has no sanitizer runtime."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+PY = "/usr/bin/python3.11"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def skip(why):
+    print("SKIP:", why)
+    sys.exit(77)
+
+
+def fail(why):
+    print("FAIL:", why)
+    sys.exit(1)
+
+
+def record(cli, tmp, script_args, extra=(), env=None, hz=1000):
+    out = os.path.join(tmp, "p.pb.gz")
+    cmd = [cli, "record", "-F", str(hz), "-o", out, *extra, "--", PY, *script_args]
+    e = dict(os.environ)
+    e.pop("SNAPPROF_PYTHON", None)
+    if env:
+        e.update(env)
+    r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=600)
+    print(r.stderr[-3000:])
+    if r.returncode != 0:
+        fail(f"{cmd} exited {r.returncode}")
+    return out, r.stderr
+
+
+def traces(prof, index="cpu"):
+    """[(weight (ms of CPU, or samples), [frame names, leaf first])], one per
+    distinct stack."""
+    txt = subprocess.run(["go", "tool", "pprof", "-sample_index=" + index, "-traces", prof],
+                         capture_output=True, text=True, check=True).stdout
+    out = []
+    for block in txt.split("-----------+-------------------------------------------------------"):
+        frames, weight = [], None
+        for line in block.splitlines():
+            m = re.match(r"^\s+([0-9.]+)(ms|s|us|ns|)\s+(.*)$", line)
+            if m and weight is None:
+                scale = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 1e-6, "": 1.0}[m.group(2)]
+                weight = float(m.group(1)) * scale
+                frames.append(m.group(3).strip())
+            elif weight is not None and line.startswith("             "):
+                frames.append(line.strip())
+        if weight is not None:
+            out.append((weight, frames))
+    return out
+
+
+def mappings(prof):
+    return subprocess.run(["go", "tool", "pprof", "-raw", prof], capture_output=True, text=True,
+                          check=True).stdout.split("Mappings", 1)[-1]
+
+
+def shares(cli, tmp, seed):
+    truth_file = os.path.join(tmp, "truth.json")
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "shares.py"), truth_file, "2.5", str(seed)],
+                     ["--python"])
+    truth = json.load(open(truth_file))
+    funcs = sorted(truth)
+    got = {f: 0.0 for f in funcs}
+    for w, frames in traces(prof):
+        hit = [f for f in frames if f in got]
+        if hit:
+            got[hit[0]] += w
+    n = 0
+    zlib_samples = zlib_under = 0
+    for w, frames in traces(prof, "samples"):
+        n += w if any(f in got for f in frames) else 0
+        zi = [i for i, f in enumerate(frames) if "libz" in f or f.startswith("deflate")]
+        if zi:
+            zlib_samples += w
+            above = frames[max(zi) + 1:]
+            # Python -> C: the first Python frame above libz is py_zlib.
+            py = [f for f in above if f in got]
+            zlib_under += w if py and py[0] == "py_zlib" else 0
+    total_t, total_g = sum(truth.values()), sum(got.values())
+    if n < 1000 or total_g == 0:
+        fail(f"only {n} samples in the three functions")
+    tol = max(0.02, 4 * 0.5 / math.sqrt(n))
+    print(f"samples in the functions: {n}, tolerance {tol:.3f}")
+    bad = []
+    for f in funcs:
+        t, g = truth[f] / total_t, got[f] / total_g
+        print(f"{f:12s} truth {t:.3f} profile {g:.3f} diff {g - t:+.3f}")
+        if abs(g - t) > tol:
+            bad.append(f)
+    print(f"zlib samples {zlib_samples}, under py_zlib {zlib_under}")
+    if zlib_samples < 50 or zlib_under < 0.99 * zlib_samples:
+        fail("libz frames are not under the Python frame that called them")
+    if bad:
+        fail(f"shares off: {bad}")
+
+
+def recursion(cli, tmp):
+    depth = 500
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "3", str(depth)], ["--python"])
+    n = whole = deepest = bad_pairs = 0
+    for w, frames in traces(prof, "samples"):
+        idx = [i for i, f in enumerate(frames) if re.fullmatch(r"f_\d+", f)]
+        if not idx:
+            continue
+        n += w
+        ks = [int(frames[i][2:]) for i in idx]
+        # Each f_k's caller must be f_{k-1}, all in one run, then main and <module>.
+        chain = ks == list(range(ks[0], -1, -1)) and idx == list(range(idx[0], idx[0] + len(ks)))
+        tail = frames[idx[-1] + 1:idx[-1] + 3]
+        # Pairs of adjacent frames both named f_*: the caller must be the
+        # one the workload has (a "<code object freed>" between them is a
+        # lost name, not a wrong one, and fails the sample's wholeness).
+        pairs = sum(1 for i in range(len(frames) - 1)
+                    if re.fullmatch(r"f_\d+", frames[i]) and re.fullmatch(r"f_\d+", frames[i + 1])
+                    and int(frames[i + 1][2:]) != int(frames[i][2:]) - 1)
+        bad_pairs += pairs * w
+        if chain and tail == ["main", "<module>"]:
+            whole += w
+            deepest += w if ks[0] == depth - 1 else 0
+    print(f"samples with the chain: {n}, whole {whole} ({100.0 * whole / max(n, 1):.2f} %), "
+          f"at the deepest function {deepest}, impossible caller pairs {bad_pairs}")
+    if n < 500 or deepest < n / 2:
+        fail("too few samples in the chain")
+    if whole < 0.99 * n or bad_pairs:
+        fail("chains not whole")
+
+
+def unknown(cli, tmp):
+    prof, err = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "0.5", "50"], ["--python"],
+                       env={"SNAPPROF_PYTHON_VERSION_FOR_TEST": "0x030c00f0"}, hz=500)
+    if err.count("frame layout unknown") != 1:
+        fail("the summary does not say once that the layout is unknown")
+    native_only(prof)
+
+
+def native_only(prof):
+    if "[python]" in mappings(prof):
+        fail("a [python] mapping in a profile that should have native frames only")
+    tr = traces(prof)
+    if not any("_PyEval_EvalFrameDefault" in fr for _, fr in tr):
+        fail("no _PyEval_EvalFrameDefault frame: not a native profile of Python")
+    if any(re.fullmatch(r"f_\d+", f) for _, fr in tr for f in fr):
+        fail("Python function names in a native profile")
+
+
+def off(cli, tmp):
+    prof, err = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "0.5", "50"], hz=500)
+    if "Python" in err:
+        fail("the summary talks of Python without --python")
+    native_only(prof)
+
+
+def main():
+    cli, mode = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
+        skip("LD_PRELOAD of a sanitized library into another program cannot work "
+             "(the sanitizer runtime must load first)")
+    if not os.access(PY, os.X_OK):
+        skip(f"{PY} is not installed (tools/setup.sh installs python3.11)")
+    if shutil.which("go") is None:
+        skip("go is not installed")
+    with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
+        {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
+         "recursion": lambda: recursion(cli, tmp), "unknown": lambda: unknown(cli, tmp),
+         "off": lambda: off(cli, tmp)}[mode]()
+    print("PASS")
+
+
+main()
