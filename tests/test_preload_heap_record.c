@@ -206,9 +206,12 @@ static void test_totals_no_slot(void)
            100 * (ea / ta - 1), eu, tu, 100 * (eu / tu - 1));
     ASSERT(fabs(ea / ta - 1) <= 0.05);
     ASSERT(fabs(eu / tu - 1) <= 0.05);
-    /* Not vacuous: samples went without a slot, about a third of them. */
+    /* Not vacuous: samples went without a slot, about a third of them (the
+     * seam refuses one in three); more when the sampling thread falls
+     * behind on a loaded machine (over 60 % once in a full -j2 suite), so
+     * no upper bound: the totals above are what the test is about. */
     double noslot = tu_top_cum_pct(heap, "-sample_index=alloc_space", "[heap: no capture slot]", 1);
-    ASSERT(noslot >= 20 && noslot <= 60);
+    ASSERT(noslot >= 20);
     double big = big_share(heap, "inuse_space");
     ASSERT(big >= 0.6 && big <= 0.9);
 }
