@@ -831,7 +831,7 @@ static void test_chained_handler_mask(void)
  * sp, whole. The main thread: the top of "[stack]", a low bound below its
  * sp.
  * (Moving the lookup 1 MiB off sp was caught by no test before this.) */
-#define OWN_STACK (256u * 1024u)
+#define OWN_STACK (4u * 1024u * 1024u) /* TSan wants ~1 MiB of it for its TLS */
 
 static uint8_t *g_own_lo;
 static atomic_int g_own_state; /* 1 registered itself, 2 may exit */
