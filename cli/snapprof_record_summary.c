@@ -203,6 +203,9 @@ static void print_process(const proc_summary_t *s, int several)
                 "%llu of their frees seen",
                 in, (unsigned long long)st->heap_samples, st->heap_samples == 1 ? "" : "s",
                 num(s, "heap_interval"), (unsigned long long)st->heap_frees);
+        if (st->heap_samples_no_slot)
+            fprintf(stderr, "; %llu of them without a stack (no free capture slot: under \"%s\")",
+                    (unsigned long long)st->heap_samples_no_slot, "[heap: no capture slot]");
         if (dropped)
             fprintf(stderr,
                     "; %llu dropped (no free capture slot %llu, live set full %llu, no stack "

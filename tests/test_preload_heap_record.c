@@ -196,6 +196,9 @@ static void test_totals_no_slot(void)
     printf("%s", out);
     ASSERT_EQ(st, 0);
     ASSERT_NOT_NULL(strstr(out, "heap_lib=1"));
+    /* The summary says how many went without a stack, and where. */
+    ASSERT_NOT_NULL(strstr(out, "without a stack (no free capture slot: under \"[heap: no capture "
+                                "slot]\")"));
     double ta, tu;
     truth(out, &ta, &tu);
     free(out);
