@@ -491,6 +491,7 @@ static const struct {
     {"threads_by_trigger", "triggers"},
     {"trigger_", "triggers"},
     {"handler_replaced", "triggers"},
+    {"unarmed_timer", "triggers"},
     {"wall_", "wall mode"},
     {"events_", "events and labels"},
     {"labels_", "events and labels"},

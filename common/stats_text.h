@@ -106,7 +106,10 @@
     XX(U64, python_broken)                                                                         \
     XX(U64, python_unmatched)                                                                      \
     XX(U64, python_code_reused)                                                                    \
-    XX(U64, python_layout_unknown)
+    XX(U64, python_layout_unknown)                                                                 \
+    XX(U64, unarmed_timer_samples)                                                                 \
+    XX(U64, unarmed_timer_passed)                                                                  \
+    XX(U64, unarmed_timer_errno)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

@@ -262,16 +262,21 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
      * python); off unless asked for. */
     const char *python = getenv("SNAPPROF_PYTHON");
     params.python = python && strcmp(python, "1") == 0;
-    /* Threads armed as they start, one in N (snapprof.h, short_threads);
-     * off unless asked for. */
+    /* Threads armed as they start, one in N (snapprof.h, short_threads),
+     * or sampled by a process-wide timer until armed ("timer":
+     * unarmed_timer); off unless asked for. */
     const char *shorts = getenv("SNAPPROF_SHORT_THREADS");
-    if (shorts && *shorts) {
+    if (shorts && strcmp(shorts, "timer") == 0) {
+        params.unarmed_timer = 1;
+    } else if (shorts && *shorts) {
         char *end;
         errno = 0;
         unsigned long n = strtoul(shorts, &end, 10);
         if (errno != 0 || *end != '\0' || n > 1000000 || shorts[0] == '-')
-            snapprof__preload_warn("ignoring SNAPPROF_SHORT_THREADS=%s: want a count, 0 to 1000000",
-                                   shorts);
+            snapprof__preload_warn(
+                "ignoring SNAPPROF_SHORT_THREADS=%s: want a count, 0 to 1000000, "
+                "or timer",
+                shorts);
         else
             params.short_threads = (unsigned)n;
     }

@@ -26,6 +26,9 @@ static void note_fallback(snapprof_profiler_t *p, snapprof_trigger_t from, int e
  * perf event, CPU timer, handshake. Lock held. */
 void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
 {
+    /* Its own trigger from now on (a capture the process-wide timer took
+     * meanwhile stays in the slots, tied to pcap). */
+    snapprof__unarmed_withdraw(p, t);
     t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
     t->never_armed = 0;
     t->blocked_seq_valid = 0;
@@ -99,13 +102,52 @@ void snapprof__clock_at_end(snapprof__target_t *t, int read_live)
 }
 
 /* t was never armed and is gone: its CPU time joins the one remainder of
- * such threads (snapprof__deliver_unarmed()). Lock held. */
+ * such threads (snapprof__deliver_unarmed()). One the process-wide timer
+ * sampled may have samples that stand for more than its clock: the excess
+ * comes off that pool (snapprof__net_unarmed()), as a short thread's
+ * first sample's does. Lock held. */
 void snapprof__retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t)
 {
+    uint64_t total = snapprof__target_cpu_ns(t);
+    if (t->sampled_ns > total) {
+        if (!t->settled)
+            p->overshoot_ns += t->sampled_ns - total;
+        t->settled = 1;
+        return;
+    }
     uint64_t unsampled = snapprof__target_unsampled_ns(t);
     if (unsampled > t->remainder_ns)
         p->unarmed_ns += unsampled - t->remainder_ns;
     t->remainder_ns = unsampled;
+}
+
+void snapprof__unarmed_publish(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (!p->ptimer_live || t->unarmed_ct_set)
+        return;
+    struct snapprof_thread *th = t->thread;
+    if (!th->on_thread)
+        return; /* its handler could not tell it is the thread's */
+    t->pcap.tid = th->tid;
+    t->pcap.stack_low = th->stack_low;
+    t->pcap.stack_base = th->stack_base;
+    t->pcap.thread = th;
+    t->pcap.on_thread = th->on_thread;
+    t->pcap.owner = t;
+    t->unarmed_ct_set = 1;
+    atomic_store_explicit(&th->unarmed_ct, (void *)&t->pcap, memory_order_release);
+}
+
+int snapprof__unarmed_withdraw(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    if (!t->unarmed_ct_set)
+        return 0;
+    t->unarmed_ct_set = 0;
+    void *mine = &t->pcap;
+    atomic_compare_exchange_strong(&t->thread->unarmed_ct, &mine, NULL);
+    /* A handler that found it before has published its capture. */
+    snapprof__process_timer_quiesce(&p->ptimer);
+    return atomic_load_explicit(&t->pcap.fired, memory_order_relaxed) != 0;
 }
 
 /* Frees the targets removed since the last full drain, which delivered
@@ -120,7 +162,12 @@ void snapprof__retire_removed(snapprof_profiler_t *p)
             i++;
             continue;
         }
-        snapprof__deliver_remainder(p, t, 1);
+        /* One the process-wide timer captured before it was armed joins
+         * the pool of threads never armed (snapprof__retire_unarmed()). */
+        if (t->never_armed)
+            snapprof__retire_unarmed(p, t);
+        else
+            snapprof__deliver_remainder(p, t, 1);
         p->cpu_removed_ns += snapprof__target_cpu_ns(t);
         snapprof__target_free(p, t);
         p->targets[i] = p->targets[--p->target_count];

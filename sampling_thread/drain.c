@@ -507,6 +507,18 @@ int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
                  * clock. What a thread that ends first still owes goes to
                  * the pool (snapprof__settle_final()). */
                 uint64_t weight = slot->weight_ns;
+                if (slot->target == &t->pcap) {
+                    /* The process-wide timer's, taken before the thread's
+                     * own trigger (params.unarmed_timer): (1 + overrun)
+                     * intervals of the process's CPU time, no kernel split,
+                     * no debt. */
+                    t->sampled_ns += weight;
+                    snapprof__unwind_and_deliver(p, t, &slot->res, slot->buffer,
+                                                 (snapprof__label_capture_t *)slot->extra, weight,
+                                                 0, 0);
+                    snapprof__capture_slot_release(pool, slot);
+                    continue;
+                }
                 if (t->first_pending && t->first_odds == 0) {
                     /* Not armed as it started (the CPU timer spreads its
                      * first expiry all the same): the first sample weighs

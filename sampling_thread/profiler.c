@@ -109,6 +109,8 @@ static int wall_by_triggers(const snapprof_profiler_t *p)
 /* Frees a target; its trigger must be disarmed and its captures drained. */
 void snapprof__target_free(snapprof_profiler_t *p, snapprof__target_t *t)
 {
+    /* The thread's handler must not find it any more. */
+    snapprof__unarmed_withdraw(p, t);
     if (p->pool_ready)
         snapprof__capture_target_free_large(&p->pool, &t->cap);
     free(t->prev);
@@ -299,6 +301,9 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
              * and the event's teardown at exit): unless drawn above, the
              * next tick does it, if the thread is still there. */
             t->arm_pending = 1;
+            /* Until then the process-wide timer samples it, if there is
+             * one (params.unarmed_timer). */
+            snapprof__unarmed_publish(p, t);
             /* The first one since the last tick makes the profile due at
              * its next tick (the sampling thread may be asleep until a
              * later drain); it stays due then even if that thread has
@@ -341,6 +346,21 @@ int snapprof_profiler_remove_thread(snapprof_profiler_t *p, snapprof_thread_t *t
                  * would break their one-callback-at-a-time promise). */
                 snapprof__target_free(p, t);
                 p->targets[i] = p->targets[--p->target_count];
+                rc = 0;
+                break;
+            }
+            if (p->state == PROFILER_RUNNING && snapprof__unarmed_withdraw(p, t)) {
+                /* Never armed, but the process-wide timer captured it:
+                 * those captures are delivered by the sampling thread's
+                 * next full drain, which then frees it (as below), its CPU
+                 * time going to the pool of threads never armed. */
+                snapprof__settle_pending(t);
+                snapprof__clock_at_end(t, 1);
+                if (self_end != 0 && t->cpu_last > self_end)
+                    t->cpu_last = self_end;
+                t->dead = 1;
+                t->removed = 1;
+                p->removed_count++;
                 rc = 0;
                 break;
             }
@@ -452,6 +472,19 @@ static snapprof_profile_info_t make_info(const snapprof_profiler_t *p,
         info.event_count = p->events.count;
     }
     return info;
+}
+
+/* Stops the process-wide timer, if this profile has it: no capture of a
+ * thread not yet armed comes after this. Lock held. */
+static void stop_unarmed_timer(snapprof_profiler_t *p)
+{
+    if (!p->ptimer_live)
+        return;
+    p->ptimer_live = 0;
+    snapprof__process_timer_stop(&p->ptimer);
+    for (size_t i = 0; i < p->target_count; i++)
+        snapprof__unarmed_withdraw(p, p->targets[i]);
+    /* The counters stay readable (snapshot_stats()). */
 }
 
 int snapprof_profiler_start(snapprof_profiler_t *p)
@@ -568,6 +601,15 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
             goto undo;
         }
     }
+    /* Threads not yet armed: the process-wide timer, one profile at a
+     * time; a refusal leaves them to the next tick, as without it. */
+    if (p->params.unarmed_timer && p->params.mode == SNAPPROF_MODE_CPU && p->pool_ready &&
+        p->params.trigger != SNAPPROF_TRIGGER_HANDSHAKE) {
+        int err = snapprof__process_timer_start(&p->ptimer, &p->pool, p->params.signal,
+                                                p->params.interval_ns);
+        p->ptimer_on = p->ptimer_live = err == 0;
+        p->stats.unarmed_timer_errno = (uint64_t)(err < 0 ? -err : 0);
+    }
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_start);
@@ -582,6 +624,7 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     p->state = PROFILER_RUNNING;
     rc = snapprof__sampler_activate(p);
     if (rc != 0) {
+        stop_unarmed_timer(p);
         snapprof__heap_end(p);
         snapprof__event_reader_close(&p->events);
         p->state = PROFILER_CREATED;
@@ -633,6 +676,10 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
                                      &out->cfi_table_build_ns);
     out->fds_lost = snapprof__fds_lost();
     out->fds_held_max = snapprof__fds_held_max();
+    if (p->ptimer_on) {
+        out->unarmed_timer_samples = atomic_load(&p->ptimer.captured);
+        out->unarmed_timer_passed = atomic_load(&p->ptimer.passed);
+    }
     snapprof__heap_stats(p, out);
 }
 
@@ -683,6 +730,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     /* No capture can come after this: every trigger is off, heap sampling
      * too, and what the slots still hold is delivered before the profile
      * is written. */
+    stop_unarmed_timer(p);
     for (size_t i = 0; i < p->target_count; i++)
         snapprof__disarm(p, p->targets[i]);
     snapprof__heap_pause(p);

@@ -71,6 +71,12 @@ typedef struct snapprof__target {
     snapprof__arm_t *arm;
     uint32_t arm_gen;
     snapprof__capture_target_t cap;
+    /* While it waits to be armed, with the profile's process-wide timer
+     * (params.unarmed_timer): where that timer's captures of it go
+     * (published in thread->unarmed_ct while unarmed_ct_set), so that the
+     * drain tells them from its own trigger's. */
+    snapprof__capture_target_t pcap;
+    int unarmed_ct_set;
     uint64_t sampled_ns; /* CPU time its delivered samples stand for */
     /* A CPU-clock trigger's first period is short (drawn in (0, interval]
      * so that a short thread is sampled with probability its CPU time /
@@ -137,6 +143,11 @@ struct snapprof_profiler {
      * them next, and the large buffers of deep threads. */
     snapprof__capture_pool_t pool;
     int pool_ready;
+    /* params.unarmed_timer: the process-wide timer for threads not yet
+     * armed (trigger_process.c), when it was made. */
+    snapprof__process_timer_t ptimer;
+    int ptimer_on;   /* it was made (its counters are the profile's) */
+    int ptimer_live; /* and not stopped yet: threads not yet armed take its captures */
     size_t armed_count, handshake_count;
     int joined_since_tick; /* a target became arm_pending since the last tick */
     /* CPU time of threads that left before their first tick (never armed),
@@ -289,6 +300,12 @@ void snapprof__disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 void snapprof__settle_pending(snapprof__target_t *t);
 void snapprof__clock_at_end(snapprof__target_t *t, int read_live);
 void snapprof__retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
+/* With the process-wide timer: t, which waits to be armed, takes that
+ * timer's captures from now on (snapprof__unarmed_publish()), or no longer
+ * (snapprof__unarmed_withdraw(): returns 1 when a capture of it may be in
+ * the slots; none can come after). Lock held. */
+void snapprof__unarmed_publish(snapprof_profiler_t *p, snapprof__target_t *t);
+int snapprof__unarmed_withdraw(snapprof_profiler_t *p, snapprof__target_t *t);
 void snapprof__retire_removed(snapprof_profiler_t *p);
 int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out);
 void snapprof__check_handler(snapprof_profiler_t *p);

@@ -145,6 +145,25 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     return due;
 }
 
+/* Whether t, which waits to be armed, is armed at this tick. With the
+ * process-wide timer (params.unarmed_timer) sampling it meanwhile, only
+ * once it has used an interval of CPU time: a thread armed with less of
+ * its life left than its first period (drawn around one interval) would
+ * mostly end unsampled, its time in the remainder, and the arming (9
+ * system calls) would cost it more than its work. Lock held. */
+static int unarmed_due(const snapprof_profiler_t *p, const snapprof__target_t *t, uint64_t now)
+{
+    if (!t->unarmed_ct_set)
+        return 1;
+    uint64_t interval = p->params.interval_ns;
+    if (now < t->wall_joined_ns + interval)
+        return 0; /* it cannot have used an interval yet */
+    uint64_t cpu;
+    if (snapprof__thread_cpu_ns(t->thread->tid, &cpu) != 0)
+        return 1;
+    return cpu >= t->cpu_start + interval;
+}
+
 int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
 {
     struct timespec c0, c1;
@@ -175,11 +194,19 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             if (t->arm_pending) {
                 if (t->dead || atomic_load(&t->thread->exited)) {
                     /* Gone before its tick, without leaving: its CPU time
-                     * is what its clock said as it exited. */
+                     * is what its clock said as it exited. The process-wide
+                     * timer's captures of it are delivered first, so that
+                     * what they stand for is set against its clock. */
+                    if (snapprof__unarmed_withdraw(p, t))
+                        snapprof__profiler_drain(p);
                     snapprof__clock_at_end(t, 0);
                     snapprof__settle_pending(t);
                     t->dead = 1;
                     snapprof__retire_unarmed(p, t);
+                    continue;
+                }
+                if (!unarmed_due(p, t, now)) {
+                    p->joined_since_tick = 1; /* looked at again next tick */
                     continue;
                 }
                 t->arm_pending = 0;

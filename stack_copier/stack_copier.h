@@ -47,6 +47,11 @@ struct snapprof_thread {
      * under the sampler lock, like every write of name. */
     atomic_int name_pending;
     char name[16];
+    /* While a profile with a process-wide timer (trigger_process.c) has
+     * not armed this thread yet: the snapprof__capture_target_t its
+     * captures go to, else NULL. Set and cleared by that profile; read by
+     * the thread's own signal handler. */
+    _Atomic(void *) unarmed_ct;
 };
 
 /* The sampling side's own work at capture time, while the thread is

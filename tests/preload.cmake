@@ -202,7 +202,8 @@ set_tests_properties(preload_whole_process_example PROPERTIES LABELS "preload" T
 # Short-lived threads (issue 25, item 4): a thread-per-task program whose
 # threads each use less than one sampling period, under `snapprof record`
 # (tests record_short_threads_1khz, record_short_threads_100hz,
-# record_short_threads_one_in_4, record_short_threads_off and, alone,
+# record_short_threads_one_in_4, record_short_threads_off,
+# record_short_threads_timer_1khz, _timer_100hz and, alone,
 # record_accuracy_short_threads_share). bench/bench_churn.sh runs the same
 # program beside perf and gperftools.
 add_executable(churn_prog churn_prog.c)

@@ -732,6 +732,89 @@ static void test_short_threads_unarmed(void)
     tu_collector_free(&col);
 }
 
+/* params.unarmed_timer: short threads, never armed, sampled by the
+ * process-wide timer. */
+static _Atomic uint64_t g_short_work_ns;
+
+static __attribute__((noinline)) void short_work(void)
+{
+    uint64_t t0 = tu_thread_cpu_ns();
+    tu_burn_cpu_ns(400000);
+    atomic_fetch_add(&g_short_work_ns, tu_thread_cpu_ns() - t0);
+}
+
+static void *short_main(void *arg)
+{
+    snapprof_profiler_t *p = arg;
+    snapprof_thread_t *me;
+    ASSERT_OK(snapprof_thread_register_ex(SNAPPROF_REGISTER_AT_START, &me));
+    ASSERT_OK(snapprof_profiler_add_thread(p, me));
+    short_work();
+    if ((uintptr_t)me & 64)
+        ASSERT_OK(snapprof_profiler_remove_thread(p, me)); /* half leave, half just exit */
+    snapprof_thread_release(me);
+    return NULL;
+}
+
+/* 500 threads of 0.4 ms at 1 kHz, none armed (each would need a whole
+ * interval of CPU time first): without the timer every one of them is
+ * "[kernel and unsampled]"; with it, short_work has about its CPU time in
+ * the profile (about 50 samples of about 4 ms each, the kernel checking
+ * the timer at its 250 Hz tick: the bounds are over 3.5 sd), and the
+ * profile's total stays near the threads' clocks (a sampled thread's
+ * excess comes off the pool of unsampled ones). */
+static void test_unarmed_timer(void)
+{
+    tu_collector_t col = {0};
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.unarmed_timer = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&col)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    if (st.unarmed_timer_errno == ENOTSUP) {
+        printf("skipped: a process timer's signal goes to the running thread only since Linux "
+               "6.4\n");
+        exit(TEST_SKIP);
+    }
+    ASSERT_UEQ(st.unarmed_timer_errno, 0);
+    for (int i = 0; i < 500; i++) {
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, short_main, p), 0);
+        pthread_join(th, NULL);
+    }
+    ASSERT_OK(snapprof_profiler_stop(p));
+    st = col.stats;
+    uint64_t cpu = 0, work = 0;
+    for (size_t i = 0; i < col.count; i++) {
+        cpu += col.samples[i].cpu_ns;
+        for (size_t j = 0; j < col.samples[i].frame_count && j < 4; j++)
+            if (strcmp(tu_frame_name(&col.samples[i].frames[j]), "short_work") == 0) {
+                work += col.samples[i].cpu_ns;
+                break;
+            }
+    }
+    uint64_t armed = st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] +
+                     st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] +
+                     st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE];
+    uint64_t measured = atomic_load(&g_short_work_ns);
+    printf("500 threads of 0.4 ms at 1 kHz: %llu armed; timer signals %llu captured, %llu "
+           "passed; short_work %.1f ms in the profile for %.1f ms measured; profile %.1f ms, "
+           "clocks %.1f ms\n",
+           (unsigned long long)armed, (unsigned long long)st.unarmed_timer_samples,
+           (unsigned long long)st.unarmed_timer_passed, work / 1e6, measured / 1e6, cpu / 1e6,
+           st.cpu_ns_total / 1e6);
+    ASSERT_GT(st.unarmed_timer_samples, 0);
+    ASSERT(work >= measured / 2 && work <= measured * 2);
+    ASSERT(cpu >= st.cpu_ns_total * 9 / 10 && cpu <= st.cpu_ns_total * 11 / 10);
+    snapprof_profiler_destroy(p);
+    tu_collector_free(&col);
+}
+
 /* ------------------------------------------------------------------------ */
 /* fork                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1101,6 +1184,7 @@ int main(int argc, char **argv)
         {"churn_perf", test_churn_perf},
         {"churn_timer", test_churn_timer},
         {"short_threads_unarmed", test_short_threads_unarmed},
+        {"unarmed_timer", test_unarmed_timer},
         {"fork_child", test_fork_child},
         {"fork_child_gen_wraps", test_fork_child_gen_wraps},
         {"full_slots", test_full_slots},

@@ -185,6 +185,48 @@ int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc);
  * generation, under a tag), which the hook checks. */
 uint64_t snapprof__trigger_timer_payload(const snapprof__arm_t *a);
 
+/* Installs the signal hook (snapprof__trigger_on_signal) if no arm has. */
+void snapprof__trigger_install_hook(void);
+
+/* The process-wide CPU timer for threads not yet armed
+ * (trigger_process.c, snapprof_params_t.unarmed_timer). One profile at a
+ * time owns it. */
+typedef struct snapprof__process_timer {
+    snapprof__capture_pool_t *pool; /* where captures go */
+    uint64_t period_ns;
+    timer_t timer;
+    int has_timer;
+    _Atomic int on;            /* cleared first at stop: handlers then leave */
+    _Atomic int users;         /* handlers inside, on any thread */
+    _Atomic uint64_t captured; /* signals on a thread not yet armed: captured */
+    _Atomic uint64_t passed;   /* signals on another thread: dropped */
+} snapprof__process_timer_t;
+
+/* Whether a kernel release (uname -r) delivers a process timer's signal to
+ * the thread that was running (Linux 6.4 and later). */
+int snapprof__process_timer_kernel_ok(const char *release);
+
+/* Starts pt: signo every period_ns of the process's CPU time, captures of
+ * threads not yet armed into pool. Returns 0, -ENOTSUP on a kernel before
+ * 6.4, -EBUSY when another profile has the timer, or the kernel's refusal.
+ * Sampling side. */
+int snapprof__process_timer_start(snapprof__process_timer_t *pt, snapprof__capture_pool_t *pool,
+                                  int signo, uint64_t period_ns);
+
+/* Waits until no handler is inside pt: one that found a thread's
+ * unarmed_ct before it was cleared has published its capture. Sampling
+ * side. */
+void snapprof__process_timer_quiesce(snapprof__process_timer_t *pt);
+
+/* Stops and deletes the timer (if started) and waits out its handlers.
+ * Sampling side. */
+void snapprof__process_timer_stop(snapprof__process_timer_t *pt);
+
+/* The process timer's part of snapprof__trigger_on_signal(): returns 0
+ * when the signal is not the process timer's. RUNS IN THE SIGNAL HANDLER.
+ * Async-signal-safe. */
+int snapprof__process_timer_on_signal(const siginfo_t *info, const ucontext_t *uc);
+
 /* Test seam: makes arming with kind fail with err (0: no failure). */
 void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err);
 

@@ -140,6 +140,11 @@ static void init_tables(void)
     snapprof__stack_copier_set_hook(snapprof__trigger_on_signal);
 }
 
+void snapprof__trigger_install_hook(void)
+{
+    snapprof__stack_copier_set_hook(snapprof__trigger_on_signal);
+}
+
 /* Takes a free arm. Lock held. */
 static snapprof__arm_t *take_arm(snapprof__arm_t *arms)
 {
@@ -374,6 +379,10 @@ static void serve_ring(snapprof__arm_t *arms, snapprof__arm_t *a, uint32_t next,
 /* RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */
 int snapprof__trigger_on_signal(int signo, siginfo_t *info, void *uc)
 {
+    /* The process-wide timer's (trigger_process.c), which needs no arm. */
+    if (info->si_code == SI_TIMER &&
+        snapprof__process_timer_on_signal(info, (const ucontext_t *)uc))
+        return 1;
     snapprof__arm_t *arms = atomic_load_explicit(&g_arms, memory_order_acquire);
     _Atomic uint32_t *fds = atomic_load_explicit(&g_fd_arm, memory_order_acquire);
     if (!arms || !fds)

@@ -545,6 +545,17 @@ typedef struct snapprof_stats {
     uint64_t python_code_reused;
     uint64_t python_layout_unknown;
     /* -- end of issue 29's block -- */
+    /* -- Added in 0.7.0 (issue 25, snapprof_params_t.unarmed_timer) -- */
+    /* The process-wide timer's signals that reached a thread not yet
+     * armed (captured; their samples are in samples) and those that
+     * reached another thread (dropped: an armed thread's own trigger
+     * counts its time); and, when the timer was asked for but not made,
+     * why (an errno: ENOTSUP for a kernel before 6.4, EBUSY when another
+     * profile has it), else 0. */
+    uint64_t unarmed_timer_samples;
+    uint64_t unarmed_timer_passed;
+    uint64_t unarmed_timer_errno;
+    /* -- end of the unarmed_timer block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
@@ -1050,6 +1061,21 @@ typedef struct snapprof_params {
      * (SNAPPROF_PYTHON=1 in the preload library, `snapprof record
      * --python`). */
     int python;
+    /* Added in 0.7.0 (read only when size covers it). CPU mode with a
+     * CPU-clock trigger: a process-wide timer on the process's CPU clock,
+     * every interval, samples the threads the profile has not armed yet
+     * (those that joined since the sampling thread's last tick), its
+     * sample weighing (1 + overrun) intervals; on an armed thread its
+     * signal is dropped (that thread's own trigger counts its time). A
+     * thread that ends before it is armed is then still sampled with
+     * probability (its CPU time / interval), at no cost of its own, where
+     * short_threads arms it (9 system calls). The kernel delivers the
+     * timer's signal to the thread that was running only since Linux 6.4;
+     * on older kernels, or when another profile has the timer, it is not
+     * made (stats unarmed_timer_errno). Checked at the scheduler tick, so a
+     * second is sampled at most CONFIG_HZ times per CPU. Default 0
+     * (SNAPPROF_SHORT_THREADS=timer in the preload library). */
+    int unarmed_timer;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),
