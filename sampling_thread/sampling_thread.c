@@ -230,13 +230,32 @@ static void give_way(void)
     pthread_mutex_lock(&g_lock);
 }
 
+/* The sampling thread blocks every signal but the process-wide timer's
+ * while one is in force (snapprof__process_timer_signo(): taken here, its
+ * handler does nothing on this thread, rather than sent to a thread of
+ * the program's, maybe asleep). *cur is the one it lets in now, 0: none. */
+static void follow_process_timer(int *cur)
+{
+    int signo = snapprof__process_timer_signo();
+    if (signo == *cur)
+        return;
+    sigset_t mask;
+    sigfillset(&mask);
+    if (signo > 0)
+        sigdelset(&mask, signo);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    *cur = signo;
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
     snapprof__heap_mute_thread(); /* its allocations are never the program's */
     atomic_store(&g_sampler_tid, snapprof__gettid_cached());
+    int timer_signo = 0;
     pthread_mutex_lock(&g_lock);
     for (;;) {
+        follow_process_timer(&timer_signo);
         give_way();
         serve_drain_asked();
         if (!g_active) {

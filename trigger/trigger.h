@@ -194,6 +194,7 @@ void snapprof__trigger_install_hook(void);
 typedef struct snapprof__process_timer {
     snapprof__capture_pool_t *pool; /* where captures go */
     uint64_t period_ns;
+    int signo;
     timer_t timer;
     int has_timer;
     _Atomic int on;            /* cleared first at stop: handlers then leave */
@@ -212,6 +213,14 @@ int snapprof__process_timer_kernel_ok(const char *release);
  * Sampling side. */
 int snapprof__process_timer_start(snapprof__process_timer_t *pt, snapprof__capture_pool_t *pool,
                                   int signo, uint64_t period_ns);
+
+/* The signal of the process-wide timer in force, else 0. A thread of
+ * snapprof's that blocks every signal (the sampling thread) unblocks this
+ * one while it is in force: when such a thread is running as the timer
+ * expires, the kernel sends the signal to another thread, which may be a
+ * thread of the program's asleep in a system call, cut short with EINTR
+ * (0-5 naps of 1 ms a run in trigger_unarmed_timer before). */
+int snapprof__process_timer_signo(void);
 
 /* Waits until no handler is inside pt: one that found a thread's
  * unarmed_ct before it was cleared has published its capture. Sampling

@@ -76,6 +76,7 @@ int snapprof__process_timer_start(snapprof__process_timer_t *pt, snapprof__captu
     memset(pt, 0, sizeof *pt);
     pt->pool = pool;
     pt->period_ns = period_ns;
+    pt->signo = signo;
     snapprof__process_timer_t *none = NULL;
     if (!atomic_compare_exchange_strong(&g_owner, &none, pt))
         return -EBUSY; /* another profile has it */
@@ -107,6 +108,12 @@ int snapprof__process_timer_start(snapprof__process_timer_t *pt, snapprof__captu
     }
     pt->has_timer = 1;
     return 0;
+}
+
+int snapprof__process_timer_signo(void)
+{
+    snapprof__process_timer_t *pt = atomic_load(&g_owner);
+    return pt && atomic_load(&pt->on) ? pt->signo : 0;
 }
 
 void snapprof__process_timer_quiesce(snapprof__process_timer_t *pt)
