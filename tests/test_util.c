@@ -1,6 +1,7 @@
 /* Helpers shared by snapprof's tests (see test_util.h). */
 #include "test_util.h"
 #include "test.h"
+#include "test_prog.h"
 
 #include <errno.h>
 #include <linux/perf_event.h>
@@ -29,17 +30,7 @@ uint64_t tu_thread_cpu_ns(void)
 
 char tu_thread_state(int tid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-    const char *paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' ? paren[2] : '?';
+    return tp_thread_state(tid);
 }
 
 /* Which sanitizer the build has: gcc says so with __SANITIZE_*__, clang
