@@ -80,33 +80,20 @@ static snapprof_stats_t profile_self(const char *path, uint64_t n)
     return st;
 }
 
-typedef struct text {
-    char s[8192];
-    size_t len;
-} text_t;
-
-static int add_line(void *arg, const char *key, const char *value)
-{
-    text_t *t = arg;
-    int n = snprintf(t->s + t->len, sizeof t->s - t->len, "%s %s\n", key, value);
-    ASSERT(n > 0 && (size_t)n < sizeof t->s - t->len);
-    t->len += (size_t)n;
-    return 0;
-}
-
 /* Fails unless out is the profile's comments as "# " lines, then every
  * counter of want as "key value" lines, in the table's order. */
 static void expect_output(const char *out, const char *profile, const snapprof_stats_t *want)
 {
-    static text_t t;
+    static pbt_text_t t;
     t.len = 0;
+    t.sep = " ";
     Perftools__Profiles__Profile *p = pbt_load(profile);
     ASSERT_GE(p->n_comment, 1);
     for (size_t i = 0; i < p->n_comment; i++)
         t.len +=
             (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "# %s\n", pbt_str(p, p->comment[i]));
     perftools__profiles__profile__free_unpacked(p, NULL);
-    snapprof__stats_for_each(want, add_line, &t);
+    snapprof__stats_for_each(want, pbt_text_add_stat, &t);
     ASSERT_STR_EQ(out, t.s);
 }
 
@@ -120,9 +107,10 @@ static void expect_output(const char *out, const char *profile, const snapprof_s
  * order, "other" last. */
 static void expect_grouped(const char *out, const snapprof_stats_t *want, const char *extra)
 {
-    static text_t t;
+    static pbt_text_t t;
+    t.sep = " ";
     t.len = (size_t)snprintf(t.s, sizeof t.s, "\n");
-    snapprof__stats_for_each(want, add_line, &t);
+    snapprof__stats_for_each(want, pbt_text_add_stat, &t);
     t.len += (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "%s", extra);
     /* The headline ends at the first blank line; no counter is above it. */
     const char *body = strstr(out, "\n\n");
