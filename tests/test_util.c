@@ -148,14 +148,22 @@ static double parse_value(const char *s)
     return strtod(s, NULL);
 }
 
+char *tu_pprof_ok(const char *args, const char *profile)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s '%s'", args, profile);
+    int status = 0;
+    char *out = tu_pprof(cmd, &status);
+    if (status != 0)
+        TEST_FAIL("go tool pprof %s failed (%d):\n%s", cmd, status, out);
+    return out;
+}
+
 int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw)
 {
     char args[4096];
-    snprintf(args, sizeof args, "-top -nodecount=1000 %s '%s'", extra ? extra : "", profile);
-    int status = 0;
-    char *text = tu_pprof(args, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof %s failed (%d):\n%s", args, status, text);
+    snprintf(args, sizeof args, "-top -nodecount=1000 %s", extra ? extra : "");
+    char *text = tu_pprof_ok(args, profile);
     int cap = 64, n = 0;
     tu_top_row_t *rows = calloc((size_t)cap, sizeof *rows);
     ASSERT_NOT_NULL(rows);
@@ -191,7 +199,7 @@ int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, cha
     }
     if (raw) {
         /* strtok cut the text; run once more for an intact copy. */
-        *raw = tu_pprof(args, NULL);
+        *raw = tu_pprof_ok(args, profile);
     }
     free(text);
     *out = rows;

@@ -44,6 +44,10 @@ char *tu_run(const char *cmd, int *status);
  * test (failure) when go is missing: pprof is the client we must satisfy. */
 char *tu_pprof(const char *args, int *status);
 
+/* Runs `go tool pprof ARGS 'PROFILE'` (tu_pprof) and fails the test unless
+ * it exits 0; returns its output (malloc'd). */
+char *tu_pprof_ok(const char *args, const char *profile);
+
 /* One row of `go tool pprof -top` output. */
 typedef struct tu_top_row {
     char name[512];
