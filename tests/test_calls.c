@@ -46,16 +46,7 @@ static void *worker(void *arg)
 
 static double top_value(const char *path, const char *extra, const char *name, int cum, int print)
 {
-    tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(path, extra, &rows, &raw);
-    if (print)
-        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
-    const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? (cum ? r->cum : r->flat) : -1;
-    free(rows);
-    free(raw);
-    return v;
+    return tu_top_value(path, extra, name, cum ? TU_TOP_CUM : TU_TOP_FLAT, -1, print);
 }
 
 static void test_profile(void)

@@ -38,12 +38,7 @@ double pl_samples_of(const char *profile, const char *extra, const char *fn)
 {
     char flags[1024];
     snprintf(flags, sizeof flags, "-sample_index=samples %s", extra ? extra : "");
-    tu_top_row_t *rows;
-    int n = tu_pprof_top(profile, flags, &rows, NULL);
-    const tu_top_row_t *r = tu_top_find(rows, n, fn);
-    double v = r ? r->flat : 0;
-    free(rows);
-    return v;
+    return tu_top_value(profile, flags, fn, TU_TOP_FLAT, 0, 0);
 }
 
 void pl_require_fn(const char *profile, const char *extra, const char *fn, double min)

@@ -214,18 +214,29 @@ const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *nam
     return NULL;
 }
 
-double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print)
+double tu_top_value(const char *profile, const char *extra, const char *name, tu_top_col_t col,
+                    double absent, int print)
 {
     tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(profile, extra, &rows, &raw);
+    char *raw = NULL;
+    int n = tu_pprof_top(profile, extra, &rows, print ? &raw : NULL);
     if (print)
         printf("$ go tool pprof -top %s\n%s\n", extra, raw);
     const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? r->cum_pct : 0;
+    double v = absent;
+    if (r)
+        v = col == TU_TOP_FLAT       ? r->flat
+            : col == TU_TOP_FLAT_PCT ? r->flat_pct
+            : col == TU_TOP_CUM      ? r->cum
+                                     : r->cum_pct;
     free(rows);
     free(raw);
     return v;
+}
+
+double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print)
+{
+    return tu_top_value(profile, extra, name, TU_TOP_CUM_PCT, 0, print);
 }
 
 char *tu_make_tmpdir(const char *tag)

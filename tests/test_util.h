@@ -61,6 +61,13 @@ int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, cha
 
 /* The row named name (exact match), or NULL. */
 const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
+/* A column of tu_top_row_t. */
+typedef enum { TU_TOP_FLAT, TU_TOP_FLAT_PCT, TU_TOP_CUM, TU_TOP_CUM_PCT } tu_top_col_t;
+/* Column col of name's row in `go tool pprof -top EXTRA` of profile,
+ * absent when it has none; with print, prints the command and its report
+ * first. */
+double tu_top_value(const char *profile, const char *extra, const char *name, tu_top_col_t col,
+                    double absent, int print);
 /* The cum% of name in `go tool pprof -top EXTRA` of profile, 0 when absent;
  * with print, prints the command and its report first. */
 double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print);
