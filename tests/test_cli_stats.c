@@ -5,6 +5,7 @@
  * refused with one clear line. */
 #include "common/stats_text.h"
 #include "test.h"
+#include "test_preload_util.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"
 
@@ -19,11 +20,7 @@ static char g_dir[512];
 
 static char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int i;
-    char *p = buf[i++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
-    return p;
+    return pl_path(g_dir, name);
 }
 
 /* Runs `snapprof stats ARGS` with stdout and stderr apart; returns stdout
@@ -444,9 +441,7 @@ static void test_other(void)
 
 static void make_dir(void)
 {
-    char *d = tu_make_tmpdir("cli-stats");
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, "cli-stats");
 }
 
 int main(int argc, char **argv)

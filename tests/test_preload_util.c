@@ -69,6 +69,22 @@ void pl_require_under(const char *profile, const char *fn, double min)
     free(raw);
 }
 
+void pl_make_dir(char *dir, size_t size, const char *tag)
+{
+    char *d = tu_make_tmpdir(tag);
+    snprintf(dir, size, "%s", d);
+    free(d);
+}
+
+char *pl_path(const char *dir, const char *name)
+{
+    static char buf[4][1024];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
+}
+
 int pl_exists(const char *path)
 {
     struct stat st;
