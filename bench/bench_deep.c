@@ -34,16 +34,8 @@ static void run(double cpu_seconds)
 {
     deep_thread_t d[THREADS];
     snapprof_thread_t *tokens[THREADS];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < THREADS; i++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 8u << 20);
-        d[i].depth = DEPTH;
-        if (pthread_create(&d[i].th, &attr, trigger_deep_main, &d[i]) != 0)
-            exit(1);
-        pthread_attr_destroy(&attr);
-    }
+    if (trigger_deep_start(d, THREADS, DEPTH) != 0)
+        exit(1);
     for (int i = 0; i < THREADS; i++) {
         while (!atomic_load(&d[i].at_bottom))
             usleep(1000);

@@ -989,15 +989,7 @@ static void test_deep_stacks_two_threads(void)
     enum { THREADS = 2, SAMPLES = 1000 };
     deep_thread_t d[THREADS];
     snapprof_thread_t *tokens[THREADS];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < THREADS; i++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 8u << 20);
-        d[i].depth = 2000;
-        ASSERT_EQ(pthread_create(&d[i].th, &attr, trigger_deep_main, &d[i]), 0);
-        pthread_attr_destroy(&attr);
-    }
+    ASSERT_OK(trigger_deep_start(d, THREADS, 2000));
     for (int i = 0; i < THREADS; i++) {
         while (!atomic_load(&d[i].registered))
             usleep(1000);

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 __attribute__((noinline)) uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom,
                                                         const atomic_int *stop)
@@ -38,6 +39,22 @@ void *trigger_deep_main(void *arg)
     atomic_store(&d->registered, 1);
     d->result = trigger_deep_recurse(d->depth, &d->at_bottom, &d->stop);
     return NULL;
+}
+
+int trigger_deep_start(deep_thread_t *d, int n, int depth)
+{
+    memset(d, 0, (size_t)n * sizeof *d);
+    for (int i = 0; i < n; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8u << 20);
+        d[i].depth = depth;
+        int rc = pthread_create(&d[i].th, &attr, trigger_deep_main, &d[i]);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* Sampling thread. */

@@ -32,6 +32,11 @@ typedef struct deep_thread {
  * cannot register. */
 void *trigger_deep_main(void *arg);
 
+/* Zeroes d[0..n) and starts a trigger_deep_main thread for each, depth
+ * frames deep, on an 8 MiB stack. Returns 0, or -1 when a thread could
+ * not start. */
+int trigger_deep_start(deep_thread_t *d, int n, int depth);
+
 /* deep_tally_ops' user data: set depth, zero the counts. samples counts
  * the samples (a thread's remainder of CPU time no capture placed is not
  * one), whole those past depth frames and not ended by a marker
