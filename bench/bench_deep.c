@@ -106,17 +106,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    double load[3] = {0, 0, 0};
-    FILE *f = fopen("/proc/loadavg", "re");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
-            load[0] = load[1] = load[2] = 0;
-        fclose(f);
-    }
-    printf("bench_deep: snapprof %d.%d.%d, %ld CPUs, load %.2f %.2f %.2f%s\n",
-           SNAPPROF_VERSION_MAJOR, SNAPPROF_VERSION_MINOR, SNAPPROF_VERSION_PATCH,
-           sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2],
-           quick ? " (--quick: figures are not meaningful)" : "");
+    bench_print_banner("bench_deep", quick);
     printf("%d threads x %d frames (-fomit-frame-pointer, ~1.3 MiB of live stack each), %u Hz of "
            "thread CPU time, default trigger and capture memory\n",
            THREADS, DEPTH, HZ);
