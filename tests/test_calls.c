@@ -56,13 +56,8 @@ static void test_profile(void)
     snprintf(calls_path, sizeof calls_path, "%s/calls.pb.gz", dir);
     snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
     snapprof_thread_t *self;
-    ASSERT_OK(snapprof_thread_register(&self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
+    snapprof_profiler_t *p = tu_profile_self(&self);
     snapprof_builder_t *cb, *tb;
-    ASSERT_OK(snapprof_profiler_create(&params, &self, 1, &p));
     ASSERT_OK(snapprof_calls_builder_create(calls_path, &cb));
     ASSERT_OK(snapprof_profiler_add_builder(p, cb));
     ASSERT_OK(snapprof_trace_builder_create(trace_path, &tb));

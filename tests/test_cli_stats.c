@@ -55,13 +55,8 @@ __attribute__((noinline)) void stats_hot(uint64_t units)
 static snapprof_stats_t profile_self(const char *path, uint64_t n)
 {
     snapprof_thread_t *me;
-    ASSERT_OK(snapprof_thread_register(&me));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
+    snapprof_profiler_t *p = tu_profile_self(&me);
     snapprof_builder_t *b;
-    ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
     ASSERT_OK(snapprof_pprof_builder_create(path, &b));
     ASSERT_OK(snapprof_profiler_add_builder(p, b));
     ASSERT_OK(snapprof_profiler_start(p));

@@ -268,6 +268,17 @@ static int has_samples(const snapprof_stats_t *st, void *arg)
     return st->samples >= *(const uint64_t *)arg;
 }
 
+snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self)
+{
+    ASSERT_OK(snapprof_thread_register(self));
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, self, 1, &p));
+    return p;
+}
+
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
 {
     snapprof_stats_t st;

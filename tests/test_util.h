@@ -79,6 +79,10 @@ char *tu_make_tmpdir(const char *tag);
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
 
+/* Registers the calling thread (*self) and creates a profiler of it alone
+ * at 1 kHz, default params otherwise; fails the test on an error. */
+snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self);
+
 /* Waits until the profiler has delivered n samples, checking every 5 ms,
  * and fails the test after 120 s. Tests wait for samples, not for time: a
  * busy thread that this VM's host barely runs is idle for many ticks. */
