@@ -10,6 +10,9 @@
  * Usage: bench_deep [--quick] [--runs N]
  * Prints a table; it never judges the figures (see bench/README.md). */
 #include "bench_util.h"
+/* tests/trigger_deep_work.c, built without frame pointers (CMakeLists.txt):
+ * the recursion, its thread and the whole-stack tally. */
+#include "tests/trigger_deep_work.h"
 
 #include <snapprof/profile_builder.h>
 #include <snapprof/snapprof.h>
@@ -27,63 +30,12 @@
 #define DEPTH 2000
 #define HZ 1000u
 
-/* tests/trigger_deep_work.c, built without frame pointers (CMakeLists.txt). */
-uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
-
-typedef struct deep_thread {
-    pthread_t th;
-    snapprof_thread_t *token;
-    clockid_t clock;
-    atomic_int registered, at_bottom, stop;
-    uint64_t result;
-} deep_thread_t;
-
-static void *deep_main(void *arg)
-{
-    deep_thread_t *d = arg;
-    if (snapprof_thread_register(&d->token) != 0)
-        abort();
-    atomic_store(&d->registered, 1);
-    d->result = trigger_deep_recurse(DEPTH, &d->at_bottom, &d->stop);
-    return NULL;
-}
-
-typedef struct tally {
-    atomic_size_t samples, whole;
-} tally_t;
-
-/* Sampling thread. */
-static int tally_sample(void *user_data, const snapprof_sample_t *s)
-{
-    tally_t *t = user_data;
-    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
-        return 0; /* CPU time no capture placed, not a sample */
-    atomic_fetch_add(&t->samples, 1);
-    /* Whole: past the recursion, and not ended by a marker. */
-    if (s->frame_count > DEPTH && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
-        atomic_fetch_add(&t->whole, 1);
-    return 0;
-}
-
-static const snapprof_builder_ops_t tally_ops = {
-    .version = 1, /* receives time samples only */
-    .name = "tally",
-    .xOnSample = tally_sample,
-};
-
 static void run(double cpu_seconds)
 {
     deep_thread_t d[THREADS];
     snapprof_thread_t *tokens[THREADS];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < THREADS; i++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 8u << 20);
-        if (pthread_create(&d[i].th, &attr, deep_main, &d[i]) != 0)
-            exit(1);
-        pthread_attr_destroy(&attr);
-    }
+    if (trigger_deep_start(d, THREADS, DEPTH) != 0)
+        exit(1);
     for (int i = 0; i < THREADS; i++) {
         while (!atomic_load(&d[i].at_bottom))
             usleep(1000);
@@ -94,10 +46,10 @@ static void run(double cpu_seconds)
     snapprof_params_init(&params);
     params.interval_ns = 1000000000u / HZ;
     snapprof_profiler_t *p;
-    tally_t t = {0};
+    deep_tally_t t = {.depth = DEPTH};
     snapprof_builder_t *b;
     if (snapprof_profiler_create(&params, tokens, THREADS, &p) != 0 ||
-        snapprof_builder_create(&tally_ops, &t, &b) != 0 ||
+        snapprof_builder_create(&deep_tally_ops, &t, &b) != 0 ||
         snapprof_profiler_add_builder(p, b) != 0)
         exit(1);
     bench_cpu_times_t m0 = bench_read_cpu_times();
@@ -154,17 +106,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    double load[3] = {0, 0, 0};
-    FILE *f = fopen("/proc/loadavg", "re");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
-            load[0] = load[1] = load[2] = 0;
-        fclose(f);
-    }
-    printf("bench_deep: snapprof %d.%d.%d, %ld CPUs, load %.2f %.2f %.2f%s\n",
-           SNAPPROF_VERSION_MAJOR, SNAPPROF_VERSION_MINOR, SNAPPROF_VERSION_PATCH,
-           sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2],
-           quick ? " (--quick: figures are not meaningful)" : "");
+    bench_print_banner("bench_deep", quick);
     printf("%d threads x %d frames (-fomit-frame-pointer, ~1.3 MiB of live stack each), %u Hz of "
            "thread CPU time, default trigger and capture memory\n",
            THREADS, DEPTH, HZ);

@@ -700,17 +700,7 @@ static void wake_latency(int n, uint64_t *p50, uint64_t *max)
 
 static void print_header(const config_t *cfg)
 {
-    double load[3] = {0, 0, 0};
-    FILE *f = fopen("/proc/loadavg", "re");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
-            load[0] = load[1] = load[2] = 0;
-        fclose(f);
-    }
-    printf("bench_pause: snapprof %d.%d.%d, %ld CPUs, load %.2f %.2f %.2f%s\n",
-           SNAPPROF_VERSION_MAJOR, SNAPPROF_VERSION_MINOR, SNAPPROF_VERSION_PATCH,
-           sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2],
-           cfg->quick ? " (--quick: figures are not meaningful)" : "");
+    bench_print_banner("bench_pause", cfg->quick);
     uint64_t late50, late_max;
     wake_latency(cfg->quick ? 10 : 50, &late50, &late_max);
     printf("machine: a 1 ms sleep wakes %.0f us late (p50), %.1f ms (max)\n", late50 / 1e3,

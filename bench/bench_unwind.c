@@ -22,6 +22,7 @@
  * the CFI engine reads from the copy and from modules per sample. */
 #include "bench_util.h"
 #include "stack_copier/stack_copier.h"
+#include "tests/trigger_deep_work.h"
 #include "unwinder/cfi_table_unwinder.h"
 #include "unwinder/cfi_engine.h"
 
@@ -369,31 +370,6 @@ static void *spinner_main(void *arg)
     return NULL;
 }
 
-typedef struct tally {
-    atomic_size_t samples, complete;
-} tally_t;
-
-static int tally_sample(void *user_data, const snapprof_sample_t *s)
-{
-    tally_t *t = user_data;
-    /* A thread's "[kernel and unsampled]" remainder is CPU time no capture
-     * placed, not a sample (stats.samples leaves it out too): counted, it
-     * made 2 of ~4000 samples "incomplete". */
-    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
-        return 0;
-    atomic_fetch_add(&t->samples, 1);
-    /* Whole: past the recursion and not ended by a marker. */
-    if (s->frame_count > 2000 && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
-        atomic_fetch_add(&t->complete, 1);
-    return 0;
-}
-
-static const snapprof_builder_ops_t tally_ops = {
-    .version = 1, /* receives time samples only */
-    .name = "tally",
-    .xOnSample = tally_sample,
-};
-
 static void deep_profile(int with_table, double seconds)
 {
     enum { THREADS = 2 };
@@ -417,10 +393,10 @@ static void deep_profile(int with_table, double seconds)
     params.interval_ns = 1000000u;
     params.trigger = SNAPPROF_TRIGGER_AUTO;
     snapprof_profiler_t *p;
-    tally_t t = {0};
+    deep_tally_t t = {.depth = 2000};
     snapprof_builder_t *b;
     if (snapprof_profiler_create(&params, tokens, THREADS, &p) != 0 ||
-        snapprof_builder_create(&tally_ops, &t, &b) != 0 ||
+        snapprof_builder_create(&deep_tally_ops, &t, &b) != 0 ||
         snapprof_profiler_add_builder(p, b) != 0)
         exit(1);
     /* The libunwind chain (the default chain before issue 16), with the
@@ -458,7 +434,7 @@ static void deep_profile(int with_table, double seconds)
         g_sink += sp[i].result;
         snapprof_thread_release(sp[i].token);
     }
-    size_t n = atomic_load(&t.samples), whole = atomic_load(&t.complete);
+    size_t n = atomic_load(&t.samples), whole = atomic_load(&t.whole);
     double requested = (cpu1 - cpu0) * 1000.0;
     printf("%-34s %8zu %10.0f %10.3f %9.2f%% %9llu\n",
            with_table ? "jit, cfi-table, libunwind, df, fp" : "jit, libunwind, df, fp", n,

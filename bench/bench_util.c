@@ -1,9 +1,12 @@
 /* What the bench programs share (bench_util.h). */
 #include "bench_util.h"
 
+#include <snapprof/snapprof.h> /* the version macros only: nothing is linked */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Async-signal-safe. */
 uint64_t bench_clock_ns(clockid_t clock)
@@ -32,6 +35,20 @@ bench_cpu_times_t bench_read_cpu_times(void)
         fclose(f);
     }
     return t;
+}
+
+void bench_print_banner(const char *name, int quick)
+{
+    double load[3] = {0, 0, 0};
+    FILE *f = fopen("/proc/loadavg", "re");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = load[1] = load[2] = 0;
+        fclose(f);
+    }
+    printf("%s: snapprof %d.%d.%d, %ld CPUs, load %.2f %.2f %.2f%s\n", name, SNAPPROF_VERSION_MAJOR,
+           SNAPPROF_VERSION_MINOR, SNAPPROF_VERSION_PATCH, sysconf(_SC_NPROCESSORS_ONLN), load[0],
+           load[1], load[2], quick ? " (--quick: figures are not meaningful)" : "");
 }
 
 void bench_print_machine(const char *lead, const bench_cpu_times_t *a, const bench_cpu_times_t *b)

@@ -27,6 +27,21 @@ bench_cpu_times_t bench_read_cpu_times(void);
  * figure, and thread CPU clocks too, can carry some of it. */
 void bench_print_machine(const char *lead, const bench_cpu_times_t *a, const bench_cpu_times_t *b);
 
+/* Prints "NAME: snapprof X.Y.Z, N CPUs, load L1 L5 L15" and, with quick,
+ * that the figures are not meaningful, as a line. */
+void bench_print_banner(const char *name, int quick);
+
+/* xorshift64*: the next pseudo-random number of the sequence *s (not 0). */
+static inline uint64_t bench_rand(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
 /* The usage message bench_usage prints (set it first in main). */
 extern const char *bench_usage_text;
 /* Prints the usage message to stderr and exits 2. */

@@ -14,6 +14,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "bench_util.h" /* bench_rand: inline, nothing linked */
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,22 +30,12 @@ static uint64_t iters = 10000000;
 
 void *volatile heap_cost_sink;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
 __attribute__((noinline)) static void *cost_worker(void *arg)
 {
     uint64_t rng = 0x9E3779B97F4A7C15ULL * ((uint64_t)(uintptr_t)arg + 1);
     char *held[HOLD] = {0};
     for (uint64_t i = 0; i < iters; i++) {
-        uint64_t r = next_rand(&rng);
+        uint64_t r = bench_rand(&rng);
         size_t size = 16 + (size_t)(r % 241);
         char *p = malloc(size);
         if (!p) {

@@ -31,6 +31,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "bench_util.h" /* bench_rand: inline, nothing linked */
+
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,29 +79,18 @@ static size_t kept_n, kept_cap;
  * a malloc/free pair nor the stores into a block. */
 void *volatile heap_truth_sink;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    /* xorshift64* */
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
 /* 16 B to 64 KiB - 1, about log-uniform: a power of two 16 << e, e in 0..11,
  * then uniform within [16 << e, 32 << e). */
 static size_t draw_size(uint64_t *s)
 {
-    unsigned e = (unsigned)(next_rand(s) % 12);
+    unsigned e = (unsigned)(bench_rand(s) % 12);
     size_t lo = (size_t)16 << e;
-    return lo + (size_t)(next_rand(s) % lo);
+    return lo + (size_t)(bench_rand(s) % lo);
 }
 
 static int draw_keep(uint64_t *s, double frac)
 {
-    return (double)(next_rand(s) >> 11) * 0x1.0p-53 < frac;
+    return (double)(bench_rand(s) >> 11) * 0x1.0p-53 < frac;
 }
 
 static uint64_t tag_of(void *p, size_t size)
@@ -199,7 +190,7 @@ NOINLINE void path_memalign(uint64_t budget)
     uint64_t start = path->alloc_bytes;
     while (path->alloc_bytes - start < budget) {
         size_t size = draw_size(&path->rng);
-        size_t align = (size_t)16 << (next_rand(&path->rng) % 9);
+        size_t align = (size_t)16 << (bench_rand(&path->rng) % 9);
         size = (size + align - 1) & ~(align - 1);
         if (size > 65536)
             size = 65536;

@@ -7,6 +7,11 @@
 /* Exit statuses shared by the subcommands. */
 #define SNAPPROF_EXIT_USAGE 2 /* bad input: nothing was done */
 
+/* Prints "snapprof: " and the printf-formatted message as a line to
+ * stderr; returns status (snapprof_record.c, which fuzz_record_options
+ * includes). */
+int snapprof__cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* `snapprof record [options] -- CMD ARGS...` (snapprof_record.c); argv
  * starts after "record". Returns the exit status. */
 int snapprof__cli_record(int argc, char **argv);

@@ -95,8 +95,7 @@ const char snapprof__record_usage[] =
     "(gperftools' CPUPROFILE and CPUPROFILE_FREQUENCY work too); heap profiles too:\n"
     "LD_PRELOAD=\"libsnapprof-heap.so libsnapprof-preload.so\" SNAPPROF_HEAP=1 ...\n";
 
-static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(int status, const char *fmt, ...)
+int snapprof__cli_fail(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -104,8 +103,11 @@ static void die(int status, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(status);
+    return status;
 }
+
+/* Prints the message (snapprof__cli_fail) and exits with status. */
+#define die(...) exit(snapprof__cli_fail(__VA_ARGS__))
 
 /* ------------------------------------------------------------------------ */
 /* Options                                                                  */

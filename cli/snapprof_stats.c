@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,18 +40,6 @@ const char snapprof__stats_usage[] =
     "Exit status: 0; 1 when the profile carries no counters (not written by\n"
     "snapprof, or rewritten by pprof, as -proto does when it merges: pprof keeps\n"
     "only the comments, which are printed); 2 when FILE cannot be read as a profile.\n";
-
-static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("snapprof: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return status;
-}
 
 /* Reads the whole file, inflating it when it is gzip-compressed (zlib
  * reads other files as they are). Returns 0, or -1 with a reason. */
@@ -272,15 +259,15 @@ int snapprof__cli_stats(int argc, char **argv)
     argc -= raw;
     argv += raw;
     if (argc != 1 || argv[0][0] == '\0' || (argv[0][0] == '-' && argv[0][1] != '\0'))
-        return fail(SNAPPROF_EXIT_USAGE,
-                    "%s (snapprof stats [--raw] FILE; see snapprof stats --help)",
-                    argc == 0 ? "no profile to read" : "stats takes one profile");
+        return snapprof__cli_fail(SNAPPROF_EXIT_USAGE,
+                                  "%s (snapprof stats [--raw] FILE; see snapprof stats --help)",
+                                  argc == 0 ? "no profile to read" : "stats takes one profile");
     const char *path = argv[0];
     uint8_t *data;
     size_t len;
     char why[256];
     if (read_profile(path, &data, &len, why, sizeof why) != 0)
-        return fail(SNAPPROF_EXIT_USAGE, "cannot read %s: %s", path, why);
+        return snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "cannot read %s: %s", path, why);
     Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, data);
     free(data);
     /* An empty or foreign file can decode as an empty message: a profile
@@ -288,16 +275,16 @@ int snapprof__cli_stats(int argc, char **argv)
     if (p == NULL || p->n_string_table == 0 || p->string_table[0][0] != '\0') {
         if (p != NULL)
             perftools__profiles__profile__free_unpacked(p, NULL);
-        return fail(SNAPPROF_EXIT_USAGE, "%s is not a pprof profile", path);
+        return snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "%s is not a pprof profile", path);
     }
     int status = 0;
     const char *entry = NULL;
     for (size_t i = 0; i < p->n_comment; i++) {
         if (p->comment[i] < 0 || (uint64_t)p->comment[i] >= p->n_string_table) {
-            status = fail(SNAPPROF_EXIT_USAGE,
-                          "%s is not a valid pprof profile (comment %zu "
-                          "names no string)",
-                          path, i);
+            status = snapprof__cli_fail(SNAPPROF_EXIT_USAGE,
+                                        "%s is not a valid pprof profile (comment %zu "
+                                        "names no string)",
+                                        path, i);
             goto out;
         }
     }
@@ -311,24 +298,26 @@ int snapprof__cli_stats(int argc, char **argv)
         printf("# %s\n", p->string_table[p->comment[i]]);
     if (entry == NULL) {
         fflush(stdout);
-        status = fail(EXIT_NO_STATS,
-                      "%s carries no snapprof counters (not written by snapprof, or rewritten "
-                      "by pprof, which keeps only the comments)",
-                      path);
+        status = snapprof__cli_fail(
+            EXIT_NO_STATS,
+            "%s carries no snapprof counters (not written by snapprof, or rewritten "
+            "by pprof, which keeps only the comments)",
+            path);
         goto out;
     }
     snapprof_stats_t st;
     int rc = snapprof__stats_decode(entry, &st, NULL, NULL);
     if (rc == -EPROTONOSUPPORT) {
-        status = fail(SNAPPROF_EXIT_USAGE,
-                      "%s: its counters are in a format newer than this snapprof reads "
-                      "(%.*s; this one reads %s%d)",
-                      path, (int)strcspn(entry, " "), entry, SNAPPROF__STATS_PREFIX,
-                      SNAPPROF__STATS_VERSION);
+        status = snapprof__cli_fail(
+            SNAPPROF_EXIT_USAGE,
+            "%s: its counters are in a format newer than this snapprof reads "
+            "(%.*s; this one reads %s%d)",
+            path, (int)strcspn(entry, " "), entry, SNAPPROF__STATS_PREFIX, SNAPPROF__STATS_VERSION);
         goto out;
     }
     if (rc != 0) {
-        status = fail(SNAPPROF_EXIT_USAGE, "%s: its snapprof counters are malformed", path);
+        status = snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "%s: its snapprof counters are malformed",
+                                    path);
         goto out;
     }
     if (raw) {
@@ -347,7 +336,7 @@ int snapprof__cli_stats(int argc, char **argv)
         if (snapprof__stats_for_each(&st, keep_pair, &ps) != 0 ||
             snapprof__stats_decode(entry, &again, keep_pair, &ps) != 0) {
             free(ps.p);
-            status = fail(SNAPPROF_EXIT_USAGE, "out of memory");
+            status = snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "out of memory");
             goto out;
         }
         const char *group;
@@ -364,7 +353,8 @@ int snapprof__cli_stats(int argc, char **argv)
         free(ps.p);
     }
     if (fflush(stdout) != 0 || ferror(stdout))
-        status = fail(SNAPPROF_EXIT_USAGE, "cannot write the counters: %s", strerror(errno));
+        status = snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "cannot write the counters: %s",
+                                    strerror(errno));
 out:
     perftools__profiles__profile__free_unpacked(p, NULL);
     return status;

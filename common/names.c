@@ -4,38 +4,29 @@
  * as errors.c derives the error names from SNAPPROF_ERRNO_MAP. */
 #include <snapprof/snapprof.h>
 
+/* names[value], or "unknown" for a value past the table. */
+static const char *name_in(const char *const *names, unsigned count, unsigned value)
+{
+    return value < count ? names[value] : "unknown";
+}
+
+#define SNAPPROF_NAME_(name, value, text) [value] = text,
+
 const char *snapprof_fail_reason_name(snapprof_fail_reason_t reason)
 {
-    static const char *const names[SNAPPROF_FAIL_COUNT] = {
-#define SNAPPROF_FAIL_NAME_(name, value, text) [value] = text,
-        SNAPPROF_FAIL_MAP(SNAPPROF_FAIL_NAME_)
-#undef SNAPPROF_FAIL_NAME_
-    };
-    if ((unsigned)reason >= SNAPPROF_FAIL_COUNT)
-        return "unknown";
-    return names[reason];
+    static const char *const names[SNAPPROF_FAIL_COUNT] = {SNAPPROF_FAIL_MAP(SNAPPROF_NAME_)};
+    return name_in(names, SNAPPROF_FAIL_COUNT, (unsigned)reason);
 }
 
 const char *snapprof_trigger_name(snapprof_trigger_t trigger)
 {
-    static const char *const names[SNAPPROF_TRIGGER_COUNT] = {
-#define SNAPPROF_TRIGGER_NAME_(name, value, text) [value] = text,
-        SNAPPROF_TRIGGER_MAP(SNAPPROF_TRIGGER_NAME_)
-#undef SNAPPROF_TRIGGER_NAME_
-    };
-    if ((unsigned)trigger >= SNAPPROF_TRIGGER_COUNT)
-        return "unknown";
-    return names[trigger];
+    static const char *const names[SNAPPROF_TRIGGER_COUNT] = {SNAPPROF_TRIGGER_MAP(SNAPPROF_NAME_)};
+    return name_in(names, SNAPPROF_TRIGGER_COUNT, (unsigned)trigger);
 }
 
 const char *snapprof_sample_kind_name(snapprof_sample_kind_t kind)
 {
     static const char *const names[SNAPPROF_SAMPLE_KIND_COUNT] = {
-#define SNAPPROF_SAMPLE_KIND_NAME_(name, value, text) [value] = text,
-        SNAPPROF_SAMPLE_KIND_MAP(SNAPPROF_SAMPLE_KIND_NAME_)
-#undef SNAPPROF_SAMPLE_KIND_NAME_
-    };
-    if ((unsigned)kind >= SNAPPROF_SAMPLE_KIND_COUNT)
-        return "unknown";
-    return names[kind];
+        SNAPPROF_SAMPLE_KIND_MAP(SNAPPROF_NAME_)};
+    return name_in(names, SNAPPROF_SAMPLE_KIND_COUNT, (unsigned)kind);
 }

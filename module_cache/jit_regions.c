@@ -496,13 +496,18 @@ static snapprof__jit_region_t *live_at_start(const snapshot_t *s, uintptr_t star
 /* Public API: layouts and regions                                          */
 /* ------------------------------------------------------------------------ */
 
+/* A layout of this kind and nothing else (saved fp unchanged). */
+static void layout_init(snapprof_jit_layout_t *layout, snapprof_jit_layout_kind_t kind)
+{
+    memset(layout, 0, sizeof *layout);
+    layout->kind = kind;
+    layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
+}
+
 SNAPPROF_API void snapprof_jit_layout_init_frame_pointer(snapprof_jit_layout_t *layout)
 {
-    if (layout == NULL)
-        return;
-    memset(layout, 0, sizeof *layout);
-    layout->kind = SNAPPROF_JIT_LAYOUT_FRAME_POINTER;
-    layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
+    if (layout != NULL)
+        layout_init(layout, SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
 }
 
 SNAPPROF_API void snapprof_jit_layout_init_fixed(snapprof_jit_layout_t *layout, uint32_t frame_size,
@@ -510,20 +515,15 @@ SNAPPROF_API void snapprof_jit_layout_init_fixed(snapprof_jit_layout_t *layout, 
 {
     if (layout == NULL)
         return;
-    memset(layout, 0, sizeof *layout);
-    layout->kind = SNAPPROF_JIT_LAYOUT_FIXED_FRAME;
+    layout_init(layout, SNAPPROF_JIT_LAYOUT_FIXED_FRAME);
     layout->frame_size = frame_size;
     layout->return_address_offset = return_address_offset;
-    layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
 }
 
 SNAPPROF_API void snapprof_jit_layout_init_cpython(snapprof_jit_layout_t *layout)
 {
-    if (layout == NULL)
-        return;
-    memset(layout, 0, sizeof *layout);
-    layout->kind = SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE;
-    layout->saved_fp_offset = SNAPPROF_JIT_FP_UNCHANGED;
+    if (layout != NULL)
+        layout_init(layout, SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
 }
 
 /* CPython's Python/asm_trampoline.S on x86-64, as copied for each code

@@ -34,4 +34,13 @@ static inline void snapprof__regs_from_ucontext(const ucontext_t *uc, snapprof_r
 /* Frame records and the copy keep this alignment. */
 #define SNAPPROF_STACK_ALIGN 16u
 
+/* Where a copy of the thread's own stack starts, for sp in [low, base): the
+ * red zone below sp, aligned down, never below low. Async-signal-safe. */
+static inline uintptr_t snapprof__copy_low(uintptr_t sp, uintptr_t low)
+{
+    uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
+    lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
+    return lo < low ? low : lo;
+}
+
 #endif

@@ -232,6 +232,12 @@ const struct snapprof_thread *snapprof__thread_self(void);
  * since sanitizers poison parts of live stacks). Async-signal-safe. */
 void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n);
 
+/* Copies [lo, base) of the thread's own stack into buffer, the innermost
+ * buffer_size bytes when it does not fit (res->truncated), and fills res's
+ * copy range. Async-signal-safe. */
+void snapprof__copy_own_stack(uintptr_t lo, uintptr_t base, uint8_t *buffer, size_t buffer_size,
+                              snapprof__copy_result_t *res);
+
 /* The calling thread's tid, read once per thread (and anew after fork).
  * Async-signal-safe. Right after fork only once snapprof__process_ids()
  * (or the handler's install) has run. */

@@ -123,6 +123,21 @@ void snapprof__copy_live_stack(uint8_t *dst, const uint8_t *src, size_t n)
 }
 #endif
 
+/* Async-signal-safe. */
+void snapprof__copy_own_stack(uintptr_t lo, uintptr_t base, uint8_t *buffer, size_t buffer_size,
+                              snapprof__copy_result_t *res)
+{
+    size_t size = base - lo;
+    res->truncated = 0;
+    if (size > buffer_size) {
+        size = buffer_size; /* the innermost frames */
+        res->truncated = 1;
+    }
+    snapprof__copy_live_stack(buffer, (const uint8_t *)lo, size);
+    res->copy_lo = lo;
+    res->copy_size = size;
+}
+
 /* The work done while the target is stopped. RUNS IN THE SIGNAL HANDLER:
  * no allocation, no locks, no logging. Async-signal-safe. */
 static void capture(const ucontext_t *uc)
@@ -158,19 +173,8 @@ static void capture(const ucontext_t *uc)
                 return;
             }
         } else {
-            uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
-            lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
-            if (lo < low)
-                lo = low;
-            size_t size = base - lo;
-            res->truncated = 0;
-            if (size > req->buffer_size) {
-                size = req->buffer_size;
-                res->truncated = 1;
-            }
-            snapprof__copy_live_stack(req->buffer, (const uint8_t *)lo, size);
-            res->copy_lo = lo;
-            res->copy_size = size;
+            snapprof__copy_own_stack(snapprof__copy_low(sp, low), base, req->buffer,
+                                     req->buffer_size, res);
         }
     }
     if (req->delegate)

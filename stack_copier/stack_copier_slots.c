@@ -229,10 +229,7 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
             return -1;
         }
     } else {
-        uintptr_t lo = sp >= low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : low;
-        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
-        if (lo < low)
-            lo = low;
+        uintptr_t lo = snapprof__copy_low(sp, low);
         short_of_large = copy_stack(pool, slot, target, lo, base - lo);
     }
     if (pool->delegate)
@@ -275,18 +272,8 @@ snapprof__capture_slot_t *snapprof__capture_regs(snapprof__capture_pool_t *pool,
             return NULL;
         }
     } else {
-        uintptr_t lo = sp >= stack_low + SNAPPROF_RED_ZONE ? sp - SNAPPROF_RED_ZONE : stack_low;
-        lo &= ~(uintptr_t)(SNAPPROF_STACK_ALIGN - 1);
-        if (lo < stack_low)
-            lo = stack_low;
-        size_t size = stack_base - lo;
-        if (size > pool->slot_bytes) {
-            size = pool->slot_bytes; /* the innermost frames */
-            slot->res.truncated = 1;
-        }
-        snapprof__copy_live_stack(slot->buffer, (const uint8_t *)lo, size);
-        slot->res.copy_lo = lo;
-        slot->res.copy_size = size;
+        snapprof__copy_own_stack(snapprof__copy_low(sp, stack_low), stack_base, slot->buffer,
+                                 pool->slot_bytes, &slot->res);
     }
     if (pool->delegate)
         pool->delegate->on_capture(pool->delegate->ctx, slot->extra);

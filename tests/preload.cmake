@@ -99,7 +99,7 @@ endif()
 
 # `snapprof stats`: the counters of a real profile read back, bad files
 # refused. No LD_PRELOAD: it runs under the sanitizers too.
-snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_util.c
+snapprof_add_test_cases(EXE stats SOURCES test_cli_stats.c test_profile_builder_util.c test_preload_util.c
   TIMEOUT 120)
 target_compile_definitions(stats PRIVATE SNAPPROF_CLI="$<TARGET_FILE:snapprof_cli>")
 add_dependencies(stats snapprof_cli)

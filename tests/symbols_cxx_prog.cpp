@@ -2,11 +2,9 @@
 // namespace, a class, a template and an operator, so its profile must show
 // demangled names. It profiles its main thread until it has the number of
 // samples asked for and writes the pprof profile to argv[1].
-#include <snapprof/snapprof.h>
+#include "symbols_prog.h"
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
 namespace snapprof_demo
 {
@@ -52,23 +50,9 @@ Spinner &Spinner::operator+=(int rounds)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        std::fprintf(stderr, "usage: %s OUT.pb.gz SAMPLES\n", argv[0]);
-        return 2;
-    }
     snapprof_thread_t *me;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000;
-    snapprof_profiler_t *p;
-    snapprof_builder_t *b;
-    if (snapprof_thread_register(&me) != 0 || snapprof_profiler_create(&params, &me, 1, &p) != 0 ||
-        snapprof_pprof_builder_create(argv[1], &b) != 0 ||
-        snapprof_profiler_add_builder(p, b) != 0 || snapprof_profiler_start(p) != 0) {
-        std::fprintf(stderr, "profiler set-up failed\n");
-        return 1;
-    }
-    std::uint64_t want = std::strtoull(argv[2], nullptr, 10);
+    std::uint64_t want;
+    snapprof_profiler_t *p = symbols_prog_start(argc, argv, &me, &want);
     snapprof_demo::Spinner spinner;
     snapprof_demo::Accumulator<double> acc;
     snapprof_stats_t st;
@@ -78,9 +62,5 @@ int main(int argc, char **argv)
         acc.add_many(1.0, 1000000);
         snapprof_profiler_get_stats(p, &st);
     } while (st.samples < want);
-    int rc = snapprof_profiler_stop(p);
-    snapprof_profiler_destroy(p);
-    snapprof_thread_release(me);
-    std::printf("samples=%llu rc=%d\n", static_cast<unsigned long long>(st.samples), rc);
-    return rc == 0 ? 0 : 1;
+    return symbols_prog_finish(p, me, &st);
 }

@@ -3,7 +3,7 @@
  * the number of samples asked for, writes the pprof profile to argv[1],
  * and prints where the inlined code's call site is (for the test to
  * compare with pprof's -lines output). */
-#include <snapprof/snapprof.h>
+#include "symbols_prog.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -31,23 +31,9 @@ __attribute__((noinline)) uint64_t inline_outer_loop(uint64_t x, int n)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s OUT.pb.gz SAMPLES\n", argv[0]);
-        return 2;
-    }
     snapprof_thread_t *me;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000;
-    snapprof_profiler_t *p;
-    snapprof_builder_t *b;
-    if (snapprof_thread_register(&me) != 0 || snapprof_profiler_create(&params, &me, 1, &p) != 0 ||
-        snapprof_pprof_builder_create(argv[1], &b) != 0 ||
-        snapprof_profiler_add_builder(p, b) != 0 || snapprof_profiler_start(p) != 0) {
-        fprintf(stderr, "profiler set-up failed\n");
-        return 1;
-    }
-    uint64_t want = strtoull(argv[2], NULL, 10);
+    uint64_t want;
+    snapprof_profiler_t *p = symbols_prog_start(argc, argv, &me, &want);
     snapprof_stats_t st;
     uint64_t x = 1;
     do {
@@ -55,9 +41,5 @@ int main(int argc, char **argv)
         g_sink = x;
         snapprof_profiler_get_stats(p, &st);
     } while (st.samples < want);
-    int rc = snapprof_profiler_stop(p);
-    snapprof_profiler_destroy(p);
-    snapprof_thread_release(me);
-    printf("samples=%llu rc=%d\n", (unsigned long long)st.samples, rc);
-    return rc == 0 ? 0 : 1;
+    return symbols_prog_finish(p, me, &st);
 }

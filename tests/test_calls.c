@@ -46,16 +46,7 @@ static void *worker(void *arg)
 
 static double top_value(const char *path, const char *extra, const char *name, int cum, int print)
 {
-    tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(path, extra, &rows, &raw);
-    if (print)
-        printf("$ go tool pprof -top %s\n%s\n", extra, raw);
-    const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? (cum ? r->cum : r->flat) : -1;
-    free(rows);
-    free(raw);
-    return v;
+    return tu_top_value(path, extra, name, cum ? TU_TOP_CUM : TU_TOP_FLAT, -1, print);
 }
 
 static void test_profile(void)
@@ -65,13 +56,8 @@ static void test_profile(void)
     snprintf(calls_path, sizeof calls_path, "%s/calls.pb.gz", dir);
     snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
     snapprof_thread_t *self;
-    ASSERT_OK(snapprof_thread_register(&self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
+    snapprof_profiler_t *p = tu_profile_self(&self);
     snapprof_builder_t *cb, *tb;
-    ASSERT_OK(snapprof_profiler_create(&params, &self, 1, &p));
     ASSERT_OK(snapprof_calls_builder_create(calls_path, &cb));
     ASSERT_OK(snapprof_profiler_add_builder(p, cb));
     ASSERT_OK(snapprof_trace_builder_create(trace_path, &tb));

@@ -35,12 +35,7 @@ typedef struct {
 
 static double cum_of(const char *profile, const char *flags, const char *fn)
 {
-    tu_top_row_t *rows;
-    int n = tu_pprof_top(profile, flags, &rows, NULL);
-    const tu_top_row_t *r = tu_top_find(rows, n, fn);
-    double v = r ? r->cum : 0;
-    free(rows);
-    return v;
+    return tu_top_value(profile, flags, fn, TU_TOP_CUM, 0, 0);
 }
 
 static void run_churn_env(int hz, int threads, const char *shorts, churn_run_t *out)

@@ -5,6 +5,7 @@
  * refused with one clear line. */
 #include "common/stats_text.h"
 #include "test.h"
+#include "test_preload_util.h"
 #include "test_profile_builder_util.h"
 #include "test_util.h"
 
@@ -19,11 +20,7 @@ static char g_dir[512];
 
 static char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int i;
-    char *p = buf[i++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
-    return p;
+    return pl_path(g_dir, name);
 }
 
 /* Runs `snapprof stats ARGS` with stdout and stderr apart; returns stdout
@@ -58,13 +55,8 @@ __attribute__((noinline)) void stats_hot(uint64_t units)
 static snapprof_stats_t profile_self(const char *path, uint64_t n)
 {
     snapprof_thread_t *me;
-    ASSERT_OK(snapprof_thread_register(&me));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
+    snapprof_profiler_t *p = tu_profile_self(&me);
     snapprof_builder_t *b;
-    ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
     ASSERT_OK(snapprof_pprof_builder_create(path, &b));
     ASSERT_OK(snapprof_profiler_add_builder(p, b));
     ASSERT_OK(snapprof_profiler_start(p));
@@ -80,33 +72,20 @@ static snapprof_stats_t profile_self(const char *path, uint64_t n)
     return st;
 }
 
-typedef struct text {
-    char s[8192];
-    size_t len;
-} text_t;
-
-static int add_line(void *arg, const char *key, const char *value)
-{
-    text_t *t = arg;
-    int n = snprintf(t->s + t->len, sizeof t->s - t->len, "%s %s\n", key, value);
-    ASSERT(n > 0 && (size_t)n < sizeof t->s - t->len);
-    t->len += (size_t)n;
-    return 0;
-}
-
 /* Fails unless out is the profile's comments as "# " lines, then every
  * counter of want as "key value" lines, in the table's order. */
 static void expect_output(const char *out, const char *profile, const snapprof_stats_t *want)
 {
-    static text_t t;
+    static pbt_text_t t;
     t.len = 0;
+    t.sep = " ";
     Perftools__Profiles__Profile *p = pbt_load(profile);
     ASSERT_GE(p->n_comment, 1);
     for (size_t i = 0; i < p->n_comment; i++)
         t.len +=
             (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "# %s\n", pbt_str(p, p->comment[i]));
     perftools__profiles__profile__free_unpacked(p, NULL);
-    snapprof__stats_for_each(want, add_line, &t);
+    snapprof__stats_for_each(want, pbt_text_add_stat, &t);
     ASSERT_STR_EQ(out, t.s);
 }
 
@@ -120,9 +99,10 @@ static void expect_output(const char *out, const char *profile, const snapprof_s
  * order, "other" last. */
 static void expect_grouped(const char *out, const snapprof_stats_t *want, const char *extra)
 {
-    static text_t t;
+    static pbt_text_t t;
+    t.sep = " ";
     t.len = (size_t)snprintf(t.s, sizeof t.s, "\n");
-    snapprof__stats_for_each(want, add_line, &t);
+    snapprof__stats_for_each(want, pbt_text_add_stat, &t);
     t.len += (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "%s", extra);
     /* The headline ends at the first blank line; no counter is above it. */
     const char *body = strstr(out, "\n\n");
@@ -456,9 +436,7 @@ static void test_other(void)
 
 static void make_dir(void)
 {
-    char *d = tu_make_tmpdir("cli-stats");
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, "cli-stats");
 }
 
 int main(int argc, char **argv)

@@ -33,13 +33,8 @@ static void test_tagfocus_zone(void)
     char path[512];
     snprintf(path, sizeof path, "%s/zones.pb.gz", dir);
     snapprof_thread_t *self;
-    ASSERT_OK(snapprof_thread_register(&self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
+    snapprof_profiler_t *p = tu_profile_self(&self);
     snapprof_builder_t *b;
-    ASSERT_OK(snapprof_profiler_create(&params, &self, 1, &p));
     ASSERT_OK(snapprof_pprof_builder_create(path, &b));
     ASSERT_OK(snapprof_profiler_add_builder(p, b));
     ASSERT_OK(snapprof_counter_attach("queue", "items", 1));

@@ -17,9 +17,7 @@ static char g_dir[512];
 static void setup(const char *tag)
 {
     pl_skip_if_sanitized();
-    char *d = tu_make_tmpdir(tag);
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, tag);
 }
 
 /* Runs the crash program in mode under the command, with env before it

@@ -36,47 +36,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_prog.h"
+
 /* Fixed work, about ms milliseconds on an idle machine (as in
  * test_preload_prog.c: work, not time). */
-#define ITERS_PER_MS 300000u
-__attribute__((noinline)) void burn_before_crash(uint64_t ms)
-{
-    volatile uint64_t x = 1;
-    for (uint64_t i = 0; i < ms * ITERS_PER_MS; i++)
-        x = x * 6364136223846793005u + 1442695040888963407u;
-}
-
-/* gperftools' ProfilerGetCurrentState, which the preload library has. */
-struct gperf_state {
-    int enabled;
-    time_t start_time;
-    char profile_name[1024];
-    int samples_gathered;
-};
-
-static int profiler_samples(void)
-{
-    void (*get_state)(struct gperf_state *) =
-        (void (*)(struct gperf_state *))dlsym(RTLD_DEFAULT, "ProfilerGetCurrentState");
-    if (!get_state)
-        return -1;
-    struct gperf_state st;
-    get_state(&st);
-    return st.enabled ? st.samples_gathered : -1;
-}
+HOT(burn_before_crash)
 
 /* burn_before_crash(ms), then more of it until the profiler has 5 more
  * samples (at most 60 s). */
 static void burn(uint64_t ms)
 {
-    int before = profiler_samples();
-    burn_before_crash(ms);
-    for (int i = 0; before >= 0 && i < 6000; i++) {
-        int now = profiler_samples();
-        if (now < 0 || now - before >= 5)
-            break;
-        burn_before_crash(10);
-    }
+    tp_burn_sampled(burn_before_crash, ms, 5);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     fprintf(stderr, "burnt; crashing at %lld ns\n", (long long)ts.tv_sec * 1000000000 + ts.tv_nsec);

@@ -13,9 +13,7 @@ static char g_dir[512];
 
 static void setup(const char *tag)
 {
-    char *d = tu_make_tmpdir(tag);
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, tag);
 }
 
 /* gperftools' variables alone: CPUPROFILE names the file, the frequency

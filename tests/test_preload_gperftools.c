@@ -15,10 +15,8 @@ static char g_dir[512], g_prof[1024];
 
 static void setup(const char *tag)
 {
-    char *d = tu_make_tmpdir(tag);
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    snprintf(g_prof, sizeof g_prof, "%s/x.prof", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, tag);
+    snprintf(g_prof, sizeof g_prof, "%s/x.prof", g_dir);
 }
 
 /* ProfilerStart("x.prof") ... ProfilerStop(): the hot function on top. */

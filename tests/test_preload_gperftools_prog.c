@@ -52,14 +52,8 @@
         }                                                                                          \
     } while (0)
 
-#define ITERS_PER_MS 300000u
-#define HOT(name)                                                                                  \
-    __attribute__((noinline)) void name(uint64_t ms)                                               \
-    {                                                                                              \
-        volatile uint64_t x = 1;                                                                   \
-        for (uint64_t i = 0; i < ms * ITERS_PER_MS; i++)                                           \
-            x = x * 6364136223846793005u + 1442695040888963407u;                                   \
-    }
+#include "test_prog.h"
+
 HOT(gperf_hot)
 HOT(gperf_cold)
 HOT(gperf_pre_a)
@@ -209,28 +203,13 @@ static void *vfork_thread(void *arg)
     return NULL;
 }
 
-/* The one-letter state of thread tid, from /proc/self/task/tid/stat. */
-static char thread_state(int tid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' ? p[2] : '?';
-}
-
 static int mode_vfork_thread(const char *file)
 {
     pthread_t a;
     CHECK(pthread_create(&a, NULL, vfork_thread, NULL) == 0);
     /* Wait until it sleeps in vfork() (state D) for its child. */
     uint64_t give_up = mono_ns() + 30000000000u;
-    while (!atomic_load(&g_vfork_tid) || thread_state(atomic_load(&g_vfork_tid)) != 'D') {
+    while (!atomic_load(&g_vfork_tid) || tp_thread_state(atomic_load(&g_vfork_tid)) != 'D') {
         CHECK(mono_ns() < give_up);
         usleep(1000);
     }

@@ -14,9 +14,7 @@ static char g_dir[512];
 
 static void setup(const char *tag)
 {
-    char *d = tu_make_tmpdir(tag);
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, tag);
 }
 
 /* A server's workers drop to another user after fork() (nginx's to

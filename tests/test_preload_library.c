@@ -144,12 +144,7 @@ static void test_set_path_any_builder(void)
     snprintf(alt_trace, sizeof alt_trace, "%s/y.json", dir);
     ASSERT_EQ(mkdir(sub, 0755), 0);
     snapprof_thread_t *me;
-    ASSERT_OK(snapprof_thread_register(&me));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
+    snapprof_profiler_t *p = tu_profile_self(&me);
     snapprof_builder_t *fb, *tb;
     ASSERT_OK(snapprof_folded_builder_create(folded, &fb));
     ASSERT_OK(snapprof_trace_builder_create(trace, &tb));

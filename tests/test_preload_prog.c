@@ -39,18 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Each hot function does a fixed amount of work: about ms milliseconds on
- * an idle machine. Work, not time: the thread CPU clock on these VMs jumps
- * by hundreds of milliseconds now and then, and a loop that ran until the
- * clock said so would sometimes do almost nothing. */
-#define ITERS_PER_MS 300000u
-#define HOT(name)                                                                                  \
-    __attribute__((noinline)) void name(uint64_t ms)                                               \
-    {                                                                                              \
-        volatile uint64_t x = 1;                                                                   \
-        for (uint64_t i = 0; i < ms * ITERS_PER_MS; i++)                                           \
-            x = x * 6364136223846793005u + 1442695040888963407u;                                   \
-    }
+#include "test_prog.h"
+
 HOT(hot_ctor_thread)
 HOT(hot_worker_one)
 HOT(hot_early_exit)
@@ -74,13 +64,11 @@ static pthread_t g_ctor_thread;
 static int g_ctor_started;
 static uint64_t g_ctor_ms;
 
-static void burn_sampled(void (*hot)(uint64_t), uint64_t ms, int want);
-
 static void *ctor_thread(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "ctor-worker");
-    burn_sampled(hot_ctor_thread, g_ctor_ms, 5);
+    tp_burn_sampled(hot_ctor_thread, g_ctor_ms, 5);
     return NULL;
 }
 
@@ -99,7 +87,7 @@ static void *worker_one(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "worker-one");
-    burn_sampled(hot_worker_one, g_ms, 5);
+    tp_burn_sampled(hot_worker_one, g_ms, 5);
     return NULL;
 }
 
@@ -107,7 +95,7 @@ static void *early_exit(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "early-exit");
-    burn_sampled(hot_early_exit, g_ms / 2, 5);
+    tp_burn_sampled(hot_early_exit, g_ms / 2, 5);
     pthread_exit(NULL);
 }
 
@@ -115,7 +103,7 @@ static int mode_threads(uint64_t ms)
 {
     g_ms = ms; /* before the threads that read it start */
     /* One thread at a time, each burning until the profile has some more
-     * samples (burn_sampled): then those samples are its own, however
+     * samples (tp_burn_sampled): then those samples are its own, however
      * little CPU a loaded host leaves the sampler. */
     if (g_ctor_started)
         pthread_join(g_ctor_thread, NULL);
@@ -128,46 +116,8 @@ static int mode_threads(uint64_t ms)
     if (pthread_create(&a, NULL, worker_one, NULL) != 0)
         return 2;
     pthread_join(a, NULL);
-    burn_sampled(hot_main_thread, ms, 5);
+    tp_burn_sampled(hot_main_thread, ms, 5);
     return 0;
-}
-
-/* gperftools' ProfilerGetCurrentState, when a profiler that has it is
- * loaded (snapprof's preload library does). */
-struct gperf_state {
-    int enabled;
-    time_t start_time;
-    char profile_name[1024];
-    int samples_gathered;
-};
-
-/* The samples the loaded profiler has taken so far, or -1 when none is
- * loaded or it is not running (as in a child under --fork stop). */
-static int profiler_samples(void)
-{
-    void (*get_state)(struct gperf_state *) =
-        (void (*)(struct gperf_state *))dlsym(RTLD_DEFAULT, "ProfilerGetCurrentState");
-    if (!get_state)
-        return -1;
-    struct gperf_state st;
-    get_state(&st);
-    return st.enabled ? st.samples_gathered : -1;
-}
-
-/* hot(ms), and then, while the profiler has taken fewer than `want`
- * samples since it began (a stalled VM can leave the sampler unscheduled
- * for a second while this thread runs), some more of it: at most 60 s.
- * Only for a thread that runs alone, so that the samples are its own. */
-static void burn_sampled(void (*hot)(uint64_t), uint64_t ms, int want)
-{
-    int before = profiler_samples();
-    hot(ms);
-    for (int i = 0; before >= 0 && i < 6000; i++) {
-        int now = profiler_samples();
-        if (now < 0 || now - before >= want)
-            break;
-        hot(10);
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -177,13 +127,13 @@ static void burn_sampled(void (*hot)(uint64_t), uint64_t ms, int want)
 static int mode_burn(const char *name, uint64_t ms)
 {
     if (!strcmp(name, "hot_a"))
-        burn_sampled(hot_a, ms, 5);
+        tp_burn_sampled(hot_a, ms, 5);
     else if (!strcmp(name, "hot_b"))
-        burn_sampled(hot_b, ms, 5);
+        tp_burn_sampled(hot_b, ms, 5);
     else if (!strcmp(name, "hot_c"))
-        burn_sampled(hot_c, ms, 5);
+        tp_burn_sampled(hot_c, ms, 5);
     else if (!strcmp(name, "hot_exec"))
-        burn_sampled(hot_exec, ms, 5);
+        tp_burn_sampled(hot_exec, ms, 5);
     else
         return 2;
     printf("%s done\n", name);
@@ -208,10 +158,10 @@ static int mode_forkexec(const char *self, uint64_t ms)
     }
     pid_t forked = fork();
     if (forked == 0) {
-        burn_sampled(hot_forked_child, ms, 5);
+        tp_burn_sampled(hot_forked_child, ms, 5);
         exit(0); /* exit handlers run: the child's profile is written */
     }
-    burn_sampled(hot_fork_parent, ms, 5);
+    tp_burn_sampled(hot_fork_parent, ms, 5);
     int st1, st2;
     waitpid(execd, &st1, 0);
     waitpid(forked, &st2, 0);
@@ -225,7 +175,7 @@ static void *fork_from_thread(void *arg)
     uint64_t ms = *(uint64_t *)arg;
     pid_t pid = fork();
     if (pid == 0) {
-        burn_sampled(hot_thread_fork_child, ms, 5);
+        tp_burn_sampled(hot_thread_fork_child, ms, 5);
         exit(0);
     }
     int st;
@@ -327,7 +277,7 @@ static int mode_spin(const char *pidfile, int own_handler)
         signal(SIGTERM, on_term);
     /* The tests signal us as soon as the pid file is there, and judge the
      * profile: it must have samples by then. */
-    burn_sampled(hot_spin, 100, 5);
+    tp_burn_sampled(hot_spin, 100, 5);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", pidfile);
     FILE *f = fopen(tmp, "w");
@@ -343,7 +293,7 @@ static int mode_spin(const char *pidfile, int own_handler)
 
 static int mode_rmdir(const char *dir, uint64_t ms)
 {
-    burn_sampled(hot_a, ms, 5);
+    tp_burn_sampled(hot_a, ms, 5);
     if (rmdir(dir) != 0) {
         perror("rmdir");
         return 2;

@@ -18,9 +18,7 @@ static char g_dir[512];
 
 static void setup(const char *tag)
 {
-    char *d = tu_make_tmpdir(tag);
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
+    pl_make_dir(g_dir, sizeof g_dir, tag);
 }
 
 /* In a fresh directory (tag), runs `snapprof record ARGS`, ARGS made from
@@ -40,11 +38,7 @@ static char *record_in(const char *tag, int *st, const char *fmt, ...)
 
 static char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int i;
-    char *p = buf[i++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
-    return p;
+    return pl_path(g_dir, name);
 }
 
 /* How many files in the test's directory are BASE.<pid>EXT, the name of

@@ -38,12 +38,7 @@ double pl_samples_of(const char *profile, const char *extra, const char *fn)
 {
     char flags[1024];
     snprintf(flags, sizeof flags, "-sample_index=samples %s", extra ? extra : "");
-    tu_top_row_t *rows;
-    int n = tu_pprof_top(profile, flags, &rows, NULL);
-    const tu_top_row_t *r = tu_top_find(rows, n, fn);
-    double v = r ? r->flat : 0;
-    free(rows);
-    return v;
+    return tu_top_value(profile, flags, fn, TU_TOP_FLAT, 0, 0);
 }
 
 void pl_require_fn(const char *profile, const char *extra, const char *fn, double min)
@@ -72,6 +67,22 @@ void pl_require_under(const char *profile, const char *fn, double min)
     printf("%s: %s in %.0f stacks\n", profile, fn, got);
     free(rows);
     free(raw);
+}
+
+void pl_make_dir(char *dir, size_t size, const char *tag)
+{
+    char *d = tu_make_tmpdir(tag);
+    snprintf(dir, size, "%s", d);
+    free(d);
+}
+
+char *pl_path(const char *dir, const char *name)
+{
+    static char buf[4][1024];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
 }
 
 int pl_exists(const char *path)

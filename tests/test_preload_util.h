@@ -30,6 +30,14 @@ void pl_require_under(const char *profile, const char *fn, double min);
 /* The row fn in the profile's -top by sample count, or 0 samples. */
 double pl_samples_of(const char *profile, const char *extra, const char *fn);
 
+/* Makes a fresh directory under $TMPDIR for the test (tu_make_tmpdir) and
+ * stores its path in dir[0..size). */
+void pl_make_dir(char *dir, size_t size, const char *tag);
+
+/* "dir/name", in one of four static buffers that take turns (so that a
+ * call can use up to four at once). */
+char *pl_path(const char *dir, const char *name);
+
 /* 1 when path exists. */
 int pl_exists(const char *path);
 

@@ -109,17 +109,6 @@ static void expect_all(const char *path, const char *name, const expect_t *e)
     expect_top(path, "inuse_space", name, e->inuse_space);
 }
 
-static char *pprof(const char *args, const char *path)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s '%s'", args, path);
-    int status = 0;
-    char *out = tu_pprof(cmd, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof %s failed (%d):\n%s", cmd, status, out);
-    return out;
-}
-
 /* Three stacks: big blocks partly freed, small blocks kept, and a stack of
  * one large and many tiny blocks, whose total comes out right only when
  * each sample is scaled by its own size before summing (by their average
@@ -176,7 +165,7 @@ static void test_values(void)
     ASSERT(fabs(small_pct - 100 * small.inuse_space / total) < 0.05);
 
     /* Labels and zones as in a CPU profile. */
-    char *tags = pprof("-tags", path);
+    char *tags = tu_pprof_ok("-tags", path);
     ASSERT_CONTAINS(tags, "thread_name");
     ASSERT_CONTAINS(tags, "worker");
     ASSERT_CONTAINS(tags, "zone");
@@ -201,7 +190,7 @@ static void test_layout(void)
     heap_sample(b, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "one_alloc", 4096, NULL);
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
-    char *raw = pprof("-raw", path);
+    char *raw = tu_pprof_ok("-raw", path);
     printf("%.600s\n", raw);
     ASSERT_CONTAINS(raw, "PeriodType: space bytes\n");
     ASSERT_CONTAINS(raw, "Period: 65536\n");
@@ -215,7 +204,7 @@ static void test_layout(void)
     ASSERT_OK(snapprof_heap_builder_create(path, &b));
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
-    raw = pprof("-raw", path);
+    raw = tu_pprof_ok("-raw", path);
     ASSERT_CONTAINS(raw, "Period: 524288\n");
     free(raw);
     pbt_remove(path);
@@ -238,7 +227,7 @@ static void test_empty(void)
         pbt_check_valid(p);
         ASSERT_EQ(p->n_sample, 0);
         perftools__profiles__profile__free_unpacked(p, NULL);
-        char *top = pprof("-top", paths[i]);
+        char *top = tu_pprof_ok("-top", paths[i]);
         ASSERT_CONTAINS(top, "Type: inuse_space");
         free(top);
     }
@@ -346,7 +335,7 @@ static void test_peak(void)
     ASSERT_EQ(p->n_sample, 2); /* second_c had nothing at the peak */
     ASSERT_CONTAINS(pbt_str(p, p->comment[0]), "snapprof: heap peak, an estimated");
     perftools__profiles__profile__free_unpacked(p, NULL);
-    char *comments = pprof("-comments", peak_path);
+    char *comments = tu_pprof_ok("-comments", peak_path);
     printf("%s", comments);
     free(comments);
     pbt_remove(path);

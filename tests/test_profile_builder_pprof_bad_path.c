@@ -63,12 +63,7 @@ static void write_text(const char *path, const char *text)
 
 static void check_readable_by_pprof(const char *path)
 {
-    char args[4096];
-    snprintf(args, sizeof args, "-top '%s'", path);
-    int status = 0;
-    char *out = tu_pprof(args, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof -top failed (%d):\n%s", status, out);
+    char *out = tu_pprof_ok("-top", path);
     ASSERT_CONTAINS(out, "[unknown]");
     free(out);
 }

@@ -90,18 +90,6 @@ static void check_top(const char *path, const char *extra, double hot, double wa
     free(raw);
 }
 
-/* Returns the pprof output for args + path; fails on a non-zero exit. */
-static char *pprof(const char *args, const char *path)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s '%s'", args, path);
-    int status = 0;
-    char *out = tu_pprof(cmd, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof %s failed (%d):\n%s", cmd, status, out);
-    return out;
-}
-
 /* Fails unless a, b, c appear in this order within one block of text. */
 static void expect_order(const char *text, const char *a, const char *b, const char *c)
 {
@@ -157,13 +145,13 @@ static void test_roundtrip(void)
     free(out);
 
     /* Stacks are leaf first: pprof prints each trace from the leaf out. */
-    char *traces = pprof("-traces", path);
+    char *traces = tu_pprof_ok("-traces", path);
     expect_order(traces, "hot_fn", "main_loop", NULL);
     expect_order(traces, "cold_fn", "main_loop", "[truncated]");
     expect_order(traces, "thread_name:", "worker", NULL);
     free(traces);
 
-    char *raw = pprof("-raw", path);
+    char *raw = tu_pprof_ok("-raw", path);
     ASSERT_CONTAINS(raw, "PeriodType: cpu nanoseconds");
     ASSERT_CONTAINS(raw, "Period: 10000000");
     ASSERT_CONTAINS(raw, "Duration: 2s");
@@ -172,7 +160,7 @@ static void test_roundtrip(void)
 
     /* pprof prints the comments above every report: a few short lines,
      * the losses only because there were some. */
-    char *comments = pprof("-comments", path);
+    char *comments = tu_pprof_ok("-comments", path);
     ASSERT_STR_EQ(comments,
                   "snapprof: 10 samples, no CPU time seen, 100 Hz requested\n"
                   "snapprof: failed 2 (timeout 2), truncated_depth 1, unwind_aborted 2\n");
@@ -186,13 +174,13 @@ static void test_roundtrip(void)
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " unwind_aborted_no_info=2 ");
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " unwind_max_ns=12000 ");
     perftools__profiles__profile__free_unpacked(cpu, NULL);
-    raw = pprof("-raw", path);
+    raw = tu_pprof_ok("-raw", path);
     ASSERT(strstr(raw, "snapprof-stats") == NULL);
     free(raw);
 
     /* Thread labels on every sample, plus the samples' own labels; counted
      * in samples so the split is exact. */
-    char *tags = pprof("-tags -sample_index=samples", path);
+    char *tags = tu_pprof_ok("-tags -sample_index=samples", path);
     ASSERT_CONTAINS(tags, "thread_id");
     ASSERT_CONTAINS(tags, "9.0 (90.00%): 4242");
     ASSERT_CONTAINS(tags, "1.0 (10.00%): 4343");
@@ -221,7 +209,7 @@ static void test_roundtrip(void)
     snapprof_builder_destroy(b);
     check_top(wall_path, NULL, 60, 30, 10);
     check_top(wall_path, "-sample_index=cpu", 30, 45, 25);
-    raw = pprof("-raw", wall_path);
+    raw = tu_pprof_ok("-raw", wall_path);
     ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
     free(raw);
 

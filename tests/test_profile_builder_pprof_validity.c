@@ -12,28 +12,17 @@
 #include <string.h>
 
 /* A native module with no file behind it: nothing can symbolize it. */
-static const snapprof_module_t fake_lib = {
-    .start = 0x10000000u,
-    .limit = 0x10100000u,
-    .file_offset = 0x2000,
-    .load_bias = 0x0fffe000u,
-    .path = "/nonexistent/snapprof/libfake.so",
-    .build_id = "0123456789abcdef0123456789abcdef01234567",
-    .kind = SNAPPROF_MODULE_NATIVE,
-    .is_loaded = 1,
-};
+#define FAKE_LIB                                                                                   \
+    {                                                                                              \
+        .start = 0x10000000u, .limit = 0x10100000u, .file_offset = 0x2000,                         \
+        .load_bias = 0x0fffe000u, .path = "/nonexistent/snapprof/libfake.so",                      \
+        .build_id = "0123456789abcdef0123456789abcdef01234567", .kind = SNAPPROF_MODULE_NATIVE,    \
+        .is_loaded = 1,                                                                            \
+    }
+static const snapprof_module_t fake_lib = FAKE_LIB;
 
 /* The same range described again by another struct: still one mapping. */
-static const snapprof_module_t fake_lib_again = {
-    .start = 0x10000000u,
-    .limit = 0x10100000u,
-    .file_offset = 0x2000,
-    .load_bias = 0x0fffe000u,
-    .path = "/nonexistent/snapprof/libfake.so",
-    .build_id = "0123456789abcdef0123456789abcdef01234567",
-    .kind = SNAPPROF_MODULE_NATIVE,
-    .is_loaded = 1,
-};
+static const snapprof_module_t fake_lib_again = FAKE_LIB;
 
 __attribute__((noinline)) int validity_native_fn(int x)
 {
@@ -208,12 +197,7 @@ static void test_validity(void)
     }
 
     /* And the real client accepts it without complaint. */
-    char args[4096];
-    snprintf(args, sizeof args, "-raw -symbolize=none '%s'", path);
-    int status = 0;
-    char *raw = tu_pprof(args, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof -raw failed (%d):\n%s", status, raw);
+    char *raw = tu_pprof_ok("-raw -symbolize=none", path);
     ASSERT_CONTAINS(raw, "jit_fn");
     ASSERT_CONTAINS(raw, "[unwind error]");
     free(raw);

@@ -289,16 +289,11 @@ const char *pbt_stats_entry(const Perftools__Profiles__Profile *p)
     return NULL;
 }
 
-typedef struct pairs {
-    char text[8192];
-    size_t len;
-} pairs_t;
-
-static int add_pair(void *arg, const char *key, const char *value)
+int pbt_text_add_stat(void *arg, const char *key, const char *value)
 {
-    pairs_t *t = arg;
-    int n = snprintf(t->text + t->len, sizeof t->text - t->len, "%s=%s\n", key, value);
-    ASSERT(n > 0 && (size_t)n < sizeof t->text - t->len);
+    pbt_text_t *t = arg;
+    int n = snprintf(t->s + t->len, sizeof t->s - t->len, "%s%s%s\n", key, t->sep, value);
+    ASSERT(n > 0 && (size_t)n < sizeof t->s - t->len);
     t->len += (size_t)n;
     return 0;
 }
@@ -310,12 +305,13 @@ void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stat
         TEST_FAIL("the profile has no snapprof-stats entry");
     snapprof_stats_t got;
     ASSERT_OK(snapprof__stats_decode(entry, &got, NULL, NULL));
-    static pairs_t a, b;
+    static pbt_text_t a, b;
     a.len = b.len = 0;
-    snapprof__stats_for_each(want, add_pair, &a);
-    snapprof__stats_for_each(&got, add_pair, &b);
-    if (strcmp(a.text, b.text) != 0)
-        TEST_FAIL("hidden stats differ:\nwant:\n%s\ngot:\n%s\nentry: %s", a.text, b.text, entry);
+    a.sep = b.sep = "=";
+    snapprof__stats_for_each(want, pbt_text_add_stat, &a);
+    snapprof__stats_for_each(&got, pbt_text_add_stat, &b);
+    if (strcmp(a.s, b.s) != 0)
+        TEST_FAIL("hidden stats differ:\nwant:\n%s\ngot:\n%s\nentry: %s", a.s, b.s, entry);
 }
 
 char *pbt_tmp_path(const char *tag, const char *name)

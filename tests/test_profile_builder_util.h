@@ -52,6 +52,18 @@ const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *
  * string-table entry that is one, or NULL. */
 const char *pbt_stats_entry(const Perftools__Profiles__Profile *p);
 
+/* Text that snapprof__stats_for_each writes into with pbt_text_add_stat:
+ * one "key<sep>value\n" line a counter (sep is the caller's). */
+typedef struct pbt_text {
+    char s[8192];
+    size_t len;
+    const char *sep;
+} pbt_text_t;
+
+/* A snapprof__stats_for_each callback; arg is a pbt_text_t. Fails the test
+ * when the text is full. */
+int pbt_text_add_stat(void *arg, const char *key, const char *value);
+
 /* Fails unless the profile's hidden entry decodes to exactly want. */
 void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want);
 

@@ -4,6 +4,7 @@
  * threads that come and go, fork, full slots and deep stacks. */
 #include "test.h"
 #include "test_util.h"
+#include "trigger_deep_work.h"
 
 #include "trigger/trigger.h"
 
@@ -1104,62 +1105,13 @@ static void test_deep_stack(void)
  * need them, so nearly every sample is a whole stack. Before, 508 of
  * 691 samples of such a workload were truncated. Judged by counts: the
  * samples the builder got, and which of them reach the thread's entry. */
-uint64_t trigger_deep_recurse(int depth, atomic_int *at_bottom, const atomic_int *stop);
-
-typedef struct deep_thread {
-    pthread_t th;
-    snapprof_thread_t *token;
-    atomic_int registered, at_bottom, stop;
-    uint64_t result;
-} deep_thread_t;
-
-static void *deep_two_main(void *arg)
-{
-    deep_thread_t *d = arg;
-    ASSERT_OK(snapprof_thread_register(&d->token));
-    atomic_store(&d->registered, 1);
-    d->result = trigger_deep_recurse(2000, &d->at_bottom, &d->stop);
-    return NULL;
-}
-
-typedef struct deep_tally {
-    atomic_size_t samples, whole;
-} deep_tally_t;
-
-/* Sampling thread. */
-static int deep_tally_sample(void *user_data, const snapprof_sample_t *s)
-{
-    deep_tally_t *t = user_data;
-    if (s->flags & SNAPPROF_SAMPLE_REMAINDER)
-        return 0; /* CPU time no capture placed, not a sample */
-    atomic_fetch_add(&t->samples, 1);
-    /* Whole: past the 2000 frames of the recursion, and not ended by a
-     * marker ("[truncated]" and the like). */
-    if (s->frame_count > 2000 && s->frames[s->frame_count - 1].kind != SNAPPROF_FRAME_MARKER)
-        atomic_fetch_add(&t->whole, 1);
-    return 0;
-}
-
-static const snapprof_builder_ops_t deep_tally_ops = {
-    .version = 1, /* receives time samples only */
-    .name = "deep_tally",
-    .xOnSample = deep_tally_sample,
-};
-
 static void test_deep_stacks_two_threads(void)
 {
     tu_need_perf_event();
     enum { THREADS = 2, SAMPLES = 1000 };
     deep_thread_t d[THREADS];
     snapprof_thread_t *tokens[THREADS];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < THREADS; i++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 8u << 20);
-        ASSERT_EQ(pthread_create(&d[i].th, &attr, deep_two_main, &d[i]), 0);
-        pthread_attr_destroy(&attr);
-    }
+    ASSERT_OK(trigger_deep_start(d, THREADS, 2000));
     for (int i = 0; i < THREADS; i++) {
         while (!atomic_load(&d[i].registered))
             usleep(1000);
@@ -1170,7 +1122,7 @@ static void test_deep_stacks_two_threads(void)
     params.interval_ns = 1000000u;
     params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
     snapprof_profiler_t *p;
-    deep_tally_t tally = {0};
+    deep_tally_t tally = {.depth = 2000};
     snapprof_builder_t *b;
     ASSERT_OK(snapprof_profiler_create(&params, tokens, THREADS, &p));
     ASSERT_OK(snapprof_builder_create(&deep_tally_ops, &tally, &b));

@@ -1,6 +1,7 @@
 /* Helpers shared by snapprof's tests (see test_util.h). */
 #include "test_util.h"
 #include "test.h"
+#include "test_prog.h"
 
 #include <errno.h>
 #include <linux/perf_event.h>
@@ -29,17 +30,7 @@ uint64_t tu_thread_cpu_ns(void)
 
 char tu_thread_state(int tid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-    const char *paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' ? paren[2] : '?';
+    return tp_thread_state(tid);
 }
 
 /* Which sanitizer the build has: gcc says so with __SANITIZE_*__, clang
@@ -157,14 +148,22 @@ static double parse_value(const char *s)
     return strtod(s, NULL);
 }
 
+char *tu_pprof_ok(const char *args, const char *profile)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s '%s'", args, profile);
+    int status = 0;
+    char *out = tu_pprof(cmd, &status);
+    if (status != 0)
+        TEST_FAIL("go tool pprof %s failed (%d):\n%s", cmd, status, out);
+    return out;
+}
+
 int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw)
 {
     char args[4096];
-    snprintf(args, sizeof args, "-top -nodecount=1000 %s '%s'", extra ? extra : "", profile);
-    int status = 0;
-    char *text = tu_pprof(args, &status);
-    if (status != 0)
-        TEST_FAIL("go tool pprof %s failed (%d):\n%s", args, status, text);
+    snprintf(args, sizeof args, "-top -nodecount=1000 %s", extra ? extra : "");
+    char *text = tu_pprof_ok(args, profile);
     int cap = 64, n = 0;
     tu_top_row_t *rows = calloc((size_t)cap, sizeof *rows);
     ASSERT_NOT_NULL(rows);
@@ -200,7 +199,7 @@ int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, cha
     }
     if (raw) {
         /* strtok cut the text; run once more for an intact copy. */
-        *raw = tu_pprof(args, NULL);
+        *raw = tu_pprof_ok(args, profile);
     }
     free(text);
     *out = rows;
@@ -215,18 +214,29 @@ const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *nam
     return NULL;
 }
 
-double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print)
+double tu_top_value(const char *profile, const char *extra, const char *name, tu_top_col_t col,
+                    double absent, int print)
 {
     tu_top_row_t *rows;
-    char *raw;
-    int n = tu_pprof_top(profile, extra, &rows, &raw);
+    char *raw = NULL;
+    int n = tu_pprof_top(profile, extra, &rows, print ? &raw : NULL);
     if (print)
         printf("$ go tool pprof -top %s\n%s\n", extra, raw);
     const tu_top_row_t *r = tu_top_find(rows, n, name);
-    double v = r ? r->cum_pct : 0;
+    double v = absent;
+    if (r)
+        v = col == TU_TOP_FLAT       ? r->flat
+            : col == TU_TOP_FLAT_PCT ? r->flat_pct
+            : col == TU_TOP_CUM      ? r->cum
+                                     : r->cum_pct;
     free(rows);
     free(raw);
     return v;
+}
+
+double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print)
+{
+    return tu_top_value(profile, extra, name, TU_TOP_CUM_PCT, 0, print);
 }
 
 char *tu_make_tmpdir(const char *tag)
@@ -256,6 +266,17 @@ void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
 static int has_samples(const snapprof_stats_t *st, void *arg)
 {
     return st->samples >= *(const uint64_t *)arg;
+}
+
+snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self)
+{
+    ASSERT_OK(snapprof_thread_register(self));
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, self, 1, &p));
+    return p;
 }
 
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)

@@ -44,6 +44,10 @@ char *tu_run(const char *cmd, int *status);
  * test (failure) when go is missing: pprof is the client we must satisfy. */
 char *tu_pprof(const char *args, int *status);
 
+/* Runs `go tool pprof ARGS 'PROFILE'` (tu_pprof) and fails the test unless
+ * it exits 0; returns its output (malloc'd). */
+char *tu_pprof_ok(const char *args, const char *profile);
+
 /* One row of `go tool pprof -top` output. */
 typedef struct tu_top_row {
     char name[512];
@@ -57,6 +61,13 @@ int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, cha
 
 /* The row named name (exact match), or NULL. */
 const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
+/* A column of tu_top_row_t. */
+typedef enum { TU_TOP_FLAT, TU_TOP_FLAT_PCT, TU_TOP_CUM, TU_TOP_CUM_PCT } tu_top_col_t;
+/* Column col of name's row in `go tool pprof -top EXTRA` of profile,
+ * absent when it has none; with print, prints the command and its report
+ * first. */
+double tu_top_value(const char *profile, const char *extra, const char *name, tu_top_col_t col,
+                    double absent, int print);
 /* The cum% of name in `go tool pprof -top EXTRA` of profile, 0 when absent;
  * with print, prints the command and its report first. */
 double tu_top_cum_pct(const char *profile, const char *extra, const char *name, int print);
@@ -67,6 +78,10 @@ char *tu_make_tmpdir(const char *tag);
 
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
+
+/* Registers the calling thread (*self) and creates a profiler of it alone
+ * at 1 kHz, default params otherwise; fails the test on an error. */
+snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self);
 
 /* Waits until the profiler has delivered n samples, checking every 5 ms,
  * and fails the test after 120 s. Tests wait for samples, not for time: a
