@@ -22,6 +22,18 @@ static void note_fallback(snapprof_profiler_t *p, snapprof_trigger_t from, int e
     }
 }
 
+/* Makes ct name t's thread: where its captures go, and whose they are. */
+static void capture_target_of(snapprof__target_t *t, snapprof__capture_target_t *ct)
+{
+    const struct snapprof_thread *th = t->thread;
+    ct->tid = th->tid;
+    ct->stack_low = th->stack_low;
+    ct->stack_base = th->stack_base;
+    ct->thread = th;
+    ct->on_thread = th->on_thread;
+    ct->owner = t;
+}
+
 /* Gives t the best trigger that works, starting from the one asked for:
  * perf event, CPU timer, handshake. Lock held. */
 void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
@@ -34,13 +46,7 @@ void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
     t->blocked_seq_valid = 0;
     snapprof__thread_resolve_name(t->thread);
     if (p->pool_ready && !atomic_load(&t->thread->exited)) {
-        struct snapprof_thread *th = t->thread;
-        t->cap.tid = th->tid;
-        t->cap.stack_low = th->stack_low;
-        t->cap.stack_base = th->stack_base;
-        t->cap.thread = th;
-        t->cap.on_thread = th->on_thread;
-        t->cap.owner = t;
+        capture_target_of(t, &t->cap);
         snapprof_trigger_t first = p->params.trigger == SNAPPROF_TRIGGER_AUTO
                                        ? SNAPPROF_TRIGGER_PERF_EVENT
                                        : p->params.trigger;
@@ -128,12 +134,7 @@ void snapprof__unarmed_publish(snapprof_profiler_t *p, snapprof__target_t *t)
     struct snapprof_thread *th = t->thread;
     if (!th->on_thread)
         return; /* its handler could not tell it is the thread's */
-    t->pcap.tid = th->tid;
-    t->pcap.stack_low = th->stack_low;
-    t->pcap.stack_base = th->stack_base;
-    t->pcap.thread = th;
-    t->pcap.on_thread = th->on_thread;
-    t->pcap.owner = t;
+    capture_target_of(t, &t->pcap);
     t->unarmed_ct_set = 1;
     atomic_store_explicit(&th->unarmed_ct, (void *)&t->pcap, memory_order_release);
 }

@@ -89,6 +89,21 @@ static void run_churn(int hz, int threads, int odds, churn_run_t *out)
     run_churn_env(hz, threads, n, out);
 }
 
+/* churn_work's CPU time in the profile is about what the program
+ * measured, and nearly all of the started threads' sampled time. */
+static void check_cpu(const churn_run_t *r)
+{
+    if (r->cpu_ms < 0.7 * r->work_ms || r->cpu_ms > 1.4 * r->work_ms)
+        TEST_FAIL("churn_work has %.1f ms in the profile for %.1f ms measured", r->cpu_ms,
+                  r->work_ms);
+    /* Of the started threads' samples: the main thread's calibration
+     * (churn_prog's "before it", 80-500 ms of CPU with the machine's load)
+     * is not theirs. */
+    if (r->cpu_ms < 0.9 * r->threads_ms)
+        TEST_FAIL("churn_work has %.1f ms of the threads' %.1f ms in samples", r->cpu_ms,
+                  r->threads_ms);
+}
+
 /* Samples on churn_work as its CPU time says, each weighing odds periods
  * (one thread in odds armed as it starts: snapprof_params_t.short_threads),
  * and nearly all the sampled CPU time on it. */
@@ -105,15 +120,7 @@ static void check_counts(int hz, int threads, int odds)
     if (r.samples < 0.7 * expected || r.samples > most)
         TEST_FAIL("churn_work has %.0f samples, want %.0f to %.0f", r.samples, 0.7 * expected,
                   most);
-    if (r.cpu_ms < 0.7 * r.work_ms || r.cpu_ms > 1.4 * r.work_ms)
-        TEST_FAIL("churn_work has %.1f ms in the profile for %.1f ms measured", r.cpu_ms,
-                  r.work_ms);
-    /* Of the started threads' samples: the main thread's calibration
-     * (churn_prog's "before it", 80-500 ms of CPU with the machine's load)
-     * is not theirs. */
-    if (r.cpu_ms < 0.9 * r.threads_ms)
-        TEST_FAIL("churn_work has %.1f ms of the threads' %.1f ms in samples", r.cpu_ms,
-                  r.threads_ms);
+    check_cpu(&r);
 }
 
 static void test_short_threads_1khz(void)
@@ -170,12 +177,7 @@ static void check_timer(int hz, int threads)
     }
     churn_run_t r;
     run_churn_env(hz, threads, "timer", &r);
-    if (r.cpu_ms < 0.7 * r.work_ms || r.cpu_ms > 1.4 * r.work_ms)
-        TEST_FAIL("churn_work has %.1f ms in the profile for %.1f ms measured", r.cpu_ms,
-                  r.work_ms);
-    if (r.cpu_ms < 0.9 * r.threads_ms)
-        TEST_FAIL("churn_work has %.1f ms of the threads' %.1f ms in samples", r.cpu_ms,
-                  r.threads_ms);
+    check_cpu(&r);
 }
 
 static void test_short_threads_timer_1khz(void)
