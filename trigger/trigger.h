@@ -195,6 +195,7 @@ typedef struct snapprof__process_timer {
     snapprof__capture_pool_t *pool; /* where captures go */
     uint64_t period_ns;
     int signo;
+    pid_t pid; /* the process that made the timer */
     timer_t timer;
     int has_timer;
     _Atomic int on;            /* cleared first at stop: handlers then leave */

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PROCESS_TAG 0x534e5050u /* "SNPP" */
 
@@ -77,6 +78,7 @@ int snapprof__process_timer_start(snapprof__process_timer_t *pt, snapprof__captu
     pt->pool = pool;
     pt->period_ns = period_ns;
     pt->signo = signo;
+    pt->pid = getpid();
     snapprof__process_timer_t *none = NULL;
     if (!atomic_compare_exchange_strong(&g_owner, &none, pt))
         return -EBUSY; /* another profile has it */
@@ -133,7 +135,10 @@ void snapprof__process_timer_stop(snapprof__process_timer_t *pt)
     if (!pt->has_timer)
         return;
     atomic_store(&pt->on, 0);
-    timer_delete(pt->timer);
+    /* Only in the process that made it: a forked child has no such timer,
+     * and the id may name a timer of the child's own. */
+    if (getpid() == pt->pid)
+        timer_delete(pt->timer);
     pt->has_timer = 0;
     snapprof__process_timer_quiesce(pt);
     snapprof__process_timer_t *self = pt;
