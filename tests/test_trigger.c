@@ -768,6 +768,31 @@ static void *short_main(void *arg)
  * profile's total stays near the threads' clocks (a sampled thread's
  * excess comes off the pool of unsampled ones). Before the timer was
  * looked for ahead of the arms' tables, no signal of it was taken: 0. */
+/* A running 1 kHz profile with the process-wide timer (and col's
+ * builder, if given); skips the test on a kernel that sends the timer's
+ * signal to the main thread (before 6.4). */
+static snapprof_profiler_t *start_unarmed_timer(tu_collector_t *col)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = 1000000u;
+    params.unarmed_timer = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    if (col)
+        ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(col)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    if (st.unarmed_timer_errno == ENOTSUP) {
+        printf("skipped: a process timer's signal goes to the running thread only since Linux "
+               "6.4\n");
+        exit(TEST_SKIP);
+    }
+    ASSERT_UEQ(st.unarmed_timer_errno, 0);
+    return p;
+}
+
 static _Atomic int g_sleeper_stop;
 static _Atomic uint64_t g_sleeper_eintr;
 
@@ -794,22 +819,8 @@ static void test_unarmed_timer(void)
     tu_collector_t col = {0};
     pthread_t sleeper;
     ASSERT_EQ(pthread_create(&sleeper, NULL, sleeper_main, NULL), 0);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    params.unarmed_timer = 1;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&col)));
-    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_profiler_t *p = start_unarmed_timer(&col);
     snapprof_stats_t st;
-    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    if (st.unarmed_timer_errno == ENOTSUP) {
-        printf("skipped: a process timer's signal goes to the running thread only since Linux "
-               "6.4\n");
-        exit(TEST_SKIP);
-    }
-    ASSERT_UEQ(st.unarmed_timer_errno, 0);
     for (int i = 0; i < 1000; i++) {
         pthread_t th;
         ASSERT_EQ(pthread_create(&th, NULL, short_main, p), 0);
@@ -865,20 +876,7 @@ static void test_unarmed_timer(void)
  * stop used to delete. */
 static void test_unarmed_timer_fork_child(void)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
-    params.unarmed_timer = 1;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
-    ASSERT_OK(snapprof_profiler_start(p));
-    snapprof_stats_t st;
-    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    if (st.unarmed_timer_errno == ENOTSUP) {
-        printf("skipped: a process timer's signal goes to the running thread only since Linux "
-               "6.4\n");
-        exit(TEST_SKIP);
-    }
+    snapprof_profiler_t *p = start_unarmed_timer(NULL);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
