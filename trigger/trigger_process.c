@@ -159,7 +159,6 @@ int snapprof__process_timer_on_signal(const siginfo_t *info, const ucontext_t *u
         atomic_fetch_sub_explicit(&pt->users, 1, memory_order_release);
         return 1;
     }
-    uint64_t entry = snapprof__monotonic_ns();
     uint64_t periods = 1 + (info->si_overrun > 0 ? (uint64_t)info->si_overrun : 0);
     const struct snapprof_thread *self = snapprof__thread_self();
     snapprof__capture_target_t *ct =
@@ -167,6 +166,9 @@ int snapprof__process_timer_on_signal(const siginfo_t *info, const ucontext_t *u
                                     memory_order_acquire)
              : NULL;
     if (ct && ct->tid == snapprof__gettid_cached()) {
+        /* The clock only for a capture: most of these signals reach
+         * armed threads and are passed over. */
+        uint64_t entry = snapprof__monotonic_ns();
         atomic_fetch_add_explicit(&pt->captured, 1, memory_order_relaxed);
         snapprof__capture_self(pt->pool, ct, uc, periods * pt->period_ns, entry);
     } else {
