@@ -662,6 +662,11 @@ static void stop_at_deadline(void)
 #define RESCAN_NS 0u
 #endif
 
+/* How often the helper looks whether only snapprof's threads are left
+ * (snapprof__preload_only_ours_left(): one /proc read while the program's
+ * first thread lives). */
+#define END_CHECK_NS 100000000u
+
 /* The helper thread (started by snapprof__preload_helper_arm()): carries
  * out the requests posted to it (preload_helper.c), stops the profile at
  * its deadline, and scans for threads when a scan is due. */
@@ -672,7 +677,7 @@ static void *helper_main(void *arg)
      * ours, never the program's: not in its heap profile. */
     snapprof_heap_ignore_begin();
     snapprof__preload_helper_began();
-    uint64_t next_rescan = 0;
+    uint64_t next_rescan = 0, next_end_check = 0;
     /* Checkpoints of the profile that started at cp_start. */
     uint64_t cp_start = 0, last_cp = 0, gap_cp = 0, next_cp = 0;
     for (;;) {
@@ -697,6 +702,18 @@ static void *helper_main(void *arg)
             continue;
         }
         uint64_t wake = deadline;
+        if (now >= next_end_check) {
+            if (snapprof__preload_only_ours_left()) {
+                /* The program's last thread has ended: what glibc would
+                 * have done then (exit(0) on the last thread), after the
+                 * profile is written. Test: record_main_pthread_exit. */
+                snapprof__preload_stop("exit");
+                exit(0);
+            }
+            next_end_check = snapprof__monotonic_ns() + END_CHECK_NS;
+        }
+        if (!wake || next_end_check < wake)
+            wake = next_end_check;
         if (next_cp && now >= next_cp) {
             checkpoint_here();
             gap_cp = next_cp - last_cp;

@@ -247,6 +247,10 @@ void snapprof__preload_register_existing(int signo);
 /* From the helper, without the preload lock: threads that did not answer
  * before, and those made without our pthread_create. */
 void snapprof__preload_rescan_threads(void);
+/* 1 when the program's first thread is gone and only snapprof's threads
+ * are left (preload_threads.c): the helper then ends the process as the
+ * last program thread would have. */
+int snapprof__preload_only_ours_left(void);
 
 /* ------------------------------------------------------------------------ */
 /* Summary (preload_summary.c)                                              */

@@ -222,6 +222,44 @@ int snapprof__preload_rescan_due(void)
     return atomic_load(&g_rescan_due);
 }
 
+/* Whether the program has ended but for its exit: its first thread is gone
+ * (a zombie: it called pthread_exit(), or it was a forked child's only
+ * thread and its start routine returned) and every thread left is one of
+ * snapprof's own (named "snapprof...", blocking every signal). Without us
+ * the process would have exited then, with status 0 (glibc calls exit(0)
+ * as the last thread ends); our threads would keep it alive for good, and
+ * its parent waiting. Errs towards 0: a thread whose files cannot be read
+ * for any reason but its end counts as the program's. Not under the lock:
+ * reads /proc only. */
+int snapprof__preload_only_ours_left(void)
+{
+    char buf[512];
+    pid_t pid = getpid();
+    if (snapprof__proc_task_read(pid, "stat", buf, sizeof buf) < 0)
+        return 0;
+    const char *rp = strrchr(buf, ')');
+    if (!rp || rp[1] != ' ' || rp[2] != 'Z')
+        return 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int ours_only = 1;
+    struct dirent *de;
+    while (ours_only && (de = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid <= 0 || tid == pid)
+            continue;
+        char comm[32];
+        ssize_t n = snapprof__proc_task_read(tid, "comm", comm, sizeof comm);
+        if (n == -ENOENT || n == -ESRCH)
+            continue; /* ended since the listing */
+        ours_only = n > 0 && strncmp(comm, "snapprof", 8) == 0 && thread_blocks(tid, SIGTERM) &&
+                    thread_blocks(tid, SIGPROF) && thread_blocks(tid, SIGINT);
+    }
+    closedir(d);
+    return ours_only;
+}
+
 /* The tids in /proc/self/task that are neither registered nor the caller,
  * and that do not block the signals we stop them with; when retrying, not
  * those that have yet to take the last one we sent. Under the lock. Returns

@@ -21,6 +21,14 @@
  *                      loader's lock (inside a dl_iterate_phdr callback);
  *                      the child burns in hot_loader_fork_child and
  *                      _exit()s; prints how long the child took to end
+ *   main_exit MS       main registers an atexit handler (it prints "atexit
+ *                      ran"), starts a thread that burns in
+ *                      hot_after_main_exit and calls pthread_exit()
+ *   fork_thread_exit MS  fork from a thread other than main; the child
+ *                      registers that atexit handler, burns in
+ *                      hot_thread_fork_child and calls pthread_exit(): its
+ *                      only thread ends without exit(), as a Python thread
+ *                      that forked and returns does
  *   sleepers MS        three threads wait in nanosleep, a pipe read and
  *                      pthread_cond_timedwait (working 300 us between
  *                      waits) for MS ms; prints how many waits a signal
@@ -53,6 +61,7 @@ HOT(hot_forked_child)
 HOT(hot_fork_parent)
 HOT(hot_spin)
 HOT(hot_thread_fork_child)
+HOT(hot_after_main_exit)
 
 static uint64_t g_ms = 300;
 
@@ -181,6 +190,56 @@ static void *fork_from_thread(void *arg)
     int st;
     waitpid(pid, &st, 0);
     return (void *)(intptr_t)(WIFEXITED(st) ? WEXITSTATUS(st) : 5);
+}
+
+/* main_exit and fork_thread_exit: the process ends when its last thread
+ * does, with status 0 and its atexit handlers run (glibc calls exit(0)
+ * there), whatever threads a profiler of its own keeps. */
+static void say_atexit(void)
+{
+    printf("atexit ran\n");
+    fflush(stdout);
+}
+
+static void *burn_after_main_exit(void *arg)
+{
+    tp_burn_sampled(hot_after_main_exit, *(uint64_t *)arg, 5);
+    return NULL;
+}
+
+static int mode_main_exit(uint64_t ms)
+{
+    static uint64_t burn_ms;
+    burn_ms = ms;
+    atexit(say_atexit);
+    pthread_t t;
+    if (pthread_create(&t, NULL, burn_after_main_exit, &burn_ms) != 0)
+        return 2;
+    pthread_exit(NULL);
+}
+
+static void *fork_and_thread_exit(void *arg)
+{
+    uint64_t ms = *(uint64_t *)arg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        atexit(say_atexit);
+        tp_burn_sampled(hot_thread_fork_child, ms, 5);
+        pthread_exit(NULL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return (void *)(intptr_t)(WIFEXITED(st) ? WEXITSTATUS(st) : 5);
+}
+
+static int mode_fork_thread_exit(uint64_t ms)
+{
+    pthread_t t;
+    void *ret;
+    if (pthread_create(&t, NULL, fork_and_thread_exit, &ms) != 0)
+        return 2;
+    pthread_join(t, &ret);
+    return (int)(intptr_t)ret;
 }
 
 static int mode_fork_thread(uint64_t ms)
@@ -450,6 +509,10 @@ int main(int argc, char **argv)
         return mode_forkexec(argv[0], ms);
     if (!strcmp(mode, "fork_thread"))
         return mode_fork_thread(ms);
+    if (!strcmp(mode, "main_exit"))
+        return mode_main_exit(ms);
+    if (!strcmp(mode, "fork_thread_exit"))
+        return mode_fork_thread_exit(ms);
     if (!strcmp(mode, "fork_in_loader"))
         return mode_fork_in_loader(ms);
     if (!strcmp(mode, "spin") && argc > 2)
@@ -462,10 +525,12 @@ int main(int argc, char **argv)
         return mode_sleepers(ms);
     if (!strcmp(mode, "exit") && argc > 2)
         return atoi(argv[2]);
-    fprintf(stderr,
-            "usage: %s "
-            "threads|burn|forkexec|fork_thread|fork_in_loader|spin|rmdir|sigurg|sleepers|exit "
-            "...\n",
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s "
+        "threads|burn|forkexec|fork_thread|fork_thread_exit|main_exit|fork_in_loader|spin|rmdir|"
+        "sigurg|sleepers|exit "
+        "...\n",
+        argv[0]);
     return 2;
 }

@@ -492,6 +492,45 @@ static void test_fork_from_thread(void)
     free(text);
 }
 
+/* The program's first thread calls pthread_exit() and its last thread ends
+ * later: without a profiler the process then exits with status 0 and runs
+ * its atexit handlers. The preload's own threads kept it alive for good,
+ * and `record` waited with it (CPython's test_threading hung so under
+ * bench/python_reliability.sh). It must end, and its profile be written. */
+static void test_main_pthread_exit(void)
+{
+    pl_skip_if_sanitized();
+    int st;
+    char *text =
+        record_in("rec-mainexit", &st, "-F 1000 -o m.pb.gz -- %s main_exit 200 2>&1", PROG);
+    printf("%s", text);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "atexit ran");
+    ASSERT_CONTAINS(text, "exited with status 0");
+    pl_require_fn(path_in("m.pb.gz"), "", "hot_after_main_exit", 1);
+    free(text);
+}
+
+/* The same in a child forked from a thread: the child's only thread ends
+ * with pthread_exit() (as a Python thread that forked and returns), and
+ * its parent waits for it. */
+static void test_fork_thread_pthread_exit(void)
+{
+    pl_skip_if_sanitized();
+    int st;
+    char *text =
+        record_in("rec-forkexit", &st, "-F 1000 -o f.pb.gz -- %s fork_thread_exit 200 2>&1", PROG);
+    printf("%s", text);
+    ASSERT_EQ(st, 0);
+    ASSERT_CONTAINS(text, "atexit ran");
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
+    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
+    child[strcspn(child, "\n")] = '\0';
+    pl_require_fn(child, "", "hot_thread_fork_child", 1);
+    free(child);
+    free(text);
+}
+
 /* fork() while another thread holds the dynamic loader's lock: glibc does
  * not reset that lock in the child, so a child profiler that enters the
  * loader (dl_iterate_phdr) would block on it for good, and the child's
@@ -1374,6 +1413,8 @@ int main(int argc, char **argv)
         {"fork_exec", test_fork_exec},
         {"fork_stop", test_fork_stop},
         {"fork_from_thread", test_fork_from_thread},
+        {"main_pthread_exit", test_main_pthread_exit},
+        {"fork_thread_pthread_exit", test_fork_thread_pthread_exit},
         {"fork_in_loader", test_fork_in_loader},
         {"exit_status", test_exit_status},
         {"sigint", test_sigint},
