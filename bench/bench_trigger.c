@@ -145,12 +145,7 @@ static int floor_signal(void)
 
 static void floor_install(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = floor_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(floor_signal(), &sa, NULL) != 0)
+    if (bench_install_handler(floor_signal(), floor_handler) != 0)
         die("sigaction");
 }
 
