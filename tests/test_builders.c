@@ -388,9 +388,7 @@ static void test_same_run_agree(void)
     snprintf(ppath, sizeof ppath, "%s/run.pb.gz", dir);
     snprintf(fpath, sizeof fpath, "%s/run.folded", dir);
     snprintf(tpath, sizeof tpath, "%s/run.json", dir);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     snapprof_profiler_t *p;
     snapprof_builder_t *b;
     ASSERT_OK(snapprof_profiler_create(&params, tokens, 2, &p));
@@ -825,9 +823,7 @@ static void test_callbacks_symbolize(void)
     while (__atomic_load_n(&token, __ATOMIC_ACQUIRE) == NULL)
         usleep(1000);
     static sym_builder_t b;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     snapprof_profiler_t *p;
     snapprof_builder_t *builder;
     ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));

@@ -52,9 +52,7 @@ static void *worker_main(void *arg)
 static void start_worker(worker_t *w, void (*body)(worker_t *))
 {
     w->body = body;
-    ASSERT_EQ(pthread_create(&w->th, NULL, worker_main, w), 0);
-    while (!atomic_load(&w->ready))
-        usleep(1000);
+    tu_start_thread(&w->th, worker_main, w, &w->ready);
 }
 
 static void stop_worker(worker_t *w)

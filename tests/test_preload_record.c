@@ -136,12 +136,8 @@ static void test_threads(void)
             if (j != i && pl_samples_of(out, focus, pairs[j][1]) > 0)
                 TEST_FAIL("%s's samples labelled %s", pairs[j][1], pairs[i][0]);
     }
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-tags -sample_index=samples '%s'", out);
-    char *tags = tu_pprof(args, &pst);
+    char *tags = tu_pprof_ok("-tags -sample_index=samples", out);
     printf("%s\n", tags);
-    ASSERT_EQ(pst, 0);
     ASSERT_CONTAINS(tags, "thread_id: Total");
     pl_require_count(tags, "%): ", 8); /* 4 thread ids and 4 names */
     free(tags);
@@ -213,12 +209,8 @@ static void go_cgo(int hz, const char *args_of_prog)
     if (args_of_prog[0])
         ASSERT_CONTAINS(text, "its profile is the last checkpoint, written ");
     ASSERT(strstr(text, "fatal error") == NULL);
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-top -sample_index=samples '%s'", path_in("g.pb.gz"));
-    char *top = tu_pprof(args, &pst);
+    char *top = tu_pprof_ok("-top -sample_index=samples", path_in("g.pb.gz"));
     printf("%s\n", top);
-    ASSERT_EQ(pst, 0);
     const char *of = strstr(top, "Showing nodes accounting for ");
     double total = 0;
     ASSERT_NOT_NULL(of);
@@ -734,11 +726,7 @@ static void test_trigger_timer(void)
     ASSERT_CONTAINS(text, "snapprof:   the timer trigger fires at the kernel's tick: ");
     free(text);
     pl_require_fn(path_in("t.pb.gz"), "", "hot_a", 1);
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-comments '%s'", path_in("t.pb.gz"));
-    char *comments = tu_pprof(args, &pst);
-    ASSERT_EQ(pst, 0);
+    char *comments = tu_pprof_ok("-comments", path_in("t.pb.gz"));
     ASSERT_CONTAINS(comments, "snapprof: the timer trigger fires at the kernel's tick: ");
     free(comments);
 }
@@ -757,10 +745,7 @@ static void test_wall(void)
     expect_loss_words(text);
     if (strstr(text, "is in no sample"))
         TEST_FAIL("a note on unplaced CPU time of a program that slept:\n%s", text);
-    char args[1200];
-    snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
-    char *raw = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *raw = tu_pprof_ok("-raw", path_in("w.pb.gz"));
     ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
     ASSERT_CONTAINS(raw, "wall/nanoseconds[dflt]");
     ASSERT_CONTAINS(raw, "thread_name:[sleep]");
@@ -790,24 +775,17 @@ static void test_wall_proc(void)
     pl_require_under(prof, "sleeper_nanosleep", 1);
     pl_require_under(prof, "sleeper_read", 1);
     pl_require_under(prof, "sleeper_cond", 1);
-    char args[1200];
-    snprintf(args, sizeof args, "-tags '%s'", prof);
-    char *tags = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *tags = tu_pprof_ok("-tags", prof);
     ASSERT_CONTAINS(tags, "blocked");
     ASSERT_CONTAINS(tags, "running");
     ASSERT_CONTAINS(tags, "clock_nanosleep");
     ASSERT_CONTAINS(tags, "futex");
     free(tags);
     /* Only the waits under -tagfocus=state=blocked; cpu is a value too. */
-    snprintf(args, sizeof args, "-top -tagfocus=state=blocked -sample_index=cpu '%s'", prof);
-    char *top = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *top = tu_pprof_ok("-top -tagfocus=state=blocked -sample_index=cpu", prof);
     ASSERT_CONTAINS(top, "Type: cpu");
     free(top);
-    snprintf(args, sizeof args, "-top -cum -tagfocus=state=blocked '%s'", prof);
-    top = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    top = tu_pprof_ok("-top -cum -tagfocus=state=blocked", prof);
     ASSERT_CONTAINS(top, "sleeper_read");
     ASSERT(strstr(top, "work_a_little") == NULL);
     free(top);
@@ -851,10 +829,7 @@ static void test_wall_stale_records(void)
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "wall_stale_prog: done");
     const char *prof = path_in("s.pb.gz");
-    char args[1200];
-    snprintf(args, sizeof args, "-traces -tagfocus=syscall=read '%s'", prof);
-    char *traces = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *traces = tu_pprof_ok("-traces -tagfocus=syscall=read", prof);
     printf("%s\n", traces);
     ASSERT_CONTAINS(traces, "waiter");
     ASSERT_CONTAINS(traces, "thread_main");

@@ -268,12 +268,25 @@ static int has_samples(const snapprof_stats_t *st, void *arg)
     return st->samples >= *(const uint64_t *)arg;
 }
 
+void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready)
+{
+    ASSERT_EQ(pthread_create(th, NULL, fn, arg), 0);
+    while (!atomic_load(ready))
+        usleep(1000);
+}
+
+snapprof_params_t tu_params(uint64_t interval_ns)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = interval_ns;
+    return params;
+}
+
 snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self)
 {
     ASSERT_OK(snapprof_thread_register(self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, self, 1, &p));
     return p;

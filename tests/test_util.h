@@ -3,6 +3,7 @@
 #ifndef SNAPPROF_TESTS_TEST_UTIL_H
 #define SNAPPROF_TESTS_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -76,8 +77,36 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
  * (malloc'd). */
 char *tu_make_tmpdir(const char *tag);
 
+/* n steps of a 64-bit LCG on *sink (add tells callers apart): the body
+ * of the tests' small hot functions. Always inlined, so that the calling
+ * function stays the leaf a sample sees. */
+__attribute__((always_inline)) static inline void tu_spin_lcg(uint64_t *sink, int n, uint64_t add)
+{
+    volatile uint64_t x = *sink;
+    for (int i = 0; i < n; i++)
+        x = x * 6364136223846793005u + add;
+    *sink = x;
+}
+
+/* Marsaglia's xorshift64 (13, 7, 17): the next number of the sequence in
+ * *state (never 0). Tests that draw from it are deterministic. */
+static inline uint64_t tu_xorshift64(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* Runs fn(arg) on a new thread (*th) and waits, a millisecond at a time,
+ * until it has set *ready. */
+void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready);
+
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
+
+/* snapprof_params_init's defaults with the sampling interval set. */
+snapprof_params_t tu_params(uint64_t interval_ns);
 
 /* Registers the calling thread (*self) and creates a profiler of it alone
  * at 1 kHz, default params otherwise; fails the test on an error. */

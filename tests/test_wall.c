@@ -172,9 +172,7 @@ static void start(sleeper_t *s, kind_t kind)
     ASSERT_EQ(pipe(s->pipe_fd), 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    ASSERT_EQ(pthread_create(&s->th, NULL, sleeper_main, s), 0);
-    while (!atomic_load(&s->ready))
-        usleep(1000);
+    tu_start_thread(&s->th, sleeper_main, s, &s->ready);
 }
 
 static void stop(sleeper_t *s)
@@ -215,9 +213,7 @@ static void finish(snapprof_profiler_t *p, sleeper_t *s, int n, tu_collector_t *
 
 static snapprof_profiler_t *make(sleeper_t *s, int n, uint64_t interval, tu_collector_t *c)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval;
+    snapprof_params_t params = tu_params(interval);
     params.mode = SNAPPROF_MODE_WALL;
     params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
     params.trigger = g_trigger;
@@ -892,14 +888,10 @@ static void test_moved_wait(void)
     ASSERT_EQ(pipe(m.first), 0);
     ASSERT_EQ(pipe(m.second), 0);
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, mover_main, &m), 0);
-    while (!atomic_load(&m.ready))
-        usleep(1000);
+    tu_start_thread(&th, mover_main, &m, &m.ready);
     usleep(20000);
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.mode = SNAPPROF_MODE_WALL;
     params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
     snapprof_profiler_t *p;
