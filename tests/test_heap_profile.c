@@ -181,9 +181,7 @@ static pthread_barrier_t g_barrier;
 static pid_t g_tid_a, g_tid_b;
 static uint64_t g_freed_sampled;
 
-/* malloc, noted; counts the sampled ones. Inlined into alloc_in_a and
- * alloc_in_b, the functions the samples must name. */
-__attribute__((always_inline)) static inline void *alloc_noted(size_t size)
+static __attribute__((noinline)) void *alloc_in_a(size_t size)
 {
     void *p = malloc(size);
     ASSERT_NOT_NULL(p);
@@ -195,14 +193,16 @@ __attribute__((always_inline)) static inline void *alloc_noted(size_t size)
     return p;
 }
 
-static __attribute__((noinline)) void *alloc_in_a(size_t size)
-{
-    return alloc_noted(size);
-}
-
 static __attribute__((noinline)) void *alloc_in_b(size_t size)
 {
-    return alloc_noted(size);
+    void *p = malloc(size);
+    ASSERT_NOT_NULL(p);
+    int rc = snapprof_heap_note_alloc(p, size);
+    ASSERT(rc == 0 || rc == 1);
+    if (rc == 1)
+        atomic_fetch_add(&g_recorded, 1);
+    __asm__ volatile("" ::: "memory");
+    return p;
 }
 
 static void free_blocks(void **blocks, int n)
