@@ -1151,12 +1151,7 @@ static void test_register_tid_signal(void)
     tu_collector_t c = {0};
     snapprof_params_t params = tu_params(2000000u);
     params.signal = sig;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, &tok, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 10);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = tu_profile_collect(&params, &tok, 1, &c, 10);
     ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
     ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);
     snapprof_profiler_destroy(p);

@@ -445,6 +445,12 @@ static void *blocking_main(void *arg)
     return NULL;
 }
 
+static int trigger_was_blocked(const snapprof_stats_t *st, void *arg)
+{
+    (void)arg;
+    return st->trigger_blocked != 0;
+}
+
 static void test_blocked_signal(void)
 {
     tu_need_perf_event();
@@ -453,11 +459,7 @@ static void test_blocked_signal(void)
     snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
     snapprof_stats_t st;
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
-    do {
-        usleep(10000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.trigger_blocked == 0 && tu_mono_ns() < deadline);
+    tu_wait_stats(p, &st, trigger_was_blocked, NULL);
     printf("blocked %llu, perf %llu, handshake %llu threads, %llu samples\n",
            (unsigned long long)st.trigger_blocked,
            (unsigned long long)st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT],
@@ -1093,12 +1095,7 @@ static void test_deep_stack(void)
     tu_collector_t c = {0};
     snapprof_params_t params = tu_params(10000000u);
     params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 100);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = tu_profile_collect(&params, &token, 1, &c, 100);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     printf("%llu samples, %llu truncated copies (%llu by the budget), %llu dropped, deepest %llu "

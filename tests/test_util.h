@@ -59,6 +59,8 @@ typedef struct tu_top_row {
  * rows; returns the row count (exits on failure). *out is malloc'd. The
  * raw text is stored in *raw when raw is not NULL (malloc'd). */
 int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw);
+/* tu_pprof_top, and the report (*raw) printed. */
+int tu_pprof_top_print(const char *profile, const char *extra, tu_top_row_t **out, char **raw);
 
 /* The row named name (exact match), or NULL. */
 const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
@@ -76,6 +78,8 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
 /* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
  * (malloc'd). */
 char *tu_make_tmpdir(const char *tag);
+/* How many entries directory dir holds, "." and ".." aside. */
+int tu_count_entries(const char *dir);
 
 /* n steps of a 64-bit LCG on *sink (add tells callers apart): the body
  * of the tests' small hot functions. Always inlined, so that the calling
@@ -122,6 +126,8 @@ void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
  * the last stats, which *st holds. */
 void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
                    int (*done)(const snapprof_stats_t *st, void *arg), void *arg);
+/* A done for tu_wait_stats: at least *(const uint64_t *)arg samples. */
+int tu_stats_has_samples(const snapprof_stats_t *st, void *arg);
 
 /* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
  * the test after 120 s: for a thread that must be sampled (or armed,
@@ -166,6 +172,11 @@ typedef struct tu_collector {
 /* Makes a builder feeding c (exits the test on failure). */
 snapprof_builder_t *tu_collector_builder(tu_collector_t *c);
 size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid);
+/* A profiler of tokens[0..n) made with params, delivering to c, run until
+ * it has delivered samples samples, then stopped (not destroyed). */
+snapprof_profiler_t *tu_profile_collect(const snapprof_params_t *params,
+                                        snapprof_thread_t *const *tokens, size_t n,
+                                        tu_collector_t *c, uint64_t samples);
 void tu_collector_free(tu_collector_t *c);
 
 /* The name of the function that holds frame's pc (via snapprof_symbolize:

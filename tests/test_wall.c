@@ -699,17 +699,27 @@ static void test_capture_older_than_wait(void)
     finish(p, s, 2, &c);
 }
 
+/* A sleeper (s[0]) and a busy thread (s[1]) profiled at 500 Hz into c with
+ * /proc failing with err (the seam), for ticks ticks; the profiler runs on
+ * and /proc still fails. */
+static snapprof_profiler_t *start_proc_failing(sleeper_t *s, int err, tu_collector_t *c,
+                                               uint64_t ticks)
+{
+    start_two(s, NANOSLEEP, BUSY);
+    snapprof__proc_fail_for_test(err);
+    snapprof_profiler_t *p = make(s, 2, 2000000u, c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, ticks);
+    return p;
+}
+
 /* /proc refused (the seam stands in for a hardened /proc): said once in
  * the stats; sleepers are still not signalled, the busy thread is. */
 static void test_proc_refused(void)
 {
     sleeper_t s[2];
-    start_two(s, NANOSLEEP, BUSY);
-    snapprof__proc_fail_for_test(EACCES);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 100);
+    snapprof_profiler_t *p = start_proc_failing(s, EACCES, &c, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof__proc_fail_for_test(0);
     printf("errno %d, signalled %llu, early %d\n", c.stats.wall_proc_errno,
@@ -732,12 +742,8 @@ static void test_proc_refused(void)
 static void test_proc_transient(void)
 {
     sleeper_t s[2];
-    start_two(s, NANOSLEEP, BUSY);
-    snapprof__proc_fail_for_test(EMFILE);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 50);
+    snapprof_profiler_t *p = start_proc_failing(s, EMFILE, &c, 50);
     snapprof_stats_t mid;
     ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
     snapprof__proc_fail_for_test(0);
