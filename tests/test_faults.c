@@ -154,17 +154,6 @@ static void run_create(run_t *r, const char *tag, snapprof_trigger_t trigger)
     ASSERT_OK(snapprof_profiler_add_builder(r->p, tu_collector_builder(&r->col)));
 }
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ASSERT_NOT_NULL(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
-
 /* The written profile holds every sample delivered (each adds 1 to the
  * first value and its CPU time to the second), and go tool pprof opens it
  * and names the workload's functions. */
@@ -409,12 +398,12 @@ static void write_fails_then_works(snapprof__fault_site_t site, int err)
     int rc = snapprof_profiler_stop(r.p);
     printf("stop: %s\n", snapprof_strerror(rc));
     ASSERT_EQ(rc, -err);
-    ASSERT_EQ(count_entries(r.dir), 0);
+    ASSERT_EQ(tu_count_entries(r.dir), 0);
     ASSERT_EQ(snapprof_profiler_flush(r.p), -err); /* still failing */
-    ASSERT_EQ(count_entries(r.dir), 0);
+    ASSERT_EQ(tu_count_entries(r.dir), 0);
     snapprof__fault_clear();
     ASSERT_OK(snapprof_profiler_flush(r.p));
-    ASSERT_EQ(count_entries(r.dir), 1);
+    ASSERT_EQ(tu_count_entries(r.dir), 1);
     check_profile(&r);
     run_free(&r);
 }
