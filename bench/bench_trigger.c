@@ -527,7 +527,6 @@ int main(int argc, char **argv)
         {"--units", bench_positive, &units, NULL},
     };
     bench_parse_opts(argc, argv, 2, opts, sizeof opts / sizeof opts[0]);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "ratio") == 0) {
         if (threads == 0 || threads > THREAD_MAX || (!iters == !budget) || floor_hz > 100000)
             bench_usage();

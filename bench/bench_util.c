@@ -120,6 +120,7 @@ void bench_parse_opts(int argc, char **argv, int first, const bench_opt_t *opts,
         if (o->given)
             *o->given = 1;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
 int bench_install_handler(int signo, void (*handler)(int, siginfo_t *, void *))

@@ -68,7 +68,8 @@ typedef struct bench_opt {
 } bench_opt_t;
 
 /* Reads argv[first..argc) as the options of opts[0..n); anything else is a
- * usage error. */
+ * usage error. Then makes stdout line-buffered (the drivers read the
+ * program's lines as they come). */
 void bench_parse_opts(int argc, char **argv, int first, const bench_opt_t *opts, size_t n);
 
 #endif
