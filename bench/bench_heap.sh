@@ -14,11 +14,7 @@
 #   --build    the CMake build tree (default: build)
 #   --no-docs  print the tables only
 #   --note     a line for the section of docs/BENCHMARKS.md (how busy, why)
-set -Eeuo pipefail
-trap 'echo "bench_heap.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 note=""
@@ -295,12 +291,7 @@ for p in "${profilers[@]}"; do bases="$bases$p=${base[$p]};"; done
 
 table=$work/table.txt
 {
-  printf 'bench_heap: snapprof %s, %s CPUs (%s), kernel %s, load %s%s\n' \
-    "$commit" "$(nproc)" "$cpu_model" "$kernel" "$load" \
-    "$([ "$quick" = 1 ] && echo ' (--quick: figures are not meaningful)')"
-  for p in "${profilers[@]}"; do
-    [ -n "${why_na[$p]:-}" ] && printf '  %-18s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
-  done
+  bench_table_head bench_heap "$(nproc)"
   printf 'peers: jemalloc %s (MALLOC_CONF=%s,prof_prefix:...; jeprof),\n' \
     "$(dpkg-query -W -f='${Version}' libjemalloc2 2>/dev/null || echo '?')" "$je_conf_prof"
   printf '  tcmalloc %s (TCMALLOC_SAMPLE_PARAMETER=%s; HEAPPROFILE records every call; google-pprof),\n' \

@@ -318,34 +318,50 @@ static const snapprof_builder_ops_t k_stamp_ops = {
     .xOnSample = stamp_on_sample,
 };
 
-static result_t run_snapprof(size_t hold_bytes, unsigned hz, double seconds)
+/* A profiler of t's thread at hz, delivering to b (it owns b from here). */
+static snapprof_profiler_t *profiler_of(target_t *t, unsigned hz, snapprof_builder_t *b)
 {
-    target_t *t = target_start(hold_bytes);
-    stamp_builder_t sb = {.cap = (size_t)(seconds * hz) * 2 + 64};
-    sb.stamps = xcalloc(sb.cap, sizeof *sb.stamps);
-
     snapprof_params_t params;
     snapprof_params_init(&params);
     params.interval_ns = 1000000000u / hz;
     snapprof_profiler_t *p;
-    snapprof_builder_t *b;
     int rc = snapprof_profiler_create(&params, &t->token, 1, &p);
     if (rc == 0)
-        rc = snapprof_builder_create(&k_stamp_ops, &sb, &b);
-    if (rc == 0)
         rc = snapprof_profiler_add_builder(p, b);
-    if (rc == 0)
-        rc = snapprof_profiler_start(p);
     if (rc != 0)
         die("snapprof profiler", rc);
-    sleep_ns((uint64_t)(seconds * 1e9));
-    rc = snapprof_profiler_stop(p);
+    return p;
+}
+
+/* Stops p (which delivers its profile), stops t and destroys p; p's stats. */
+static snapprof_stats_t profiler_finish(snapprof_profiler_t *p, target_t *t)
+{
+    int rc = snapprof_profiler_stop(p);
     if (rc != 0)
         die("snapprof_profiler_stop", rc);
     snapprof_stats_t st;
     snapprof_profiler_get_stats(p, &st);
     target_stop(t);
     snapprof_profiler_destroy(p);
+    return st;
+}
+
+static result_t run_snapprof(size_t hold_bytes, unsigned hz, double seconds)
+{
+    target_t *t = target_start(hold_bytes);
+    stamp_builder_t sb = {.cap = (size_t)(seconds * hz) * 2 + 64};
+    sb.stamps = xcalloc(sb.cap, sizeof *sb.stamps);
+
+    snapprof_builder_t *b;
+    int rc = snapprof_builder_create(&k_stamp_ops, &sb, &b);
+    if (rc != 0)
+        die("snapprof_builder_create", rc);
+    snapprof_profiler_t *p = profiler_of(t, hz, b);
+    rc = snapprof_profiler_start(p);
+    if (rc != 0)
+        die("snapprof_profiler_start", rc);
+    sleep_ns((uint64_t)(seconds * 1e9));
+    snapprof_stats_t st = profiler_finish(p, t);
 
     result_t r = {
         .pause_p50 = (double)st.pause_p50_ns,
@@ -447,13 +463,9 @@ static void floor_on_signal(int signo, siginfo_t *info, void *ucv)
 
 static void floor_install(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = floor_on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(floor_signal(), &sa, NULL) != 0)
-        die("sigaction", -errno);
+    int rc = bench_install_handler(floor_signal(), floor_on_signal);
+    if (rc != 0)
+        die("sigaction", rc);
 }
 
 /* One tgkill -> handler -> futex round trip. Returns 0, or -1 when the
@@ -620,35 +632,23 @@ static rate_t run_rate(unsigned hz, double seconds)
     snprintf(path, sizeof path, "%s/rate.pb.gz", dir);
 
     target_t *t = target_start(k_sizes[0]);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000000u / hz;
-    snapprof_profiler_t *p;
     snapprof_builder_t *b;
-    int rc = snapprof_profiler_create(&params, &t->token, 1, &p);
-    if (rc == 0)
-        rc = snapprof_pprof_builder_create(path, &b);
-    if (rc == 0)
-        rc = snapprof_profiler_add_builder(p, b);
-    uint64_t start = mono_ns();
-    if (rc == 0)
-        rc = snapprof_profiler_start(p);
+    int rc = snapprof_pprof_builder_create(path, &b);
     if (rc != 0)
-        die("snapprof profiler", rc);
+        die("snapprof_pprof_builder_create", rc);
+    snapprof_profiler_t *p = profiler_of(t, hz, b);
+    uint64_t start = mono_ns();
+    rc = snapprof_profiler_start(p);
+    if (rc != 0)
+        die("snapprof_profiler_start", rc);
     /* The bare ticker runs meanwhile on this thread, half an interval out
      * of phase so the two do not wake at the same instant. */
-    uint64_t interval = params.interval_ns, end = start + (uint64_t)(seconds * 1e9);
+    uint64_t interval = 1000000000u / hz, end = start + (uint64_t)(seconds * 1e9);
     uint64_t bare = run_ticker(start + interval / 2, interval, end);
     sleep_until(end);
     /* Taken before stop, which also writes the profile out. */
     uint64_t elapsed = mono_ns() - start;
-    rc = snapprof_profiler_stop(p);
-    if (rc != 0)
-        die("snapprof_profiler_stop", rc);
-    snapprof_stats_t st;
-    snapprof_profiler_get_stats(p, &st);
-    target_stop(t);
-    snapprof_profiler_destroy(p);
+    snapprof_stats_t st = profiler_finish(p, t);
     target_free(t);
     unlink(path);
     rmdir(dir);

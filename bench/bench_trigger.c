@@ -145,12 +145,7 @@ static int floor_signal(void)
 
 static void floor_install(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = floor_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(floor_signal(), &sa, NULL) != 0)
+    if (bench_install_handler(floor_signal(), floor_handler) != 0)
         die("sigaction");
 }
 
@@ -532,7 +527,6 @@ int main(int argc, char **argv)
         {"--units", bench_positive, &units, NULL},
     };
     bench_parse_opts(argc, argv, 2, opts, sizeof opts / sizeof opts[0]);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "ratio") == 0) {
         if (threads == 0 || threads > THREAD_MAX || (!iters == !budget) || floor_hz > 100000)
             bench_usage();

@@ -10,13 +10,7 @@
 #   --quick    seconds instead of a quarter of an hour; figures not meaningful
 #   --build    the CMake build tree (default: build)
 #   --no-docs  print the table only
-set -Eeuo pipefail
-# set -e ends the script on a failed command; say which, so it never ends
-# without a word.
-trap 'echo "bench_trigger.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 command_line="bash bench/bench_trigger.sh${*:+ $*}"

@@ -3,6 +3,8 @@
 
 #include <snapprof/snapprof.h> /* the version macros only: nothing is linked */
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +120,15 @@ void bench_parse_opts(int argc, char **argv, int first, const bench_opt_t *opts,
         if (o->given)
             *o->given = 1;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+int bench_install_handler(int signo, void (*handler)(int, siginfo_t *, void *))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(signo, &sa, NULL) == 0 ? 0 : -errno;
 }

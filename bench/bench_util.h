@@ -5,6 +5,7 @@
 #ifndef SNAPPROF_BENCH_BENCH_UTIL_H
 #define SNAPPROF_BENCH_BENCH_UTIL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -30,6 +31,10 @@ void bench_print_machine(const char *lead, const bench_cpu_times_t *a, const ben
 /* Prints "NAME: snapprof X.Y.Z, N CPUs, load L1 L5 L15" and, with quick,
  * that the figures are not meaningful, as a line. */
 void bench_print_banner(const char *name, int quick);
+
+/* Installs handler for signo (SA_SIGINFO | SA_RESTART, nothing blocked):
+ * 0, or -errno with errno as sigaction left it. */
+int bench_install_handler(int signo, void (*handler)(int, siginfo_t *, void *));
 
 /* xorshift64*: the next pseudo-random number of the sequence *s (not 0). */
 static inline uint64_t bench_rand(uint64_t *s)
@@ -63,7 +68,8 @@ typedef struct bench_opt {
 } bench_opt_t;
 
 /* Reads argv[first..argc) as the options of opts[0..n); anything else is a
- * usage error. */
+ * usage error. Then makes stdout line-buffered (the drivers read the
+ * program's lines as they come). */
 void bench_parse_opts(int argc, char **argv, int first, const bench_opt_t *opts, size_t n);
 
 #endif

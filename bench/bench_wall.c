@@ -461,7 +461,6 @@ int main(int argc, char **argv)
         {"--blocked", NULL, &blocked, NULL},
     };
     bench_parse_opts(argc, argv, 2, opts, sizeof opts / sizeof opts[0]);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "calibrate") == 0)
         return run_calibrate();
     if (run_ns == 0)

@@ -15,13 +15,7 @@
 #   --cost-only  only part 4's cost runs (about a minute; implies --no-docs)
 #   --build    the CMake build tree (default: build)
 #   --no-docs  print the table only
-set -Eeuo pipefail
-# set -e ends the script on a failed command; say which, so it never ends
-# without a word.
-trap 'echo "bench_wall.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 cost_only=0
@@ -231,12 +225,7 @@ na_list=$(bench_na "${profilers[@]}")
 
 table=$work/table.txt
 {
-  printf 'bench_wall: snapprof %s, %s CPUs (%s), kernel %s, load %s%s\n' \
-    "$commit" "$ncpu" "$cpu_model" "$kernel" "$load" \
-    "$([ "$quick" = 1 ] && echo ' (--quick: figures are not meaningful)')"
-  for p in "${profilers[@]}"; do
-    [ -n "${why_na[$p]:-}" ] && printf '  %-18s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
-  done
+  bench_table_head bench_wall "$ncpu"
   # What a wall sample is made of, priced on this machine with no profiler.
   printf '%s\n' "$calib" | awk '{ for (i = 1; i <= NF; i++) { k = index($i, "="); v[substr($i, 1, k - 1)] = substr($i, k + 1) }
     printf "system calls here, us each (bench_wall calibrate, no profiler): bare %.2f, pread of\n", v["syscall_ns"] / 1e3

@@ -2,8 +2,14 @@
 # share. Their options, the programs they need, the machine's figures around
 # a run, the awk helpers of their tables, and their section of
 # docs/BENCHMARKS.md, written leaving the other benchmarks' sections alone.
-# The caller sets root (the source tree), and work and results before the
-# runs.
+# The caller sets here (its own folder) before sourcing this file, and work
+# and results before the runs; this file sets root (the source tree).
+
+# set -e ends the script on a failed command; say which, so it never ends
+# without a word.
+set -Eeuo pipefail
+trap 'echo "${0##*/}: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
+root=$(cd "$here/.." && pwd)
 
 say() { printf '%s\n' "$*" >&2; }
 
@@ -161,4 +167,16 @@ replace_section() {
   else
     { echo "# Benchmarks"; echo; cat "$section"; } >"$md"
   fi
+}
+
+# bench_table_head NAME CPUS: the table's first lines: what ran on which
+# machine, and each profiler that could not run, with why.
+bench_table_head() {
+  printf '%s: snapprof %s, %s CPUs (%s), kernel %s, load %s%s\n' \
+    "$1" "$commit" "$2" "$cpu_model" "$kernel" "$load" \
+    "$([ "$quick" = 1 ] && echo ' (--quick: figures are not meaningful)')"
+  local p
+  for p in "${profilers[@]}"; do
+    [ -z "${why_na[$p]:-}" ] || printf '  %-18s n/a: %s\n' "${label[$p]}" "${why_na[$p]}"
+  done
 }

@@ -31,19 +31,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void write_stage(const char *path, int flags, const uint8_t *data, size_t size)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0600);
-    FUZZ_CHECK(fd >= 0);
-    while (size > 0) {
-        ssize_t w = write(fd, data, size);
-        FUZZ_CHECK(w > 0);
-        data += w;
-        size -= (size_t)w;
-    }
-    FUZZ_CHECK(close(fd) == 0);
-}
-
 static void look_up(uintptr_t addr)
 {
     for (int k = 0; k < 2; k++) {
@@ -84,12 +71,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         in.p += len + (end != NULL);
         in.n -= len + (end != NULL);
         if (len > 0 && stage[0] == 0xfe) {
-            write_stage(g_path, O_TRUNC, stage + 1, len - 1);
+            fuzz_write_file(g_path, O_TRUNC, stage + 1, len - 1);
         } else if (len > 0 && stage[0] == 0xfd) {
-            write_stage(g_tmp, O_TRUNC, stage + 1, len - 1);
+            fuzz_write_file(g_tmp, O_TRUNC, stage + 1, len - 1);
             FUZZ_CHECK(rename(g_tmp, g_path) == 0);
         } else {
-            write_stage(g_path, O_APPEND, stage, len);
+            fuzz_write_file(g_path, O_APPEND, stage, len);
         }
         snapprof__jit_perf_map_refresh_now();
         for (int i = 0; i < 4; i++)

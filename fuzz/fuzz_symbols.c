@@ -43,19 +43,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void write_file(const char *path, const uint8_t *data, size_t size)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    FUZZ_CHECK(fd >= 0);
-    while (size > 0) {
-        ssize_t w = write(fd, data, size);
-        FUZZ_CHECK(w > 0);
-        data += w;
-        size -= (size_t)w;
-    }
-    FUZZ_CHECK(close(fd) == 0);
-}
-
 static void check_symbol(const snapprof_symbol_t *sym, void *arg)
 {
     (void)arg;
@@ -88,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *obj = in.p, *dbg = in.p + obj_size;
     size_t dbg_size = in.n - obj_size;
 
-    write_file(g_obj, obj, obj_size);
+    fuzz_write_file(g_obj, O_TRUNC, obj, obj_size);
     char build_id[2 * 64 + 1] = "";
     /* elf_memory() may write to the image it reads; the input is const,
      * so the build-id is read from a copy. */
@@ -103,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(copy);
     char id_path[600] = "";
     if (dbg_size > 0) {
-        write_file(g_link, dbg, dbg_size);
+        fuzz_write_file(g_link, O_TRUNC, dbg, dbg_size);
         if (strlen(build_id) > 2) {
             char sub[400];
             snprintf(sub, sizeof sub, "%s/.build-id/%.2s", g_debug_dir, build_id);
@@ -112,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             mkdir(top, 0700);
             mkdir(sub, 0700);
             snprintf(id_path, sizeof id_path, "%s/%s.debug", sub, build_id + 2);
-            write_file(id_path, dbg, dbg_size);
+            fuzz_write_file(id_path, O_TRUNC, dbg, dbg_size);
         }
     }
     int n = snapprof__symbols_fuzz_file(g_obj, (flags & 1) ? build_id : "", vaddrs, 4, check_symbol,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,6 +62,21 @@ static inline void fuzz_scratch_dir(const char *tag, char *dir, size_t size)
     }
     snprintf(g_fuzz_scratch, sizeof g_fuzz_scratch, "%s", dir);
     atexit(fuzz_rm_scratch);
+}
+
+/* Writes size bytes of data to path, opened with O_WRONLY | O_CREAT | flags
+ * (O_TRUNC or O_APPEND), mode 0600; any failure is a crash. */
+static inline void fuzz_write_file(const char *path, int flags, const uint8_t *data, size_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0600);
+    FUZZ_CHECK(fd >= 0);
+    while (size > 0) {
+        ssize_t w = write(fd, data, size);
+        FUZZ_CHECK(w > 0);
+        data += w;
+        size -= (size_t)w;
+    }
+    FUZZ_CHECK(close(fd) == 0);
 }
 
 /* The input, consumed from the front; reads past its end give zeros. */

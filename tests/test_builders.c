@@ -370,6 +370,26 @@ static const char *has_frame(const char *stack, const char *name)
     return NULL;
 }
 
+/* The three files of one run in a directory, and a builder writing each
+ * (pprof, folded, trace) added to p. */
+typedef struct run_files {
+    char pprof[512], folded[512], trace[512];
+} run_files_t;
+
+static void add_file_builders(snapprof_profiler_t *p, const char *dir, run_files_t *f)
+{
+    snprintf(f->pprof, sizeof f->pprof, "%s/run.pb.gz", dir);
+    snprintf(f->folded, sizeof f->folded, "%s/run.folded", dir);
+    snprintf(f->trace, sizeof f->trace, "%s/run.json", dir);
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_pprof_builder_create(f->pprof, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_folded_builder_create(f->folded, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_trace_builder_create(f->trace, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+}
+
 /* pprof, folded and trace builders in one profiler receive the same
  * samples: the folded totals and the trace's samples per thread equal the
  * pprof file's. */
@@ -384,32 +404,18 @@ static void test_same_run_agree(void)
             usleep(1000);
     }
     char *dir = tu_make_tmpdir("builders");
-    char ppath[512], fpath[512], tpath[512];
-    snprintf(ppath, sizeof ppath, "%s/run.pb.gz", dir);
-    snprintf(fpath, sizeof fpath, "%s/run.folded", dir);
-    snprintf(tpath, sizeof tpath, "%s/run.json", dir);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     snapprof_profiler_t *p;
-    snapprof_builder_t *b;
     ASSERT_OK(snapprof_profiler_create(&params, tokens, 2, &p));
-    ASSERT_OK(snapprof_pprof_builder_create(ppath, &b));
-    ASSERT_OK(snapprof_profiler_add_builder(p, b));
-    ASSERT_OK(snapprof_folded_builder_create(fpath, &b));
-    ASSERT_OK(snapprof_profiler_add_builder(p, b));
-    ASSERT_OK(snapprof_trace_builder_create(tpath, &b));
-    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    run_files_t files;
+    add_file_builders(p, dir, &files);
     tu_collector_t col = {0}; /* counts the remainders, which are not samples */
     ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&col)));
     ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_PROCESS, "run", "agree"));
     ASSERT_OK(snapprof_profiler_start(p));
     snapprof_stats_t st;
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
-    do {
-        usleep(20000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.samples < 300 && tu_mono_ns() < deadline);
+    uint64_t want = 300;
+    tu_wait_stats(p, &st, tu_stats_has_samples, &want);
     ASSERT_OK(snapprof_profiler_stop(p));
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     snapprof_profiler_destroy(p);
@@ -423,7 +429,7 @@ static void test_same_run_agree(void)
     int64_t total, cpu_ns, counts[8];
     pid_t tids[8];
     int n;
-    pprof_counts(ppath, &total, &cpu_ns, tids, counts, &n);
+    pprof_counts(files.pprof, &total, &cpu_ns, tids, counts, &n);
     /* Each sample, and with a CPU-clock trigger each thread's "[kernel and
      * unsampled]" remainder, is one count. */
     ASSERT_UEQ(col.offered, st.samples + col.remainders);
@@ -432,7 +438,7 @@ static void test_same_run_agree(void)
 
     /* Folded: every line "frames count", the counts (microseconds)
      * summing to pprof's CPU time, within half a microsecond a line. */
-    char *text = read_file(fpath);
+    char *text = read_file(files.folded);
     int64_t folded_total = 0;
     int lines = 0, hot_lines = 0;
     int64_t rooted = 0, hot_samples = 0;
@@ -484,13 +490,13 @@ static void test_same_run_agree(void)
         size_t len = strlen(expect);
         snprintf(expect + len, sizeof expect - len, "%d:%lld ", (int)tids[i], (long long)counts[i]);
     }
-    ASSERT_EQ(run_checker(tpath, expect), 0);
-    text = read_file(tpath);
+    ASSERT_EQ(run_checker(files.trace, expect), 0);
+    text = read_file(files.trace);
     ASSERT_CONTAINS(text, "\"run\":\"agree\"");
     free(text);
-    unlink(ppath);
-    unlink(fpath);
-    unlink(tpath);
+    unlink(files.pprof);
+    unlink(files.folded);
+    unlink(files.trace);
     rmdir(dir);
     free(dir);
 }
@@ -648,22 +654,13 @@ static void test_shares_agree(void)
                 usleep(1000);
         }
         char *dir = tu_make_tmpdir("shares");
-        char ppath[512], fpath[512], tpath[512];
-        snprintf(ppath, sizeof ppath, "%s/run.pb.gz", dir);
-        snprintf(fpath, sizeof fpath, "%s/run.folded", dir);
-        snprintf(tpath, sizeof tpath, "%s/run.json", dir);
         snapprof_params_t params;
         snapprof_params_init(&params);
         params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
         snapprof_profiler_t *p;
-        snapprof_builder_t *b;
         ASSERT_OK(snapprof_profiler_create(&params, tokens, 2, &p));
-        ASSERT_OK(snapprof_pprof_builder_create(ppath, &b));
-        ASSERT_OK(snapprof_profiler_add_builder(p, b));
-        ASSERT_OK(snapprof_folded_builder_create(fpath, &b));
-        ASSERT_OK(snapprof_profiler_add_builder(p, b));
-        ASSERT_OK(snapprof_trace_builder_create(tpath, &b));
-        ASSERT_OK(snapprof_profiler_add_builder(p, b));
+        run_files_t files;
+        add_file_builders(p, dir, &files);
         tu_collector_t col = {0};
         ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&col)));
         ASSERT_OK(snapprof_profiler_start(p));
@@ -709,9 +706,9 @@ static void test_shares_agree(void)
         tu_collector_free(&col);
 
         double pp[SHARE_NAMES], fo[SHARE_NAMES], ts[SHARE_NAMES], tp[SHARE_NAMES];
-        pprof_shares(ppath, pp);
-        folded_shares(fpath, fo);
-        trace_shares(tpath, ts, tp);
+        pprof_shares(files.pprof, pp);
+        folded_shares(files.folded, fo);
+        trace_shares(files.trace, ts, tp);
         printf("attempt %d: %llu samples; counted vs weighed differ by up to %.1f pp; "
                "counted one by one (before 0.6.0) the rate line said %.1f Hz\n",
                attempt, (unsigned long long)st.samples, skew * 100,
@@ -733,7 +730,7 @@ static void test_shares_agree(void)
             ASSERT(pp[0] + pp[1] > 0.5);
         /* The rate line reads the requested 100 Hz, less what no sample
          * placed, whatever period the run drew. */
-        Perftools__Profiles__Profile *prof = pbt_load(ppath);
+        Perftools__Profiles__Profile *prof = pbt_load(files.pprof);
         ASSERT_GT(prof->n_comment, 0);
         const char *line = pbt_str(prof, prof->comment[0]);
         printf("%s\n", line);
@@ -743,9 +740,9 @@ static void test_shares_agree(void)
         ASSERT_CONTAINS(line, " Hz per CPU-second of 100 Hz requested");
         ASSERT(rate > 100 * (1 - pp[2]) - 2 && rate < 100 * (1 - pp[2]) + 2);
         perftools__profiles__profile__free_unpacked(prof, NULL);
-        unlink(ppath);
-        unlink(fpath);
-        unlink(tpath);
+        unlink(files.pprof);
+        unlink(files.folded);
+        unlink(files.trace);
         rmdir(dir);
         free(dir);
         if (skew > 0.02)
@@ -825,9 +822,7 @@ static void test_callbacks_symbolize(void)
     while (__atomic_load_n(&token, __ATOMIC_ACQUIRE) == NULL)
         usleep(1000);
     static sym_builder_t b;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     snapprof_profiler_t *p;
     snapprof_builder_t *builder;
     ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));

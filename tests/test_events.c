@@ -200,9 +200,7 @@ static snapprof_profiler_t *start_profiler(sample_log_t *log, uint64_t interval_
                                            snapprof_thread_t **self)
 {
     ASSERT_OK(snapprof_thread_register(self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval_ns;
+    snapprof_params_t params = tu_params(interval_ns);
     params.initial_delay_ns = initial_delay_ns;
     params.hitch_threshold_ns = 20000000u;
     snapprof_profiler_t *p;

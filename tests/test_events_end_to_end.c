@@ -27,6 +27,21 @@ __attribute__((noinline)) void outside_any_zone(void)
     __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
 }
 
+/* One view of the profile by its zone labels: the function that must hold
+ * more than min_pct of it, and those that must hold none. */
+typedef struct zone_view {
+    const char *filter, *hot;
+    double min_pct;
+    const char *none[2];
+} zone_view_t;
+
+static const zone_view_t k_views[] = {
+    {"-tagfocus=zone=physics", "zone_physics_hot", 80.0, {"zone_render_hot", "outside_any_zone"}},
+    {"-tagfocus=zone=render", "zone_render_hot", 80.0, {"zone_physics_hot", "outside_any_zone"}},
+    /* Outside every zone: -tagignore=zone keeps only unlabeled samples. */
+    {"-tagignore=zone=physics,render,frame_work", "outside_any_zone", 60.0, {"zone_physics_hot"}},
+};
+
 static void test_tagfocus_zone(void)
 {
     char *dir = tu_make_tmpdir("zones-e2e");
@@ -60,48 +75,32 @@ static void test_tagfocus_zone(void)
     snapprof_profiler_destroy(p);
     snapprof_thread_release(self);
 
-    char args[600];
-    snprintf(args, sizeof args, "-tags '%s'", path);
-    int status;
-    char *tags = tu_pprof(args, &status);
+    char *tags = tu_pprof_ok("-tags", path);
     printf("$ go tool pprof -tags\n%s\n", tags);
-    ASSERT_EQ(status, 0);
     ASSERT_CONTAINS(tags, "zone:");
     ASSERT_CONTAINS(tags, "physics");
     ASSERT_CONTAINS(tags, "render");
     ASSERT_CONTAINS(tags, "queue:");
     free(tags);
     /* -tags leaves out units it does not know; -raw shows them. */
-    snprintf(args, sizeof args, "-raw '%s'", path);
-    char *raw = tu_pprof(args, &status);
-    ASSERT_EQ(status, 0);
+    char *raw = tu_pprof_ok("-raw", path);
     ASSERT_CONTAINS(raw, "queue:[3 items]");
     ASSERT_CONTAINS(raw, "queue:[7 items]");
     free(raw);
 
-    const char *f = "-relative_percentages -sample_index=samples -tagfocus=zone=physics";
-    double ph = tu_top_cum_pct(path, f, "zone_physics_hot", 1);
-    double re = tu_top_cum_pct(path, f, "zone_render_hot", 0);
-    double out = tu_top_cum_pct(path, f, "outside_any_zone", 0);
-    printf("zone=physics: physics %.1f%%, render %.1f%%, outside %.1f%%\n", ph, re, out);
-    ASSERT_GT(ph, 80.0);
-    ASSERT_EQ(re, 0);
-    ASSERT_EQ(out, 0);
-    f = "-relative_percentages -sample_index=samples -tagfocus=zone=render";
-    ph = tu_top_cum_pct(path, f, "zone_physics_hot", 0);
-    re = tu_top_cum_pct(path, f, "zone_render_hot", 1);
-    out = tu_top_cum_pct(path, f, "outside_any_zone", 0);
-    printf("zone=render: physics %.1f%%, render %.1f%%, outside %.1f%%\n", ph, re, out);
-    ASSERT_EQ(ph, 0);
-    ASSERT_GT(re, 80.0);
-    ASSERT_EQ(out, 0);
-    /* Outside every zone: -tagignore=zone keeps only unlabeled samples. */
-    f = "-relative_percentages -sample_index=samples -tagignore=zone=physics,render,frame_work";
-    ph = tu_top_cum_pct(path, f, "zone_physics_hot", 0);
-    out = tu_top_cum_pct(path, f, "outside_any_zone", 1);
-    printf("no zone: physics %.1f%%, outside %.1f%%\n", ph, out);
-    ASSERT_EQ(ph, 0);
-    ASSERT_GT(out, 60.0);
+    for (size_t i = 0; i < sizeof k_views / sizeof k_views[0]; i++) {
+        const zone_view_t *v = &k_views[i];
+        char f[256];
+        snprintf(f, sizeof f, "-relative_percentages -sample_index=samples %s", v->filter);
+        double hot = tu_top_cum_pct(path, f, v->hot, 1);
+        printf("%s: %s %.1f%%\n", v->filter, v->hot, hot);
+        ASSERT_GT(hot, v->min_pct);
+        for (size_t k = 0; k < 2 && v->none[k] != NULL; k++) {
+            double pct = tu_top_cum_pct(path, f, v->none[k], 0);
+            printf("%s: %s %.1f%%\n", v->filter, v->none[k], pct);
+            ASSERT_EQ(pct, 0);
+        }
+    }
     unlink(path);
     rmdir(dir);
     free(dir);

@@ -27,18 +27,12 @@ static __thread uint64_t g_sink;
 
 __attribute__((noinline)) static void fault_hot_a(void)
 {
-    volatile uint64_t x = g_sink;
-    for (int i = 0; i < 20000; i++)
-        x = x * 6364136223846793005u + 1;
-    g_sink = x;
+    tu_spin_lcg(&g_sink, 20000, 1);
 }
 
 __attribute__((noinline)) static void fault_hot_b(void)
 {
-    volatile uint64_t x = g_sink;
-    for (int i = 0; i < 20000; i++)
-        x = x * 6364136223846793005u + 3;
-    g_sink = x;
+    tu_spin_lcg(&g_sink, 20000, 3);
 }
 
 #define SLOTS 4
@@ -151,26 +145,13 @@ static void run_create(run_t *r, const char *tag, snapprof_trigger_t trigger)
     memset(r, 0, sizeof *r);
     r->dir = tu_make_tmpdir(tag);
     snprintf(r->path, sizeof r->path, "%s/f.pb.gz", r->dir);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     params.trigger = trigger;
     ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &r->p));
     snapprof_builder_t *b;
     ASSERT_OK(snapprof_pprof_builder_create(r->path, &b));
     ASSERT_OK(snapprof_profiler_add_builder(r->p, b));
     ASSERT_OK(snapprof_profiler_add_builder(r->p, tu_collector_builder(&r->col)));
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ASSERT_NOT_NULL(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
 }
 
 /* The written profile holds every sample delivered (each adds 1 to the
@@ -260,42 +241,47 @@ static uint64_t run_site_always(run_t *r, const char *tag, snapprof_trigger_t tr
 /* Each site failing always                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* trigger refused at site for every thread: no thread is on it, each
+ * refusal is counted, and the profile is whole. Returns the refusals;
+ * *st, the run's stats. */
+static uint64_t trigger_refused_always(const char *tag, snapprof_trigger_t trigger,
+                                       snapprof__fault_site_t site, const char *what,
+                                       snapprof_stats_t *st)
+{
+    run_t r;
+    uint64_t injected = run_site_always(&r, tag, trigger, site, st);
+    print_stats(what, st);
+    ASSERT_GT(injected, 0);
+    ASSERT_UEQ(st->threads_by_trigger[trigger], 0);
+    ASSERT_UEQ(st->trigger_refused[trigger], injected);
+    check_profile(&r);
+    run_free(&r);
+    return injected;
+}
+
 /* perf_event_open refused for every thread: each falls back to the timer,
  * and each refusal is counted. */
 static void test_perf_event_open_always(void)
 {
-    run_t r;
     snapprof_stats_t st;
-    uint64_t injected = run_site_always(&r, "fault-perf", SNAPPROF_TRIGGER_PERF_EVENT,
-                                        SNAPPROF__FAULT_PERF_EVENT_OPEN, &st);
-    print_stats("perf_event_open=1", &st);
-    ASSERT_GT(injected, 0);
-    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 0);
-    ASSERT_UEQ(st.trigger_refused[SNAPPROF_TRIGGER_PERF_EVENT], injected);
+    uint64_t injected =
+        trigger_refused_always("fault-perf", SNAPPROF_TRIGGER_PERF_EVENT,
+                               SNAPPROF__FAULT_PERF_EVENT_OPEN, "perf_event_open=1", &st);
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER] +
                    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE],
                injected);
     ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
     ASSERT_EQ(st.trigger_fallback_errno, EMFILE);
-    check_profile(&r);
-    run_free(&r);
 }
 
 /* timer_create refused: every thread gets the handshake. */
 static void test_timer_create_always(void)
 {
-    run_t r;
     snapprof_stats_t st;
-    uint64_t injected = run_site_always(&r, "fault-timer", SNAPPROF_TRIGGER_CPU_TIMER,
-                                        SNAPPROF__FAULT_TIMER_CREATE, &st);
-    print_stats("timer_create=1", &st);
-    ASSERT_GT(injected, 0);
-    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 0);
-    ASSERT_UEQ(st.trigger_refused[SNAPPROF_TRIGGER_CPU_TIMER], injected);
+    uint64_t injected = trigger_refused_always("fault-timer", SNAPPROF_TRIGGER_CPU_TIMER,
+                                               SNAPPROF__FAULT_TIMER_CREATE, "timer_create=1", &st);
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], injected);
     ASSERT_EQ(st.trigger_fallback_errno, EAGAIN);
-    check_profile(&r);
-    run_free(&r);
 }
 
 /* mmap refused: a profiler cannot be made without its copy buffer (a
@@ -412,12 +398,12 @@ static void write_fails_then_works(snapprof__fault_site_t site, int err)
     int rc = snapprof_profiler_stop(r.p);
     printf("stop: %s\n", snapprof_strerror(rc));
     ASSERT_EQ(rc, -err);
-    ASSERT_EQ(count_entries(r.dir), 0);
+    ASSERT_EQ(tu_count_entries(r.dir), 0);
     ASSERT_EQ(snapprof_profiler_flush(r.p), -err); /* still failing */
-    ASSERT_EQ(count_entries(r.dir), 0);
+    ASSERT_EQ(tu_count_entries(r.dir), 0);
     snapprof__fault_clear();
     ASSERT_OK(snapprof_profiler_flush(r.p));
-    ASSERT_EQ(count_entries(r.dir), 1);
+    ASSERT_EQ(tu_count_entries(r.dir), 1);
     check_profile(&r);
     run_free(&r);
 }

@@ -98,14 +98,10 @@ static void run(snapprof_trigger_t trigger)
         exit(TEST_SKIP);
     }
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, allocating_target, NULL), 0);
-    while (!atomic_load(&g_ready))
-        usleep(1000);
+    tu_start_thread(&th, allocating_target, NULL, &g_ready);
     long before = atomic_load(&g_calls);
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000;
+    snapprof_params_t params = tu_params(1000000);
     params.trigger = trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));

@@ -111,9 +111,7 @@ static snapprof_builder_t *hc_builder(heap_collector_t *c, const snapprof_builde
  * R, feeding the builders given. */
 static snapprof_profiler_t *heap_profiler(size_t R, snapprof_builder_t *b1, snapprof_builder_t *b2)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000; /* ticks drain the slots: 1 ms */
+    snapprof_params_t params = tu_params(1000000); /* ticks drain the slots: 1 ms */
     params.heap_interval = R;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
@@ -219,33 +217,24 @@ static void free_blocks(void **blocks, int n)
     }
 }
 
-static void *thread_a(void *arg)
+/* Thread a (arg not NULL) or b: allocates its blocks in its own function,
+ * then frees the other's. */
+static void *ab_thread(void *arg)
 {
-    (void)arg;
-    g_tid_a = (pid_t)syscall(SYS_gettid);
-    snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", "a");
-    for (int i = 0; i < A_COUNT; i++) {
-        g_a_blocks[i] = alloc_in_a(A_SIZE);
+    int is_a = arg != NULL;
+    *(is_a ? &g_tid_a : &g_tid_b) = (pid_t)syscall(SYS_gettid);
+    snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", is_a ? "a" : "b");
+    void **mine = is_a ? g_a_blocks : g_b_blocks;
+    for (int i = 0; i < (is_a ? A_COUNT : B_COUNT); i++) {
+        mine[i] = is_a ? alloc_in_a(A_SIZE) : alloc_in_b(B_SIZE);
         if (i % 128 == 127)
             wait_drained(g_prof, atomic_load(&g_recorded));
     }
     pthread_barrier_wait(&g_barrier);
-    free_blocks(g_b_blocks, B_COUNT); /* B's blocks, freed here */
-    return NULL;
-}
-
-static void *thread_b(void *arg)
-{
-    (void)arg;
-    g_tid_b = (pid_t)syscall(SYS_gettid);
-    snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", "b");
-    for (int i = 0; i < B_COUNT; i++) {
-        g_b_blocks[i] = alloc_in_b(B_SIZE);
-        if (i % 128 == 127)
-            wait_drained(g_prof, atomic_load(&g_recorded));
-    }
-    pthread_barrier_wait(&g_barrier);
-    free_blocks(g_a_blocks, A_COUNT);
+    if (is_a)
+        free_blocks(g_b_blocks, B_COUNT); /* B's blocks, freed here */
+    else
+        free_blocks(g_a_blocks, A_COUNT);
     return NULL;
 }
 
@@ -257,8 +246,8 @@ static void profile_two_threads(void)
     pthread_barrier_init(&g_barrier, NULL, 2);
     g_prof = heap_profiler(R_BYTES, hc_builder(&c, &hc_ops_v2), NULL);
     pthread_t a, b;
-    ASSERT_OK(pthread_create(&a, NULL, thread_a, NULL));
-    ASSERT_OK(pthread_create(&b, NULL, thread_b, NULL));
+    ASSERT_OK(pthread_create(&a, NULL, ab_thread, (void *)1));
+    ASSERT_OK(pthread_create(&b, NULL, ab_thread, NULL));
     ASSERT_OK(pthread_join(a, NULL));
     ASSERT_OK(pthread_join(b, NULL));
     ASSERT_OK(snapprof_profiler_stop(g_prof));

@@ -23,10 +23,7 @@ static uint64_t rng_state = 88172645463325252ull;
 
 static uint64_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return tu_xorshift64(&rng_state);
 }
 
 /* Sizes 16 B to 64 KiB, log-uniform; the bytes are estimated per sample

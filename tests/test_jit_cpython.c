@@ -63,9 +63,7 @@ static shares_t measure(const char *how, const char *shape)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, how, SNAPPROF_CLI, JIT_CPYTHON_PROG);
     int st;
-    char *text = pl_run(&st, "cd %s && %s 0.6 %s", dir, cmd, shape);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s 0.6 %s", dir, cmd, shape);
     const char *pid = strstr(text, "pid ");
     ASSERT_NOT_NULL(pid);
     char map[64];
@@ -154,12 +152,9 @@ static void test_layout_env(void)
     ASSERT_LE(s.whole, 0.1 * s.burn);
     pl_skip_if_sanitized();
     char *dir = tu_make_tmpdir("jit-cpython-env");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=e.pb.gz "
-                        "SNAPPROF_JIT_LAYOUT=py::=fixed:12 %s 0.01",
-                        dir, SNAPPROF_PRELOAD_LIB, JIT_CPYTHON_PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=e.pb.gz "
+                           "SNAPPROF_JIT_LAYOUT=py::=fixed:12 %s 0.01",
+                           dir, SNAPPROF_PRELOAD_LIB, JIT_CPYTHON_PROG);
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_JIT_LAYOUT: 'fixed:12' is not a JIT layout");
     free(text);

@@ -9,6 +9,7 @@
 #include "module_cache/module_cache.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -24,6 +25,19 @@ static void write_file(const char *mode, const char *text)
     FILE *f = fopen(g_path, mode);
     ASSERT_NOT_NULL(f);
     fputs(text, f);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+/* write_file of the text printf would make of fmt. */
+__attribute__((format(printf, 2, 3))) static void write_filef(const char *mode, const char *fmt,
+                                                              ...)
+{
+    FILE *f = fopen(g_path, mode);
+    ASSERT_NOT_NULL(f);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
     ASSERT_EQ(fclose(f), 0);
 }
 
@@ -51,35 +65,26 @@ static void setup(void)
     ASSERT_OK(snapprof_jit_perf_map_configure(g_path, NULL));
 }
 
-static snapprof_jit_stats_t stats(void)
-{
-    snapprof_jit_stats_t st;
-    ASSERT_OK(snapprof_jit_get_stats(&st));
-    return st;
-}
-
 static void test_lines(void)
 {
     setup();
-    char text[2048];
     uintptr_t a = g_base;
-    snprintf(text, sizeof text,
-             "%lx 40 js:one\n"
-             "0x%lx 0x40 LazyCompile:*two file.js:12\n"
-             "garbage\n"
-             "%lx\n"
-             "%lx 0 zero-size\n"
-             "%lx 40\n"
-             "zz 40 bad-hex\n"
-             "ffffffffffffffff 10 wraps\n"
-             "12345678901234567 10 too-long-a-number\n"
-             "%lx 4g0 bad-size\n"
-             "\n"
-             "%lx 40 js:three\r\n",
-             (unsigned long)a, (unsigned long)(a + 0x40), (unsigned long)(a + 0x80),
-             (unsigned long)(a + 0x80), (unsigned long)(a + 0x80), (unsigned long)(a + 0x80),
-             (unsigned long)(a + 0x80));
-    write_file("w", text);
+    write_filef("w",
+                "%lx 40 js:one\n"
+                "0x%lx 0x40 LazyCompile:*two file.js:12\n"
+                "garbage\n"
+                "%lx\n"
+                "%lx 0 zero-size\n"
+                "%lx 40\n"
+                "zz 40 bad-hex\n"
+                "ffffffffffffffff 10 wraps\n"
+                "12345678901234567 10 too-long-a-number\n"
+                "%lx 4g0 bad-size\n"
+                "\n"
+                "%lx 40 js:three\r\n",
+                (unsigned long)a, (unsigned long)(a + 0x40), (unsigned long)(a + 0x80),
+                (unsigned long)(a + 0x80), (unsigned long)(a + 0x80), (unsigned long)(a + 0x80),
+                (unsigned long)(a + 0x80));
     ASSERT_STR_EQ(name_at(a + 1), "js:one");
     ASSERT_STR_EQ(name_at(a + 0x40), "LazyCompile:*two file.js:12");
     ASSERT_STR_EQ(name_at(a + 0xbf), "js:three");
@@ -90,7 +95,7 @@ static void test_lines(void)
     ASSERT_UEQ(m->start, a);
     ASSERT_UEQ(m->limit, a + 0x40);
     ASSERT_EQ(snapprof__jit_region_of(m)->layout.kind, SNAPPROF_JIT_LAYOUT_FRAME_POINTER);
-    snapprof_jit_stats_t st = stats();
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.perf_map_lines, 3);
     ASSERT_UEQ(st.perf_map_bad_lines, 9);
     ASSERT_UEQ(st.perf_map_regions, 3);
@@ -120,7 +125,7 @@ static void test_grows(void)
     write_file("a", line);
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a + 0x20), "third");
-    snapprof_jit_stats_t st = stats();
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.perf_map_lines, 3);
     ASSERT_UEQ(st.perf_map_bad_lines, 0);
     ASSERT_UEQ(st.perf_map_reads, 3);
@@ -132,10 +137,8 @@ static void test_replaced(void)
 {
     setup();
     uintptr_t a = g_base;
-    char text[256];
-    snprintf(text, sizeof text, "%lx 100 old-a\n%lx 100 old-b\n", (unsigned long)a,
-             (unsigned long)(a + 0x100));
-    write_file("w", text);
+    write_filef("w", "%lx 100 old-a\n%lx 100 old-b\n", (unsigned long)a,
+                (unsigned long)(a + 0x100));
     const snapprof_module_t *old = snapprof_module_find(a + 0x10);
     ASSERT_STR_EQ(snapprof__jit_region_of(old)->name, "old-a");
     /* Lines are dated from the last look that found nothing new: one at
@@ -145,8 +148,7 @@ static void test_replaced(void)
     ASSERT_STR_EQ(name_at(a + 0x10), "old-a");
     wait_check_interval();
     /* One line over the end of old-a and the start of old-b. */
-    snprintf(text, sizeof text, "%lx 100 new-ab\n", (unsigned long)(a + 0x80));
-    write_file("a", text);
+    write_filef("a", "%lx 100 new-ab\n", (unsigned long)(a + 0x80));
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a + 0x90), "new-ab");
     ASSERT_NULL(name_at(a + 0x10)); /* old-a went with it, whole */
@@ -159,13 +161,12 @@ static void test_replaced(void)
     ASSERT_NOT_NULL(then);
     ASSERT_STR_EQ(then->name, "old-a");
     /* Lines replacing each other in one read: the last one stays. */
-    snprintf(text, sizeof text, "%lx 10 v1\n%lx 10 v2\n%lx 10 v3\n", (unsigned long)(a + 0x400),
-             (unsigned long)(a + 0x400), (unsigned long)(a + 0x410));
-    write_file("a", text);
+    write_filef("a", "%lx 10 v1\n%lx 10 v2\n%lx 10 v3\n", (unsigned long)(a + 0x400),
+                (unsigned long)(a + 0x400), (unsigned long)(a + 0x410));
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a + 0x400), "v2");
     ASSERT_STR_EQ(name_at(a + 0x410), "v3");
-    snapprof_jit_stats_t st = stats();
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.perf_map_replaced, 3); /* old-a, old-b, v1 */
     ASSERT_UEQ(st.perf_map_regions, 3);
 }
@@ -175,13 +176,10 @@ static void test_rewritten(void)
 {
     setup();
     uintptr_t a = g_base;
-    char text[256];
-    snprintf(text, sizeof text, "%lx 10 one\n%lx 10 two\n", (unsigned long)a,
-             (unsigned long)(a + 0x10));
-    write_file("w", text);
+    write_filef("w", "%lx 10 one\n%lx 10 two\n", (unsigned long)a, (unsigned long)(a + 0x10));
     ASSERT_STR_EQ(name_at(a), "one");
-    snprintf(text, sizeof text, "%lx 8 uno\n", (unsigned long)(a + 0x20));
-    write_file("w", text); /* shorter: truncated and rewritten */
+    write_filef("w", "%lx 8 uno\n",
+                (unsigned long)(a + 0x20)); /* shorter: truncated and rewritten */
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a + 0x20), "uno");
     ASSERT_NULL(name_at(a));
@@ -198,7 +196,7 @@ static void test_rewritten(void)
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a), "eins");
     ASSERT_NULL(name_at(a + 0x20));
-    ASSERT_UEQ(stats().perf_map_regions, 2);
+    ASSERT_UEQ(tj_stats().perf_map_regions, 2);
 }
 
 static void test_overlong_line(void)
@@ -230,8 +228,8 @@ static void test_overlong_line(void)
     wait_check_interval();
     ASSERT_STR_EQ(name_at(a + 0x20), "later");
     free(text);
-    ASSERT_UEQ(stats().perf_map_bad_lines, 2);
-    ASSERT_UEQ(stats().perf_map_lines, 2);
+    ASSERT_UEQ(tj_stats().perf_map_bad_lines, 2);
+    ASSERT_UEQ(tj_stats().perf_map_lines, 2);
 }
 
 static void test_layout_and_off(void)
@@ -249,7 +247,7 @@ static void test_layout_and_off(void)
     /* Off: what was read goes, and nothing more is read. */
     ASSERT_OK(snapprof_jit_perf_map_configure("", NULL));
     ASSERT_NULL(name_at(g_base));
-    ASSERT_UEQ(stats().perf_map_regions, 0);
+    ASSERT_UEQ(tj_stats().perf_map_regions, 0);
     /* The default path is /tmp/perf-<pid>.map. */
     ASSERT_OK(snapprof_jit_perf_map_configure(NULL, NULL));
     snprintf(g_path, sizeof g_path, "/tmp/perf-%d.map", (int)getpid());
@@ -273,15 +271,13 @@ static void test_prefix_rules(void)
 {
     setup();
     uintptr_t a = g_base;
-    char text[512];
-    snprintf(text, sizeof text,
-             "%lx b py::f:a.py\n"
-             "%lx 40 py::big:b.py\n"
-             "%lx b js:x\n"
-             "%lx f py::g:c.py\n",
-             (unsigned long)a, (unsigned long)(a + 0x40), (unsigned long)(a + 0x80),
-             (unsigned long)(a + 0xc0));
-    write_file("w", text);
+    write_filef("w",
+                "%lx b py::f:a.py\n"
+                "%lx 40 py::big:b.py\n"
+                "%lx b js:x\n"
+                "%lx f py::g:c.py\n",
+                (unsigned long)a, (unsigned long)(a + 0x40), (unsigned long)(a + 0x80),
+                (unsigned long)(a + 0xc0));
     ASSERT_EQ(kind_at(a), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE);
     ASSERT_EQ(kind_at(a + 0xc0), SNAPPROF_JIT_LAYOUT_CPYTHON_TRAMPOLINE); /* with endbr64 */
     ASSERT_EQ(kind_at(a + 0x40), SNAPPROF_JIT_LAYOUT_FRAME_POINTER);      /* no trampoline's size */

@@ -130,9 +130,7 @@ static void profile(void (*work)(void), int chain, uint64_t interval_ns, uint64_
     char *dir = tu_make_tmpdir("jit");
     snprintf(run->path, sizeof run->path, "%s/jit.pb.gz", dir);
     free(dir);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval_ns;
+    snapprof_params_t params = tu_params(interval_ns);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));
     if (chain == CHAIN_EXPLICIT) {

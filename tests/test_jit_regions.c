@@ -68,8 +68,7 @@ static void test_register_lookup(void)
     f.kind = SNAPPROF_FRAME_JIT;
     ASSERT_STR_EQ(tu_frame_name(&f), "js:alpha");
 
-    snapprof_jit_stats_t st;
-    ASSERT_OK(snapprof_jit_get_stats(&st));
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.regions_live, 2);
     ASSERT_UEQ(st.regions_registered, 2);
 }
@@ -132,8 +131,7 @@ static void test_unregister_keeps_entry(void)
     /* New lookups do not find it. */
     ASSERT_NULL(name_at(a + 1, 0));
     ASSERT_EQ(snapprof_jit_region_unregister(a), -ENOENT);
-    snapprof_jit_stats_t st;
-    ASSERT_OK(snapprof_jit_get_stats(&st));
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.regions_live, 0);
     ASSERT_UEQ(st.regions_unregistered, 1);
 }
@@ -181,8 +179,7 @@ static void test_lookup_by_time(void)
     const snapprof_module_t *moved = snapprof_module_find(y);
     ASSERT_UEQ(moved->start, y);
     ASSERT_UEQ(moved->limit, y + 100);
-    snapprof_jit_stats_t st;
-    ASSERT_OK(snapprof_jit_get_stats(&st));
+    snapprof_jit_stats_t st = tj_stats();
     ASSERT_UEQ(st.regions_moved, 1);
 }
 
@@ -329,8 +326,7 @@ static void test_concurrent(void)
     atomic_store(&g_stop, 1);
     for (int i = 0; i < 2; i++)
         pthread_join(r[i], NULL);
-    snapprof_jit_stats_t st;
-    ASSERT_OK(snapprof_jit_get_stats(&st));
+    snapprof_jit_stats_t st = tj_stats();
     printf("%lu writes, %lu lookups (%lu hits); %llu registered, %llu moved, %llu unregistered\n",
            atomic_load(&g_writes), atomic_load(&g_lookups), atomic_load(&g_hits),
            (unsigned long long)st.regions_registered, (unsigned long long)st.regions_moved,

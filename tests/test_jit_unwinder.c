@@ -45,6 +45,16 @@ static snapprof_stack_copy_t whole_stack(void)
 }
 
 /* Unwinds with the chain [jit, frame pointer]. */
+/* Registers with only pc, sp and fp set. */
+static snapprof_regs_t regs_at(uintptr_t pc, uintptr_t sp, uintptr_t fp)
+{
+    snapprof_regs_t regs = {{0}};
+    regs.r[SNAPPROF_REG_PC] = pc;
+    regs.r[SNAPPROF_REG_SP] = sp;
+    regs.r[SNAPPROF_REG_FP] = fp;
+    return regs;
+}
+
 static size_t unwind(const snapprof_regs_t *regs, snapprof_stack_copy_t stack,
                      snapprof_frame_t *frames, size_t max, snapprof__unwind_outcome_t *out)
 {
@@ -95,10 +105,7 @@ static snapprof_regs_t build_interleaved(void)
     g_stack[65] = NATIVE(3);
     g_stack[80] = 0;
     g_stack[81] = NATIVE(4);
-    snapprof_regs_t regs = {{0}};
-    regs.r[SNAPPROF_REG_PC] = g_j1 + 7;
-    regs.r[SNAPPROF_REG_SP] = W(8);
-    regs.r[SNAPPROF_REG_FP] = W(16);
+    snapprof_regs_t regs = regs_at(g_j1 + 7, W(8), W(16));
     return regs;
 }
 
@@ -154,10 +161,7 @@ static void expect_abort(snapprof_regs_t regs, snapprof_stack_copy_t stack, cons
 static void test_bad_frames(void)
 {
     register_code();
-    snapprof_regs_t regs = {{0}};
-    regs.r[SNAPPROF_REG_PC] = g_j1;
-    regs.r[SNAPPROF_REG_SP] = W(8);
-    regs.r[SNAPPROF_REG_FP] = W(WORDS) + 64;
+    snapprof_regs_t regs = regs_at(g_j1, W(8), W(WORDS) + 64);
     expect_abort(regs, whole_stack(), "frame pointer outside the stack");
     regs.r[SNAPPROF_REG_FP] = W(WORDS - 1); /* the record would straddle the top */
     expect_abort(regs, whole_stack(), "frame pointer outside the stack");
@@ -183,9 +187,7 @@ static void test_bad_frames(void)
 
     /* A JIT frame whose return address is 0 is the outermost. */
     memset(g_stack, 0, sizeof g_stack);
-    regs.r[SNAPPROF_REG_PC] = g_j1;
-    regs.r[SNAPPROF_REG_SP] = W(8);
-    regs.r[SNAPPROF_REG_FP] = W(16);
+    regs = regs_at(g_j1, W(8), W(16));
     snapprof_frame_t frames[8];
     snapprof__unwind_outcome_t out;
     size_t n = unwind(&regs, whole_stack(), frames, 8, &out);
@@ -203,10 +205,7 @@ static void test_depth_cap(void)
         g_stack[at] = i == 99 ? 0 : W(at + 4);
         g_stack[at + 1] = g_j3 + 30;
     }
-    snapprof_regs_t regs = {{0}};
-    regs.r[SNAPPROF_REG_PC] = g_j3 + 40;
-    regs.r[SNAPPROF_REG_SP] = W(8);
-    regs.r[SNAPPROF_REG_FP] = W(16);
+    snapprof_regs_t regs = regs_at(g_j3 + 40, W(8), W(16));
     snapprof_frame_t frames[10];
     snapprof__unwind_outcome_t out;
     size_t n = unwind(&regs, whole_stack(), frames, 10, &out);
@@ -313,10 +312,7 @@ static void test_trampoline_caller(void)
 {
     for (size_t k = 0; k < sizeof k_shapes / sizeof k_shapes[0]; k++) {
         build_trampoline_stack(k);
-        snapprof_regs_t regs = {{0}};
-        regs.r[SNAPPROF_REG_PC] = NATIVE(0);
-        regs.r[SNAPPROF_REG_SP] = W(8);
-        regs.r[SNAPPROF_REG_FP] = W(16);
+        snapprof_regs_t regs = regs_at(NATIVE(0), W(8), W(16));
         snapprof_frame_t frames[16];
         snapprof__unwind_outcome_t out;
         size_t n = unwind(&regs, whole_stack(), frames, 16, &out);
@@ -363,10 +359,7 @@ static void test_trampoline_leaf(void)
             expect_through_trampoline(frames, n, &out, g_tramp + off);
         }
         /* Inside call *%rcx (2 bytes): no thread stops there. */
-        snapprof_regs_t regs = {{0}};
-        regs.r[SNAPPROF_REG_PC] = g_tramp + k_shapes[k].call_return - 1;
-        regs.r[SNAPPROF_REG_SP] = W(18);
-        regs.r[SNAPPROF_REG_FP] = W(48);
+        snapprof_regs_t regs = regs_at(g_tramp + k_shapes[k].call_return - 1, W(18), W(48));
         expect_abort(regs, whole_stack(), "JIT frame at a pc its layout does not allow");
     }
 }

@@ -183,3 +183,10 @@ int tj_trace_starts_with(const tj_trace_t *t, const char *const *names, size_t n
             return 0;
     return 1;
 }
+
+snapprof_jit_stats_t tj_stats(void)
+{
+    snapprof_jit_stats_t st;
+    ASSERT_OK(snapprof_jit_get_stats(&st));
+    return st;
+}

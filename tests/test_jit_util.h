@@ -32,6 +32,9 @@ size_t tj_emit_fp(uint8_t *code, uint32_t burn, tj_fn_t callback);
 size_t tj_emit_fixed(uint8_t *code, uint32_t burn, tj_fn_t callback);
 snapprof_jit_layout_t tj_fixed_layout(void);
 
+/* snapprof_jit_get_stats, which must succeed. */
+snapprof_jit_stats_t tj_stats(void);
+
 /* The frames of a `go tool pprof -traces` report: for every trace, the
  * function names, leaf first, and the trace's value as printed. */
 typedef struct tj_trace {

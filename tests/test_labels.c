@@ -52,9 +52,7 @@ static void *worker_main(void *arg)
 static void start_worker(worker_t *w, void (*body)(worker_t *))
 {
     w->body = body;
-    ASSERT_EQ(pthread_create(&w->th, NULL, worker_main, w), 0);
-    while (!atomic_load(&w->ready))
-        usleep(1000);
+    tu_start_thread(&w->th, worker_main, w, &w->ready);
 }
 
 static void stop_worker(worker_t *w)
@@ -95,6 +93,19 @@ static void wait_samples(sample_log_t *log, pid_t tid, size_t n)
     while (sl_count_tid(log, tid) < n && tu_mono_ns() < deadline)
         usleep(5000);
     ASSERT_GE(sl_count_tid(log, tid), n);
+}
+
+/* Starts w running body and profiles it (CPU time, every interval ns) into
+ * log until log holds n of its samples; the profiler is stopped, not
+ * destroyed. */
+static snapprof_profiler_t *profile_worker(worker_t *w, void (*body)(worker_t *), uint64_t interval,
+                                           sample_log_t *log, size_t n)
+{
+    start_worker(w, body);
+    snapprof_profiler_t *p = profile(&w->token, 1, interval, SNAPPROF_MODE_CPU, log);
+    wait_samples(log, w->tid, n);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    return p;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -309,11 +320,8 @@ static void test_capture_in_handler(void)
     ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_PROCESS, "build", "ci"));
     ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "worker", "main-thread-only"));
     worker_t w = {0};
-    start_worker(&w, labelled_body);
     sample_log_t log = {0};
-    snapprof_profiler_t *p = profile(&w.token, 1, 1000000u, SNAPPROF_MODE_CPU, &log);
-    wait_samples(&log, w.tid, 100);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = profile_worker(&w, labelled_body, 1000000u, &log, 100);
     size_t remainders = 0;
     for (size_t i = 0; i < log.count; i++) {
         const sl_sample_t *s = &log.samples[i];
@@ -407,11 +415,8 @@ static void test_no_torn_values(void)
     pthread_t writer;
     ASSERT_EQ(pthread_create(&writer, NULL, process_writer, NULL), 0);
     worker_t w = {0};
-    start_worker(&w, self_writer_body);
     sample_log_t log = {0};
-    snapprof_profiler_t *p = profile(&w.token, 1, 500000u, SNAPPROF_MODE_CPU, &log);
-    wait_samples(&log, w.tid, 1000);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = profile_worker(&w, self_writer_body, 500000u, &log, 1000);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     size_t with_self = 0, with_torn = 0, with_pair = 0;
@@ -528,11 +533,8 @@ static void frames_body(worker_t *w)
 static void test_app_frame_ids(void)
 {
     worker_t w = {0};
-    start_worker(&w, frames_body);
     sample_log_t log = {0};
-    snapprof_profiler_t *p = profile(&w.token, 1, 1000000u, SNAPPROF_MODE_CPU, &log);
-    wait_samples(&log, w.tid, 300);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = profile_worker(&w, frames_body, 1000000u, &log, 300);
     uint64_t prev = 0;
     size_t framed = 0;
     for (size_t i = 0; i < log.count; i++) {

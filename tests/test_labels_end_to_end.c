@@ -81,9 +81,7 @@ static void *worker_main(void *arg)
 static void start_worker(worker_t *w, int which)
 {
     w->which = which;
-    ASSERT_EQ(pthread_create(&w->th, NULL, worker_main, w), 0);
-    while (!atomic_load(&w->ready))
-        usleep(1000);
+    tu_start_thread(&w->th, worker_main, w, &w->ready);
 }
 
 static void stop_worker(worker_t *w)
@@ -100,9 +98,7 @@ static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
     snapprof_thread_t *threads[4];
     for (size_t i = 0; i < nw; i++)
         threads[i] = ws[i].token;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.hitch_threshold_ns = 30000000u;
     snapprof_profiler_t *p;
     snapprof_builder_t *b;

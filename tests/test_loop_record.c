@@ -257,11 +257,8 @@ static void test_record_loop(void)
 {
     pl_skip_if_sanitized();
     char *dir = tu_make_tmpdir("loop");
-    int st = 0;
-    char *out = pl_run(&st, "%s record --loop 1s -F 200 -o %s/base.pb.gz -- %s 1200 4000", CLI, dir,
-                       LOOP_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("%s record --loop 1s -F 200 -o %s/base.pb.gz -- %s 1200 4000", CLI, dir,
+                          LOOP_PROG);
     free(out);
     char **files;
     size_t n = interval_files(dir, "base", ".pb.gz", &files);
@@ -284,13 +281,9 @@ static void test_env_loop(void)
 {
     pl_skip_if_sanitized();
     char *dir = tu_make_tmpdir("loop-env");
-    int st = 0;
-    char *out = pl_run(&st,
-                       "LD_PRELOAD=%s SNAPPROF_LOOP=1s SNAPPROF_OUTPUT=%s/p.pb.gz,%s/f.folded "
-                       "%s 300 2200",
-                       SNAPPROF_PRELOAD_LIB, dir, dir, LOOP_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("LD_PRELOAD=%s SNAPPROF_LOOP=1s SNAPPROF_OUTPUT=%s/p.pb.gz,%s/f.folded "
+                          "%s 300 2200",
+                          SNAPPROF_PRELOAD_LIB, dir, dir, LOOP_PROG);
     free(out);
     char **pb, **folded;
     size_t npb = interval_files(dir, "p", ".pb.gz", &pb);

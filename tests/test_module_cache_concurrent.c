@@ -39,21 +39,13 @@ __attribute__((noinline)) void mc_testlib_ctor_hook(void)
     atomic_fetch_add(&g_ctor_calls, 1);
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static void *reader(void *arg)
 {
     uint64_t seed = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
     unsigned long finds = 0, hits = 0, names = 0;
     while (!atomic_load(&g_stop)) {
         uintptr_t addr;
-        uint64_t r = xorshift(&seed);
+        uint64_t r = tu_xorshift64(&seed);
         switch (r % 4) {
         case 0: { /* somewhere in a module known at the start */
             const snapprof_module_t *m = g_mods[(r >> 8) % g_nmods];

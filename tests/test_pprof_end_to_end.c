@@ -84,15 +84,11 @@ static void *ratio_worker(void *arg)
 static void test_known_ratio(void)
 {
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, ratio_worker, NULL), 0);
-    while (!atomic_load(&g_ready))
-        usleep(1000);
+    tu_start_thread(&th, ratio_worker, NULL, &g_ready);
     char *dir = tu_make_tmpdir("ratio");
     char path[512];
     snprintf(path, sizeof path, "%s/ratio.pb.gz", dir);
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     snapprof_profiler_t *p;
     snapprof_builder_t *b;
     ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));
@@ -171,8 +167,7 @@ static void test_demo_binary_moved(void)
     snprintf(path, sizeof path, "%s/out.pb.gz", dir);
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(path, "", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(path, "", &rows, &raw);
     ASSERT(strstr(raw, "unrecognized profile format") == NULL);
     const char *hot[3] = {"demo_hash_strings", "demo_matrix_multiply", "demo_count_primes"};
     for (int i = 0; i < 3; i++) {

@@ -9,27 +9,20 @@
 #define LIB SNAPPROF_PRELOAD_LIB
 #define PROG PRELOAD_PROG
 
-static char g_dir[512];
-
-static void setup(const char *tag)
-{
-    pl_make_dir(g_dir, sizeof g_dir, tag);
-}
-
 /* gperftools' variables alone: CPUPROFILE names the file, the frequency
  * sets the period (250 Hz: 4 ms). */
 static void test_cpuprofile(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-cpuprofile");
+    pl_setup("pre-cpuprofile");
     int st;
     char *text = pl_run(
         &st, "cd %s && LD_PRELOAD=%s CPUPROFILE=c.prof CPUPROFILE_FREQUENCY=250 %s burn hot_a 300",
-        g_dir, LIB, PROG);
+        pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
     ASSERT(strstr(text, "snapprof:") == NULL); /* nothing to say */
     char prof[1024], args[1200];
-    snprintf(prof, sizeof prof, "%s/c.prof", g_dir);
+    snprintf(prof, sizeof prof, "%s/c.prof", pl_dir);
     pl_require_fn(prof, "", "hot_a", 1);
     snprintf(args, sizeof args, "-raw '%s'", prof);
     char *raw = tu_pprof(args, &st);
@@ -43,14 +36,14 @@ static void test_cpuprofile(void)
 static void test_bad_env(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-badenv");
+    pl_setup("pre-badenv");
     int st;
     char *text = pl_run(&st,
                         "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=e.pb.gz SNAPPROF_FREQUENCY=abc "
                         "SNAPPROF_MODE=sideways SNAPPROF_SIGNAL=KILL SNAPPROF_DURATION=-1 "
                         "SNAPPROF_FORK=maybe SNAPPROF_FORMAT=svg SNAPPROF_CHECKPOINT=soon %s burn "
                         "hot_a 200; echo st=$?",
-                        g_dir, LIB, PROG);
+                        pl_dir, LIB, PROG);
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "st=0");
     pl_require_count(text, "snapprof: ", 7);
@@ -67,7 +60,7 @@ static void test_bad_env(void)
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 'svg' is not a format (pprof, "
                           "folded, trace or gperftools); choosing by the file names\n");
     char prof[1024], args[1200];
-    snprintf(prof, sizeof prof, "%s/e.pb.gz", g_dir);
+    snprintf(prof, sizeof prof, "%s/e.pb.gz", pl_dir);
     snprintf(args, sizeof args, "-raw '%s'", prof);
     char *raw = tu_pprof(args, &st);
     ASSERT_EQ(st, 0);
@@ -81,13 +74,10 @@ static void test_bad_env(void)
 static void test_output_dir_missing(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-nodir");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=/nonexistent-dir/x.pb.gz "
-                        "SNAPPROF_FREQUENCY=1000 %s burn hot_a 300",
-                        g_dir, LIB, PROG);
-    ASSERT_EQ(st, 0);
+    pl_setup("pre-nodir");
+    char *text = pl_run_ok("cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=/nonexistent-dir/x.pb.gz "
+                           "SNAPPROF_FREQUENCY=1000 %s burn hot_a 300",
+                           pl_dir, LIB, PROG);
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: cannot write the profile to /nonexistent-dir/x.pb.gz (No such "
                           "file or directory); writing ");
@@ -108,26 +98,24 @@ static void test_output_dir_missing(void)
 static void test_output_list(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-outputs");
+    pl_setup("pre-outputs");
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=l.pb.gz,,l.txt, "
-                        "SNAPPROF_FREQUENCY=1000 %s burn hot_a 300",
-                        g_dir, LIB, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=l.pb.gz,,l.txt, "
+                           "SNAPPROF_FREQUENCY=1000 %s burn hot_a 300",
+                           pl_dir, LIB, PROG);
     ASSERT(strstr(text, "snapprof:") == NULL);
     char path[1024];
-    snprintf(path, sizeof path, "%s/l.pb.gz", g_dir);
+    snprintf(path, sizeof path, "%s/l.pb.gz", pl_dir);
     pl_require_fn(path, "", "hot_a", 1);
     free(text);
-    text = pl_run(&st, "grep -c ';hot_a [0-9]*$' %s/l.txt", g_dir);
+    text = pl_run(&st, "grep -c ';hot_a [0-9]*$' %s/l.txt", pl_dir);
     ASSERT_EQ(st, 0);
     free(text);
 
     text = pl_run(&st,
                   "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=base SNAPPROF_FORMAT=folded,trace "
                   "SNAPPROF_FREQUENCY=1000 %s burn hot_b 300 && ls",
-                  g_dir, LIB, PROG);
+                  pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
     ASSERT(strstr(text, "snapprof:") == NULL);
     ASSERT_CONTAINS(text, "base.folded\n");
@@ -137,12 +125,12 @@ static void test_output_list(void)
     text = pl_run(&st,
                   "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=m.pb.gz,m.folded,m.json "
                   "SNAPPROF_FORMAT=trace,folded SNAPPROF_FREQUENCY=1000 %s burn hot_c 300 && ls",
-                  g_dir, LIB, PROG);
+                  pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 3 outputs and 2 formats: ");
     ASSERT_CONTAINS(text, "; choosing by the file names\n");
-    snprintf(path, sizeof path, "%s/m.pb.gz", g_dir);
+    snprintf(path, sizeof path, "%s/m.pb.gz", pl_dir);
     pl_require_fn(path, "", "hot_c", 1);
     ASSERT_CONTAINS(text, "m.folded\n");
     ASSERT_CONTAINS(text, "m.json\n");
@@ -151,9 +139,9 @@ static void test_output_list(void)
     text = pl_run(&st,
                   "cd %s && env -u SNAPPROF_OUTPUT LD_PRELOAD=%s CPUPROFILE=c.txt "
                   "CPUPROFILE_FREQUENCY=1000 %s burn hot_a 300",
-                  g_dir, LIB, PROG);
+                  pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
-    snprintf(path, sizeof path, "%s/c.txt", g_dir);
+    snprintf(path, sizeof path, "%s/c.txt", pl_dir);
     pl_require_fn(path, "", "hot_a", 1);
     free(text);
 }
@@ -162,12 +150,12 @@ static void test_output_list(void)
 static void test_not_asked(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-idle");
+    pl_setup("pre-idle");
     int st;
     char *text = pl_run(&st,
                         "cd %s && env -u CPUPROFILE -u SNAPPROF_OUTPUT LD_PRELOAD=%s %s exit 5; "
                         "echo st=$?; ls",
-                        g_dir, LIB, PROG);
+                        pl_dir, LIB, PROG);
     ASSERT_CONTAINS(text, "st=5");
     ASSERT(strstr(text, "snapprof") == NULL);
     free(text);
@@ -180,18 +168,18 @@ static void test_not_asked(void)
 static void test_program_signal_handler(void)
 {
     pl_skip_if_sanitized();
-    setup("pre-sigurg");
+    pl_setup("pre-sigurg");
     int st;
     char *text = pl_run(
         &st, "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=u.pb.gz SNAPPROF_FREQUENCY=1000 %s sigurg 300",
-        g_dir, LIB, PROG);
+        pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "own handler saw its 5 SIGURG");
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: the program installed a handler for SIGURG, which snapprof "
                           "samples with; both work");
     char prof[1024];
-    snprintf(prof, sizeof prof, "%s/u.pb.gz", g_dir);
+    snprintf(prof, sizeof prof, "%s/u.pb.gz", pl_dir);
     pl_require_fn(prof, "", "hot_a", 1);
     free(text);
 }
@@ -201,16 +189,13 @@ static void test_program_signal_handler(void)
  * UBSan and TSan. */
 static void test_linked_threads(void)
 {
-    setup("pre-linked");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && PRELOAD_PROG_CTOR_MS=500 SNAPPROF_OUTPUT=l.pb.gz "
-                        "SNAPPROF_FREQUENCY=1000 %s threads 500",
-                        g_dir, PRELOAD_PROG_LINKED);
-    ASSERT_EQ(st, 0);
+    pl_setup("pre-linked");
+    char *text = pl_run_ok("cd %s && PRELOAD_PROG_CTOR_MS=500 SNAPPROF_OUTPUT=l.pb.gz "
+                           "SNAPPROF_FREQUENCY=1000 %s threads 500",
+                           pl_dir, PRELOAD_PROG_LINKED);
     ASSERT(strstr(text, "snapprof:") == NULL);
     char prof[1024];
-    snprintf(prof, sizeof prof, "%s/l.pb.gz", g_dir);
+    snprintf(prof, sizeof prof, "%s/l.pb.gz", pl_dir);
 #if defined(__SANITIZE_THREAD__)
     /* TSan delivers a signal only when the thread next enters its runtime,
      * which a busy loop never does: its threads' samples cannot be judged.
@@ -240,12 +225,9 @@ static void test_linked_threads(void)
  * nothing of its own insides. */
 static void test_exports(void)
 {
-    int st;
-    char *text = pl_run(&st,
-                        "nm -D --defined-only %s | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sed "
-                        "'s/@.*//' | sort | tr '\\n' ' '",
-                        LIB);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("nm -D --defined-only %s | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sed "
+                           "'s/@.*//' | sort | tr '\\n' ' '",
+                           LIB);
     const char *want = "Profiler";
     ASSERT_CONTAINS(text, want);
     static const char *const allowed[] = {"ProfilerDisable",
@@ -296,13 +278,10 @@ static void test_exports(void)
  * with the preload linked in, so the builder runs under the sanitizers. */
 static void test_linked_unnamed(void)
 {
-    setup("pre-unnamed");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && mkdir sum && SNAPPROF_OUTPUT=u.pb.gz SNAPPROF_FREQUENCY=1000 "
-                        "SNAPPROF_SUMMARY_DIR=%s/sum %s && cat sum/*.summary",
-                        g_dir, g_dir, STRIPPED_PROG_LINKED);
-    ASSERT_EQ(st, 0);
+    pl_setup("pre-unnamed");
+    char *text = pl_run_ok("cd %s && mkdir sum && SNAPPROF_OUTPUT=u.pb.gz SNAPPROF_FREQUENCY=1000 "
+                           "SNAPPROF_SUMMARY_DIR=%s/sum %s && cat sum/*.summary",
+                           pl_dir, pl_dir, STRIPPED_PROG_LINKED);
     ASSERT_CONTAINS(text, "samples=");
 #if defined(__SANITIZE_THREAD__)
     /* TSan defers signals in a busy loop (see linked_threads): no race

@@ -23,14 +23,11 @@ static void setup(const char *tag)
 static void test_start_stop(void)
 {
     setup("gperf-basic");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s basic x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s basic x.prof", g_dir, PROG);
     ASSERT(strstr(text, "snapprof:") == NULL);
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(g_prof, "-sample_index=samples", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(g_prof, "-sample_index=samples", &rows, &raw);
     ASSERT_GT(n, 0);
     ASSERT_STR_EQ(rows[0].name, "gperf_hot");
     ASSERT_GE(rows[0].flat, 50);
@@ -44,9 +41,7 @@ static void test_start_stop(void)
 static void test_state(void)
 {
     setup("gperf-state");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s state x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s state x.prof", g_dir, PROG);
     pl_require_fn(g_prof, "", "gperf_cold", 5); /* the second profile replaced the first */
     ASSERT_EQ(pl_samples_of(g_prof, "", "gperf_hot"), 0);
     free(text);
@@ -56,9 +51,7 @@ static void test_state(void)
 static void test_flush(void)
 {
     setup("gperf-flush");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s flush x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s flush x.prof", g_dir, PROG);
     char flushed[1200];
     snprintf(flushed, sizeof flushed, "%s.flushed", g_prof);
     pl_require_fn(flushed, "", "gperf_hot", 20);
@@ -72,9 +65,7 @@ static void test_flush(void)
 static void test_existing_threads(void)
 {
     setup("gperf-existing");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s existing x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s existing x.prof", g_dir, PROG);
     pl_require_fn(g_prof, "", "gperf_pre_a", 20);
     pl_require_fn(g_prof, "", "gperf_pre_b", 20);
     free(text);
@@ -87,9 +78,7 @@ static void test_vfork_thread(void)
 {
     tu_skip_under_tsan("TSan turns vfork() into fork()");
     setup("gperf-vfork");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s vfork_thread x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s vfork_thread x.prof", g_dir, PROG);
     pl_require_fn(g_prof, "", "gperf_pre_a", 50);
     free(text);
 }
@@ -98,9 +87,7 @@ static void test_vfork_thread(void)
 static void test_bad_path(void)
 {
     setup("gperf-badpath");
-    int st;
-    char *text = pl_run(&st, "%s bad_path /nonexistent-dir/x.prof", PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("%s bad_path /nonexistent-dir/x.prof", PROG);
     pl_require_count(text, "\n", 1);
     ASSERT_CONTAINS(text, "snapprof: ProfilerStart(\"/nonexistent-dir/x.prof\"): cannot write "
                           "/nonexistent-dir/x.prof: No such file or directory");
@@ -112,9 +99,7 @@ static void test_bad_path(void)
 static void test_signal_taken(void)
 {
     setup("gperf-sigtaken");
-    int st;
-    char *text = pl_run(&st, "cd %s && env -u SNAPPROF_SIGNAL %s signal_taken x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && env -u SNAPPROF_SIGNAL %s signal_taken x.prof", g_dir, PROG);
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: SIGURG already has a handler in this program; sampling with "
                           "SIGRTMAX-1 instead");
@@ -145,8 +130,7 @@ static void trigger_of_start(const char *env, const char *want)
 {
     setup("gperf-trigger");
     int st;
-    char *text = pl_run(&st, "cd %s && SNAPPROF_FORMAT=pprof %s %s basic x.prof", g_dir, env, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && SNAPPROF_FORMAT=pprof %s %s basic x.prof", g_dir, env, PROG);
     char args[1200];
     snprintf(args, sizeof args, "-comments %s", g_prof);
     char *comments = tu_pprof(args, &st);
@@ -176,10 +160,8 @@ static void test_trigger_setting(void)
 static void test_cpuprofile_at_load(void)
 {
     setup("gperf-env");
-    int st;
-    char *text = pl_run(&st, "cd %s && CPUPROFILE=env.prof CPUPROFILE_FREQUENCY=500 %s env x.prof",
-                        g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && CPUPROFILE=env.prof CPUPROFILE_FREQUENCY=500 %s env x.prof",
+                           g_dir, PROG);
     char prof[1200];
     snprintf(prof, sizeof prof, "%s/env.prof", g_dir);
     pl_require_fn(prof, "", "gperf_hot", 20);
@@ -254,8 +236,7 @@ static void test_legacy_format(void)
 {
     setup("gperf-legacy");
     int st;
-    char *text = pl_run(&st, "cd %s && env -u SNAPPROF_FORMAT %s basic x.prof", g_dir, PROG);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && env -u SNAPPROF_FORMAT %s basic x.prof", g_dir, PROG);
     uint64_t period;
     uint64_t total = read_legacy(g_prof, &period, "preload_gperftools_prog");
     ASSERT_EQ(period, 10000); /* 100 Hz */
@@ -266,8 +247,7 @@ static void test_legacy_format(void)
     /* go tool pprof reads it, in whole samples of 10 ms each. */
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(g_prof, "-unit=ms", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(g_prof, "-unit=ms", &rows, &raw);
     ASSERT_GT(n, 0);
     ASSERT_STR_EQ(rows[0].name, "gperf_hot");
     for (int i = 0; i < n; i++) {
@@ -307,10 +287,7 @@ static void test_legacy_format(void)
  * a signal handler, the interrupted pc first. */
 static void test_get_stack_trace(void)
 {
-    int st;
-    char *text = pl_run(&st, "%s stack_trace -", PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("%s stack_trace -", PROG);
     free(text);
 }
 
@@ -322,10 +299,7 @@ static void test_get_stack_trace(void)
 static void test_state_cheap(void)
 {
     setup("gperf-statecost");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s state_cost x.prof", g_dir, PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s state_cost x.prof", g_dir, PROG);
     const char *p = strstr(text, "state_ns ");
     ASSERT(p != NULL);
     double ns = atof(p + strlen("state_ns "));
@@ -346,10 +320,7 @@ static void test_fork_names(void)
         exit(TEST_SKIP);
     }
     setup("gperf-fork");
-    int st;
-    char *text = pl_run(&st, "cd %s && CPUPROFILE=f.prof %s fork_env - && ls", g_dir, PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && CPUPROFILE=f.prof %s fork_env - && ls", g_dir, PROG);
     int a = 0, b = 0;
     const char *p = strstr(text, "forked ");
     ASSERT(p != NULL && sscanf(p, "forked %d exec %d", &a, &b) == 2);
@@ -381,10 +352,7 @@ static void test_fork_names(void)
 static void test_flush_not_sampled(void)
 {
     setup("gperf-flushwork");
-    int st;
-    char *text = pl_run(&st, "cd %s && SNAPPROF_FORMAT=pprof %s flush_many x.prof", g_dir, PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && SNAPPROF_FORMAT=pprof %s flush_many x.prof", g_dir, PROG);
     double cpu_ms = 0;
     const char *p = strstr(text, "cpu_ms ");
     ASSERT(p != NULL);
@@ -392,8 +360,7 @@ static void test_flush_not_sampled(void)
     ASSERT_GE(cpu_ms, 100.0); /* 10 samples' worth, were they the caller's */
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(g_prof, "-sample_index=samples", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(g_prof, "-sample_index=samples", &rows, &raw);
     /* ProfilerFlush tail-calls into the preload library: any of them. */
     static const char *const ours[] = {"ProfilerFlush", "snapprof__preload_flush",
                                        "snapprof_profiler_flush", "complete_builders"};
@@ -439,13 +406,9 @@ static double wall_ms_of(const char *profile, long tid)
 static void test_realtime_threads(void)
 {
     setup("gperf-realtime");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && CPUPROFILE_REALTIME=1 SNAPPROF_FORMAT=pprof %s "
-                        "realtime_threads x.prof",
-                        g_dir, PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && CPUPROFILE_REALTIME=1 SNAPPROF_FORMAT=pprof %s "
+                           "realtime_threads x.prof",
+                           g_dir, PROG);
     int threads = 0;
     for (const char *l = strstr(text, "thread "); l; l = strstr(l + 1, "\nthread ")) {
         long tid;

@@ -50,16 +50,24 @@ static void hc_full(void)
     abort();
 }
 
+/* Where each note begins: errno clobbered (the hooks must give the program
+ * its own back), and a NULL counted and noted no further (1). */
+static int hc_enter(void *ptr)
+{
+    errno = 4321;
+    if (ptr != NULL)
+        return 0;
+    ADD(hc_tot.nulls, 1);
+    return 1;
+}
+
 /* The operations on one pointer are ordered by the allocator (a block is
  * noted freed before it is freed, noted allocated after it is returned), so
  * only different pointers race, for free slots. */
 static int hc_note_alloc(void *ptr, size_t size)
 {
-    errno = 4321;
-    if (ptr == NULL) {
-        ADD(hc_tot.nulls, 1);
+    if (hc_enter(ptr))
         return 0;
-    }
     uintptr_t p = (uintptr_t)ptr;
     ADD(hc_tot.allocs, 1);
     ADD(hc_tot.bytes, size);
@@ -102,11 +110,8 @@ static int hc_note_alloc(void *ptr, size_t size)
 
 static int hc_note_free(void *ptr)
 {
-    errno = 4321;
-    if (ptr == NULL) {
-        ADD(hc_tot.nulls, 1);
+    if (hc_enter(ptr))
         return 0;
-    }
     uintptr_t p = (uintptr_t)ptr;
     ADD(hc_tot.frees, 1);
     size_t i = hc_hash(p);

@@ -10,6 +10,7 @@
  *   threads  8 threads allocating and freeing each other's blocks, exiting
  *            with blocks live and freeing in TLS destructors; a fork in the
  *            middle whose child allocates, with atfork handlers that do */
+#include "test.h"
 #include "test_preload_heap_consumer.h"
 
 #include <dlfcn.h>
@@ -23,25 +24,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-        exit(1);                                                                                   \
-    } while (0)
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        if (!(x))                                                                                  \
-            FAIL("check failed: %s", #x);                                                          \
-    } while (0)
-#define CHECK_EQ(a, b)                                                                             \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_)                                                                              \
-            FAIL("check failed: %s == %s (%lld vs %lld)", #a, #b, a_, b_);                         \
-    } while (0)
 
 static hc_totals_fn totals_fn;
 static hc_size_fn size_fn;
@@ -70,6 +52,21 @@ static void tally_start(void)
         size_fn(HC_BASE + i, &base_allocs[i], &base_frees[i]);
 }
 
+/* The consumer was told of exactly allocs allocations and frees frees of
+ * size (when it is there). */
+static void expect_size(size_t size, uint64_t allocs, uint64_t frees)
+{
+    if (!size_fn)
+        return;
+    uint64_t a, f;
+    size_fn(size, &a, &f);
+    if (a != allocs || f != frees)
+        TEST_FAIL("size %zu: the consumer was told %llu allocations and %llu frees, not %llu and "
+                  "%llu",
+                  size, (unsigned long long)a, (unsigned long long)f, (unsigned long long)allocs,
+                  (unsigned long long)frees);
+}
+
 static void tally_check(void)
 {
     if (!size_fn)
@@ -78,11 +75,12 @@ static void tally_check(void)
         uint64_t a, f;
         size_fn(HC_BASE + i, &a, &f);
         if (a - base_allocs[i] != want_allocs[i] || f - base_frees[i] != want_frees[i])
-            FAIL("size %zu: the consumer was told %llu allocations and %llu frees, the program "
-                 "made %llu and %llu",
-                 (size_t)HC_BASE + i, (unsigned long long)(a - base_allocs[i]),
-                 (unsigned long long)(f - base_frees[i]), (unsigned long long)want_allocs[i],
-                 (unsigned long long)want_frees[i]);
+            TEST_FAIL(
+                "size %zu: the consumer was told %llu allocations and %llu frees, the program "
+                "made %llu and %llu",
+                (size_t)HC_BASE + i, (unsigned long long)(a - base_allocs[i]),
+                (unsigned long long)(f - base_frees[i]), (unsigned long long)want_allocs[i],
+                (unsigned long long)want_frees[i]);
     }
 }
 
@@ -110,7 +108,7 @@ static void print_hooks(void)
 static void check_aligned(const void *p, size_t align)
 {
     if ((uintptr_t)p % align != 0)
-        FAIL("%p is not aligned to %zu", p, align);
+        TEST_FAIL("%p is not aligned to %zu", p, align);
 }
 
 /* Allocations the compiler must not leave out (it may, when their result
@@ -119,7 +117,7 @@ static void *volatile sink;
 static void alloc_free(size_t size)
 {
     sink = malloc(size);
-    CHECK(sink != NULL);
+    ASSERT(sink != NULL);
     free(sink);
 }
 
@@ -139,73 +137,73 @@ static void mode_api(void)
 
         errno = 1234;
         p = malloc(SZ(0));
-        CHECK(p != NULL);
-        CHECK_EQ(errno, 1234);
-        CHECK(malloc_usable_size(p) >= SZ(0));
+        ASSERT(p != NULL);
+        ASSERT_EQ(errno, 1234);
+        ASSERT(malloc_usable_size(p) >= SZ(0));
         memset(p, 1, SZ(0));
         want_alloc(SZ(0)), made++;
         free(p);
-        CHECK_EQ(errno, 1234);
+        ASSERT_EQ(errno, 1234);
         want_free(SZ(0)), freed++;
 
         p = calloc(16, SZ(1) / 16);
-        CHECK(p != NULL);
-        CHECK_EQ(errno, 1234);
+        ASSERT(p != NULL);
+        ASSERT_EQ(errno, 1234);
         for (size_t i = 0; i < SZ(1); i++)
-            CHECK(((unsigned char *)p)[i] == 0);
+            ASSERT(((unsigned char *)p)[i] == 0);
         want_alloc(SZ(1)), made++;
 
         /* realloc: a free of the old block and an allocation of the new. */
         void *q = realloc(p, SZ(2));
-        CHECK(q != NULL);
-        CHECK_EQ(errno, 1234);
+        ASSERT(q != NULL);
+        ASSERT_EQ(errno, 1234);
         want_free(SZ(1)), freed++;
         want_alloc(SZ(2)), made++;
-        CHECK(malloc_usable_size(q) >= SZ(2));
+        ASSERT(malloc_usable_size(q) >= SZ(2));
         /* realloc(p, 0): glibc frees p and returns NULL. */
         p = realloc(q, 0);
-        CHECK(p == NULL);
-        CHECK_EQ(errno, 1234);
+        ASSERT(p == NULL);
+        ASSERT_EQ(errno, 1234);
         want_free(SZ(2)), freed++;
         /* realloc(NULL, n) is malloc(n). */
         p = realloc(NULL, SZ(3));
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         want_alloc(SZ(3)), made++;
         q = reallocarray(p, 4, SZ(4) / 4);
-        CHECK(q != NULL);
-        CHECK_EQ(errno, 1234);
+        ASSERT(q != NULL);
+        ASSERT_EQ(errno, 1234);
         want_free(SZ(3)), freed++;
         want_alloc(SZ(4)), made++;
         /* Failing: NULL, ENOMEM, the old block still live, nothing noted. */
         errno = 0;
-        CHECK((sink = realloc(q, huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = realloc(q, huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = reallocarray(q, half, 3)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = reallocarray(q, half, 3)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         memset(q, 2, SZ(4));
         free(q);
         want_free(SZ(4)), freed++;
 
         errno = 1234;
-        CHECK_EQ(posix_memalign(&p, 256, SZ(5)), 0);
-        CHECK_EQ(errno, 1234);
+        ASSERT_EQ(posix_memalign(&p, 256, SZ(5)), 0);
+        ASSERT_EQ(errno, 1234);
         check_aligned(p, 256);
         want_alloc(SZ(5)), made++;
         free(p);
         want_free(SZ(5)), freed++;
-        CHECK_EQ(posix_memalign(&p, 3, SZ(5)), EINVAL);
-        CHECK_EQ(posix_memalign(&p, 64, huge), ENOMEM); /* errno: glibc sets it too */
+        ASSERT_EQ(posix_memalign(&p, 3, SZ(5)), EINVAL);
+        ASSERT_EQ(posix_memalign(&p, 64, huge), ENOMEM); /* errno: glibc sets it too */
 
         p = aligned_alloc(128, SZ(6));
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         check_aligned(p, 128);
         want_alloc(SZ(6)), made++;
         free(p);
         want_free(SZ(6)), freed++;
 
         p = memalign(512, SZ(7));
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         check_aligned(p, 512);
         want_alloc(SZ(7)), made++;
         free(p);
@@ -213,23 +211,23 @@ static void mode_api(void)
 
         long page = sysconf(_SC_PAGESIZE);
         p = valloc(SZ(8));
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         check_aligned(p, (size_t)page);
         want_alloc(SZ(8)), made++;
         free(p);
         want_free(SZ(8)), freed++;
 
         p = pvalloc(SZ(9));
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         check_aligned(p, (size_t)page);
-        CHECK(malloc_usable_size(p) >= SZ(9));
+        ASSERT(malloc_usable_size(p) >= SZ(9));
         want_alloc(SZ(9)), made++;
         free(p);
         want_free(SZ(9)), freed++;
 
         /* Zero sizes: a block all the same, noted with size 0. */
         p = malloc(0);
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         made++;
         free(p);
         freed++;
@@ -237,37 +235,37 @@ static void mode_api(void)
         /* Failing allocations: NULL and ENOMEM to the program, nothing
          * noted. */
         errno = 0;
-        CHECK((sink = malloc(huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = malloc(huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = calloc(half, 3)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = calloc(half, 3)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = aligned_alloc(64, huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = aligned_alloc(64, huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = memalign(64, huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = memalign(64, huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = valloc(huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = valloc(huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
         errno = 0;
-        CHECK((sink = pvalloc(huge)) == NULL);
-        CHECK_EQ(errno, ENOMEM);
+        ASSERT((sink = pvalloc(huge)) == NULL);
+        ASSERT_EQ(errno, ENOMEM);
 
         errno = 1234;
         free(NULL);
-        CHECK_EQ(errno, 1234);
+        ASSERT_EQ(errno, 1234);
     }
 
     hc_totals_t t1 = totals();
     tally_check();
     if (totals_fn) {
-        CHECK_EQ(t1.allocs - t0.allocs, made);
-        CHECK_EQ(t1.frees - t0.frees, freed);
-        CHECK_EQ(t1.doubles, 0);
-        CHECK_EQ(t1.nulls, 0);
-        CHECK_EQ(t1.unknown_frees - t0.unknown_frees, 0);
+        ASSERT_EQ(t1.allocs - t0.allocs, made);
+        ASSERT_EQ(t1.frees - t0.frees, freed);
+        ASSERT_EQ(t1.doubles, 0);
+        ASSERT_EQ(t1.nulls, 0);
+        ASSERT_EQ(t1.unknown_frees - t0.unknown_frees, 0);
         printf("noted %llu allocations and %llu frees, as made\n", (unsigned long long)made,
                (unsigned long long)freed);
     }
@@ -289,23 +287,18 @@ __attribute__((constructor(101))) static void boot_ctor(void)
 
 static void mode_boot(void)
 {
-    CHECK(boot_block != NULL);
+    ASSERT(boot_block != NULL);
     free(boot_block);
     if (!size_fn)
         return;
-    uint64_t a, f;
-    size_fn(BOOT_SIZE, &a, &f);
-    CHECK_EQ(a, 2);
-    CHECK_EQ(f, 2);
-    size_fn(EARLY_SIZE, &a, &f);
-    CHECK_EQ(a, 1);
-    CHECK_EQ(f, 1);
+    expect_size(BOOT_SIZE, 2, 2);
+    expect_size(EARLY_SIZE, 1, 1);
     size_t (*boot_bytes)(void) = (size_t(*)(void))dlsym(RTLD_DEFAULT, "test_heap_early_boot");
-    CHECK(boot_bytes != NULL);
+    ASSERT(boot_bytes != NULL);
     printf("bootstrap buffer: %zu bytes\n", boot_bytes());
     hc_totals_t t = totals();
-    CHECK_EQ(t.doubles, 0);
-    CHECK_EQ(t.nulls, 0);
+    ASSERT_EQ(t.doubles, 0);
+    ASSERT_EQ(t.nulls, 0);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -337,12 +330,12 @@ static void *thread_main(void *arg)
     int next = (me + 1) % NTHREADS;
     size_t size = thread_size(me);
     void *last = malloc(SZ(40));
-    CHECK(last != NULL);
-    CHECK_EQ(pthread_setspecific(key, last), 0);
+    ASSERT(last != NULL);
+    ASSERT_EQ(pthread_setspecific(key, last), 0);
     int took = 0;
     for (int j = 0; j < PER_THREAD; j++) {
         void *p = malloc(size);
-        CHECK(p != NULL);
+        ASSERT(p != NULL);
         __atomic_store_n(&slots[me][j], p, __ATOMIC_RELEASE);
         /* Free the next thread's blocks as they come, all but its last
          * KEPT, which outlive their thread. */
@@ -355,13 +348,13 @@ static void *thread_main(void *arg)
         }
         if (me == 0 && j == PER_THREAD / 2) {
             pid_t pid = fork();
-            CHECK(pid >= 0);
+            ASSERT(pid >= 0);
             if (pid == 0)
                 child_after_fork();
             int status;
-            CHECK_EQ(waitpid(pid, &status, 0), pid);
+            ASSERT_EQ(waitpid(pid, &status, 0), pid);
             if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-                FAIL("fork child: status %d", status);
+                TEST_FAIL("fork child: status %d", status);
             forked = 1;
         }
     }
@@ -400,36 +393,29 @@ static void atfork_child(void)
 static void child_after_fork(void)
 {
     void *p = malloc(CHILD_SIZE);
-    CHECK(p != NULL);
+    ASSERT(p != NULL);
     free(p);
-    if (size_fn) {
-        uint64_t a, f;
-        size_fn(CHILD_SIZE, &a, &f);
-        CHECK_EQ(a, 1);
-        CHECK_EQ(f, 1);
-        size_fn(ATFORK_CHILD, &a, &f);
-        CHECK_EQ(a, 1);
-        CHECK_EQ(f, 1);
-    }
+    expect_size(CHILD_SIZE, 1, 1);
+    expect_size(ATFORK_CHILD, 1, 1);
     exit(0);
 }
 
 static void mode_threads(void)
 {
     hc_totals_t t0 = totals();
-    CHECK_EQ(pthread_key_create(&key, key_dtor), 0);
-    CHECK_EQ(pthread_atfork(atfork_prepare, atfork_parent, atfork_child), 0);
+    ASSERT_EQ(pthread_key_create(&key, key_dtor), 0);
+    ASSERT_EQ(pthread_atfork(atfork_prepare, atfork_parent, atfork_child), 0);
     tally_start();
     pthread_t th[NTHREADS];
     for (int i = 0; i < NTHREADS; i++)
-        CHECK_EQ(pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)i), 0);
+        ASSERT_EQ(pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)i), 0);
     for (int i = 0; i < NTHREADS; i++)
-        CHECK_EQ(pthread_join(th[i], NULL), 0);
-    CHECK(forked);
+        ASSERT_EQ(pthread_join(th[i], NULL), 0);
+    ASSERT(forked);
     /* The blocks that outlived their threads. */
     for (int i = 0; i < NTHREADS; i++) {
         for (int j = 0; j < PER_THREAD; j++) {
-            CHECK(j >= PER_THREAD - KEPT || slots[i][j] == NULL);
+            ASSERT(j >= PER_THREAD - KEPT || slots[i][j] == NULL);
             free(slots[i][j]);
         }
         want_allocs[thread_size(i) - HC_BASE] = PER_THREAD;
@@ -442,9 +428,9 @@ static void mode_threads(void)
     tally_check();
     hc_totals_t t1 = totals();
     if (totals_fn) {
-        CHECK_EQ(t1.doubles, 0);
-        CHECK_EQ(t1.nulls, 0);
-        CHECK_EQ(t1.unknown_frees - t0.unknown_frees, 0);
+        ASSERT_EQ(t1.doubles, 0);
+        ASSERT_EQ(t1.nulls, 0);
+        ASSERT_EQ(t1.unknown_frees - t0.unknown_frees, 0);
         printf("threads: %d blocks each, noted as made\n", PER_THREAD);
     }
 }
@@ -462,7 +448,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "threads"))
         mode_threads();
     else
-        FAIL("unknown mode '%s'", mode);
+        TEST_FAIL("unknown mode '%s'", mode);
     printf("ok %s\n", mode);
     return 0;
 }

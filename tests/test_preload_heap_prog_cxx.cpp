@@ -3,6 +3,7 @@
 // knows each size, with the test consumer's counts compared with its own.
 // libstdc++'s operators reach malloc, aligned_alloc and operator delete
 // again: each must still be noted once.
+#include "test.h"
 #include "test_preload_heap_consumer.h"
 #ifdef GOT_MODE
 #include "preload_heap/heap_got.h" // linked with the GOT patcher instead
@@ -15,20 +16,6 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <new>
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-        exit(1);                                                                                   \
-    } while (0)
-#define CHECK_EQ(a, b)                                                                             \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_)                                                                              \
-            FAIL("check failed: %s == %s (%lld vs %lld)", #a, #b, a_, b_);                         \
-    } while (0)
 
 static hc_size_fn size_fn;
 static hc_totals_fn totals_fn;
@@ -54,7 +41,7 @@ int main()
     int patched = snapprof_heap_hooks_install();
     printf("install: %d entries\n", patched);
     if (patched <= 0)
-        FAIL("install patched nothing");
+        TEST_FAIL("install patched nothing");
 #endif
     size_fn = (hc_size_fn)dlsym(RTLD_DEFAULT, "test_heap_consumer_size");
     totals_fn = (hc_totals_fn)dlsym(RTLD_DEFAULT, "test_heap_consumer_totals");
@@ -76,7 +63,7 @@ int main()
         errno = 1234;
         p = ::operator new(sz(0));
         ALLOC(0);
-        CHECK_EQ(errno, 1234);
+        ASSERT_EQ(errno, 1234);
         ::operator delete(p);
         FREE(0);
         p = ::operator new[](sz(1));
@@ -94,7 +81,7 @@ int main()
         p = ::operator new(sz(4), al);
         ALLOC(4);
         if ((uintptr_t)p % 256)
-            FAIL("not aligned");
+            TEST_FAIL("not aligned");
         ::operator delete(p, al);
         FREE(4);
         p = ::operator new[](sz(5), al);
@@ -134,7 +121,7 @@ int main()
         Aligned *volatile a = new Aligned;
         ALLOC(23);
         if ((uintptr_t)a % 256)
-            FAIL("not aligned");
+            TEST_FAIL("not aligned");
         delete a;
         FREE(23);
 
@@ -142,9 +129,9 @@ int main()
         // the next allocation is noted again (the unwinding left the hooks'
         // depth counter as it was).
         if (::operator new(huge, std::nothrow) != nullptr)
-            FAIL("huge nothrow new succeeded");
+            TEST_FAIL("huge nothrow new succeeded");
         if (::operator new[](huge, al, std::nothrow) != nullptr)
-            FAIL("huge aligned nothrow new succeeded");
+            TEST_FAIL("huge aligned nothrow new succeeded");
 #if !defined(SNAPPROF_SANITIZER_BUILD) // their operator new dies of it instead of throwing
         bool threw = false;
         try {
@@ -153,7 +140,7 @@ int main()
             threw = true;
         }
         if (!threw)
-            FAIL("huge new did not throw");
+            TEST_FAIL("huge new did not throw");
         threw = false;
         try {
             p = ::operator new[](huge, al);
@@ -161,7 +148,7 @@ int main()
             threw = true;
         }
         if (!threw)
-            FAIL("huge aligned new did not throw");
+            TEST_FAIL("huge aligned new did not throw");
 #endif
         p = ::operator new(sz(12));
         ALLOC(12);
@@ -173,21 +160,22 @@ int main()
             uint64_t a, f;
             size_fn(sz(k), &a, &f);
             if (a - base_a[k] != want_a[k] || f - base_f[k] != want_f[k])
-                FAIL("size %zu: told %llu allocations and %llu frees, made %llu and %llu", sz(k),
-                     (unsigned long long)(a - base_a[k]), (unsigned long long)(f - base_f[k]),
-                     (unsigned long long)want_a[k], (unsigned long long)want_f[k]);
+                TEST_FAIL("size %zu: told %llu allocations and %llu frees, made %llu and %llu",
+                          sz(k), (unsigned long long)(a - base_a[k]),
+                          (unsigned long long)(f - base_f[k]), (unsigned long long)want_a[k],
+                          (unsigned long long)want_f[k]);
         }
         totals_fn(&t1);
-        CHECK_EQ(t1.allocs - t0.allocs, made);
-        CHECK_EQ(t1.doubles, 0);
-        CHECK_EQ(t1.nulls, 0);
+        ASSERT_EQ(t1.allocs - t0.allocs, made);
+        ASSERT_EQ(t1.doubles, 0);
+        ASSERT_EQ(t1.nulls, 0);
         // The exceptions thrown above were allocated inside operator new
         // (not noted: the program did not ask for them) and freed at the
         // catch, outside it: at most one free a throw the consumer never
         // saw allocated.
         if (t1.unknown_frees - t0.unknown_frees > 10)
-            FAIL("%llu frees of blocks never noted",
-                 (unsigned long long)(t1.unknown_frees - t0.unknown_frees));
+            TEST_FAIL("%llu frees of blocks never noted",
+                      (unsigned long long)(t1.unknown_frees - t0.unknown_frees));
         printf("noted %llu allocations, as made\n", (unsigned long long)made);
     }
     printf("ok cxx\n");

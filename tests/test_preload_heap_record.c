@@ -101,10 +101,8 @@ static void test_shares(void)
 {
     setup("heap-record");
     int st;
-    char *out = pl_run(&st, "cd %s && %s record --heap --heap-interval 4096 -o prof.pb.gz -- %s",
-                       g_dir, CLI, HEAP_RECORD_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("cd %s && %s record --heap --heap-interval 4096 -o prof.pb.gz -- %s",
+                          g_dir, CLI, HEAP_RECORD_PROG);
     ASSERT_NOT_NULL(strstr(out, "heap_lib=1"));
     const char *heap = path_in("prof.heap.pb.gz"), *peak = path_in("prof.heappeak.pb.gz");
     ASSERT(pl_exists(path_in("prof.pb.gz")));
@@ -182,13 +180,9 @@ static void test_totals_no_slot(void)
 {
     setup("heap-noslot");
     tu_need_test_seams();
-    int st;
-    char *out = pl_run(&st,
-                       "cd %s && SNAPPROF_TEST_FAULTS='heap_slot=3;seed=5' %s record --heap "
-                       "--heap-interval 4096 -o prof.pb.gz -- %s",
-                       g_dir, CLI, HEAP_RECORD_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("cd %s && SNAPPROF_TEST_FAULTS='heap_slot=3;seed=5' %s record --heap "
+                          "--heap-interval 4096 -o prof.pb.gz -- %s",
+                          g_dir, CLI, HEAP_RECORD_PROG);
     ASSERT_NOT_NULL(strstr(out, "heap_lib=1"));
     /* The summary says how many went without a stack, and where. */
     ASSERT_NOT_NULL(strstr(out, "without a stack (no free capture slot: under \"[heap: no capture "
@@ -220,13 +214,9 @@ static void test_totals_no_slot(void)
 static void test_own_threads(void)
 {
     setup("heap-own");
-    int st;
-    char *out = pl_run(&st,
-                       "cd %s && SNAPPROF_CHECKPOINT=0.05 %s record --heap --heap-interval 256 "
-                       "-o prof.pb.gz -- %s 1000",
-                       g_dir, CLI, HEAP_RECORD_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("cd %s && SNAPPROF_CHECKPOINT=0.05 %s record --heap --heap-interval 256 "
+                          "-o prof.pb.gz -- %s 1000",
+                          g_dir, CLI, HEAP_RECORD_PROG);
     free(out);
     char args[1024];
     snprintf(args, sizeof args, "-traces -sample_index=alloc_space '%s'",
@@ -245,13 +235,10 @@ static void test_own_threads(void)
 static void test_children(void)
 {
     setup("heap-children");
-    int st;
-    char *out = pl_run(&st,
-                       "cd %s && %s record --heap --heap-interval 4096 -F 1 -o prof.pb.gz -- sh -c "
-                       "'%s 1000; %s 1000; true'",
-                       g_dir, CLI, HEAP_RECORD_PROG, HEAP_RECORD_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out =
+        pl_run_ok("cd %s && %s record --heap --heap-interval 4096 -F 1 -o prof.pb.gz -- sh -c "
+                  "'%s 1000; %s 1000; true'",
+                  g_dir, CLI, HEAP_RECORD_PROG, HEAP_RECORD_PROG);
     ASSERT_NOT_NULL(strstr(out, "their heap profiles together: go tool pprof"));
     free(out);
     DIR *d = opendir(g_dir);
@@ -281,11 +268,8 @@ static void test_children(void)
 static void test_off(void)
 {
     setup("heap-off");
-    int st;
-    char *out = pl_run(&st, "cd %s && SNAPPROF_HEAP=1 %s record -o prof.pb.gz -- %s", g_dir, CLI,
-                       HEAP_RECORD_PROG);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("cd %s && SNAPPROF_HEAP=1 %s record -o prof.pb.gz -- %s", g_dir, CLI,
+                          HEAP_RECORD_PROG);
     ASSERT_NOT_NULL(strstr(out, "heap_lib=0"));
     ASSERT_NULL(strstr(out, "heap profile"));
     ASSERT(pl_exists(path_in("prof.pb.gz")));
@@ -356,12 +340,9 @@ static void test_linked_no_hooks(void)
     snprintf(g_dir, sizeof g_dir, "%s", d);
     free(d);
     int st;
-    char *out = pl_run(&st,
-                       "cd %s && SNAPPROF_OUTPUT=l.pb.gz SNAPPROF_HEAP=1 "
-                       "SNAPPROF_HEAP_INTERVAL=-5 %s threads 200",
-                       g_dir, PRELOAD_PROG_LINKED);
-    printf("%s", out);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("cd %s && SNAPPROF_OUTPUT=l.pb.gz SNAPPROF_HEAP=1 "
+                          "SNAPPROF_HEAP_INTERVAL=-5 %s threads 200",
+                          g_dir, PRELOAD_PROG_LINKED);
     ASSERT_NOT_NULL(strstr(out, "ignoring SNAPPROF_HEAP_INTERVAL"));
     free(out);
     const char *files[] = {"l.pb.gz", "l.heap.pb.gz", "l.heappeak.pb.gz"};

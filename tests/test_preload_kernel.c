@@ -10,13 +10,6 @@
 #define CLI SNAPPROF_CLI
 #define PROG KERNEL_PROG
 
-static char g_dir[512];
-
-static void setup(const char *tag)
-{
-    pl_make_dir(g_dir, sizeof g_dir, tag);
-}
-
 /* A server's workers drop to another user after fork() (nginx's to
  * www-data): in a root-owned 0755 directory they can no longer create
  * files. Each worker's profile is there all the same, at FILE.<pid>, and
@@ -28,13 +21,13 @@ static void test_drop_privileges(void)
         printf("skipped: needs root (the workers setuid() to nobody)\n");
         exit(TEST_SKIP);
     }
-    setup("kern-drop");
-    ASSERT_EQ(chmod(g_dir, 0755), 0);
+    pl_setup("kern-drop");
+    ASSERT_EQ(chmod(pl_dir, 0755), 0);
     char *fallback = tu_make_tmpdir("kern-drop-tmp");
     ASSERT_EQ(chmod(fallback, 01777), 0);
     int st;
     char *text =
-        pl_run(&st, "cd %s && TMPDIR=%s %s record -F 1000 -o d.pb.gz -- %s dropworkers 300", g_dir,
+        pl_run(&st, "cd %s && TMPDIR=%s %s record -F 1000 -o d.pb.gz -- %s dropworkers 300", pl_dir,
                fallback, CLI, PROG);
     if (st != 0)
         TEST_FAIL("status %d:\n%s", st, text);
@@ -45,7 +38,7 @@ static void test_drop_privileges(void)
     ASSERT_CONTAINS(text, "3 processes");
     for (int i = 0; i < 2; i++) {
         char p[1024], line[1200];
-        snprintf(p, sizeof p, "%s/d.%d.pb.gz", g_dir, w[i]);
+        snprintf(p, sizeof p, "%s/d.%d.pb.gz", pl_dir, w[i]);
         if (!pl_exists(p))
             TEST_FAIL("no profile %s:\n%s", p, text);
         snprintf(line, sizeof line, "(pid %d): ", w[i]);
@@ -85,8 +78,8 @@ static void kernel_share(int as_user)
         printf("skipped: perf_event_paranoid %d refuses nobody the perf event\n", paranoid);
         exit(TEST_SKIP);
     }
-    setup(as_user ? "kern-share-user" : "kern-share");
-    ASSERT_EQ(chmod(g_dir, 0777), 0);
+    pl_setup(as_user ? "kern-share-user" : "kern-share");
+    ASSERT_EQ(chmod(pl_dir, 0777), 0);
     int st;
     char *text;
     if (as_user) {
@@ -100,21 +93,20 @@ static void kernel_share(int as_user)
                       "SNAPPROF_PRELOAD_LIB=%s/bin/libsnapprof-preload.so "
                       "setpriv --reuid=65534 --regid=65534 --clear-groups "
                       "bin/snapprof record -F 1000 -o k.pb.gz -- bin/kernel_prog syscalls 400",
-                      g_dir, CLI, SNAPPROF_PRELOAD_LIB, SNAPPROF_LIB, PROG, SNAPPROF_LIB, g_dir,
-                      g_dir);
+                      pl_dir, CLI, SNAPPROF_PRELOAD_LIB, SNAPPROF_LIB, PROG, SNAPPROF_LIB, pl_dir,
+                      pl_dir);
     } else {
         text = pl_run(&st,
                       "cd %s && SNAPPROF_KERNEL=1 %s record -F 1000 -o k.pb.gz -- %s syscalls 400",
-                      g_dir, CLI, PROG);
+                      pl_dir, CLI, PROG);
     }
     if (st != 0)
         TEST_FAIL("status %d:\n%s", st, text);
     char p[1024];
-    snprintf(p, sizeof p, "%s/k.pb.gz", g_dir);
+    snprintf(p, sizeof p, "%s/k.pb.gz", pl_dir);
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(p, "-sample_index=cpu", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(p, "-sample_index=cpu", &rows, &raw);
     const tu_top_row_t *rest = tu_top_find(rows, n, "[kernel and unsampled]");
     const tu_top_row_t *sys = tu_top_find(rows, n, "sys_heavy");
     const tu_top_row_t *usr = tu_top_find(rows, n, "user_heavy");

@@ -14,38 +14,31 @@
 #define CLI SNAPPROF_CLI
 #define PROG PRELOAD_PROG
 
-static char g_dir[512];
-
-static void setup(const char *tag)
-{
-    pl_make_dir(g_dir, sizeof g_dir, tag);
-}
-
 /* In a fresh directory (tag), runs `snapprof record ARGS`, ARGS made from
  * fmt; returns its output and stores its exit status in *st. */
 static char *record_in(const char *tag, int *st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static char *record_in(const char *tag, int *st, const char *fmt, ...)
 {
-    setup(tag);
+    pl_setup(tag);
     char args[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    return pl_run(st, "cd %s && %s record %s", g_dir, CLI, args);
+    return pl_run(st, "cd %s && %s record %s", pl_dir, CLI, args);
 }
 
 static char *path_in(const char *name)
 {
-    return pl_path(g_dir, name);
+    return pl_path(pl_dir, name);
 }
 
 /* How many files in the test's directory are BASE.<pid>EXT, the name of
  * the output BASE EXT of a process other than the program itself. */
 static int count_pid_files(const char *base, const char *ext)
 {
-    DIR *d = opendir(g_dir);
+    DIR *d = opendir(pl_dir);
     ASSERT_NOT_NULL(d);
     int n = 0;
     size_t b = strlen(base), e = strlen(ext);
@@ -69,7 +62,7 @@ static char *pid_file(const char *base, int pid, const char *ext)
     static char buf[4][1024];
     static int i;
     char *p = buf[i++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s.%d%s", g_dir, base, pid, ext);
+    snprintf(p, sizeof buf[0], "%s/%s.%d%s", pl_dir, base, pid, ext);
     return p;
 }
 
@@ -103,12 +96,12 @@ static void expect_loss_words(const char *text)
 static void test_threads(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-threads");
+    pl_setup("rec-threads");
     const char *out = path_in("t.pb.gz");
     int st;
     char *text = pl_run(
         &st, "cd %s && PRELOAD_PROG_CTOR_MS=500 %s record -F 1000 -o t.pb.gz -- %s threads 500",
-        g_dir, CLI, PROG);
+        pl_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "from 4 threads");
     /* The delivered rate against the requested one, and the trigger (the
@@ -136,12 +129,8 @@ static void test_threads(void)
             if (j != i && pl_samples_of(out, focus, pairs[j][1]) > 0)
                 TEST_FAIL("%s's samples labelled %s", pairs[j][1], pairs[i][0]);
     }
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-tags -sample_index=samples '%s'", out);
-    char *tags = tu_pprof(args, &pst);
+    char *tags = tu_pprof_ok("-tags -sample_index=samples", out);
     printf("%s\n", tags);
-    ASSERT_EQ(pst, 0);
     ASSERT_CONTAINS(tags, "thread_id: Total");
     pl_require_count(tags, "%): ", 8); /* 4 thread ids and 4 names */
     free(tags);
@@ -156,14 +145,11 @@ static void test_python(void)
         printf("skipped: /usr/bin/python3 is not installed\n");
         exit(TEST_SKIP);
     }
-    setup("rec-python");
+    pl_setup("rec-python");
     const char *out = path_in("py.pb.gz");
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o py.pb.gz -- /usr/bin/python3 -c "
-                        "'x = 0\nfor i in range(4000000): x += i * i\nprint(x > 0)'",
-                        g_dir, CLI);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s record -F 1000 -o py.pb.gz -- /usr/bin/python3 -c "
+                           "'x = 0\nfor i in range(4000000): x += i * i\nprint(x > 0)'",
+                           pl_dir, CLI);
     ASSERT_CONTAINS(text, "True");
     ASSERT_CONTAINS(text, "python3 (pid ");
     pl_require_fn(out, "", "_PyEval_EvalFrameDefault", 20);
@@ -172,8 +158,7 @@ static void test_python(void)
      * "[python3.11]". */
     tu_top_row_t *rows;
     char *raw;
-    int n = tu_pprof_top(out, "-sample_index=samples", &rows, &raw);
-    printf("%s\n", raw);
+    int n = tu_pprof_top_print(out, "-sample_index=samples", &rows, &raw);
     int i = 0;
     while (i < n && rows[i].name[0] == '[')
         i++;
@@ -213,12 +198,8 @@ static void go_cgo(int hz, const char *args_of_prog)
     if (args_of_prog[0])
         ASSERT_CONTAINS(text, "its profile is the last checkpoint, written ");
     ASSERT(strstr(text, "fatal error") == NULL);
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-top -sample_index=samples '%s'", path_in("g.pb.gz"));
-    char *top = tu_pprof(args, &pst);
+    char *top = tu_pprof_ok("-top -sample_index=samples", path_in("g.pb.gz"));
     printf("%s\n", top);
-    ASSERT_EQ(pst, 0);
     const char *of = strstr(top, "Showing nodes accounting for ");
     double total = 0;
     ASSERT_NOT_NULL(of);
@@ -264,10 +245,10 @@ static void test_go_cgo_return(void)
 static void test_go_cgo_return_checkpoint_off(void)
 {
     need_go();
-    setup("rec-go-off");
+    pl_setup("rec-go-off");
     int st;
     char *text =
-        pl_run(&st, "cd %s && SNAPPROF_CHECKPOINT=0 %s record -o g.pb.gz -- %s 3000 return", g_dir,
+        pl_run(&st, "cd %s && SNAPPROF_CHECKPOINT=0 %s record -o g.pb.gz -- %s 3000 return", pl_dir,
                CLI, GO_CGO_SPIN_PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
@@ -371,7 +352,7 @@ static void test_no_sample_children(void)
     else
         ASSERT(strstr(text, "no samples in this process itself") == NULL);
     /* Exactly those two files. */
-    char *list = pl_run(NULL, "ls -A %s", g_dir);
+    char *list = pl_run(NULL, "ls -A %s", pl_dir);
     char want[64];
     snprintf(want, sizeof want, "m.%d.pb.gz\nm.pb.gz\n", pid);
     ASSERT_STR_EQ(list, want);
@@ -424,7 +405,7 @@ static void test_pipeline(void)
     }
     /* Which child file holds which function: look at each. */
     int found_a = 0, found_b = 0;
-    char *list = pl_run(NULL, "ls %s/p.[0-9]*.pb.gz", g_dir);
+    char *list = pl_run(NULL, "ls %s/p.[0-9]*.pb.gz", pl_dir);
     char *save = NULL;
     for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char copy[1024];
@@ -470,7 +451,7 @@ static void test_fork_stop(void)
     ASSERT_EQ(st, 0);
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
     ASSERT_EQ(count_pid_files("f", ".pb.gz"), 0);
-    ASSERT_EQ(pl_count_prefix(g_dir, "f."), 1);
+    ASSERT_EQ(pl_count_prefix(pl_dir, "f."), 1);
     ASSERT(strstr(text, "processes") == NULL);
     free(text);
 }
@@ -484,7 +465,7 @@ static void test_fork_from_thread(void)
     char *text = record_in("rec-forkthread", &st, "-F 1000 -o f.pb.gz -- %s fork_thread 300", PROG);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
-    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
+    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", pl_dir);
     child[strcspn(child, "\n")] = '\0';
     pl_require_fn(child, "", "hot_thread_fork_child", 1);
     ASSERT(strstr(text, "sp_out_of_range") == NULL);
@@ -539,13 +520,13 @@ static void test_fork_thread_pthread_exit(void)
 static void test_fork_in_loader(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-forkloader");
+    pl_setup("rec-forkloader");
     int st;
     /* 10 Hz: the parent's sampling thread seldom enters the loader (at its
      * ticks) in the moment the lock is held before the fork; when it does,
      * the fork waits for it and the child is made with the lock free. */
     char *text = pl_run(&st, "cd %s && %s record -F 10 -o f.pb.gz -- %s fork_in_loader 50 2>&1",
-                        g_dir, CLI, PROG);
+                        pl_dir, CLI, PROG);
     printf("%s", text);
     ASSERT_EQ(st, 0);
     unsigned long long ms;
@@ -575,7 +556,7 @@ static void test_exit_status(void)
     free(text);
     text =
         pl_run(&st, "cd %s && %s record -o k.pb.gz -- /bin/sh -c 'kill -KILL $$'; echo \"st=$?\"",
-               g_dir, CLI);
+               pl_dir, CLI);
     ASSERT_CONTAINS(text, "st=137");
     ASSERT_CONTAINS(text, "was killed by SIGKILL");
     ASSERT_CONTAINS(text, "wrote no profile");
@@ -604,19 +585,19 @@ static int wait_pidfile(const char *path)
 static void test_sigint(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-sigint");
+    pl_setup("rec-sigint");
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "cd %s && (%s record -F 1000 -o s.pb.gz -- %s spin %s/pid > log 2>&1; echo st=$? >> "
              "log) & ",
-             g_dir, CLI, PROG, g_dir);
+             pl_dir, CLI, PROG, pl_dir);
     ASSERT_EQ(system(cmd), 0);
     int pid = wait_pidfile(path_in("pid"));
     ASSERT_EQ(kill(pid, SIGINT), 0);
     char *log = NULL;
     for (int i = 0; i < 3000; i++) {
         free(log);
-        log = pl_run(NULL, "cat %s/log", g_dir);
+        log = pl_run(NULL, "cat %s/log", pl_dir);
         if (strstr(log, "st="))
             break;
         usleep(10000);
@@ -636,7 +617,7 @@ static char *spin_and_signal(const char *extra_arg, const char *target, int sign
     snprintf(cmd, sizeof cmd,
              "cd %s && (%s record -F 1000 -o s.pb.gz -- %s spin %s/pid %s > log 2>&1 & echo $! > "
              "clipid; wait $!; echo st=$? >> log) > /dev/null 2>&1 &",
-             g_dir, CLI, PROG, g_dir, extra_arg);
+             pl_dir, CLI, PROG, pl_dir, extra_arg);
     ASSERT_EQ(system(cmd), 0);
     int pid = wait_pidfile(path_in("pid"));
     if (!strcmp(target, "cli"))
@@ -645,7 +626,7 @@ static char *spin_and_signal(const char *extra_arg, const char *target, int sign
     char *log = NULL;
     for (int i = 0; i < 3000; i++) {
         free(log);
-        log = pl_run(NULL, "cat %s/log", g_dir);
+        log = pl_run(NULL, "cat %s/log", pl_dir);
         if (strstr(log, "st="))
             break;
         usleep(10000);
@@ -657,7 +638,7 @@ static char *spin_and_signal(const char *extra_arg, const char *target, int sign
 static void test_sigterm_forwarded(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-sigterm");
+    pl_setup("rec-sigterm");
     char *log = spin_and_signal("", "cli", SIGTERM);
     ASSERT_CONTAINS(log, "st=143");
     ASSERT_CONTAINS(log, "was killed by SIGTERM");
@@ -670,7 +651,7 @@ static void test_sigterm_forwarded(void)
 static void test_sigterm_program_handler(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-sigterm-handler");
+    pl_setup("rec-sigterm-handler");
     char *log = spin_and_signal("handler", "prog", SIGTERM);
     ASSERT_CONTAINS(log, "st=0");
     ASSERT_CONTAINS(log, "exited with status 0");
@@ -683,14 +664,12 @@ static void test_sigterm_program_handler(void)
 static void test_output_fallback(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-fallback");
+    pl_setup("rec-fallback");
     char sub[1024];
-    snprintf(sub, sizeof sub, "%s/out", g_dir);
+    snprintf(sub, sizeof sub, "%s/out", pl_dir);
     ASSERT_EQ(mkdir(sub, 0755), 0);
-    int st;
-    char *text = pl_run(&st, "cd %s && %s record -F 1000 -o out/x.pb.gz -- %s rmdir %s 300", g_dir,
-                        CLI, PROG, sub);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s record -F 1000 -o out/x.pb.gz -- %s rmdir %s 300", pl_dir,
+                           CLI, PROG, sub);
     ASSERT_CONTAINS(text, "could not write ");
     const char *p = strstr(text, "the profile is in ");
     ASSERT_NOT_NULL(p);
@@ -711,14 +690,14 @@ static void test_faults_env(void)
 {
     pl_skip_if_sanitized();
     tu_need_test_seams();
-    setup("rec-faults");
+    pl_setup("rec-faults");
     const char *out = path_in("f.pb.gz");
     int st;
     char *text =
         pl_run(&st,
                "cd %s && SNAPPROF_TEST_FAULTS='perf_event_open=2,timer_create=2,mmap=3,"
                "rt_tgsigqueueinfo=3;seed=5' %s record -F 1000 -o f.pb.gz -- %s threads 300",
-               g_dir, CLI, PROG);
+               pl_dir, CLI, PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "profile written to ");
@@ -729,7 +708,7 @@ static void test_faults_env(void)
 
     text = pl_run(
         &st, "cd %s && SNAPPROF_TEST_FAULTS='open=2,bogus=1' %s record -o f.pb.gz -- %s exit 3",
-        g_dir, CLI, PROG);
+        pl_dir, CLI, PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 3);
     ASSERT_CONTAINS(text, "snapprof: SNAPPROF_TEST_FAULTS ignored: unknown site \"bogus\"");
@@ -738,7 +717,7 @@ static void test_faults_env(void)
     unlink(out);
 
     text = pl_run(&st, "cd %s && SNAPPROF_TEST_FAULTS=write=1 %s record -o f.pb.gz -- %s exit 3",
-                  g_dir, CLI, PROG);
+                  pl_dir, CLI, PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 3);
     ASSERT_CONTAINS(text, "No space left on device");
@@ -773,11 +752,7 @@ static void test_trigger_timer(void)
     ASSERT_CONTAINS(text, "snapprof:   the timer trigger fires at the kernel's tick: ");
     free(text);
     pl_require_fn(path_in("t.pb.gz"), "", "hot_a", 1);
-    int pst;
-    char args[1200];
-    snprintf(args, sizeof args, "-comments '%s'", path_in("t.pb.gz"));
-    char *comments = tu_pprof(args, &pst);
-    ASSERT_EQ(pst, 0);
+    char *comments = tu_pprof_ok("-comments", path_in("t.pb.gz"));
     ASSERT_CONTAINS(comments, "snapprof: the timer trigger fires at the kernel's tick: ");
     free(comments);
 }
@@ -796,10 +771,7 @@ static void test_wall(void)
     expect_loss_words(text);
     if (strstr(text, "is in no sample"))
         TEST_FAIL("a note on unplaced CPU time of a program that slept:\n%s", text);
-    char args[1200];
-    snprintf(args, sizeof args, "-raw '%s'", path_in("w.pb.gz"));
-    char *raw = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *raw = tu_pprof_ok("-raw", path_in("w.pb.gz"));
     ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
     ASSERT_CONTAINS(raw, "wall/nanoseconds[dflt]");
     ASSERT_CONTAINS(raw, "thread_name:[sleep]");
@@ -829,24 +801,17 @@ static void test_wall_proc(void)
     pl_require_under(prof, "sleeper_nanosleep", 1);
     pl_require_under(prof, "sleeper_read", 1);
     pl_require_under(prof, "sleeper_cond", 1);
-    char args[1200];
-    snprintf(args, sizeof args, "-tags '%s'", prof);
-    char *tags = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *tags = tu_pprof_ok("-tags", prof);
     ASSERT_CONTAINS(tags, "blocked");
     ASSERT_CONTAINS(tags, "running");
     ASSERT_CONTAINS(tags, "clock_nanosleep");
     ASSERT_CONTAINS(tags, "futex");
     free(tags);
     /* Only the waits under -tagfocus=state=blocked; cpu is a value too. */
-    snprintf(args, sizeof args, "-top -tagfocus=state=blocked -sample_index=cpu '%s'", prof);
-    char *top = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *top = tu_pprof_ok("-top -tagfocus=state=blocked -sample_index=cpu", prof);
     ASSERT_CONTAINS(top, "Type: cpu");
     free(top);
-    snprintf(args, sizeof args, "-top -cum -tagfocus=state=blocked '%s'", prof);
-    top = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    top = tu_pprof_ok("-top -cum -tagfocus=state=blocked", prof);
     ASSERT_CONTAINS(top, "sleeper_read");
     ASSERT(strstr(top, "work_a_little") == NULL);
     free(top);
@@ -890,10 +855,7 @@ static void test_wall_stale_records(void)
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "wall_stale_prog: done");
     const char *prof = path_in("s.pb.gz");
-    char args[1200];
-    snprintf(args, sizeof args, "-traces -tagfocus=syscall=read '%s'", prof);
-    char *traces = tu_pprof(args, &st);
-    ASSERT_EQ(st, 0);
+    char *traces = tu_pprof_ok("-traces -tagfocus=syscall=read", prof);
     printf("%s\n", traces);
     ASSERT_CONTAINS(traces, "waiter");
     ASSERT_CONTAINS(traces, "thread_main");
@@ -918,13 +880,10 @@ static void test_wall_stale_records(void)
 static void run_hostile(const char *mode, const char *flags)
 {
     pl_skip_if_sanitized();
-    setup("rec-fds");
+    pl_setup("rec-fds");
     const char *out = path_in("f.pb.gz");
-    int st;
-    char *text = pl_run(&st, "cd %s && %s record %s -F 1000 -o f.pb.gz -- %s %s", g_dir, CLI, flags,
-                        FDS_PROG, mode);
-    printf("%s\n", text);
-    ASSERT_EQ(st, 0);
+    char *text = pl_run_ok("cd %s && %s record %s -F 1000 -o f.pb.gz -- %s %s", pl_dir, CLI, flags,
+                           FDS_PROG, mode);
     ASSERT_CONTAINS(text, "fds_prog: pipe data intact");
     ASSERT_CONTAINS(text, "profile written to ");
     pl_require_under(out, "burn_ns", 1);
@@ -961,7 +920,7 @@ static void test_fds_dup2_wall(void)
 static void run_budget(int nthreads, const char *flags, int slack)
 {
     pl_skip_if_sanitized();
-    setup("rec-fdbudget");
+    pl_setup("rec-fdbudget");
     int st;
     char *alone = pl_run(&st, "%s budget %d 900", FDS_PROG, nthreads);
     printf("alone: %s\n", alone);
@@ -974,7 +933,7 @@ static void run_budget(int nthreads, const char *flags, int slack)
               5);
     ASSERT_EQ(failed, 0);
     ASSERT_EQ(threads, nthreads);
-    char *text = pl_run(&st, "cd %s && %s record %s -o b.pb.gz -- %s budget %d 900", g_dir, CLI,
+    char *text = pl_run(&st, "cd %s && %s record %s -o b.pb.gz -- %s budget %d 900", pl_dir, CLI,
                         flags, FDS_PROG, nthreads);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
@@ -1015,16 +974,15 @@ static void run_budget(int nthreads, const char *flags, int slack)
 static void run_same_numbers(const char *flags)
 {
     pl_skip_if_sanitized();
-    setup("rec-fdlow");
+    pl_setup("rec-fdlow");
     int st;
-    char *alone = pl_run(&st, "%s lowest", FDS_PROG);
-    ASSERT_EQ(st, 0);
+    char *alone = pl_run_ok("%s lowest", FDS_PROG);
     int lowest = -1, r_lowest = -1;
     const char *line = strstr(alone, "lowest=");
     ASSERT_NOT_NULL(line);
     ASSERT_EQ(sscanf(line, "lowest=%d", &lowest), 1);
     char *text =
-        pl_run(&st, "cd %s && %s record %s -o l.pb.gz -- %s lowest", g_dir, CLI, flags, FDS_PROG);
+        pl_run(&st, "cd %s && %s record %s -o l.pb.gz -- %s lowest", pl_dir, CLI, flags, FDS_PROG);
     printf("%s\n", text);
     ASSERT_EQ(st, 0);
     line = strstr(text, "lowest=");
@@ -1113,8 +1071,7 @@ static void require_folded(const char *path, const char *fn)
 static void require_trace(const char *path, const char *fn)
 {
     int st;
-    char *out = pl_run(&st, "python3 '%s/check_trace.py' '%s'", SNAPPROF_TEST_SOURCE_DIR, path);
-    ASSERT_EQ(st, 0);
+    char *out = pl_run_ok("python3 '%s/check_trace.py' '%s'", SNAPPROF_TEST_SOURCE_DIR, path);
     free(out);
     out = pl_run(&st, "grep -c '\"name\":\"%s\"' '%s'", fn, path);
     ASSERT_EQ(st, 0);
@@ -1134,7 +1091,7 @@ static void test_format_folded(void)
     require_folded(path_in("f.folded"), "hot_a");
     free(text);
     text =
-        pl_run(&st, "cd %s && %s record -F 1000 -o f.txt -- %s burn hot_b 300", g_dir, CLI, PROG);
+        pl_run(&st, "cd %s && %s record -F 1000 -o f.txt -- %s burn hot_b 300", pl_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     require_folded(path_in("f.txt"), "hot_b");
     free(text);
@@ -1170,7 +1127,7 @@ static void test_format_list(void)
     /* One format for one -o: whatever its name says. */
     text = pl_run(&st,
                   "cd %s && %s record -F 1000 --format folded -o plain.pb.gz -- %s burn hot_b 300",
-                  g_dir, CLI, PROG);
+                  pl_dir, CLI, PROG);
     ASSERT_EQ(st, 0);
     require_folded(path_in("plain.pb.gz"), "hot_b");
     free(text);
@@ -1217,16 +1174,14 @@ static void test_several_outputs_fork(void)
 static void test_output_fallback_formats(void)
 {
     pl_skip_if_sanitized();
-    setup("rec-fallback-formats");
+    pl_setup("rec-fallback-formats");
     char sub[1024];
-    snprintf(sub, sizeof sub, "%s/out", g_dir);
+    snprintf(sub, sizeof sub, "%s/out", pl_dir);
     ASSERT_EQ(mkdir(sub, 0755), 0);
-    int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o out/x.pb.gz -o out/x.folded -- %s rmdir %s "
-                        "300",
-                        g_dir, CLI, PROG, sub);
-    ASSERT_EQ(st, 0);
+    char *text =
+        pl_run_ok("cd %s && %s record -F 1000 -o out/x.pb.gz -o out/x.folded -- %s rmdir %s "
+                  "300",
+                  pl_dir, CLI, PROG, sub);
     pl_require_count(text, "the profile is in ", 2);
     char alt[2][1024];
     const char *p = text;
@@ -1249,9 +1204,9 @@ static void test_output_fallback_formats(void)
 
 static void bad_input(const char *args, int want_status, const char *want_message)
 {
-    setup("rec-bad");
+    pl_setup("rec-bad");
     int st;
-    char *text = pl_run(&st, "cd %s && %s %s", g_dir, CLI, args);
+    char *text = pl_run(&st, "cd %s && %s %s", pl_dir, CLI, args);
     ASSERT_EQ(st, want_status);
     ASSERT_CONTAINS(text, want_message);
     pl_require_count(text, "\n", 1); /* one line */
@@ -1322,9 +1277,9 @@ static void test_missing_program(void)
 
 static void test_not_executable(void)
 {
-    setup("rec-noexec");
+    pl_setup("rec-noexec");
     char f[1024];
-    snprintf(f, sizeof f, "%s/script", g_dir);
+    snprintf(f, sizeof f, "%s/script", pl_dir);
     FILE *fp = fopen(f, "w");
     ASSERT_NOT_NULL(fp);
     fprintf(fp, "#!/bin/sh\ntouch MARKER\n");

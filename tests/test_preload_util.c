@@ -5,16 +5,16 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 
-char *pl_run(int *status, const char *fmt, ...)
+static char *pl_vrun(int *status, const char *fmt, va_list args)
 {
     va_list ap;
-    va_start(ap, fmt);
+    va_copy(ap, args);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     ASSERT_GE(n, 0);
     char *cmd = malloc((size_t)n + 1);
     ASSERT_NOT_NULL(cmd);
-    va_start(ap, fmt);
+    va_copy(ap, args);
     vsnprintf(cmd, (size_t)n + 1, fmt, ap);
     va_end(ap);
     printf("$ %s\n", cmd);
@@ -22,6 +22,27 @@ char *pl_run(int *status, const char *fmt, ...)
     printf("%s[status %d]\n", out, status ? *status : 0);
     fflush(stdout);
     free(cmd);
+    return out;
+}
+
+char *pl_run(int *status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = pl_vrun(status, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+char *pl_run_ok(const char *fmt, ...)
+{
+    int status;
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = pl_vrun(&status, fmt, ap);
+    va_end(ap);
+    if (status != 0)
+        TEST_FAIL("the command above ended with status %d", status);
     return out;
 }
 
@@ -74,6 +95,13 @@ void pl_make_dir(char *dir, size_t size, const char *tag)
     char *d = tu_make_tmpdir(tag);
     snprintf(dir, size, "%s", d);
     free(d);
+}
+
+char pl_dir[512];
+
+void pl_setup(const char *tag)
+{
+    pl_make_dir(pl_dir, sizeof pl_dir, tag);
 }
 
 char *pl_path(const char *dir, const char *name)

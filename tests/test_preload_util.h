@@ -9,6 +9,8 @@
 /* Runs a printf-formatted shell command (stdout and stderr together);
  * stores its exit status in *status. The output is malloc'd. */
 char *pl_run(int *status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* pl_run, and the test fails unless the command's status is 0. */
+char *pl_run_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Exits 77 with a reason when LD_PRELOAD of our (sanitized) library into
  * another program cannot work: a sanitizer runtime must load first. */
@@ -33,6 +35,10 @@ double pl_samples_of(const char *profile, const char *extra, const char *fn);
 /* Makes a fresh directory under $TMPDIR for the test (tu_make_tmpdir) and
  * stores its path in dir[0..size). */
 void pl_make_dir(char *dir, size_t size, const char *tag);
+
+/* The test's directory, made fresh by pl_setup(tag) (pl_make_dir). */
+extern char pl_dir[512];
+void pl_setup(const char *tag);
 
 /* "dir/name", in one of four static buffers that take turns (so that a
  * call can use up to four at once). */

@@ -213,15 +213,14 @@ static void test_layout(void)
 /* No heap sample: still a profile pprof reads, with no sample. */
 static void test_empty(void)
 {
-    char *path = pbt_tmp_path("pb-heap", "empty.pb.gz");
-    char *peak_path = pbt_tmp_path("pb-heap", "empty.peak.pb.gz");
-    snapprof_builder_t *b = heap_create(path, 0);
-    snapprof_builder_t *pb = heap_create(peak_path, 1);
-    ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
-    ASSERT_OK(pbt_complete(pb, SNAPPROF_MODE_CPU, NULL));
-    snapprof_builder_destroy(b);
-    snapprof_builder_destroy(pb);
-    const char *paths[] = {path, peak_path};
+    /* The heap file, then the peak file. */
+    char *paths[] = {pbt_tmp_path("pb-heap", "empty.pb.gz"),
+                     pbt_tmp_path("pb-heap", "empty.peak.pb.gz")};
+    for (int i = 0; i < 2; i++) {
+        snapprof_builder_t *b = heap_create(paths[i], i);
+        ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
+        snapprof_builder_destroy(b);
+    }
     for (int i = 0; i < 2; i++) {
         Perftools__Profiles__Profile *p = pbt_load(paths[i]);
         pbt_check_valid(p);
@@ -230,9 +229,8 @@ static void test_empty(void)
         char *top = tu_pprof_ok("-top", paths[i]);
         ASSERT_CONTAINS(top, "Type: inuse_space");
         free(top);
+        pbt_remove(paths[i]);
     }
-    pbt_remove(path);
-    pbt_remove(peak_path);
 }
 
 /* The CPU builder (ops version 1) never counts a heap sample: not through

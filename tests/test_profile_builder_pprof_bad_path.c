@@ -40,19 +40,6 @@ static char *join(const char *dir, const char *name)
 }
 
 /* Number of entries in dir other than . and .. */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ASSERT_NOT_NULL(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
 static void write_text(const char *path, const char *text)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -167,7 +154,7 @@ static void test_bad_path(void)
     ASSERT_EQ(p->n_sample, 1);
     ASSERT_EQ(p->sample[0]->value[0], 2);
     perftools__profiles__profile__free_unpacked(p, NULL);
-    ASSERT_EQ(count_entries(dir), 2); /* target.txt and out.pb.gz */
+    ASSERT_EQ(tu_count_entries(dir), 2); /* target.txt and out.pb.gz */
 
     unlink(link);
     unlink(target);

@@ -28,10 +28,7 @@ static char jit_names[JIT_POOL][32];
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_random(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return tu_xorshift64(&rng);
 }
 
 /* Stack i: a leaf unique to it (so all 5000 differ), then frames drawn

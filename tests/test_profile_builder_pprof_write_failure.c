@@ -13,19 +13,6 @@
 #include <unistd.h>
 
 /* Number of entries in dir other than . and .. */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ASSERT_NOT_NULL(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
 static void test_write_failure(void)
 {
     char *dir = tu_make_tmpdir("pb-writefail");
@@ -51,8 +38,8 @@ static void test_write_failure(void)
      * temporary file was written, which must then be removed. */
     ASSERT_OK(mkdir(path, 0755));
     ASSERT_EQ(pbt_complete(b, SNAPPROF_MODE_CPU, NULL), -EISDIR);
-    ASSERT_EQ(count_entries(dir), 1);
-    ASSERT_EQ(count_entries(path), 0);
+    ASSERT_EQ(tu_count_entries(dir), 1);
+    ASSERT_EQ(tu_count_entries(path), 0);
 
     /* The directory vanished after create: the temporary file cannot even
      * be made. */
@@ -65,7 +52,7 @@ static void test_write_failure(void)
     ASSERT_OK(mkdir(dir, 0755));
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
-    ASSERT_EQ(count_entries(dir), 1);
+    ASSERT_EQ(tu_count_entries(dir), 1);
     Perftools__Profiles__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 1);
@@ -75,9 +62,7 @@ static void test_write_failure(void)
     ASSERT_STR_EQ(pbt_location_name(p, p->sample[0]->location_id[0]), "kept_leaf");
     perftools__profiles__profile__free_unpacked(p, NULL);
 
-    unlink(path);
-    rmdir(dir);
-    free(path);
+    pbt_remove(path); /* and dir */
     free(dir);
 }
 

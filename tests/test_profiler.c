@@ -102,9 +102,7 @@ static void *target_main(void *arg)
 static void start_target(target_t *t, behaviour_t b)
 {
     t->behaviour = b;
-    ASSERT_EQ(pthread_create(&t->th, NULL, target_main, t), 0);
-    while (!atomic_load(&t->ready))
-        usleep(1000);
+    tu_start_thread(&t->th, target_main, t, &t->ready);
 }
 
 static void stop_target(target_t *t)
@@ -123,9 +121,7 @@ static snapprof_profiler_t *make_with(snapprof_thread_t *const *threads, size_t 
                                       uint64_t interval, snapprof_mode_t mode,
                                       snapprof_trigger_t trigger, tu_collector_t *c)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval;
+    snapprof_params_t params = tu_params(interval);
     params.mode = mode;
     params.trigger = trigger;
     if (trigger == SNAPPROF_TRIGGER_HANDSHAKE)
@@ -741,9 +737,7 @@ static void test_stop_while_completing_behind(void)
             c[i].sample_sleep_ns = 3000000u;
         else
             c[i].complete_sleep_ns = 300000000u;
-        snapprof_params_t params;
-        snapprof_params_init(&params);
-        params.interval_ns = 1000000u;
+        snapprof_params_t params = tu_params(1000000u);
         if (i == 0)
             params.duration_ns = 100000000u; /* completes on the sampling thread */
         ASSERT_OK(snapprof_profiler_create(&params, &t.token, 1, &p[i]));
@@ -1155,16 +1149,9 @@ static void test_register_tid_signal(void)
     ASSERT_EQ(snapprof_thread_tid(tok), w.tid);
 
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 2000000u;
+    snapprof_params_t params = tu_params(2000000u);
     params.signal = sig;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, &tok, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 10);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = tu_profile_collect(&params, &tok, 1, &c, 10);
     ASSERT_GE(tu_collector_count_tid(&c, w.tid), 10);
     ASSERT_EQ(c.stats.failed[SNAPPROF_FAIL_SP_OUT_OF_RANGE], 0);
     snapprof_profiler_destroy(p);
@@ -1209,9 +1196,7 @@ static void test_duration(void)
     target_t t = {0};
     start_target(&t, BUSY);
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 5000000u;
+    snapprof_params_t params = tu_params(5000000u);
     params.duration_ns = 200000000u;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &t.token, 1, &p));
@@ -1594,9 +1579,7 @@ static void test_remove_while_completing(void)
         for (int i = 0; i < 6; i++) {
             l[i].p = p;
             l[i].b = &ob;
-            ASSERT_EQ(pthread_create(&l[i].th, NULL, leaver_main, &l[i]), 0);
-            while (!atomic_load(&l[i].ready))
-                usleep(1000);
+            tu_start_thread(&l[i].th, leaver_main, &l[i], &l[i].ready);
         }
         wait_ticks(p, 3);
         ASSERT_OK(snapprof_profiler_stop(p));
@@ -1962,9 +1945,7 @@ static void foreign_stack(snapprof_trigger_t trigger)
     atomic_store(&g_fib_stop, 0);
     atomic_store(&g_fib_running, 0);
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, fiber_thread_main, stack), 0);
-    while (!atomic_load(&g_fib_running))
-        usleep(1000);
+    tu_start_thread(&th, fiber_thread_main, stack, &g_fib_running);
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make_with(&g_fib_token, 1, 2000000u, SNAPPROF_MODE_CPU, trigger, &c);
     ASSERT_OK(snapprof_profiler_start(p));

@@ -207,9 +207,7 @@ static snapprof_profiler_t *make_profiler(worker_t *w, size_t n, slog_t *all)
     snapprof_thread_t *threads[8];
     for (size_t i = 0; i < n; i++)
         threads[i] = w[i].token;
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = INTERVAL_NS;
+    snapprof_params_t params = tu_params(INTERVAL_NS);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
     ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(all, NULL)));

@@ -81,9 +81,7 @@ static void *target_main(void *arg)
 
 static void start_target(target_t *t)
 {
-    ASSERT_EQ(pthread_create(&t->th, NULL, target_main, t), 0);
-    while (!atomic_load(&t->ready))
-        usleep(1000);
+    tu_start_thread(&t->th, target_main, t, &t->ready);
 }
 
 static void stop_target(target_t *t)
@@ -552,9 +550,7 @@ static void test_foreign_stack_window(void)
     ASSERT_OK(mprotect(m + FIBER_STACK, 4096, PROT_NONE));
     g_fiber_stack = m;
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, fiber_thread, NULL), 0);
-    while (!atomic_load(&g_fiber_running))
-        usleep(1000);
+    tu_start_thread(&th, fiber_thread, NULL, &g_fiber_running);
     uint8_t *buf = map_buffer(65536);
     snapprof__copy_result_t res;
     snapprof_fail_reason_t reason = SNAPPROF_FAIL_COUNT;

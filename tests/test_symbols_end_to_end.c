@@ -94,11 +94,7 @@ static void test_inline_binary_moved(void)
     free(rows);
     free(raw);
 
-    char args[1200];
-    snprintf(args, sizeof args, "-traces -sample_index=samples '%s'", path);
-    int status;
-    char *traces = tu_pprof(args, &status);
-    ASSERT_EQ(status, 0);
+    char *traces = tu_pprof_ok("-traces -sample_index=samples", path);
     /* In a trace the inlined frame is printed on the line above its
      * caller: "inline_hot_step" then "inline_outer_loop". */
     const char *hit = strstr(traces, "inline_hot_step");
@@ -153,11 +149,7 @@ static void test_cxx_demangled(void)
     free(rows);
     free(raw);
     /* -raw lists the functions with their system names. */
-    char args[1200];
-    snprintf(args, sizeof args, "-raw '%s'", path);
-    int status;
-    char *text = tu_pprof(args, &status);
-    ASSERT_EQ(status, 0);
+    char *text = tu_pprof_ok("-raw", path);
     if (!tsan)
         ASSERT_CONTAINS(text, "snapprof_demo::Spinner::spin(int)");
     free(text);

@@ -48,24 +48,15 @@ static __thread uint64_t g_sink;
 /* Each does about the same work per call; the caller calls them 5:3:2. */
 __attribute__((noinline)) static void hot_a(void)
 {
-    volatile uint64_t x = g_sink;
-    for (int i = 0; i < 20000; i++)
-        x = x * 6364136223846793005u + 1;
-    g_sink = x;
+    tu_spin_lcg(&g_sink, 20000, 1);
 }
 __attribute__((noinline)) static void hot_b(void)
 {
-    volatile uint64_t x = g_sink;
-    for (int i = 0; i < 20000; i++)
-        x = x * 6364136223846793005u + 3;
-    g_sink = x;
+    tu_spin_lcg(&g_sink, 20000, 3);
 }
 __attribute__((noinline)) static void hot_c(void)
 {
-    volatile uint64_t x = g_sink;
-    for (int i = 0; i < 20000; i++)
-        x = x * 6364136223846793005u + 5;
-    g_sink = x;
+    tu_spin_lcg(&g_sink, 20000, 5);
 }
 
 static void (*const g_hot[3])(void) = {hot_a, hot_b, hot_c};
@@ -120,9 +111,7 @@ static void *worker_main(void *arg)
 static void start_workers(worker_t *w, int n)
 {
     for (int i = 0; i < n; i++) {
-        ASSERT_EQ(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
-        while (!atomic_load(&w[i].ready))
-            usleep(1000);
+        tu_start_thread(&w[i].th, worker_main, &w[i], &w[i].ready);
     }
 }
 
@@ -139,9 +128,7 @@ static void stop_workers(worker_t *w, int n)
 static snapprof_profiler_t *make(worker_t *w, int n, snapprof_trigger_t trigger, uint64_t interval,
                                  tu_collector_t *c)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval;
+    snapprof_params_t params = tu_params(interval);
     params.trigger = trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
@@ -149,6 +136,19 @@ static snapprof_profiler_t *make(worker_t *w, int n, snapprof_trigger_t trigger,
         ASSERT_OK(snapprof_profiler_add_thread(p, w[i].token));
     if (c)
         ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
+    return p;
+}
+
+/* Starts n workers, profiles them (make) until the profiler has delivered
+ * samples, and stops it; the caller reads it and destroys it. */
+static snapprof_profiler_t *profile_workers(worker_t *w, int n, snapprof_trigger_t trigger,
+                                            uint64_t interval, tu_collector_t *c, uint64_t samples)
+{
+    start_workers(w, n);
+    snapprof_profiler_t *p = make(w, n, trigger, interval, c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, samples);
+    ASSERT_OK(snapprof_profiler_stop(p));
     return p;
 }
 
@@ -174,12 +174,8 @@ static int hot_of(const tu_sample_t *s)
 static void run_forced(snapprof_trigger_t trigger)
 {
     worker_t w[2] = {0};
-    start_workers(w, 2);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(w, 2, trigger, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 100);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = profile_workers(w, 2, trigger, 2000000u, &c, 100);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     printf("%s: %llu samples, %llu signalled, cpu %.3f s, sampled %.3f s, dropped %llu\n",
@@ -246,12 +242,8 @@ static void test_timer_forced(void)
 static void test_timer_first_period(void)
 {
     worker_t w[4] = {0};
-    start_workers(w, 4);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(w, 4, SNAPPROF_TRIGGER_CPU_TIMER, 100000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 4);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = profile_workers(w, 4, SNAPPROF_TRIGGER_CPU_TIMER, 100000000u, &c, 4);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     uint64_t cpu = 0;
@@ -341,12 +333,9 @@ static void check_shares(const worker_t *w, int n, const tu_collector_t *c, doub
  * it has the given samples, then checks their shares. */
 static void profile_shares(worker_t *w, int n, uint64_t samples, double tolerance_pp)
 {
-    start_workers(w, n);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(w, n, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, samples);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p =
+        profile_workers(w, n, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c, samples);
     stop_workers(w, n);
     check_shares(w, n, &c, tolerance_pp);
     snapprof_profiler_destroy(p);
@@ -388,11 +377,8 @@ static void test_sleepers_no_eintr(void)
     tu_need_perf_event();
     worker_t w[3] = {0};
     w[2].sleeper = 1;
-    start_workers(w, 3);
-    snapprof_profiler_t *p = make(w, 3, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, NULL);
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 2000);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p =
+        profile_workers(w, 3, SNAPPROF_TRIGGER_PERF_EVENT, 250000u, NULL, 2000);
     printf("sleeper: %d early returns\n", atomic_load(&w[2].eintr));
     ASSERT_EQ(atomic_load(&w[2].eintr), 0);
     snapprof_profiler_destroy(p);
@@ -423,9 +409,7 @@ static void *burst_main(void *arg)
 static void test_handshake_skips_sleeping(void)
 {
     worker_t w = {0};
-    ASSERT_EQ(pthread_create(&w.th, NULL, burst_main, &w), 0);
-    while (!atomic_load(&w.ready))
-        usleep(1000);
+    tu_start_thread(&w.th, burst_main, &w, &w.ready);
     snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_HANDSHAKE, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
     tu_wait_samples(p, 100);
@@ -461,21 +445,21 @@ static void *blocking_main(void *arg)
     return NULL;
 }
 
+static int trigger_was_blocked(const snapprof_stats_t *st, void *arg)
+{
+    (void)arg;
+    return st->trigger_blocked != 0;
+}
+
 static void test_blocked_signal(void)
 {
     tu_need_perf_event();
     worker_t w = {0};
-    ASSERT_EQ(pthread_create(&w.th, NULL, blocking_main, &w), 0);
-    while (!atomic_load(&w.ready))
-        usleep(1000);
+    tu_start_thread(&w.th, blocking_main, &w, &w.ready);
     snapprof_profiler_t *p = make(&w, 1, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
     snapprof_stats_t st;
-    uint64_t deadline = tu_mono_ns() + 120000000000u;
-    do {
-        usleep(10000);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    } while (st.trigger_blocked == 0 && tu_mono_ns() < deadline);
+    tu_wait_stats(p, &st, trigger_was_blocked, NULL);
     printf("blocked %llu, perf %llu, handshake %llu threads, %llu samples\n",
            (unsigned long long)st.trigger_blocked,
            (unsigned long long)st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT],
@@ -545,9 +529,7 @@ static void test_blocked_for_a_while(void)
      * stop-32 note), so TSan leaves this case to the other builds. */
     tu_skip_under_tsan("its CPU accounting once lost the blocked stretch under TSan");
     blocks_for_a_while_t b = {0};
-    ASSERT_EQ(pthread_create(&b.w.th, NULL, blocks_for_a_while_main, &b), 0);
-    while (!atomic_load(&b.w.ready))
-        usleep(1000);
+    tu_start_thread(&b.w.th, blocks_for_a_while_main, &b, &b.w.ready);
     tu_collector_t c = {0};
     b.p = make(&b.w, 1, SNAPPROF_TRIGGER_PERF_EVENT, 1000000u, &c);
     ASSERT_OK(snapprof_profiler_start(b.p));
@@ -773,9 +755,7 @@ static void *short_main(void *arg)
  * signal to the main thread (before 6.4). */
 static snapprof_profiler_t *start_unarmed_timer(tu_collector_t *col)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.unarmed_timer = 1;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
@@ -927,9 +907,7 @@ static void test_fork_child(void)
         snapprof_thread_t *me;
         if (snapprof_thread_register(&me) != 0)
             _exit(4);
-        snapprof_params_t params;
-        snapprof_params_init(&params);
-        params.interval_ns = 1000000u;
+        snapprof_params_t params = tu_params(1000000u);
         params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
         snapprof_profiler_t *cp;
         if (snapprof_profiler_create(&params, &me, 1, &cp) != 0 || snapprof_profiler_start(cp) != 0)
@@ -1115,16 +1093,9 @@ static void test_deep_stack(void)
         usleep(1000);
     usleep(100000);
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 10000000u;
+    snapprof_params_t params = tu_params(10000000u);
     params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, &token, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(&c)));
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 100);
-    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_profiler_t *p = tu_profile_collect(&params, &token, 1, &c, 100);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     printf("%llu samples, %llu truncated copies (%llu by the budget), %llu dropped, deepest %llu "
@@ -1163,9 +1134,7 @@ static void test_deep_stacks_two_threads(void)
             usleep(1000);
         tokens[i] = d[i].token;
     }
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
     snapprof_profiler_t *p;
     deep_tally_t tally = {.depth = 2000};

@@ -131,9 +131,7 @@ static void collect(run_t *r)
     pool.delegate = &delegate;
     static worker_t w;
     memset(&w, 0, sizeof w);
-    ASSERT_EQ(pthread_create(&w.th, NULL, worker_main, &w), 0);
-    while (!atomic_load(&w.ready))
-        usleep(1000);
+    tu_start_thread(&w.th, worker_main, &w, &w.ready);
     snapprof__arm_t *a = NULL;
     ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &pool,
                                     &w.target, SIGNO, INTERVAL_NS, 0, &a));

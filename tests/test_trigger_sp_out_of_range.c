@@ -85,13 +85,9 @@ static void run(snapprof_trigger_t trigger)
     atomic_store(&g_stop, 0);
     atomic_store(&g_running, 0);
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, spinner_main, NULL), 0);
-    while (!atomic_load(&g_running))
-        usleep(1000);
+    tu_start_thread(&th, spinner_main, NULL, &g_running);
 
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.trigger = trigger;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, &g_token, 1, &p));

@@ -327,9 +327,7 @@ static void test_custom_abort_counted(void)
     snapprof_thread_t *me;
     ASSERT_OK(snapprof_thread_register(&me));
     for (size_t i = 0; i < 4; i++) {
-        snapprof_params_t params;
-        snapprof_params_init(&params);
-        params.interval_ns = 1000000; /* 1 ms */
+        snapprof_params_t params = tu_params(1000000); /* 1 ms */
         snapprof_profiler_t *p;
         ASSERT_OK(snapprof_profiler_create(&params, &me, 1, &p));
         snapprof_unwinder_t *u;

@@ -3,6 +3,7 @@
 #include "test.h"
 #include "test_prog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <stdio.h>
@@ -159,6 +160,13 @@ char *tu_pprof_ok(const char *args, const char *profile)
     return out;
 }
 
+int tu_pprof_top_print(const char *profile, const char *extra, tu_top_row_t **out, char **raw)
+{
+    int n = tu_pprof_top(profile, extra, out, raw);
+    printf("%s\n", *raw);
+    return n;
+}
+
 int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw)
 {
     char args[4096];
@@ -239,6 +247,19 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
     return tu_top_value(profile, extra, name, TU_TOP_CUM_PCT, 0, print);
 }
 
+int tu_count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ASSERT_NOT_NULL(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
 char *tu_make_tmpdir(const char *tag)
 {
     const char *base = getenv("TMPDIR");
@@ -263,17 +284,30 @@ void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
     } while (!done(st, arg) && tu_mono_ns() < deadline);
 }
 
-static int has_samples(const snapprof_stats_t *st, void *arg)
+int tu_stats_has_samples(const snapprof_stats_t *st, void *arg)
 {
     return st->samples >= *(const uint64_t *)arg;
+}
+
+void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready)
+{
+    ASSERT_EQ(pthread_create(th, NULL, fn, arg), 0);
+    while (!atomic_load(ready))
+        usleep(1000);
+}
+
+snapprof_params_t tu_params(uint64_t interval_ns)
+{
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.interval_ns = interval_ns;
+    return params;
 }
 
 snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self)
 {
     ASSERT_OK(snapprof_thread_register(self));
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, self, 1, &p));
     return p;
@@ -282,7 +316,7 @@ snapprof_profiler_t *tu_profile_self(snapprof_thread_t **self)
 void tu_wait_samples(snapprof_profiler_t *p, uint64_t n)
 {
     snapprof_stats_t st;
-    tu_wait_stats(p, &st, has_samples, &n);
+    tu_wait_stats(p, &st, tu_stats_has_samples, &n);
     ASSERT_GE(st.samples, n);
 }
 
@@ -384,6 +418,19 @@ snapprof_builder_t *tu_collector_builder(tu_collector_t *c)
     snapprof_builder_t *b = NULL;
     ASSERT_OK(snapprof_builder_create(&collector_ops, c, &b));
     return b;
+}
+
+snapprof_profiler_t *tu_profile_collect(const snapprof_params_t *params,
+                                        snapprof_thread_t *const *tokens, size_t n,
+                                        tu_collector_t *c, uint64_t samples)
+{
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(params, tokens, n, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, samples);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    return p;
 }
 
 size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid)

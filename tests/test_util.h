@@ -3,6 +3,7 @@
 #ifndef SNAPPROF_TESTS_TEST_UTIL_H
 #define SNAPPROF_TESTS_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -58,6 +59,8 @@ typedef struct tu_top_row {
  * rows; returns the row count (exits on failure). *out is malloc'd. The
  * raw text is stored in *raw when raw is not NULL (malloc'd). */
 int tu_pprof_top(const char *profile, const char *extra, tu_top_row_t **out, char **raw);
+/* tu_pprof_top, and the report (*raw) printed. */
+int tu_pprof_top_print(const char *profile, const char *extra, tu_top_row_t **out, char **raw);
 
 /* The row named name (exact match), or NULL. */
 const tu_top_row_t *tu_top_find(const tu_top_row_t *rows, int n, const char *name);
@@ -75,9 +78,39 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
 /* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
  * (malloc'd). */
 char *tu_make_tmpdir(const char *tag);
+/* How many entries directory dir holds, "." and ".." aside. */
+int tu_count_entries(const char *dir);
+
+/* n steps of a 64-bit LCG on *sink (add tells callers apart): the body
+ * of the tests' small hot functions. Always inlined, so that the calling
+ * function stays the leaf a sample sees. */
+__attribute__((always_inline)) static inline void tu_spin_lcg(uint64_t *sink, int n, uint64_t add)
+{
+    volatile uint64_t x = *sink;
+    for (int i = 0; i < n; i++)
+        x = x * 6364136223846793005u + add;
+    *sink = x;
+}
+
+/* Marsaglia's xorshift64 (13, 7, 17): the next number of the sequence in
+ * *state (never 0). Tests that draw from it are deterministic. */
+static inline uint64_t tu_xorshift64(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* Runs fn(arg) on a new thread (*th) and waits, a millisecond at a time,
+ * until it has set *ready. */
+void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready);
 
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
+
+/* snapprof_params_init's defaults with the sampling interval set. */
+snapprof_params_t tu_params(uint64_t interval_ns);
 
 /* Registers the calling thread (*self) and creates a profiler of it alone
  * at 1 kHz, default params otherwise; fails the test on an error. */
@@ -93,6 +126,8 @@ void tu_wait_samples(snapprof_profiler_t *p, uint64_t n);
  * the last stats, which *st holds. */
 void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
                    int (*done)(const snapprof_stats_t *st, void *arg), void *arg);
+/* A done for tu_wait_stats: at least *(const uint64_t *)arg samples. */
+int tu_stats_has_samples(const snapprof_stats_t *st, void *arg);
 
 /* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
  * the test after 120 s: for a thread that must be sampled (or armed,
@@ -137,6 +172,11 @@ typedef struct tu_collector {
 /* Makes a builder feeding c (exits the test on failure). */
 snapprof_builder_t *tu_collector_builder(tu_collector_t *c);
 size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid);
+/* A profiler of tokens[0..n) made with params, delivering to c, run until
+ * it has delivered samples samples, then stopped (not destroyed). */
+snapprof_profiler_t *tu_profile_collect(const snapprof_params_t *params,
+                                        snapprof_thread_t *const *tokens, size_t n,
+                                        tu_collector_t *c, uint64_t samples);
 void tu_collector_free(tu_collector_t *c);
 
 /* The name of the function that holds frame's pc (via snapprof_symbolize:

@@ -172,9 +172,7 @@ static void start(sleeper_t *s, kind_t kind)
     ASSERT_EQ(pipe(s->pipe_fd), 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    ASSERT_EQ(pthread_create(&s->th, NULL, sleeper_main, s), 0);
-    while (!atomic_load(&s->ready))
-        usleep(1000);
+    tu_start_thread(&s->th, sleeper_main, s, &s->ready);
 }
 
 static void stop(sleeper_t *s)
@@ -215,9 +213,7 @@ static void finish(snapprof_profiler_t *p, sleeper_t *s, int n, tu_collector_t *
 
 static snapprof_profiler_t *make(sleeper_t *s, int n, uint64_t interval, tu_collector_t *c)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = interval;
+    snapprof_params_t params = tu_params(interval);
     params.mode = SNAPPROF_MODE_WALL;
     params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
     params.trigger = g_trigger;
@@ -703,17 +699,27 @@ static void test_capture_older_than_wait(void)
     finish(p, s, 2, &c);
 }
 
+/* A sleeper (s[0]) and a busy thread (s[1]) profiled at 500 Hz into c with
+ * /proc failing with err (the seam), for ticks ticks; the profiler runs on
+ * and /proc still fails. */
+static snapprof_profiler_t *start_proc_failing(sleeper_t *s, int err, tu_collector_t *c,
+                                               uint64_t ticks)
+{
+    start_two(s, NANOSLEEP, BUSY);
+    snapprof__proc_fail_for_test(err);
+    snapprof_profiler_t *p = make(s, 2, 2000000u, c);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_ticks(p, ticks);
+    return p;
+}
+
 /* /proc refused (the seam stands in for a hardened /proc): said once in
  * the stats; sleepers are still not signalled, the busy thread is. */
 static void test_proc_refused(void)
 {
     sleeper_t s[2];
-    start_two(s, NANOSLEEP, BUSY);
-    snapprof__proc_fail_for_test(EACCES);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 100);
+    snapprof_profiler_t *p = start_proc_failing(s, EACCES, &c, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof__proc_fail_for_test(0);
     printf("errno %d, signalled %llu, early %d\n", c.stats.wall_proc_errno,
@@ -736,12 +742,8 @@ static void test_proc_refused(void)
 static void test_proc_transient(void)
 {
     sleeper_t s[2];
-    start_two(s, NANOSLEEP, BUSY);
-    snapprof__proc_fail_for_test(EMFILE);
     tu_collector_t c = {0};
-    snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
-    ASSERT_OK(snapprof_profiler_start(p));
-    wait_ticks(p, 50);
+    snapprof_profiler_t *p = start_proc_failing(s, EMFILE, &c, 50);
     snapprof_stats_t mid;
     ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
     snapprof__proc_fail_for_test(0);
@@ -892,14 +894,10 @@ static void test_moved_wait(void)
     ASSERT_EQ(pipe(m.first), 0);
     ASSERT_EQ(pipe(m.second), 0);
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, mover_main, &m), 0);
-    while (!atomic_load(&m.ready))
-        usleep(1000);
+    tu_start_thread(&th, mover_main, &m, &m.ready);
     usleep(20000);
     tu_collector_t c = {0};
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = 1000000u;
+    snapprof_params_t params = tu_params(1000000u);
     params.mode = SNAPPROF_MODE_WALL;
     params.wall_blocked = SNAPPROF_WALL_BLOCKED_PROC;
     snapprof_profiler_t *p;

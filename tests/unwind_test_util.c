@@ -149,9 +149,7 @@ void uw_collector_free(uw_collector_t *c)
 
 void uw_profile(uw_worker_t *w, const uw_run_t *run, uw_collector_t *out)
 {
-    snapprof_params_t params;
-    snapprof_params_init(&params);
-    params.interval_ns = run->interval_ns ? run->interval_ns : 1000000u;
+    snapprof_params_t params = tu_params(run->interval_ns ? run->interval_ns : 1000000u);
     if (run->max_frames)
         params.max_frames = run->max_frames;
     if (run->stack_buffer_size)
