@@ -458,18 +458,24 @@ static void test_fork_stop(void)
 
 /* fork() from a thread that is not main: the child's only thread runs on
  * that thread's stack, and is still sampled right. */
+/* The one child's profile f.<pid>.pb.gz has samples in fn. */
+static void require_child_fn(const char *fn)
+{
+    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
+    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", pl_dir);
+    child[strcspn(child, "\n")] = '\0';
+    pl_require_fn(child, "", fn, 1);
+    free(child);
+}
+
 static void test_fork_from_thread(void)
 {
     pl_skip_if_sanitized();
     int st;
     char *text = record_in("rec-forkthread", &st, "-F 1000 -o f.pb.gz -- %s fork_thread 300", PROG);
     ASSERT_EQ(st, 0);
-    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
-    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", pl_dir);
-    child[strcspn(child, "\n")] = '\0';
-    pl_require_fn(child, "", "hot_thread_fork_child", 1);
+    require_child_fn("hot_thread_fork_child");
     ASSERT(strstr(text, "sp_out_of_range") == NULL);
-    free(child);
     free(text);
 }
 
@@ -504,11 +510,7 @@ static void test_fork_thread_pthread_exit(void)
     printf("%s", text);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "atexit ran");
-    ASSERT_EQ(count_pid_files("f", ".pb.gz"), 1);
-    char *child = pl_run(NULL, "ls %s/f.[0-9]*.pb.gz", g_dir);
-    child[strcspn(child, "\n")] = '\0';
-    pl_require_fn(child, "", "hot_thread_fork_child", 1);
-    free(child);
+    require_child_fn("hot_thread_fork_child");
     free(text);
 }
 
