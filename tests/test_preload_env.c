@@ -203,6 +203,7 @@ static void test_linked_threads(void)
     printf("TSan build: attribution not checked (TSan defers signals)\n");
     char args[1200];
     snprintf(args, sizeof args, "-top '%s'", prof);
+    int st;
     free(tu_pprof(args, &st));
     ASSERT_EQ(st, 0);
     free(text);
