@@ -49,6 +49,15 @@ struct snapprof__dwarf {
  * elsewhere through snapprof__symbols_set_debug_dirs(). */
 static char g_debug_dirs[PATH_MAX] = "/usr/lib/debug";
 
+/* Whether DWARF is read from separate debug files too (SNAPPROF_LINES_ALL)
+ * or only from the object's own file (SNAPPROF_LINES_OWN). */
+static int g_separate_lines = 1;
+
+void snapprof__dwarf_set_separate_lines(int on)
+{
+    g_separate_lines = on != 0;
+}
+
 void snapprof__dwarf_set_debug_dirs(const char *dirs)
 {
     snprintf(g_debug_dirs, sizeof g_debug_dirs, "%s", dirs ? dirs : "");
@@ -319,6 +328,16 @@ snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *
     } else if (find_separate(elf, path ? path : "", build_id ? build_id : "", &sep) == 0) {
         use = sep.elf;
     } else {
+        return NULL;
+    }
+    if (use == sep.elf && !g_separate_lines) {
+        /* Names only: the caller reads its .symtab and ends it. Its DWARF
+         * is what costs (libc6-dbg's libc: 64 ms of inflating compressed
+         * sections in dwarf_begin_elf(), most of a small program's
+         * profile write). */
+        elf_cntl(sep.elf, ELF_C_FDDONE);
+        close(sep.fd);
+        *debug_elf = sep.elf;
         return NULL;
     }
     snapprof__dwarf_t *d = calloc(1, sizeof *d);

@@ -36,8 +36,11 @@ typedef struct snapprof__dwarf_frame {
  * cannot be read. elf must outlive the result when the DWARF is its own.
  * When a separate file is used, *debug_elf is set to it (the result owns
  * it; its .symtab may name functions the object's .dynsym lacks), else to
- * NULL. The result is never freed: its strings are handed out for the life
- * of the process. */
+ * NULL. With separate lines off (snapprof__dwarf_set_separate_lines(0)) a
+ * separate file's DWARF is not read: the result is NULL, *debug_elf is set
+ * all the same, for its .symtab, and the caller ends it with elf_end(). The
+ * result is never freed: its strings are handed out for the life of the
+ * process. */
 snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *build_id,
                                         Elf **debug_elf);
 
@@ -70,6 +73,12 @@ Elf *snapprof__dwarf_open_frame_elf(const char *path, const char *build_id);
  * "/usr/lib/debug"). Affects modules symbolized for the first time after
  * the call. Test seam; g_sym_lock held. */
 void snapprof__dwarf_set_debug_dirs(const char *dirs);
+
+/* Whether snapprof__dwarf_open() reads the DWARF of separate debug files
+ * (on, the default) or only DWARF in the object itself (off:
+ * snapprof_symbols_set_lines(SNAPPROF_LINES_OWN)). Affects modules
+ * symbolized for the first time after the call; g_sym_lock held. */
+void snapprof__dwarf_set_separate_lines(int on);
 
 /* Hex GNU build-id of the ELF file (from its section headers) into hex, ""
  * when it has none. Checks debug files here; the ELF symbolizer and the

@@ -285,6 +285,8 @@ static int load_from_file(symtab_t *t, const char *path, const char *obj_path)
     snapprof__dwarf_t *dwarf = snapprof__dwarf_open(elf, obj_path, t->build_id, &debug_elf);
     int err = build_table(t, elf, debug_elf);
     t->dwarf = dwarf;
+    if (dwarf == NULL && debug_elf != NULL)
+        elf_end(debug_elf); /* read for its .symtab only (SNAPPROF_LINES_OWN) */
     if (dwarf != NULL && debug_elf == NULL) {
         /* The DWARF is the object's own: keep its ELF (mapped, so the
          * descriptor is not needed; see symbols_dwarf.c). */
@@ -591,6 +593,17 @@ int snapprof__symbols_set_debug_dirs(const char *dirs)
     pthread_once(&g_sym_once, sym_init_once);
     pthread_mutex_lock(&g_sym_lock);
     snapprof__dwarf_set_debug_dirs(dirs);
+    pthread_mutex_unlock(&g_sym_lock);
+    return 0;
+}
+
+int snapprof_symbols_set_lines(snapprof_lines_t lines)
+{
+    if (lines != SNAPPROF_LINES_ALL && lines != SNAPPROF_LINES_OWN)
+        return -EINVAL;
+    pthread_once(&g_sym_once, sym_init_once);
+    pthread_mutex_lock(&g_sym_lock);
+    snapprof__dwarf_set_separate_lines(lines == SNAPPROF_LINES_ALL);
     pthread_mutex_unlock(&g_sym_lock);
     return 0;
 }

@@ -129,6 +129,19 @@ int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size)
     return 0;
 }
 
+int snapprof__parse_lines(const char *s, int *own, char *why, size_t why_size)
+{
+    if (s && strcasecmp(s, "all") == 0)
+        *own = 0;
+    else if (s && strcasecmp(s, "own") == 0)
+        *own = 1;
+    else {
+        WHY("'%s' is not a lines setting (all or own)", s ? s : "");
+        return -1;
+    }
+    return 0;
+}
+
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size)
 {
     /* The names are snapprof_trigger_t's own (SNAPPROF_TRIGGER_MAP). */
@@ -692,6 +705,12 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
         write = 1;
     }
     cfg->crash_off = !write;
+    int own = 0;
+    if ((v = get(SNAPPROF_ENV_LINES)) && snapprof__parse_lines(v, &own, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; reading lines from every debug file", SNAPPROF_ENV_LINES, why);
+        own = 0;
+    }
+    cfg->lines_own = own;
 }
 
 /* The environment, read: see preload_config.h. */

@@ -93,6 +93,8 @@ endfunction()
 
 # `snapprof record`: programs, signals, fork and exec, and bad input.
 snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c)
+# `snapprof record --lines` and SNAPPROF_LINES.
+snapprof_add_preload_tests(EXE record_lines SOURCES test_record_lines.c)
 if(TARGET go_cgo_spin)
   add_dependencies(record go_cgo_spin)
 endif()

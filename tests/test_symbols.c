@@ -191,6 +191,43 @@ static void test_debuglink(void)
     check_library(path, 1);
 }
 
+/* SNAPPROF_LINES_OWN: the same library's debug file still names both
+ * functions (the static one is in its .symtab only), but its DWARF is not
+ * read: no file, no line. Would catch the names-only path losing the debug
+ * file's symbols (dl_local_helper unnamed) or still reading its lines. */
+static void test_lines_own_debuglink(void)
+{
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_OWN));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
+             SNAPPROF_TEST_BINARY_DIR);
+    check_library(path, 0);
+}
+
+/* SNAPPROF_LINES_OWN keeps the lines of DWARF in the object itself (this
+ * binary, -O2 -g), inlined frames included; other values are refused and
+ * change nothing. */
+static void test_lines_own_keeps_own(void)
+{
+    ASSERT_EQ(snapprof_symbols_set_lines((snapprof_lines_t)2), -EINVAL);
+    ASSERT_EQ(snapprof_symbols_set_lines((snapprof_lines_t)-1), -EINVAL);
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_OWN));
+    sym_plain(3);
+    snapprof_symbol_t s[4];
+    int n = symbolize((uintptr_t)sym_plain + 4, s, 4);
+    ASSERT_GE(n, 1);
+    ASSERT_STR_EQ(s[n - 1].name, "sym_plain");
+    ASSERT(ends_with(s[n - 1].file, "tests/test_symbols.c"));
+    ASSERT_GE(s[n - 1].line, plain_first_line);
+    ASSERT_LE(s[n - 1].line, plain_last_line);
+    /* Back to the default for modules loaded afterwards. */
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_ALL));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
+             SNAPPROF_TEST_BINARY_DIR);
+    check_library(path, 1);
+}
+
 static void copy_file(const char *from, const char *to)
 {
     char cmd[4096];
@@ -366,10 +403,16 @@ static void test_mapping_flags(void)
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
-        {"file_line", test_file_line},       {"inline_frames", test_inline_frames},
-        {"demangle", test_demangle},         {"debuglink", test_debuglink},
-        {"build_id_dir", test_build_id_dir}, {"elf_fallback", test_elf_fallback},
-        {"system_debug", test_system_debug}, {"mapping_flags", test_mapping_flags},
+        {"file_line", test_file_line},
+        {"inline_frames", test_inline_frames},
+        {"demangle", test_demangle},
+        {"debuglink", test_debuglink},
+        {"build_id_dir", test_build_id_dir},
+        {"elf_fallback", test_elf_fallback},
+        {"system_debug", test_system_debug},
+        {"mapping_flags", test_mapping_flags},
+        {"lines_own_debuglink", test_lines_own_debuglink},
+        {"lines_own_keeps_own", test_lines_own_keeps_own},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -192,6 +192,28 @@ SNAPPROF_API const snapprof_module_t *snapprof_module_find(uintptr_t addr);
 SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symbol_t *out,
                                     size_t max);
 
+/* Where source lines and inlined frames come from (snapprof_symbols_set_lines()).
+ * Added in 0.7.0. */
+typedef enum {
+    /* DWARF in the object's own file or in its separate debug file
+     * (/usr/lib/debug, by build-id or .gnu_debuglink): the default. */
+    SNAPPROF_LINES_ALL = 0,
+    /* DWARF in the object's own file only. A separate debug file still
+     * names the functions its object's symbol table lacks, but its lines
+     * and inlined frames are not read: libc6-dbg's libc costs 60-70 ms of
+     * CPU to open (its compressed sections are inflated whole), most of
+     * what writing a small program's profile costs. */
+    SNAPPROF_LINES_OWN = 1
+} snapprof_lines_t;
+
+/* Sets where snapprof_symbolize(), and the builders through it, read
+ * source lines (SNAPPROF_LINES environment variable of the preload, `snapprof
+ * record --lines`). Process-wide; applies to modules symbolized for the
+ * first time after the call (a module's symbols are loaded once). Returns
+ * 0, or -EINVAL when lines is not a snapprof_lines_t. Any thread. Added in
+ * 0.7.0. */
+SNAPPROF_API int snapprof_symbols_set_lines(snapprof_lines_t lines);
+
 /* ------------------------------------------------------------------------ */
 /* Samples and statistics                                                   */
 /* ------------------------------------------------------------------------ */
