@@ -79,6 +79,14 @@ void snapprof__python_refresh(int force);
  * Async-signal-safe. */
 void snapprof__python_capture(snapprof__py_capture_t *cap);
 
+/* Walks the interpreter frames of thread tid, another thread of this
+ * process found blocked in a system call (wall mode's /proc path), into
+ * cap, from the sampling side: every read is checked, since the thread may
+ * wake meanwhile (the caller checks that it did not, as for its stack).
+ * After snapprof__python_refresh(). No allocation, no locks, no calls into
+ * libpython. */
+void snapprof__python_capture_blocked(snapprof__py_capture_t *cap, pid_t tid);
+
 /* Counts of the splice, added to the profiler's stats. */
 typedef struct snapprof__py_splice_stats {
     uint64_t samples;     /* samples with Python frames spliced in */

@@ -133,7 +133,12 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
     return to;
 }
 
-void snapprof__python_capture(snapprof__py_capture_t *cap)
+/* The walk of thread tid's frames into cap. stopped: tid is the calling
+ * thread, stopped in its handler, so frames inside its data-stack chunks
+ * can be read with plain loads; else (a blocked thread read from the
+ * sampling thread, which may wake and pop a chunk meanwhile) every read is
+ * checked. Async-signal-safe. */
+static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
 {
     cap->count = 0;
     cap->status = 0;
@@ -142,7 +147,6 @@ void snapprof__python_capture(snapprof__py_capture_t *cap)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
-    pid_t tid = snapprof__gettid_cached();
     uintptr_t ts = snapprof__py_tstate_of(tid);
     uint8_t tsb[512];
     if (ts == 0 || (ts & 7) || l->ts_size > sizeof tsb ||
@@ -199,7 +203,7 @@ void snapprof__python_capture(snapprof__py_capture_t *cap)
             cap->status |= SNAPPROF__PY_BROKEN;
             break;
         }
-        if (in_chunks(&w, frame))
+        if (stopped && in_chunks(&w, frame))
             memcpy(fb, (const void *)frame, l->frame_size); /* inside a chunk: mapped */
         else if (snapprof__py_read(frame, fb, l->frame_size) < 0) {
             cap->status |= SNAPPROF__PY_BROKEN;
@@ -245,4 +249,14 @@ void snapprof__python_capture(snapprof__py_capture_t *cap)
         }
     }
     cap->count = n;
+}
+
+void snapprof__python_capture(snapprof__py_capture_t *cap)
+{
+    capture(cap, snapprof__gettid_cached(), 1);
+}
+
+void snapprof__python_capture_blocked(snapprof__py_capture_t *cap, pid_t tid)
+{
+    capture(cap, tid, 0);
 }

@@ -303,9 +303,9 @@ void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
     if (outcome.unrecognized)
         p->stats.unwind_unknown++;
     /* -- Python frames (params.python): the evaluation loop's frames
-     * replaced by the Python frames the handler copied. Only for captures
-     * a signal made: a stack read through /proc has no such copy. -- */
-    if (p->python && !without_fp && count > 0) {
+     * replaced by the Python frames the handler copied, or, for a stack
+     * read through /proc, that wall mode read beside it (wall.c). -- */
+    if (p->python && count > 0) {
         snapprof__python_refresh(0);
         snapprof__py_splice_stats_t ps = {0};
         const snapprof__py_capture_t *cap =

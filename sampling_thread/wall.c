@@ -196,6 +196,14 @@ int snapprof__sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint
             t->dead = 1;
         return 1;
     }
+    /* -- Python frames (params.python): the interpreter frames the
+     * thread waits in, read like its stack, before the check below, which
+     * covers both. -- */
+    if (p->python) {
+        snapprof__python_refresh(0);
+        snapprof__python_capture_blocked(
+            (snapprof__py_capture_t *)((uint8_t *)p->labels + SNAPPROF__PY_EXTRA_OFFSET), th->tid);
+    }
     /* With its arm's schedule sequence, read before cpu0 (or the /proc
      * read): unchanged, the thread was not scheduled in since, so it did
      * not run during the copy (found blocked, it can run again only once

@@ -10,6 +10,8 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   recursion  a 500-deep chain of uniquely named functions: whole chains
   unknown    an interpreter version the layout table lacks: native only
   off        without --python nothing of Python's is in the profile
+  wall       --wall: threads waiting in time.sleep, a lock and a socket recv
+             show the Python function that waits
 Exit 77 (skipped) when /usr/bin/python3.11 or go is missing, or in a
 sanitizer build ("sanitized"), as the other record tests
 (pl_skip_if_sanitized): the sanitized preload library cannot load into
@@ -173,6 +175,32 @@ def off(cli, tmp):
     native_only(prof)
 
 
+def wall(cli, tmp):
+    """--wall --python: each waiting thread's samples name the Python function
+    it waits in (read through /proc, no signal), above the native wait."""
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "waits.py"), "1.5"], ["--python", "--wall"],
+                     hz=100)
+    tr = traces(prof, "samples")
+    want = {"waits_in_sleep": "sleeper", "waits_on_lock": "locker", "waits_in_recv": "reader"}
+    for fn in list(want) + ["works_in_main"]:
+        n = sum(w for w, fr in tr if fn in fr)
+        # Each Python function appears above native frames (the wait) and
+        # below <module>'s thread bootstrap: never as the leaf of a wait
+        # that lost its native part.
+        print(f"{fn}: {n:.0f} samples")
+        if n < 20:
+            fail(f"{fn}: {n:.0f} samples; a thread that waits 1.5 s at 100 Hz should give ~150")
+    for fn in want:
+        natives = [fr for w, fr in tr if fn in fr and fr.index(fn) > 0]
+        if not natives:
+            fail(f"{fn}: no native frame under it (the wait itself)")
+    # The waits are read through /proc: the blocked samples are most of the
+    # waiting threads' samples (sleeper wakes every 50 ms, so some of its
+    # samples are signalled).
+    if "_PyEval_EvalFrameDefault" in " ".join(f for _, fr in tr for f in fr if "waits_on_lock" in fr):
+        fail("an evaluation loop frame left in a waiting thread's stack")
+
+
 def main():
     cli, mode = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
@@ -185,7 +213,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
         {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
          "recursion": lambda: recursion(cli, tmp), "unknown": lambda: unknown(cli, tmp),
-         "off": lambda: off(cli, tmp)}[mode]()
+         "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp)}[mode]()
     print("PASS")
 
 
