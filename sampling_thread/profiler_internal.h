@@ -175,6 +175,7 @@ struct snapprof_profiler {
      * the spliced stack. */
     int python;
     snapprof_frame_t *py_frames;
+    uint64_t py_forced_tick; /* wall mode: the tick of the last forced thread-list read */
 
     /* Labels: the handler's copy for the request in flight, and the views
      * handed to the builders. */

@@ -200,9 +200,19 @@ int snapprof__sample_blocked(snapprof_profiler_t *p, snapprof__target_t *t, uint
      * thread waits in, read like its stack, before the check below, which
      * covers both. -- */
     if (p->python) {
+        snapprof__py_capture_t *py =
+            (snapprof__py_capture_t *)((uint8_t *)p->labels + SNAPPROF__PY_EXTRA_OFFSET);
         snapprof__python_refresh(0);
-        snapprof__python_capture_blocked(
-            (snapprof__py_capture_t *)((uint8_t *)p->labels + SNAPPROF__PY_EXTRA_OFFSET), th->tid);
+        snapprof__python_capture_blocked(py, th->tid);
+        if ((py->status & SNAPPROF__PY_NO_STATE) && p->py_forced_tick != p->stats.ticks) {
+            /* A thread that blocked within 10 ms of its start is not in
+             * the table yet, and a blocked thread is read again only once
+             * it runs: read the interpreter's thread list now (at most
+             * once a tick: a native thread has no state to find). */
+            p->py_forced_tick = p->stats.ticks;
+            snapprof__python_refresh(1);
+            snapprof__python_capture_blocked(py, th->tid);
+        }
     }
     /* With its arm's schedule sequence, read before cpu0 (or the /proc
      * read): unchanged, the thread was not scheduled in since, so it did
