@@ -1,5 +1,6 @@
-/* The profiler: its public API, its params, and its lifecycle (create, add
- * and remove threads, start, flush, stop, destroy). The work of a tick is
+/* The profiler: its public API and its lifecycle (create, add
+ * and remove threads, start, flush, stop, destroy); its params are read and
+ * checked in params.c. The work of a tick is
  * in tick.c, triggers in arm.c, the drain and delivery in drain.c, wall
  * mode's blocked threads in wall.c. */
 #include "sampling_thread/profiler_internal.h"
@@ -29,71 +30,11 @@
 /* Creation and configuration                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The defaults of every member this library knows, size included. */
-static void params_defaults(snapprof_params_t *params)
-{
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
-    params->interval_ns = 10000000u;
-    params->signal = SIGURG;
-    params->copy_timeout_ns = 50000000u;
-    params->mode = SNAPPROF_MODE_CPU;
-    params->stack_buffer_size = 8u << 20;
-    params->max_frames = 4096;
-    params->idle_threshold_ns = 100000u;
-    params->hitch_threshold_ns = 50000000u;
-    params->trigger = SNAPPROF__TRIGGER_DEFAULT;
-    params->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
-    params->capture_memory_max = 64u << 20;
-}
-
-void snapprof_params_init_sized(snapprof_params_t *params, size_t size)
-{
-    if (!params || size < sizeof params->size)
-        return;
-    snapprof_params_t defaults;
-    params_defaults(&defaults);
-    size_t known = size < sizeof defaults ? size : sizeof defaults;
-    memcpy(params, &defaults, known);
-    /* A newer header's members, which this library has no defaults for. */
-    memset((char *)params + known, 0, size - known);
-    params->size = size;
-}
-
-/* Copies the caller's params into out: the members its header had, and
- * the defaults of the ones it did not (see snapprof_params_t). */
-static int read_params(const snapprof_params_t *in, snapprof_params_t *out)
-{
-    if (in->size < SNAPPROF_PARAMS_SIZE_MIN)
-        return -EINVAL; /* 0: not made by snapprof_params_init() */
-    params_defaults(out);
-    memcpy(out, in, in->size < sizeof *out ? in->size : sizeof *out);
-    out->size = sizeof *out;
-    return 0;
-}
-
 static uint64_t realtime_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int check_params(const snapprof_params_t *p)
-{
-    if (p->interval_ns < 10000u) /* 100 kHz is more than any use */
-        return -EINVAL;
-    if (p->signal <= 0 || p->signal >= NSIG)
-        return -EINVAL;
-    if (p->copy_timeout_ns == 0 || p->max_frames < 2 || p->stack_buffer_size < 4096)
-        return -EINVAL;
-    if (p->mode != SNAPPROF_MODE_CPU && p->mode != SNAPPROF_MODE_WALL)
-        return -EINVAL;
-    if ((unsigned)p->trigger >= SNAPPROF_TRIGGER_COUNT)
-        return -EINVAL;
-    if (p->trigger != SNAPPROF_TRIGGER_HANDSHAKE && p->capture_memory_max < (1u << 20))
-        return -EINVAL;
-    return 0;
 }
 
 /* Wall mode where nothing is signalled: CPU-clock triggers time the
@@ -150,9 +91,9 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         if (!threads[i])
             return -EINVAL;
     snapprof_params_t known;
-    int rc = read_params(params, &known);
+    int rc = snapprof__params_read(params, &known);
     if (rc == 0)
-        rc = check_params(&known);
+        rc = snapprof__params_check(&known);
     if (rc != 0)
         return rc;
     snapprof_profiler_t *p = calloc(1, sizeof *p);

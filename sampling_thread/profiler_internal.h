@@ -335,6 +335,12 @@ void snapprof__deliver_unarmed(snapprof_profiler_t *p);
  * pool up to now (attach.c): what a flush, an attach, a detach or a swap
  * delivers before its boundary. Lock held. */
 void snapprof__deliver_so_far(snapprof_profiler_t *p);
+/* params.c: the caller's params into out (the members its header had,
+ * the defaults of the others); -EINVAL when in was not made by
+ * snapprof_params_init(). Then their check: 0 or -EINVAL. */
+int snapprof__params_read(const snapprof_params_t *in, snapprof_params_t *out);
+int snapprof__params_check(const snapprof_params_t *p);
+
 void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
                                   const snapprof__copy_result_t *res, uint8_t *buffer,
                                   snapprof__label_capture_t *labels, uint64_t cpu_ns,
