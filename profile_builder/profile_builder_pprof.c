@@ -41,6 +41,7 @@ static void pprof_destroy(void *user_data)
     if (b == NULL)
         return;
     snapprof__pprof_release(b);
+    free(b->mem);
     free(b);
 }
 
@@ -95,6 +96,39 @@ int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out)
     if (err != 0)
         pprof_destroy(b);
     return err;
+}
+
+int snapprof_pprof_builder_create_in_memory(snapprof_builder_t **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    pprof_builder_t *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return -ENOMEM;
+    b->in_memory = 1;
+    int err = snapprof__pprof_init(b);
+    if (err == 0)
+        err = snapprof_builder_create(&pprof_ops, b, out);
+    if (err != 0)
+        pprof_destroy(b);
+    return err;
+}
+
+int snapprof_pprof_builder_take_bytes(snapprof_builder_t *builder, void **bytes, size_t *size)
+{
+    if (builder == NULL || builder->ops != &pprof_ops || bytes == NULL || size == NULL)
+        return -EINVAL;
+    pprof_builder_t *b = builder->user_data;
+    if (!b->in_memory)
+        return -EINVAL;
+    if (b->mem == NULL)
+        return -ENODATA;
+    *bytes = b->mem;
+    *size = b->mem_len;
+    b->mem = NULL;
+    b->mem_len = 0;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -135,6 +135,12 @@ typedef struct sample_entry {
 
 typedef struct pprof_builder {
     snapprof__output_t out;
+    /* snapprof_pprof_builder_create_in_memory(): no file; each completion
+     * leaves its gzipped profile in mem (malloc'd), taken by
+     * snapprof_pprof_builder_take_bytes(). */
+    int in_memory;
+    uint8_t *mem;
+    size_t mem_len;
     snapprof__arena_t arena;
 
     char **strings;

@@ -14,8 +14,35 @@
 
 #define GZIP_CHUNK ((size_t)64 * 1024)
 
-/* Compresses data into fd as one gzip member (what pprof expects on disk). */
-static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
+/* Where gzip_to() puts the compressed bytes: a file (fd) or memory. */
+typedef struct gzip_sink {
+    int fd;       /* >= 0: write there */
+    uint8_t *mem; /* else: append here (malloc'd) */
+    size_t len, cap;
+} gzip_sink_t;
+
+static int sink_put(gzip_sink_t *s, const uint8_t *data, size_t n)
+{
+    if (s->fd >= 0)
+        return snapprof__output_write_all(s->fd, data, n);
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : GZIP_CHUNK;
+        while (cap < s->len + n)
+            cap *= 2;
+        uint8_t *m = realloc(s->mem, cap);
+        if (m == NULL)
+            return -ENOMEM;
+        s->mem = m;
+        s->cap = cap;
+    }
+    memcpy(s->mem + s->len, data, n);
+    s->len += n;
+    return 0;
+}
+
+/* Compresses data into sink as one gzip member (what pprof expects on
+ * disk, and what /debug/pprof/profile serves). */
+static int gzip_to(gzip_sink_t *sink, const uint8_t *data, size_t len)
 {
     unsigned char *out = malloc(GZIP_CHUNK);
     if (out == NULL)
@@ -45,7 +72,7 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
                 err = SNAPPROF_EENCODE;
                 break;
             }
-            err = snapprof__output_write_all(fd, out, GZIP_CHUNK - zs.avail_out);
+            err = sink_put(sink, out, GZIP_CHUNK - zs.avail_out);
         } while (err == 0 && zs.avail_out == 0);
     } while (err == 0 && flush != Z_FINISH);
     deflateEnd(&zs);
@@ -54,14 +81,30 @@ static int gzip_to_fd(int fd, const uint8_t *data, size_t len)
 }
 
 /* Writes data, gzip-compressed, to the output path atomically (see
- * snapprof__output_commit). On failure no temporary file is left behind. */
-static int write_atomically(const pprof_builder_t *b, const uint8_t *data, size_t len)
+ * snapprof__output_commit), or for an in-memory builder into b->mem. On
+ * failure no temporary file is left behind, and the bytes of an earlier
+ * completion stay. */
+static int write_atomically(pprof_builder_t *b, const uint8_t *data, size_t len)
 {
+    if (b->in_memory) {
+        /* The bytes replace the last completion's only once whole. */
+        gzip_sink_t sink = {.fd = -1};
+        int err = gzip_to(&sink, data, len);
+        if (err != 0) {
+            free(sink.mem);
+            return err;
+        }
+        free(b->mem);
+        b->mem = sink.mem;
+        b->mem_len = sink.len;
+        return 0;
+    }
     char *tmp;
     int fd = snapprof__output_open_temp(&b->out, &tmp);
     if (fd < 0)
         return fd;
-    return snapprof__output_commit(&b->out, fd, tmp, gzip_to_fd(fd, data, len));
+    gzip_sink_t sink = {.fd = fd};
+    return snapprof__output_commit(&b->out, fd, tmp, gzip_to(&sink, data, len));
 }
 
 /* Sets has_functions, has_filenames, has_line_numbers and has_inline_frames

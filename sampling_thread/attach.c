@@ -320,3 +320,52 @@ void snapprof__attached_destroy(snapprof_profiler_t *p)
         snapprof_builder_destroy(p->attached[i].builder);
     p->attached_count = 0;
 }
+
+/* Whether p is still running (not completing or completed). */
+static int still_running(snapprof_profiler_t *p)
+{
+    snapprof__sampler_lock();
+    int running = p->state == PROFILER_RUNNING && !p->handed_over;
+    snapprof__sampler_unlock();
+    return running;
+}
+
+#define COLLECT_POLL_NS 20000000u /* how soon a stop ends a collect's wait */
+
+int snapprof_profiler_collect(snapprof_profiler_t *p, uint64_t duration_ns, void **bytes,
+                              size_t *size)
+{
+    if (!p || !bytes || !size || duration_ns == 0)
+        return -EINVAL;
+    *bytes = NULL;
+    *size = 0;
+    if (!still_running(p))
+        return SNAPPROF_ESTATE;
+    snapprof_builder_t *b;
+    int rc = snapprof_pprof_builder_create_in_memory(&b);
+    if (rc != 0)
+        return rc;
+    rc = snapprof_profiler_attach_builder(p, b);
+    if (rc != 0) {
+        snapprof_builder_destroy(b);
+        return rc;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t start = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+        if (t - start >= duration_ns || !still_running(p))
+            break;
+        uint64_t left = duration_ns - (t - start);
+        uint64_t step = left < COLLECT_POLL_NS ? left : COLLECT_POLL_NS;
+        struct timespec ts = {(time_t)(step / 1000000000u), (long)(step % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+    rc = snapprof_profiler_detach_builder(p, b);
+    if (rc == 0)
+        rc = snapprof_pprof_builder_take_bytes(b, bytes, size);
+    snapprof_builder_destroy(b);
+    return rc;
+}

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -484,6 +485,166 @@ static void test_errors_and_stop(void)
         log_free(&extra[i]);
 }
 
+/* ------------------------------------------------------------------------ */
+/* snapprof_profiler_collect(): a profile of the next N seconds as bytes    */
+/* ------------------------------------------------------------------------ */
+
+/* Writes bytes to a file of the test's and returns `go tool pprof -top` of
+ * it (which must open it). */
+static char *pprof_top_of(const void *bytes, size_t size, const char *tag)
+{
+    char *dir = tu_make_tmpdir(tag);
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/collected.pb.gz", dir);
+    FILE *f = fopen(path, "wb");
+    ASSERT_NOT_NULL(f);
+    ASSERT_EQ(fwrite(bytes, 1, size, f), size);
+    ASSERT_EQ(fclose(f), 0);
+    char *top = tu_pprof_ok("-top -sample_index=samples", path);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    return top;
+}
+
+/* Would catch bytes that are not a gzipped profile pprof opens, a collect
+ * that took the profile's own samples away, or one that returned before
+ * its stretch. */
+static void test_collect_bytes(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    ASSERT_OK(snapprof_profiler_start(p));
+    void *bytes = NULL;
+    size_t size = 0;
+    uint64_t t0 = tu_mono_ns();
+    ASSERT_OK(snapprof_profiler_collect(p, 2000000000u, &bytes, &size));
+    uint64_t took = tu_mono_ns() - t0;
+    printf("collect of 2 s: %zu bytes in %.3f s\n", size, took / 1e9);
+    ASSERT_GE(took, 2000000000u);
+    ASSERT_GT(size, 20);
+    ASSERT_EQ(((const uint8_t *)bytes)[0], 0x1f); /* gzip */
+    ASSERT_EQ(((const uint8_t *)bytes)[1], 0x8b);
+    char *top = pprof_top_of(bytes, size, "collect");
+    printf("%s\n", top);
+    ASSERT_CONTAINS(top, "worker_main");
+    free(top);
+    free(bytes);
+    size_t own = atomic_load(&all.count);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(own, 0);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 1);
+    log_free(&all);
+}
+
+typedef struct collector {
+    snapprof_profiler_t *p;
+    uint64_t duration_ns;
+    int rc;
+    void *bytes;
+    size_t size;
+    atomic_int done;
+} collector_t;
+
+static void *collect_main(void *arg)
+{
+    collector_t *c = arg;
+    c->rc = snapprof_profiler_collect(c->p, c->duration_ns, &c->bytes, &c->size);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Two collects at once, and a stop that ends a long one early with what
+ * it collected: would catch a collect that waits out its whole duration
+ * after the profile ended, or concurrent ones that lose each other's
+ * samples. */
+static void test_collect_stop(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    ASSERT_OK(snapprof_profiler_start(p));
+    collector_t c[2] = {{.p = p, .duration_ns = 600000000000u},
+                        {.p = p, .duration_ns = 600000000000u}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, collect_main, &c[i]), 0);
+    wait_cpu(w, 1, 100000000u);
+    ASSERT(!atomic_load(&c[0].done) && !atomic_load(&c[1].done));
+    uint64_t t0 = tu_mono_ns();
+    ASSERT_OK(snapprof_profiler_stop(p));
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    printf("collects ended %.3f s after the stop\n", (tu_mono_ns() - t0) / 1e9);
+    ASSERT_LT(tu_mono_ns() - t0, 60000000000u);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(c[i].rc);
+        char *top = pprof_top_of(c[i].bytes, c[i].size, "collect-stop");
+        ASSERT_CONTAINS(top, "worker_main");
+        free(top);
+        free(c[i].bytes);
+    }
+    /* After the stop: nothing to collect. */
+    void *bytes = NULL;
+    size_t size = 0;
+    ASSERT_EQ(snapprof_profiler_collect(p, 1000000u, &bytes, &size), SNAPPROF_ESTATE);
+    ASSERT_NULL(bytes);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 1);
+    log_free(&all);
+}
+
+static void test_collect_errors(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    void *bytes = (void *)1;
+    size_t size = 7;
+    ASSERT_EQ(snapprof_profiler_collect(NULL, 1000000u, &bytes, &size), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_collect(p, 0, &bytes, &size), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_collect(p, 1000000u, NULL, &size), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_collect(p, 1000000u, &bytes, NULL), -EINVAL);
+    /* Not started: nothing runs to collect from. */
+    ASSERT_EQ(snapprof_profiler_collect(p, 1000000u, &bytes, &size), SNAPPROF_ESTATE);
+    ASSERT_NULL(bytes);
+    ASSERT_EQ(size, 0);
+    /* The in-memory builder: nothing to take before a completion, no path. */
+    snapprof_builder_t *m, *f;
+    ASSERT_OK(snapprof_pprof_builder_create_in_memory(&m));
+    ASSERT_EQ(snapprof_pprof_builder_take_bytes(m, &bytes, &size), -ENODATA);
+    ASSERT_EQ(snapprof_builder_set_path(m, "/tmp/x.pb.gz"), -EINVAL);
+    ASSERT_EQ(snapprof_pprof_builder_take_bytes(NULL, &bytes, &size), -EINVAL);
+    ASSERT_EQ(snapprof_pprof_builder_create_in_memory(NULL), -EINVAL);
+    char *dir = tu_make_tmpdir("collect-errors");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/f.pb.gz", dir);
+    ASSERT_OK(snapprof_pprof_builder_create(path, &f));
+    ASSERT_EQ(snapprof_pprof_builder_take_bytes(f, &bytes, &size), -EINVAL);
+    /* Attached for a stretch by hand: the bytes once, then -ENODATA. */
+    ASSERT_OK(snapprof_profiler_start(p));
+    ASSERT_OK(snapprof_profiler_attach_builder(p, m));
+    wait_cpu(w, 1, 20000000u);
+    ASSERT_OK(snapprof_profiler_detach_builder(p, m));
+    ASSERT_OK(snapprof_pprof_builder_take_bytes(m, &bytes, &size));
+    ASSERT_GT(size, 20);
+    free(bytes);
+    ASSERT_EQ(snapprof_pprof_builder_take_bytes(m, &bytes, &size), -ENODATA);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_builder_destroy(m);
+    snapprof_builder_destroy(f);
+    rmdir(dir);
+    free(dir);
+    snapprof_profiler_destroy(p);
+    stop_workers(w, 1);
+    log_free(&all);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -491,6 +652,9 @@ int main(int argc, char **argv)
         {"concurrent", test_concurrent},
         {"errors_and_stop", test_errors_and_stop},
         {"before_start", test_before_start},
+        {"collect_bytes", test_collect_bytes},
+        {"collect_stop", test_collect_stop},
+        {"collect_errors", test_collect_errors},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

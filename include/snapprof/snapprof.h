@@ -733,6 +733,24 @@ SNAPPROF_API void snapprof_unwinder_destroy(snapprof_unwinder_t *unwinder);
  * NULL), or -ENOMEM. The same for every builder below that takes a path. */
 SNAPPROF_API int snapprof_pprof_builder_create(const char *path, snapprof_builder_t **out);
 
+/* A pprof builder that writes no file: each time its profile completes
+ * (snapprof_profiler_detach_builder() for an attached one, the profile's
+ * stop, a flush) the gzipped perftools.profiles.Profile, the bytes a file
+ * would hold, is kept in memory for snapprof_pprof_builder_take_bytes(),
+ * replacing the previous completion's. snapprof_builder_set_path() does not
+ * apply (-EINVAL). Returns 0, -EINVAL (out NULL) or -ENOMEM. Added in
+ * 0.7.0. */
+SNAPPROF_API int snapprof_pprof_builder_create_in_memory(snapprof_builder_t **out);
+
+/* Hands over the bytes of the last completion of an in-memory pprof
+ * builder: *bytes (free() it) and *size. Each completion's bytes are taken
+ * once. Returns 0; -ENODATA (no completion since the last take, or it failed:
+ * its xOnProfileCompleted's return said why); -EINVAL (a NULL argument, or
+ * builder is not an in-memory pprof builder). Not while the profile
+ * completes on another thread. Added in 0.7.0. */
+SNAPPROF_API int snapprof_pprof_builder_take_bytes(snapprof_builder_t *builder, void **bytes,
+                                                   size_t *size);
+
 /* The folded-stacks builder: when the profile completes, writes one line per
  * distinct stack, "outermost;...;innermost count" (root first, inlined calls
  * expanded, count = samples), sorted, the format of flamegraph.pl and
@@ -1284,6 +1302,22 @@ SNAPPROF_API int snapprof_profiler_detach_builder(snapprof_profiler_t *profiler,
 SNAPPROF_API int snapprof_profiler_swap_builder(snapprof_profiler_t *profiler,
                                                 snapprof_builder_t *old,
                                                 snapprof_builder_t *builder, int *old_result);
+
+/* A pprof profile of the next duration_ns of a running profile, as bytes:
+ * what `/debug/pprof/profile?seconds=N` serves, for a host that serves it
+ * from its own HTTP stack (as brpc serves gperftools' profiles). Attaches
+ * an in-memory pprof builder (snapprof_pprof_builder_create_in_memory()),
+ * sleeps until duration_ns has passed or the profile completes (stop, its
+ * duration), whichever is first, detaches it and hands over its gzipped
+ * perftools.profiles.Profile: *bytes (free() it) and *size. The stretch's
+ * samples are the profile's own (one trigger per thread however many
+ * collect at once, up to SNAPPROF_ATTACHED_MAX); the profile's own builders
+ * lose nothing. Blocks the calling thread; any thread but the profile's
+ * own builder callbacks. Returns 0; -EINVAL (a NULL argument, duration_ns
+ * 0); SNAPPROF_ESTATE (the profile is not running); -ENOSPC (as
+ * attach); -ENOMEM; or the builder's write error. Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_collect(snapprof_profiler_t *profiler, uint64_t duration_ns,
+                                           void **bytes, size_t *size);
 
 /* The size of the first snapprof_stats_t that had a size member (0.4.0),
  * the smallest size snapprof_profiler_get_stats_sized() accepts. */
