@@ -20,7 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-__thread unsigned snapprof__heap_preload_depth __attribute__((tls_model("initial-exec")));
+__thread snapprof__heap_hook_count_t snapprof__heap_preload_count
+    __attribute__((tls_model("initial-exec")));
+
+/* All zero as loaded (heap/heap_hook_abi.h): no filter kept, every free
+ * told, until the sampler attaches (or resolve finds there is none). */
+snapprof__heap_hook_t snapprof__heap_preload_shared;
+extern snapprof__heap_hook_t snapprof__heap_hook_v1
+    __attribute__((alias("snapprof__heap_preload_shared"), visibility("default")));
 
 #include "preload_heap/heap_hook_core.h"
 
@@ -126,6 +133,10 @@ int snapprof__heap_preload_resolve(void)
     HK_RESOLVE(memalign);
     HK_RESOLVE(valloc);
     HK_RESOLVE(pvalloc);
+    /* No sampler at all: frees need not be told, the filter (all zero)
+     * decides. Before malloc and free are published. */
+    if (hk_no_sampler())
+        atomic_store_explicit(&HK_SHARED.filtered, 1, memory_order_relaxed);
     HK_RESOLVE(free);
     HK_RESOLVE(malloc);
 #undef HK_RESOLVE
@@ -174,6 +185,21 @@ void snapprof__heap_preload_real_free(void *p)
     hk_real.free(p);
 }
 
+/* The countdown did not take this malloc (hk_take()): the sampler's slow
+ * path, or no sampler (then no call on this thread again). */
+static __attribute__((noinline)) void *hk_malloc_slow(void *(*fn)(size_t), size_t n)
+{
+    if (!hk_enter()) {
+        if (hk_no_sampler())
+            hk_disarm();
+        return fn(n);
+    }
+    void *p = fn(n);
+    hk_note_alloc(p, n);
+    hk_leave();
+    return p;
+}
+
 HK_EXPORT void *malloc(size_t n)
 {
     void *(*fn)(size_t) = HK_LOAD(malloc);
@@ -182,12 +208,35 @@ HK_EXPORT void *malloc(size_t n)
             return hk_boot_alloc(16, n);
         fn = hk_real.malloc;
     }
-    if (!hk_enter())
+    /* The common case: the countdown takes n, and the allocator is reached
+     * by a tail call. */
+    if (HK_LIKELY(hk_take(n)))
         return fn(n);
-    void *p = fn(n);
-    hk_note_alloc(p, n);
-    hk_leave();
-    return p;
+    return hk_malloc_slow(fn, n);
+}
+
+/* A free the filter did not rule out: told to the sampler, by the
+ * outermost hook only (operator delete reaching free has told it), then
+ * freed. The depth counter is not raised: neither the sampler's note_free
+ * (which never allocates) nor the allocator's free calls a hook of ours. */
+static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
+{
+    if (HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
+        snapprof_heap_note_free(p);
+    fn(p);
+}
+
+/* free before the C functions are known, or while this thread resolves
+ * them: after resolving, a free like any other. Out of line, so that free
+ * itself needs no frame. */
+static __attribute__((noinline)) void hk_free_booting(void *p)
+{
+    if (hk_booting())
+        return; /* cannot be ours to free: nothing was allocated yet */
+    if (HK_UNLIKELY(hk_free_maybe_sampled(p)))
+        hk_free_slow(hk_real.free, p);
+    else
+        hk_real.free(p);
 }
 
 HK_EXPORT void free(void *p)
@@ -196,17 +245,15 @@ HK_EXPORT void free(void *p)
     if (HK_UNLIKELY(p == NULL || hk_in_boot(p)))
         return;
     if (HK_UNLIKELY(fn == NULL)) {
-        if (hk_booting())
-            return; /* cannot be ours to free: nothing was allocated yet */
-        fn = hk_real.free;
+        hk_free_booting(p);
+        return;
     }
-    /* Only the outermost hook notes (operator delete reaching free has
-     * noted already), so the depth counter is read; it is not raised:
-     * neither the sampler's note_free (which never allocates) nor the
-     * allocator's free calls a hook of ours, and the allocator is reached
-     * by a tail call with no frame of ours left. */
-    if (HK_LIKELY(snapprof_heap_note_free != NULL) && HK_LIKELY(HK_DEPTH == 0))
-        hk_note_free(p);
+    /* The common case: no sampled block in p's filter bucket, and the
+     * allocator is reached by a tail call. */
+    if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {
+        hk_free_slow(fn, p);
+        return;
+    }
     fn(p);
 }
 
