@@ -15,6 +15,7 @@
 #ifndef SNAPPROF_HEAP_HEAP_HOOK_ABI_H
 #define SNAPPROF_HEAP_HEAP_HOOK_ABI_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,17 +25,30 @@
  * then subtract n; otherwise (the countdown crossed, was never drawn, or
  * sampling started or stopped since) they call alloc_slow. */
 typedef struct snapprof__heap_hook_count {
-    uint64_t left;  /* bytes until the next sample; 0: none drawn */
+    uint64_t left; /* bytes until the next sample; 0: none drawn */
+    /* gen then depth: the hooks compare both in one 64-bit load (depth 0,
+     * gen current) on little-endian machines. */
     uint32_t gen;   /* the shared gen that left belongs to */
     uint32_t depth; /* the hooks' own reentry counter; the sampler leaves it */
 } snapprof__heap_hook_count_t;
+
+_Static_assert(offsetof(snapprof__heap_hook_count_t, depth) ==
+                   offsetof(snapprof__heap_hook_count_t, gen) + 4,
+               "gen and depth are read as one word");
 
 /* The filter: a counter per bucket of addresses, the number of sampled
  * blocks in the sampler's live set whose address falls in it. A free whose
  * bucket counts 0 was never sampled (or was freed already); only the others
  * look in the set. The sampler raises a bucket before the address goes into
  * the set (so before the program has it) and lowers it after the entry
- * left, so a free of a live sampled block always sees it above 0. */
+ * left, so a free of a live sampled block always sees it above 0.
+ *
+ * A stand-in sampler that defines only the public note functions (and so
+ * never attaches) is told of every free: the hooks set every bucket to 1
+ * when they resolve the allocator and find no slow path installed. The
+ * sampler zeroes them when it attaches, before any session starts (two
+ * threads resolving and attaching at once could leave them raised: then
+ * every free looks in the set, slower but still right). */
 #define SNAPPROF__HEAP_FILTER_BITS 16
 #define SNAPPROF__HEAP_FILTER_SIZE ((size_t)1 << SNAPPROF__HEAP_FILTER_BITS)
 
@@ -45,6 +59,13 @@ typedef struct snapprof__heap_hook_count {
 static inline size_t snapprof__heap_filter_index(uintptr_t a)
 {
     return (size_t)(a >> 4) & (SNAPPROF__HEAP_FILTER_SIZE - 1);
+}
+
+/* Zeroes the filter (an attaching sampler; see above). */
+static inline void snapprof__heap_filter_zero(_Atomic uint32_t *filter)
+{
+    for (size_t i = 0; i < SNAPPROF__HEAP_FILTER_SIZE; i++)
+        atomic_store_explicit(&filter[i], 0, memory_order_relaxed);
 }
 
 /* The sampler's slow path for an allocation of size bytes at ptr that the
@@ -60,11 +81,6 @@ typedef int (*snapprof__heap_hook_alloc_fn)(void *ptr, size_t size, snapprof__he
 typedef struct snapprof__heap_hook {
     _Atomic uint32_t filter[SNAPPROF__HEAP_FILTER_SIZE]; /* first: no offset to add */
     _Atomic uint32_t gen; /* bumped by the sampler at every start and stop */
-    /* 0 (as loaded): every free of a block goes to the slow path, for a
-     * stand-in sampler that knows only the public note functions; 1: the
-     * filter decides (set by the sampler when it attaches, and by the hooks
-     * when there is no sampler at all). */
-    _Atomic uint32_t filtered;
     _Atomic(snapprof__heap_hook_alloc_fn) alloc_slow; /* NULL until attached */
 } snapprof__heap_hook_t;
 

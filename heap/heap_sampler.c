@@ -203,7 +203,8 @@ __attribute__((constructor)) static void attach_hooks(void)
         return;
     snapprof__heap_hooks = h;
     atomic_store(&h->alloc_slow, hook_alloc);
-    atomic_store(&h->filtered, 1);
+    /* Raised by the hooks if they resolved before we got here. */
+    snapprof__heap_filter_zero(h->filter);
     hooks_changed();
 }
 

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if !defined(HK_DEPTH) || !defined(HK_COUNT) || !defined(HK_SHARED)
 #error "define HK_DEPTH, HK_COUNT and HK_SHARED before including heap_hook_core.h"
@@ -81,17 +82,20 @@ static inline __attribute__((always_inline)) void hk_disarm(void)
 
 /* The fast path of an allocation of n bytes, taken before the allocator is
  * called (so that malloc reaches it by a tail call): returns 1 when the
- * hook only forwards: an inner hook of this thread (the outer one notes),
- * or the countdown took n. Then the countdown is n less even if the
+ * hook only forwards: the countdown took n. Then the countdown is n less even if the
  * allocation fails; the distribution does not change (an exponential
  * countdown has no memory: what is left of it after any bytes is drawn
- * from the same law). Returns 0 when the caller goes the slow way. */
+ * from the same law). Returns 0 when the caller goes the slow way (also
+ * in an inner hook of this thread: the outer one notes). Little-endian. */
 static inline __attribute__((always_inline)) int hk_take(size_t n)
 {
-    if (HK_DEPTH != 0)
-        return 1;
     snapprof__heap_hook_count_t *c = &HK_COUNT;
-    if (HK_LIKELY(c->gen == atomic_load_explicit(&HK_SHARED.gen, memory_order_relaxed) &&
+    /* gen and depth in one load: equal to the shared gen only when no hook
+     * of ours runs on this thread (an inner hook goes the slow way, which
+     * only forwards). */
+    uint64_t key;
+    memcpy(&key, &c->gen, sizeof key);
+    if (HK_LIKELY(key == atomic_load_explicit(&HK_SHARED.gen, memory_order_relaxed) &&
                   n < c->left)) {
         c->left -= n;
         return 1;
@@ -131,14 +135,13 @@ static inline __attribute__((always_inline)) void hk_note_alloc(void *p, size_t 
     hk_alloc_slow(p, n);
 }
 
-/* 1 when a free of p (not NULL) must be told to the sampler: its filter
- * bucket is raised (p may be a live sampled block), or the sampler keeps no
- * filter (it did not attach). */
+/* 1 when a free of p must be told to the sampler: its filter bucket is
+ * raised (p may be a live sampled block; every bucket is, for a sampler
+ * that did not attach). */
 static inline __attribute__((always_inline)) int hk_free_maybe_sampled(const void *p)
 {
     return atomic_load_explicit(&HK_SHARED.filter[snapprof__heap_filter_index((uintptr_t)p)],
-                                memory_order_relaxed) != 0 ||
-           atomic_load_explicit(&HK_SHARED.filtered, memory_order_relaxed) == 0;
+                                memory_order_relaxed) != 0;
 }
 
 /* Before p is freed (or after a realloc freed it); as hk_note_alloc(). */

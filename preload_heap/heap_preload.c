@@ -54,6 +54,14 @@ static __thread int hk_resolving __attribute__((tls_model("initial-exec")));
 
 #define HK_LOAD(member) __atomic_load_n(&hk_real.member, __ATOMIC_ACQUIRE)
 
+/* What malloc and free call: the bootstrap's until the C functions are
+ * resolved, then the real ones (set by the resolve), so that their fast
+ * paths test no NULL. */
+static void *hk_malloc_booting(size_t n);
+static void hk_free_booting(void *p);
+static void *(*hk_call_malloc)(size_t) = hk_malloc_booting;
+static void (*hk_call_free)(void *) = hk_free_booting;
+
 /* The bootstrap buffer. Each block has a 16-byte header holding its size,
  * for realloc. Never reused: a few hundred bytes are taken in a process's
  * life. */
@@ -133,13 +141,23 @@ int snapprof__heap_preload_resolve(void)
     HK_RESOLVE(memalign);
     HK_RESOLVE(valloc);
     HK_RESOLVE(pvalloc);
-    /* No sampler at all: frees need not be told, the filter (all zero)
-     * decides. Before malloc and free are published. */
-    if (hk_no_sampler())
-        atomic_store_explicit(&HK_SHARED.filtered, 1, memory_order_relaxed);
+    /* A sampler that has not attached (a stand-in that knows only the
+     * public note functions, or libsnapprof.so before its constructor,
+     * which zeroes this again) is told of every free (heap_hook_abi.h).
+     * Once, before malloc and free are published. */
+    static int filled;
+    if (!hk_no_sampler() && atomic_load(&HK_SHARED.alloc_slow) == NULL &&
+        !__atomic_exchange_n(&filled, 1, __ATOMIC_RELAXED)) {
+        for (size_t i = 0; i < SNAPPROF__HEAP_FILTER_SIZE; i++)
+            atomic_store_explicit(&HK_SHARED.filter[i], 1, memory_order_relaxed);
+    }
     HK_RESOLVE(free);
     HK_RESOLVE(malloc);
 #undef HK_RESOLVE
+    if (HK_LOAD(malloc) != NULL && HK_LOAD(free) != NULL) {
+        __atomic_store_n(&hk_call_free, hk_real.free, __ATOMIC_RELEASE);
+        __atomic_store_n(&hk_call_malloc, hk_real.malloc, __ATOMIC_RELEASE);
+    }
     errno = e;
     hk_resolving = 0;
     HK_DEPTH = saved;
@@ -195,24 +213,31 @@ static __attribute__((noinline)) void *hk_malloc_slow(void *(*fn)(size_t), size_
         return fn(n);
     }
     void *p = fn(n);
-    hk_note_alloc(p, n);
+    /* Never a block of the bootstrap buffer: its free is ignored. */
+    if (!hk_in_boot(p))
+        hk_note_alloc(p, n);
     hk_leave();
     return p;
 }
 
 HK_EXPORT void *malloc(size_t n)
 {
-    void *(*fn)(size_t) = HK_LOAD(malloc);
-    if (HK_UNLIKELY(fn == NULL)) {
-        if (hk_booting())
-            return hk_boot_alloc(16, n);
-        fn = hk_real.malloc;
-    }
+    void *(*fn)(size_t) = __atomic_load_n(&hk_call_malloc, __ATOMIC_ACQUIRE);
     /* The common case: the countdown takes n, and the allocator is reached
      * by a tail call. */
     if (HK_LIKELY(hk_take(n)))
         return fn(n);
     return hk_malloc_slow(fn, n);
+}
+
+/* What malloc calls before the C functions are known (hk_call_malloc), or
+ * while this thread resolves them: the bootstrap buffer; after resolving,
+ * the allocator's malloc. malloc has counted n already. */
+static __attribute__((noinline)) void *hk_malloc_booting(size_t n)
+{
+    if (hk_booting())
+        return hk_boot_alloc(16, n);
+    return hk_real.malloc(n);
 }
 
 /* A free the filter did not rule out: told to the sampler, by the
@@ -221,33 +246,27 @@ HK_EXPORT void *malloc(size_t n)
  * (which never allocates) nor the allocator's free calls a hook of ours. */
 static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
 {
-    if (HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
+    if (p != NULL && HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
         snapprof_heap_note_free(p);
     fn(p);
 }
 
-/* free before the C functions are known, or while this thread resolves
- * them: after resolving, a free like any other. Out of line, so that free
- * itself needs no frame. */
+/* free before the C functions are known (hk_call_free), or while this
+ * thread resolves them: nothing of theirs can be freed yet; after
+ * resolving, the allocator's free. The filter was looked at already. */
 static __attribute__((noinline)) void hk_free_booting(void *p)
 {
     if (hk_booting())
-        return; /* cannot be ours to free: nothing was allocated yet */
-    if (HK_UNLIKELY(hk_free_maybe_sampled(p)))
-        hk_free_slow(hk_real.free, p);
-    else
-        hk_real.free(p);
+        return;
+    hk_real.free(p);
 }
 
 HK_EXPORT void free(void *p)
 {
-    void (*fn)(void *) = HK_LOAD(free);
-    if (HK_UNLIKELY(p == NULL || hk_in_boot(p)))
+    void (*fn)(void *) = __atomic_load_n(&hk_call_free, __ATOMIC_ACQUIRE);
+    /* free(NULL) goes on to the allocator's, which does nothing either. */
+    if (HK_UNLIKELY(hk_in_boot(p)))
         return;
-    if (HK_UNLIKELY(fn == NULL)) {
-        hk_free_booting(p);
-        return;
-    }
     /* The common case: no sampled block in p's filter bucket, and the
      * allocator is reached by a tail call. */
     if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {

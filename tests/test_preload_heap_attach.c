@@ -117,6 +117,6 @@ __attribute__((constructor)) static void ha_attach(void)
     if (h == NULL)
         return;
     atomic_store(&h->alloc_slow, ha_slow);
-    atomic_store(&h->filtered, 1);
+    snapprof__heap_filter_zero(h->filter);
     atomic_fetch_add(&h->gen, 1);
 }
