@@ -9,7 +9,7 @@
 # each of ROUNDS rounds (default 5) of TIME_N pairs (default 20000000),
 # median. Not a ctest: run by hand, e.g. `nice -n 19 bench/heap_hook_cost.sh
 # build`.
-# usage: [ROUNDS=R] [TIME_N=M] heap_hook_cost.sh BUILD_DIR [N]
+# usage: [ROUNDS=R] [TIME_N=M] [BEFORE=BUILD_DIR2] heap_hook_cost.sh BUILD_DIR [N]
 set -eu
 build=$(cd "$1" && pwd)
 n=${2:-100000}
@@ -63,12 +63,23 @@ time_n=${TIME_N:-20000000}
 ns() { # ns ENV... : the loop's thread CPU ns per pair, one run
   env "$@" "$tmp/loop" "$time_n" t
 }
-: >"$tmp/t_base"; : >"$tmp/t_hooks"; : >"$tmp/t_on"
+# BEFORE=OTHER_BUILD_DIR: that build's hooks measured too, in the same
+# rounds (its instruction counts as well).
+if [ -n "${BEFORE:-}" ]; then
+  before=$(cd "$BEFORE" && pwd)
+  bheap=$before/preload_heap/libsnapprof-heap.so
+  bpreload=$before/preload/libsnapprof-preload.so
+fi
+: >"$tmp/t_base"; : >"$tmp/t_hooks"; : >"$tmp/t_on"; : >"$tmp/b_hooks"; : >"$tmp/b_on"
 i=0
 while [ "$i" -lt "$rounds" ]; do
   ns X=1 >>"$tmp/t_base"
   ns LD_PRELOAD="$heap" >>"$tmp/t_hooks"
   ns LD_PRELOAD="$heap $preload" SNAPPROF_HEAP=1 SNAPPROF_OUTPUT="$tmp/p.pb.gz" >>"$tmp/t_on"
+  if [ -n "${BEFORE:-}" ]; then
+    ns LD_PRELOAD="$bheap" >>"$tmp/b_hooks"
+    ns LD_PRELOAD="$bheap $bpreload" SNAPPROF_HEAP=1 SNAPPROF_OUTPUT="$tmp/p.pb.gz" >>"$tmp/b_on"
+  fi
   i=$((i + 1))
 done
 median() { sort -n "$1" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -81,3 +92,13 @@ printf '  hooks preloaded, no sampler: %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$hooks
   "$(echo "$hooks - $base" | bc)" "$th" "$(echo "$th - $tb" | bc)"
 printf '  hooks + sampler (512 KiB):   %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$on" \
   "$(echo "$on - $base" | bc)" "$to" "$(echo "$to - $tb" | bc)"
+if [ -n "${BEFORE:-}" ]; then
+  bh=$(per_pair LD_PRELOAD="$bheap")
+  bo=$(per_pair LD_PRELOAD="$bheap $bpreload" SNAPPROF_HEAP=1 SNAPPROF_OUTPUT="$tmp/p.pb.gz")
+  tbh=$(median "$tmp/b_hooks"); tbo=$(median "$tmp/b_on")
+  echo "  $BEFORE:"
+  printf '  hooks preloaded, no sampler: %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$bh" \
+    "$(echo "$bh - $base" | bc)" "$tbh" "$(echo "$tbh - $tb" | bc)"
+  printf '  hooks + sampler (512 KiB):   %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$bo" \
+    "$(echo "$bo - $base" | bc)" "$tbo" "$(echo "$tbo - $tb" | bc)"
+fi
