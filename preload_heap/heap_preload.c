@@ -56,9 +56,16 @@ static __thread int hk_resolving __attribute__((tls_model("initial-exec")));
 
 /* What malloc and free call: the bootstrap's until the C functions are
  * resolved, then the real ones (set by the resolve), so that their fast
- * paths test no NULL. */
+ * paths test no NULL. free's is never the allocator's own once a block of
+ * the bootstrap buffer was given out (hk_free_boot_checked(), stored
+ * before the block is returned; the resolve only replaces the initial
+ * hk_free_booting(), by a compare-and-swap): so free itself need not check
+ * every pointer against the buffer, and in a process where dlsym never
+ * allocated (glibc 2.34 and later, when it finds what it looks for) it
+ * does not. */
 static void *hk_malloc_booting(size_t n);
 static void hk_free_booting(void *p);
+static void hk_free_boot_checked(void *p);
 static void *(*hk_call_malloc)(size_t) = hk_malloc_booting;
 static void (*hk_call_free)(void *) = hk_free_booting;
 
@@ -93,6 +100,8 @@ static void *hk_boot_alloc(size_t align, size_t n)
         if (__atomic_compare_exchange_n(&hk_boot_used, &old, end, 1, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED)) {
             memcpy(hk_boot + start - sizeof(size_t), &n, sizeof n);
+            /* Before the program can free the block. */
+            __atomic_store_n(&hk_call_free, hk_free_boot_checked, __ATOMIC_RELEASE);
             return hk_boot + start; /* zero: the buffer is never reused */
         }
     }
@@ -155,7 +164,9 @@ int snapprof__heap_preload_resolve(void)
     HK_RESOLVE(malloc);
 #undef HK_RESOLVE
     if (HK_LOAD(malloc) != NULL && HK_LOAD(free) != NULL) {
-        __atomic_store_n(&hk_call_free, hk_real.free, __ATOMIC_RELEASE);
+        void (*booting)(void *) = hk_free_booting;
+        __atomic_compare_exchange_n(&hk_call_free, &booting, hk_real.free, 0, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
         __atomic_store_n(&hk_call_malloc, hk_real.malloc, __ATOMIC_RELEASE);
     }
     errno = e;
@@ -242,11 +253,13 @@ static __attribute__((noinline)) void *hk_malloc_booting(size_t n)
 
 /* A free the filter did not rule out: told to the sampler, by the
  * outermost hook only (operator delete reaching free has told it), then
- * freed. The depth counter is not raised: neither the sampler's note_free
- * (which never allocates) nor the allocator's free calls a hook of ours. */
+ * freed (fn is hk_call_free's: it ignores blocks of the bootstrap buffer,
+ * which are never told). The depth counter is not raised: neither the
+ * sampler's note_free (which never allocates) nor the allocator's free
+ * calls a hook of ours. */
 static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
 {
-    if (p != NULL && HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
+    if (p != NULL && !hk_in_boot(p) && HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
         snapprof_heap_note_free(p);
     fn(p);
 }
@@ -256,19 +269,31 @@ static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
  * resolving, the allocator's free. The filter was looked at already. */
 static __attribute__((noinline)) void hk_free_booting(void *p)
 {
-    if (hk_booting())
+    if (hk_in_boot(p) || hk_booting())
         return;
+    hk_real.free(p);
+}
+
+/* free once a block of the bootstrap buffer was given out: its blocks are
+ * not the allocator's, and freeing them does nothing. */
+static void hk_free_boot_checked(void *p)
+{
+    if (hk_in_boot(p))
+        return;
+    if (HK_UNLIKELY(HK_LOAD(free) == NULL)) {
+        hk_free_booting(p);
+        return;
+    }
     hk_real.free(p);
 }
 
 HK_EXPORT void free(void *p)
 {
     void (*fn)(void *) = __atomic_load_n(&hk_call_free, __ATOMIC_ACQUIRE);
-    /* free(NULL) goes on to the allocator's, which does nothing either. */
-    if (HK_UNLIKELY(hk_in_boot(p)))
-        return;
     /* The common case: no sampled block in p's filter bucket, and the
-     * allocator is reached by a tail call. */
+     * allocator is reached by a tail call. free(NULL) goes on to the
+     * allocator's, which does nothing either; a block of the bootstrap
+     * buffer to fn, which ignores it (see hk_call_free). */
     if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {
         hk_free_slow(fn, p);
         return;

@@ -91,6 +91,7 @@ static void test_bootstrap_dlsym_allocates(void)
         run(&status, HEAP_LIB " " HEAP_CONSUMER " " HEAP_DLSYM " " HEAP_EARLY, HEAP_PROG, "boot");
     ASSERT_EQ(status, 0);
     ASSERT_CONTAINS(out, "ok boot");
+    ASSERT_CONTAINS(out, "freed a block of the bootstrap buffer");
     const char *b = strstr(out, "bootstrap buffer: ");
     ASSERT_NOT_NULL(b);
     ASSERT_GT(strtol(b + strlen("bootstrap buffer: "), NULL, 10), 0);
