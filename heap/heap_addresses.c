@@ -116,10 +116,34 @@ static int table_remove(table_t *t, uintptr_t a)
     return 0;
 }
 
+static int set_insert(uintptr_t a);
+
+/* The filter (heap_hook_abi.h) counts the set's entries by bucket: raised
+ * before an entry goes in, lowered after one went out, so that a remove
+ * that finds its bucket at 0 may stop there. The move between tables
+ * leaves it alone (an entry copied, then the original tombstoned). */
+static void filter_add(uintptr_t a, int delta)
+{
+    _Atomic uint32_t *f = &snapprof__heap_hooks->filter[snapprof__heap_filter_index(a)];
+    if (delta > 0)
+        atomic_fetch_add_explicit(f, 1, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(f, 1, memory_order_relaxed);
+}
+
 int snapprof__heap_set_insert(uintptr_t a)
 {
     if (a == EMPTY || a == TOMB)
         return -1;
+    filter_add(a, 1);
+    int rc = set_insert(a);
+    if (rc != 0)
+        filter_add(a, -1);
+    return rc;
+}
+
+static int set_insert(uintptr_t a)
+{
     for (;;) {
         table_t *t = atomic_load(&g_insert);
         if (!t)
@@ -142,11 +166,10 @@ int snapprof__heap_set_insert(uintptr_t a)
 
 int snapprof__heap_set_remove(uintptr_t a)
 {
-    /* The block's insert happened before the program had its address, so
-     * a free of a sampled block always sees the count above 0. */
-    if (atomic_load_explicit(&g_live, memory_order_relaxed) <= 0)
-        return 0;
-    if (a == EMPTY || a == TOMB)
+    /* The block's bucket was raised before its insert, which happened
+     * before the program had its address, so a free of a sampled block
+     * always sees it above 0. */
+    if (a == EMPTY || a == TOMB || !snapprof__heap_filter_hit(a))
         return 0;
     int tries = 0;
 restart:;
@@ -161,6 +184,7 @@ restart:;
          * it: removing it is right even in a table reused meanwhile. */
         if (table_remove(t, a)) {
             atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
+            filter_add(a, -1);
             return 1;
         }
     }
@@ -341,8 +365,10 @@ void snapprof__heap_set_clear(void)
             uintptr_t k = atomic_load_explicit(&t->keys[i], memory_order_acquire);
             if (k != EMPTY && k != TOMB &&
                 atomic_compare_exchange_strong_explicit(&t->keys[i], &k, TOMB, memory_order_acq_rel,
-                                                        memory_order_relaxed))
+                                                        memory_order_relaxed)) {
                 atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
+                filter_add(k, -1);
+            }
         }
     }
 }

@@ -599,6 +599,9 @@ void snapprof__heap_end(const void *owner)
     if (!snapprof__heap_owned_by(owner))
         return;
     atomic_store(&h->interval, 0);
+    /* The hooks' countdowns are taken again by the slow path, which finds
+     * sampling off (heap_hook_abi.h). */
+    atomic_fetch_add_explicit(&snapprof__heap_hooks->gen, 1, memory_order_release);
     snapprof__heap_set_clear();
     for (size_t i = 0; i < g.key_cap; i++)
         if (g.keys[i])

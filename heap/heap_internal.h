@@ -5,6 +5,7 @@
 #ifndef SNAPPROF_HEAP_INTERNAL_H
 #define SNAPPROF_HEAP_INTERNAL_H
 
+#include "heap/heap_hook_abi.h"
 #include "heap/heap_sampler.h"
 #include "labels/labels.h"
 #include "stack_copier/stack_copier_slots.h"
@@ -70,15 +71,27 @@ extern snapprof__heap_state_t snapprof__heap;
 /* The set of live sampled addresses (heap_addresses.c)                     */
 /* ------------------------------------------------------------------------ */
 
-/* Entries in the set: what a free looks at first (0: nothing to look up).
- * Read relaxed; the set's own. */
+/* Entries in the set. Read relaxed; the set's own. */
 extern _Atomic long snapprof__heap_live;
+
+/* The filter and gen shared with the allocation hooks (heap_hook_abi.h):
+ * theirs when their library is loaded, else this library's own. Set at
+ * construction, before any session. */
+extern snapprof__heap_hook_t *snapprof__heap_hooks;
+
+/* 1 when addr may be in the set (its filter bucket is raised): what a free
+ * looks at first. One relaxed load. */
+static inline int snapprof__heap_filter_hit(uintptr_t addr)
+{
+    return atomic_load_explicit(&snapprof__heap_hooks->filter[snapprof__heap_filter_index(addr)],
+                                memory_order_relaxed) != 0;
+}
 
 /* Adds addr. Returns 0, or -1 when the set is too full (the caller drops
  * the sample). Lock-free; no allocation. */
 int snapprof__heap_set_insert(uintptr_t addr);
 /* Removes one entry of addr. Returns 1 when there was one, 0 when not.
- * One relaxed load when the set is empty; else lock-free. */
+ * One relaxed load when addr's filter bucket is 0; else lock-free. */
 int snapprof__heap_set_remove(uintptr_t addr);
 /* 1 when an insert would find the set too full (a cheap look before the
  * capture). */

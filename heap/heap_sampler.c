@@ -21,14 +21,33 @@ static atomic_int g_rule_only; /* snapprof__heap_rule_only_for_test() */
 /* Per thread. Initial-exec TLS: no allocation on first use, valid until
  * the thread is gone (after its TLS destructors too). */
 typedef struct heap_tls {
-    int64_t countdown; /* bytes until the next sample; <= 0: draw or sample */
-    uint32_t guard;    /* nesting of the library's own code on this thread */
-    uint8_t drawn;     /* countdown was drawn */
-    uint8_t muted;     /* one of the library's threads */
-    uint64_t rng;      /* xorshift state; 0 until seeded */
+    uint64_t left;  /* bytes until the next sample (the note functions'); 0: not drawn */
+    uint32_t guard; /* nesting of the library's own code on this thread */
+    uint8_t muted;  /* one of the library's threads */
+    uint64_t rng;   /* xorshift state; 0 until seeded */
 } heap_tls_t;
 
 static __thread heap_tls_t tls __attribute__((tls_model("initial-exec")));
+
+/* The allocation hooks' shared state (heap_hook_abi.h), when their library
+ * is loaded: defined there, found here when this library is relocated. */
+extern snapprof__heap_hook_t snapprof__heap_hook_v1 __attribute__((weak, visibility("default")));
+
+/* The filter and gen the set and the sessions keep: the hooks' own when
+ * they are loaded (switched at this library's construction, before any
+ * session), else this library's (the note functions called by a program's
+ * own pools use the same filter). */
+static snapprof__heap_hook_t own_hook;
+snapprof__heap_hook_t *snapprof__heap_hooks = &own_hook;
+
+/* Sampling started or stopped: every thread's countdown in the hooks is
+ * taken again by the slow path (which reads the interval), and a thread
+ * draws a fresh countdown for a new session. Called after the interval is
+ * stored. */
+static void hooks_changed(void)
+{
+    atomic_fetch_add_explicit(&snapprof__heap_hooks->gen, 1, memory_order_release);
+}
 
 /* ------------------------------------------------------------------------ */
 /* The sampling rule                                                        */
@@ -92,23 +111,27 @@ static void seed(heap_tls_t *s)
     s->rng = x ? x : 1;
 }
 
-/* The countdown went to zero or below (or was never drawn). */
-static int sample_or_draw(uintptr_t addr, size_t size, size_t interval, uintptr_t caller_pc)
+/* The rule on one countdown: *left is the bytes until the next sample, 0
+ * when none was drawn. An allocation of size bytes that reaches it is
+ * sampled and the next countdown drawn afresh (Go's mallocgc: no carry-over),
+ * so each allocation of S bytes is sampled with probability 1 - exp(-S/R),
+ * independently of the others. The note functions keep one countdown per
+ * thread here, the hooks another in their own TLS (heap_hook_abi.h): each
+ * a Poisson process over the bytes it is told of. */
+static int apply_rule(uint64_t *left, uintptr_t addr, size_t size, size_t interval,
+                      uintptr_t caller_pc)
 {
     heap_tls_t *s = &tls;
     seed(s);
-    if (!s->drawn) {
-        /* A thread's first allocation draws its own interval (as every
-         * later one is drawn), then is sampled by it like any other. */
-        s->drawn = 1;
-        s->countdown = snapprof__heap_draw(&s->rng, interval) - (int64_t)size;
-        if (s->countdown > 0 || size > INT64_MAX)
-            return 0;
+    /* A thread's first allocation draws its own interval (as every later
+     * one is drawn), then is sampled by it like any other. */
+    if (*left == 0)
+        *left = (uint64_t)snapprof__heap_draw(&s->rng, interval);
+    if (size < *left) {
+        *left -= size;
+        return 0;
     }
-    /* The next interval starts after this allocation (Go's mallocgc: a
-     * fresh draw, no carry-over), so each allocation of S bytes is sampled
-     * with probability 1 - exp(-S/R), independently of the others. */
-    s->countdown = snapprof__heap_draw(&s->rng, interval);
+    *left = (uint64_t)snapprof__heap_draw(&s->rng, interval);
     if (s->guard || s->muted)
         return 0;
     if (atomic_load_explicit(&g_rule_only, memory_order_relaxed))
@@ -119,15 +142,15 @@ static int sample_or_draw(uintptr_t addr, size_t size, size_t interval, uintptr_
     return rc;
 }
 
-/* Not inlined into the callers: the fast path stays a subtract and a
- * compare. errno is the caller's afterwards (a capture may fail a system
+/* Not inlined into the callers: the fast path stays a compare and a
+ * subtract. errno is the caller's afterwards (a capture may fail a system
  * call: /proc/self/maps at the fd limit), so that the allocation hooks need
  * not save it on every call. */
 static __attribute__((noinline)) int slow_path(uintptr_t addr, size_t size, size_t interval,
                                                uintptr_t caller_pc)
 {
     int e = errno;
-    int rc = sample_or_draw(addr, size, interval, caller_pc);
+    int rc = apply_rule(&tls.left, addr, size, interval, caller_pc);
     errno = e;
     return rc;
 }
@@ -140,18 +163,59 @@ SNAPPROF_API __attribute__((noinline)) int snapprof_heap_note_alloc(void *ptr, s
     if (interval == 0)
         return 0;
     heap_tls_t *s = &tls;
-    if (size <= INT64_MAX && (s->countdown -= (int64_t)size) > 0)
+    if (size < s->left) {
+        s->left -= size;
         return 0;
+    }
     return slow_path((uintptr_t)ptr, size, interval, (uintptr_t)__builtin_return_address(0));
+}
+
+/* The hooks' slow path (heap_hook_abi.h): their countdown c did not take
+ * this allocation. gen is read before the interval, and a session's start
+ * or stop stores the interval before it bumps gen: a countdown marked with
+ * the new gen was set from the new interval. */
+static int hook_alloc(void *ptr, size_t size, snapprof__heap_hook_count_t *c, uintptr_t caller_pc)
+{
+    int e = errno;
+    uint32_t gen = atomic_load_explicit(&snapprof__heap_hooks->gen, memory_order_acquire);
+    size_t interval = atomic_load_explicit(&snapprof__heap.interval, memory_order_relaxed);
+    int rc = 0;
+    if (interval == 0) {
+        c->left = UINT64_MAX; /* no call until sampling starts (gen moves) */
+    } else {
+        if (c->gen != gen)
+            c->left = 0; /* a new session: the thread draws its own */
+        rc = apply_rule(&c->left, (uintptr_t)ptr, size, interval, caller_pc);
+    }
+    c->gen = gen;
+    errno = e;
+    return rc;
+}
+
+/* Attaches to the hooks' library when it is loaded: from now on its hooks
+ * count down in their own TLS and call hook_alloc() only when a countdown
+ * runs out, and frees look at the filter this library keeps. Runs before
+ * any session can start. */
+__attribute__((constructor)) static void attach_hooks(void)
+{
+    snapprof__heap_hook_t *h = &snapprof__heap_hook_v1;
+    if (h == NULL)
+        return;
+    snapprof__heap_hooks = h;
+    atomic_store(&h->alloc_slow, hook_alloc);
+    /* Raised by the hooks if they resolved before we got here. */
+    snapprof__heap_filter_zero(h->filter);
+    hooks_changed();
 }
 
 SNAPPROF_API int snapprof_heap_note_free(void *ptr)
 {
-    /* One relaxed load while no sampled block is live, here rather than
-     * in the set's code so that a free of the program pays no second
-     * call: the block's insert happened before the program had its
-     * address, so a free of a sampled block sees the count above 0. */
-    if (atomic_load_explicit(&snapprof__heap_live, memory_order_relaxed) <= 0 || ptr == NULL)
+    /* One relaxed load of the filter's bucket for a block never sampled,
+     * here rather than in the set's code so that a free of the program
+     * pays no second call: the bucket was raised before the block's insert,
+     * which happened before the program had its address, so a free of a
+     * sampled block sees it above 0. */
+    if (ptr == NULL || !snapprof__heap_filter_hit((uintptr_t)ptr))
         return 0;
     if (!snapprof__heap_set_remove((uintptr_t)ptr))
         return 0;
@@ -183,6 +247,7 @@ void snapprof__heap_rule_only_for_test(size_t interval)
 {
     atomic_store(&g_rule_only, interval != 0);
     atomic_store(&snapprof__heap.interval, interval);
+    hooks_changed();
 }
 
 void snapprof__heap_mute_thread(void)
@@ -219,6 +284,7 @@ static void on_capture(void *ctx, void *extra)
 static void fork_child(void)
 {
     atomic_store_explicit(&snapprof__heap.interval, 0, memory_order_relaxed);
+    hooks_changed();
     snapprof__heap.owner = NULL;
 }
 
@@ -268,13 +334,16 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
     atomic_store(&h->frees_lost, 0);
     atomic_store(&h->dropped_no_slot, 0);
     atomic_store(&h->interval, interval);
+    hooks_changed();
     return 0;
 }
 
 void snapprof__heap_pause(const void *owner)
 {
-    if (snapprof__heap.owner == owner)
+    if (snapprof__heap.owner == owner) {
         atomic_store(&snapprof__heap.interval, 0);
+        hooks_changed();
+    }
 }
 
 int snapprof__heap_owned_by(const void *owner)

@@ -20,7 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-__thread unsigned snapprof__heap_preload_depth __attribute__((tls_model("initial-exec")));
+__thread snapprof__heap_hook_count_t snapprof__heap_preload_count
+    __attribute__((tls_model("initial-exec")));
+
+/* All zero as loaded (heap/heap_hook_abi.h): no filter kept, every free
+ * told, until the sampler attaches (or resolve finds there is none). */
+snapprof__heap_hook_t snapprof__heap_preload_shared;
+extern snapprof__heap_hook_t snapprof__heap_hook_v1
+    __attribute__((alias("snapprof__heap_preload_shared"), visibility("default")));
 
 #include "preload_heap/heap_hook_core.h"
 
@@ -46,6 +53,21 @@ static hk_real_t hk_real;
 static __thread int hk_resolving __attribute__((tls_model("initial-exec")));
 
 #define HK_LOAD(member) __atomic_load_n(&hk_real.member, __ATOMIC_ACQUIRE)
+
+/* What malloc and free call: the bootstrap's until the C functions are
+ * resolved, then the real ones (set by the resolve), so that their fast
+ * paths test no NULL. free's is never the allocator's own once a block of
+ * the bootstrap buffer was given out (hk_free_boot_checked(), stored
+ * before the block is returned; the resolve only replaces the initial
+ * hk_free_booting(), by a compare-and-swap): so free itself need not check
+ * every pointer against the buffer, and in a process where dlsym never
+ * allocated (glibc 2.34 and later, when it finds what it looks for) it
+ * does not. */
+static void *hk_malloc_booting(size_t n);
+static void hk_free_booting(void *p);
+static void hk_free_boot_checked(void *p);
+static void *(*hk_call_malloc)(size_t) = hk_malloc_booting;
+static void (*hk_call_free)(void *) = hk_free_booting;
 
 /* The bootstrap buffer. Each block has a 16-byte header holding its size,
  * for realloc. Never reused: a few hundred bytes are taken in a process's
@@ -78,6 +100,8 @@ static void *hk_boot_alloc(size_t align, size_t n)
         if (__atomic_compare_exchange_n(&hk_boot_used, &old, end, 1, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED)) {
             memcpy(hk_boot + start - sizeof(size_t), &n, sizeof n);
+            /* Before the program can free the block. */
+            __atomic_store_n(&hk_call_free, hk_free_boot_checked, __ATOMIC_RELEASE);
             return hk_boot + start; /* zero: the buffer is never reused */
         }
     }
@@ -126,9 +150,25 @@ int snapprof__heap_preload_resolve(void)
     HK_RESOLVE(memalign);
     HK_RESOLVE(valloc);
     HK_RESOLVE(pvalloc);
+    /* A sampler that has not attached (a stand-in that knows only the
+     * public note functions, or libsnapprof.so before its constructor,
+     * which zeroes this again) is told of every free (heap_hook_abi.h).
+     * Once, before malloc and free are published. */
+    static int filled;
+    if (!hk_no_sampler() && atomic_load(&HK_SHARED.alloc_slow) == NULL &&
+        !__atomic_exchange_n(&filled, 1, __ATOMIC_RELAXED)) {
+        for (size_t i = 0; i < SNAPPROF__HEAP_FILTER_SIZE; i++)
+            atomic_store_explicit(&HK_SHARED.filter[i], 1, memory_order_relaxed);
+    }
     HK_RESOLVE(free);
     HK_RESOLVE(malloc);
 #undef HK_RESOLVE
+    if (HK_LOAD(malloc) != NULL && HK_LOAD(free) != NULL) {
+        void (*booting)(void *) = hk_free_booting;
+        __atomic_compare_exchange_n(&hk_call_free, &booting, hk_real.free, 0, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        __atomic_store_n(&hk_call_malloc, hk_real.malloc, __ATOMIC_RELEASE);
+    }
     errno = e;
     hk_resolving = 0;
     HK_DEPTH = saved;
@@ -174,39 +214,90 @@ void snapprof__heap_preload_real_free(void *p)
     hk_real.free(p);
 }
 
-HK_EXPORT void *malloc(size_t n)
+/* The countdown did not take this malloc (hk_take()): the sampler's slow
+ * path, or no sampler (then no call on this thread again). */
+static __attribute__((noinline)) void *hk_malloc_slow(void *(*fn)(size_t), size_t n)
 {
-    void *(*fn)(size_t) = HK_LOAD(malloc);
-    if (HK_UNLIKELY(fn == NULL)) {
-        if (hk_booting())
-            return hk_boot_alloc(16, n);
-        fn = hk_real.malloc;
-    }
-    if (!hk_enter())
+    if (!hk_enter()) {
+        if (hk_no_sampler())
+            hk_disarm();
         return fn(n);
+    }
     void *p = fn(n);
-    hk_note_alloc(p, n);
+    /* Never a block of the bootstrap buffer: its free is ignored. */
+    if (!hk_in_boot(p))
+        hk_note_alloc(p, n);
     hk_leave();
     return p;
 }
 
+HK_EXPORT void *malloc(size_t n)
+{
+    void *(*fn)(size_t) = __atomic_load_n(&hk_call_malloc, __ATOMIC_ACQUIRE);
+    /* The common case: the countdown takes n, and the allocator is reached
+     * by a tail call. */
+    if (HK_LIKELY(hk_take(n)))
+        return fn(n);
+    return hk_malloc_slow(fn, n);
+}
+
+/* What malloc calls before the C functions are known (hk_call_malloc), or
+ * while this thread resolves them: the bootstrap buffer; after resolving,
+ * the allocator's malloc. malloc has counted n already. */
+static __attribute__((noinline)) void *hk_malloc_booting(size_t n)
+{
+    if (hk_booting())
+        return hk_boot_alloc(16, n);
+    return hk_real.malloc(n);
+}
+
+/* A free the filter did not rule out: told to the sampler, by the
+ * outermost hook only (operator delete reaching free has told it), then
+ * freed (fn is hk_call_free's: it ignores blocks of the bootstrap buffer,
+ * which are never told). The depth counter is not raised: neither the
+ * sampler's note_free (which never allocates) nor the allocator's free
+ * calls a hook of ours. */
+static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
+{
+    if (p != NULL && !hk_in_boot(p) && HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
+        snapprof_heap_note_free(p);
+    fn(p);
+}
+
+/* free before the C functions are known (hk_call_free), or while this
+ * thread resolves them: nothing of theirs can be freed yet; after
+ * resolving, the allocator's free. The filter was looked at already. */
+static __attribute__((noinline)) void hk_free_booting(void *p)
+{
+    if (hk_in_boot(p) || hk_booting())
+        return;
+    hk_real.free(p);
+}
+
+/* free once a block of the bootstrap buffer was given out: its blocks are
+ * not the allocator's, and freeing them does nothing. */
+static void hk_free_boot_checked(void *p)
+{
+    if (hk_in_boot(p))
+        return;
+    if (HK_UNLIKELY(HK_LOAD(free) == NULL)) {
+        hk_free_booting(p);
+        return;
+    }
+    hk_real.free(p);
+}
+
 HK_EXPORT void free(void *p)
 {
-    void (*fn)(void *) = HK_LOAD(free);
-    if (HK_UNLIKELY(p == NULL || hk_in_boot(p)))
+    void (*fn)(void *) = __atomic_load_n(&hk_call_free, __ATOMIC_ACQUIRE);
+    /* The common case: no sampled block in p's filter bucket, and the
+     * allocator is reached by a tail call. free(NULL) goes on to the
+     * allocator's, which does nothing either; a block of the bootstrap
+     * buffer to fn, which ignores it (see hk_call_free). */
+    if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {
+        hk_free_slow(fn, p);
         return;
-    if (HK_UNLIKELY(fn == NULL)) {
-        if (hk_booting())
-            return; /* cannot be ours to free: nothing was allocated yet */
-        fn = hk_real.free;
     }
-    /* Only the outermost hook notes (operator delete reaching free has
-     * noted already), so the depth counter is read; it is not raised:
-     * neither the sampler's note_free (which never allocates) nor the
-     * allocator's free calls a hook of ours, and the allocator is reached
-     * by a tail call with no frame of ours left. */
-    if (HK_LIKELY(snapprof_heap_note_free != NULL) && HK_LIKELY(HK_DEPTH == 0))
-        hk_note_free(p);
     fn(p);
 }
 

@@ -9,9 +9,19 @@
 
 #define HK_EXPORT __attribute__((visibility("default")))
 
-/* The library's one reentry counter (heap_hook_core.h). */
-extern __thread unsigned snapprof__heap_preload_depth __attribute__((tls_model("initial-exec")));
-#define HK_DEPTH snapprof__heap_preload_depth
+#include "heap/heap_hook_abi.h"
+
+/* The library's one reentry counter, its threads' byte countdowns, and
+ * what it shares with the heap sampler (heap_hook_core.h). */
+extern __thread snapprof__heap_hook_count_t snapprof__heap_preload_count
+    __attribute__((tls_model("initial-exec")));
+#define HK_COUNT snapprof__heap_preload_count
+/* In the same TLS block as the countdown: one TLS offset for both. */
+#define HK_DEPTH snapprof__heap_preload_count.depth
+/* Exported as snapprof__heap_hook_v1 (heap_preload.c); this name is the
+ * library's own, reached without the GOT. */
+extern snapprof__heap_hook_t snapprof__heap_preload_shared __attribute__((visibility("hidden")));
+#define HK_SHARED snapprof__heap_preload_shared
 
 /* The next definitions of the C functions; resolves them (once, on the
  * first call of any thread) when they are not yet known. Never NULL for

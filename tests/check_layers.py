@@ -72,7 +72,7 @@ INTERFACE = {
     # The builders' callbacks as the sampler calls them.
     "profile_builder": ["profile_builder_calls.h"],
     # Heap sampling as the profiler drives it.
-    "heap": ["heap_sampler.h"],
+    "heap": ["heap_sampler.h", "heap_hook_abi.h"],
     # CPython frames: the capture, the refresh and the splice.
     "python": ["python.h"],
     # The defaults the preload shares with snapprof_params_init().

@@ -9,6 +9,17 @@ add_library(preload_heap_consumer SHARED test_preload_heap_consumer.c)
 target_compile_options(preload_heap_consumer PRIVATE ${SNAPPROF_WARNINGS})
 set_target_properties(preload_heap_consumer PROPERTIES C_VISIBILITY_PRESET hidden)
 
+# A stand-in for the sampler that attaches to the hooks' fast path
+# (heap/heap_hook_abi.h) with a fixed countdown, and the program that
+# checks what the hooks ask of it.
+add_library(preload_heap_attach SHARED test_preload_heap_attach.c)
+target_compile_options(preload_heap_attach PRIVATE ${SNAPPROF_WARNINGS})
+target_include_directories(preload_heap_attach PRIVATE ${PROJECT_SOURCE_DIR})
+set_target_properties(preload_heap_attach PROPERTIES C_VISIBILITY_PRESET hidden)
+add_executable(preload_heap_fast_prog test_preload_heap_fast_prog.c)
+target_compile_options(preload_heap_fast_prog PRIVATE ${SNAPPROF_WARNINGS} -fno-builtin)
+target_link_libraries(preload_heap_fast_prog PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+
 # Preloaded after the hooks: its constructor allocates before theirs runs.
 add_library(preload_heap_early SHARED test_preload_heap_early.c)
 target_compile_options(preload_heap_early PRIVATE ${SNAPPROF_WARNINGS})
@@ -45,6 +56,8 @@ target_compile_definitions(preload_heap PRIVATE
   HEAP_DLSYM="$<TARGET_FILE:preload_heap_dlsym>"
   HEAP_PROG="$<TARGET_FILE:preload_heap_prog>"
   HEAP_PROG_CXX="$<TARGET_FILE:preload_heap_prog_cxx>"
+  HEAP_ATTACH="$<TARGET_FILE:preload_heap_attach>"
+  HEAP_FAST_PROG="$<TARGET_FILE:preload_heap_fast_prog>"
   )
 add_dependencies(preload_heap snapprof_heap preload_heap_consumer preload_heap_early preload_heap_dlsym
-  preload_heap_prog preload_heap_prog_cxx)
+  preload_heap_prog preload_heap_prog_cxx preload_heap_attach preload_heap_fast_prog)

@@ -296,6 +296,74 @@ static void set_grows(void)
     printf("capacity %zu -> %zu\n", cap0, snapprof__heap_set_capacity());
 }
 
+/* 1 when every bucket of the filter reads 0. */
+static int filter_empty(void)
+{
+    for (size_t i = 0; i < SNAPPROF__HEAP_FILTER_SIZE; i++)
+        if (atomic_load(&snapprof__heap_hooks->filter[i]) != 0)
+            return 0;
+    return 1;
+}
+
+/* The filter a free looks at before the set (heap_hook_abi.h): a remove
+ * stops at a bucket that reads 0, so every live entry must keep its
+ * bucket raised: beside another address of the same bucket, as a
+ * duplicate entry, through the table's growth and moves; and a clear or
+ * the last remove lowers it again (or every free would look in the set
+ * for good). Bugs it catches: a bucket lowered by a failed remove or by a
+ * move (a sampled block's free then missed), one never lowered. */
+static void set_filter(void)
+{
+    pthread_mutex_lock(&maintain_lock);
+    ASSERT_OK(snapprof__heap_set_maintain());
+    snapprof__heap_set_clear();
+    pthread_mutex_unlock(&maintain_lock);
+    ASSERT(filter_empty());
+    const uintptr_t a = 0x7200000000, b = a + ((uintptr_t)16 << SNAPPROF__HEAP_FILTER_BITS);
+    ASSERT_EQ(snapprof__heap_filter_index(a), snapprof__heap_filter_index(b));
+    ASSERT(!snapprof__heap_filter_hit(a));
+    ASSERT_EQ(snapprof__heap_set_remove(a), 0);
+    ASSERT(filter_empty());
+    ASSERT_OK(snapprof__heap_set_insert(a));
+    ASSERT(snapprof__heap_filter_hit(a));
+    ASSERT_OK(snapprof__heap_set_insert(b));
+    ASSERT_EQ(snapprof__heap_set_remove(a), 1);
+    ASSERT_EQ(snapprof__heap_set_remove(a), 0); /* a failed remove lowers nothing */
+    ASSERT(snapprof__heap_filter_hit(b));
+    ASSERT_EQ(snapprof__heap_set_remove(b), 1);
+    ASSERT(filter_empty());
+    /* A duplicate: two entries, two removes. */
+    ASSERT_OK(snapprof__heap_set_insert(a));
+    ASSERT_OK(snapprof__heap_set_insert(a));
+    ASSERT_EQ(snapprof__heap_set_remove(a), 1);
+    ASSERT(snapprof__heap_filter_hit(a));
+    ASSERT_EQ(snapprof__heap_set_remove(a), 1);
+    ASSERT(filter_empty());
+    /* Through growth and moves: 40000 addresses, every one still raised. */
+    const uintptr_t base = 0x7300000000;
+    for (uintptr_t i = 0; i < 40000; i++) {
+        if (i % 1000 == 0) {
+            pthread_mutex_lock(&maintain_lock);
+            ASSERT_OK(snapprof__heap_set_maintain());
+            ASSERT_OK(snapprof__heap_set_maintain());
+            pthread_mutex_unlock(&maintain_lock);
+        }
+        ASSERT_OK(snapprof__heap_set_insert(base + i * 48));
+    }
+    for (uintptr_t i = 0; i < 40000; i++)
+        ASSERT(snapprof__heap_filter_hit(base + i * 48));
+    for (uintptr_t i = 0; i < 20000; i++)
+        ASSERT_EQ(snapprof__heap_set_remove(base + i * 48), 1);
+    for (uintptr_t i = 20000; i < 40000; i++)
+        ASSERT(snapprof__heap_filter_hit(base + i * 48));
+    /* A clear lowers what it removes. */
+    pthread_mutex_lock(&maintain_lock);
+    snapprof__heap_set_clear();
+    pthread_mutex_unlock(&maintain_lock);
+    ASSERT(filter_empty());
+    ASSERT_EQ(snapprof__heap_set_count(), 0);
+}
+
 static const test_case_t cases[] = {
     {"rule_scaled_estimate", rule_scaled_estimate},
     {"rule_first_allocation", rule_first_allocation},
@@ -303,6 +371,7 @@ static const test_case_t cases[] = {
     {"rule_unsampled_cost", rule_unsampled_cost},
     {"set_concurrent", set_concurrent},
     {"set_grows", set_grows},
+    {"set_filter", set_filter},
 };
 
 int main(int argc, char **argv)

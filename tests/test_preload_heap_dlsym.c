@@ -13,8 +13,21 @@ typedef void *(*dlsym_fn)(void *, const char *);
 
 static void *volatile sink_a, *volatile sink_b, *volatile sink_c;
 
+/* A block of the first call (the hooks resolving: the bootstrap buffer's),
+ * kept for the program to free after main has begun, when free goes
+ * straight to the allocator unless the hooks remember that the buffer gave
+ * blocks out (heap_preload.c, hk_call_free). */
+static void *volatile kept;
+
+__attribute__((visibility("default"))) void *test_heap_dlsym_kept(void)
+{
+    return kept;
+}
+
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
+    if (kept == NULL)
+        kept = malloc(24);
     sink_a = malloc(40);
     sink_b = calloc(3, 8);
     sink_b = realloc(sink_b, 200);

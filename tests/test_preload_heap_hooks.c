@@ -91,6 +91,7 @@ static void test_bootstrap_dlsym_allocates(void)
         run(&status, HEAP_LIB " " HEAP_CONSUMER " " HEAP_DLSYM " " HEAP_EARLY, HEAP_PROG, "boot");
     ASSERT_EQ(status, 0);
     ASSERT_CONTAINS(out, "ok boot");
+    ASSERT_CONTAINS(out, "freed a block of the bootstrap buffer");
     const char *b = strstr(out, "bootstrap buffer: ");
     ASSERT_NOT_NULL(b);
     ASSERT_GT(strtol(b + strlen("bootstrap buffer: "), NULL, 10), 0);
@@ -104,6 +105,16 @@ static void test_threads_fork(void)
     require_ok(HEAP_LIB " " HEAP_CONSUMER, HEAP_PROG, "threads", "as made");
 }
 
+/* The fast path against a stand-in sampler that attaches as libsnapprof.so
+ * does, with a fixed countdown (test_preload_heap_fast_prog.c says what is
+ * checked): a thread's first allocation and each crossing reach the slow
+ * path and nothing else does, a countdown is drawn afresh after a sample
+ * and for a new gen, and exactly the frees of sampled blocks are told. */
+static void test_fast_path(void)
+{
+    require_ok(HEAP_LIB " " HEAP_ATTACH, HEAP_FAST_PROG, "", "ok fast");
+}
+
 static const test_case_t cases[] = {
     {"c_functions", test_c_functions},
     {"counts_need_hooks", test_counts_need_hooks},
@@ -112,6 +123,7 @@ static const test_case_t cases[] = {
     {"bootstrap", test_bootstrap},
     {"bootstrap_dlsym_allocates", test_bootstrap_dlsym_allocates},
     {"threads_fork", test_threads_fork},
+    {"fast_path", test_fast_path},
 };
 
 int main(int argc, char **argv)

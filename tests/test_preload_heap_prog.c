@@ -289,6 +289,15 @@ static void mode_boot(void)
 {
     ASSERT(boot_block != NULL);
     free(boot_block);
+    /* With the allocating dlsym: a block of the bootstrap buffer, freed
+     * now (the allocator's free would abort on it). */
+    void *(*dlsym_kept)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "test_heap_dlsym_kept");
+    if (dlsym_kept != NULL) {
+        void *kept = dlsym_kept();
+        ASSERT(kept != NULL);
+        free(kept);
+        printf("freed a block of the bootstrap buffer\n");
+    }
     if (!size_fn)
         return;
     expect_size(BOOT_SIZE, 2, 2);

@@ -81,8 +81,9 @@ SNAPPROF_API int snapprof_heap_note_alloc(void *ptr, size_t size);
 
 /* Call before the block at ptr is freed (free, delete, the old block of a
  * realloc, a piece given back to a pool). When ptr is a sampled block that
- * is still live, records its free. One relaxed load while no sampled block
- * is live; else a lookup in a lock-free open-addressing set.
+ * is still live, records its free. One relaxed load when no live sampled
+ * block shares ptr's bucket of a 65536-bucket filter (the common case);
+ * else a lookup in a lock-free open-addressing set.
  *
  * If a sampled address is sampled again before its free was noted (the
  * free went another way, or the pool reused the memory without saying so),
