@@ -135,9 +135,7 @@ static const snapprof_builder_ops_t collector_ops = {
 
 snapprof_builder_t *uw_collector_builder(uw_collector_t *c)
 {
-    snapprof_builder_t *b;
-    ASSERT_OK(snapprof_builder_create(&collector_ops, c, &b));
-    return b;
+    return tu_builder(&collector_ops, c);
 }
 
 void uw_collector_free(uw_collector_t *c)
