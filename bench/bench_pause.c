@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,6 +714,25 @@ static void print_header(const config_t *cfg)
            cfg->floor_rebase ? ", then an in-place rebase of the copy (--floor-rebase)" : "");
 }
 
+/* A table of one measure per stack size: title, then a row of snapprof's
+ * and the floor's p50 and p99 and their ratios, each row named name. The
+ * measure is the double at offset p50 of result_t, its p99 the next. */
+static void print_p50_p99(const char *title, const char *name, const result_t *sp,
+                          const result_t *fl, size_t p50)
+{
+    char label[32];
+    size_t f = p50 / sizeof(double);
+    printf("%s", title);
+    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "", "", "snap p50",
+           "p99", "floor p50", "p99", "x p50", "x p99");
+    for (size_t i = 0; i < SIZE_COUNT; i++) {
+        const double *s = (const double *)&sp[i], *l = (const double *)&fl[i];
+        size_label(label, sizeof label, k_sizes[i]);
+        printf("%-9s %-7s %9s %9s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", name, label, "", "",
+               s[f], s[f + 1], l[f], l[f + 1], ratio(s[f], l[f]), ratio(s[f + 1], l[f + 1]));
+    }
+}
+
 static void print_pause(const result_t *sp, const result_t *fl)
 {
     char label[32];
@@ -726,15 +746,8 @@ static void print_pause(const result_t *sp, const result_t *fl)
                fl[i].pause_p99, ratio(sp[i].pause_p50, fl[i].pause_p50),
                ratio(sp[i].pause_p99, fl[i].pause_p99));
     }
-    printf("\n   Round trip on the sampler's side (signal sent to handshake seen), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "", "", "snap p50",
-           "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %9s %9s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "roundtrip", label,
-               "", "", sp[i].rt_p50, sp[i].rt_p99, fl[i].rt_p50, fl[i].rt_p99,
-               ratio(sp[i].rt_p50, fl[i].rt_p50), ratio(sp[i].rt_p99, fl[i].rt_p99));
-    }
+    print_p50_p99("\n   Round trip on the sampler's side (signal sent to handshake seen), ns\n",
+                  "roundtrip", sp, fl, offsetof(result_t, rt_p50));
     printf("\n   Target off its work, seen by its own clock loop (signal delivery + handler +\n"
            "   return; the gap around each handler entry), ns\n");
     printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "found", "found",
@@ -746,17 +759,9 @@ static void print_pause(const result_t *sp, const result_t *fl)
                fl[i].off_p50, fl[i].off_p99, ratio(sp[i].off_p50, fl[i].off_p50),
                ratio(sp[i].off_p99, fl[i].off_p99));
     }
-    printf("\n   Of that, from handler entry until the target is back at work (handler +\n"
-           "   signal return), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "", "", "snap p50",
-           "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %9s %9s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "resume", label, "",
-               "", sp[i].resume_p50, sp[i].resume_p99, fl[i].resume_p50, fl[i].resume_p99,
-               ratio(sp[i].resume_p50, fl[i].resume_p50),
-               ratio(sp[i].resume_p99, fl[i].resume_p99));
-    }
+    print_p50_p99("\n   Of that, from handler entry until the target is back at work (handler +\n"
+                  "   signal return), ns\n",
+                  "resume", sp, fl, offsetof(result_t, resume_p50));
 }
 
 static void print_cpu(const result_t *sp, const result_t *fl)
