@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,50 +714,61 @@ static void print_header(const config_t *cfg)
            cfg->floor_rebase ? ", then an in-place rebase of the copy (--floor-rebase)" : "");
 }
 
+/* The two columns that open a row of a print_p50_p99 table (19 chars). */
+typedef void lead_fn(char *out, size_t size, const result_t *sp, const result_t *fl);
+
+static void lead_none(char *out, size_t size, const result_t *sp, const result_t *fl)
+{
+    (void)sp, (void)fl;
+    snprintf(out, size, "%9s %9s", "", "");
+}
+
+static void lead_bytes(char *out, size_t size, const result_t *sp, const result_t *fl)
+{
+    (void)fl;
+    snprintf(out, size, "%9.0f %9.0f", sp->held, sp->copied);
+}
+
+static void lead_found(char *out, size_t size, const result_t *sp, const result_t *fl)
+{
+    snprintf(out, size, "%8.0f%% %8.0f%%", sp->off_found * 100, fl->off_found * 100);
+}
+
+/* A table of one measure per stack size: title, the header (h1 and h2 over
+ * the columns lead writes), then a row named name a size: lead's columns,
+ * snapprof's and the floor's p50 and p99, and their ratios. The measure is
+ * the double at offset p50 of result_t, its p99 the next. */
+static void print_p50_p99(const char *title, const char *h1, const char *h2, lead_fn *lead,
+                          const char *name, const result_t *sp, const result_t *fl, size_t p50)
+{
+    char label[32], cols[64];
+    size_t f = p50 / sizeof(double);
+    printf("%s", title);
+    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", h1, h2, "snap p50",
+           "p99", "floor p50", "p99", "x p50", "x p99");
+    for (size_t i = 0; i < SIZE_COUNT; i++) {
+        const double *s = (const double *)&sp[i], *l = (const double *)&fl[i];
+        size_label(label, sizeof label, k_sizes[i]);
+        lead(cols, sizeof cols, &sp[i], &fl[i]);
+        printf("%-9s %-7s %s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", name, label, cols, s[f],
+               s[f + 1], l[f], l[f + 1], ratio(s[f], l[f]), ratio(s[f + 1], l[f + 1]));
+    }
+}
+
 static void print_pause(const result_t *sp, const result_t *fl)
 {
-    char label[32];
-    printf("\n1. Target pause per sample, in the handler (entry clock to the futex wake), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "held(B)", "copied(B)",
-           "snap p50", "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %9.0f %9.0f | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "pause", label,
-               sp[i].held, sp[i].copied, sp[i].pause_p50, sp[i].pause_p99, fl[i].pause_p50,
-               fl[i].pause_p99, ratio(sp[i].pause_p50, fl[i].pause_p50),
-               ratio(sp[i].pause_p99, fl[i].pause_p99));
-    }
-    printf("\n   Round trip on the sampler's side (signal sent to handshake seen), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "", "", "snap p50",
-           "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %9s %9s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "roundtrip", label,
-               "", "", sp[i].rt_p50, sp[i].rt_p99, fl[i].rt_p50, fl[i].rt_p99,
-               ratio(sp[i].rt_p50, fl[i].rt_p50), ratio(sp[i].rt_p99, fl[i].rt_p99));
-    }
-    printf("\n   Target off its work, seen by its own clock loop (signal delivery + handler +\n"
-           "   return; the gap around each handler entry), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "found", "found",
-           "snap p50", "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %8.0f%% %8.0f%% | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "offwork",
-               label, sp[i].off_found * 100, fl[i].off_found * 100, sp[i].off_p50, sp[i].off_p99,
-               fl[i].off_p50, fl[i].off_p99, ratio(sp[i].off_p50, fl[i].off_p50),
-               ratio(sp[i].off_p99, fl[i].off_p99));
-    }
-    printf("\n   Of that, from handler entry until the target is back at work (handler +\n"
-           "   signal return), ns\n");
-    printf("%-9s %-7s %9s %9s | %8s %8s | %8s %8s | %6s %6s\n", "", "stack", "", "", "snap p50",
-           "p99", "floor p50", "p99", "x p50", "x p99");
-    for (size_t i = 0; i < SIZE_COUNT; i++) {
-        size_label(label, sizeof label, k_sizes[i]);
-        printf("%-9s %-7s %9s %9s | %8.0f %8.0f | %8.0f %8.0f | %6.2f %6.2f\n", "resume", label, "",
-               "", sp[i].resume_p50, sp[i].resume_p99, fl[i].resume_p50, fl[i].resume_p99,
-               ratio(sp[i].resume_p50, fl[i].resume_p50),
-               ratio(sp[i].resume_p99, fl[i].resume_p99));
-    }
+    print_p50_p99(
+        "\n1. Target pause per sample, in the handler (entry clock to the futex wake), ns\n",
+        "held(B)", "copied(B)", lead_bytes, "pause", sp, fl, offsetof(result_t, pause_p50));
+    print_p50_p99("\n   Round trip on the sampler's side (signal sent to handshake seen), ns\n", "",
+                  "", lead_none, "roundtrip", sp, fl, offsetof(result_t, rt_p50));
+    print_p50_p99(
+        "\n   Target off its work, seen by its own clock loop (signal delivery + handler +\n"
+        "   return; the gap around each handler entry), ns\n",
+        "found", "found", lead_found, "offwork", sp, fl, offsetof(result_t, off_p50));
+    print_p50_p99("\n   Of that, from handler entry until the target is back at work (handler +\n"
+                  "   signal return), ns\n",
+                  "", "", lead_none, "resume", sp, fl, offsetof(result_t, resume_p50));
 }
 
 static void print_cpu(const result_t *sp, const result_t *fl)

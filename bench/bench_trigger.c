@@ -505,15 +505,13 @@ static void run_spin(void)
 
 int main(int argc, char **argv)
 {
-    bench_usage_text =
+    const char *mode = bench_mode(
+        argc, argv,
         "usage: bench_trigger ratio --threads N (--cpu-seconds S | --iters N) [--floor HZ]\n"
         "       bench_trigger eintr --busy N --cpu-seconds S\n"
         "       bench_trigger churn --threads-total N --creators C --units U\n"
         "       bench_trigger calibrate\n"
-        "       bench_trigger spin\n";
-    if (argc < 2)
-        bench_usage();
-    const char *mode = argv[1];
+        "       bench_trigger spin\n");
     uint64_t threads = 0, iters = 0, budget = 0, floor_hz = 0, busy = 0, total = 0, creators = 0,
              units = 0;
     const bench_opt_t opts[] = {

@@ -67,12 +67,20 @@ void bench_print_machine(const char *lead, const bench_cpu_times_t *a, const ben
            100.0 * (double)(d[3] + d[4]) / (double)total, 100.0 * (double)d[7] / (double)total);
 }
 
-const char *bench_usage_text = "usage: see the source\n";
+static const char *bench_usage_text = "usage: see the source\n";
 
 void bench_usage(void)
 {
     fputs(bench_usage_text, stderr);
     exit(2);
+}
+
+const char *bench_mode(int argc, char **argv, const char *usage)
+{
+    bench_usage_text = usage;
+    if (argc < 2)
+        bench_usage();
+    return argv[1];
 }
 
 uint64_t bench_number(const char *v)

@@ -47,10 +47,12 @@ static inline uint64_t bench_rand(uint64_t *s)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* The usage message bench_usage prints (set it first in main). */
-extern const char *bench_usage_text;
-/* Prints the usage message to stderr and exits 2. */
+/* Prints the usage message (the one bench_mode was given) to stderr and
+ * exits 2. */
 void bench_usage(void) __attribute__((noreturn));
+/* The start of a main() with modes: makes usage the usage message and
+ * returns the mode, argv[1] (no mode is a usage error). */
+const char *bench_mode(int argc, char **argv, const char *usage);
 
 /* Parsers of an option's value; a bad one is a usage error. */
 uint64_t bench_number(const char *v);     /* a whole number */

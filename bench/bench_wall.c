@@ -443,13 +443,12 @@ static int run_calibrate(void)
 
 int main(int argc, char **argv)
 {
-    bench_usage_text = "usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]\n"
-                       "       bench_wall cost --threads N --seconds S (--blocked | --wait-us W) "
-                       "[--stack-kib K]\n"
-                       "       bench_wall calibrate\n";
-    if (argc < 2)
-        bench_usage();
-    const char *mode = argv[1];
+    const char *mode =
+        bench_mode(argc, argv,
+                   "usage: bench_wall sleepers --seconds S [--wait-us W] [--work-us U]\n"
+                   "       bench_wall cost --threads N --seconds S (--blocked | --wait-us W) "
+                   "[--stack-kib K]\n"
+                   "       bench_wall calibrate\n");
     uint64_t run_ns = 0, wait_us = 2000, work_us = 300, threads = 0, stack_kib = 0, blocked = 0;
     int wait_given = 0;
     const bench_opt_t opts[] = {

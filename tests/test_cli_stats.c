@@ -304,12 +304,10 @@ static void test_bad_file(void)
 static void test_merged(void)
 {
     const char *a = path_in("a.pb.gz"), *b = path_in("b.pb.gz"), *m = path_in("m.pb.gz");
-    snapprof_stats_t st;
-    memset(&st, 0, sizeof st);
-    st.samples = 70;
-    st.cpu_ns_total = 700000000;
-    st.cpu_ns_sampled = 700000000;
-    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
+    snapprof_stats_t st = {.samples = 70,
+                           .cpu_ns_total = 700000000,
+                           .cpu_ns_sampled = 700000000,
+                           .threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1};
     profile_named(a, "merged_fn");
     snapprof_builder_t *bb = pbt_create(b);
     ASSERT_OK(pbt_complete(bb, SNAPPROF_MODE_CPU, &st));
@@ -337,18 +335,10 @@ static void test_headline(void)
     snapprof_stats_t st;
     memset(&st, 0, sizeof st);
     st.samples = 4012;
-    st.failed[SNAPPROF_FAIL_THREAD_EXITED] = 2;
-    st.failed[SNAPPROF_FAIL_TIMEOUT] = 10;
-    st.failed_total = 12;
-    st.samples_dropped = 3;
-    st.truncated_copy = 1;
-    st.truncated_depth = 4;
-    st.unwind_aborted = 5;
+    pbt_add_losses(&st);
     st.events_lost = 2;
     st.cpu_ns_total = 41750000000ull;
     st.cpu_ns_sampled = st.cpu_ns_total / 4 * 3;
-    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 3;
-    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
     st.pause_p50_ns = 900;
     st.pause_p99_ns = 20479;
     st.pause_max_ns = 23000;

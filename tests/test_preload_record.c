@@ -16,17 +16,39 @@
 
 /* In a fresh directory (tag), runs `snapprof record ARGS`, ARGS made from
  * fmt; returns its output and stores its exit status in *st. */
+static char *record_v(const char *tag, int *st, const char *fmt, va_list ap)
+{
+    pl_setup(tag);
+    char args[4096];
+    vsnprintf(args, sizeof args, fmt, ap);
+    return pl_run(st, "cd %s && %s record %s", pl_dir, CLI, args);
+}
+
 static char *record_in(const char *tag, int *st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static char *record_in(const char *tag, int *st, const char *fmt, ...)
 {
-    pl_setup(tag);
-    char args[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
+    char *text = record_v(tag, st, fmt, ap);
     va_end(ap);
-    return pl_run(st, "cd %s && %s record %s", pl_dir, CLI, args);
+    return text;
+}
+
+/* record_in() for a run that must succeed: the test fails unless `record`
+ * exits 0 (its output is printed first when it does not). */
+static char *record_ok(const char *tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *record_ok(const char *tag, const char *fmt, ...)
+{
+    int st;
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = record_v(tag, &st, fmt, ap);
+    va_end(ap);
+    if (st != 0)
+        printf("%s", text);
+    ASSERT_EQ(st, 0);
+    return text;
 }
 
 static char *path_in(const char *name)
@@ -266,9 +288,7 @@ static void test_go_cgo_return_checkpoint_off(void)
 static void test_stripped_module(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-stripped", &st, "-F 1000 -o s.pb.gz -- %s", STRIPPED_PROG);
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-stripped", "-F 1000 -o s.pb.gz -- %s", STRIPPED_PROG);
     char want[256];
     snprintf(want, sizeof want, "%% of the samples stop in %s, which has no symbols there",
              STRIPPED_LIB);
@@ -387,12 +407,10 @@ static void test_no_sample_children(void)
 static void test_pipeline(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-pipeline", &st,
+    char *text = record_ok("rec-pipeline",
                            "-F 1000 -o p.pb.gz -- /bin/sh -c "
                            "'%s burn hot_a 300 | %s burn hot_b 300 | gzip -1 > out.gz'",
                            PROG, PROG);
-    ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "4 processes");
     ASSERT_CONTAINS(text, "  sh (pid ");
     ASSERT(pl_exists(path_in("p.pb.gz")));
@@ -424,9 +442,7 @@ static void test_pipeline(void)
 static void test_fork_exec(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-forkexec", &st, "-F 1000 -o f.pb.gz -- %s forkexec 300", PROG);
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-forkexec", "-F 1000 -o f.pb.gz -- %s forkexec 300", PROG);
     int execd, forked;
     const char *c = strstr(text, "children ");
     ASSERT_NOT_NULL(c);
@@ -445,10 +461,8 @@ static void test_fork_exec(void)
 static void test_fork_stop(void)
 {
     pl_skip_if_sanitized();
-    int st;
     char *text =
-        record_in("rec-forkstop", &st, "-F 1000 --fork stop -o f.pb.gz -- %s forkexec 300", PROG);
-    ASSERT_EQ(st, 0);
+        record_ok("rec-forkstop", "-F 1000 --fork stop -o f.pb.gz -- %s forkexec 300", PROG);
     pl_require_fn(path_in("f.pb.gz"), "", "hot_fork_parent", 1);
     ASSERT_EQ(count_pid_files("f", ".pb.gz"), 0);
     ASSERT_EQ(pl_count_prefix(pl_dir, "f."), 1);
@@ -471,12 +485,22 @@ static void require_child_fn(const char *fn)
 static void test_fork_from_thread(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-forkthread", &st, "-F 1000 -o f.pb.gz -- %s fork_thread 300", PROG);
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-forkthread", "-F 1000 -o f.pb.gz -- %s fork_thread 300", PROG);
     require_child_fn("hot_thread_fork_child");
     ASSERT(strstr(text, "sp_out_of_range") == NULL);
     free(text);
+}
+
+/* Records PROG's mode (a thread ends with pthread_exit()) into out at
+ * 1 kHz, stderr with stdout: `record` must exit 0 and the program's atexit
+ * handlers must have run. */
+static char *record_pthread_exit(const char *tag, const char *out, const char *mode)
+{
+    pl_skip_if_sanitized();
+    char *text = record_ok(tag, "-F 1000 -o %s -- %s %s 200 2>&1", out, PROG, mode);
+    printf("%s", text);
+    ASSERT_CONTAINS(text, "atexit ran");
+    return text;
 }
 
 /* The program's first thread calls pthread_exit() and its last thread ends
@@ -486,13 +510,7 @@ static void test_fork_from_thread(void)
  * bench/python_reliability.sh). It must end, and its profile be written. */
 static void test_main_pthread_exit(void)
 {
-    pl_skip_if_sanitized();
-    int st;
-    char *text =
-        record_in("rec-mainexit", &st, "-F 1000 -o m.pb.gz -- %s main_exit 200 2>&1", PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
-    ASSERT_CONTAINS(text, "atexit ran");
+    char *text = record_pthread_exit("rec-mainexit", "m.pb.gz", "main_exit");
     ASSERT_CONTAINS(text, "exited with status 0");
     pl_require_fn(path_in("m.pb.gz"), "", "hot_after_main_exit", 1);
     free(text);
@@ -503,13 +521,7 @@ static void test_main_pthread_exit(void)
  * its parent waits for it. */
 static void test_fork_thread_pthread_exit(void)
 {
-    pl_skip_if_sanitized();
-    int st;
-    char *text =
-        record_in("rec-forkexit", &st, "-F 1000 -o f.pb.gz -- %s fork_thread_exit 200 2>&1", PROG);
-    printf("%s", text);
-    ASSERT_EQ(st, 0);
-    ASSERT_CONTAINS(text, "atexit ran");
+    char *text = record_pthread_exit("rec-forkexit", "f.pb.gz", "fork_thread_exit");
     require_child_fn("hot_thread_fork_child");
     free(text);
 }
@@ -731,10 +743,8 @@ static void test_faults_env(void)
 static void test_duration(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-duration", &st,
-                           "-F 1000 --duration 0.2 -o d.pb.gz -- %s burn hot_a 1500", PROG);
-    ASSERT_EQ(st, 0);
+    char *text =
+        record_ok("rec-duration", "-F 1000 --duration 0.2 -o d.pb.gz -- %s burn hot_a 1500", PROG);
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "sampling stopped after --duration");
     pl_require_fn(path_in("d.pb.gz"), "", "hot_a", 1);
@@ -746,10 +756,8 @@ static void test_duration(void)
 static void test_trigger_timer(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-timer", &st,
-                           "--trigger timer -F 1000 -o t.pb.gz -- %s burn hot_a 300", PROG);
-    ASSERT_EQ(st, 0);
+    char *text =
+        record_ok("rec-timer", "--trigger timer -F 1000 -o t.pb.gz -- %s burn hot_a 300", PROG);
     ASSERT_CONTAINS(text, " Hz per CPU-second of 1000 Hz requested, trigger timer; ");
     ASSERT_CONTAINS(text, "snapprof:   the timer trigger fires at the kernel's tick: ");
     free(text);
@@ -764,9 +772,7 @@ static void test_trigger_timer(void)
 static void test_wall(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-wall", &st, "--wall -F 200 -o w.pb.gz -- sleep 0.5");
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-wall", "--wall -F 200 -o w.pb.gz -- sleep 0.5");
     ASSERT_CONTAINS(text, " samples from 1 thread in ");
     /* The trigger that ran (the default signals blocked threads too). */
     ASSERT_CONTAINS(text, ", 200 Hz of wall time requested, trigger ");
@@ -788,12 +794,10 @@ static void test_wall(void)
 static void test_wall_proc(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-wall-proc", &st,
+    char *text = record_ok("rec-wall-proc",
                            "--wall --wall-blocked proc --trigger auto -F 1000 -o "
                            "w.pb.gz -- %s sleepers 600",
                            PROG);
-    ASSERT_EQ(st, 0);
     /* With a perf event timing the running threads' captures nothing
      * signals a thread inside a system call; a CPU timer's signal (where
      * perf_event_open is refused) can fall in one. */
@@ -850,11 +854,9 @@ static long long stat_of(const char *profile, const char *key)
 static void test_wall_stale_records(void)
 {
     pl_skip_if_sanitized();
-    int st;
     char *text =
-        record_in("rec-wall-stale", &st, "--wall --wall-blocked proc -F 100 -o s.pb.gz -- %s 1000",
+        record_ok("rec-wall-stale", "--wall --wall-blocked proc -F 100 -o s.pb.gz -- %s 1000",
                   WALL_STALE_PROG);
-    ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "wall_stale_prog: done");
     const char *prof = path_in("s.pb.gz");
     char *traces = tu_pprof_ok("-traces -tagfocus=syscall=read", prof);
@@ -1086,8 +1088,7 @@ static void test_format_folded(void)
 {
     pl_skip_if_sanitized();
     int st;
-    char *text = record_in("rec-folded", &st, "-F 1000 -o f.folded -- %s burn hot_a 300", PROG);
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-folded", "-F 1000 -o f.folded -- %s burn hot_a 300", PROG);
     ASSERT_CONTAINS(text, "folded stacks written to ");
     ASSERT(strstr(text, "go tool pprof") == NULL);
     require_folded(path_in("f.folded"), "hot_a");
@@ -1103,9 +1104,7 @@ static void test_format_folded(void)
 static void test_format_trace(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-trace", &st, "-F 1000 -o t.json -- %s burn hot_a 300", PROG);
-    ASSERT_EQ(st, 0);
+    char *text = record_ok("rec-trace", "-F 1000 -o t.json -- %s burn hot_a 300", PROG);
     ASSERT_CONTAINS(text, "trace events written to ");
     require_trace(path_in("t.json"), "hot_a");
     free(text);
@@ -1116,11 +1115,10 @@ static void test_format_list(void)
 {
     pl_skip_if_sanitized();
     int st;
-    char *text = record_in("rec-formats", &st,
+    char *text = record_ok("rec-formats",
                            "-F 1000 --format pprof,folded --format=trace -o prof "
                            "-- %s burn hot_a 300",
                            PROG);
-    ASSERT_EQ(st, 0);
     pl_require_fn(path_in("prof.pb.gz"), "", "hot_a", 1);
     require_folded(path_in("prof.folded"), "hot_a");
     require_trace(path_in("prof.json"), "hot_a");
@@ -1140,12 +1138,10 @@ static void test_format_list(void)
 static void test_several_outputs_fork(void)
 {
     pl_skip_if_sanitized();
-    int st;
-    char *text = record_in("rec-several", &st,
+    char *text = record_ok("rec-several",
                            "-F 1000 -o a.pb.gz -o b.folded -o c.json -- %s "
                            "forkexec 300",
                            PROG);
-    ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(text, "3 processes");
     int execd, forked;
     const char *c = strstr(text, "children ");

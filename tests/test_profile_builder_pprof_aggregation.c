@@ -23,15 +23,7 @@ static uint64_t total_cpu, total_wall, total_count;
 static void add(const snapprof_frame_t *frames, size_t n, pid_t tid, const char *thread,
                 const snapprof_label_t *labels, size_t n_labels, uint64_t cpu, uint64_t wall)
 {
-    snapprof_sample_t s = {.frames = frames,
-                           .frame_count = n,
-                           .cpu_ns = cpu,
-                           .wall_ns = wall,
-                           .tid = tid,
-                           .thread_name = thread,
-                           .labels = labels,
-                           .label_count = n_labels};
-    pbt_sample(builder, &s);
+    pbt_feed(builder, frames, n, tid, thread, labels, n_labels, cpu, wall, 1);
     total_cpu += cpu;
     total_wall += wall;
     total_count++;

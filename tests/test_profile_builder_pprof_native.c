@@ -51,15 +51,7 @@ static snapprof_frame_t native(void (*fn)(void))
 static void add(snapprof_builder_t *b, void (*leaf)(void), int count)
 {
     snapprof_frame_t frames[] = {native(leaf), native(pb_native_caller)};
-    for (int i = 0; i < count; i++) {
-        snapprof_sample_t s = {.frames = frames,
-                               .frame_count = 2,
-                               .cpu_ns = 1000000,
-                               .wall_ns = 1000000,
-                               .tid = 5,
-                               .thread_name = "native"};
-        pbt_sample(b, &s);
-    }
+    pbt_feed(b, frames, 2, 5, "native", NULL, 0, 1000000, 1000000, count);
 }
 
 static void expect_row(const tu_top_row_t *rows, int n, const char *name, double flat, double cum,

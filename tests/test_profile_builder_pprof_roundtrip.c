@@ -43,17 +43,7 @@ static void feed(snapprof_builder_t *b)
                                .label_count = i < 2 ? 1 : 0};
         pbt_sample(b, &s);
     }
-    for (int i = 0; i < 3; i++) {
-        snapprof_sample_t s = {.frames = warm,
-                               .frame_count = 2,
-                               .cpu_ns = 3000000,
-                               .wall_ns = 10000000,
-                               .tid = 4242,
-                               .thread_name = "worker",
-                               .labels = &bytes,
-                               .label_count = 1};
-        pbt_sample(b, &s);
-    }
+    pbt_feed(b, warm, 2, 4242, "worker", &bytes, 1, 3000000, 10000000, 3);
     snapprof_sample_t s = {.frames = cold,
                            .frame_count = 3,
                            .cpu_ns = 5000000,

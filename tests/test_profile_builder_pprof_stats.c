@@ -107,15 +107,7 @@ static void test_comments(void)
 
     /* Losses, and threads on two triggers (the better one refused for one
      * of them: that stays in the hidden entry). */
-    st.failed[SNAPPROF_FAIL_TIMEOUT] = 10;
-    st.failed[SNAPPROF_FAIL_THREAD_EXITED] = 2;
-    st.failed_total = 12;
-    st.samples_dropped = 3;
-    st.truncated_copy = 1;
-    st.truncated_depth = 4;
-    st.unwind_aborted = 5;
-    st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 3;
-    st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
+    pbt_add_losses(&st);
     st.trigger_fallback_from = SNAPPROF_TRIGGER_PERF_EVENT;
     st.trigger_fallback_errno = EACCES;
     path = write_profile("lossy.pb.gz", SNAPPROF_MODE_CPU, &st);

@@ -24,15 +24,7 @@ static void test_write_failure(void)
     snapprof_builder_t *b = pbt_create(path);
     snapprof_frame_t frames[] = {{0, NULL, SNAPPROF_FRAME_MARKER, "kept_leaf"},
                                  {0, NULL, SNAPPROF_FRAME_MARKER, "kept_root"}};
-    for (int i = 0; i < 7; i++) {
-        snapprof_sample_t s = {.frames = frames,
-                               .frame_count = 2,
-                               .cpu_ns = 1000,
-                               .wall_ns = 2000,
-                               .tid = 9,
-                               .thread_name = "w"};
-        pbt_sample(b, &s);
-    }
+    pbt_feed(b, frames, 2, 9, "w", NULL, 0, 1000, 2000, 7);
 
     /* A directory sits where the file should go: rename() fails after the
      * temporary file was written, which must then be removed. */

@@ -38,6 +38,19 @@ void pbt_sample(snapprof_builder_t *b, const snapprof_sample_t *sample)
     ASSERT_OK(b->ops->xOnSample(b->user_data, sample));
 }
 
+void pbt_feed(snapprof_builder_t *b, const snapprof_frame_t *frames, size_t n, pid_t tid,
+              const char *thread, const snapprof_label_t *labels, size_t n_labels, uint64_t cpu_ns,
+              uint64_t wall_ns, int times)
+{
+    snapprof_sample_t s = {.frames = frames, .frame_count = n, .tid = tid, .thread_name = thread};
+    s.labels = labels;
+    s.label_count = n_labels;
+    s.cpu_ns = cpu_ns;
+    s.wall_ns = wall_ns;
+    for (int i = 0; i < times; i++)
+        pbt_sample(b, &s);
+}
+
 int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_stats_t *stats)
 {
     snapprof_profile_info_t info = {
@@ -333,4 +346,17 @@ void pbt_remove(char *path)
     *slash = '\0';
     rmdir(path);
     free(path);
+}
+
+void pbt_add_losses(snapprof_stats_t *st)
+{
+    st->failed[SNAPPROF_FAIL_THREAD_EXITED] = 2;
+    st->failed[SNAPPROF_FAIL_TIMEOUT] = 10;
+    st->failed_total = 12;
+    st->samples_dropped = 3;
+    st->truncated_copy = 1;
+    st->truncated_depth = 4;
+    st->unwind_aborted = 5;
+    st->threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT] = 3;
+    st->threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] = 1;
 }

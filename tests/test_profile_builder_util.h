@@ -18,6 +18,13 @@ snapprof_builder_t *pbt_create(const char *path);
 /* Feeds one sample through the builder's ops; fails the test on error. */
 void pbt_sample(snapprof_builder_t *b, const snapprof_sample_t *sample);
 
+/* Feeds times samples through pbt_sample: the stack frames[0..n) (leaf
+ * first) of thread tid named thread, with labels[0..n_labels) (labels may
+ * be NULL), weighing cpu_ns and wall_ns each. */
+void pbt_feed(snapprof_builder_t *b, const snapprof_frame_t *frames, size_t n, pid_t tid,
+              const char *thread, const snapprof_label_t *labels, size_t n_labels, uint64_t cpu_ns,
+              uint64_t wall_ns, int times);
+
 /* Completes the profile through the builder's ops and returns the result
  * (the write may fail on purpose). stats may be NULL. */
 int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_stats_t *stats);
@@ -63,6 +70,12 @@ typedef struct pbt_text {
 /* A snapprof__stats_for_each callback; arg is a pbt_text_t. Fails the test
  * when the text is full. */
 int pbt_text_add_stat(void *arg, const char *key, const char *value);
+
+/* Adds to st the losses the stats tests print, of every kind: failed 12
+ * (thread_exited 2, timeout 10), samples_dropped 3, truncated_copy 1,
+ * truncated_depth 4, unwind_aborted 5; and threads on two triggers (perf
+ * 3, handshake 1). */
+void pbt_add_losses(snapprof_stats_t *st);
 
 /* Fails unless the profile's hidden entry decodes to exactly want. */
 void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want);

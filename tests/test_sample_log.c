@@ -1,6 +1,7 @@
 /* A sample-keeping builder for tests (see test_sample_log.h). */
 #include "test_sample_log.h"
 #include "test.h"
+#include "test_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +89,7 @@ static const snapprof_builder_ops_t sl_ops = {
 
 snapprof_builder_t *sl_builder(sample_log_t *log)
 {
-    snapprof_builder_t *b = NULL;
-    ASSERT_OK(snapprof_builder_create(&sl_ops, log, &b));
-    return b;
+    return tu_builder(&sl_ops, log);
 }
 
 const sl_label_t *sl_label(const sl_sample_t *s, const char *key)

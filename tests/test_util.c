@@ -413,11 +413,16 @@ static const snapprof_builder_ops_t collector_ops = {
     .xOnProfileCompleted = collector_completed,
 };
 
-snapprof_builder_t *tu_collector_builder(tu_collector_t *c)
+snapprof_builder_t *tu_builder(const snapprof_builder_ops_t *ops, void *user_data)
 {
     snapprof_builder_t *b = NULL;
-    ASSERT_OK(snapprof_builder_create(&collector_ops, c, &b));
+    ASSERT_OK(snapprof_builder_create(ops, user_data, &b));
     return b;
+}
+
+snapprof_builder_t *tu_collector_builder(tu_collector_t *c)
+{
+    return tu_builder(&collector_ops, c);
 }
 
 snapprof_profiler_t *tu_profile_collect(const snapprof_params_t *params,

@@ -169,6 +169,11 @@ typedef struct tu_collector {
     size_t offered, remainders;    /* xOnSample calls; of those, REMAINDER samples */
 } tu_collector_t;
 
+/* Wraps ops and user_data into a builder (snapprof_builder_create); fails
+ * the test on error. ops must outlive the builder: the test utilities pass
+ * a static const one. */
+snapprof_builder_t *tu_builder(const snapprof_builder_ops_t *ops, void *user_data);
+
 /* Makes a builder feeding c (exits the test on failure). */
 snapprof_builder_t *tu_collector_builder(tu_collector_t *c);
 size_t tu_collector_count_tid(const tu_collector_t *c, pid_t tid);

@@ -126,18 +126,15 @@ static int collect_done(void *ud, const snapprof_profile_info_t *info)
     return 0;
 }
 
-static const snapprof_builder_ops_t collector_ops = {
-    .version = 1, /* receives time samples only */
-    .name = "unwind-test-collector",
-    .xOnSample = collect,
-    .xOnProfileCompleted = collect_done,
-};
-
 snapprof_builder_t *uw_collector_builder(uw_collector_t *c)
 {
-    snapprof_builder_t *b;
-    ASSERT_OK(snapprof_builder_create(&collector_ops, c, &b));
-    return b;
+    static const snapprof_builder_ops_t ops = {
+        .version = 1, /* receives time samples only */
+        .name = "unwind-test-collector",
+        .xOnSample = collect,
+        .xOnProfileCompleted = collect_done,
+    };
+    return tu_builder(&ops, c);
 }
 
 void uw_collector_free(uw_collector_t *c)
