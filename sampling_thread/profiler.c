@@ -100,6 +100,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     if (!p)
         return -ENOMEM;
     p->params = known;
+    p->py_forced_tick = UINT64_MAX; /* wall.c: none yet, tick 0 included */
     p->state = PROFILER_CREATED;
     p->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = p};
     p->buffer_size = (known.stack_buffer_size + 4095u) & ~(size_t)4095u;
