@@ -11,6 +11,7 @@ pkgs=(cmake make gcc g++ pkg-config git
       libunwind-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
       libdw-dev libelf-dev golang-go python3 binutils libc6-dbg
       python3.11 libpython3.11-dev libpython3.11-testsuite
+      libmicrohttpd-dev curl
       "$@")
 missing=()
 for p in "${pkgs[@]}"; do
