@@ -106,6 +106,8 @@ struct snapprof__http {
     int closed; /* the channel says no more: closed_why */
     char closed_why[256];
     int ended; /* the program was reaped */
+    int hello; /* the program's preload serves */
+    pthread_cond_t hello_cv;
 };
 
 /* The per-connection marker of a request not (or no longer) tied to a
@@ -324,9 +326,13 @@ static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection 
                                      unsigned seconds, void **req_cls)
 {
     pthread_mutex_lock(&h->mu);
-    if (h->ended || h->closed) {
+    if (h->ended || h->closed || !h->hello) {
         char why[256];
-        snprintf(why, sizeof why, "%s", h->ended ? "the program has ended" : h->closed_why);
+        snprintf(why, sizeof why, "%s",
+                 h->ended    ? "the program has ended"
+                 : h->closed ? h->closed_why
+                             : "the program's profiler does not serve (yet): it has not "
+                               "started, or the program does not load snapprof's preload");
         pthread_mutex_unlock(&h->mu);
         return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "%s", why);
     }
@@ -445,6 +451,7 @@ static void close_channel(snapprof__http_t *h, const char *why, struct MHD_Conne
     if (!h->closed) {
         h->closed = 1;
         snprintf(h->closed_why, sizeof h->closed_why, "%s", why);
+        pthread_cond_broadcast(&h->hello_cv);
     }
     for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++)
         if (h->slots[i].state == SLOT_WAITING)
@@ -494,6 +501,11 @@ static void on_line(snapprof__http_t *h, char *line, struct MHD_Connection **res
 {
     unsigned long id = 0;
     int off = 0;
+    if (strcmp(line, "hello") == 0) {
+        h->hello = 1;
+        pthread_cond_broadcast(&h->hello_cv);
+        return;
+    }
     if (strncmp(line, "end ", 4) == 0) {
         close_channel(h, line + 4, resume, n);
         return;
@@ -627,6 +639,7 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
     }
     h->listen_fd = h->ctl = h->child_end = -1;
     pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->hello_cv, NULL);
     int fam = h->addr.ss_family, one = 1;
     int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd >= 0) {
@@ -713,11 +726,28 @@ void snapprof__http_start(snapprof__http_t *h, pid_t pid)
                         "the endpoint\n");
         return;
     }
-    if (pthread_create(&h->reader, NULL, reader_main, h) == 0)
+    if (pthread_create(&h->reader, NULL, reader_main, h) == 0) {
         h->reader_running = 1;
-    else
-        snprintf(h->closed_why, sizeof h->closed_why, "%s",
-                 (h->closed = 1) ? "snapprof record cannot read the program's answers" : "");
+    } else {
+        h->closed = 1;
+        snprintf(h->closed_why, sizeof h->closed_why,
+                 "snapprof record cannot read the program's answers");
+    }
+    /* The URL is printed once the program's preload serves (its
+     * constructor runs after exec), so that a client that acts on the
+     * line finds it ready; at most 5 s. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&h->mu);
+    while (!h->hello && !h->closed)
+        if (pthread_cond_timedwait(&h->hello_cv, &h->mu, &until) != 0)
+            break;
+    int hello = h->hello;
+    pthread_mutex_unlock(&h->mu);
+    if (!hello)
+        fprintf(stderr, "snapprof: --http: the program's profiler does not serve yet; requests "
+                        "are answered 503 until it does\n");
     fprintf(stderr, "snapprof: serving http://%s:%u%s?seconds=30%s%s\n", h->host, h->port,
             PROFILE_PATH, h->token[0] ? "&token=" : "", h->token);
     if (h->addr.ss_family == AF_INET &&
@@ -781,6 +811,7 @@ void snapprof__http_finish(snapprof__http_t *h)
         close(h->child_end);
     remove_dir(h->dir);
     pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->hello_cv);
     free(h);
 }
 

@@ -7,7 +7,8 @@
  * running profile (snapprof_profiler_attach_builder(): the threads keep
  * their one trigger), detaches it SECONDS later, which writes it, and
  * answers "ok ID PATH" or "err ID REASON". At stop, requests in flight are
- * answered with what they collected so far, then "end".
+ * answered with what they collected so far, then "end". "hello" says the
+ * thread serves.
  *
  * The fd is the program's to close: before every use the thread checks
  * that the number still names our socket (fstat: the socket's device and
@@ -255,9 +256,11 @@ void snapprof__preload_serve_start(snapprof_profiler_t *p)
     pthread_t th;
     int rc = snapprof__preload_start_quiet_thread(&th, &attr, serve_main);
     pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        S.on = 0;
+    if (rc == 0) {
+        say("hello\n"); /* record prints its URL once it is served */
+    } else {
         say("end cannot start the thread that serves profiles: %s\n", strerror(rc));
+        S.on = 0;
         snapprof__preload_warn("--http: cannot start the thread that serves profiles (%s)",
                                strerror(rc));
     }
