@@ -784,20 +784,37 @@ void snapprof__http_finish(snapprof__http_t *h)
         pthread_mutex_unlock(&h->mu);
         for (unsigned i = 0; i < n; i++)
             MHD_resume_connection(resume[i]);
-        /* Connections still queued in the kernel are accepted and answered
-         * 503 rather than reset by closing the listening socket: wait until
-         * none is open and none is queued, twice in a row (at most 10 s). */
+        /* Connections still queued in the kernel are answered (503 for a
+         * profile), not reset by closing the listening socket under them:
+         * MHD stops accepting, and we accept what is queued and hand it
+         * over, until none is open and none came for two rounds; then the
+         * socket is closed at once, so that a later client is refused
+         * rather than queued and reset (at most 10 s). */
+        int lfd = MHD_quiesce_daemon(h->d);
         uint64_t deadline = now_ns() + 10000000000u;
-        int quiet = 0;
-        while (quiet < 2 && now_ns() < deadline) {
-            const union MHD_DaemonInfo *info =
-                MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-            struct pollfd pfd = {.fd = h->listen_fd, .events = POLLIN};
-            int queued = poll(&pfd, 1, 0) > 0;
-            quiet = (!info || info->num_connections == 0) && !queued ? quiet + 1 : 0;
+        for (int quiet = 0; lfd >= 0 && now_ns() < deadline;) {
             struct timespec ts = {0, 20000000};
             nanosleep(&ts, NULL);
+            int took = 0;
+            for (;;) {
+                struct sockaddr_storage a;
+                socklen_t al = sizeof a;
+                int c = accept4(lfd, (struct sockaddr *)&a, &al, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (c < 0)
+                    break;
+                took = 1;
+                (void)MHD_add_connection(h->d, c, (struct sockaddr *)&a,
+                                         al); /* closes c on failure */
+            }
+            const union MHD_DaemonInfo *info =
+                MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+            quiet = !took && (!info || info->num_connections == 0) ? quiet + 1 : 0;
+            if (quiet == 2)
+                break;
         }
+        if (lfd >= 0)
+            close(lfd);
+        h->listen_fd = -1; /* MHD's no more: closed here */
         atomic_store(&h->quit, 1);
         if (h->reader_running)
             pthread_join(h->reader, NULL);

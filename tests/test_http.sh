@@ -161,8 +161,25 @@ request_at_exit)
   for i in 1 2 3 4 5 6; do
     OUT=$dir/p$i code "$base/debug/pprof/profile?seconds=1&token=$token" >"$dir/c$i" &
   done
+  # Clients that keep asking across the end: each gets an answer, or is
+  # refused once record stopped listening (curl exit 7), never reset
+  # after it connected (52, 56: a connection queued or accepted, then
+  # closed unanswered).
+  # They stop 3 requests after the program's last line, so that record's
+  # wait for quiet ends.
+  for l in 1 2 3 4; do
+    (n=3
+     while [ "$n" -gt 0 ] && kill -0 "$rec" 2>/dev/null; do
+       curl -s --max-time 60 -o /dev/null -w '%{http_code}' "$base/debug/pprof/?token=$token"
+       echo " $?"
+       grep -q burned "$dir/out" && n=$((n - 1))
+     done >"$dir/loop$l") &
+  done
   finish
   wait
+  cat "$dir"/loop* | while read -r c e; do
+    [ "$e" = 7 ] || { [ "$e" = 0 ] && [ "$c" != 000 ]; } || fail "a client across the end: code $c, curl exit $e"
+  done || exit 1
   for i in 0 1 2 3 4 5 6; do
     c=$(cat "$dir/c$i")
     case $c in
