@@ -657,6 +657,7 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
         if (fd >= 0)
             close(fd);
         pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->hello_cv);
         free(h);
         return NULL;
     }
@@ -677,7 +678,7 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
 
     /* The channel: ours close-on-exec; the program's end is inherited,
      * named by number and identity (the preload checks both). */
-    int sv[2];
+    int sv[2] = {-1, -1};
     const char *tmp = getenv("TMPDIR");
     snprintf(h->dir, sizeof h->dir, "%s/snapprof-http.XXXXXX", tmp && tmp[0] == '/' ? tmp : "/tmp");
     struct stat st;
@@ -689,7 +690,13 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
                 "runs without the endpoint\n",
                 strerror(errno));
         close(fd);
+        if (sv[0] >= 0) {
+            close(sv[0]);
+            close(sv[1]);
+        }
+        rmdir(h->dir); /* made or not */
         pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->hello_cv);
         free(h);
         return NULL;
     }
