@@ -191,6 +191,22 @@ request_at_exit)
   [ "$(cat "$dir/c0")" = 200 ] || fail "the request in flight at exit: $(cat "$dir/c0")"
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   ;;
+port_in_use)
+  # A port in use is one clear line, and the program runs anyway.
+  start "$dir/stop"
+  port=${base##*:}
+  touch "$dir/stop2"
+  "$cli" record -q -o "$dir/second.pb.gz" --http "127.0.0.1:$port" -- "$prog" "$dir/stop2" \
+    >"$dir/out2" 2>"$dir/err2"
+  s2=$?
+  grep -q "cannot listen: Address already in use; the program runs" "$dir/err2" ||
+    fail "no clear line: $(cat "$dir/err2")"
+  [ "$s2" = 0 ] && [ "$(cat "$dir/out2")" = burned ] || fail "the second program: $s2"
+  c=$(code "$base/debug/pprof/?token=$token")
+  [ "$c" = 200 ] || fail "the first record stopped serving: $c"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
 *) fail "unknown case" ;;
 esac
 echo "PASS: $case"
