@@ -310,9 +310,10 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
     if (s->state != SLOT_ANSWERED) {
         ret = MHD_NO; /* cannot be: resumed only once answered */
     } else if (s->code == MHD_HTTP_OK) {
-        /* The slot keeps the body (freed when the request completes). */
+        /* A copy: the response's life is MHD's (the slot's body is freed
+         * when the request completes). */
         ret = reply(c, MHD_HTTP_OK, "application/octet-stream", s->body, s->len,
-                    MHD_RESPMEM_PERSISTENT, 0);
+                    MHD_RESPMEM_MUST_COPY, 0);
     } else {
         ret = say(c, s->code, 0, "%s", s->reason);
     }
