@@ -3,6 +3,7 @@
  * was collected. Everything is checked before CMD starts, so bad input
  * never leaves a program half-started. */
 #include "cli/cli.h"
+#include "cli/snapprof_http.h"
 #include "preload/file_names.h"
 #include "preload/preload_config.h"
 
@@ -90,6 +91,12 @@ const char snapprof__record_usage[] =
     "                       saved at FP (untouched)). E.g. py::=fp,fixed:32\n"
     "      --python         CPython 3.11: Python functions, files and lines in place\n"
     "                       of the interpreter's evaluation loop (docs/python.md)\n"
+    "      --http ADDR:PORT serve the program's profiles as Go's net/http/pprof does\n"
+    "                       (GET /debug/pprof/profile?seconds=N, /debug/pprof/), from\n"
+    "                       this process: 127.0.0.1:6060, [::1]:6060, or a PORT on\n"
+    "                       127.0.0.1 (0: any free port); prints the URL to stderr\n"
+    "      --http-token none\n"
+    "                       serve without the random token the URL otherwise carries\n"
     "  -q, --quiet          print no summary\n"
     "\n"
     "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
@@ -137,7 +144,9 @@ typedef struct options {
     int heap;                  /* --heap */
     const char *heap_interval; /* --heap-interval as given, checked */
     unsigned n_jit_rules;
-    int python; /* --python */
+    int python;        /* --python */
+    const char *http;  /* --http ADDR:PORT, checked */
+    int http_no_token; /* --http-token none */
     int quiet;
     char **cmd;
 } options_t;
@@ -208,6 +217,16 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->wall = 1;
         } else if (strcmp(a, "--python") == 0) {
             o->python = 1;
+        } else if (matches(a, NULL, "--http-token")) {
+            const char *v = option_value(argc, argv, &i, NULL, "--http-token");
+            if (strcmp(v, "none") != 0)
+                die(EXIT_USAGE, "bad --http-token %s: only 'none' (a random token is the default)",
+                    v);
+            o->http_no_token = 1;
+        } else if (matches(a, NULL, "--http")) {
+            o->http = option_value(argc, argv, &i, NULL, "--http");
+            if (snapprof__http_check(o->http, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --http: %s", why);
         } else if (matches(a, NULL, "--duration")) {
             uint64_t ns;
             o->duration = option_value(argc, argv, &i, NULL, "--duration");
@@ -594,6 +613,10 @@ static int record(options_t *o)
     else
         unsetenv(SNAPPROF_ENV_SUMMARY_DIR);
     unsetenv(SNAPPROF_ENV_ROOT_PID);
+    unsetenv("SNAPPROF_CONTROL_FD");
+    unsetenv("SNAPPROF_CONTROL_DIR");
+    /* Listening before the program starts: a port in use is said first. */
+    snapprof__http_t *http = o->http ? snapprof__http_prepare(o->http, !o->http_no_token) : NULL;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -631,10 +654,13 @@ static int record(options_t *o)
         got = read(pfd[0], &exec_errno, sizeof exec_errno);
     while (got < 0 && errno == EINTR);
     close(pfd[0]);
+    if (got != (ssize_t)sizeof exec_errno)
+        snapprof__http_start(http, pid);
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     g_child = 0; /* reaped: its pid may be reused */
+    snapprof__http_finish(http);
     if (got == (ssize_t)sizeof exec_errno) {
         if (summary_dir[0])
             remove_dir(summary_dir);

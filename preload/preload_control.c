@@ -354,6 +354,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     publish_state(1, g.start_time, c.outputs[0].path);
     if (c.loop_ns)
         snapprof__preload_loop_start();
+    snapprof__preload_serve_start(p);
     atomic_store(&snapprof__preload_owner_pid, (int)getpid());
     snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0, helper_main);
     return 0;
@@ -475,6 +476,7 @@ int snapprof__preload_stop(const char *note)
     static output_result_t res[SNAPPROF_OUTPUTS_MAX]; /* under the preload lock */
     file_id_t before[SNAPPROF_OUTPUTS_MAX];
     outputs_before(before);
+    snapprof__preload_serve_stop();
     snapprof__preload_loop_quit();
     int rc = snapprof_profiler_stop(p);
     snapprof__preload_loop_detach(); /* the last interval, written by the stop */
@@ -608,6 +610,7 @@ void snapprof__preload_state_fork_child(void)
     pthread_mutex_init(&g_state_lock, NULL);
     g_state.running = 0;
     snapprof__preload_loop_fork_child();
+    snapprof__preload_serve_fork_child();
 }
 
 void snapprof__preload_get_state(snapprof__preload_state_t *out)

@@ -139,6 +139,23 @@ void snapprof__preload_loop_detach(void);
 void snapprof__preload_loop_fork_child(void);
 
 /* ------------------------------------------------------------------------ */
+/* Profiles on request (preload_serve.c; `snapprof record --http`)           */
+/* ------------------------------------------------------------------------ */
+
+/* Once the profiler runs, under the preload lock: in the process record
+ * started, when record passed a control channel, starts the thread that
+ * answers its requests for profiles. Once per process; nothing happens
+ * otherwise. */
+void snapprof__preload_serve_start(snapprof_profiler_t *p);
+/* At stop, before the profiler stops: answers the requests in flight with
+ * what they collected so far, tells record the profile ended, and lets
+ * the thread end (it touches the profiler no more). */
+void snapprof__preload_serve_stop(void);
+/* In the child of any fork(): the parent's thread and channel are not
+ * this process's. */
+void snapprof__preload_serve_fork_child(void);
+
+/* ------------------------------------------------------------------------ */
 /* Requests to the helper thread (preload_helper.c)                         */
 /* ------------------------------------------------------------------------ */
 

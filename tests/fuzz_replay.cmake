@@ -22,4 +22,5 @@ snapprof_add_fuzz_replay(symbols)
 snapprof_add_fuzz_replay(perf_map)
 snapprof_add_fuzz_replay(env ${PROJECT_SOURCE_DIR}/preload/preload_config.c ${PROJECT_SOURCE_DIR}/preload/file_names.c)
 snapprof_add_fuzz_replay(record_options ${PROJECT_SOURCE_DIR}/preload/preload_config.c ${PROJECT_SOURCE_DIR}/preload/file_names.c
-  ${PROJECT_SOURCE_DIR}/cli/debug_hint.c ${PROJECT_SOURCE_DIR}/cli/snapprof_record_summary.c)
+  ${PROJECT_SOURCE_DIR}/cli/debug_hint.c ${PROJECT_SOURCE_DIR}/cli/snapprof_record_summary.c
+  ${PROJECT_SOURCE_DIR}/cli/snapprof_http.c)

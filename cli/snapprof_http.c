@@ -1,0 +1,843 @@
+/* `snapprof record --http`: Go's net/http/pprof paths served from the
+ * record process with libmicrohttpd (its epoll mode; suspend/resume for
+ * requests that last seconds). A CPU request becomes a line "cpu ID
+ * SECONDS" on the control socketpair; the program's preload
+ * (preload/preload_serve.c) answers "ok ID PATH" (a pprof in our private
+ * directory, which we serve and unlink), "err ID REASON" (503), or "end
+ * REASON" (its profile stopped). A control thread here reads the answers
+ * and resumes the waiting connections. The channel closed without "end"
+ * means the program ended or closed our fd: every request is then 503
+ * with that reason; the program goes on. */
+#include "cli/snapprof_http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#ifndef SNAPPROF_HAVE_MHD
+
+int snapprof__http_check(const char *addr, char *why, size_t why_size)
+{
+    (void)addr;
+    snprintf(why, why_size,
+             "this snapprof was built without libmicrohttpd (install libmicrohttpd-dev and "
+             "build again)");
+    return -1;
+}
+
+snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
+{
+    (void)addr;
+    (void)token;
+    return NULL;
+}
+
+void snapprof__http_start(snapprof__http_t *h, pid_t pid)
+{
+    (void)h;
+    (void)pid;
+}
+
+void snapprof__http_finish(snapprof__http_t *h)
+{
+    (void)h;
+}
+
+#else
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROFILE_PATH "/debug/pprof/profile"
+#define INDEX_PATH "/debug/pprof/"
+#define CONNECTIONS_MAX 64
+#define CONNECTION_TIMEOUT_S 10
+
+typedef enum { SLOT_FREE, SLOT_WAITING, SLOT_ANSWERED } slot_state_t;
+
+/* One CPU request, from the line sent to its connection's end. */
+typedef struct slot {
+    slot_state_t state;
+    unsigned long id;
+    uint64_t end_ns; /* when the profile should end (Retry-After) */
+    struct MHD_Connection *c;
+    unsigned code; /* once answered: 200 (body) or 503 (reason) */
+    char *body;
+    size_t len;
+    char reason[256];
+} slot_t;
+
+struct snapprof__http {
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
+    int listen_fd;
+    int ctl; /* our end of the control channel */
+    int child_end;
+    char dir[PATH_MAX];
+    char token[33]; /* "" when none is required */
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned port;
+    pid_t pid;
+    struct MHD_Daemon *d;
+    pthread_t reader;
+    int reader_running;
+    atomic_int quit;
+
+    pthread_mutex_t mu; /* everything below */
+    slot_t slots[SNAPPROF_HTTP_MAX_PROFILES];
+    unsigned long next_id;
+    int closed; /* the channel says no more: closed_why */
+    char closed_why[256];
+    int ended; /* the program was reaped */
+    int hello; /* the program's preload serves */
+    pthread_cond_t hello_cv;
+};
+
+/* The per-connection marker of a request not (or no longer) tied to a
+ * slot. */
+static int k_seen;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int parse_addr(const char *s, struct sockaddr_storage *out, socklen_t *len, char *why,
+                      size_t why_size)
+{
+    char host[INET6_ADDRSTRLEN + 1] = "127.0.0.1";
+    const char *port;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof host) {
+            snprintf(why, why_size, "%s: an IPv6 address is written [ADDR]:PORT", s);
+            return -1;
+        }
+        snprintf(host, sizeof host, "%.*s", (int)(close - s - 1), s + 1);
+        port = close + 2;
+    } else if (strchr(s, ':')) {
+        const char *colon = strrchr(s, ':');
+        if ((size_t)(colon - s) >= sizeof host) {
+            snprintf(why, why_size, "%s: not an IPv4 address and port", s);
+            return -1;
+        }
+        snprintf(host, sizeof host, "%.*s", (int)(colon - s), s);
+        port = colon + 1;
+    } else {
+        port = s;
+    }
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(port, &end, 10);
+    if (!*port || *end || errno || p > 65535 || port[0] == '-' || port[0] == '+') {
+        snprintf(why, why_size, "%s: the port must be a number from 0 to 65535", s);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)p);
+        *len = sizeof *v4;
+    } else if (s[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)p);
+        *len = sizeof *v6;
+    } else {
+        snprintf(why, why_size, "%s: not an IP address (IPv4 ADDR:PORT or [IPv6]:PORT)", s);
+        return -1;
+    }
+    return 0;
+}
+
+int snapprof__http_check(const char *addr, char *why, size_t why_size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    return parse_addr(addr, &ss, &len, why, why_size);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Answers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
+                             const void *body, size_t len, enum MHD_ResponseMemoryMode mode,
+                             unsigned retry_after)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    /* One request per connection: nothing idles in a keep-alive, so the
+     * end of the run finds no connection to wait for. */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (code == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    char ra[16];
+    if (retry_after) {
+        snprintf(ra, sizeof ra, "%u", retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A one-line reason, as text. */
+static enum MHD_Result say(struct MHD_Connection *c, unsigned code, unsigned retry_after,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result say(struct MHD_Connection *c, unsigned code, unsigned retry_after,
+                           const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof text - 2)
+        n = (int)sizeof text - 2;
+    text[n++] = '\n';
+    text[n] = '\0';
+    return reply(c, code, "text/plain; charset=utf-8", text, (size_t)n, MHD_RESPMEM_MUST_COPY,
+                 retry_after);
+}
+
+/* Constant time in the token's length. */
+static int token_matches(const char *want, const char *got)
+{
+    size_t n = strlen(want);
+    if (!got || strlen(got) != n)
+        return 0;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(want[i] ^ got[i]);
+    return diff == 0;
+}
+
+/* 0 when the request may go on; else it was answered 401. */
+static int check_token(snapprof__http_t *h, struct MHD_Connection *c, enum MHD_Result *ret)
+{
+    if (!h->token[0])
+        return 0;
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (q) {
+        if (token_matches(h->token, q))
+            return 0;
+        *ret = say(c, MHD_HTTP_UNAUTHORIZED, 0, "bad token: it is the one snapprof record printed");
+        return -1;
+    }
+    if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
+        if (token_matches(h->token, auth + 7))
+            return 0;
+        *ret = say(c, MHD_HTTP_UNAUTHORIZED, 0,
+                   "bad bearer token: it is the one snapprof record printed");
+        return -1;
+    }
+    *ret = say(c, MHD_HTTP_UNAUTHORIZED, 0,
+               "a token is required: ?token=T or Authorization: Bearer T (T as snapprof "
+               "record printed)");
+    return -1;
+}
+
+/* ?seconds=: 30 when absent, else a whole number within bounds. */
+static int parse_seconds(const char *v, unsigned *out)
+{
+    if (!v) {
+        *out = 30;
+        return 0;
+    }
+    unsigned long n = 0;
+    if (!*v || strlen(v) > 6)
+        return -1;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        n = n * 10 + (unsigned long)(*p - '0');
+    }
+    if (n < 1 || n > SNAPPROF_HTTP_SECONDS_MAX)
+        return -1;
+    *out = (unsigned)n;
+    return 0;
+}
+
+static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
+{
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+                     "snapprof record: profiles of pid %d\n"
+                     "\n"
+                     "%s?seconds=N\n"
+                     "    the CPU profile (pprof; wall time under --wall) of the next N seconds:\n"
+                     "    N from 1 to %u, default 30; at most %u at once (then 503 with\n"
+                     "    Retry-After). go tool pprof URL opens it.\n"
+                     "%s\n"
+                     "    this page\n",
+                     (int)h->pid, PROFILE_PATH, SNAPPROF_HTTP_SECONDS_MAX,
+                     SNAPPROF_HTTP_MAX_PROFILES, INDEX_PATH);
+    return reply(c, MHD_HTTP_OK, "text/plain; charset=utf-8", text, (size_t)n,
+                 MHD_RESPMEM_MUST_COPY, 0);
+}
+
+/* A resumed CPU request: its answer. */
+static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slot_t *s)
+{
+    pthread_mutex_lock(&h->mu);
+    enum MHD_Result ret;
+    if (s->state != SLOT_ANSWERED) {
+        ret = MHD_NO; /* cannot be: resumed only once answered */
+    } else if (s->code == MHD_HTTP_OK) {
+        /* A copy: the response's life is MHD's (the slot's body is freed
+         * when the request completes). */
+        ret = reply(c, MHD_HTTP_OK, "application/octet-stream", s->body, s->len,
+                    MHD_RESPMEM_MUST_COPY, 0);
+    } else {
+        ret = say(c, s->code, 0, "%s", s->reason);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return ret;
+}
+
+/* The CPU profile of the next seconds: a line to the program, and the
+ * connection waits (suspended) for the answer. */
+static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection *c,
+                                     unsigned seconds, void **req_cls)
+{
+    pthread_mutex_lock(&h->mu);
+    if (h->ended || h->closed || !h->hello) {
+        char why[256];
+        snprintf(why, sizeof why, "%s",
+                 h->ended    ? "the program has ended"
+                 : h->closed ? h->closed_why
+                             : "the program's profiler does not serve (yet): it has not "
+                               "started, or the program does not load snapprof's preload");
+        pthread_mutex_unlock(&h->mu);
+        return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "%s", why);
+    }
+    slot_t *s = NULL;
+    uint64_t now = now_ns(), soonest = UINT64_MAX;
+    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++) {
+        if (h->slots[i].state == SLOT_FREE && !s)
+            s = &h->slots[i];
+        else if (h->slots[i].state != SLOT_FREE && h->slots[i].end_ns < soonest)
+            soonest = h->slots[i].end_ns;
+    }
+    if (!s) {
+        unsigned retry = soonest > now ? (unsigned)((soonest - now) / 1000000000u) + 1 : 1;
+        pthread_mutex_unlock(&h->mu);
+        return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, retry,
+                   "%u CPU profiles are being taken already: try again later",
+                   SNAPPROF_HTTP_MAX_PROFILES);
+    }
+    char line[64];
+    unsigned long id = ++h->next_id;
+    int n = snprintf(line, sizeof line, "cpu %lu %u\n", id, seconds);
+    if (send(h->ctl, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n) {
+        pthread_mutex_unlock(&h->mu);
+        return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "cannot reach the program's profiler: %s",
+                   strerror(errno));
+    }
+    *s = (slot_t){.state = SLOT_WAITING, .id = id, .c = c, .end_ns = now + seconds * 1000000000ull};
+    *req_cls = s;
+    /* Under the lock: the answer, which resumes it, cannot come first. */
+    MHD_suspend_connection(c);
+    pthread_mutex_unlock(&h->mu);
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    snapprof__http_t *h = cls;
+    (void)version;
+    (void)upload_data;
+    if (*req_cls == NULL) {
+        *req_cls = &k_seen; /* the headers: answered once the body is in */
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        *upload_data_size = 0; /* a body is ignored */
+        return MHD_YES;
+    }
+    if (*req_cls != &k_seen)
+        return answer(h, c, *req_cls);
+    int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    if (!head && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+        return say(c, MHD_HTTP_METHOD_NOT_ALLOWED, 0, "only GET and HEAD are served");
+    int is_index = strcmp(url, INDEX_PATH) == 0 || strcmp(url, "/debug/pprof") == 0;
+    int is_profile = strcmp(url, PROFILE_PATH) == 0;
+    if (!is_index && !is_profile)
+        return say(c, MHD_HTTP_NOT_FOUND, 0, "not served: %s (see %s)", url, INDEX_PATH);
+    enum MHD_Result ret;
+    if (check_token(h, c, &ret) != 0)
+        return ret;
+    if (is_index)
+        return index_page(h, c);
+    unsigned seconds;
+    const char *sv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
+    if (parse_seconds(sv, &seconds) != 0)
+        return say(c, MHD_HTTP_BAD_REQUEST, 0, "bad seconds=%s: a whole number from 1 to %u", sv,
+                   SNAPPROF_HTTP_SECONDS_MAX);
+    if (head) /* starts nothing */
+        return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT, 0);
+    return start_profile(h, c, seconds, req_cls);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    snapprof__http_t *h = cls;
+    (void)c;
+    (void)toe;
+    if (!*req_cls || *req_cls == &k_seen)
+        return;
+    slot_t *s = *req_cls;
+    pthread_mutex_lock(&h->mu);
+    free(s->body);
+    *s = (slot_t){.state = SLOT_FREE};
+    pthread_mutex_unlock(&h->mu);
+    *req_cls = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The control channel                                                      */
+/* ------------------------------------------------------------------------ */
+
+static slot_t *slot_of(snapprof__http_t *h, unsigned long id)
+{
+    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++)
+        if (h->slots[i].state == SLOT_WAITING && h->slots[i].id == id)
+            return &h->slots[i];
+    return NULL;
+}
+
+/* Under h->mu: s answered 503; its connection is added to resume. */
+static void fail_slot(slot_t *s, const char *why, struct MHD_Connection **resume, unsigned *n)
+{
+    s->state = SLOT_ANSWERED;
+    s->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+    snprintf(s->reason, sizeof s->reason, "%s", why);
+    resume[(*n)++] = s->c;
+}
+
+/* Under h->mu: no more answers will come (why); every waiting request
+ * is answered 503. */
+static void close_channel(snapprof__http_t *h, const char *why, struct MHD_Connection **resume,
+                          unsigned *n)
+{
+    if (!h->closed) {
+        h->closed = 1;
+        snprintf(h->closed_why, sizeof h->closed_why, "%s", why);
+        pthread_cond_broadcast(&h->hello_cv);
+    }
+    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++)
+        if (h->slots[i].state == SLOT_WAITING)
+            fail_slot(&h->slots[i], h->closed_why, resume, n);
+}
+
+/* The file the program wrote for request id, read and unlinked. */
+static int take_file(snapprof__http_t *h, unsigned long id, const char *path, slot_t *s)
+{
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "%s/cpu-%lu.pb.gz", h->dir, id);
+    if (strcmp(path, want) != 0) {
+        snprintf(s->reason, sizeof s->reason, "the program answered with an unexpected file");
+        return -1;
+    }
+    int fd = open(want, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    unlink(want);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 30)) {
+        snprintf(s->reason, sizeof s->reason, "cannot read the profile the program wrote: %s",
+                 fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf || got != (size_t)st.st_size) {
+        free(buf);
+        snprintf(s->reason, sizeof s->reason, "cannot read the profile the program wrote");
+        return -1;
+    }
+    s->body = buf;
+    s->len = got;
+    return 0;
+}
+
+/* One line from the program. Under h->mu. */
+static void on_line(snapprof__http_t *h, char *line, struct MHD_Connection **resume, unsigned *n)
+{
+    unsigned long id = 0;
+    int off = 0;
+    if (strcmp(line, "hello") == 0) {
+        h->hello = 1;
+        pthread_cond_broadcast(&h->hello_cv);
+        return;
+    }
+    if (strncmp(line, "end ", 4) == 0) {
+        close_channel(h, line + 4, resume, n);
+        return;
+    }
+    int ok = sscanf(line, "ok %lu %n", &id, &off) == 1 && off > 0;
+    int err = !ok && sscanf(line, "err %lu %n", &id, &off) == 1 && off > 0;
+    if (!ok && !err)
+        return;
+    slot_t *s = slot_of(h, id);
+    if (!s) {
+        if (ok) { /* its client is gone: the file is not served */
+            char want[PATH_MAX + 32];
+            snprintf(want, sizeof want, "%s/cpu-%lu.pb.gz", h->dir, id);
+            unlink(want);
+        }
+        return;
+    }
+    if (ok && take_file(h, id, line + off, s) == 0) {
+        s->state = SLOT_ANSWERED;
+        s->code = MHD_HTTP_OK;
+        resume[(*n)++] = s->c;
+        return;
+    }
+    char why[256];
+    if (err)
+        snprintf(why, sizeof why, "the program could not take the profile: %s", line + off);
+    else
+        snprintf(why, sizeof why, "%s", s->reason);
+    fail_slot(s, why, resume, n);
+}
+
+/* Why the channel closed without "end": the program ended, or it closed
+ * our fd (or exec'd another program, which does not inherit it). A
+ * process that ends closes its files before it is a zombie: wait a
+ * little for that. */
+static void closed_reason(snapprof__http_t *h, char *why, size_t size)
+{
+    int fd =
+        (int)strtol(getenv("SNAPPROF_CONTROL_FD") ? getenv("SNAPPROF_CONTROL_FD") : "-1", NULL, 10);
+    for (int i = 0; i < 50; i++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)h->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+            si.si_pid == h->pid) {
+            snprintf(why, size, "the program has ended");
+            return;
+        }
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    snprintf(why, size,
+             "the program closed snapprof's control channel (its fd %d) or exec'd another "
+             "program: no more profiles can be taken in this run; the program runs on",
+             fd);
+}
+
+static void *reader_main(void *arg)
+{
+    snapprof__http_t *h = arg;
+    char buf[PATH_MAX + 512];
+    size_t len = 0;
+    while (!atomic_load(&h->quit)) {
+        struct pollfd pfd = {.fd = h->ctl, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t got = recv(h->ctl, buf + len, sizeof buf - 1 - len, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        struct MHD_Connection *resume[SNAPPROF_HTTP_MAX_PROFILES];
+        unsigned n = 0;
+        if (got <= 0) {
+            char why[256];
+            closed_reason(h, why, sizeof why);
+            pthread_mutex_lock(&h->mu);
+            close_channel(h, why, resume, &n);
+            pthread_mutex_unlock(&h->mu);
+            for (unsigned i = 0; i < n; i++)
+                MHD_resume_connection(resume[i]);
+            break;
+        }
+        len += (size_t)got;
+        buf[len] = '\0';
+        pthread_mutex_lock(&h->mu);
+        char *nl;
+        while ((nl = strchr(buf, '\n')) != NULL) {
+            *nl = '\0';
+            on_line(h, buf, resume, &n);
+            len -= (size_t)(nl + 1 - buf);
+            memmove(buf, nl + 1, len + 1);
+        }
+        if (len == sizeof buf - 1)
+            len = 0; /* no line is that long */
+        pthread_mutex_unlock(&h->mu);
+        for (unsigned i = 0; i < n; i++)
+            MHD_resume_connection(resume[i]);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* The private directory and what is left in it (answers that came for
+ * requests already gone, unlinked as they came, or files of requests the
+ * program never answered). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            char path[PATH_MAX + 256];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
+{
+    char why[256];
+    snapprof__http_t *h = calloc(1, sizeof *h);
+    if (!h || parse_addr(addr, &h->addr, &h->addr_len, why, sizeof why) != 0) {
+        free(h);
+        return NULL; /* checked with the options */
+    }
+    h->listen_fd = h->ctl = h->child_end = -1;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->hello_cv, NULL);
+    int fam = h->addr.ss_family, one = 1;
+    int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (fam == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    }
+    if (fd < 0 || bind(fd, (struct sockaddr *)&h->addr, h->addr_len) != 0 ||
+        listen(fd, CONNECTIONS_MAX) != 0) {
+        int e = errno;
+        fprintf(stderr,
+                "snapprof: --http %s: cannot listen: %s; the program runs without the "
+                "endpoint\n",
+                addr, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->hello_cv);
+        free(h);
+        return NULL;
+    }
+    h->listen_fd = fd;
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    getsockname(fd, (struct sockaddr *)&got, &gl);
+    char ip[INET6_ADDRSTRLEN];
+    if (fam == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&got)->sin6_addr, ip, sizeof ip);
+        snprintf(h->host, sizeof h->host, "[%s]", ip);
+        h->port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
+    } else {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&got)->sin_addr, ip, sizeof ip);
+        snprintf(h->host, sizeof h->host, "%s", ip);
+        h->port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+    }
+
+    /* The channel: ours close-on-exec; the program's end is inherited,
+     * named by number and identity (the preload checks both). */
+    int sv[2] = {-1, -1};
+    const char *tmp = getenv("TMPDIR");
+    snprintf(h->dir, sizeof h->dir, "%s/snapprof-http.XXXXXX", tmp && tmp[0] == '/' ? tmp : "/tmp");
+    struct stat st;
+    unsigned char raw[16];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || !mkdtemp(h->dir) ||
+        fstat(sv[1], &st) != 0 || (token && getrandom(raw, sizeof raw, 0) != sizeof raw)) {
+        fprintf(stderr,
+                "snapprof: --http: cannot set up the control channel: %s; the program "
+                "runs without the endpoint\n",
+                strerror(errno));
+        close(fd);
+        if (sv[0] >= 0) {
+            close(sv[0]);
+            close(sv[1]);
+        }
+        rmdir(h->dir); /* made or not */
+        pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->hello_cv);
+        free(h);
+        return NULL;
+    }
+    fcntl(sv[0], F_SETFD, FD_CLOEXEC);
+    h->ctl = sv[0];
+    h->child_end = sv[1];
+    for (unsigned i = 0; token && i < sizeof raw; i++)
+        snprintf(h->token + 2 * i, 3, "%02x", raw[i]);
+    char v[96];
+    snprintf(v, sizeof v, "%d:%llu:%llu", sv[1], (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    setenv("SNAPPROF_CONTROL_FD", v, 1);
+    setenv("SNAPPROF_CONTROL_DIR", h->dir, 1);
+    return h;
+}
+
+void snapprof__http_start(snapprof__http_t *h, pid_t pid)
+{
+    if (!h)
+        return;
+    h->pid = pid;
+    close(h->child_end);
+    h->child_end = -1;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+    if (h->addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
+                            h->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    if (!h->d) {
+        fprintf(stderr, "snapprof: --http: cannot start the server; the program runs without "
+                        "the endpoint\n");
+        return;
+    }
+    if (pthread_create(&h->reader, NULL, reader_main, h) == 0) {
+        h->reader_running = 1;
+    } else {
+        h->closed = 1;
+        snprintf(h->closed_why, sizeof h->closed_why,
+                 "snapprof record cannot read the program's answers");
+    }
+    /* The URL is printed once the program's preload serves (its
+     * constructor runs after exec), so that a client that acts on the
+     * line finds it ready; at most 5 s. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&h->mu);
+    while (!h->hello && !h->closed)
+        if (pthread_cond_timedwait(&h->hello_cv, &h->mu, &until) != 0)
+            break;
+    int hello = h->hello;
+    pthread_mutex_unlock(&h->mu);
+    if (!hello)
+        fprintf(stderr, "snapprof: --http: the program's profiler does not serve yet; requests "
+                        "are answered 503 until it does\n");
+    fprintf(stderr, "snapprof: serving http://%s:%u%s?seconds=30%s%s\n", h->host, h->port,
+            PROFILE_PATH, h->token[0] ? "&token=" : "", h->token);
+    if (h->addr.ss_family == AF_INET &&
+        ((struct sockaddr_in *)&h->addr)->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+        fprintf(stderr,
+                "snapprof: --http: %s is not the loopback address: whoever reaches it %s"
+                "can take profiles\n",
+                h->host, h->token[0] ? "with the token " : "");
+}
+
+void snapprof__http_finish(snapprof__http_t *h)
+{
+    if (!h)
+        return;
+    if (h->d) {
+        /* The answers the program sent before it ended are read first:
+         * its end closed the channel, unless a process it started holds
+         * a copy (then what is still waiting is answered 503). */
+        uint64_t give_up = now_ns() + 2000000000u;
+        while (h->reader_running && now_ns() < give_up) {
+            pthread_mutex_lock(&h->mu);
+            int closed = h->closed;
+            pthread_mutex_unlock(&h->mu);
+            if (closed)
+                break;
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+        struct MHD_Connection *resume[SNAPPROF_HTTP_MAX_PROFILES];
+        unsigned n = 0;
+        pthread_mutex_lock(&h->mu);
+        h->ended = 1;
+        close_channel(h, "the program has ended", resume, &n);
+        pthread_mutex_unlock(&h->mu);
+        for (unsigned i = 0; i < n; i++)
+            MHD_resume_connection(resume[i]);
+        /* Connections still queued in the kernel are answered (503 for a
+         * profile), not reset by closing the listening socket under them:
+         * MHD stops accepting, and we accept what is queued and hand it
+         * over, until none is open and none came for two rounds; then the
+         * socket is closed at once, so that a later client is refused
+         * rather than queued and reset (at most 10 s). */
+        int lfd = MHD_quiesce_daemon(h->d);
+        uint64_t deadline = now_ns() + 10000000000u;
+        for (int quiet = 0; lfd >= 0 && now_ns() < deadline;) {
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+            int took = 0;
+            for (;;) {
+                struct sockaddr_storage a;
+                socklen_t al = sizeof a;
+                int c = accept4(lfd, (struct sockaddr *)&a, &al, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (c < 0)
+                    break;
+                took = 1;
+                (void)MHD_add_connection(h->d, c, (struct sockaddr *)&a,
+                                         al); /* closes c on failure */
+            }
+            const union MHD_DaemonInfo *info =
+                MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+            quiet = !took && (!info || info->num_connections == 0) ? quiet + 1 : 0;
+            if (quiet == 2)
+                break;
+        }
+        if (lfd >= 0)
+            close(lfd);
+        h->listen_fd = -1; /* MHD's no more: closed here */
+        atomic_store(&h->quit, 1);
+        if (h->reader_running)
+            pthread_join(h->reader, NULL);
+        MHD_stop_daemon(h->d);
+    }
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
+    if (h->ctl >= 0)
+        close(h->ctl);
+    if (h->child_end >= 0)
+        close(h->child_end);
+    remove_dir(h->dir);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->hello_cv);
+    free(h);
+}
+
+#endif
