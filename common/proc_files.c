@@ -95,13 +95,13 @@ static const char *skip_blanks(const char *s)
     return s;
 }
 
-int snapprof__proc_task_sigset_has(pid_t tid, const char *line_name, int signo)
+int snapprof__proc_task_sigset(pid_t tid, const char *line_name, uint64_t *mask)
 {
     char buf[4096], key[16];
-    if (signo < 1 || signo > 64 || strlen(line_name) + 3 > sizeof key)
-        return 0;
+    if (strlen(line_name) + 3 > sizeof key)
+        return -1;
     if (snapprof__proc_task_read(tid, "status", buf, sizeof buf) < 0)
-        return 0;
+        return -1;
     /* "\nSigBlk:": never the first line (that is "Name:"), and a name's
      * own newlines are escaped in this file. */
     size_t nk = strlen(line_name);
@@ -111,10 +111,15 @@ int snapprof__proc_task_sigset_has(pid_t tid, const char *line_name, int signo)
     key[nk + 2] = '\0';
     const char *line = strstr(buf, key);
     if (!line)
-        return 0;
+        return -1;
     const char *s = skip_blanks(line + nk + 2);
+    return parse_hex(&s, mask) != 0 ? -1 : 0;
+}
+
+int snapprof__proc_task_sigset_has(pid_t tid, const char *line_name, int signo)
+{
     uint64_t mask;
-    if (parse_hex(&s, &mask) != 0)
+    if (signo < 1 || signo > 64 || snapprof__proc_task_sigset(tid, line_name, &mask) != 0)
         return 0;
     return (int)((mask >> (signo - 1)) & 1u);
 }

@@ -30,6 +30,11 @@ ssize_t snapprof__proc_task_read(pid_t tid, const char *name, char *buf, size_t 
  * cannot be read or has no such line. */
 int snapprof__proc_task_sigset_has(pid_t tid, const char *line_name, int signo);
 
+/* The whole line_name set of thread tid's status into *mask (bit signo - 1
+ * for signal signo), with one read: for callers that test several signals.
+ * Returns 0, or -1 when the file cannot be read or has no such line. */
+int snapprof__proc_task_sigset(pid_t tid, const char *line_name, uint64_t *mask);
+
 /* The state letter of thread tid ('R' running or runnable, 'S', 'D', ...)
  * from its stat line ("tid (comm) S ...": comm may hold spaces and
  * parentheses), or a negative errno when it cannot be read (-EPROTO: the

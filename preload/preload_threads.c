@@ -175,9 +175,14 @@ static int thread_sigset_has(pid_t tid, const char *line_name, int signo)
     return snapprof__proc_task_sigset_has(tid, line_name, signo);
 }
 
-static int thread_blocks(pid_t tid, int signo)
+#define SIG_BIT(signo) (1ull << ((signo)-1))
+
+/* 1 when thread tid blocks every signal of want (SIG_BIT()s), read once;
+ * 0 when it does not or its status cannot be read. */
+static int thread_blocks_all(pid_t tid, uint64_t want)
 {
-    return thread_sigset_has(tid, "SigBlk", signo);
+    uint64_t blocked;
+    return snapprof__proc_task_sigset(tid, "SigBlk", &blocked) == 0 && (blocked & want) == want;
 }
 
 /* 1 when thread tid has not run yet: the first field of its schedstat (its
@@ -253,8 +258,8 @@ int snapprof__preload_only_ours_left(void)
         ssize_t n = snapprof__proc_task_read(tid, "comm", comm, sizeof comm);
         if (n == -ENOENT || n == -ESRCH)
             continue; /* ended since the listing */
-        ours_only = n > 0 && strncmp(comm, "snapprof", 8) == 0 && thread_blocks(tid, SIGTERM) &&
-                    thread_blocks(tid, SIGPROF) && thread_blocks(tid, SIGINT);
+        ours_only = n > 0 && strncmp(comm, "snapprof", 8) == 0 &&
+                    thread_blocks_all(tid, SIG_BIT(SIGTERM) | SIG_BIT(SIGPROF) | SIG_BIT(SIGINT));
     }
     closedir(d);
     return ours_only;
@@ -279,7 +284,10 @@ static size_t scan_unregistered(int signo, int retrying, pid_t **out)
             continue;
         /* snapprof finds a foreign thread's stack by stopping it with
          * SIGURG, whatever the sampling signal. */
-        if (thread_blocks(tid, signo) || thread_blocks(tid, SIGURG)) {
+        uint64_t blocked;
+        if (snapprof__proc_task_sigset(tid, "SigBlk", &blocked) != 0)
+            blocked = 0; /* unreadable: taken as blocking nothing, as before */
+        if (blocked & (SIG_BIT(signo) | SIG_BIT(SIGURG))) {
             if (thread_never_ran(tid)) {
                 /* Not run yet, so its signals are glibc's, not its own:
                  * looked at again every RETRY_NS until it has run (a
