@@ -3,10 +3,13 @@
 # preloaded profiler costs a short program in CPU time, its start, its
 # samples and its write at exit included, side by side in one run:
 #   none         bench/write_cost_prog work MS, alone
-#   snapprof     LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=... (lines
-#                from every debug file: the default)
-#   snapprof own the same with SNAPPROF_LINES=own (no DWARF of separate debug
-#                files such as libc6-dbg's; they still name functions)
+#   snapprof     LD_PRELOAD=libsnapprof-preload.so SNAPPROF_OUTPUT=... (the
+#                default, SNAPPROF_LINES=program: no DWARF of the system
+#                libraries' debug files such as libc6-dbg's; they still name
+#                functions)
+#   snapprof all the same with SNAPPROF_LINES=all (lines from every debug file)
+#   snapprof own the same with SNAPPROF_LINES=own (no DWARF of any separate
+#                debug file)
 #   gperftools   LD_PRELOAD=libprofiler.so CPUPROFILE=... (bench/setup.sh)
 # each at 100 Hz, for a short (0.3 CPU-s) and a long (3 CPU-s) run of the
 # same work. The CPU time is the program's process's own (wait4(): user +
@@ -70,6 +73,7 @@ for r in $(seq "$rounds"); do
   for ms in $short_ms $long_ms; do
     run_row none "$ms" X=1
     run_row snapprof "$ms" LD_PRELOAD="$preload" SNAPPROF_OUTPUT="$work/s.pb.gz"
+    run_row all "$ms" LD_PRELOAD="$preload" SNAPPROF_LINES=all SNAPPROF_OUTPUT="$work/a.pb.gz"
     run_row own "$ms" LD_PRELOAD="$preload" SNAPPROF_LINES=own SNAPPROF_OUTPUT="$work/o.pb.gz"
     [ -z "$libprofiler" ] ||
       run_row gperftools "$ms" LD_PRELOAD="$libprofiler" CPUPROFILE="$work/g.prof" CPUPROFILE_FREQUENCY=100
@@ -89,7 +93,7 @@ table=$work/table
   none_s=$(med none.$short_ms) none_l=$(med none.$long_ms)
   printf '%-14s %10.1f %10.1f %10s\n' "none (CPU ms)" "$(awk -v a="$none_s" 'BEGIN {print a / 1000}')" \
     "$(awk -v a="$none_l" 'BEGIN {print a / 1000}')" "-"
-  for p in snapprof own gperftools; do
+  for p in snapprof all own gperftools; do
     if [ -z "${cpu[$p.$short_ms]:-}" ]; then
       printf '%-14s %10s\n' "$p" "n/a (not installed: bash bench/setup.sh)"
       continue
@@ -97,7 +101,7 @@ table=$work/table
     awk -v name="$p" -v s="$(med $p.$short_ms)" -v l="$(med $p.$long_ms)" -v ns="$none_s" -v nl="$none_l" \
       -v k="$(awk -v a=$long_ms -v b=$short_ms 'BEGIN {print (a - b) / b}')" 'BEGIN {
         ds = (s - ns) / 1000; dl = (l - nl) / 1000
-        printf "%-14s %10.1f %10.1f %10.1f\n", (name == "own" ? "snapprof own" : name), ds, dl, ds - (dl - ds) / k }'
+        printf "%-14s %10.1f %10.1f %10.1f\n", (name == "own" || name == "all" ? "snapprof " name : name), ds, dl, ds - (dl - ds) / k }'
   done
   awk -v n="$(med noloop.$loop_ms)" -v l="$(med loop.$loop_ms)" -v secs="$((loop_ms / 1000))" 'BEGIN {
     printf "\nrolling profiles (SNAPPROF_LOOP=1s, %d CPU-s): %.1f CPU ms above the same run without, %.2f ms per interval\n",

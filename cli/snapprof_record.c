@@ -70,10 +70,13 @@ const char snapprof__record_usage[] =
     "      --crash MODE     write: a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL,\n"
     "                       SIGABRT) writes the profile, then the program dies of\n"
     "                       it (default); off: no handler of ours, no profile\n"
-    "      --lines WHERE    all: source lines from the program's own DWARF and from\n"
-    "                       separate debug files (/usr/lib/debug; default); own:\n"
-    "                       from the program's own only (debug files still name\n"
-    "                       functions), a profile ~60 ms cheaper to write\n"
+    "      --lines WHERE    where source lines and inlined frames come from:\n"
+    "                       program: each object's own DWARF, and separate debug\n"
+    "                       files (/usr/lib/debug, .gnu_debuglink) except those of\n"
+    "                       system libraries (/usr/lib, /lib), which name their\n"
+    "                       functions without lines (default); all: every\n"
+    "                       debug file (libc6-dbg's libc adds ~60 ms to the first\n"
+    "                       profile); own: each object's own DWARF only\n"
     "      --heap           also sample allocations (malloc, new, ...): writes\n"
     "                       BASE.heap.pb.gz, the heap profile (in use at exit and\n"
     "                       all allocations), and BASE.heappeak.pb.gz, the same at\n"
@@ -254,9 +257,9 @@ static void parse_options(int argc, char **argv, options_t *o)
                 die(EXIT_USAGE, "bad --crash: %s", why);
             o->crash_off = !write;
         } else if (matches(a, NULL, "--lines")) {
-            int own;
+            int lines;
             o->lines = option_value(argc, argv, &i, NULL, "--lines");
-            if (snapprof__parse_lines(o->lines, &own, why, sizeof why) != 0)
+            if (snapprof__parse_lines(o->lines, &lines, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --lines: %s", why);
         } else if (matches(a, NULL, "--trigger")) {
             int trigger;

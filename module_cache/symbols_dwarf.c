@@ -23,6 +23,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <limits.h>
+#include <snapprof/snapprof.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,35 @@ struct snapprof__dwarf {
  * elsewhere through snapprof__symbols_set_debug_dirs(). */
 static char g_debug_dirs[PATH_MAX] = "/usr/lib/debug";
 
-/* Whether DWARF is read from separate debug files too (SNAPPROF_LINES_ALL)
- * or only from the object's own file (SNAPPROF_LINES_OWN). */
-static int g_separate_lines = 1;
+/* Whether DWARF is read from separate debug files too (SNAPPROF_LINES_ALL),
+ * only from the object's own file (SNAPPROF_LINES_OWN), or from separate
+ * files of objects outside the system's library directories
+ * (SNAPPROF_LINES_PROGRAM). */
+static int g_lines = SNAPPROF_LINES_ALL;
 
-void snapprof__dwarf_set_separate_lines(int on)
+void snapprof__dwarf_set_lines(int lines)
 {
-    g_separate_lines = on != 0;
+    g_lines = lines;
+}
+
+int snapprof__dwarf_system_library(const char *path)
+{
+    static const char *const dirs[] = {"/lib/",       "/lib64/",     "/usr/lib/",
+                                       "/usr/lib64/", "/usr/lib32/", "/usr/libx32/"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        if (path && strncmp(path, dirs[i], strlen(dirs[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether the DWARF of path's separate debug file is read (above). */
+static int separate_lines(const char *path)
+{
+    if (g_lines == SNAPPROF_LINES_OWN)
+        return 0;
+    if (g_lines == SNAPPROF_LINES_PROGRAM)
+        return !snapprof__dwarf_system_library(path);
+    return 1;
 }
 
 void snapprof__dwarf_set_debug_dirs(const char *dirs)
@@ -330,7 +353,7 @@ snapprof__dwarf_t *snapprof__dwarf_open(Elf *elf, const char *path, const char *
     } else {
         return NULL;
     }
-    if (use == sep.elf && !g_separate_lines) {
+    if (use == sep.elf && !separate_lines(path)) {
         /* Names only: the caller reads its .symtab and ends it. Its DWARF
          * is what costs (libc6-dbg's libc: 64 ms of inflating compressed
          * sections in dwarf_begin_elf(), most of a small program's

@@ -36,7 +36,7 @@ typedef struct snapprof__dwarf_frame {
  * cannot be read. elf must outlive the result when the DWARF is its own.
  * When a separate file is used, *debug_elf is set to it (the result owns
  * it; its .symtab may name functions the object's .dynsym lacks), else to
- * NULL. With separate lines off (snapprof__dwarf_set_separate_lines(0)) a
+ * NULL. When separate lines are off for this object (snapprof__dwarf_set_lines()) a
  * separate file's DWARF is not read: the result is NULL, *debug_elf is set
  * all the same, for its .symtab, and the caller ends it with elf_end(). The
  * result is never freed: its strings are handed out for the life of the
@@ -74,11 +74,17 @@ Elf *snapprof__dwarf_open_frame_elf(const char *path, const char *build_id);
  * the call. Test seam; g_sym_lock held. */
 void snapprof__dwarf_set_debug_dirs(const char *dirs);
 
-/* Whether snapprof__dwarf_open() reads the DWARF of separate debug files
- * (on, the default) or only DWARF in the object itself (off:
- * snapprof_symbols_set_lines(SNAPPROF_LINES_OWN)). Affects modules
- * symbolized for the first time after the call; g_sym_lock held. */
-void snapprof__dwarf_set_separate_lines(int on);
+/* Whether snapprof__dwarf_open() reads the DWARF of separate debug files:
+ * lines is a snapprof_lines_t (ALL, the default: always; OWN: never;
+ * PROGRAM: except for objects in the system's library directories,
+ * snapprof__dwarf_system_library()). Affects modules symbolized for the
+ * first time after the call; g_sym_lock held. */
+void snapprof__dwarf_set_lines(int lines);
+
+/* Whether path names an object in the system's library directories
+ * (/lib, /lib64, /usr/lib, /usr/lib64, /usr/lib32, /usr/libx32 and their
+ * subdirectories): where SNAPPROF_LINES_PROGRAM reads no separate lines. */
+int snapprof__dwarf_system_library(const char *path);
 
 /* Hex GNU build-id of the ELF file (from its section headers) into hex, ""
  * when it has none. Checks debug files here; the ELF symbolizer and the

@@ -599,11 +599,12 @@ int snapprof__symbols_set_debug_dirs(const char *dirs)
 
 int snapprof_symbols_set_lines(snapprof_lines_t lines)
 {
-    if (lines != SNAPPROF_LINES_ALL && lines != SNAPPROF_LINES_OWN)
+    if (lines != SNAPPROF_LINES_ALL && lines != SNAPPROF_LINES_OWN &&
+        lines != SNAPPROF_LINES_PROGRAM)
         return -EINVAL;
     pthread_once(&g_sym_once, sym_init_once);
     pthread_mutex_lock(&g_sym_lock);
-    snapprof__dwarf_set_separate_lines(lines == SNAPPROF_LINES_ALL);
+    snapprof__dwarf_set_lines((int)lines);
     pthread_mutex_unlock(&g_sym_lock);
     return 0;
 }

@@ -129,14 +129,16 @@ int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size)
     return 0;
 }
 
-int snapprof__parse_lines(const char *s, int *own, char *why, size_t why_size)
+int snapprof__parse_lines(const char *s, int *lines, char *why, size_t why_size)
 {
     if (s && strcasecmp(s, "all") == 0)
-        *own = 0;
+        *lines = SNAPPROF_LINES_ALL;
     else if (s && strcasecmp(s, "own") == 0)
-        *own = 1;
+        *lines = SNAPPROF_LINES_OWN;
+    else if (s && strcasecmp(s, "program") == 0)
+        *lines = SNAPPROF_LINES_PROGRAM;
     else {
-        WHY("'%s' is not a lines setting (all or own)", s ? s : "");
+        WHY("'%s' is not a lines setting (program, all or own)", s ? s : "");
         return -1;
     }
     return 0;
@@ -705,12 +707,14 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
         write = 1;
     }
     cfg->crash_off = !write;
-    int own = 0;
-    if ((v = get(SNAPPROF_ENV_LINES)) && snapprof__parse_lines(v, &own, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; reading lines from every debug file", SNAPPROF_ENV_LINES, why);
-        own = 0;
+    /* The default reads no DWARF of system libraries' debug files: what a
+     * profile's first write costs (issue 28). */
+    int lines = SNAPPROF_LINES_PROGRAM;
+    if ((v = get(SNAPPROF_ENV_LINES)) && snapprof__parse_lines(v, &lines, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; using the default (program)", SNAPPROF_ENV_LINES, why);
+        lines = SNAPPROF_LINES_PROGRAM;
     }
-    cfg->lines_own = own;
+    cfg->lines = lines;
 }
 
 /* The environment, read: see preload_config.h. */

@@ -114,7 +114,7 @@ typedef struct snapprof__preload_config {
                              none when it took no sample */
     int gperftools_names; /* CPUPROFILE: children write FILE_<pid>, as gperftools names them */
     int crash_off;        /* SNAPPROF_CRASH=off: crashes are left alone (preload_crash.c) */
-    int lines_own;        /* SNAPPROF_LINES=own: no DWARF of separate debug files */
+    int lines;            /* SNAPPROF_LINES: a snapprof_lines_t (default PROGRAM) */
     int trigger;          /* snapprof_trigger_t: 0 auto, 1 perf, 2 timer, 3 handshake */
     int wall_blocked;     /* snapprof_wall_blocked_t: 0 signal, 1 proc */
     char summary_dir[PATH_MAX];
@@ -139,9 +139,10 @@ int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size)
 /* "write" (or "on", "1") or "off" (or "0"), any case: whether a crash
  * writes the profile before the program dies of it. */
 int snapprof__parse_crash(const char *s, int *write, char *why, size_t why_size);
-/* "all" (DWARF of separate debug files too) or "own" (only the object's
- * own DWARF): *own 0 or 1 (snapprof_lines_t). Returns 0, or -1 with why. */
-int snapprof__parse_lines(const char *s, int *own, char *why, size_t why_size);
+/* "program" (DWARF of separate debug files except the system libraries'),
+ * "all" (of every separate debug file) or "own" (only each object's own
+ * DWARF): *lines a snapprof_lines_t. Returns 0, or -1 with why. */
+int snapprof__parse_lines(const char *s, int *lines, char *why, size_t why_size);
 /* "auto", "perf", "timer" or "handshake", as snapprof_trigger_t's values. */
 int snapprof__parse_trigger(const char *s, int *trigger, char *why, size_t why_size);
 /* "signal" or "proc", as snapprof_wall_blocked_t's values. */

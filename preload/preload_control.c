@@ -282,8 +282,9 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     }
     snapprof__preload_libunwind_init();
     snapprof_profiler_t *p;
-    /* SNAPPROF_LINES=own: separate debug files give names, not lines. */
-    snapprof_symbols_set_lines(c.lines_own ? SNAPPROF_LINES_OWN : SNAPPROF_LINES_ALL);
+    /* SNAPPROF_LINES: which separate debug files give lines, not only
+     * names (the default: not the system libraries'). */
+    snapprof_symbols_set_lines((snapprof_lines_t)c.lines);
     rc = snapprof_profiler_create(&params, NULL, 0, &p);
     if (rc != 0) {
         WHY("cannot create the profiler: %s", snapprof_strerror(rc));

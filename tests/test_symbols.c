@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include "module_cache/module_cache.h"
+#include "module_cache/symbols_dwarf.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -204,12 +205,47 @@ static void test_lines_own_debuglink(void)
     check_library(path, 0);
 }
 
+/* SNAPPROF_LINES_PROGRAM (the preload's default): a library outside the
+ * system's library directories keeps the lines of its separate debug
+ * file. Would catch PROGRAM reading no separate lines at all (a user's
+ * split debug info losing its file:line), as OWN does. */
+static void test_lines_program_debuglink(void)
+{
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_PROGRAM));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
+             SNAPPROF_TEST_BINARY_DIR);
+    check_library(path, 1);
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_ALL));
+}
+
+/* Which objects SNAPPROF_LINES_PROGRAM takes for system libraries: the
+ * library directories and below, by whole path component. Would catch a
+ * prefix test without the slash (/library, /usr/libexec) or a missed
+ * directory (Debian's /usr/lib/x86_64-linux-gnu, /lib64's loader). */
+static void test_lines_program_system_dirs(void)
+{
+    ASSERT(snapprof__dwarf_system_library("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+    ASSERT(snapprof__dwarf_system_library("/lib/x86_64-linux-gnu/libm.so.6"));
+    ASSERT(snapprof__dwarf_system_library("/lib64/ld-linux-x86-64.so.2"));
+    ASSERT(snapprof__dwarf_system_library("/usr/lib64/libz.so.1"));
+    ASSERT(snapprof__dwarf_system_library("/usr/lib/python3.11/lib-dynload/_json.so"));
+    ASSERT(!snapprof__dwarf_system_library("/usr/libexec/helper"));
+    ASSERT(!snapprof__dwarf_system_library("/library/libx.so"));
+    ASSERT(!snapprof__dwarf_system_library("/usr/local/lib/libfoo.so"));
+    ASSERT(!snapprof__dwarf_system_library("/usr/bin/python3.11"));
+    ASSERT(!snapprof__dwarf_system_library("/home/u/build/libx.so"));
+    ASSERT(!snapprof__dwarf_system_library("[vdso]"));
+    ASSERT(!snapprof__dwarf_system_library(""));
+    ASSERT(!snapprof__dwarf_system_library(NULL));
+}
+
 /* SNAPPROF_LINES_OWN keeps the lines of DWARF in the object itself (this
  * binary, -O2 -g), inlined frames included; other values are refused and
  * change nothing. */
 static void test_lines_own_keeps_own(void)
 {
-    ASSERT_EQ(snapprof_symbols_set_lines((snapprof_lines_t)2), -EINVAL);
+    ASSERT_EQ(snapprof_symbols_set_lines((snapprof_lines_t)3), -EINVAL);
     ASSERT_EQ(snapprof_symbols_set_lines((snapprof_lines_t)-1), -EINVAL);
     ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_OWN));
     sym_plain(3);
@@ -413,6 +449,8 @@ int main(int argc, char **argv)
         {"mapping_flags", test_mapping_flags},
         {"lines_own_debuglink", test_lines_own_debuglink},
         {"lines_own_keeps_own", test_lines_own_keeps_own},
+        {"lines_program_debuglink", test_lines_program_debuglink},
+        {"lines_program_system_dirs", test_lines_program_system_dirs},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

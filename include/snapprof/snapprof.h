@@ -203,7 +203,15 @@ typedef enum {
      * and inlined frames are not read: libc6-dbg's libc costs 60-70 ms of
      * CPU to open (its compressed sections are inflated whole), most of
      * what writing a small program's profile costs. */
-    SNAPPROF_LINES_OWN = 1
+    SNAPPROF_LINES_OWN = 1,
+    /* As SNAPPROF_LINES_ALL for programs and for libraries outside the
+     * system's library directories (/lib..., /usr/lib...: libc, libstdc++,
+     * the distribution's other libraries), as SNAPPROF_LINES_OWN for
+     * those: the code a user builds keeps its lines and inlined frames,
+     * also from its separate debug file, and the system libraries' debug
+     * files name functions without costing their DWARF. The preload's
+     * default (SNAPPROF_LINES, `snapprof record --lines`). Added in 0.7.0. */
+    SNAPPROF_LINES_PROGRAM = 2
 } snapprof_lines_t;
 
 /* Sets where snapprof_symbolize(), and the builders through it, read
