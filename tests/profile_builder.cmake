@@ -15,3 +15,6 @@ snapprof_add_test_cases(EXE profile_builder_pprof_oom
 # The comment lines and the hidden counters of a pprof profile.
 snapprof_add_test_cases(EXE profile_builder_pprof_stats
   SOURCES test_profile_builder_pprof_stats.c ${PBT_UTIL})
+# The flight builder: the last minutes of a profile, replayed on demand.
+snapprof_add_test_cases(EXE profile_builder_flight SOURCES test_profile_builder_flight.c
+  PREFIX profile_builder_flight_ TIMEOUT 300)
