@@ -468,7 +468,9 @@ static void deliver_alloc(const snapprof__heap_sink_t *sink, snapprof__capture_s
     snapprof__heap_extra_t *x = slot->extra;
     const snapprof_frame_t *frames;
     unsigned flags = 0;
-    size_t count = sink->unwind(sink->ctx, &slot->res, slot->buffer, &frames, &flags);
+    const void *tail =
+        snapprof__heap.tail_size ? (const uint8_t *)slot->extra + SNAPPROF__HEAP_TAIL_OFFSET : NULL;
+    size_t count = sink->unwind(sink->ctx, &slot->res, slot->buffer, tail, &frames, &flags);
     size_t skip = skip_own(frames, count, x->caller_pc);
     snapprof_label_t views[SNAPPROF__LABELS_MAX];
     size_t label_count = snapprof__labels_decode(&x->labels, views);

@@ -26,6 +26,10 @@ typedef struct snapprof__heap_extra {
     char name[16];
 } snapprof__heap_extra_t;
 
+/* Where the owner's tail (snapprof__heap_more_t) starts in a slot's
+ * extra area. */
+#define SNAPPROF__HEAP_TAIL_OFFSET ((sizeof(snapprof__heap_extra_t) + 63u) & ~(size_t)63u)
+
 /* A free of a sampled block, queued for the drain; or a sampled
  * allocation that found no free capture slot, queued without its stack
  * (alloc 1: its bytes and thread), so that it still counts in the totals
@@ -55,6 +59,10 @@ typedef struct snapprof__heap_state {
     int ready;               /* pool and ring made */
     snapprof__capture_pool_t pool;
     snapprof__capture_delegate_t delegate;
+    size_t tail_size; /* room for the owner's tail in each slot, set when the pool is made */
+    /* The session's tail capture (snapprof__heap_more_t), NULL for none:
+     * read by the allocating threads' captures. */
+    void (*_Atomic more)(void *tail);
     snapprof__heap_free_cell_t *ring;
     _Atomic uint64_t ring_tail; /* producers */
     _Atomic uint64_t ring_head; /* the consumer's; producers only look */

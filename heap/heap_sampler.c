@@ -274,8 +274,11 @@ void snapprof__heap_guard_leave(void)
  * them. Async-signal-safe. */
 static void on_capture(void *ctx, void *extra)
 {
-    (void)ctx;
+    snapprof__heap_state_t *h = ctx;
     snapprof__labels_capture(&((snapprof__heap_extra_t *)extra)->labels);
+    void (*more)(void *) = atomic_load_explicit(&h->more, memory_order_relaxed);
+    if (more)
+        more((uint8_t *)extra + SNAPPROF__HEAP_TAIL_OFFSET);
 }
 
 /* The child of a fork() has no sampling thread: a profile inherited from
@@ -296,7 +299,8 @@ static void fork_once(void)
 }
 
 /* Sampler lock held. */
-int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
+int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick,
+                         const snapprof__heap_more_t *more)
 {
     snapprof__heap_state_t *h = &snapprof__heap;
     if (h->owner && h->owner != owner)
@@ -307,8 +311,10 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
          * far as copies reach): a sampled allocation every 512 KiB is rare
          * next to CPU captures, and a burst beyond them is dropped and
          * counted, never waited for. */
-        int rc = snapprof__capture_pool_init(&h->pool, 128, 64u << 10,
-                                             sizeof(snapprof__heap_extra_t), kick);
+        size_t tail = more && more->capture ? more->tail_size : 0;
+        int rc = snapprof__capture_pool_init(
+            &h->pool, 128, 64u << 10,
+            tail ? SNAPPROF__HEAP_TAIL_OFFSET + tail : sizeof(snapprof__heap_extra_t), kick);
         if (rc != 0)
             return rc;
         h->ring = calloc(SNAPPROF__HEAP_FREE_RING, sizeof *h->ring);
@@ -320,6 +326,7 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
             atomic_store_explicit(&h->ring[i].turn, i, memory_order_relaxed);
         h->delegate = (snapprof__capture_delegate_t){.on_capture = on_capture, .ctx = h};
         h->pool.delegate = &h->delegate;
+        h->tail_size = tail;
         h->ready = 1;
     }
     int rc = snapprof__heap_set_maintain();
@@ -328,6 +335,9 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick)
     /* Entries left by a hook that raced the last session's end. */
     snapprof__heap_set_clear();
     h->owner = owner;
+    /* The slots were made once: a tail they have no room for is left out. */
+    atomic_store(&h->more,
+                 more && more->capture && more->tail_size <= h->tail_size ? more->capture : NULL);
     atomic_fetch_add(&h->gen, 1);
     atomic_store(&h->dropped_set_full, 0);
     atomic_store(&h->dropped_no_stack, 0);

@@ -16,12 +16,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What the owner adds to each sampled allocation's capture: capture runs
+ * on the allocating thread right after the labels are taken, and fills
+ * tail_size bytes of the slot (the sink's unwind gets them back). It must
+ * be async-signal-safe in spirit: no allocation, no locks (it runs inside
+ * malloc). The profiler's Python frames (python/) come this way, since
+ * heap/ sits beside python/ and does not call it. */
+typedef struct snapprof__heap_more {
+    void (*capture)(void *tail);
+    size_t tail_size;
+} snapprof__heap_more_t;
+
 /* Starts heap sampling for owner with a mean interval of interval bytes:
  * the first start makes the capture slots and the free queue (kept for
- * the life of the process: a hook may still hold a slot after a stop).
- * kick is the futex word that wakes the sampling thread. Returns 0,
- * -EBUSY when another profiler owns it, -ENOMEM. */
-int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick);
+ * the life of the process: a hook may still hold a slot after a stop),
+ * with room for more->tail_size bytes beside each capture (more NULL:
+ * none). A later start whose more needs a bigger tail than the slots have
+ * runs without it (its captures carry no tail). kick is the futex word
+ * that wakes the sampling thread. Returns 0, -EBUSY when another profiler
+ * owns it, -ENOMEM. */
+int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick,
+                         const snapprof__heap_more_t *more);
 
 /* Stops taking new samples (the note functions return 0 from now on);
  * what was sampled until now can still be drained. No-op unless owner
@@ -46,9 +61,10 @@ typedef struct snapprof__heap_sink {
     void (*prepare)(void *ctx);
     /* Unwinds a copy (the thread has long resumed): sets *frames (valid
      * until the next call) and *flags (SNAPPROF_SAMPLE_*), returns the
-     * count (0: nothing could be unwound). */
+     * count (0: nothing could be unwound). tail: what the session's
+     * snapprof__heap_more_t captured beside it, NULL when it had none. */
     size_t (*unwind)(void *ctx, const snapprof__copy_result_t *res, uint8_t *buffer,
-                     const snapprof_frame_t **frames, unsigned *flags);
+                     const void *tail, const snapprof_frame_t **frames, unsigned *flags);
     /* Gives a sample to the builders. */
     void (*deliver)(void *ctx, const snapprof_sample_t *s);
     snapprof_stats_t *stats; /* heap_samples, heap_frees counted here */

@@ -243,6 +243,24 @@ static void deliver_kernel(snapprof_profiler_t *p, snapprof__target_t *t, size_t
                       kernel_ns, labels);
 }
 
+/* The evaluation loop's frames among p->frames[0..count) replaced by the
+ * Python frames cap holds (python/python_splice.c), counted. Returns the
+ * new count. Lock held. */
+static size_t splice_python(snapprof_profiler_t *p, const snapprof__py_capture_t *cap, size_t count)
+{
+    snapprof__python_refresh(0);
+    snapprof__py_splice_stats_t ps = {0};
+    count = snapprof__python_splice(cap, p->frames, count, p->py_frames, p->params.max_frames, &ps);
+    memcpy(p->frames, p->py_frames, count * sizeof *p->frames);
+    p->stats.python_samples += ps.samples;
+    p->stats.python_frames += ps.frames;
+    p->stats.python_truncated += ps.truncated;
+    p->stats.python_broken += ps.broken;
+    p->stats.python_unmatched += ps.unmatched;
+    p->stats.python_code_reused += ps.code_reused;
+    return count;
+}
+
 /* Unwinds a stack copy that buffer holds (the target has resumed) and
  * delivers it with cpu_ns as its weight, and kernel_ns (when not 0) as a
  * second sample under a "[kernel]" leaf. Lock held. */
@@ -305,21 +323,11 @@ void snapprof__unwind_and_deliver(snapprof_profiler_t *p, snapprof__target_t *t,
     /* -- Python frames (params.python): the evaluation loop's frames
      * replaced by the Python frames the handler copied, or, for a stack
      * read through /proc, that wall mode read beside it (wall.c). -- */
-    if (p->python && count > 0) {
-        snapprof__python_refresh(0);
-        snapprof__py_splice_stats_t ps = {0};
-        const snapprof__py_capture_t *cap =
-            (const snapprof__py_capture_t *)((const uint8_t *)labels + SNAPPROF__PY_EXTRA_OFFSET);
-        count =
-            snapprof__python_splice(cap, p->frames, count, p->py_frames, p->params.max_frames, &ps);
-        memcpy(p->frames, p->py_frames, count * sizeof *p->frames);
-        p->stats.python_samples += ps.samples;
-        p->stats.python_frames += ps.frames;
-        p->stats.python_truncated += ps.truncated;
-        p->stats.python_broken += ps.broken;
-        p->stats.python_unmatched += ps.unmatched;
-        p->stats.python_code_reused += ps.code_reused;
-    }
+    if (p->python && count > 0)
+        count = splice_python(
+            p,
+            (const snapprof__py_capture_t *)((const uint8_t *)labels + SNAPPROF__PY_EXTRA_OFFSET),
+            count);
     size_t real_frames =
         count > 0 && p->frames[count - 1].kind == SNAPPROF_FRAME_MARKER ? count - 1 : count;
     p->stats.unwind_frames_total += real_frames;
@@ -394,9 +402,12 @@ static void provision_large(snapprof_profiler_t *p)
 /* Heap samples (heap/): unwound by the same chain, to the same builders    */
 /* ------------------------------------------------------------------------ */
 
-/* Unwinds a sampled allocation's copy into p->frames. Lock held. */
+/* Unwinds a sampled allocation's copy into p->frames, with its Python
+ * frames spliced in when the profile takes them (tail: the capture's
+ * snapprof__py_capture_t, heap_capture_python() in profiler.c). Lock
+ * held. */
 static size_t heap_unwind(void *ctx, const snapprof__copy_result_t *res, uint8_t *buffer,
-                          const snapprof_frame_t **frames, unsigned *flags)
+                          const void *tail, const snapprof_frame_t **frames, unsigned *flags)
 {
     snapprof_profiler_t *p = ctx;
     snapprof_regs_t regs;
@@ -410,6 +421,8 @@ static size_t heap_unwind(void *ctx, const snapprof__copy_result_t *res, uint8_t
              (outcome.truncated_depth ? SNAPPROF_SAMPLE_TRUNCATED_DEPTH : 0);
     if (count == 0)
         snapprof__fail(p, SNAPPROF_FAIL_NO_FRAMES);
+    if (p->python && tail && count > 0)
+        count = splice_python(p, tail, count);
     *frames = p->frames;
     return count;
 }

@@ -82,6 +82,13 @@ static void on_capture(void *ctx, void *extra)
             (snapprof__py_capture_t *)((uint8_t *)extra + SNAPPROF__PY_EXTRA_OFFSET));
 }
 
+/* A sampled allocation's capture, on the allocating thread (heap/): its
+ * interpreter frames into the slot's tail. No allocation, no locks. */
+static void heap_capture_python(void *tail)
+{
+    snapprof__python_capture((snapprof__py_capture_t *)tail);
+}
+
 int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t *const *threads,
                              size_t count, snapprof_profiler_t **out)
 {
@@ -536,7 +543,11 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
     /* Heap sampling (heap/), one profiler at a time: before any target is
      * armed, so that its refusal has nothing to undo but the events. */
     if (p->params.heap_interval > 0) {
-        rc = snapprof__heap_start(p, p->params.heap_interval, snapprof__sampler_kick_word());
+        /* With Python frames, each sampled allocation takes its thread's
+         * interpreter frames too, as a signal handler's capture does. */
+        snapprof__heap_more_t more = {.capture = p->python ? heap_capture_python : NULL,
+                                      .tail_size = sizeof(snapprof__py_capture_t)};
+        rc = snapprof__heap_start(p, p->params.heap_interval, snapprof__sampler_kick_word(), &more);
         if (rc != 0) {
             snapprof__event_reader_close(&p->events);
             snapprof__sampler_unlock();

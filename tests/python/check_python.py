@@ -12,6 +12,9 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   off        without --python nothing of Python's is in the profile
   wall       --wall: threads waiting in time.sleep, a lock and a socket recv
              show the Python function that waits
+  heap       --heap: each sampled allocation names the Python function that
+             asked for it; the three functions' shares of alloc_space
+             against the bytes they asked for
 Exit 77 (skipped) when /usr/bin/python3.11 or go is missing, or in a
 sanitizer build ("sanitized"), as the other record tests
 (pl_skip_if_sanitized): the sanitized preload library cannot load into
@@ -201,6 +204,75 @@ def wall(cli, tmp):
         fail("an evaluation loop frame left in a waiting thread's stack")
 
 
+def heap_traces(prof, index):
+    """[(bytes, [frame names, leaf first])] of a heap profile."""
+    txt = subprocess.run(["go", "tool", "pprof", "-sample_index=" + index, "-traces", prof],
+                         capture_output=True, text=True, check=True).stdout
+    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "": 1}
+    out = []
+    for block in txt.split("-----------+-------------------------------------------------------"):
+        frames, weight = [], None
+        for line in block.splitlines():
+            m = re.match(r"^\s+([0-9.]+)(B|kB|MB|GB|)\s+(.*)$", line)
+            if m and weight is None:
+                weight = float(m.group(1)) * units[m.group(2)]
+                frames.append(m.group(3).strip())
+            elif weight is not None and line.startswith("             "):
+                frames.append(line.strip())
+        if weight is not None:
+            out.append((weight, frames))
+    return out
+
+
+def heap(cli, tmp):
+    """--heap --python: a sampled allocation's stack has the Python frames of
+    the thread that allocated, so alloc_space splits by Python function as
+    the bytes asked for do."""
+    truth_file = os.path.join(tmp, "truth.json")
+    interval = 65536
+    record(cli, tmp, [os.path.join(HERE, "allocs.py"), truth_file, "384", "3"],
+           ["--python", "--heap", "--heap-interval", str(interval)],
+           env={"PYTHONMALLOC": "malloc"}, hz=100)
+    prof = os.path.join(tmp, "p.heap.pb.gz")
+    truth = json.load(open(truth_file))
+    got = {f: 0.0 for f in truth}
+    total = python_total = 0.0
+    no_slot = 0.0
+    for w, frames in heap_traces(prof, "alloc_space"):
+        if frames == ["[heap: no capture slot]"]:
+            # Allocations faster than the drain (heap/README.md): their
+            # bytes count, their stacks are not taken, in every function
+            # alike (the rounds interleave them).
+            no_slot += w
+            continue
+        total += w
+        hit = [f for f in frames if f in got]
+        if hit:
+            got[hit[0]] += w
+        if "<module>" in frames:
+            python_total += w
+            if "_PyEval_EvalFrameDefault" in frames:
+                fail("an evaluation loop frame left in a Python allocation's stack: " +
+                     ";".join(frames))
+    n = total / interval  # about how many samples with a stack
+    print(f"alloc_space {total / 1e6:.1f} MB with a stack, {no_slot / 1e6:.1f} MB without, "
+          f"under <module> {python_total / 1e6:.1f} MB, ~{n:.0f} samples")
+    if n < 1000:
+        fail(f"only ~{n:.0f} samples with a stack")
+    if python_total < 0.9 * total:
+        fail("less than 90 % of the bytes allocated under a Python frame")
+    tol = max(0.02, 4 * 0.5 / math.sqrt(n))
+    t_all, g_all = sum(truth.values()), sum(got.values())
+    bad = []
+    for f in sorted(truth):
+        t, g = truth[f] / t_all, got[f] / g_all if g_all else 0
+        print(f"{f:12s} truth {t:.3f} profile {g:.3f} diff {g - t:+.3f} (tolerance {tol:.3f})")
+        if abs(g - t) > tol:
+            bad.append(f)
+    if bad:
+        fail(f"shares off: {bad}")
+
+
 def main():
     cli, mode = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
@@ -213,7 +285,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
         {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
          "recursion": lambda: recursion(cli, tmp), "unknown": lambda: unknown(cli, tmp),
-         "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp)}[mode]()
+         "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
+         "heap": lambda: heap(cli, tmp)}[mode]()
     print("PASS")
 
 
