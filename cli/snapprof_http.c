@@ -1,7 +1,8 @@
 /* `snapprof record --http`: Go's net/http/pprof paths served from the
  * record process with libmicrohttpd (its epoll mode; suspend/resume for
  * requests that last seconds). A CPU request becomes a line "cpu ID
- * SECONDS" on the control socketpair; the program's preload
+ * SECONDS" on the control socketpair (with ?since=S under --flight,
+ * "since ID S", answered at once from the flight recorder); the program's preload
  * (preload/preload_serve.c) answers "ok ID PATH" (a pprof in our private
  * directory, which we serve and unlink), "err ID REASON" (503), or "end
  * REASON" (its profile stopped). A control thread here reads the answers
@@ -33,6 +34,12 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
     (void)addr;
     (void)token;
     return NULL;
+}
+
+void snapprof__http_set_flight(snapprof__http_t *h, int on)
+{
+    (void)h;
+    (void)on;
 }
 
 void snapprof__http_start(snapprof__http_t *h, pid_t pid)
@@ -108,6 +115,7 @@ struct snapprof__http {
     int ended; /* the program was reaped */
     int hello; /* the program's preload serves */
     pthread_cond_t hello_cv;
+    int flight; /* record --flight: ?since= is served (set before start) */
 };
 
 /* The per-connection marker of a request not (or no longer) tied to a
@@ -284,6 +292,29 @@ static int parse_seconds(const char *v, unsigned *out)
     return 0;
 }
 
+/* ?since=: a duration, 60, 60s, 5m or 1h, 1 s to 24 h, in whole seconds. */
+static int parse_since(const char *v, unsigned *out)
+{
+    unsigned long n = 0;
+    const char *p = v;
+    if (!v || !*v || strlen(v) > 8)
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++)
+        n = n * 10 + (unsigned long)(*p - '0');
+    if (p == v)
+        return -1;
+    if (strcmp(p, "m") == 0)
+        n *= 60;
+    else if (strcmp(p, "h") == 0)
+        n *= 3600;
+    else if (*p != '\0' && strcmp(p, "s") != 0)
+        return -1;
+    if (n < 1 || n > 86400)
+        return -1;
+    *out = (unsigned)n;
+    return 0;
+}
+
 static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
 {
     char text[1024];
@@ -294,10 +325,16 @@ static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
                      "    the CPU profile (pprof; wall time under --wall) of the next N seconds:\n"
                      "    N from 1 to %u, default 30; at most %u at once (then 503 with\n"
                      "    Retry-After). go tool pprof URL opens it.\n"
+                     "%s%s"
                      "%s\n"
                      "    this page\n",
                      (int)h->pid, PROFILE_PATH, SNAPPROF_HTTP_SECONDS_MAX,
-                     SNAPPROF_HTTP_MAX_PROFILES, INDEX_PATH);
+                     SNAPPROF_HTTP_MAX_PROFILES, h->flight ? PROFILE_PATH : "",
+                     h->flight ? "?since=S\n"
+                                 "    the CPU profile of the last S (60s, 5m, 1h), at once, from\n"
+                                 "    the flight recorder (record --flight)\n"
+                               : "",
+                     INDEX_PATH);
     return reply(c, MHD_HTTP_OK, "text/plain; charset=utf-8", text, (size_t)n,
                  MHD_RESPMEM_MUST_COPY, 0);
 }
@@ -321,10 +358,11 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
     return ret;
 }
 
-/* The CPU profile of the next seconds: a line to the program, and the
- * connection waits (suspended) for the answer. */
+/* The CPU profile of the next seconds (verb "cpu"), or of the last
+ * seconds kept by the flight recorder ("since", answered at once): a line
+ * to the program, and the connection waits (suspended) for the answer. */
 static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection *c,
-                                     unsigned seconds, void **req_cls)
+                                     const char *verb, unsigned seconds, void **req_cls)
 {
     pthread_mutex_lock(&h->mu);
     if (h->ended || h->closed || !h->hello) {
@@ -354,13 +392,15 @@ static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection 
     }
     char line[64];
     unsigned long id = ++h->next_id;
-    int n = snprintf(line, sizeof line, "cpu %lu %u\n", id, seconds);
+    int n = snprintf(line, sizeof line, "%s %lu %u\n", verb, id, seconds);
     if (send(h->ctl, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n) {
         pthread_mutex_unlock(&h->mu);
         return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "cannot reach the program's profiler: %s",
                    strerror(errno));
     }
-    *s = (slot_t){.state = SLOT_WAITING, .id = id, .c = c, .end_ns = now + seconds * 1000000000ull};
+    /* A flight answer comes at once; its slot is held a few seconds at most. */
+    uint64_t wait_ns = strcmp(verb, "since") == 0 ? 5000000000ull : seconds * 1000000000ull;
+    *s = (slot_t){.state = SLOT_WAITING, .id = id, .c = c, .end_ns = now + wait_ns};
     *req_cls = s;
     /* Under the lock: the answer, which resumes it, cannot come first. */
     MHD_suspend_connection(c);
@@ -399,12 +439,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return index_page(h, c);
     unsigned seconds;
     const char *sv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
+    const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+    if (since) {
+        if (!h->flight)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0,
+                       "since= needs the flight recorder: snapprof record --flight DURATION");
+        if (sv)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0, "seconds= or since=, not both");
+        if (parse_since(since, &seconds) != 0)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0,
+                       "bad since=%s: a duration from 1s to 24h (60, 60s, 5m, 1h)", since);
+        if (head)
+            return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT,
+                         0);
+        return start_profile(h, c, "since", seconds, req_cls);
+    }
     if (parse_seconds(sv, &seconds) != 0)
         return say(c, MHD_HTTP_BAD_REQUEST, 0, "bad seconds=%s: a whole number from 1 to %u", sv,
                    SNAPPROF_HTTP_SECONDS_MAX);
     if (head) /* starts nothing */
         return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT, 0);
-    return start_profile(h, c, seconds, req_cls);
+    return start_profile(h, c, "cpu", seconds, req_cls);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
@@ -628,6 +683,12 @@ static void remove_dir(const char *dir)
         closedir(d);
     }
     rmdir(dir);
+}
+
+void snapprof__http_set_flight(snapprof__http_t *h, int on)
+{
+    if (h)
+        h->flight = on;
 }
 
 snapprof__http_t *snapprof__http_prepare(const char *addr, int token)

@@ -27,6 +27,11 @@ int snapprof__http_check(const char *addr, char *why, size_t why_size);
  * required (else none). Returns the server, or NULL. */
 snapprof__http_t *snapprof__http_prepare(const char *addr, int token);
 
+/* With record --flight: the program keeps its last minutes, and
+ * /debug/pprof/profile?since=S asks for its last S (else ?since= is 400).
+ * Before snapprof__http_start(). h may be NULL. */
+void snapprof__http_set_flight(snapprof__http_t *h, int on);
+
 /* In record, once the program runs (pid): closes the program's end of the
  * channel, starts serving and prints the URL. h may be NULL. */
 void snapprof__http_start(snapprof__http_t *h, pid_t pid);

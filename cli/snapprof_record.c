@@ -100,6 +100,9 @@ const char snapprof__record_usage[] =
     "                       127.0.0.1 (0: any free port); prints the URL to stderr\n"
     "      --http-token none\n"
     "                       serve without the random token the URL otherwise carries\n"
+    "      --flight T       with --http: keep the last T of CPU profile in memory (5m,\n"
+    "                       1h; 1s to 24h) and answer ?since=S at once with its last S;\n"
+    "                       samples at 19 Hz unless -F says otherwise\n"
     "  -q, --quiet          print no summary\n"
     "\n"
     "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
@@ -136,6 +139,7 @@ typedef struct options {
     int wall;
     const char *duration; /* as given, checked */
     const char *loop;     /* --loop as given, checked */
+    const char *flight;   /* --flight as given, checked */
     const char *signal;   /* as given, checked */
     const char *fork_mode;
     const char *crash_mode;
@@ -183,6 +187,7 @@ static void parse_options(int argc, char **argv, options_t *o)
     char why[256];
     memset(o, 0, sizeof *o);
     o->hz = SNAPPROF_HZ_DEFAULT;
+    int hz_given = 0;
     int i;
     for (i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -199,6 +204,7 @@ static void parse_options(int argc, char **argv, options_t *o)
             const char *v = option_value(argc, argv, &i, "-F", "--frequency");
             if (snapprof__parse_hz(v, &o->hz, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad frequency: %s", why);
+            hz_given = 1;
         } else if (matches(a, "-o", "--output")) {
             const char *path = option_value(argc, argv, &i, "-o", "--output");
             if (!*path)
@@ -240,6 +246,11 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->loop = option_value(argc, argv, &i, NULL, "--loop");
             if (snapprof__parse_loop(o->loop, &ns, why, sizeof why) != 0)
                 die(EXIT_USAGE, "bad --loop: %s", why);
+        } else if (matches(a, NULL, "--flight")) {
+            uint64_t ns;
+            o->flight = option_value(argc, argv, &i, NULL, "--flight");
+            if (snapprof__parse_loop(o->flight, &ns, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --flight: %s", why);
         } else if (matches(a, NULL, "--signal")) {
             int signo;
             o->signal = option_value(argc, argv, &i, NULL, "--signal");
@@ -297,6 +308,12 @@ static void parse_options(int argc, char **argv, options_t *o)
     }
     if (i >= argc)
         die(EXIT_USAGE, "no command to run (snapprof record [options] -- CMD [ARGS...])");
+    if (o->flight && !o->http)
+        die(EXIT_USAGE, "--flight needs --http: the flight recorder answers ?since= there");
+    /* The flight recorder runs as long as the service: parca-agent's
+     * always-on rate unless -F says otherwise. */
+    if (o->flight && !hz_given)
+        o->hz = SNAPPROF_FLIGHT_HZ;
     o->cmd = argv + i;
 }
 
@@ -589,6 +606,10 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_LOOP, o->loop);
     else
         unsetenv(SNAPPROF_ENV_LOOP);
+    if (o->flight)
+        set_env(SNAPPROF_ENV_FLIGHT, o->flight);
+    else
+        unsetenv(SNAPPROF_ENV_FLIGHT);
     set_env(SNAPPROF_ENV_FORK, o->fork_mode ? o->fork_mode : "follow");
     set_env(SNAPPROF_ENV_CRASH, o->crash_mode ? o->crash_mode : "write");
     if (o->lines)
@@ -620,6 +641,7 @@ static int record(options_t *o)
     unsetenv("SNAPPROF_CONTROL_DIR");
     /* Listening before the program starts: a port in use is said first. */
     snapprof__http_t *http = o->http ? snapprof__http_prepare(o->http, !o->http_no_token) : NULL;
+    snapprof__http_set_flight(http, o->flight != NULL);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -661,11 +661,14 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
     const char *v, *var;
     cfg->hz = SNAPPROF_HZ_DEFAULT;
     if ((v = get(var = SNAPPROF_ENV_FREQUENCY)) ||
-        (v = get(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY)))
+        (v = get(var = SNAPPROF_ENV_CPUPROFILE_FREQUENCY))) {
         if (snapprof__parse_hz(v, &cfg->hz, why, sizeof why) != 0) {
             warn("ignoring %s: %s; sampling at %u Hz", var, why, SNAPPROF_HZ_DEFAULT);
             cfg->hz = SNAPPROF_HZ_DEFAULT;
+        } else {
+            cfg->hz_explicit = 1;
         }
+    }
     if ((v = get(SNAPPROF_ENV_MODE))) {
         if (snapprof__parse_mode(v, &cfg->wall, why, sizeof why) != 0) {
             warn("ignoring %s: %s; sampling CPU time", SNAPPROF_ENV_MODE, why);
@@ -789,6 +792,15 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         warn("ignoring %s: %s; one profile for the whole run", SNAPPROF_ENV_LOOP, why);
         cfg->loop_ns = 0;
     }
+    /* The flight recorder samples at parca-agent's always-on rate unless a
+     * rate is given: it runs for the whole life of a service. */
+    if ((v = get(SNAPPROF_ENV_FLIGHT)) && *v &&
+        snapprof__parse_loop(v, &cfg->flight_ns, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; no flight recorder", SNAPPROF_ENV_FLIGHT, why);
+        cfg->flight_ns = 0;
+    }
+    if (cfg->flight_ns && !cfg->hz_explicit)
+        cfg->hz = SNAPPROF_FLIGHT_HZ;
     cfg->follow_fork = 1;
     if ((v = get(SNAPPROF_ENV_FORK)) &&
         snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {

@@ -23,6 +23,7 @@
 #define SNAPPROF_ENV_SIGNAL "SNAPPROF_SIGNAL"             /* e.g. SIGURG, RTMIN+4, 23 */
 #define SNAPPROF_ENV_DURATION "SNAPPROF_DURATION"         /* seconds of sampling, then stop */
 #define SNAPPROF_ENV_LOOP "SNAPPROF_LOOP"                 /* a profile per interval: 60s, 1h */
+#define SNAPPROF_ENV_FLIGHT "SNAPPROF_FLIGHT"             /* keep the last N for ?since=: 5m */
 #define SNAPPROF_ENV_FORK "SNAPPROF_FORK"                 /* follow | stop */
 #define SNAPPROF_ENV_CHECKPOINT "SNAPPROF_CHECKPOINT"     /* seconds between checkpoints; 0 off */
 #define SNAPPROF_ENV_CRASH "SNAPPROF_CRASH"               /* write | off: the profile on a crash */
@@ -43,6 +44,8 @@
 #define SNAPPROF_HZ_MIN 1u
 #define SNAPPROF_HZ_MAX 4000u
 #define SNAPPROF_HZ_DEFAULT 100u
+/* The rate with SNAPPROF_FLIGHT and no rate given (parca-agent's). */
+#define SNAPPROF_FLIGHT_HZ 19u
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
 /* The heap sampling interval when SNAPPROF_HEAP_INTERVAL is not given
@@ -100,6 +103,7 @@ typedef struct snapprof__preload_config {
     snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
     unsigned n_outputs; /* at least 1 */
     unsigned hz;
+    int hz_explicit;     /* SNAPPROF_FREQUENCY or CPUPROFILE_FREQUENCY was given */
     int wall;            /* 1: wall-clock mode */
     int signo;           /* sampling signal */
     int signal_explicit; /* chosen by the user: never swapped for another */
@@ -109,6 +113,7 @@ typedef struct snapprof__preload_config {
     uint64_t checkpoint_ns;
     int checkpoint_set;   /* SNAPPROF_CHECKPOINT was given (else Go programs get 1 s) */
     uint64_t loop_ns;     /* rolling profiles: one file per output per interval; 0: off */
+    uint64_t flight_ns;   /* SNAPPROF_FLIGHT: the last flight_ns kept for ?since=; 0: off */
     int follow_fork;      /* children of fork() and what they exec are profiled */
     int child;            /* not the first process profiled: files named with the pid, and
                              none when it took no sample */

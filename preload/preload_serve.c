@@ -6,9 +6,12 @@
  * and, for each, attaches a pprof builder writing DIR/cpu-ID.pb.gz to the
  * running profile (snapprof_profiler_attach_builder(): the threads keep
  * their one trigger), detaches it SECONDS later, which writes it, and
- * answers "ok ID PATH" or "err ID REASON". At stop, requests in flight are
- * answered with what they collected so far, then "end". "hello" says the
- * thread serves.
+ * answers "ok ID PATH" or "err ID REASON". With a flight recorder
+ * (SNAPPROF_FLIGHT: a flight builder attached for the whole run,
+ * <snapprof/flight.h>), "since ID SECONDS" is answered at once with the
+ * last SECONDS it kept, written to DIR/cpu-ID.pb.gz as the others. At stop, requests
+ * in flight are answered with what they collected so far, then "end".
+ * "hello" says the thread serves.
  *
  * The fd is the program's to close: before every use the thread checks
  * that the number still names our socket (fstat: the socket's device and
@@ -20,6 +23,7 @@
  * state and never takes the preload lock (a stop calls it under it). */
 #include "preload/preload_process.h"
 
+#include <snapprof/flight.h>
 #include <snapprof/heap.h>
 #include <snapprof/snapprof.h>
 
@@ -56,6 +60,7 @@ static struct {
     ino_t ino;
     char dir[PATH_MAX];
     snapprof_profiler_t *profiler;
+    snapprof_builder_t *flight; /* attached to profiler while it serves; NULL: none */
     request_t req[SERVE_MAX];
     char in[512];
     size_t in_len;
@@ -102,11 +107,70 @@ static void finish(request_t *r)
     }
 }
 
+/* Detaches and frees the flight recorder, if any. Under S.mu. */
+static void flight_end(void)
+{
+    if (!S.flight)
+        return;
+    (void)snapprof_profiler_detach_builder(S.profiler, S.flight);
+    snapprof_builder_destroy(S.flight);
+    S.flight = NULL;
+}
+
+/* Writes size bytes to a new file at path (0600, never an existing
+ * one). Returns 0 or a negative errno. */
+static int write_new(const char *path, const void *bytes, size_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    for (size_t off = 0; off < size && rc == 0;) {
+        ssize_t n = write(fd, (const char *)bytes + off, size - off);
+        if (n > 0)
+            off += (size_t)n;
+        else if (n < 0 && errno != EINTR)
+            rc = -errno;
+    }
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc != 0)
+        unlink(path);
+    return rc;
+}
+
+/* "since ID SECONDS": the flight recorder's last SECONDS, at once. Under
+ * S.mu. */
+static void since(unsigned long id, unsigned long seconds)
+{
+    if (!S.flight) {
+        say("err %lu no flight recorder in this run (snapprof record --flight DURATION)\n", id);
+        return;
+    }
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/cpu-%lu.pb.gz", S.dir, id) >= (int)sizeof path) {
+        say("err %lu path too long\n", id);
+        return;
+    }
+    void *bytes = NULL;
+    size_t size = 0;
+    int rc =
+        snapprof_flight_builder_collect(S.flight, (uint64_t)seconds * 1000000000u, &bytes, &size);
+    if (rc == 0)
+        rc = write_new(path, bytes, size);
+    free(bytes);
+    if (rc == 0)
+        say("ok %lu %s\n", id, path);
+    else
+        say("err %lu cannot write the profile: %s\n", id, snapprof_strerror(rc));
+}
+
 /* The fd is not ours any more: requests in flight are dropped (record
  * answers them 503 when it sees the socket closed). Under S.mu. */
 static void give_up(void)
 {
     S.on = 0;
+    flight_end();
     for (unsigned i = 0; i < SERVE_MAX; i++) {
         request_t *r = &S.req[i];
         if (!r->b)
@@ -126,6 +190,11 @@ static void request(const char *line)
 {
     unsigned long id, seconds;
     char extra;
+    if (sscanf(line, "since %lu %lu %c", &id, &seconds, &extra) == 2 && seconds > 0 &&
+        seconds <= 86400) {
+        since(id, seconds);
+        return;
+    }
     if (sscanf(line, "cpu %lu %lu %c", &id, &seconds, &extra) != 2 || seconds == 0 ||
         seconds > 86400) {
         say("err 0 bad request\n");
@@ -218,7 +287,7 @@ static void *serve_main(void *arg)
     }
 }
 
-void snapprof__preload_serve_start(snapprof_profiler_t *p)
+void snapprof__preload_serve_start(snapprof_profiler_t *p, uint64_t flight_ns)
 {
     const char *fdv = getenv("SNAPPROF_CONTROL_FD"), *dir = getenv("SNAPPROF_CONTROL_DIR");
     const char *root = getenv(SNAPPROF_ENV_ROOT_PID);
@@ -248,6 +317,24 @@ void snapprof__preload_serve_start(snapprof_profiler_t *p)
     snprintf(S.dir, sizeof S.dir, "%s", dir);
     S.profiler = p;
     S.on = 1;
+    if (flight_ns) {
+        /* Pieces of a thirtieth of the span, 1 to 10 s: what is kept
+         * reaches back the span and at most a piece more. */
+        uint64_t piece = flight_ns / 30;
+        piece = piece < 1000000000u ? 1000000000u : piece > 10000000000u ? 10000000000u : piece;
+        snapprof_flight_params_t fp = {.size = sizeof fp,
+                                       .span_ns = flight_ns,
+                                       .piece_ns = piece < flight_ns ? piece : flight_ns};
+        int frc = snapprof_flight_builder_create(&fp, &S.flight);
+        if (frc == 0 && (frc = snapprof_profiler_attach_builder(p, S.flight)) != 0) {
+            snapprof_builder_destroy(S.flight);
+            S.flight = NULL;
+        }
+        if (frc != 0)
+            snapprof__preload_warn("--flight: cannot keep the last minutes (%s); "
+                                   "?since= will not be served",
+                                   snapprof_strerror(frc));
+    }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -261,6 +348,7 @@ void snapprof__preload_serve_start(snapprof_profiler_t *p)
     } else {
         say("end cannot start the thread that serves profiles: %s\n", strerror(rc));
         S.on = 0;
+        flight_end();
         snapprof__preload_warn("--http: cannot start the thread that serves profiles (%s)",
                                strerror(rc));
     }
@@ -275,6 +363,7 @@ void snapprof__preload_serve_stop(void)
             if (S.req[i].b)
                 finish(&S.req[i]);
         say("end the program's profile has stopped\n");
+        flight_end();
     } else if (S.on) {
         give_up();
     }
@@ -292,5 +381,6 @@ void snapprof__preload_serve_fork_child(void)
     pthread_mutex_init(&S.mu, NULL);
     S.on = 0;
     S.profiler = NULL;
+    S.flight = NULL;
     memset(S.req, 0, sizeof S.req);
 }

@@ -14,7 +14,7 @@ else()
   set(SNAPPROF_HTTP_MHD 0)
 endif()
 foreach(case go_pprof status_codes concurrency_bound program_closes_fds request_at_exit
-    port_in_use)
+    port_in_use flight)
   add_test(NAME http_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_http.sh ${case} $<TARGET_FILE:snapprof_cli>
             $<TARGET_FILE:http_prog> ${SNAPPROF_HTTP_SANITIZED} ${SNAPPROF_HTTP_MHD})

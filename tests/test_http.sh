@@ -29,10 +29,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts record on a free port (127.0.0.1:0; record prints the port);
-# sets url, base, token.
+# Starts record on a free port (127.0.0.1:0; record prints the port),
+# with the options in REC_EXTRA too; sets url, base, token.
 start() {
-  "$cli" record -q -o "$dir/whole.pb.gz" --http 127.0.0.1:0 -- "$prog" "$@" \
+  # shellcheck disable=SC2086
+  "$cli" record -q -o "$dir/whole.pb.gz" --http 127.0.0.1:0 ${REC_EXTRA:-} -- "$prog" "$@" \
     >"$dir/out" 2>"$dir/err" &
   rec=$!
   url=
@@ -206,6 +207,53 @@ port_in_use)
   [ "$c" = 200 ] || fail "the first record stopped serving: $c"
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
+flight)
+  # --flight: ?since=S answers at once with the last S the program ran,
+  # from memory (a seconds=60 request would take a minute); it names the
+  # function that burns, and opens in go tool pprof. Without --flight,
+  # ?since= is 400 with the reason; bad values 400; --flight without
+  # --http is a usage error.
+  command -v go >/dev/null || skip "no go (tools/setup.sh installs golang-go)"
+  "$cli" record --flight 5m -- true >"$dir/usage" 2>&1
+  [ $? = 2 ] && grep -q -- "--flight needs --http" "$dir/usage" || fail "--flight alone: $(cat "$dir/usage")"
+  REC_EXTRA="--flight 5m" start "$dir/stop"
+  sleep 3
+  t0=$(date +%s)
+  c=$(code "$base/debug/pprof/profile?since=60s&token=$token")
+  took=$(($(date +%s) - t0))
+  [ "$c" = 200 ] || fail "since=60s: $c $(cat "$dir/body")"
+  [ "$took" -lt 30 ] || fail "since=60s took $took s: not answered from memory"
+  is_gzip "$dir/body" || fail "since=60s: not a gzipped profile"
+  cp "$dir/body" "$dir/since.pb.gz"
+  HOME=$dir go tool pprof -top "$dir/since.pb.gz" >"$dir/top" 2>&1 || { cat "$dir/top"; fail "pprof cannot open it"; }
+  grep -q http_burn "$dir/top" || { cat "$dir/top"; fail "http_burn is not in the flight profile"; }
+  # A window of the last 2 s holds less than one of the last 60 s.
+  c=$(OUT=$dir/short code "$base/debug/pprof/profile?since=2&token=$token")
+  [ "$c" = 200 ] || fail "since=2: $c"
+  HOME=$dir go tool pprof -raw "$dir/short" >"$dir/raw2" 2>&1 || fail "pprof cannot open since=2"
+  HOME=$dir go tool pprof -raw "$dir/since.pb.gz" >"$dir/raw60" 2>&1 || fail "pprof -raw"
+  d2=$(grep -o 'Duration: [0-9.]*' "$dir/raw2" | head -1) d60=$(grep -o 'Duration: [0-9.]*' "$dir/raw60" | head -1)
+  echo "since=2: $d2; since=60s: $d60"
+  awk -v a="${d2#Duration: }" -v b="${d60#Duration: }" 'BEGIN { exit !(a > 0 && a <= 2.5 && b > a) }' ||
+    fail "windows: since=2 gave $d2, since=60s $d60"
+  # The flight recorder's rate without -F: 19 Hz (a period of 1/19 s).
+  grep -q '^Period: 52631578$' "$dir/raw60" || fail "not 19 Hz: $(grep Period "$dir/raw60")"
+  for bad in 0 abc 25h 1.5s -1 "5m&seconds=3"; do
+    c=$(code "$base/debug/pprof/profile?since=$bad&token=$token")
+    [ "$c" = 400 ] || fail "since=$bad: $c, not 400"
+  done
+  c=$(code -I "$base/debug/pprof/profile?since=60&token=$token")
+  [ "$c" = 200 ] || fail "HEAD since=60: $c"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  # No --flight: 400 saying what to do.
+  start "$dir/stop2"
+  c=$(code "$base/debug/pprof/profile?since=60s&token=$token")
+  [ "$c" = 400 ] && grep -q -- "--flight" "$dir/body" || fail "since without --flight: $c $(cat "$dir/body")"
+  touch "$dir/stop2"
+  wait "$rec"
+  rec=
   ;;
 *) fail "unknown case" ;;
 esac
