@@ -231,12 +231,16 @@ flight)
   # A window of the last 2 s holds less than one of the last 60 s.
   c=$(OUT=$dir/short code "$base/debug/pprof/profile?since=2&token=$token")
   [ "$c" = 200 ] || fail "since=2: $c"
-  HOME=$dir go tool pprof -raw "$dir/short" >"$dir/raw2" 2>&1 || fail "pprof cannot open since=2"
+  HOME=$dir go tool pprof -top "$dir/short" >"$dir/top2" 2>&1 || fail "pprof cannot open since=2"
   HOME=$dir go tool pprof -raw "$dir/since.pb.gz" >"$dir/raw60" 2>&1 || fail "pprof -raw"
-  d2=$(grep -o 'Duration: [0-9.]*' "$dir/raw2" | head -1) d60=$(grep -o 'Duration: [0-9.]*' "$dir/raw60" | head -1)
-  echo "since=2: $d2; since=60s: $d60"
-  awk -v a="${d2#Duration: }" -v b="${d60#Duration: }" 'BEGIN { exit !(a > 0 && a <= 2.5 && b > a) }' ||
-    fail "windows: since=2 gave $d2, since=60s $d60"
+  # -top prints Go durations (972.5ms, 1s, 25.7s); -raw cuts them to 4
+  # characters.
+  secs() { grep -o '^Duration: [0-9.]*[mun]*s' "$1" | head -1 | awk '{ v = $2; u = v; sub(/[0-9.]+/, "", u)
+    sub(/[a-z]+$/, "", v); print v * (u == "ms" ? 0.001 : u == "us" ? 1e-6 : u == "ns" ? 1e-9 : 1) }'; }
+  d2=$(secs "$dir/top2") d60=$(secs "$dir/top")
+  echo "since=2: ${d2}s; since=60s: ${d60}s"
+  awk -v a="$d2" -v b="$d60" 'BEGIN { exit !(a > 0 && a <= 2.5 && b > a) }' ||
+    fail "windows: since=2 gave ${d2}s, since=60s ${d60}s"
   # The flight recorder's rate without -F: 19 Hz (a period of 1/19 s).
   grep -q '^Period: 52631578$' "$dir/raw60" || fail "not 19 Hz: $(grep Period "$dir/raw60")"
   for bad in 0 abc 25h 1.5s -1 "5m&seconds=3"; do
