@@ -274,6 +274,15 @@ char *tu_make_tmpdir(const char *tag)
     return path;
 }
 
+char *tu_path(const char *dir, const char *name)
+{
+    size_t len = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(len);
+    ASSERT_NOT_NULL(path);
+    snprintf(path, len, "%s/%s", dir, name);
+    return path;
+}
+
 void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
                    int (*done)(const snapprof_stats_t *st, void *arg), void *arg)
 {

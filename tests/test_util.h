@@ -78,6 +78,8 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
 /* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
  * (malloc'd). */
 char *tu_make_tmpdir(const char *tag);
+/* "dir/name" (malloc'd): a file in such a directory. */
+char *tu_path(const char *dir, const char *name);
 /* How many entries directory dir holds, "." and ".." aside. */
 int tu_count_entries(const char *dir);
 
