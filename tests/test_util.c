@@ -305,6 +305,24 @@ void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *
         usleep(1000);
 }
 
+void tu_worker_enter(tu_worker_t *w)
+{
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    w->tid = snapprof_thread_tid(w->token);
+}
+
+void tu_worker_start(tu_worker_t *w, void *(*fn)(void *), void *arg)
+{
+    tu_start_thread(&w->th, fn, arg, &w->ready);
+}
+
+void tu_worker_stop(tu_worker_t *w)
+{
+    atomic_store(&w->stop, 1);
+    pthread_join(w->th, NULL);
+    snapprof_thread_release(w->token);
+}
+
 snapprof_params_t tu_params(uint64_t interval_ns)
 {
     snapprof_params_t params;

@@ -108,6 +108,24 @@ static inline uint64_t tu_xorshift64(uint64_t *state)
  * until it has set *ready. */
 void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready);
 
+/* A registered worker thread, the first member of a test's own worker
+ * struct. Its function calls tu_worker_enter() first, sets ready once it
+ * is set up and runs until stop. */
+typedef struct tu_worker {
+    pthread_t th;
+    snapprof_thread_t *token;
+    pid_t tid;
+    atomic_int ready, stop;
+} tu_worker_t;
+
+/* Registers the calling thread as w's (token and tid); fails the test on
+ * an error. */
+void tu_worker_enter(tu_worker_t *w);
+/* Runs fn(arg) on w's thread (tu_start_thread: returns once ready). */
+void tu_worker_start(tu_worker_t *w, void *(*fn)(void *), void *arg);
+/* Sets stop, joins w's thread and releases its token. */
+void tu_worker_stop(tu_worker_t *w);
+
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);
 
