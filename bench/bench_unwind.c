@@ -23,6 +23,7 @@
 #include "bench_util.h"
 #include "stack_copier/stack_copier.h"
 #include "tests/trigger_deep_work.h"
+#include "tests/unwind_copy.h"
 #include "unwinder/cfi_table_unwinder.h"
 #include "unwinder/cfi_engine.h"
 
@@ -36,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,13 +119,6 @@ static void *target_main(void *arg)
     return NULL;
 }
 
-typedef struct copy {
-    uint8_t *buffer;
-    size_t size;
-    snapprof_regs_t regs;
-    snapprof_stack_copy_t stack;
-} copy_t;
-
 enum { U_FP, U_LIBUNWIND, U_HYBRID, U_TABLE, U_COUNT };
 static const char *const g_names[U_COUNT] = {"frame-pointer", "libunwind", "hybrid", "cfi-table"};
 
@@ -202,8 +195,8 @@ static size_t g_ref_n[COPIES];
 
 /* Median over batches of the per-sample time to unwind the copies; *same
  * gets how many copies came out as in g_ref (when have_ref). */
-static uint64_t time_chain(chain_t *ch, copy_t *copies, int reps, int have_ref, size_t *frames_out,
-                           int *same)
+static uint64_t time_chain(chain_t *ch, uw_copy_t *copies, int reps, int have_ref,
+                           size_t *frames_out, int *same)
 {
     static snapprof_frame_t frames[MAX_FRAMES];
     snapprof__unwind_outcome_t out;
@@ -250,29 +243,16 @@ static uint64_t time_chain(chain_t *ch, copy_t *copies, int reps, int have_ref, 
 }
 
 /* The copies of one target's stack. */
-static int take_copies(target_t *tp, copy_t *copies)
+static int take_copies(target_t *tp, uw_copy_t *copies)
 {
     for (int c = 0; c < COPIES; c++) {
-        copies[c].size = 1u << 20;
-        copies[c].buffer =
-            mmap(NULL, copies[c].size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        snapprof__copy_request_t req = {.thread = tp->token,
-                                        .signo = SIGURG,
-                                        .buffer = copies[c].buffer,
-                                        .buffer_size = copies[c].size,
-                                        .timeout_ns = 1000000000u};
-        snapprof__copy_result_t res;
-        snapprof_fail_reason_t why = SNAPPROF_FAIL_SEND;
-        int rc = copies[c].buffer == MAP_FAILED ? -1 : 1;
-        /* A loaded machine can miss a timeout now and then: retry. */
-        for (int attempt = 0; rc == 1 && attempt < 10; attempt++)
-            if (snapprof__stack_copier_copy(&req, &res, &why) == 0)
-                rc = 0;
+        snapprof_fail_reason_t why;
+        int rc = uw_copy_take(tp->token, &copies[c], 10, &why);
         if (rc != 0) {
-            fprintf(stderr, "copy failed: %s\n", snapprof_fail_reason_name(why));
+            fprintf(stderr, "copy failed: %s\n",
+                    rc == -ENOMEM ? "no memory for the buffer" : snapprof_fail_reason_name(why));
             return -1;
         }
-        snapprof__stack_copier_rebase(&res, copies[c].buffer, &copies[c].regs, &copies[c].stack);
     }
     return 0;
 }
@@ -285,7 +265,7 @@ static const char *base_name(const char *path)
 
 /* What the first sample of a new profiler costs with tables compiled per
  * FDE on first use, against whole tables: the cold walk of one copy. */
-static void first_sample(copy_t *copy, const char *label)
+static void first_sample(uw_copy_t *copy, const char *label)
 {
     static snapprof_frame_t frames[MAX_FRAMES];
     snapprof__unwind_outcome_t out;
@@ -485,7 +465,7 @@ int main(int argc, char **argv)
             pthread_attr_destroy(&attr);
             while (!atomic_load(&tp->ready))
                 usleep(1000);
-            copy_t copies[COPIES];
+            uw_copy_t copies[COPIES];
             int rc = take_copies(tp, copies);
             atomic_store(&tp->stop, 1);
             pthread_detach(th);
@@ -518,7 +498,7 @@ int main(int argc, char **argv)
             if (w == 1 && d == DEPTHS - 1)
                 first_sample(&copies[0], "nofp 2000");
             for (int c = 0; c < COPIES; c++)
-                munmap(copies[c].buffer, copies[c].size);
+                uw_copy_free(&copies[c]);
         }
     }
     if (report_u) {

@@ -105,4 +105,15 @@ test_run_case(const test_case_t *cases, size_t count, int argc, char **argv)
     return test_run_case_setup(cases, count, NULL, argc, argv);
 }
 
+/* The main() of a test program whose cases are the table cases[], with
+ * stdout line-buffered: a case that dies of a signal (an unwinder reading
+ * a wild address) does not flush stdio, and what it printed up to there
+ * must still reach ctest's log. The cases run by test_run_case(). */
+#define TEST_MAIN_LINE_BUFFERED(cases)                                                             \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        setvbuf(stdout, NULL, _IOLBF, 0);                                                          \
+        return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);                   \
+    }
+
 #endif

@@ -52,9 +52,7 @@ static double top_value(const char *path, const char *extra, const char *name, i
 static void test_profile(void)
 {
     char *dir = tu_make_tmpdir("calls");
-    char calls_path[512], trace_path[512];
-    snprintf(calls_path, sizeof calls_path, "%s/calls.pb.gz", dir);
-    snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
+    char *calls_path = tu_path(dir, "calls.pb.gz"), *trace_path = tu_path(dir, "trace.json");
     snapprof_thread_t *self;
     snapprof_profiler_t *p = tu_profile_self(&self);
     snapprof_builder_t *cb, *tb;
@@ -124,6 +122,8 @@ static void test_profile(void)
     unlink(calls_path);
     unlink(trace_path);
     rmdir(dir);
+    free(calls_path);
+    free(trace_path);
     free(dir);
 }
 

@@ -40,18 +40,14 @@ __attribute__((noinline)) void hitch_slow_path(void)
 }
 
 typedef struct worker {
-    pthread_t th;
-    snapprof_thread_t *token;
-    pid_t tid;
+    tu_worker_t base;
     int which;
-    atomic_int ready, stop;
 } worker_t;
 
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
-    ASSERT_OK(snapprof_thread_register(&w->token));
-    w->tid = snapprof_thread_tid(w->token);
+    tu_worker_enter(&w->base);
     if (w->which == 0) {
         ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "worker", "alpha"));
         ASSERT_OK(snapprof_label_set_num(SNAPPROF_LABEL_THREAD, "shard", 1, NULL));
@@ -59,8 +55,8 @@ static void *worker_main(void *arg)
         ASSERT_OK(snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "worker", "beta"));
         ASSERT_OK(snapprof_label_set_num(SNAPPROF_LABEL_THREAD, "shard", 2, NULL));
     }
-    atomic_store(&w->ready, 1);
-    for (uint64_t f = 1; !atomic_load(&w->stop); f++) {
+    atomic_store(&w->base.ready, 1);
+    for (uint64_t f = 1; !atomic_load(&w->base.stop); f++) {
         if (w->which == 0) {
             label_alpha_hot();
         } else if (w->which == 1) {
@@ -81,14 +77,12 @@ static void *worker_main(void *arg)
 static void start_worker(worker_t *w, int which)
 {
     w->which = which;
-    tu_start_thread(&w->th, worker_main, w, &w->ready);
+    tu_worker_start(&w->base, worker_main, w);
 }
 
 static void stop_worker(worker_t *w)
 {
-    atomic_store(&w->stop, 1);
-    pthread_join(w->th, NULL);
-    snapprof_thread_release(w->token);
+    tu_worker_stop(&w->base);
 }
 
 /* Profiles the workers into path until each has n samples. Waiting for
@@ -97,7 +91,7 @@ static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
 {
     snapprof_thread_t *threads[4];
     for (size_t i = 0; i < nw; i++)
-        threads[i] = ws[i].token;
+        threads[i] = ws[i].base.token;
     snapprof_params_t params = tu_params(1000000u);
     params.hitch_threshold_ns = 30000000u;
     snapprof_profiler_t *p;
@@ -110,11 +104,11 @@ static void run_profile(worker_t *ws, size_t nw, size_t n, const char *path)
     ASSERT_OK(snapprof_profiler_start(p));
     uint64_t deadline = tu_mono_ns() + 150000000000u;
     for (size_t i = 0; i < nw; i++)
-        while (sl_count_tid(&log, ws[i].tid) < n && tu_mono_ns() < deadline)
+        while (sl_count_tid(&log, ws[i].base.tid) < n && tu_mono_ns() < deadline)
             usleep(10000);
     ASSERT_OK(snapprof_profiler_stop(p));
     for (size_t i = 0; i < nw; i++)
-        ASSERT_GE(sl_count_tid(&log, ws[i].tid), n);
+        ASSERT_GE(sl_count_tid(&log, ws[i].base.tid), n);
     snapprof_profiler_destroy(p);
     sl_free(&log);
 }
@@ -155,7 +149,7 @@ static void focus_shares(const char *path, const char *focus, const char *fn_a, 
  * numeric one selects each thread's hot function and never the other's. */
 static void test_tagfocus_threads(void)
 {
-    worker_t ws[2] = {{0}, {0}};
+    worker_t ws[2] = {0};
     start_worker(&ws[0], 0);
     start_worker(&ws[1], 1);
     char *dir = tu_make_tmpdir("labels-e2e");

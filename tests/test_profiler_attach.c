@@ -136,24 +136,20 @@ static size_t check_slice(const slog_t *b, const slog_t *all)
 /* ------------------------------------------------------------------------ */
 
 typedef struct worker {
-    pthread_t th;
-    snapprof_thread_t *token;
-    pid_t tid;
+    tu_worker_t base;
     clockid_t clock;
-    atomic_int ready, stop;
 } worker_t;
 
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
-    ASSERT_OK(snapprof_thread_register(&w->token));
-    w->tid = snapprof_thread_tid(w->token);
+    tu_worker_enter(&w->base);
     ASSERT_EQ(pthread_getcpuclockid(pthread_self(), &w->clock), 0);
     int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     ASSERT(fd >= 0);
     static _Thread_local char buf[256 << 10];
-    atomic_store(&w->ready, 1);
-    while (!atomic_load(&w->stop)) {
+    atomic_store(&w->base.ready, 1);
+    while (!atomic_load(&w->base.stop)) {
         tu_burn_cpu_ns(1000000u);
         ASSERT_EQ(read(fd, buf, sizeof buf), (ssize_t)sizeof buf);
     }
@@ -164,19 +160,13 @@ static void *worker_main(void *arg)
 static void start_workers(worker_t *w, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        ASSERT_EQ(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
-    for (size_t i = 0; i < n; i++)
-        while (!atomic_load(&w[i].ready))
-            usleep(1000);
+        tu_worker_start(&w[i].base, worker_main, &w[i]);
 }
 
 static void stop_workers(worker_t *w, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        atomic_store(&w[i].stop, 1);
-        pthread_join(w[i].th, NULL);
-        snapprof_thread_release(w[i].token);
-    }
+    for (size_t i = 0; i < n; i++)
+        tu_worker_stop(&w[i].base);
 }
 
 static uint64_t cpu_of(const worker_t *w)
@@ -207,7 +197,7 @@ static snapprof_profiler_t *make_profiler(worker_t *w, size_t n, slog_t *all)
 {
     snapprof_thread_t *threads[8];
     for (size_t i = 0; i < n; i++)
-        threads[i] = w[i].token;
+        threads[i] = w[i].base.token;
     snapprof_params_t params = tu_params(INTERVAL_NS);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
@@ -290,7 +280,7 @@ static void test_stretch(void)
     for (int i = 0; i < 2; i++) {
         uint64_t total = 0;
         for (size_t k = 0; k < atomic_load(&b.count); k++)
-            if (b.recs[k].tid == w[i].tid)
+            if (b.recs[k].tid == w[i].base.tid)
                 total += b.recs[k].cpu_ns;
         uint64_t lo = c1_before[i] - c0_after[i], hi = c1_after[i] - c0_before[i];
         uint64_t slack = 3 * INTERVAL_NS;

@@ -8,6 +8,7 @@
  * built -O2 -fomit-frame-pointer (tests/unwinder.cmake). */
 #include "test.h"
 #include "test_util.h"
+#include "unwind_copy.h"
 #include "unwind_test_util.h"
 #include "module_cache/module_cache.h"
 #include "stack_copier/stack_copier.h"
@@ -21,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 typedef uint64_t (*lib_cb)(uint64_t);
@@ -102,34 +102,12 @@ static void *deep_main(void *arg)
 
 enum { COPIES = 6, MAX_FRAMES = 4096 };
 
-typedef struct copy {
-    uint8_t *buffer;
-    size_t size;
-    snapprof_regs_t regs;
-    snapprof_stack_copy_t stack;
-} copy_t;
-
-static void take_copies(uw_worker_t *w, copy_t *copies, int n)
+static void take_copies(uw_worker_t *w, uw_copy_t *copies, int n)
 {
     ASSERT_OK(snapprof__stack_copier_install(SIGURG));
     for (int c = 0; c < n; c++) {
-        copies[c].size = 1u << 20;
-        copies[c].buffer =
-            mmap(NULL, copies[c].size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        ASSERT(copies[c].buffer != MAP_FAILED);
-        snapprof__copy_request_t req = {.thread = w->token,
-                                        .signo = SIGURG,
-                                        .buffer = copies[c].buffer,
-                                        .buffer_size = copies[c].size,
-                                        .timeout_ns = 1000000000u};
-        snapprof__copy_result_t res;
-        snapprof_fail_reason_t why = SNAPPROF_FAIL_SEND;
-        int rc = -1;
-        /* A loaded machine can miss a timeout now and then: retry. */
-        for (int attempt = 0; rc != 0 && attempt < 20; attempt++)
-            rc = snapprof__stack_copier_copy(&req, &res, &why);
-        ASSERT_OK(rc);
-        snapprof__stack_copier_rebase(&res, copies[c].buffer, &copies[c].regs, &copies[c].stack);
+        snapprof_fail_reason_t why;
+        ASSERT_OK(uw_copy_take(w->token, &copies[c], 20, &why));
         usleep(2000);
     }
 }
@@ -192,7 +170,7 @@ static void test_same_frames(void)
     uw_worker_start(&w);
     while (!atomic_load(&g_at_bottom))
         usleep(1000);
-    copy_t copies[COPIES];
+    uw_copy_t copies[COPIES];
     take_copies(&w, copies, COPIES);
     chain_t lu = make_chain(0, 0), ct = make_chain(1, 0);
     for (int c = 0; c < COPIES; c++) {
@@ -265,7 +243,7 @@ static void test_same_frames(void)
     chain_destroy(&lu);
     chain_destroy(&ct);
     for (int c = 0; c < COPIES; c++)
-        munmap(copies[c].buffer, copies[c].size);
+        uw_copy_free(&copies[c]);
     uw_worker_stop(&w);
 }
 
@@ -550,8 +528,4 @@ static const test_case_t cases[] = {
     {"tables_shared", test_tables_shared},
 };
 
-int main(int argc, char **argv)
-{
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
-}
+TEST_MAIN_LINE_BUFFERED(cases)

@@ -193,11 +193,9 @@ static void test_executable(void)
  * default chain: no crash, no read outside the copy or a loaded object. */
 static void test_corrupted_copy(void)
 {
-    snapprof_unwinder_t *u[4];
-    ASSERT_OK(snapprof_debug_frame_unwinder_create(&u[0]));
-    u[1] = uw_create_unwinder(UW_LIBUNWIND);
-    u[2] = uw_create_unwinder(UW_FP);
-    u[3] = uw_create_unwinder(UW_CFI_TABLE);
+    snapprof_unwinder_t *df, *u[4];
+    ASSERT_OK(snapprof_debug_frame_unwinder_create(&df));
+    uw_case_fuzz_unwinders(u, df, uw_create_unwinder(UW_LIBUNWIND));
     static const uintptr_t code[] = {(uintptr_t)dflib_hot,       (uintptr_t)dflib_middle,
                                      (uintptr_t)dflib_outer,     (uintptr_t)df_caller,
                                      (uintptr_t)df_callback,     (uintptr_t)memcpy,
@@ -206,13 +204,8 @@ static void test_corrupted_copy(void)
                                       (uintptr_t)dflib_outer,  (uintptr_t)dfexe_hot,
                                       (uintptr_t)dfexe_middle, (uintptr_t)dfexe_outer};
     uw_fuzz_spec_t spec = {
-        .code = code,
-        .code_count = 8,
-        .code_span = 256,
-        .start_pcs = start,
-        .start_count = 6,
-        .start_span = 96,
-        .start_pc_percent = 75,
+        UW_FUZZ_CODE(code, 256),
+        UW_FUZZ_STARTS(start, 96, 75),
         .sp_in_copy = 1, /* so that the CFI rules read the copy */
         .chains = {{u[0]}, {u[1], u[0], u[2]}, {u[3]}, {u[3], u[0], u[2]}},
         .chain_len = {1, 3, 1, 3},
@@ -229,8 +222,4 @@ static const test_case_t cases[] = {
     {"executable", test_executable},           {"corrupted_copy", test_corrupted_copy},
 };
 
-int main(int argc, char **argv)
-{
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
-}
+TEST_MAIN_LINE_BUFFERED(cases)

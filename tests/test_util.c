@@ -274,6 +274,15 @@ char *tu_make_tmpdir(const char *tag)
     return path;
 }
 
+char *tu_path(const char *dir, const char *name)
+{
+    size_t len = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(len);
+    ASSERT_NOT_NULL(path);
+    snprintf(path, len, "%s/%s", dir, name);
+    return path;
+}
+
 void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
                    int (*done)(const snapprof_stats_t *st, void *arg), void *arg)
 {
@@ -294,6 +303,24 @@ void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *
     ASSERT_EQ(pthread_create(th, NULL, fn, arg), 0);
     while (!atomic_load(ready))
         usleep(1000);
+}
+
+void tu_worker_enter(tu_worker_t *w)
+{
+    ASSERT_OK(snapprof_thread_register(&w->token));
+    w->tid = snapprof_thread_tid(w->token);
+}
+
+void tu_worker_start(tu_worker_t *w, void *(*fn)(void *), void *arg)
+{
+    tu_start_thread(&w->th, fn, arg, &w->ready);
+}
+
+void tu_worker_stop(tu_worker_t *w)
+{
+    atomic_store(&w->stop, 1);
+    pthread_join(w->th, NULL);
+    snapprof_thread_release(w->token);
 }
 
 snapprof_params_t tu_params(uint64_t interval_ns)

@@ -78,6 +78,8 @@ double tu_top_cum_pct(const char *profile, const char *extra, const char *name, 
 /* Makes a fresh directory under $TMPDIR (or /tmp) and returns its path
  * (malloc'd). */
 char *tu_make_tmpdir(const char *tag);
+/* "dir/name" (malloc'd): a file in such a directory. */
+char *tu_path(const char *dir, const char *name);
 /* How many entries directory dir holds, "." and ".." aside. */
 int tu_count_entries(const char *dir);
 
@@ -105,6 +107,24 @@ static inline uint64_t tu_xorshift64(uint64_t *state)
 /* Runs fn(arg) on a new thread (*th) and waits, a millisecond at a time,
  * until it has set *ready. */
 void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready);
+
+/* A registered worker thread, the first member of a test's own worker
+ * struct. Its function calls tu_worker_enter() first, sets ready once it
+ * is set up and runs until stop. */
+typedef struct tu_worker {
+    pthread_t th;
+    snapprof_thread_t *token;
+    pid_t tid;
+    atomic_int ready, stop;
+} tu_worker_t;
+
+/* Registers the calling thread as w's (token and tid); fails the test on
+ * an error. */
+void tu_worker_enter(tu_worker_t *w);
+/* Runs fn(arg) on w's thread (tu_start_thread: returns once ready). */
+void tu_worker_start(tu_worker_t *w, void *(*fn)(void *), void *arg);
+/* Sets stop, joins w's thread and releases its token. */
+void tu_worker_stop(tu_worker_t *w);
 
 /* Spins on the CPU for about ns of thread CPU time. */
 void tu_burn_cpu_ns(uint64_t ns);

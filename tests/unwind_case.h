@@ -112,8 +112,20 @@ static inline int in_order(const snapprof_frame_t *f, size_t n, const char *cons
     return 1;
 }
 
+/* Fills u as uw_case_fuzz() takes it: u[0] and u[1] the two unwinders
+ * whose CFI engines it watches (the test's own), u[2] the frame-pointer
+ * unwinder and u[3] the CFI table unwinder, which the chains add. */
+static inline void uw_case_fuzz_unwinders(snapprof_unwinder_t *u[4], snapprof_unwinder_t *first,
+                                          snapprof_unwinder_t *second)
+{
+    u[0] = first;
+    u[1] = second;
+    u[2] = uw_create_unwinder(UW_FP);
+    u[3] = uw_create_unwinder(UW_CFI_TABLE);
+}
+
 /* Runs spec over 3000 corrupt copies with the CFI engines of u[0], u[1]
- * and u[3] watched: no read may fall outside the copy and the loaded
+ * and u[3] (uw_case_fuzz_unwinders()) watched: no read may fall outside the copy and the loaded
  * objects, and more than 1000 must read the copy. Destroys the four
  * unwinders; returns the result for the caller's further checks. */
 static inline uw_fuzz_result_t uw_case_fuzz(uw_fuzz_spec_t spec, snapprof_unwinder_t *u[4])

@@ -41,6 +41,18 @@ typedef struct uw_fuzz_result {
     size_t copy_reads, module_reads, bad_reads;
 } uw_fuzz_result_t;
 
+/* A spec's code and start pcs as designated initializers, from arrays
+ * whose element counts are taken from the arrays themselves:
+ * UW_FUZZ_CODE(code, span) makes the wild words point into code[i] +
+ * [0, span); UW_FUZZ_STARTS(starts, span, percent) starts percent of the
+ * copies at starts[i] + [0, span). */
+#define UW_FUZZ_COUNT_(arr) (sizeof(arr) / sizeof((arr)[0]))
+#define UW_FUZZ_CODE(arr, span)                                                                    \
+    .code = (arr), .code_count = UW_FUZZ_COUNT_(arr), .code_span = (span)
+#define UW_FUZZ_STARTS(arr, span, percent)                                                         \
+    .start_pcs = (arr), .start_count = UW_FUZZ_COUNT_(arr), .start_span = (span),                  \
+    .start_pc_percent = (percent)
+
 /* Runs the spec and prints a line of what happened; the caller asserts. */
 void uw_fuzz_corrupt_copies(const uw_fuzz_spec_t *spec, uw_fuzz_result_t *out);
 
