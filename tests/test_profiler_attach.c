@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -537,11 +538,13 @@ typedef struct collector {
     void *bytes;
     size_t size;
     atomic_int done;
+    atomic_int tid; /* set before it calls collect */
 } collector_t;
 
 static void *collect_main(void *arg)
 {
     collector_t *c = arg;
+    atomic_store(&c->tid, (int)syscall(SYS_gettid));
     c->rc = snapprof_profiler_collect(c->p, c->duration_ns, &c->bytes, &c->size);
     atomic_store(&c->done, 1);
     return NULL;
@@ -563,6 +566,21 @@ static void test_collect_stop(void)
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(pthread_create(&th[i], NULL, collect_main, &c[i]), 0);
+    /* Both collects attached and waiting before the stop: a collect thread
+     * starved past the stop would find no profile (SNAPPROF_ESTATE), which
+     * is right but not what this checks (1 run in 45 under TSan on a
+     * loaded machine). There is no call that says a collect is attached:
+     * each thread asleep at four looks 50 ms apart is in its wait (before
+     * it, it runs or takes the profiler's lock for a moment). */
+    uint64_t deadline = tu_mono_ns() + 120000000000u;
+    for (int asleep = 0; asleep < 4;) {
+        usleep(50000);
+        int s = 1;
+        for (int i = 0; i < 2; i++)
+            s &= atomic_load(&c[i].tid) != 0 && tu_thread_state(atomic_load(&c[i].tid)) == 'S';
+        asleep = s ? asleep + 1 : 0;
+        ASSERT_LT(tu_mono_ns(), deadline);
+    }
     wait_cpu(w, 1, 100000000u);
     ASSERT(!atomic_load(&c[0].done) && !atomic_load(&c[1].done));
     uint64_t t0 = tu_mono_ns();
