@@ -347,10 +347,16 @@ record mem_run "rc=$rc"
 total_of() { go tool pprof -sample_index=samples -top "$@" 2>/dev/null | sed -n 's/.* of \([0-9]*\) total.*/\1/p'; }
 intervals=("$work"/mem/whole.*Z.pb.gz)
 [ -e "${intervals[0]}" ] || intervals=()
-sums=""
-for f in "${intervals[@]}"; do sums="$sums$(total_of "$f"),"; done
+# duration_of FILE: the profile's duration_nanos, in s (go tool pprof -raw).
+duration_of() { go tool pprof -raw "$1" 2>/dev/null | awk '$1 == "Duration:" { print $2; exit }'; }
+sums="" durations=""
+for f in "${intervals[@]}"; do
+  sums="$sums$(total_of "$f"),"
+  durations="$durations$(duration_of "$f"),"
+done
 record mem_sums "intervals=${#intervals[@]}" "whole=$(total_of "$work/mem/whole.pb.gz")" \
-  "merged=$([ ${#intervals[@]} -eq 0 ] || total_of "${intervals[@]}")" "each=${sums%,}"
+  "merged=$([ ${#intervals[@]} -eq 0 ] || total_of "${intervals[@]}")" "each=${sums%,}" \
+  "durations=${durations%,}"
 
 bench_machine_end
 
@@ -414,7 +420,8 @@ table=$work/table
           t[2], h, secs, h * 3600 / secs } }' "$results"
   awk "$bench_awk_lib"'$1 == "mem_sums" { parse()
       printf "   samples: %s intervals, merged %s, whole-run profile %s: %s\n   per interval: %s\n",
-        f["intervals"], f["merged"], f["whole"], (f["merged"] == f["whole"] ? "equal" : "NOT equal (" f["merged"] - f["whole"] ")"), f["each"] }' "$results"
+        f["intervals"], f["merged"], f["whole"], (f["merged"] == f["whole"] ? "equal" : "NOT equal (" f["merged"] - f["whole"] ")"), f["each"]
+      printf "   their durations (go tool pprof -raw): %s\n", f["durations"] }' "$results"
   awk "$bench_awk_lib"'$1 == "mem_run" { parse(); if (f["rc"] != 0) print "   record exit " f["rc"] }' "$results"
 } >"$table"
 bench_finish_table "$table"
