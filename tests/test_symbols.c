@@ -192,17 +192,25 @@ static void test_debuglink(void)
     check_library(path, 1);
 }
 
+/* The debuglink library symbolized with lines set: names always, file and
+ * line when with_lines. Back to the default (ALL) after. */
+static void check_debuglink_lines(snapprof_lines_t lines, int with_lines)
+{
+    ASSERT_OK(snapprof_symbols_set_lines(lines));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
+             SNAPPROF_TEST_BINARY_DIR);
+    check_library(path, with_lines);
+    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_ALL));
+}
+
 /* SNAPPROF_LINES_OWN: the same library's debug file still names both
  * functions (the static one is in its .symtab only), but its DWARF is not
  * read: no file, no line. Would catch the names-only path losing the debug
  * file's symbols (dl_local_helper unnamed) or still reading its lines. */
 static void test_lines_own_debuglink(void)
 {
-    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_OWN));
-    char path[1024];
-    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
-             SNAPPROF_TEST_BINARY_DIR);
-    check_library(path, 0);
+    check_debuglink_lines(SNAPPROF_LINES_OWN, 0);
 }
 
 /* SNAPPROF_LINES_PROGRAM (the preload's default): a library outside the
@@ -211,12 +219,7 @@ static void test_lines_own_debuglink(void)
  * split debug info losing its file:line), as OWN does. */
 static void test_lines_program_debuglink(void)
 {
-    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_PROGRAM));
-    char path[1024];
-    snprintf(path, sizeof path, "%s/symbols_debug/libsymbols_test_debuglink.so",
-             SNAPPROF_TEST_BINARY_DIR);
-    check_library(path, 1);
-    ASSERT_OK(snapprof_symbols_set_lines(SNAPPROF_LINES_ALL));
+    check_debuglink_lines(SNAPPROF_LINES_PROGRAM, 1);
 }
 
 /* Which objects SNAPPROF_LINES_PROGRAM takes for system libraries: the

@@ -56,19 +56,25 @@ def record(cli, tmp, script_args, extra=(), env=None, hz=1000):
     return out, r.stderr
 
 
-def traces(prof, index="cpu"):
-    """[(weight (ms of CPU, or samples), [frame names, leaf first])], one per
-    distinct stack."""
+# go tool pprof -traces prints each stack's value with a unit: time in a
+# CPU profile, bytes in a heap profile. To ms of CPU, or to bytes.
+TIME_UNITS = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 1e-6, "": 1.0}
+BYTE_UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "": 1}
+
+
+def traces(prof, index="cpu", units=TIME_UNITS):
+    """[(weight (ms of CPU, samples, or bytes with BYTE_UNITS), [frame names,
+    leaf first])], one per distinct stack."""
     txt = subprocess.run(["go", "tool", "pprof", "-sample_index=" + index, "-traces", prof],
                          capture_output=True, text=True, check=True).stdout
+    unit_re = "|".join(u for u in units if u)
     out = []
     for block in txt.split("-----------+-------------------------------------------------------"):
         frames, weight = [], None
         for line in block.splitlines():
-            m = re.match(r"^\s+([0-9.]+)(ms|s|us|ns|)\s+(.*)$", line)
+            m = re.match(r"^\s+([0-9.]+)(" + unit_re + r"|)\s+(.*)$", line)
             if m and weight is None:
-                scale = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 1e-6, "": 1.0}[m.group(2)]
-                weight = float(m.group(1)) * scale
+                weight = float(m.group(1)) * units[m.group(2)]
                 frames.append(m.group(3).strip())
             elif weight is not None and line.startswith("             "):
                 frames.append(line.strip())
@@ -204,26 +210,6 @@ def wall(cli, tmp):
         fail("an evaluation loop frame left in a waiting thread's stack")
 
 
-def heap_traces(prof, index):
-    """[(bytes, [frame names, leaf first])] of a heap profile."""
-    txt = subprocess.run(["go", "tool", "pprof", "-sample_index=" + index, "-traces", prof],
-                         capture_output=True, text=True, check=True).stdout
-    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "": 1}
-    out = []
-    for block in txt.split("-----------+-------------------------------------------------------"):
-        frames, weight = [], None
-        for line in block.splitlines():
-            m = re.match(r"^\s+([0-9.]+)(B|kB|MB|GB|)\s+(.*)$", line)
-            if m and weight is None:
-                weight = float(m.group(1)) * units[m.group(2)]
-                frames.append(m.group(3).strip())
-            elif weight is not None and line.startswith("             "):
-                frames.append(line.strip())
-        if weight is not None:
-            out.append((weight, frames))
-    return out
-
-
 def heap(cli, tmp):
     """--heap --python: a sampled allocation's stack has the Python frames of
     the thread that allocated, so alloc_space splits by Python function as
@@ -240,7 +226,7 @@ def heap(cli, tmp):
     got = {f: 0.0 for f in truth}
     total = python_total = 0.0
     no_slot = 0.0
-    for w, frames in heap_traces(prof, "alloc_space"):
+    for w, frames in traces(prof, "alloc_space", BYTE_UNITS):
         if frames == ["[heap: no capture slot]"]:
             # Allocations faster than the drain (heap/README.md): their
             # bytes count, their stacks are not taken, in every function
