@@ -404,13 +404,13 @@ static void got_libc_semantics(void)
     ASSERT_NULL(realloc(a, 0));
     free(NULL);
     ASSERT_EQ(errno, 4321);
+    wait_delivered(&c, 4); /* two allocations, two frees */
+#if !defined(SNAPPROF_SANITIZER_BUILD)
+    /* Sanitizer runtimes abort on these unless told otherwise. */
     void *al = NULL;
     ASSERT_EQ(posix_memalign(&al, 3, 64), EINVAL);
     ASSERT_NULL(al);
     ASSERT_EQ(errno, 4321);
-    wait_delivered(&c, 4); /* two allocations, two frees */
-#if !defined(SNAPPROF_SANITIZER_BUILD)
-    /* Sanitizer runtimes abort on these unless told otherwise. */
     size_t before = count_kind(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC);
     volatile size_t huge = SIZE_MAX / 2, many = SIZE_MAX / 4; /* not known to the compiler */
     for (int i = 0; i < 10; i++) {
@@ -521,6 +521,17 @@ static int count_cb(struct dl_phdr_info *info, size_t size, void *data)
 
 static void got_fork_while_scanning(void)
 {
+#if defined(SNAPPROF_SANITIZER_BUILD)
+    /* TSan's fork() takes its runtime's locks before the atfork handlers
+     * run, and TSan's dl_iterate_phdr() wrapper needs them: a scan in
+     * progress cannot finish, the gate's prepare handler gives up after a
+     * second, and the child inherits the loader's lock (seen: the child in
+     * dl_iterate_phdr, the scanning thread at its unlock once the fork was
+     * done). A limit of the sanitizer runtime, for module_cache/'s gate
+     * too. */
+    fprintf(stderr, "skip: a sanitizer's fork() holds its locks over the atfork handlers\n");
+    exit(TEST_SKIP);
+#endif
     got_collector_t c;
     snapprof_profiler_t *p = heap_profiler(R_BYTES, &c);
     ASSERT_GT(snapprof_heap_hooks_install(), 0);
