@@ -27,11 +27,13 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -270,13 +272,24 @@ static const hg_target_t hg_targets[] = {
                 HG_CXX_DELETE(HG_CXX_TARGET)};
 #define HG_NTARGETS (sizeof hg_targets / sizeof hg_targets[0])
 
+static int hg_streq(const char *a, const char *b)
+{
+    while (*a != '\0' && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
 static const hg_target_t *hg_find_target(const char *name)
 {
     /* Every name we patch starts with one of these. */
-    if (name[0] == '\0' || strchr("mcrfpav_", name[0]) == NULL)
+    char c = name[0];
+    if (c != 'm' && c != 'c' && c != 'r' && c != 'f' && c != 'p' && c != 'a' && c != 'v' &&
+        c != '_')
         return NULL;
     for (size_t i = 0; i < HG_NTARGETS; i++)
-        if (!strcmp(hg_targets[i].name, name))
+        if (hg_targets[i].name[0] == c && hg_streq(hg_targets[i].name, name))
             return &hg_targets[i];
     return NULL;
 }
@@ -333,19 +346,60 @@ typedef struct hg_scan {
 /* ------------------------------------------------------------------------ */
 
 /* glibc 2.36 does not reset its dl_load_write_lock in a fork child: a child
- * forked while the sampling thread was inside dl_iterate_phdr() would hang
- * in its own next one. Our calls into the loader go through hg_gate, which
- * fork() holds from its prepare handler to the parent's (waiting at most a
- * second for a scan in progress); the tick only tries it and does without
- * the loader this once if a fork is on its way. */
+ * forked while one of our scans was inside dl_iterate_phdr() would hang in
+ * its own next one. Our calls into the loader go through hg_gate, which
+ * fork() holds from its prepare handler to the parent's: it waits for the
+ * scan in progress (which needs only the loader's lock, never held by a
+ * forking thread in its handlers), and keeps the next one out until the
+ * fork is done; the tick only tries the gate and does without the loader
+ * this once if a fork is on its way. The wait is bounded, at 10 s (a scan
+ * is milliseconds, but a thread of nice 19 on a loaded machine can wait
+ * that long for a CPU: 1 s was seen to run out), and at 1 s in sanitizer
+ * builds, whose fork() holds runtime locks that a scan in their
+ * dl_iterate_phdr() wrapper needs (a wait there cannot end well); not at
+ * all in a fork() from a signal handler that interrupted this thread's own
+ * scan (hg_gate_owner). */
 static pthread_mutex_t hg_gate = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic pid_t hg_gate_owner; /* the thread holding it for a scan, 0 */
 static int hg_gate_held;
+
+static pid_t hg_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+static void hg_gate_lock(void)
+{
+    pthread_mutex_lock(&hg_gate);
+    atomic_store_explicit(&hg_gate_owner, hg_tid(), memory_order_relaxed);
+}
+
+static int hg_gate_trylock(void)
+{
+    if (pthread_mutex_trylock(&hg_gate) != 0)
+        return -1;
+    atomic_store_explicit(&hg_gate_owner, hg_tid(), memory_order_relaxed);
+    return 0;
+}
+
+static void hg_gate_unlock(void)
+{
+    atomic_store_explicit(&hg_gate_owner, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&hg_gate);
+}
 
 static void hg_fork_prepare(void)
 {
+    hg_gate_held = 0;
+    if (atomic_load_explicit(&hg_gate_owner, memory_order_relaxed) == hg_tid())
+        return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+#if defined(SNAPPROF_SANITIZER_BUILD)
     ts.tv_sec += 1;
+#else
+    ts.tv_sec += 10;
+#endif
     hg_gate_held = pthread_mutex_timedlock(&hg_gate, &ts) == 0;
 }
 
@@ -361,6 +415,7 @@ static void hg_fork_parent(void)
 static void hg_fork_child(void)
 {
     pthread_mutex_init(&hg_gate, NULL);
+    atomic_store_explicit(&hg_gate_owner, 0, memory_order_relaxed);
     pthread_mutex_init(&hg_lock, NULL);
 }
 
@@ -458,10 +513,26 @@ static int hg_write(uintptr_t *slot, uintptr_t value, int relro)
 /* The scan                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* String helpers of our own: the dl_iterate_phdr() callback reads module
+ * names the loader wrote under its own lock, which a sanitizer's string
+ * interceptors cannot see (TSan reported a race on strrchr of a name
+ * strdup()ed by another thread's dlopen()); this file is not instrumented,
+ * so plain loops are not checked. */
 static const char *hg_basename(const char *path)
 {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
+    const char *b = path;
+    for (const char *s = path; *s != '\0'; s++)
+        if (*s == '/')
+            b = s + 1;
+    return b;
+}
+
+static int hg_has_prefix(const char *s, const char *prefix)
+{
+    while (*prefix != '\0')
+        if (*s++ != *prefix++)
+            return 0;
+    return 1;
 }
 
 /* Modules never patched: our own libraries (their allocations are ours, and
@@ -478,13 +549,13 @@ static int hg_skip_module(const char *name)
                                            "libubsan",    "liblsan",    "libhwasan", "libmsan"};
     const char *b = hg_basename(name);
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-        if (!strncmp(b, prefixes[i], strlen(prefixes[i])))
+        if (hg_has_prefix(b, prefixes[i]))
             return 1;
 #if defined(SNAPPROF_SANITIZER_BUILD)
     /* libc allocates through its GOT on threads the sanitizer runtime has
      * not set up yet (pthread_getattr_np, from TSan's own thread start):
      * the sampler, instrumented, cannot run there. */
-    if (!strncmp(b, "libc.so", 7))
+    if (hg_has_prefix(b, "libc.so"))
         return 1;
 #endif
     return 0;
@@ -510,7 +581,10 @@ static uint32_t hg_module_index(uintptr_t base, const void *phdr, const char *na
     m->base = base;
     m->phdr = phdr;
     m->live = 1;
-    snprintf(m->name, sizeof m->name, "%s", name);
+    size_t k = 0;
+    for (; k + 1 < sizeof m->name && name[k] != '\0'; k++)
+        m->name[k] = name[k];
+    m->name[k] = '\0';
     return (uint32_t)hg_nmodules++;
 }
 
@@ -748,12 +822,12 @@ static void hg_tick(void)
         return;
     if (pthread_mutex_trylock(&hg_lock) != 0)
         return;
-    if (hg_installed && pthread_mutex_trylock(&hg_gate) == 0) {
+    if (hg_installed && hg_gate_trylock() == 0) {
         unsigned long long c[2] = {0, 0};
         dl_iterate_phdr(hg_counts_cb, c);
         if (c[0] != hg_seen_adds || c[1] != hg_seen_subs)
             hg_scan_locked(1);
-        pthread_mutex_unlock(&hg_gate);
+        hg_gate_unlock();
     }
     pthread_mutex_unlock(&hg_lock);
 }
@@ -784,9 +858,9 @@ SNAPPROF_API int snapprof_heap_hooks_install(void)
                                   (uintptr_t)__stop_snapprof_got_hooks);
     uint64_t refused = hg_stats.mprotect_failed;
     /* Waits for a fork in progress (its prepare handler holds the gate). */
-    pthread_mutex_lock(&hg_gate);
+    hg_gate_lock();
     int n = hg_scan_locked(1);
-    pthread_mutex_unlock(&hg_gate);
+    hg_gate_unlock();
     refused = hg_stats.mprotect_failed - refused;
     if (!hg_installed) {
         __atomic_store_n(&hg_installed, 1, __ATOMIC_RELEASE);
@@ -816,7 +890,7 @@ SNAPPROF_API int snapprof_heap_hooks_uninstall(void)
      * A dlclose()d module's pages are gone or another module's: never
      * written. Last patched first: an entry patched twice (its module
      * unloaded and loaded again) gets its first value back last. */
-    pthread_mutex_lock(&hg_gate);
+    hg_gate_lock();
     hg_scan_t st = {.first = 1};
     for (size_t i = 0; i < hg_nmodules; i++)
         if (hg_modules[i].live)
@@ -837,7 +911,7 @@ SNAPPROF_API int snapprof_heap_hooks_uninstall(void)
         else
             hg_stats.mprotect_failed++;
     }
-    pthread_mutex_unlock(&hg_gate);
+    hg_gate_unlock();
     hg_npatches = 0;
     hg_nmodules = 0;
     hg_seen_adds = hg_seen_subs = 0;
@@ -881,7 +955,7 @@ int snapprof__heap_got_module_entries(const char *basename_prefix)
     pthread_mutex_lock(&hg_lock);
     for (size_t i = 0; i < hg_npatches; i++) {
         const hg_module_t *m = &hg_modules[hg_patches[i].module];
-        if (m->live && !strncmp(hg_basename(m->name), basename_prefix, strlen(basename_prefix)))
+        if (m->live && hg_has_prefix(hg_basename(m->name), basename_prefix))
             n++;
     }
     pthread_mutex_unlock(&hg_lock);
