@@ -116,6 +116,21 @@ static size_t count_named(got_collector_t *c, snapprof_sample_kind_t kind, const
     return n;
 }
 
+/* Waits (at most ms milliseconds) until want samples of kind name fn;
+ * returns how many there are. Polls the names themselves: other samples
+ * (the symbolizer's own allocations, made on this thread) come too. */
+static size_t wait_named(got_collector_t *c, snapprof_sample_kind_t kind, const char *fn,
+                         size_t size, size_t want, uint64_t ms)
+{
+    uint64_t deadline = tu_mono_ns() + ms * 1000000ull;
+    size_t right, n;
+    while ((n = count_named(c, kind, fn, size, &right)) < want && tu_mono_ns() < deadline) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    return n;
+}
+
 static size_t count_allocs(got_collector_t *c, const char *fn, size_t size, size_t *right)
 {
     return count_named(c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, fn, size, right);
@@ -250,7 +265,9 @@ static void got_profile(void)
     /* All of them, almost surely (each is missed with p < 0.0004): up to
      * 10 s for the last ones, which may still be in the drain. */
     wait_delivered(&c, LIB_N + CAL_N + AL_N - 2);
-    wait_delivered_for(&c, LIB_N + CAL_N + AL_N, 10000);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "got_lib_alloc", LIB_SIZE, LIB_N, 10000);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "alloc_here_calloc", CAL_SIZE, CAL_N, 10000);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "alloc_here_memalign", AL_SIZE, AL_N, 10000);
     size_t right;
     ASSERT_EQ(count_allocs(&c, "got_lib_alloc", LIB_SIZE, &right), LIB_N);
     ASSERT_EQ(right, LIB_N);
@@ -272,6 +289,9 @@ static void got_profile(void)
         free(al[i]);
     /* Each sampled block's free, with its allocation's frames and bytes. */
     wait_delivered(&c, now + LIB_N + cal_n + al_n);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "got_lib_alloc", LIB_SIZE, LIB_N, 60000);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "alloc_here_calloc", CAL_SIZE, cal_n, 60000);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "alloc_here_memalign", AL_SIZE, al_n, 60000);
     ASSERT_EQ(count_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "got_lib_alloc", LIB_SIZE, &right),
               LIB_N);
     ASSERT_EQ(right, LIB_N);
@@ -308,12 +328,12 @@ static void got_dlopen_later(void)
     ASSERT_NOT_NULL(dl_free);
     void *blocks[LIB_N];
     dl_alloc(blocks, LIB_N, LIB_SIZE);
-    wait_delivered(&c, LIB_N);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "got_dl_alloc", LIB_SIZE, LIB_N, 60000);
     size_t right;
     ASSERT_EQ(count_allocs(&c, "got_dl_alloc", LIB_SIZE, &right), LIB_N);
     ASSERT_EQ(right, LIB_N);
     dl_free(blocks, LIB_N);
-    wait_delivered(&c, 2 * LIB_N);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "got_dl_alloc", LIB_SIZE, LIB_N, 60000);
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_heap_hooks_stats_t before = hooks_stats();
     int dl_entries = snapprof__heap_got_module_entries("libheap_got_dl");
@@ -508,7 +528,7 @@ static void got_preload_present(void)
     ASSERT_EQ(st.entries, 0);
     void *lib[LIB_N];
     got_lib_alloc(lib, LIB_N, LIB_SIZE);
-    wait_delivered(&c, LIB_N);
+    wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "got_lib_alloc", LIB_SIZE, LIB_N, 60000);
     /* Let a second copy of each arrive, if there were one. */
     struct timespec ts = {0, 200000000};
     nanosleep(&ts, NULL);
