@@ -8,8 +8,10 @@ foreach(lib heap_got_lib heap_got_dl)
   # -fno-builtin: the allocations stay calls of malloc through the GOT.
   target_compile_options(${lib} PRIVATE ${SNAPPROF_WARNINGS} -fno-builtin)
 endforeach()
+add_library(heap_got_cxx SHARED test_heap_got_cxx.cpp)
+target_compile_options(heap_got_cxx PRIVATE -Wall -Wextra -fno-builtin)
 snapprof_add_test_cases(EXE heap_got SOURCES test_heap_got.c
-  LIBS heap_got_lib Threads::Threads ${CMAKE_DL_LIBS})
+  LIBS heap_got_lib heap_got_cxx Threads::Threads ${CMAKE_DL_LIBS})
 target_compile_options(heap_got PRIVATE -fno-builtin)
 add_dependencies(heap_got heap_got_dl snapprof_heap)
 target_compile_definitions(heap_got PRIVATE

@@ -30,6 +30,9 @@
 
 void got_lib_alloc(void **out, int n, size_t size);
 void got_lib_free(void **blocks, int n);
+void got_cxx_new(void **out, int n, size_t size);
+void got_cxx_delete(void **blocks, int n);
+int got_cxx_new_throws(size_t size);
 
 /* glibc: the services of one database, instead of /etc/nsswitch.conf's. */
 extern int __nss_configure_lookup(const char *db, const char *service_line);
@@ -616,14 +619,48 @@ static void got_fork_while_scanning(void)
     free(c.s);
 }
 
+/* The C++ operators: new[] in a C++ library is sampled once per block (its
+ * own GOT's operator new[], and libstdc++'s operator new reaching malloc
+ * through libstdc++'s GOT: the depth counter notes the outermost only),
+ * named after the library's function, with the bytes asked for, and its
+ * delete[] is seen; an operator new that throws unwinds through the hook
+ * and the thread goes on being sampled. Catches: operators not patched, a
+ * block noted twice, a depth counter left raised by the exception. */
+static void got_cxx_operators(void)
+{
+    got_collector_t c;
+    snapprof_profiler_t *p = heap_profiler(R_BYTES, &c);
+    ASSERT_GT(snapprof_heap_hooks_install(), 0);
+    ASSERT_GT(snapprof__heap_got_module_entries("libheap_got_cxx"), 0);
+    void *b[LIB_N];
+#if !defined(SNAPPROF_SANITIZER_BUILD)
+    /* Sanitizer runtimes abort instead of throwing. */
+    ASSERT_EQ(got_cxx_new_throws(SIZE_MAX / 2), 1);
+#endif
+    got_cxx_new(b, LIB_N, LIB_SIZE);
+    ASSERT_EQ(
+        wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_ALLOC, "got_cxx_new", LIB_SIZE, LIB_N, 60000),
+        LIB_N);
+    got_cxx_delete(b, LIB_N);
+    ASSERT_EQ(wait_named(&c, SNAPPROF_SAMPLE_KIND_HEAP_FREE, "got_cxx_new", LIB_SIZE, LIB_N, 60000),
+              LIB_N);
+    /* No second copy of any block (by malloc inside operator new). */
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    size_t right;
+    ASSERT_EQ(count_allocs(&c, "got_cxx_new", LIB_SIZE, &right), LIB_N);
+    ASSERT_EQ(right, LIB_N);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(snapprof_heap_hooks_uninstall(), 0);
+    snapprof_profiler_destroy(p);
+    free(c.s);
+}
+
 static const test_case_t cases[] = {
-    {"profile", got_profile},
-    {"dlopen_later", got_dlopen_later},
-    {"nss_module", got_nss_module},
-    {"install_twice", got_install_twice},
-    {"libc_semantics", got_libc_semantics},
-    {"preload_present", got_preload_present},
-    {"fork_while_scanning", got_fork_while_scanning},
+    {"cxx_operators", got_cxx_operators},     {"profile", got_profile},
+    {"dlopen_later", got_dlopen_later},       {"nss_module", got_nss_module},
+    {"install_twice", got_install_twice},     {"libc_semantics", got_libc_semantics},
+    {"preload_present", got_preload_present}, {"fork_while_scanning", got_fork_while_scanning},
 };
 
 int main(int argc, char **argv)
