@@ -68,7 +68,8 @@ static snapprof__heap_hook_t *hg_shared;
  * (snapprof__heap_set_hook_range()): a sampled allocation's frames start at
  * the program's call, not in a hook. */
 #define HG_HOOK __attribute__((section("snapprof_got_hooks")))
-extern const char __start_snapprof_got_hooks[], __stop_snapprof_got_hooks[];
+extern const char __start_snapprof_got_hooks[] __attribute__((visibility("hidden")));
+extern const char __stop_snapprof_got_hooks[] __attribute__((visibility("hidden")));
 
 typedef struct hg_real {
     void *(*malloc)(size_t);
