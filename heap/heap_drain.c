@@ -410,6 +410,8 @@ static void deliver_free(const snapprof__heap_sink_t *sink, block_t *b, uint64_t
  * when it is not loaded. Drain side only. */
 static uintptr_t g_hooks_start, g_hooks_limit;
 static int g_hooks_looked;
+/* The GOT hooks' code (heap_got/), set at their install. */
+static _Atomic uintptr_t g_got_start, g_got_limit;
 
 static int in_hooks(uintptr_t pc)
 {
@@ -422,7 +424,15 @@ static int in_hooks(uintptr_t pc)
             g_hooks_limit = m->limit;
         }
     }
-    return pc >= g_hooks_start && pc < g_hooks_limit;
+    return (pc >= g_hooks_start && pc < g_hooks_limit) ||
+           (pc >= atomic_load_explicit(&g_got_start, memory_order_relaxed) &&
+            pc < atomic_load_explicit(&g_got_limit, memory_order_relaxed));
+}
+
+void snapprof__heap_set_hook_range(uintptr_t start, uintptr_t limit)
+{
+    atomic_store_explicit(&g_got_limit, limit, memory_order_relaxed);
+    atomic_store_explicit(&g_got_start, start, memory_order_relaxed);
 }
 
 /* The frames of the allocation's caller on: the stack was taken inside

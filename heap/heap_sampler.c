@@ -199,8 +199,12 @@ static int hook_alloc(void *ptr, size_t size, snapprof__heap_hook_count_t *c, ui
 __attribute__((constructor)) static void attach_hooks(void)
 {
     snapprof__heap_hook_t *h = &snapprof__heap_hook_v1;
-    if (h == NULL)
+    if (h == NULL) {
+        /* No preload: the GOT hooks (heap_got/), if installed, count down
+         * against this library's own state with the same slow path. */
+        atomic_store(&own_hook.alloc_slow, hook_alloc);
         return;
+    }
     snapprof__heap_hooks = h;
     atomic_store(&h->alloc_slow, hook_alloc);
     /* Raised by the hooks if they resolved before we got here. */
@@ -384,4 +388,29 @@ void snapprof__heap_stats(const void *owner, snapprof_stats_t *out)
     out->heap_dropped_set_full = atomic_load(&h->dropped_set_full);
     out->heap_dropped_no_stack = atomic_load(&h->dropped_no_stack);
     out->heap_frees_lost = atomic_load(&h->frees_lost);
+}
+
+snapprof__heap_hook_t *snapprof__heap_hook_shared(void)
+{
+    return snapprof__heap_hooks;
+}
+
+int snapprof__heap_hooks_preloaded(void)
+{
+    return &snapprof__heap_hook_v1 != NULL;
+}
+
+/* The GOT patcher's look for modules loaded or unloaded (heap_got/). */
+static _Atomic(snapprof__heap_tick_fn) g_tick;
+
+void snapprof__heap_set_tick(snapprof__heap_tick_fn fn)
+{
+    atomic_store_explicit(&g_tick, fn, memory_order_release);
+}
+
+void snapprof__heap_tick(void)
+{
+    snapprof__heap_tick_fn fn = atomic_load_explicit(&g_tick, memory_order_acquire);
+    if (fn != NULL)
+        fn();
 }

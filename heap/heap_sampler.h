@@ -9,6 +9,7 @@
 #ifndef SNAPPROF_HEAP_SAMPLER_H
 #define SNAPPROF_HEAP_SAMPLER_H
 
+#include "heap/heap_hook_abi.h"
 #include "stack_copier/stack_copier.h"
 
 #include <snapprof/snapprof.h>
@@ -94,5 +95,28 @@ void snapprof__heap_guard_leave(void);
  * nothing and returns 1; 0 turns it off again. Not while a profiler
  * samples the heap. */
 void snapprof__heap_rule_only_for_test(size_t interval);
+
+/* The hooks' shared state (heap_hook_abi.h) that the GOT hooks
+ * (heap_got/) count down against: the preload's when libsnapprof-heap.so is
+ * loaded, else this library's own, with the sampler's slow path attached
+ * (at construction). Any thread. */
+snapprof__heap_hook_t *snapprof__heap_hook_shared(void);
+
+/* The code of the GOT hooks (heap_got/): a sampled allocation's frames in
+ * [start, limit) next to its caller are cut, as those of
+ * libsnapprof-heap.so's hooks are. Any thread. */
+void snapprof__heap_set_hook_range(uintptr_t start, uintptr_t limit);
+
+/* 1 when libsnapprof-heap.so's hooks are loaded (and attached). */
+int snapprof__heap_hooks_preloaded(void);
+
+/* A check for modules loaded or unloaded since the last, run once a tick
+ * by the sampling thread (snapprof__heap_tick(), with the sampler lock
+ * held: fn must never wait for a lock a program thread can hold while it
+ * calls the library). The GOT patcher sets it at install and clears it at
+ * uninstall; NULL: nothing. */
+typedef void (*snapprof__heap_tick_fn)(void);
+void snapprof__heap_set_tick(snapprof__heap_tick_fn fn);
+void snapprof__heap_tick(void);
 
 #endif

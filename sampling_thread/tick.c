@@ -180,6 +180,8 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
         /* Cheap when nothing was loaded or unloaded (the loader's counters);
          * keeps lookups from answering with a module dlclose() just removed. */
         snapprof__module_cache_update();
+        /* The GOT hooks, when installed, patch modules loaded since. */
+        snapprof__heap_tick();
         /* Once a tick, not once a target: each asks the loader whether objects
          * came or went, which is all they do when none did. */
         for (size_t i = 0; i < p->unwinder_count; i++)

@@ -53,7 +53,11 @@ LAYERS = [
     # 5: what runs the sampler in a program: the preload library, the
     # -finstrument-functions hooks, the allocation hooks (preload_heap/).
     ["preload", "instrument", "preload_heap"],
-    # 6: the snapprof command (it reads the preload's settings and names).
+    # 6: GOT patching (part of libsnapprof): the preload's hooks' fast path
+    # (preload_heap/heap_hook_core.h) over the heap sampler; the sampling
+    # thread reaches it only through heap/'s tick hook.
+    ["heap_got"],
+    # 7: the snapprof command (it reads the preload's settings and names).
     ["cli"],
 ]
 
@@ -79,7 +83,9 @@ INTERFACE = {
     "sampling_thread": ["profiler_defaults.h"],
     "preload": ["preload_config.h", "file_names.h"],
     "instrument": [],
-    "preload_heap": [],
+    # The hooks' fast path, shared with the GOT hooks (heap_got/).
+    "preload_heap": ["heap_hook_core.h"],
+    "heap_got": ["heap_got.h"],
     "cli": [],
 }
 

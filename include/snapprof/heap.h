@@ -54,6 +54,9 @@
 
 #include <snapprof/snapprof.h>
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -103,6 +106,73 @@ SNAPPROF_API int snapprof_heap_note_free(void *ptr);
  * builders need no call. Any thread; never allocates. */
 SNAPPROF_API void snapprof_heap_ignore_begin(void);
 SNAPPROF_API void snapprof_heap_ignore_end(void);
+
+/* ---- GOT patching: the malloc hooks for a linked program ---------------
+ *
+ * For a program linked against libsnapprof that does not preload
+ * libsnapprof-heap.so (and for sanitizer builds, whose runtime owns malloc).
+ * Install points the GOT entries (JUMP_SLOT and GLOB_DAT relocations) of
+ * malloc, calloc, realloc, reallocarray, free, posix_memalign,
+ * aligned_alloc, memalign, valloc, pvalloc and the C++ operators new, new[],
+ * delete and delete[] (plain, sized, aligned, nothrow) in every loaded
+ * module at hooks that call what the entries pointed at and tell the heap
+ * sampler, with the preload's fast path (a countdown in TLS). Left alone:
+ * libsnapprof's own libraries, the dynamic loader, the vDSO, sanitizer
+ * runtimes, and (sanitizer builds only) libc; libc itself is patched
+ * otherwise, so its own allocations (strdup, fopen, NSS buffers) are the
+ * program's, as with the preload. Entries on full-RELRO pages are written
+ * through mprotect(2) and get their page's protection back; where
+ * mprotect is refused (seccomp, an LSM) the entry is left alone and
+ * counted (mprotect_failed).
+ *
+ * Modules loaded later (dlopen(), and libc's own loads such as NSS
+ * modules) are patched by the sampling thread of a running profiler within
+ * a tick of their load (allocations made before, by their constructors
+ * for instance, are not seen), and at once by calling install again.
+ * Nothing is sampled unless a profiler with a nonzero heap_interval runs:
+ * the hooks cost a compare and a subtract until then.
+ *
+ * Thread and signal safety: any thread, not from a signal handler nor a
+ * dl_iterate_phdr() callback (they take a lock of their own and the
+ * loader's). Threads inside a hook at uninstall finish their call: the
+ * hooks stay mapped (libsnapprof is never unloaded). */
+
+/* Patches the modules loaded now (see above). Returns the number of GOT
+ * entries patched by this call (0: nothing new, also on a second call), or:
+ * -EEXIST when libsnapprof-heap.so is loaded (its hooks see every
+ *  allocation already; nothing is patched, so nothing is counted twice);
+ * -ENOSYS on an architecture other than x86-64 and aarch64, or when malloc,
+ *  free, calloc or realloc cannot be found;
+ * -EPERM when mprotect was refused for every entry that needed it and no
+ *  entry points at the hooks. */
+SNAPPROF_API int snapprof_heap_hooks_install(void);
+
+/* Writes back what the patched entries held, in the modules still loaded
+ * (a module dlclose()d meanwhile is never written: its pages are gone or
+ * are another module's; an entry that holds something else than our hook
+ * by now is left as it is), and stops looking for new modules. Returns the
+ * number of entries restored (0 when not installed). */
+SNAPPROF_API int snapprof_heap_hooks_uninstall(void);
+
+/* What the GOT patcher did, for snapprof_heap_hooks_get_stats(). Grows at
+ * the end; the caller sets size. */
+typedef struct snapprof_heap_hooks_stats {
+    size_t size;              /* sizeof(snapprof_heap_hooks_stats_t), set by the caller */
+    int installed;            /* 1 between install and uninstall */
+    int preloaded;            /* 1 when libsnapprof-heap.so is loaded (install: -EEXIST) */
+    uint64_t entries;         /* GOT entries pointing at the hooks, in modules loaded now */
+    uint64_t modules;         /* modules with at least one such entry */
+    uint64_t scans;           /* looks at every loaded module (install, new modules) */
+    uint64_t mprotect_failed; /* entries left alone: mprotect refused */
+    uint64_t entries_foreign; /* entries bound to another definition than the global one
+                                 (-Bsymbolic, an allocator of the module's own): left alone */
+    uint64_t entries_lost;    /* entries left alone: our fixed tables (8192 entries, 1024
+                                 modules) were full */
+} snapprof_heap_hooks_stats_t;
+
+/* Fills *out (up to out->size bytes). Returns 0, or -EINVAL when out is
+ * NULL or out->size is too small to hold size. Any thread. */
+SNAPPROF_API int snapprof_heap_hooks_get_stats(snapprof_heap_hooks_stats_t *out);
 
 #ifdef __cplusplus
 }
