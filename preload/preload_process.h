@@ -144,9 +144,10 @@ void snapprof__preload_loop_fork_child(void);
 
 /* Once the profiler runs, under the preload lock: in the process record
  * started, when record passed a control channel, starts the thread that
- * answers its requests for profiles. Once per process; nothing happens
- * otherwise. */
-void snapprof__preload_serve_start(snapprof_profiler_t *p);
+ * answers its requests for profiles. heap: the profile's own heap builder
+ * (SNAPPROF_HEAP), whose snapshots /debug/pprof/heap serves, or NULL. Once
+ * per process; nothing happens otherwise. */
+void snapprof__preload_serve_start(snapprof_profiler_t *p, snapprof_builder_t *heap);
 /* At stop, before the profiler stops: answers the requests in flight with
  * what they collected so far, tells record the profile ended, and lets
  * the thread end (it touches the profiler no more). */

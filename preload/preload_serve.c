@@ -6,9 +6,11 @@
  * and, for each, attaches a pprof builder writing DIR/cpu-ID.pb.gz to the
  * running profile (snapprof_profiler_attach_builder(): the threads keep
  * their one trigger), detaches it SECONDS later, which writes it, and
- * answers "ok ID PATH" or "err ID REASON". At stop, requests in flight are
- * answered with what they collected so far, then "end". "hello" says the
- * thread serves.
+ * answers "ok ID PATH" or "err ID REASON". "heap ID" asks for the run's
+ * heap profile so far (SNAPPROF_HEAP), written at once to DIR/heap-ID.pb.gz
+ * by the run's own heap builder without ending it. At stop, requests in
+ * flight are answered with what they collected so far, then "end".
+ * "hello" says the thread serves.
  *
  * The fd is the program's to close: before every use the thread checks
  * that the number still names our socket (fstat: the socket's device and
@@ -56,6 +58,7 @@ static struct {
     ino_t ino;
     char dir[PATH_MAX];
     snapprof_profiler_t *profiler;
+    snapprof_builder_t *heap; /* the run's heap builder, or NULL */
     request_t req[SERVE_MAX];
     char in[512];
     size_t in_len;
@@ -121,11 +124,40 @@ static void give_up(void)
                            S.fd);
 }
 
+/* "heap ID": the run's heap profile so far, written at once by its own
+ * heap builder to DIR/heap-ID.pb.gz (snapprof_profiler_write_builder():
+ * the builder's own file, written at the end, is left as it was). Under
+ * S.mu, which the stop takes before it stops the profile: no snapshot
+ * runs while the profile completes. */
+static void heap_request(unsigned long id)
+{
+    char path[PATH_MAX];
+    if (!S.heap) {
+        say("err %lu this run samples no allocations: run snapprof record with --heap\n", id);
+        return;
+    }
+    if (snprintf(path, sizeof path, "%s/heap-%lu.pb.gz", S.dir, id) >= (int)sizeof path) {
+        say("err %lu path too long\n", id);
+        return;
+    }
+    int rc = snapprof_profiler_write_builder(S.profiler, S.heap, path);
+    if (rc == 0) {
+        say("ok %lu %s\n", id, path);
+    } else {
+        unlink(path);
+        say("err %lu cannot write the heap profile: %s\n", id, snapprof_strerror(rc));
+    }
+}
+
 /* One request line. Under S.mu. */
 static void request(const char *line)
 {
     unsigned long id, seconds;
     char extra;
+    if (sscanf(line, "heap %lu %c", &id, &extra) == 1) {
+        heap_request(id);
+        return;
+    }
     if (sscanf(line, "cpu %lu %lu %c", &id, &seconds, &extra) != 2 || seconds == 0 ||
         seconds > 86400) {
         say("err 0 bad request\n");
@@ -218,7 +250,7 @@ static void *serve_main(void *arg)
     }
 }
 
-void snapprof__preload_serve_start(snapprof_profiler_t *p)
+void snapprof__preload_serve_start(snapprof_profiler_t *p, snapprof_builder_t *heap)
 {
     const char *fdv = getenv("SNAPPROF_CONTROL_FD"), *dir = getenv("SNAPPROF_CONTROL_DIR");
     const char *root = getenv(SNAPPROF_ENV_ROOT_PID);
@@ -247,6 +279,7 @@ void snapprof__preload_serve_start(snapprof_profiler_t *p)
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     snprintf(S.dir, sizeof S.dir, "%s", dir);
     S.profiler = p;
+    S.heap = heap;
     S.on = 1;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -281,6 +314,7 @@ void snapprof__preload_serve_stop(void)
     /* The thread ends at its next turn; it touches the profiler no more. */
     S.on = 0;
     S.profiler = NULL;
+    S.heap = NULL;
     pthread_mutex_unlock(&S.mu);
 }
 
@@ -292,5 +326,6 @@ void snapprof__preload_serve_fork_child(void)
     pthread_mutex_init(&S.mu, NULL);
     S.on = 0;
     S.profiler = NULL;
+    S.heap = NULL;
     memset(S.req, 0, sizeof S.req);
 }
