@@ -1,14 +1,16 @@
 /* `snapprof record --http`: Go's net/http/pprof paths served from the
  * record process with libmicrohttpd (its epoll mode; suspend/resume for
- * requests that last seconds). A CPU request becomes a line "cpu ID
- * SECONDS" on the control socketpair (with ?since=S under --flight,
- * "since ID S", answered at once from the flight recorder); the program's preload
- * (preload/preload_serve.c) answers "ok ID PATH" (a pprof in our private
- * directory, which we serve and unlink), "err ID REASON" (503), or "end
- * REASON" (its profile stopped). A control thread here reads the answers
- * and resumes the waiting connections. The channel closed without "end"
- * means the program ended or closed our fd: every request is then 503
- * with that reason; the program goes on. */
+ * requests that last seconds). A CPU request (/profile, /wall under
+ * --wall) becomes a line "cpu ID SECONDS" on the control socketpair (with
+ * ?since=S under --flight, "since ID S", answered at once from the flight
+ * recorder), a heap request (/heap, /allocs under --heap) a line "heap ID";
+ * the program's preload (preload/preload_serve.c) answers "ok ID PATH" (a
+ * pprof in our private directory, which we serve and unlink), "err ID
+ * REASON" (503), or "end REASON" (its profile stopped). /allocs is /heap's
+ * profile with alloc_space as its default sample type, set here. A control
+ * thread here reads the answers and resumes the waiting connections. The
+ * channel closed without "end" means the program ended or closed our fd:
+ * every request is then 503 with that reason; the program goes on. */
 #include "cli/snapprof_http.h"
 
 #include <arpa/inet.h>
@@ -29,10 +31,20 @@ int snapprof__http_check(const char *addr, char *why, size_t why_size)
     return -1;
 }
 
-snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
+int snapprof__http_check_token(const char *token, char *why, size_t why_size)
+{
+    (void)token;
+    (void)why;
+    (void)why_size;
+    return 0;
+}
+
+snapprof__http_t *snapprof__http_prepare(const char *addr, const char *token, int heap, int wall)
 {
     (void)addr;
     (void)token;
+    (void)heap;
+    (void)wall;
     return NULL;
 }
 
@@ -60,6 +72,9 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <limits.h>
 #include <microhttpd.h>
 #include <stdarg.h>
+#include <zlib.h>
+
+#include "profile.pb-c.h"
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -73,15 +88,28 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <unistd.h>
 
 #define PROFILE_PATH "/debug/pprof/profile"
+#define WALL_PATH "/debug/pprof/wall"
+#define HEAP_PATH "/debug/pprof/heap"
+#define ALLOCS_PATH "/debug/pprof/allocs"
 #define INDEX_PATH "/debug/pprof/"
 #define CONNECTIONS_MAX 64
 #define CONNECTION_TIMEOUT_S 10
 
 typedef enum { SLOT_FREE, SLOT_WAITING, SLOT_ANSWERED } slot_state_t;
 
-/* One CPU request, from the line sent to its connection's end. */
+/* What a request asks the program for: the file it answers with is
+ * DIR/KIND-ID.pb.gz. */
+typedef enum { KIND_CPU, KIND_HEAP, KIND_SINCE } kind_t;
+/* A since answer is a CPU profile: cpu-ID too. */
+static const char *const k_kind_names[] = {
+    [KIND_CPU] = "cpu", [KIND_HEAP] = "heap", [KIND_SINCE] = "cpu"};
+
+/* One request to the program, from the line sent to its connection's
+ * end. */
 typedef struct slot {
     slot_state_t state;
+    kind_t kind;
+    int allocs; /* /allocs: the default sample type becomes alloc_space */
     unsigned long id;
     uint64_t end_ns; /* when the profile should end (Retry-After) */
     struct MHD_Connection *c;
@@ -98,7 +126,9 @@ struct snapprof__http {
     int ctl; /* our end of the control channel */
     int child_end;
     char dir[PATH_MAX];
-    char token[33]; /* "" when none is required */
+    char token[SNAPPROF_HTTP_TOKEN_MAX + 1]; /* "" when none is required */
+    int heap;                                /* --heap: /heap and /allocs are served */
+    int wall;                                /* --wall: /wall is served */
     char host[INET6_ADDRSTRLEN + 2];
     unsigned port;
     pid_t pid;
@@ -183,6 +213,29 @@ int snapprof__http_check(const char *addr, char *why, size_t why_size)
     struct sockaddr_storage ss;
     socklen_t len;
     return parse_addr(addr, &ss, &len, why, why_size);
+}
+
+int snapprof__http_check_token(const char *token, char *why, size_t why_size)
+{
+    size_t n = strlen(token);
+    if (n < SNAPPROF_HTTP_TOKEN_MIN || n > SNAPPROF_HTTP_TOKEN_MAX) {
+        snprintf(why, why_size, "a token has %u to %u characters (this one %zu)",
+                 SNAPPROF_HTTP_TOKEN_MIN, SNAPPROF_HTTP_TOKEN_MAX, n);
+        return -1;
+    }
+    /* URL-safe as it is (RFC 3986's unreserved characters): it goes into
+     * ?token= and an Authorization header without escaping. */
+    for (const char *p = token; *p; p++) {
+        char ch = *p;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.' || ch == '~')) {
+            snprintf(why, why_size,
+                     "a token has only letters, digits and - _ . ~ (this one has '%c' at %zu)",
+                     ch >= 0x20 && ch < 0x7f ? ch : '?', (size_t)(p - token) + 1);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -315,28 +368,125 @@ static int parse_since(const char *v, unsigned *out)
     return 0;
 }
 
+/* Lists what this run serves, and only that. */
 static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
 {
-    char text[1024];
+    char text[2048];
     int n = snprintf(text, sizeof text,
                      "snapprof record: profiles of pid %d\n"
                      "\n"
                      "%s?seconds=N\n"
-                     "    the CPU profile (pprof; wall time under --wall) of the next N seconds:\n"
-                     "    N from 1 to %u, default 30; at most %u at once (then 503 with\n"
-                     "    Retry-After). go tool pprof URL opens it.\n"
-                     "%s%s"
-                     "%s\n"
-                     "    this page\n",
-                     (int)h->pid, PROFILE_PATH, SNAPPROF_HTTP_SECONDS_MAX,
-                     SNAPPROF_HTTP_MAX_PROFILES, h->flight ? PROFILE_PATH : "",
-                     h->flight ? "?since=S\n"
-                                 "    the CPU profile of the last S (60s, 5m, 1h), at once, from\n"
-                                 "    the flight recorder (record --flight)\n"
-                               : "",
-                     INDEX_PATH);
+                     "    the %s profile (pprof) of the next N seconds:\n"
+                     "    N from 1 to %u, default 30. go tool pprof URL opens it.\n",
+                     (int)h->pid, PROFILE_PATH, h->wall ? "wall-time (--wall)" : "CPU",
+                     SNAPPROF_HTTP_SECONDS_MAX);
+    if (h->wall)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s?seconds=N\n"
+                      "    the same wall-time profile (every thread, blocked ones too)\n",
+                      WALL_PATH);
+    if (h->flight)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s?since=S\n"
+                      "    the CPU profile of the last S (60s, 5m, 1h), at once, from\n"
+                      "    the flight recorder (record --flight)\n",
+                      PROFILE_PATH);
+    if (h->heap)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s\n"
+                      "    the heap profile of the run so far, at once: alloc_objects,\n"
+                      "    alloc_space (since the start), inuse_objects, inuse_space (live\n"
+                      "    now); inuse_space by default\n"
+                      "%s\n"
+                      "    the same, alloc_space by default\n",
+                      HEAP_PATH, ALLOCS_PATH);
+    n += snprintf(text + n, sizeof text - (size_t)n,
+                  "%s\n"
+                  "    this page\n"
+                  "\n"
+                  "At most %u profiles are taken at once (then 503 with Retry-After).\n",
+                  INDEX_PATH, SNAPPROF_HTTP_MAX_PROFILES);
     return reply(c, MHD_HTTP_OK, "text/plain; charset=utf-8", text, (size_t)n,
                  MHD_RESPMEM_MUST_COPY, 0);
+}
+
+/* /allocs: the heap profile with alloc_space as its default sample type
+ * (Go's writeAlloc: the same profile, defaultSampleType "alloc_space").
+ * The gzipped pprof in body is replaced; -1 when it cannot be read. */
+static int set_default_alloc_space(char **body, size_t *len)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return -1;
+    size_t cap = *len * 4 + 4096, got = 0;
+    unsigned char *raw = malloc(cap);
+    int zr = Z_OK;
+    z.next_in = (unsigned char *)*body;
+    z.avail_in = (uInt)*len;
+    while (raw && zr == Z_OK) {
+        if (got == cap) {
+            unsigned char *more = cap < ((size_t)1 << 30) ? realloc(raw, cap * 2) : NULL;
+            if (!more) {
+                free(raw);
+                raw = NULL;
+                break;
+            }
+            raw = more;
+            cap *= 2;
+        }
+        z.next_out = raw + got;
+        z.avail_out = (uInt)(cap - got);
+        zr = inflate(&z, Z_NO_FLUSH);
+        got = cap - z.avail_out;
+    }
+    inflateEnd(&z);
+    if (!raw || zr != Z_STREAM_END) {
+        free(raw);
+        return -1;
+    }
+    Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, got, raw);
+    free(raw);
+    if (!p)
+        return -1;
+    int64_t idx = -1;
+    for (size_t i = 0; i < p->n_string_table; i++)
+        if (strcmp(p->string_table[i], "alloc_space") == 0)
+            idx = (int64_t)i;
+    unsigned char *packed = NULL;
+    size_t plen = 0;
+    if (idx >= 0) {
+        p->default_sample_type = idx;
+        plen = perftools__profiles__profile__get_packed_size(p);
+        packed = malloc(plen ? plen : 1);
+        if (packed)
+            perftools__profiles__profile__pack(p, packed);
+    }
+    perftools__profiles__profile__free_unpacked(p, NULL);
+    if (!packed)
+        return -1;
+    memset(&z, 0, sizeof z);
+    uLong bound = compressBound((uLong)plen) + 64;
+    char *out = malloc(bound);
+    int ok = out && deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                                 Z_DEFAULT_STRATEGY) == Z_OK;
+    if (ok) {
+        z.next_in = packed;
+        z.avail_in = (uInt)plen;
+        z.next_out = (unsigned char *)out;
+        z.avail_out = (uInt)bound;
+        ok = deflate(&z, Z_FINISH) == Z_STREAM_END;
+        deflateEnd(&z);
+    }
+    free(packed);
+    if (!ok) {
+        free(out);
+        return -1;
+    }
+    free(*body);
+    *body = out;
+    *len = bound - z.avail_out;
+    return 0;
 }
 
 /* A resumed CPU request: its answer. */
@@ -346,6 +496,9 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
     enum MHD_Result ret;
     if (s->state != SLOT_ANSWERED) {
         ret = MHD_NO; /* cannot be: resumed only once answered */
+    } else if (s->code == MHD_HTTP_OK && s->allocs && set_default_alloc_space(&s->body, &s->len)) {
+        ret = say(c, MHD_HTTP_INTERNAL_SERVER_ERROR, 0,
+                  "cannot set alloc_space as the heap profile's default sample type");
     } else if (s->code == MHD_HTTP_OK) {
         /* A copy: the response's life is MHD's (the slot's body is freed
          * when the request completes). */
@@ -358,11 +511,12 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
     return ret;
 }
 
-/* The CPU profile of the next seconds (verb "cpu"), or of the last
- * seconds kept by the flight recorder ("since", answered at once): a line
- * to the program, and the connection waits (suspended) for the answer. */
-static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection *c,
-                                     const char *verb, unsigned seconds, void **req_cls)
+/* A line to the program (the CPU profile of the next seconds, the last
+ * seconds kept by the flight recorder, answered at once, or the heap
+ * profile so far), and the connection waits (suspended) for the answer.
+ * Every kind counts against one bound. */
+static enum MHD_Result start_request(snapprof__http_t *h, struct MHD_Connection *c, kind_t kind,
+                                     int allocs, unsigned seconds, void **req_cls)
 {
     pthread_mutex_lock(&h->mu);
     if (h->ended || h->closed || !h->hello) {
@@ -387,20 +541,28 @@ static enum MHD_Result start_profile(snapprof__http_t *h, struct MHD_Connection 
         unsigned retry = soonest > now ? (unsigned)((soonest - now) / 1000000000u) + 1 : 1;
         pthread_mutex_unlock(&h->mu);
         return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, retry,
-                   "%u CPU profiles are being taken already: try again later",
+                   "%u profiles are being taken already: try again later",
                    SNAPPROF_HTTP_MAX_PROFILES);
     }
     char line[64];
     unsigned long id = ++h->next_id;
-    int n = snprintf(line, sizeof line, "%s %lu %u\n", verb, id, seconds);
+    int n = kind == KIND_HEAP ? snprintf(line, sizeof line, "heap %lu\n", id)
+                              : snprintf(line, sizeof line, "%s %lu %u\n",
+                                         kind == KIND_SINCE ? "since" : "cpu", id, seconds);
     if (send(h->ctl, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n) {
         pthread_mutex_unlock(&h->mu);
         return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "cannot reach the program's profiler: %s",
                    strerror(errno));
     }
-    /* A flight answer comes at once; its slot is held a few seconds at most. */
-    uint64_t wait_ns = strcmp(verb, "since") == 0 ? 5000000000ull : seconds * 1000000000ull;
-    *s = (slot_t){.state = SLOT_WAITING, .id = id, .c = c, .end_ns = now + wait_ns};
+    /* Answers to since and heap come at once: their slots are held a few
+     * seconds at most. */
+    uint64_t wait_ns = kind == KIND_CPU ? seconds * 1000000000ull : 5000000000ull;
+    *s = (slot_t){.state = SLOT_WAITING,
+                  .kind = kind,
+                  .allocs = allocs,
+                  .id = id,
+                  .c = c,
+                  .end_ns = now + wait_ns};
     *req_cls = s;
     /* Under the lock: the answer, which resumes it, cannot come first. */
     MHD_suspend_connection(c);
@@ -430,15 +592,45 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return say(c, MHD_HTTP_METHOD_NOT_ALLOWED, 0, "only GET and HEAD are served");
     int is_index = strcmp(url, INDEX_PATH) == 0 || strcmp(url, "/debug/pprof") == 0;
     int is_profile = strcmp(url, PROFILE_PATH) == 0;
-    if (!is_index && !is_profile)
+    int is_wall = strcmp(url, WALL_PATH) == 0;
+    int is_allocs = strcmp(url, ALLOCS_PATH) == 0;
+    int is_heap = is_allocs || strcmp(url, HEAP_PATH) == 0;
+    if (!is_index && !is_profile && !is_wall && !is_heap)
         return say(c, MHD_HTTP_NOT_FOUND, 0, "not served: %s (see %s)", url, INDEX_PATH);
+    /* Known paths this run cannot serve: what to run instead. */
+    if (is_heap && !h->heap)
+        return say(c, MHD_HTTP_NOT_IMPLEMENTED, 0,
+                   "%s: this run samples no allocations: run snapprof record with --heap", url);
+    if (is_wall && !h->wall)
+        return say(c, MHD_HTTP_NOT_IMPLEMENTED, 0,
+                   "%s: this run samples CPU time only (a profile's mode is the run's): run "
+                   "snapprof record with --wall",
+                   url);
     enum MHD_Result ret;
     if (check_token(h, c, &ret) != 0)
         return ret;
     if (is_index)
         return index_page(h, c);
-    unsigned seconds;
     const char *sv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seconds");
+    if (is_heap) {
+        /* Go's ?seconds= on /heap is a delta of two snapshots: not done. */
+        if (sv)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0,
+                       "seconds= on %s (a delta profile) is not served: ask for %s without it", url,
+                       url);
+        const char *gc = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "gc");
+        if (gc && strcmp(gc, "0") != 0 && strcmp(gc, "1") != 0)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0,
+                       "bad gc=%s: 0 or 1 (there is no collector to run)", gc);
+        const char *debug = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "debug");
+        if (debug && strcmp(debug, "0") != 0)
+            return say(c, MHD_HTTP_BAD_REQUEST, 0, "bad debug=%s: only 0 (pprof) is served", debug);
+        if (head) /* starts nothing */
+            return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT,
+                         0);
+        return start_request(h, c, KIND_HEAP, is_allocs, 1, req_cls);
+    }
+    unsigned seconds;
     const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
     if (since) {
         if (!h->flight)
@@ -452,14 +644,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (head)
             return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT,
                          0);
-        return start_profile(h, c, "since", seconds, req_cls);
+        return start_request(h, c, KIND_SINCE, 0, seconds, req_cls);
     }
     if (parse_seconds(sv, &seconds) != 0)
         return say(c, MHD_HTTP_BAD_REQUEST, 0, "bad seconds=%s: a whole number from 1 to %u", sv,
                    SNAPPROF_HTTP_SECONDS_MAX);
     if (head) /* starts nothing */
         return reply(c, MHD_HTTP_OK, "application/octet-stream", "", 0, MHD_RESPMEM_PERSISTENT, 0);
-    return start_profile(h, c, "cpu", seconds, req_cls);
+    return start_request(h, c, KIND_CPU, 0, seconds, req_cls);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
@@ -518,7 +710,7 @@ static void close_channel(snapprof__http_t *h, const char *why, struct MHD_Conne
 static int take_file(snapprof__http_t *h, unsigned long id, const char *path, slot_t *s)
 {
     char want[PATH_MAX + 32];
-    snprintf(want, sizeof want, "%s/cpu-%lu.pb.gz", h->dir, id);
+    snprintf(want, sizeof want, "%s/%s-%lu.pb.gz", h->dir, k_kind_names[s->kind], id);
     if (strcmp(path, want) != 0) {
         snprintf(s->reason, sizeof s->reason, "the program answered with an unexpected file");
         return -1;
@@ -573,9 +765,11 @@ static void on_line(snapprof__http_t *h, char *line, struct MHD_Connection **res
     slot_t *s = slot_of(h, id);
     if (!s) {
         if (ok) { /* its client is gone: the file is not served */
-            char want[PATH_MAX + 32];
-            snprintf(want, sizeof want, "%s/cpu-%lu.pb.gz", h->dir, id);
-            unlink(want);
+            for (unsigned k = 0; k < sizeof k_kind_names / sizeof k_kind_names[0]; k++) {
+                char want[PATH_MAX + 32];
+                snprintf(want, sizeof want, "%s/%s-%lu.pb.gz", h->dir, k_kind_names[k], id);
+                unlink(want);
+            }
         }
         return;
     }
@@ -691,7 +885,7 @@ void snapprof__http_set_flight(snapprof__http_t *h, int on)
         h->flight = on;
 }
 
-snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
+snapprof__http_t *snapprof__http_prepare(const char *addr, const char *token, int heap, int wall)
 {
     char why[256];
     snapprof__http_t *h = calloc(1, sizeof *h);
@@ -699,6 +893,9 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
         free(h);
         return NULL; /* checked with the options */
     }
+    h->heap = heap;
+    h->wall = wall;
+    int random_token = token == NULL;
     h->listen_fd = h->ctl = h->child_end = -1;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->hello_cv, NULL);
@@ -746,7 +943,7 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
     struct stat st;
     unsigned char raw[16];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || !mkdtemp(h->dir) ||
-        fstat(sv[1], &st) != 0 || (token && getrandom(raw, sizeof raw, 0) != sizeof raw)) {
+        fstat(sv[1], &st) != 0 || (random_token && getrandom(raw, sizeof raw, 0) != sizeof raw)) {
         fprintf(stderr,
                 "snapprof: --http: cannot set up the control channel: %s; the program "
                 "runs without the endpoint\n",
@@ -765,8 +962,10 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, int token)
     fcntl(sv[0], F_SETFD, FD_CLOEXEC);
     h->ctl = sv[0];
     h->child_end = sv[1];
-    for (unsigned i = 0; token && i < sizeof raw; i++)
+    for (unsigned i = 0; random_token && i < sizeof raw; i++)
         snprintf(h->token + 2 * i, 3, "%02x", raw[i]);
+    if (!random_token)
+        snprintf(h->token, sizeof h->token, "%s", token); /* checked with the options */
     char v[96];
     snprintf(v, sizeof v, "%d:%llu:%llu", sv[1], (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino);

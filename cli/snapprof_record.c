@@ -95,11 +95,13 @@ const char snapprof__record_usage[] =
     "      --python         CPython 3.11: Python functions, files and lines in place\n"
     "                       of the interpreter's evaluation loop (docs/python.md)\n"
     "      --http ADDR:PORT serve the program's profiles as Go's net/http/pprof does\n"
-    "                       (GET /debug/pprof/profile?seconds=N, /debug/pprof/), from\n"
+    "                       (GET /debug/pprof/profile?seconds=N, /debug/pprof/; with\n"
+    "                       --heap /heap and /allocs, with --wall /wall), from\n"
     "                       this process: 127.0.0.1:6060, [::1]:6060, or a PORT on\n"
     "                       127.0.0.1 (0: any free port); prints the URL to stderr\n"
-    "      --http-token none\n"
-    "                       serve without the random token the URL otherwise carries\n"
+    "      --http-token TOKEN\n"
+    "                       the token requests must carry instead of a random one:\n"
+    "                       16-128 letters, digits, - _ . ~; none: no token at all\n"
     "      --flight T       with --http: keep the last T of CPU profile in memory (5m,\n"
     "                       1h; 1s to 24h) and answer ?since=S at once with its last S;\n"
     "                       samples at 19 Hz unless -F says otherwise\n"
@@ -151,9 +153,9 @@ typedef struct options {
     int heap;                  /* --heap */
     const char *heap_interval; /* --heap-interval as given, checked */
     unsigned n_jit_rules;
-    int python;        /* --python */
-    const char *http;  /* --http ADDR:PORT, checked */
-    int http_no_token; /* --http-token none */
+    int python;             /* --python */
+    const char *http;       /* --http ADDR:PORT, checked */
+    const char *http_token; /* --http-token: "none" is "", else checked */
     int quiet;
     char **cmd;
 } options_t;
@@ -228,10 +230,12 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->python = 1;
         } else if (matches(a, NULL, "--http-token")) {
             const char *v = option_value(argc, argv, &i, NULL, "--http-token");
-            if (strcmp(v, "none") != 0)
-                die(EXIT_USAGE, "bad --http-token %s: only 'none' (a random token is the default)",
-                    v);
-            o->http_no_token = 1;
+            if (strcmp(v, "none") == 0)
+                o->http_token = "";
+            else if (snapprof__http_check_token(v, why, sizeof why) != 0)
+                die(EXIT_USAGE, "bad --http-token: %s", why);
+            else
+                o->http_token = v;
         } else if (matches(a, NULL, "--http")) {
             o->http = option_value(argc, argv, &i, NULL, "--http");
             if (snapprof__http_check(o->http, why, sizeof why) != 0)
@@ -640,7 +644,8 @@ static int record(options_t *o)
     unsetenv("SNAPPROF_CONTROL_FD");
     unsetenv("SNAPPROF_CONTROL_DIR");
     /* Listening before the program starts: a port in use is said first. */
-    snapprof__http_t *http = o->http ? snapprof__http_prepare(o->http, !o->http_no_token) : NULL;
+    snapprof__http_t *http =
+        o->http ? snapprof__http_prepare(o->http, o->http_token, o->heap, o->wall) : NULL;
     snapprof__http_set_flight(http, o->flight != NULL);
 
     struct sigaction sa;

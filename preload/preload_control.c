@@ -355,7 +355,11 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     publish_state(1, g.start_time, c.outputs[0].path);
     if (c.loop_ns)
         snapprof__preload_loop_start();
-    snapprof__preload_serve_start(p, c.flight_ns);
+    snapprof_builder_t *heap = NULL; /* the run's heap profile, for /debug/pprof/heap */
+    for (unsigned i = 0; i < c.n_outputs && !heap; i++)
+        if (c.outputs[i].format == SNAPPROF__FORMAT_HEAP)
+            heap = builders[i];
+    snapprof__preload_serve_start(p, heap, c.flight_ns);
     atomic_store(&snapprof__preload_owner_pid, (int)getpid());
     snapprof__preload_helper_arm(c.duration_ns ? g.start_mono + c.duration_ns : 0, helper_main);
     return 0;

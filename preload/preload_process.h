@@ -144,10 +144,12 @@ void snapprof__preload_loop_fork_child(void);
 
 /* Once the profiler runs, under the preload lock: in the process record
  * started, when record passed a control channel, starts the thread that
- * answers its requests for profiles, with a flight recorder of the last
- * flight_ns attached to p when flight_ns is not 0 (SNAPPROF_FLIGHT). Once
- * per process; nothing happens otherwise. */
-void snapprof__preload_serve_start(snapprof_profiler_t *p, uint64_t flight_ns);
+ * answers its requests for profiles. heap: the profile's own heap builder
+ * (SNAPPROF_HEAP), whose snapshots /debug/pprof/heap serves, or NULL; a
+ * flight recorder of the last flight_ns is attached to p when flight_ns is
+ * not 0 (SNAPPROF_FLIGHT). Once per process; nothing happens otherwise. */
+void snapprof__preload_serve_start(snapprof_profiler_t *p, snapprof_builder_t *heap,
+                                   uint64_t flight_ns);
 /* At stop, before the profiler stops: answers the requests in flight with
  * what they collected so far, tells record the profile ended, and lets
  * the thread end (it touches the profiler no more). */

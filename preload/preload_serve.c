@@ -6,11 +6,14 @@
  * and, for each, attaches a pprof builder writing DIR/cpu-ID.pb.gz to the
  * running profile (snapprof_profiler_attach_builder(): the threads keep
  * their one trigger), detaches it SECONDS later, which writes it, and
- * answers "ok ID PATH" or "err ID REASON". With a flight recorder
+ * answers "ok ID PATH" or "err ID REASON". "heap ID" asks for the run's
+ * heap profile so far (SNAPPROF_HEAP), written at once to DIR/heap-ID.pb.gz
+ * by the run's own heap builder without ending it. With a flight recorder
  * (SNAPPROF_FLIGHT: a flight builder attached for the whole run,
  * <snapprof/flight.h>), "since ID SECONDS" is answered at once with the
- * last SECONDS it kept, written to DIR/cpu-ID.pb.gz as the others. At stop, requests
- * in flight are answered with what they collected so far, then "end".
+ * last SECONDS it kept, written to DIR/cpu-ID.pb.gz as the others. At stop,
+ * requests in flight are answered with what they collected so far, then
+ * "end".
  * "hello" says the thread serves.
  *
  * The fd is the program's to close: before every use the thread checks
@@ -61,6 +64,7 @@ static struct {
     char dir[PATH_MAX];
     snapprof_profiler_t *profiler;
     snapprof_builder_t *flight; /* attached to profiler while it serves; NULL: none */
+    snapprof_builder_t *heap;   /* the run's heap builder, or NULL */
     request_t req[SERVE_MAX];
     char in[512];
     size_t in_len;
@@ -185,6 +189,31 @@ static void give_up(void)
                            S.fd);
 }
 
+/* "heap ID": the run's heap profile so far, written at once by its own
+ * heap builder to DIR/heap-ID.pb.gz (snapprof_profiler_write_builder():
+ * the builder's own file, written at the end, is left as it was). Under
+ * S.mu, which the stop takes before it stops the profile: no snapshot
+ * runs while the profile completes. */
+static void heap_request(unsigned long id)
+{
+    char path[PATH_MAX];
+    if (!S.heap) {
+        say("err %lu this run samples no allocations: run snapprof record with --heap\n", id);
+        return;
+    }
+    if (snprintf(path, sizeof path, "%s/heap-%lu.pb.gz", S.dir, id) >= (int)sizeof path) {
+        say("err %lu path too long\n", id);
+        return;
+    }
+    int rc = snapprof_profiler_write_builder(S.profiler, S.heap, path);
+    if (rc == 0) {
+        say("ok %lu %s\n", id, path);
+    } else {
+        unlink(path);
+        say("err %lu cannot write the heap profile: %s\n", id, snapprof_strerror(rc));
+    }
+}
+
 /* One request line. Under S.mu. */
 static void request(const char *line)
 {
@@ -193,6 +222,10 @@ static void request(const char *line)
     if (sscanf(line, "since %lu %lu %c", &id, &seconds, &extra) == 2 && seconds > 0 &&
         seconds <= 86400) {
         since(id, seconds);
+        return;
+    }
+    if (sscanf(line, "heap %lu %c", &id, &extra) == 1) {
+        heap_request(id);
         return;
     }
     if (sscanf(line, "cpu %lu %lu %c", &id, &seconds, &extra) != 2 || seconds == 0 ||
@@ -287,7 +320,8 @@ static void *serve_main(void *arg)
     }
 }
 
-void snapprof__preload_serve_start(snapprof_profiler_t *p, uint64_t flight_ns)
+void snapprof__preload_serve_start(snapprof_profiler_t *p, snapprof_builder_t *heap,
+                                   uint64_t flight_ns)
 {
     const char *fdv = getenv("SNAPPROF_CONTROL_FD"), *dir = getenv("SNAPPROF_CONTROL_DIR");
     const char *root = getenv(SNAPPROF_ENV_ROOT_PID);
@@ -316,6 +350,7 @@ void snapprof__preload_serve_start(snapprof_profiler_t *p, uint64_t flight_ns)
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     snprintf(S.dir, sizeof S.dir, "%s", dir);
     S.profiler = p;
+    S.heap = heap;
     S.on = 1;
     if (flight_ns) {
         /* Pieces of a thirtieth of the span, 1 to 10 s: what is kept
@@ -370,6 +405,7 @@ void snapprof__preload_serve_stop(void)
     /* The thread ends at its next turn; it touches the profiler no more. */
     S.on = 0;
     S.profiler = NULL;
+    S.heap = NULL;
     pthread_mutex_unlock(&S.mu);
 }
 
@@ -382,5 +418,6 @@ void snapprof__preload_serve_fork_child(void)
     S.on = 0;
     S.profiler = NULL;
     S.flight = NULL;
+    S.heap = NULL;
     memset(S.req, 0, sizeof S.req);
 }

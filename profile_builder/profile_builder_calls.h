@@ -12,5 +12,12 @@ int snapprof__builder_started(snapprof_builder_t *b, const snapprof_profile_info
 int snapprof__builder_sample(snapprof_builder_t *b, const snapprof_sample_t *s);
 /* xOnProfileCompleted(info), or 0 when the builder has none. */
 int snapprof__builder_completed(snapprof_builder_t *b, const snapprof_profile_info_t *info);
+/* xOnProfileCompleted(info) with the builder's output pointed at path for
+ * the call, then back at its own (snapprof_profiler_write_builder()): the
+ * caller makes sure no other completion of b runs meanwhile. Returns the
+ * completion's result; -EINVAL when b writes no file of its own; the path
+ * errors of snapprof__output_resolve(). */
+int snapprof__builder_completed_to(snapprof_builder_t *b, const snapprof_profile_info_t *info,
+                                   const char *path);
 
 #endif

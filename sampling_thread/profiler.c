@@ -835,6 +835,42 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
     return result;
 }
 
+int snapprof_profiler_write_builder(snapprof_profiler_t *p, snapprof_builder_t *b, const char *path)
+{
+    if (!p || !b || !path)
+        return -EINVAL;
+    snapprof__heap_guard_enter(); /* the builder's allocations are not the program's */
+    snapprof__sampler_lock();
+    while (p->state == PROFILER_COMPLETING)
+        snapprof__sampler_wait(p);
+    int own = 0;
+    for (size_t i = 0; i < p->builder_count && !own; i++)
+        own = p->builders[i] == b;
+    int result;
+    if (!own) {
+        result = -ENOENT;
+    } else if (p->state != PROFILER_RUNNING) {
+        result = SNAPPROF_ESTATE;
+    } else {
+        /* As a flush: what the threads and the heap hold so far reaches
+         * every builder first, so that nothing is held back from this
+         * write nor delivered twice later. */
+        snapprof__deliver_so_far(p);
+        snapprof__drain_app_frames(p);
+        snapprof__event_reader_read(&p->events);
+        snapprof_stats_t stats;
+        snapshot_stats(p, &stats);
+        snapprof_profile_info_t info = make_info(p, &stats);
+        info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
+        /* Under the lock, as a flush: no sample, flush or stop reaches the
+         * builder while its output is the other path. */
+        result = snapprof__builder_completed_to(b, &info, path);
+    }
+    snapprof__sampler_unlock();
+    snapprof__heap_guard_leave();
+    return result;
+}
+
 int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
 {
     if (!thread || !name)

@@ -3,6 +3,7 @@
 # they skip (77) under the sanitizers, and without libmicrohttpd or curl.
 add_executable(http_prog http_prog.c)
 target_compile_options(http_prog PRIVATE ${SNAPPROF_WARNINGS})
+target_link_libraries(http_prog PRIVATE Threads::Threads)
 if(SNAPPROF_SANITIZE)
   set(SNAPPROF_HTTP_SANITIZED 1)
 else()
@@ -14,7 +15,7 @@ else()
   set(SNAPPROF_HTTP_MHD 0)
 endif()
 foreach(case go_pprof status_codes concurrency_bound program_closes_fds request_at_exit
-    port_in_use flight)
+    port_in_use heap_endpoints heap_params heap_bound not_served wall user_token flight)
   add_test(NAME http_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_http.sh ${case} $<TARGET_FILE:snapprof_cli>
             $<TARGET_FILE:http_prog> ${SNAPPROF_HTTP_SANITIZED} ${SNAPPROF_HTTP_MHD})

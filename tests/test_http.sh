@@ -29,11 +29,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts record on a free port (127.0.0.1:0; record prints the port),
-# with the options in REC_EXTRA too; sets url, base, token.
+# Starts record on a free port (127.0.0.1:0; record prints the port);
+# sets url, base, token. $REC_OPTS: more options of record's (--heap,
+# --wall, --http-token T); with one of its own the token is not checked
+# for 32 digits.
 start() {
   # shellcheck disable=SC2086
-  "$cli" record -q -o "$dir/whole.pb.gz" --http 127.0.0.1:0 ${REC_EXTRA:-} -- "$prog" "$@" \
+  "$cli" record -q -o "$dir/whole.pb.gz" ${REC_OPTS:-} --http 127.0.0.1:0 -- "$prog" "$@" \
     >"$dir/out" 2>"$dir/err" &
   rec=$!
   url=
@@ -46,8 +48,26 @@ start() {
   [ -n "$url" ] || fail "record printed no URL"
   base=${url%%/debug/*}
   token=${url##*token=}
-  [ ${#token} -eq 32 ] || fail "no 32-digit token in $url"
+  case ${REC_OPTS:-} in *--http-token*) ;; *)
+    [ ${#token} -eq 32 ] || fail "no 32-digit token in $url" ;;
+  esac
 }
+
+# Waits for the program's line (http_prog heap prints "allocated").
+await_line() {
+  for _ in $(seq 600); do grep -qx "$1" "$dir/out" && return 0; sleep 0.1; done
+  fail "the program did not print $1"
+}
+
+# pprof URL_OR_FILE [pprof args...]: go tool pprof -top into $dir/top.
+pprof_top() {
+  local what=$1; shift
+  PPROF_TMPDIR=$dir HOME=$dir go tool pprof -top -timeout 120 "$@" "$what" >"$dir/top" 2>&1 ||
+    { cat "$dir/top"; fail "go tool pprof $* $what failed"; }
+}
+
+# flat NAME: the flat value of NAME in $dir/top (-unit=B: bytes, no unit).
+flat() { awk -v f="$1" '$NF == f { v = $1; sub(/B$/, "", v); print v }' "$dir/top"; }
 
 # Ends the program; sets status (record's, which is the program's).
 finish() {
@@ -96,7 +116,7 @@ status_codes)
   grep -qi '^content-type: application/octet-stream' "$dir/body.headers" || fail "content type"
   c=$(code "$base/debug/pprof/?token=$token")
   [ "$c" = 200 ] && grep -q '/debug/pprof/profile' "$dir/body" || fail "index: $c"
-  c=$(code "$base/debug/pprof/heap?token=$token")
+  c=$(code "$base/debug/pprof/goroutine?token=$token")
   [ "$c" = 404 ] || fail "unknown path: $c"
   c=$(code "$base/?token=$token")
   [ "$c" = 404 ] || fail "/: $c"
@@ -217,7 +237,7 @@ flight)
   command -v go >/dev/null || skip "no go (tools/setup.sh installs golang-go)"
   "$cli" record --flight 5m -- true >"$dir/usage" 2>&1
   [ $? = 2 ] && grep -q -- "--flight needs --http" "$dir/usage" || fail "--flight alone: $(cat "$dir/usage")"
-  REC_EXTRA="--flight 5m" start "$dir/stop"
+  REC_OPTS="--flight 5m" start "$dir/stop"
   sleep 3
   t0=$(date +%s)
   c=$(code "$base/debug/pprof/profile?since=60s&token=$token")
@@ -255,6 +275,154 @@ flight)
   start "$dir/stop2"
   c=$(code "$base/debug/pprof/profile?since=60s&token=$token")
   [ "$c" = 400 ] && grep -q -- "--flight" "$dir/body" || fail "since without --flight: $c $(cat "$dir/body")"
+  touch "$dir/stop2"
+  wait "$rec"
+  rec=
+  ;;
+heap_endpoints)
+  # --heap: /heap and /allocs answer at once with the run's heap profile
+  # so far; with --heap-interval 1 every allocation is recorded, so the
+  # totals are exact: http_hold keeps 64 x 100000 bytes, http_churn
+  # allocates 64 x 50000 and frees them. /heap's default index is
+  # inuse_space, /allocs' alloc_space (Go's). Snapshots taken three times
+  # leave the run's own heap file exact: nothing lost, nothing counted
+  # twice.
+  command -v go >/dev/null || skip "no go (tools/setup.sh installs golang-go)"
+  REC_OPTS="--heap --heap-interval 1" start heap "$dir/stop"
+  await_line allocated
+  pprof_top "$base/debug/pprof/heap?token=$token" -sample_index=alloc_space -unit=B
+  [ "$(flat http_hold)" = 6400000 ] && [ "$(flat http_churn)" = 3200000 ] ||
+    { cat "$dir/top"; fail "/heap alloc_space is not 6400000 and 3200000"; }
+  pprof_top "$base/debug/pprof/heap?token=$token" -sample_index=inuse_space -unit=B
+  [ "$(flat http_hold)" = 6400000 ] && [ -z "$(flat http_churn)" ] ||
+    { cat "$dir/top"; fail "/heap inuse_space: http_hold 6400000 and http_churn none"; }
+  pprof_top "$base/debug/pprof/heap?token=$token" -unit=B
+  grep -q '^Type: inuse_space' "$dir/top" || { cat "$dir/top"; fail "/heap default index"; }
+  pprof_top "$base/debug/pprof/allocs?token=$token" -unit=B
+  grep -q '^Type: alloc_space' "$dir/top" || { cat "$dir/top"; fail "/allocs default index"; }
+  [ "$(flat http_churn)" = 3200000 ] || { cat "$dir/top"; fail "/allocs: http_churn"; }
+  # Sample types in Go's order.
+  PPROF_TMPDIR=$dir HOME=$dir go tool pprof -raw "$base/debug/pprof/allocs?token=$token" \
+    >"$dir/raw" 2>&1 || fail "pprof -raw"
+  grep -A1 '^Samples:' "$dir/raw" | tail -1 | grep -qx \
+    'alloc_objects/count alloc_space/bytes\[dflt\] inuse_objects/count inuse_space/bytes' ||
+    { cat "$dir/raw"; fail "sample types"; }
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  [ "$(cat "$dir/out")" = "$(printf 'allocated\nburned')" ] || fail "the program's output changed"
+  pprof_top "$dir/whole.heap.pb.gz" -sample_index=alloc_space -unit=B
+  [ "$(flat http_hold)" = 6400000 ] && [ "$(flat http_churn)" = 3200000 ] ||
+    { cat "$dir/top"; fail "the run's own heap file is not exact after the snapshots"; }
+  ;;
+heap_params)
+  # Parameters of /heap: seconds= (Go's delta) is refused with a reason,
+  # gc=0/1 and debug=0 are accepted, other values 400 with one line.
+  REC_OPTS="--heap" start heap "$dir/stop"
+  await_line allocated
+  for q in seconds=5 seconds=abc gc=2 gc=x debug=1; do
+    for p in heap allocs; do
+      c=$(code "$base/debug/pprof/$p?$q&token=$token")
+      [ "$c" = 400 ] || fail "/$p?$q: $c $(cat "$dir/body")"
+      [ "$(wc -l <"$dir/body")" = 1 ] || fail "/$p?$q: not a one-line reason"
+    done
+  done
+  grep -q 'delta' <(curl -s "$base/debug/pprof/heap?seconds=5&token=$token") ||
+    fail "seconds= on /heap: no reason"
+  for q in gc=1 gc=0 debug=0; do
+    c=$(code "$base/debug/pprof/heap?$q&token=$token")
+    [ "$c" = 200 ] && is_gzip "$dir/body" || fail "/heap?$q: $c"
+  done
+  c=$(code "$base/debug/pprof/heap")
+  [ "$c" = 401 ] || fail "/heap without the token: $c"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
+heap_bound)
+  # Heap requests count against the same bound as CPU ones: with 8 CPU
+  # profiles in flight /heap is 503 with Retry-After; HEAD of /heap and
+  # /allocs starts nothing, so it is answered 200 (no body) all the same.
+  REC_OPTS="--heap" start heap "$dir/stop"
+  await_line allocated
+  for i in 1 2 3 4 5 6 7 8; do
+    OUT=$dir/p$i code "$base/debug/pprof/profile?seconds=60&token=$token" >"$dir/c$i" &
+  done
+  sleep 3
+  c=$(code "$base/debug/pprof/heap?token=$token")
+  [ "$c" = 503 ] || fail "/heap past the bound: $c"
+  grep -qi '^retry-after: [0-9]' "$dir/body.headers" || fail "no Retry-After"
+  for p in heap allocs; do
+    c=$(code "$base/debug/pprof/$p?token=$token" -I --max-time 10)
+    [ "$c" = 200 ] || fail "HEAD /$p: $c"
+  done
+  finish
+  wait
+  for i in 1 2 3 4 5 6 7 8; do
+    [ "$(cat "$dir/c$i")" = 200 ] || fail "request $i in flight at exit: $(cat "$dir/c$i")"
+  done
+  ;;
+not_served)
+  # Without --heap and --wall: /heap, /allocs and /wall are 501 with a
+  # one-line reason naming the option; the index lists none of them.
+  start "$dir/stop"
+  for p in heap allocs; do
+    c=$(code "$base/debug/pprof/$p?token=$token")
+    [ "$c" = 501 ] && grep -q -- '--heap' "$dir/body" || fail "/$p: $c $(cat "$dir/body")"
+    [ "$(wc -l <"$dir/body")" = 1 ] || fail "/$p: not a one-line reason"
+  done
+  c=$(code "$base/debug/pprof/wall?seconds=1&token=$token")
+  [ "$c" = 501 ] && grep -q -- '--wall' "$dir/body" || fail "/wall: $c $(cat "$dir/body")"
+  c=$(code "$base/debug/pprof/?token=$token")
+  [ "$c" = 200 ] && grep -q /debug/pprof/profile "$dir/body" || fail "index: $c"
+  ! grep -q 'pprof/heap\|pprof/allocs\|pprof/wall' "$dir/body" || fail "the index lists what is not served"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
+wall)
+  # --wall: /wall gives a wall-time profile, so the thread asleep in
+  # http_block is in it; the index lists /wall; bad seconds 400; HEAD
+  # with seconds=30 answers at once.
+  command -v go >/dev/null || skip "no go (tools/setup.sh installs golang-go)"
+  REC_OPTS="--wall" start block "$dir/stop"
+  pprof_top "$base/debug/pprof/wall?seconds=2&token=$token"
+  grep -q '^Type: wall' "$dir/top" && grep -q 'http_block' "$dir/top" ||
+    { cat "$dir/top"; fail "http_block is not in the /wall profile"; }
+  c=$(code "$base/debug/pprof/?token=$token")
+  grep -q 'pprof/wall' "$dir/body" && ! grep -q 'pprof/heap' "$dir/body" || fail "index"
+  c=$(code "$base/debug/pprof/wall?seconds=0&token=$token")
+  [ "$c" = 400 ] || fail "/wall?seconds=0: $c"
+  c=$(code "$base/debug/pprof/wall?seconds=30&token=$token" -I --max-time 10)
+  [ "$c" = 200 ] || fail "HEAD /wall: $c"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
+user_token)
+  # --http-token T: requests carry T (parameter or bearer); others 401.
+  # Bad tokens stop record before the program runs; none: no token.
+  t=snapprof-Test_token.0123~x
+  REC_OPTS="--http-token $t" start "$dir/stop"
+  [ "$token" = "$t" ] || fail "the URL carries $token, not $t"
+  c=$(code "$base/debug/pprof/?token=$t")
+  [ "$c" = 200 ] || fail "the user's token: $c"
+  c=$(code "$base/debug/pprof/" -H "Authorization: Bearer $t")
+  [ "$c" = 200 ] || fail "the user's token as bearer: $c"
+  c=$(code "$base/debug/pprof/?token=${t}x")
+  [ "$c" = 401 ] || fail "another token: $c"
+  c=$(code "$base/debug/pprof/")
+  [ "$c" = 401 ] || fail "no token: $c"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  for bad in short0123456789 'has space 0123456789' 'slash/0123456789abc' 'amp&0123456789abcd' \
+    "$(printf 'x%.0s' $(seq 129))" ''; do
+    "$cli" record -q --http 127.0.0.1:0 --http-token "$bad" -- "$prog" "$dir/never" \
+      >"$dir/out2" 2>"$dir/err2"
+    s2=$?
+    [ "$s2" = 2 ] && grep -q 'bad --http-token' "$dir/err2" && [ "$(wc -l <"$dir/err2")" = 1 ] ||
+      fail "token '$bad': exit $s2, $(cat "$dir/err2")"
+    [ ! -s "$dir/out2" ] || fail "token '$bad': the program ran"
+  done
+  REC_OPTS="--http-token none" start "$dir/stop2"
+  c=$(code "$base/debug/pprof/")
+  [ "$c" = 200 ] || fail "--http-token none: $c"
   touch "$dir/stop2"
   wait "$rec"
   rec=

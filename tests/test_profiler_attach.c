@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -653,6 +654,72 @@ static void test_collect_errors(void)
     log_free(&all);
 }
 
+/* ------------------------------------------------------------------------ */
+/* snapprof_profiler_write_builder(): one builder's profile so far, elsewhere */
+/* ------------------------------------------------------------------------ */
+
+static off_t size_of(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* Would catch a snapshot that leaves the builder pointed at the
+ * snapshot's path (the stop would overwrite it, and the builder's own file
+ * would be missing), one that ends the builder's profile or writes its
+ * own file early, and one of a builder that is not the profile's. */
+static void test_write_builder(void)
+{
+    worker_t w[1] = {0};
+    start_workers(w, 1);
+    slog_t all = {0};
+    snapprof_profiler_t *p = make_profiler(w, 1, &all);
+    char *dir = tu_make_tmpdir("write-builder");
+    char own[1024], snap[1024], other[1024], bad[1100];
+    snprintf(own, sizeof own, "%s/own.pb.gz", dir);
+    snprintf(snap, sizeof snap, "%s/snap.pb.gz", dir);
+    snprintf(other, sizeof other, "%s/other.pb.gz", dir);
+    snprintf(bad, sizeof bad, "%s/missing/x.pb.gz", dir);
+    snapprof_builder_t *ob, *mb, *xb;
+    ASSERT_OK(snapprof_pprof_builder_create(own, &ob));
+    ASSERT_OK(snapprof_pprof_builder_create_in_memory(&mb));
+    ASSERT_OK(snapprof_pprof_builder_create(other, &xb));
+    ASSERT_OK(snapprof_profiler_add_builder(p, ob));
+    ASSERT_OK(snapprof_profiler_add_builder(p, mb));
+    ASSERT_EQ(snapprof_profiler_write_builder(p, ob, snap), SNAPPROF_ESTATE);
+    ASSERT_EQ(snapprof_profiler_write_builder(NULL, ob, snap), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_write_builder(p, NULL, snap), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_write_builder(p, ob, NULL), -EINVAL);
+    ASSERT_OK(snapprof_profiler_start(p));
+    wait_cpu(w, 1, 30000000u);
+    ASSERT_EQ(snapprof_profiler_write_builder(p, xb, snap), -ENOENT);
+    ASSERT_OK(snapprof_profiler_attach_builder(p, xb));
+    ASSERT_EQ(snapprof_profiler_write_builder(p, xb, snap), -ENOENT); /* attached only */
+    ASSERT_OK(snapprof_profiler_detach_builder(p, xb));
+    ASSERT_EQ(snapprof_profiler_write_builder(p, mb, snap), -EINVAL); /* no file of its own */
+    ASSERT_EQ(snapprof_profiler_write_builder(p, ob, bad), -ENOENT);
+    ASSERT_OK(snapprof_profiler_write_builder(p, ob, snap));
+    off_t snap_size = size_of(snap);
+    ASSERT_GT(snap_size, 0);
+    ASSERT_EQ(size_of(own), -1); /* written at the end, not now */
+    free(tu_pprof_ok("-top -sample_index=samples", snap));
+    wait_cpu(w, 1, 30000000u);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    ASSERT_GT(size_of(own), 0);
+    free(tu_pprof_ok("-top -sample_index=samples", own));
+    ASSERT_EQ(size_of(snap), snap_size); /* the stop wrote the builder's own path */
+    ASSERT_EQ(snapprof_profiler_write_builder(p, ob, snap), SNAPPROF_ESTATE);
+    snapprof_profiler_destroy(p);
+    snapprof_builder_destroy(xb);
+    unlink(own);
+    unlink(snap);
+    unlink(other);
+    rmdir(dir);
+    free(dir);
+    stop_workers(w, 1);
+    log_free(&all);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -663,6 +730,7 @@ int main(int argc, char **argv)
         {"collect_bytes", test_collect_bytes},
         {"collect_stop", test_collect_stop},
         {"collect_errors", test_collect_errors},
+        {"write_builder", test_write_builder},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -1311,6 +1311,25 @@ SNAPPROF_API int snapprof_profiler_swap_builder(snapprof_profiler_t *profiler,
                                                 snapprof_builder_t *old,
                                                 snapprof_builder_t *builder, int *old_result);
 
+/* Writes one of the profile's own builders (added with
+ * snapprof_profiler_add_builder()) as it stands now to path, leaving its
+ * own output alone: what a flush would write for it, but to another file,
+ * and for it alone. The captures and heap samples so far are delivered
+ * first (to every builder, as a flush delivers them), then builder's
+ * xOnProfileCompleted runs under the profiler's lock (sampling pauses
+ * while it writes) with the counters so far and the duration up to now;
+ * its own path is put back before the call returns, so its file at the
+ * profile's end is what it would have been without this call, sample for
+ * sample. For a snapshot of a running heap profile (`/debug/pprof/heap`):
+ * the builder must accept more than one completion, as the pprof and
+ * heap builders do. Path rules as for snapprof_pprof_builder_create(). Any
+ * thread, not from a builder callback. Returns the completion's result;
+ * -EINVAL (a NULL argument, or a builder that writes no file of its own);
+ * -ENOENT (builder is not one of the profiler's builders); SNAPPROF_ESTATE
+ * (the profile is not running); the path errors. Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_write_builder(snapprof_profiler_t *profiler,
+                                                 snapprof_builder_t *builder, const char *path);
+
 /* A pprof profile of the next duration_ns of a running profile, as bytes:
  * what `/debug/pprof/profile?seconds=N` serves, for a host that serves it
  * from its own HTTP stack (as brpc serves gperftools' profiles). Attaches
