@@ -18,6 +18,9 @@
  * -ENOSYS. */
 #include "heap_got/heap_got.h"
 
+#include "common/proc_files.h"
+#include "heap_got/heap_got_gate.h"
+
 #include "heap/heap_hook_abi.h"
 #include "heap/heap_sampler.h"
 
@@ -27,7 +30,6 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +37,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The thread's countdown and depth counter (heap_hook_abi.h): the GOT
@@ -344,91 +345,19 @@ typedef struct hg_scan {
 } hg_scan_t;
 
 /* ------------------------------------------------------------------------ */
-/* The loader across fork(), as module_cache/module_scan.c does it          */
+/* Across fork(): the loader's gate (heap_got_gate.c) and our own lock      */
 /* ------------------------------------------------------------------------ */
 
-/* glibc 2.36 does not reset its dl_load_write_lock in a fork child: a child
- * forked while one of our scans was inside dl_iterate_phdr() would hang in
- * its own next one. Our calls into the loader go through hg_gate, which
- * fork() holds from its prepare handler to the parent's: it waits for the
- * scan in progress (which needs only the loader's lock, never held by a
- * forking thread in its handlers), and keeps the next one out until the
- * fork is done; the tick only tries the gate and does without the loader
- * this once if a fork is on its way. The wait is bounded, at 10 s (a scan
- * is milliseconds, but a thread of nice 19 on a loaded machine can wait
- * that long for a CPU: 1 s was seen to run out), and at 1 s in sanitizer
- * builds, whose fork() holds runtime locks that a scan in their
- * dl_iterate_phdr() wrapper needs (a wait there cannot end well); not at
- * all in a fork() from a signal handler that interrupted this thread's own
- * scan (hg_gate_owner). */
-static pthread_mutex_t hg_gate = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic pid_t hg_gate_owner; /* the thread holding it for a scan, 0 */
-static int hg_gate_held;
-/* Forks waiting for the gate: a scan about to start yields to them first.
- * glibc's mutex is not fair: a thread that scans over and over (install
- * in a loop) took the gate back each time before the forking thread woke,
- * and fork() waited seconds (test heap_got_fork_while_scanning: 200 forks
- * took 25-76 s on a loaded machine). */
-static atomic_int hg_forks_waiting;
+#define hg_gate_lock snapprof__heap_got_gate_lock
+#define hg_gate_trylock snapprof__heap_got_gate_trylock
+#define hg_gate_unlock snapprof__heap_got_gate_unlock
 
-static pid_t hg_tid(void)
-{
-    return (pid_t)syscall(SYS_gettid);
-}
-
-static void hg_gate_lock(void)
-{
-    for (int i = 0; i < 1000 && atomic_load_explicit(&hg_forks_waiting, memory_order_relaxed); i++)
-        sched_yield(); /* bounded: a fork's wait is itself bounded */
-    pthread_mutex_lock(&hg_gate);
-    atomic_store_explicit(&hg_gate_owner, hg_tid(), memory_order_relaxed);
-}
-
-static int hg_gate_trylock(void)
-{
-    if (pthread_mutex_trylock(&hg_gate) != 0)
-        return -1;
-    atomic_store_explicit(&hg_gate_owner, hg_tid(), memory_order_relaxed);
-    return 0;
-}
-
-static void hg_gate_unlock(void)
-{
-    atomic_store_explicit(&hg_gate_owner, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&hg_gate);
-}
-
-static void hg_fork_prepare(void)
-{
-    hg_gate_held = 0;
-    if (atomic_load_explicit(&hg_gate_owner, memory_order_relaxed) == hg_tid())
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-#if defined(SNAPPROF_SANITIZER_BUILD)
-    ts.tv_sec += 1;
-#else
-    ts.tv_sec += 10;
-#endif
-    atomic_fetch_add_explicit(&hg_forks_waiting, 1, memory_order_relaxed);
-    hg_gate_held = pthread_mutex_timedlock(&hg_gate, &ts) == 0;
-    atomic_fetch_sub_explicit(&hg_forks_waiting, 1, memory_order_relaxed);
-}
-
-static void hg_fork_parent(void)
-{
-    if (hg_gate_held)
-        pthread_mutex_unlock(&hg_gate);
-}
-
-/* The child has one thread: the locks come back unheld (a scan the parent's
- * tick was making is not in the child; an entry it wrote and had not
- * recorded yet stays patched in the child at uninstall). */
+/* The child has one thread: hg_lock comes back unheld (an entry the
+ * parent's tick wrote and had not recorded yet stays patched in the child
+ * at uninstall). */
 static void hg_fork_child(void)
 {
-    pthread_mutex_init(&hg_gate, NULL);
-    atomic_store_explicit(&hg_gate_owner, 0, memory_order_relaxed);
-    atomic_store_explicit(&hg_forks_waiting, 0, memory_order_relaxed);
+    snapprof__heap_got_gate_fork_child();
     pthread_mutex_init(&hg_lock, NULL);
 }
 
@@ -436,7 +365,8 @@ static pthread_once_t hg_atfork_once = PTHREAD_ONCE_INIT;
 
 static void hg_register_atfork(void)
 {
-    pthread_atfork(hg_fork_prepare, hg_fork_parent, hg_fork_child);
+    pthread_atfork(snapprof__heap_got_gate_fork_prepare, snapprof__heap_got_gate_fork_parent,
+                   hg_fork_child);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -453,48 +383,23 @@ static uintptr_t hg_page_size(void)
     return page;
 }
 
-/* The protection of the page at addr, from /proc/self/maps (read with plain
- * system calls into a static buffer: this runs inside a dl_iterate_phdr()
+/* The protection of the page at addr, from /proc/self/maps (common/'s
+ * reader, its buffer static: this runs inside a dl_iterate_phdr()
  * callback, under hg_lock); -1 if not found. A module that another thread
  * is still relocating has its RELRO pages writable: they must stay so, or
  * the loader faults on its next write there. */
 static int hg_page_prot(uintptr_t addr)
 {
-    static char buf[8192];
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    static snapprof__proc_maps_t it;
+    if (snapprof__proc_maps_open(&it) != 0)
         return -1;
     int prot = -1;
-    size_t have = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *line = buf;
-        char *nl;
-        while ((nl = strchr(line, '\n')) != NULL) {
-            *nl = '\0';
-            char *end;
-            uintptr_t lo = (uintptr_t)strtoull(line, &end, 16);
-            uintptr_t hi = *end == '-' ? (uintptr_t)strtoull(end + 1, &end, 16) : 0;
-            if (addr >= lo && addr < hi && *end == ' ' && strlen(end) >= 3) {
-                prot = (end[1] == 'r' ? PROT_READ : 0) | (end[2] == 'w' ? PROT_WRITE : 0) |
-                       (end[3] == 'x' ? PROT_EXEC : 0);
-                goto done;
-            }
-            line = nl + 1;
-        }
-        have = strlen(line);
-        memmove(buf, line, have);
-        if (have == sizeof buf - 1)
-            have = 0; /* a line longer than the buffer: skipped */
-    }
-done:
-    close(fd);
+    snapprof__proc_map_t m;
+    while (prot < 0 && snapprof__proc_maps_next(&it, &m) == 1)
+        if (addr >= m.start && addr < m.end)
+            prot = (m.perms[0] == 'r' ? PROT_READ : 0) | (m.perms[1] == 'w' ? PROT_WRITE : 0) |
+                   (m.perms[2] == 'x' ? PROT_EXEC : 0);
+    snapprof__proc_maps_close(&it);
     return prot;
 }
 
