@@ -506,9 +506,13 @@ END {
 ' "$results" >"$summary"
 
 # The issue's CPU target for snapprof's two ways in: each median against its
-# base's, met or missed by how much.
+# base's, met or missed by how much (with the rounds' spread), and the cost
+# split in two: the GOT hooks alone (snapprof GOT against glibc) and what
+# sampling adds on top of them (snapprof GOT heap against snapprof record,
+# less the hooks), per pair and per sampled allocation (heap_cost's blocks
+# average 136 B: a sample every interval/136 pairs).
 target_lines() {
-  awk -v bases="$bases" -v labels="$labels" "$bench_awk_lib"'
+  awk -v bases="$bases" -v labels="$labels" -v interval="$interval" "$bench_awk_lib"'
     BEGIN { labels_init(); nb = split(bases, B, ";")
       for (i = 1; i <= nb; i++) { k = index(B[i], "="); bs[substr(B[i], 1, k - 1)] = substr(B[i], k + 1) } }
     $1 == "cost" { parse(); p = f["prof"]; n[p]++; ns[p, n[p]] = f["ns_per_pair"] }
@@ -516,13 +520,24 @@ target_lines() {
       for (i = 1; i <= cnt; i++) x[i] = arr[p, i]
       for (i = 2; i <= cnt; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
       return cnt % 2 ? x[(cnt + 1) / 2] : (x[cnt / 2] + x[cnt / 2 + 1]) / 2 }
+    function spread(p,    i, lo, hi) { lo = hi = ns[p, 1]
+      for (i = 2; i <= n[p]; i++) { if (ns[p, i] < lo) lo = ns[p, i]; if (ns[p, i] > hi) hi = ns[p, i] }
+      return sprintf("%.1f-%.1f", lo, hi) }
     END {
       split("snap-heap snap-got", W, " ")
       for (w = 1; w <= 2; w++) { p = W[w]; b = bs[p]
         if (!n[p] || !n[b]) continue
         m = median(ns, p, n[p]); mb = median(ns, b, n[b]); r = m / mb
-        printf "  - %s: x%.3f of %s (%.1f ns a pair over %.1f): %s\n", lab[p], r, lab[b], m - mb, mb,
-          r <= 1.03 ? "target met" : sprintf("target 1.03 missed by %.1f %% of the base", 100 * (r - 1.03)) } }' "$results"
+        printf "  - %s: x%.3f of %s (%.1f ns a pair over %.1f; rounds %s and %s): %s\n", lab[p], r, lab[b],
+          m - mb, mb, spread(p), spread(b),
+          r <= 1.03 ? "target met" : sprintf("target 1.03 missed by %.1f %% of the base", 100 * (r - 1.03)) }
+      if (n["snap-got-hooks"] && n["none"] && n["snap-got"] && n["snap-cpu"]) {
+        hk = median(ns, "snap-got-hooks", n["snap-got-hooks"]) - median(ns, "none", n["none"])
+        sm = median(ns, "snap-got", n["snap-got"]) - median(ns, "snap-cpu", n["snap-cpu"]) - hk
+        printf "  - of the GOT way'"'"'s %.1f ns: the hooks alone (snapprof GOT, no profiler) %+.1f ns a pair\n", hk + sm, hk
+        printf "    (x%.3f of glibc); sampling on top of them %+.1f ns a pair, about %.1f us of process\n", \
+          median(ns, "snap-got-hooks", n["snap-got-hooks"]) / median(ns, "none", n["none"]), sm, sm * interval / 136 / 1000
+        printf "    CPU per sampled allocation (one every %d pairs of 136 B on average)\n", interval / 136 } }' "$results"
 }
 
 section_body() {
@@ -539,23 +554,23 @@ section_body() {
   echo
   echo "- the CPU target, at the default interval (median of the rounds, process CPU):"
   target_lines
-  echo "- where the cost is: the hooks add to each unsampled malloc+free pair what section"
-  echo "  4 below counts (callgrind, in the program's own thread): malloc 10 instructions (the"
-  echo "  countdown's TLS offset, a load from the GOT as initial-exec TLS in a shared library"
-  echo "  needs; the session's gen, a load, compared with the thread's gen and depth counter in"
-  echo "  one 64-bit compare and a branch; the countdown loaded, compared with n, a branch,"
-  echo "  subtracted and stored; the jump to the allocator through memory), free 8 (the"
-  echo "  pointer copied, the filter's address, a shift and a zero-extend to its 16-bit bucket,"
-  echo "  the bucket's load, test and branch, the jump), and the program's call lands on the"
-  echo "  hook before the allocator: two indirect jumps more a pair. The sampled allocations"
-  echo "  (one in about 3900 pairs here) add their capture on the allocating thread and the"
-  echo "  sampling thread's unwind and pprof work: process CPU as well. tcmalloc's and"
-  echo "  jemalloc's sampling pays none of the hooks' part: their countdown sits in the thread"
-  echo "  cache their malloc has in hand, and a sampled block is marked where their free looks"
-  echo "  anyway (tcmalloc: the span in its pagemap), so no TLS of their own, no session word,"
-  echo "  no filter and no jump in front of the allocator. An interposer cannot share those:"
-  echo "  18 instructions over glibc's 142 a pair (+13 %) is about its floor here, where 1.03"
-  echo "  would leave it 4; the target is for an allocator's own sampling, or a costlier pair."
+  echo "- where the cost is, in two parts (the lines above split it). The hooks: section 4"
+  echo "  counts what they add to an unsampled malloc+free pair, 18 instructions over glibc's"
+  echo "  142: malloc 10 (the countdown's TLS offset, a load from the GOT as initial-exec TLS"
+  echo "  in a shared library needs; the session's gen, a load, compared with the thread's gen"
+  echo "  and depth counter in one 64-bit compare and a branch; the countdown loaded, compared"
+  echo "  with n, a branch, subtracted and stored; the jump to the allocator through memory),"
+  echo "  free 8 (the pointer copied, the filter's address, a shift and a zero-extend to its"
+  echo "  16-bit bucket, the bucket's load, test and branch, the jump). The sampled"
+  echo "  allocations: each one's capture on the allocating thread (its registers, its stack"
+  echo "  copied into a capture slot, the thread's name by prctl, the live set), its free"
+  echo "  looked up and queued, and the sampling thread's unwind and pprof work for both, all"
+  echo "  in the process's CPU. tcmalloc's and jemalloc's sampling (the tcmalloc sample and"
+  echo "  jemalloc prof rows) pays no hook: the countdown sits in the thread cache their malloc"
+  echo "  has in hand, and a sampled block is marked where their free looks anyway (tcmalloc:"
+  echo "  its span, in the pagemap), so no TLS of their own, no session word, no filter, no"
+  echo "  jump in front of the allocator; their per-sample work (a stack walk in the"
+  echo "  allocating thread, a record in their own table) is still paid."
   echo
   bench_section_table "$table"
   if [ -s "$hookcost" ]; then

@@ -135,19 +135,29 @@ tg=$(median "$tmp/t_got"); tgo=$(median "$tmp/t_got_on")
 echo "per malloc+free pair: instructions (callgrind, main only, $n and $((2 * n)) pairs),"
 if [ "$rounds" -gt 0 ]; then
   echo "and the loop thread's CPU ns (median of $rounds rounds of $time_n pairs, cases alternated):"
+  echo "                               instructions         ns"
 else
-  echo "(ROUNDS=0: no timing)"
+  echo "                               instructions"
 fi
-echo "                               instructions         ns"
-printf '  glibc alone:                 %6.1f           %6.2f\n' "$base" "$tb"
-printf '  hooks preloaded, no sampler: %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$hooks" \
-  "$(echo "$hooks - $base" | bc)" "$th" "$(echo "$th - $tb" | bc)"
-printf '  hooks + sampler (512 KiB):   %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$on" \
-  "$(echo "$on - $base" | bc)" "$to" "$(echo "$to - $tb" | bc)"
-printf '  GOT hooks, no sampler:       %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$got" \
-  "$(echo "$got - $base" | bc)" "$tg" "$(echo "$tg - $tb" | bc)"
-printf '  GOT hooks + sampler:         %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$got_on" \
-  "$(echo "$got_on - $base" | bc)" "$tgo" "$(echo "$tgo - $tb" | bc)"
+row() { # row LABEL INSTRUCTIONS NS: the ns column only when timed
+  if [ "$rounds" -gt 0 ]; then
+    if [ "$2" = "$base" ] && [ "$1" = "glibc alone:" ]; then
+      printf '  %-28s %6.1f           %6.2f\n' "$1" "$2" "$3"
+    else
+      printf '  %-28s %6.1f (%+5.1f)   %6.2f (%+.2f)\n' "$1" "$2" "$(echo "$2 - $base" | bc)" \
+        "$3" "$(echo "$3 - $tb" | bc)"
+    fi
+  elif [ "$1" = "glibc alone:" ]; then
+    printf '  %-28s %6.1f\n' "$1" "$2"
+  else
+    printf '  %-28s %6.1f (%+5.1f)\n' "$1" "$2" "$(echo "$2 - $base" | bc)"
+  fi
+}
+row "glibc alone:" "$base" "$tb"
+row "hooks preloaded, no sampler:" "$hooks" "$th"
+row "hooks + sampler (512 KiB):" "$on" "$to"
+row "GOT hooks, no sampler:" "$got" "$tg"
+row "GOT hooks + sampler:" "$got_on" "$tgo"
 echo "our functions' instructions per pair, sampler on (callgrind self cost):"
 echo "  preloaded: $on_fns"
 echo "  GOT:       $got_fns"
