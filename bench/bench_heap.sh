@@ -62,18 +62,22 @@ results=$work/results
 # own cost, against glibc). snap-got: heap_cost_got under the CPU preload
 # with SNAPPROF_HEAP=1 (no libsnapprof-heap.so): the GOT way in, sampled at
 # the default interval, against the same CPU profiler without the heap
-# (snap-cpu; the program differs only by its link and the install). Only
-# on heap_cost (2.). je: jemalloc alone, the baseline of je-prof. tc:
+# (snap-cpu; the program differs only by its link and the install).
+# snap-got-cpu: heap_cost_got under the CPU preload without SNAPPROF_HEAP:
+# the hooks with the CPU profiler and no heap sampling, which splits
+# snap-got's cost into the hooks' and the sampling's. Only on heap_cost (2.).
+# je: jemalloc alone, the baseline of je-prof. tc:
 # tcmalloc alone (sampling off), the baseline of tc-sample and tc-heapprof.
 # tc-heapprof and heaptrack record every call: they run the cost workload
 # with fewer iterations (iters_heapprof, iters_heaptrack; 1 to 20 us a
 # pair here against about 15 ns), compared per malloc+free pair.
-profilers=(none snap-cpu snap-heap snap-got-hooks snap-got je je-prof tc tc-sample tc-heapprof heaptrack)
+profilers=(none snap-cpu snap-heap snap-got-hooks snap-got-cpu snap-got je je-prof tc tc-sample tc-heapprof heaptrack)
 declare -A why_na=() label=() base=()
 label[none]="glibc (none)"
 label[snap-cpu]="snapprof record"
 label[snap-heap]="snapprof --heap"
 label[snap-got-hooks]="snapprof GOT"
+label[snap-got-cpu]="snapprof GOT cpu"
 label[snap-got]="snapprof GOT heap"
 label[je]="jemalloc"
 label[je-prof]="jemalloc prof"
@@ -81,7 +85,7 @@ label[tc]="tcmalloc"
 label[tc-sample]="tcmalloc sample"
 label[tc-heapprof]="tcmalloc HEAPPROF"
 label[heaptrack]="heaptrack"
-base=([none]=none [snap-cpu]=none [snap-heap]=snap-cpu [snap-got-hooks]=none [snap-got]=snap-cpu
+base=([none]=none [snap-cpu]=none [snap-heap]=snap-cpu [snap-got-hooks]=none [snap-got-cpu]=snap-cpu [snap-got]=snap-cpu
       [je]=none [je-prof]=je [tc]=none
       [tc-sample]=tc [tc-heapprof]=tc [heaptrack]=none)
 # The profilers whose profile is read against the truth.
@@ -114,7 +118,7 @@ why_na[snap-got]=${why_na[snap-got-hooks]:-}
 if [ -z "${why_na[snap-got]}" ] && [ ! -f "$PRELOAD" ]; then
   why_na[snap-got]="not built: $PRELOAD"
 fi
-[ -n "${why_na[snap-got]}" ] || unset 'why_na[snap-got]'
+why_na[snap-got-cpu]=${why_na[snap-got]}
 if [ -z "$libje" ]; then
   why_na[je]="libjemalloc.so.2 not found (bash bench/setup.sh)"
   why_na[je-prof]=${why_na[je]}
@@ -154,6 +158,7 @@ run_one() {
     snap-heap) cmd=("$SNAP" record --heap -o "$tag.pb.gz" -- "$@") ;;
     # heap_cost_got in place of heap_cost (the only program they run).
     snap-got-hooks) cmd=("$CG" "${@:2}") ;;
+    snap-got-cpu) cmd=(env LD_PRELOAD="$PRELOAD" SNAPPROF_OUTPUT="$tag.pb.gz" "$CG" "${@:2}") ;;
     snap-got) cmd=(env LD_PRELOAD="$PRELOAD" SNAPPROF_HEAP=1 SNAPPROF_OUTPUT="$tag.pb.gz" "$CG" "${@:2}") ;;
     je) cmd=(env LD_PRELOAD="$libje" "$@") ;;
     je-prof) cmd=(env LD_PRELOAD="$libje" MALLOC_CONF="$je_conf_prof,prof_prefix:$tag.je" "$@") ;;
@@ -506,10 +511,10 @@ END {
 ' "$results" >"$summary"
 
 # The issue's CPU target for snapprof's two ways in: each median against its
-# base's, met or missed by how much (with the rounds' spread), and the cost
-# split in two: the GOT hooks alone (snapprof GOT against glibc) and what
-# sampling adds on top of them (snapprof GOT heap against snapprof record,
-# less the hooks), per pair and per sampled allocation (heap_cost's blocks
+# base's, met or missed by how much (with the rounds' spread), and the GOT
+# way's cost split in two: the hooks (snapprof GOT cpu against snapprof
+# record) and what sampling adds on top of them (snapprof GOT heap against
+# snapprof GOT cpu), per pair and per sampled allocation (heap_cost's blocks
 # average 136 B: a sample every interval/136 pairs).
 target_lines() {
   awk -v bases="$bases" -v labels="$labels" -v interval="$interval" "$bench_awk_lib"'
@@ -531,13 +536,19 @@ target_lines() {
         printf "  - %s: x%.3f of %s (%.1f ns a pair over %.1f; rounds %s and %s): %s\n", lab[p], r, lab[b],
           m - mb, mb, spread(p), spread(b),
           r <= 1.03 ? "target met" : sprintf("target 1.03 missed by %.1f %% of the base", 100 * (r - 1.03)) }
-      if (n["snap-got-hooks"] && n["none"] && n["snap-got"] && n["snap-cpu"]) {
-        hk = median(ns, "snap-got-hooks", n["snap-got-hooks"]) - median(ns, "none", n["none"])
-        sm = median(ns, "snap-got", n["snap-got"]) - median(ns, "snap-cpu", n["snap-cpu"]) - hk
-        printf "  - of the GOT way'"'"'s %.1f ns: the hooks alone (snapprof GOT, no profiler) %+.1f ns a pair\n", hk + sm, hk
-        printf "    (x%.3f of glibc); sampling on top of them %+.1f ns a pair, about %.1f us of process\n", \
-          median(ns, "snap-got-hooks", n["snap-got-hooks"]) / median(ns, "none", n["none"]), sm, sm * interval / 136 / 1000
-        printf "    CPU per sampled allocation (one every %d pairs of 136 B on average)\n", interval / 136 } }' "$results"
+      if (n["snap-got-cpu"] && n["snap-got"] && n["snap-cpu"]) {
+        mc = median(ns, "snap-cpu", n["snap-cpu"]); mh = median(ns, "snap-got-cpu", n["snap-got-cpu"])
+        mg = median(ns, "snap-got", n["snap-got"])
+        printf "  - the GOT way'"'"'s %+.1f ns split: the hooks (snapprof GOT cpu, the same CPU profiler, heap\n", mg - mc
+        printf "    off) %+.1f ns a pair (rounds %s); sampling on top of them %+.1f ns a pair, about\n", \
+          mh - mc, spread("snap-got-cpu"), mg - mh
+        printf "    %.1f us of process CPU per sampled allocation (one every %d pairs of 136 B on\n", \
+          (mg - mh) * interval / 136 / 1000, interval / 136
+        printf "    average). Medians of 5 on this machine: the rounds'"'"' spread is wider than the split.\n" }
+      if (n["snap-got-hooks"] && n["none"])
+        printf "  - the GOT hooks with no profiler (snapprof GOT): x%.3f of glibc, %+.1f ns a pair\n", \
+          median(ns, "snap-got-hooks", n["snap-got-hooks"]) / median(ns, "none", n["none"]), \
+          median(ns, "snap-got-hooks", n["snap-got-hooks"]) - median(ns, "none", n["none"]) }' "$results"
 }
 
 section_body() {
