@@ -2,7 +2,10 @@
 # bench_heap.sh: issue 27's benchmark. Runs the heap workloads (heap_truth:
 # known shares of bytes on three call paths; heap_cost: two threads of small
 # mallocs, most freed at once) with no profiler (glibc malloc), under
-# `snapprof record --heap`, jemalloc's profiler (and jemalloc alone),
+# `snapprof record --heap`, snapprof's GOT hooks (heap_cost_got: heap_cost
+# linked against libsnapprof, calling snapprof_heap_hooks_install(); alone,
+# and sampled by the CPU preload's profiler with SNAPPROF_HEAP=1), jemalloc's
+# profiler (and jemalloc alone),
 # tcmalloc sampling (and tcmalloc alone), tcmalloc's HEAPPROFILE and
 # heaptrack, side by side in one run; prints the tables and writes them, with
 # the machine and the command, as a section of docs/BENCHMARKS.md and a plot
@@ -31,7 +34,9 @@ bench_parse_args "[--quick] [--build DIR] [--no-docs] [--note TEXT]" "$@"
 
 T=$build/bench/heap_truth
 C=$build/bench/heap_cost
+CG=$build/bench/heap_cost_got
 SNAP=$build/cli/snapprof
+PRELOAD=$build/preload/libsnapprof-preload.so
 bench_require bench_heap "$T" "$C" "$SNAP"
 
 interval=524288 # 512 KiB: snapprof's default, jemalloc's lg_prof_sample:19, Go's
@@ -52,23 +57,36 @@ results=$work/results
 # ---------------------------------------------------------------------------
 
 # none: glibc malloc. snap-cpu: `snapprof record` without --heap, the
-# baseline of snap-heap. je: jemalloc alone, the baseline of je-prof. tc:
+# baseline of snap-heap and snap-got. snap-got-hooks: heap_cost_got, the GOT
+# hooks installed and no profiler (they count down and forward: the hooks'
+# own cost, against glibc). snap-got: heap_cost_got under the CPU preload
+# with SNAPPROF_HEAP=1 (no libsnapprof-heap.so): the GOT way in, sampled at
+# the default interval, against the same CPU profiler without the heap
+# (snap-cpu; the program differs only by its link and the install).
+# snap-got-cpu: heap_cost_got under the CPU preload without SNAPPROF_HEAP:
+# the hooks with the CPU profiler and no heap sampling, which splits
+# snap-got's cost into the hooks' and the sampling's. Only on heap_cost (2.).
+# je: jemalloc alone, the baseline of je-prof. tc:
 # tcmalloc alone (sampling off), the baseline of tc-sample and tc-heapprof.
 # tc-heapprof and heaptrack record every call: they run the cost workload
 # with fewer iterations (iters_heapprof, iters_heaptrack; 1 to 20 us a
 # pair here against about 15 ns), compared per malloc+free pair.
-profilers=(none snap-cpu snap-heap je je-prof tc tc-sample tc-heapprof heaptrack)
+profilers=(none snap-cpu snap-heap snap-got-hooks snap-got-cpu snap-got je je-prof tc tc-sample tc-heapprof heaptrack)
 declare -A why_na=() label=() base=()
 label[none]="glibc (none)"
 label[snap-cpu]="snapprof record"
 label[snap-heap]="snapprof --heap"
+label[snap-got-hooks]="snapprof GOT"
+label[snap-got-cpu]="snapprof GOT cpu"
+label[snap-got]="snapprof GOT heap"
 label[je]="jemalloc"
 label[je-prof]="jemalloc prof"
 label[tc]="tcmalloc"
 label[tc-sample]="tcmalloc sample"
 label[tc-heapprof]="tcmalloc HEAPPROF"
 label[heaptrack]="heaptrack"
-base=([none]=none [snap-cpu]=none [snap-heap]=snap-cpu [je]=none [je-prof]=je [tc]=none
+base=([none]=none [snap-cpu]=none [snap-heap]=snap-cpu [snap-got-hooks]=none [snap-got-cpu]=snap-cpu [snap-got]=snap-cpu
+      [je]=none [je-prof]=je [tc]=none
       [tc-sample]=tc [tc-heapprof]=tc [heaptrack]=none)
 # The profilers whose profile is read against the truth.
 accuracy_profs=(snap-heap je-prof tc-heapprof heaptrack)
@@ -89,6 +107,18 @@ fi
 if ! "$SNAP" record -q --heap -o "$work/probe.pb.gz" -- "$T" --mib 1 >/dev/null 2>"$work/probe.err"; then
   why_na[snap-heap]="not built: record --heap: $(head -n 1 "$work/probe.err")"
 fi
+# The GOT rows: heap_cost_got must patch its own malloc and free.
+if [ ! -x "$CG" ]; then
+  why_na[snap-got-hooks]="not built: $CG"
+elif ! "$CG" --iters 1000 >"$work/probe.out" 2>"$work/probe.err" ||
+  ! grep -q ' got_entries=[1-9]' "$work/probe.out"; then
+  why_na[snap-got-hooks]="snapprof_heap_hooks_install(): $(grep -o 'got_entries=[-0-9]*' "$work/probe.out" || head -n 1 "$work/probe.err")"
+fi
+why_na[snap-got]=${why_na[snap-got-hooks]:-}
+if [ -z "${why_na[snap-got]}" ] && [ ! -f "$PRELOAD" ]; then
+  why_na[snap-got]="not built: $PRELOAD"
+fi
+why_na[snap-got-cpu]=${why_na[snap-got]}
 if [ -z "$libje" ]; then
   why_na[je]="libjemalloc.so.2 not found (bash bench/setup.sh)"
   why_na[je-prof]=${why_na[je]}
@@ -126,6 +156,10 @@ run_one() {
     none) cmd=("$@") ;;
     snap-cpu) cmd=("$SNAP" record -o "$tag.pb.gz" -- "$@") ;;
     snap-heap) cmd=("$SNAP" record --heap -o "$tag.pb.gz" -- "$@") ;;
+    # heap_cost_got in place of heap_cost (the only program they run).
+    snap-got-hooks) cmd=("$CG" "${@:2}") ;;
+    snap-got-cpu) cmd=(env LD_PRELOAD="$PRELOAD" SNAPPROF_OUTPUT="$tag.pb.gz" "$CG" "${@:2}") ;;
+    snap-got) cmd=(env LD_PRELOAD="$PRELOAD" SNAPPROF_HEAP=1 SNAPPROF_OUTPUT="$tag.pb.gz" "$CG" "${@:2}") ;;
     je) cmd=(env LD_PRELOAD="$libje" "$@") ;;
     je-prof) cmd=(env LD_PRELOAD="$libje" MALLOC_CONF="$je_conf_prof,prof_prefix:$tag.je" "$@") ;;
     tc) cmd=(env LD_PRELOAD="$libtc" TCMALLOC_SAMPLE_PARAMETER=0 "$@") ;;
@@ -143,6 +177,13 @@ run_one() {
     say "bench_heap: ${label[$prof]} $*: exit $rc; stderr: $(tail -n 3 "$tag.err" | tr '\n' ' ')"
     return 1
   fi
+  case $prof in
+    snap-got*)
+      if ! grep -q ' got_entries=[1-9]' "$tag.out"; then
+        say "bench_heap: ${label[$prof]}: install patched nothing ($(grep -o 'got_entries=[-0-9]*' "$tag.out"))"
+        return 1
+      fi ;;
+  esac
 }
 
 # run_kv TAG: the run's own figures and its /usr/bin/time figures as
@@ -246,7 +287,7 @@ read_profile() {
 # ---------------------------------------------------------------------------
 
 for p in "${available[@]}"; do
-  [ "$p" = snap-cpu ] && continue
+  case $p in snap-cpu | snap-got*) continue ;; esac
   say "1. heap_truth ${truth_args[*]}: ${label[$p]}"
   tag=truth-$p
   if run_one "$p" "$tag" "$T" "${truth_args[@]}"; then
@@ -278,6 +319,20 @@ for ((r = 0; r < rounds; r++)); do
     rm -rf "$work/$tag".*
   done
 done
+
+# ---------------------------------------------------------------------------
+# 4. What the hooks add to an unsampled pair, in instructions (callgrind; not
+#    timed work: the load around it does not matter)
+# ---------------------------------------------------------------------------
+
+hookcost=$work/hookcost.txt
+if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
+  say "4. heap_hook_cost.sh: instructions per malloc+free pair (callgrind)"
+  ROUNDS=0 sh "$here/heap_hook_cost.sh" "$build" >"$hookcost" 2>"$work/hookcost.err" ||
+    { say "bench_heap: heap_hook_cost.sh failed: $(tail -n 2 "$work/hookcost.err" | tr '\n' ' ')"; rm -f "$hookcost"; }
+else
+  say "bench_heap: no valgrind (bash bench/setup.sh): no instruction counts"
+fi
 
 # ---------------------------------------------------------------------------
 # The report
@@ -368,7 +423,7 @@ table=$work/table.txt
       printf "   over its base'"'"'s; process CPU (own, and all processes of the run)\n"
       printf "%-18s %-16s | %8s %8s %9s | %8s %8s\n", "profiler", "base", "RSS MiB", "+MiB", "all MiB", "own s", "all s"
       for (a = 1; a <= nprof; a++) { p = A[a]
-        if (!tran[p]) { if (p != "snap-cpu") printf "%-18s n/a\n", lab[p]; continue }
+        if (!tran[p]) { if (p !~ /^snap-(cpu|got)/) printf "%-18s n/a\n", lab[p]; continue }
         b = bs[p]; if (b == "snap-cpu") b = "none"
         db = (tran[b] && p != b) ? sprintf("%+8.1f", (trss[p] - trss[b]) / 1024) : sprintf("%8s", "-")
         printf "%-18s %-16s | %8.1f %s %9.1f | %8.2f %8.2f\n", lab[p], p == b ? "-" : lab[b], trss[p] / 1024, db, tallrss[p] / 1024, tcpu[p], tall[p] }
@@ -455,6 +510,47 @@ END {
 }
 ' "$results" >"$summary"
 
+# The issue's CPU target for snapprof's two ways in: each median against its
+# base's, met or missed by how much (with the rounds' spread), and the GOT
+# way's cost split in two: the hooks (snapprof GOT cpu against snapprof
+# record) and what sampling adds on top of them (snapprof GOT heap against
+# snapprof GOT cpu), per pair and per sampled allocation (heap_cost's blocks
+# average 136 B: a sample every interval/136 pairs).
+target_lines() {
+  awk -v bases="$bases" -v labels="$labels" -v interval="$interval" "$bench_awk_lib"'
+    BEGIN { labels_init(); nb = split(bases, B, ";")
+      for (i = 1; i <= nb; i++) { k = index(B[i], "="); bs[substr(B[i], 1, k - 1)] = substr(B[i], k + 1) } }
+    $1 == "cost" { parse(); p = f["prof"]; n[p]++; ns[p, n[p]] = f["ns_per_pair"] }
+    function median(arr, p, cnt,    i, j, t, x) {
+      for (i = 1; i <= cnt; i++) x[i] = arr[p, i]
+      for (i = 2; i <= cnt; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
+      return cnt % 2 ? x[(cnt + 1) / 2] : (x[cnt / 2] + x[cnt / 2 + 1]) / 2 }
+    function spread(p,    i, lo, hi) { lo = hi = ns[p, 1]
+      for (i = 2; i <= n[p]; i++) { if (ns[p, i] < lo) lo = ns[p, i]; if (ns[p, i] > hi) hi = ns[p, i] }
+      return sprintf("%.1f-%.1f", lo, hi) }
+    END {
+      split("snap-heap snap-got", W, " ")
+      for (w = 1; w <= 2; w++) { p = W[w]; b = bs[p]
+        if (!n[p] || !n[b]) continue
+        m = median(ns, p, n[p]); mb = median(ns, b, n[b]); r = m / mb
+        printf "  - %s: x%.3f of %s (%.1f ns a pair over %.1f; rounds %s and %s): %s\n", lab[p], r, lab[b],
+          m - mb, mb, spread(p), spread(b),
+          r <= 1.03 ? "target met" : sprintf("target 1.03 missed by %.1f %% of the base", 100 * (r - 1.03)) }
+      if (n["snap-got-cpu"] && n["snap-got"] && n["snap-cpu"]) {
+        mc = median(ns, "snap-cpu", n["snap-cpu"]); mh = median(ns, "snap-got-cpu", n["snap-got-cpu"])
+        mg = median(ns, "snap-got", n["snap-got"])
+        printf "  - the GOT way'"'"'s %+.1f ns split: the hooks (snapprof GOT cpu, the same CPU profiler, heap\n", mg - mc
+        printf "    off) %+.1f ns a pair (rounds %s); sampling on top of them %+.1f ns a pair, about\n", \
+          mh - mc, spread("snap-got-cpu"), mg - mh
+        printf "    %.1f us of process CPU per sampled allocation (one every %d pairs of 136 B on\n", \
+          (mg - mh) * interval / 136 / 1000, interval / 136
+        printf "    average). Medians of 5 on this machine: the rounds'"'"' spread is wider than the split.\n" }
+      if (n["snap-got-hooks"] && n["none"])
+        printf "  - the GOT hooks with no profiler (snapprof GOT): x%.3f of glibc, %+.1f ns a pair\n", \
+          median(ns, "snap-got-hooks", n["snap-got-hooks"]) / median(ns, "none", n["none"]), \
+          median(ns, "snap-got-hooks", n["snap-got-hooks"]) - median(ns, "none", n["none"]) }' "$results"
+}
+
 section_body() {
   echo "- machine: $(nproc) CPUs ($cpu_model), kernel $kernel; load $load when it started;"
   echo "  $machine_line"
@@ -467,7 +563,35 @@ section_body() {
   echo
   cat "$summary"
   echo
+  echo "- the CPU target, at the default interval (median of the rounds, process CPU):"
+  target_lines
+  echo "- where the cost is, in two parts (the lines above split it). The hooks: section 4"
+  echo "  counts what they add to an unsampled malloc+free pair, 18 instructions over glibc's"
+  echo "  142: malloc 10 (the countdown's TLS offset, a load from the GOT as initial-exec TLS"
+  echo "  in a shared library needs; the session's gen, a load, compared with the thread's gen"
+  echo "  and depth counter in one 64-bit compare and a branch; the countdown loaded, compared"
+  echo "  with n, a branch, subtracted and stored; the jump to the allocator through memory),"
+  echo "  free 8 (the pointer copied, the filter's address, a shift and a zero-extend to its"
+  echo "  16-bit bucket, the bucket's load, test and branch, the jump). The sampled"
+  echo "  allocations: each one's capture on the allocating thread (its registers, its stack"
+  echo "  copied into a capture slot, the thread's name by prctl, the live set), its free"
+  echo "  looked up and queued, and the sampling thread's unwind and pprof work for both, all"
+  echo "  in the process's CPU. tcmalloc's and jemalloc's sampling (the tcmalloc sample and"
+  echo "  jemalloc prof rows) pays no hook: the countdown sits in the thread cache their malloc"
+  echo "  has in hand, and a sampled block is marked where their free looks anyway (tcmalloc:"
+  echo "  its span, in the pagemap), so no TLS of their own, no session word, no filter, no"
+  echo "  jump in front of the allocator; their per-sample work (a stack walk in the"
+  echo "  allocating thread, a record in their own table) is still paid."
+  echo
   bench_section_table "$table"
+  if [ -s "$hookcost" ]; then
+    echo "4. Instructions the hooks add to an unsampled pair (\`bench/heap_hook_cost.sh\` with ROUNDS=0):"
+    echo
+    echo '```'
+    cat "$hookcost"
+    echo '```'
+    echo
+  fi
   [ -f "$plot" ] && { echo '![heap_cost: CPU per malloc+free pair](bench_heap.png)'; echo; }
   echo "How each row is measured, and how to read it: [bench/README.md](../bench/README.md#bench_heap)."
 }

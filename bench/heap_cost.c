@@ -10,6 +10,14 @@
  * a profiler's own threads too), ns_per_pair that over the malloc+free
  * pairs made. It links nothing of snapprof.
  *
+ * heap_cost_got is the same program linked against libsnapprof: before its
+ * threads start it calls snapprof_heap_hooks_install() (issue 27's way in
+ * (b), GOT patching), and its line ends with got_entries=N, the entries
+ * patched (a negative errno when install failed: the run goes on, its
+ * mallocs unhooked, and the driver says so). Whether the heap is sampled is
+ * up to the profiler in the process (libsnapprof-preload.so with
+ * SNAPPROF_HEAP=1); without one the hooks only count down and forward.
+ *
  * Usage: heap_cost [--iters N] [--threads T]   (N per thread, default 10000000) */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -23,6 +31,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#if defined(HEAP_COST_GOT)
+#include <snapprof/heap.h>
+#endif
 
 #define HOLD 256
 
@@ -81,6 +93,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "heap_cost: --iters and --threads (1-64) must be > 0\n");
         return 2;
     }
+#if defined(HEAP_COST_GOT)
+    int got_entries = snapprof_heap_hooks_install();
+#endif
     double wall0 = clock_s(CLOCK_MONOTONIC);
     pthread_t t[64];
     for (unsigned i = 0; i < nthreads; i++) {
@@ -95,9 +110,12 @@ int main(int argc, char **argv)
     double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf(
-        "heap_cost threads=%u iters=%llu cpu_s=%.3f wall_s=%.3f maxrss_kib=%ld ns_per_pair=%.1f\n",
-        nthreads, (unsigned long long)iters, cpu, wall, ru.ru_maxrss,
-        cpu * 1e9 / ((double)iters * nthreads));
+    printf("heap_cost threads=%u iters=%llu cpu_s=%.3f wall_s=%.3f maxrss_kib=%ld ns_per_pair=%.1f",
+           nthreads, (unsigned long long)iters, cpu, wall, ru.ru_maxrss,
+           cpu * 1e9 / ((double)iters * nthreads));
+#if defined(HEAP_COST_GOT)
+    printf(" got_entries=%d", got_entries);
+#endif
+    printf("\n");
     return 0;
 }

@@ -37,8 +37,8 @@ extern snapprof__heap_hook_t snapprof__heap_hook_v1 __attribute__((weak, visibil
  * they are loaded (switched at this library's construction, before any
  * session), else this library's (the note functions called by a program's
  * own pools use the same filter). */
-static snapprof__heap_hook_t own_hook;
-snapprof__heap_hook_t *snapprof__heap_hooks = &own_hook;
+snapprof__heap_hook_t snapprof__heap_own_hook;
+snapprof__heap_hook_t *snapprof__heap_hooks = &snapprof__heap_own_hook;
 
 /* Sampling started or stopped: every thread's countdown in the hooks is
  * taken again by the slow path (which reads the interval), and a thread
@@ -202,7 +202,7 @@ __attribute__((constructor)) static void attach_hooks(void)
     if (h == NULL) {
         /* No preload: the GOT hooks (heap_got/), if installed, count down
          * against this library's own state with the same slow path. */
-        atomic_store(&own_hook.alloc_slow, hook_alloc);
+        atomic_store(&snapprof__heap_own_hook.alloc_slow, hook_alloc);
         return;
     }
     snapprof__heap_hooks = h;

@@ -102,6 +102,12 @@ void snapprof__heap_rule_only_for_test(size_t interval);
  * (at construction). Any thread. */
 snapprof__heap_hook_t *snapprof__heap_hook_shared(void);
 
+/* This library's own hook state: what snapprof__heap_hook_shared() returns
+ * when libsnapprof-heap.so is not loaded (whether it is is settled when
+ * this library is relocated), and so the one the GOT hooks, installed
+ * only then, count down against. Hidden: they reach it without the GOT. */
+extern snapprof__heap_hook_t snapprof__heap_own_hook __attribute__((visibility("hidden")));
+
 /* The code of the GOT hooks (heap_got/): a sampled allocation's frames in
  * [start, limit) next to its caller are cut, as those of
  * libsnapprof-heap.so's hooks are. Any thread. */

@@ -42,13 +42,13 @@
 /* The thread's countdown and depth counter (heap_hook_abi.h): the GOT
  * hooks' own, apart from the preload's and the note functions'. */
 static __thread snapprof__heap_hook_count_t hg_count __attribute__((tls_model("initial-exec")));
-/* The sampler's shared state (its filter, gen and slow path), set by
- * install before any entry points at a hook, never cleared. */
-static snapprof__heap_hook_t *hg_shared;
-
 #define HK_COUNT hg_count
 #define HK_DEPTH hg_count.depth
-#define HK_SHARED (*hg_shared)
+/* The sampler's shared state (its filter, gen and slow path): the
+ * library's own, since install patches nothing when the preload's hooks
+ * are loaded (their state is the shared one then). Named directly, not
+ * through a pointer: one load less in every malloc. */
+#define HK_SHARED snapprof__heap_own_hook
 
 #include "preload_heap/heap_hook_core.h"
 
@@ -111,14 +111,16 @@ static HG_HOOK void *hg_malloc(size_t n)
 /* A free the filter did not rule out, by the outermost hook only. */
 static HG_HOOK __attribute__((noinline)) void hg_free_slow(void *p)
 {
-    if (HK_DEPTH == 0)
+    if (p != NULL && HK_DEPTH == 0)
         snapprof_heap_note_free(p);
     hg_real.free(p);
 }
 
 static HG_HOOK void hg_free(void *p)
 {
-    if (HK_UNLIKELY(p != NULL && hk_free_maybe_sampled(p))) {
+    /* free(NULL) looks at bucket 0 like any pointer: no test for it on the
+     * common path (the slow one has it). */
+    if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {
         hg_free_slow(p);
         return;
     }
@@ -760,8 +762,10 @@ SNAPPROF_API int snapprof_heap_hooks_install(void)
     return -ENOSYS;
 #else
     /* The preload's hooks see every allocation already: both would note
-     * each one. */
-    if (snapprof__heap_hooks_preloaded())
+     * each one. The shared state is the library's own (HK_SHARED) whenever
+     * they are not loaded; the second test says what the hooks rely on. */
+    if (snapprof__heap_hooks_preloaded() ||
+        snapprof__heap_hook_shared() != &snapprof__heap_own_hook)
         return -EEXIST;
     pthread_once(&hg_atfork_once, hg_register_atfork);
     pthread_mutex_lock(&hg_lock);
@@ -771,7 +775,6 @@ SNAPPROF_API int snapprof_heap_hooks_install(void)
         pthread_mutex_unlock(&hg_lock);
         return -ENOSYS;
     }
-    hg_shared = snapprof__heap_hook_shared();
     snapprof__heap_set_hook_range((uintptr_t)__start_snapprof_got_hooks,
                                   (uintptr_t)__stop_snapprof_got_hooks);
     uint64_t refused = hg_stats.mprotect_failed;

@@ -216,8 +216,9 @@ void snapprof__heap_preload_real_free(void *p)
 
 /* The countdown did not take this malloc (hk_take()): the sampler's slow
  * path, or no sampler (then no call on this thread again). */
-static __attribute__((noinline)) void *hk_malloc_slow(void *(*fn)(size_t), size_t n)
+static __attribute__((noinline)) void *hk_malloc_slow(size_t n)
 {
+    void *(*fn)(size_t) = __atomic_load_n(&hk_call_malloc, __ATOMIC_ACQUIRE);
     if (!hk_enter()) {
         if (hk_no_sampler())
             hk_disarm();
@@ -233,12 +234,14 @@ static __attribute__((noinline)) void *hk_malloc_slow(void *(*fn)(size_t), size_
 
 HK_EXPORT void *malloc(size_t n)
 {
-    void *(*fn)(size_t) = __atomic_load_n(&hk_call_malloc, __ATOMIC_ACQUIRE);
     /* The common case: the countdown takes n, and the allocator is reached
-     * by a tail call. */
+     * by a tail call, one jump through hk_call_malloc (read where it is
+     * used: a load of it beside the countdown's would be an instruction
+     * more). Relaxed: the function it names needs no data of the thread
+     * that stored it (the bootstrap's reads what it needs with acquire). */
     if (HK_LIKELY(hk_take(n)))
-        return fn(n);
-    return hk_malloc_slow(fn, n);
+        return __atomic_load_n(&hk_call_malloc, __ATOMIC_RELAXED)(n);
+    return hk_malloc_slow(n);
 }
 
 /* What malloc calls before the C functions are known (hk_call_malloc), or
@@ -257,8 +260,9 @@ static __attribute__((noinline)) void *hk_malloc_booting(size_t n)
  * which are never told). The depth counter is not raised: neither the
  * sampler's note_free (which never allocates) nor the allocator's free
  * calls a hook of ours. */
-static __attribute__((noinline)) void hk_free_slow(void (*fn)(void *), void *p)
+static __attribute__((noinline)) void hk_free_slow(void *p)
 {
+    void (*fn)(void *) = __atomic_load_n(&hk_call_free, __ATOMIC_ACQUIRE);
     if (p != NULL && !hk_in_boot(p) && HK_DEPTH == 0 && snapprof_heap_note_free != NULL)
         snapprof_heap_note_free(p);
     fn(p);
@@ -289,16 +293,19 @@ static void hk_free_boot_checked(void *p)
 
 HK_EXPORT void free(void *p)
 {
-    void (*fn)(void *) = __atomic_load_n(&hk_call_free, __ATOMIC_ACQUIRE);
     /* The common case: no sampled block in p's filter bucket, and the
-     * allocator is reached by a tail call. free(NULL) goes on to the
-     * allocator's, which does nothing either; a block of the bootstrap
-     * buffer to fn, which ignores it (see hk_call_free). */
+     * allocator is reached by a tail call, one jump through hk_call_free
+     * (relaxed, as malloc's). free(NULL) goes on to the allocator's, which
+     * does nothing either; a block of the bootstrap buffer to
+     * hk_call_free's, which ignores it. A thread freeing such a block got
+     * it from the thread that allocated it, after that thread stored
+     * hk_free_boot_checked(): the relaxed load sees that store or a later
+     * one. */
     if (HK_UNLIKELY(hk_free_maybe_sampled(p))) {
-        hk_free_slow(fn, p);
+        hk_free_slow(p);
         return;
     }
-    fn(p);
+    __atomic_load_n(&hk_call_free, __ATOMIC_RELAXED)(p);
 }
 
 HK_EXPORT void *calloc(size_t count, size_t size)
