@@ -8,9 +8,14 @@
  * pprof in our private directory, which we serve and unlink), "err ID
  * REASON" (503), or "end REASON" (its profile stopped). /allocs is /heap's
  * profile with alloc_space as its default sample type, set here. A control
- * thread here reads the answers and resumes the waiting connections. The
- * channel closed without "end" means the program ended or closed our fd:
- * every request is then 503 with that reason; the program goes on. */
+ * thread here reads the answers and resumes the waiting connections. It
+ * also watches the waiting connections, which libmicrohttpd does not
+ * while they are suspended: a client that has gone (closed, reset, or
+ * shut its side as Go's server counts it) gets no answer; its request is
+ * cancelled ("cancel ID" to the program), its slot freed at once and its
+ * connection closed. The channel closed without "end" means the program
+ * ended or closed our fd: every request is then 503 with that reason; the
+ * program goes on. */
 #include "cli/snapprof_http.h"
 
 #include <arpa/inet.h>
@@ -94,6 +99,8 @@ void snapprof__http_finish(snapprof__http_t *h)
 #define INDEX_PATH "/debug/pprof/"
 #define CONNECTIONS_MAX 64
 #define CONNECTION_TIMEOUT_S 10
+/* How often the waiting connections are looked at (while any waits). */
+#define GONE_CHECK_NS 1000000000u
 
 typedef enum { SLOT_FREE, SLOT_WAITING, SLOT_ANSWERED } slot_state_t;
 
@@ -112,6 +119,9 @@ typedef struct slot {
     int allocs; /* /allocs: the default sample type becomes alloc_space */
     unsigned long id;
     uint64_t end_ns; /* when the profile should end (Retry-After) */
+    /* The connection waiting for it. A slot freed while its connection
+     * waits (client gone) is no longer its: the connection, resumed,
+     * finds another c here (or NULL) and is closed without touching it. */
     struct MHD_Connection *c;
     unsigned code; /* once answered: 200 (body) or 503 (reason) */
     char *body;
@@ -145,7 +155,8 @@ struct snapprof__http {
     int ended; /* the program was reaped */
     int hello; /* the program's preload serves */
     pthread_cond_t hello_cv;
-    int flight; /* record --flight: ?since= is served (set before start) */
+    int flight;              /* record --flight: ?since= is served (set before start) */
+    unsigned long cancelled; /* requests whose client went before the answer */
 };
 
 /* The per-connection marker of a request not (or no longer) tied to a
@@ -406,6 +417,12 @@ static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
                   "\n"
                   "At most %u profiles are taken at once (then 503 with Retry-After).\n",
                   INDEX_PATH, SNAPPROF_HTTP_MAX_PROFILES);
+    pthread_mutex_lock(&h->mu);
+    unsigned long cancelled = h->cancelled;
+    pthread_mutex_unlock(&h->mu);
+    if (cancelled)
+        n += snprintf(text + n, sizeof text - (size_t)n, "%lu request%s cancelled: client gone\n",
+                      cancelled, cancelled == 1 ? "" : "s");
     return reply(c, MHD_HTTP_OK, "text/plain; charset=utf-8", text, (size_t)n,
                  MHD_RESPMEM_MUST_COPY, 0);
 }
@@ -494,7 +511,9 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
 {
     pthread_mutex_lock(&h->mu);
     enum MHD_Result ret;
-    if (s->state != SLOT_ANSWERED) {
+    if (s->c != c) {
+        ret = MHD_NO; /* its client went: the slot is another's now; closed */
+    } else if (s->state != SLOT_ANSWERED) {
         ret = MHD_NO; /* cannot be: resumed only once answered */
     } else if (s->code == MHD_HTTP_OK && s->allocs && set_default_alloc_space(&s->body, &s->len)) {
         ret = say(c, MHD_HTTP_INTERNAL_SERVER_ERROR, 0,
@@ -658,14 +677,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     snapprof__http_t *h = cls;
-    (void)c;
     (void)toe;
     if (!*req_cls || *req_cls == &k_seen)
         return;
     slot_t *s = *req_cls;
     pthread_mutex_lock(&h->mu);
-    free(s->body);
-    *s = (slot_t){.state = SLOT_FREE};
+    if (s->c == c) { /* else freed when its client went, maybe taken again */
+        free(s->body);
+        *s = (slot_t){.state = SLOT_FREE};
+    }
     pthread_mutex_unlock(&h->mu);
     *req_cls = NULL;
 }
@@ -787,6 +807,40 @@ static void on_line(snapprof__http_t *h, char *line, struct MHD_Connection **res
     fail_slot(s, why, resume, n);
 }
 
+/* Under h->mu: a waiting connection whose client has gone is cancelled.
+ * Suspended, the connection is ours to look at: libmicrohttpd neither
+ * reads nor closes it until it is resumed, so its fd is its own. Gone is
+ * what Go's server counts as gone (its request's context is cancelled):
+ * the client closed or shut down its side (POLLRDHUP), or the connection
+ * was reset (POLLHUP, POLLERR). The program is told ("cancel ID"; an
+ * answer already on its way finds no slot, and on_line unlinks its file),
+ * the slot is free for the next request at once, and the connection is
+ * resumed so that libmicrohttpd closes it (answer() finds the slot is not
+ * its). */
+static void check_gone(snapprof__http_t *h, struct MHD_Connection **resume, unsigned *n)
+{
+    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++) {
+        slot_t *s = &h->slots[i];
+        if (s->state != SLOT_WAITING)
+            continue;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(s->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci)
+            continue;
+        struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+        if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            continue;
+        char line[64];
+        int len = snprintf(line, sizeof line, "cancel %lu\n", s->id);
+        /* Not sent (the channel full or closed): the program finishes the
+         * request in its time, and its answer is dropped all the same. */
+        (void)send(h->ctl, line, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        resume[(*n)++] = s->c;
+        *s = (slot_t){.state = SLOT_FREE};
+        h->cancelled++;
+    }
+}
+
 /* Why the channel closed without "end": the program ended, or it closed
  * our fd (or exec'd another program, which does not inherit it). A
  * process that ends closes its files before it is a zombie: wait a
@@ -817,15 +871,29 @@ static void *reader_main(void *arg)
     snapprof__http_t *h = arg;
     char buf[PATH_MAX + 512];
     size_t len = 0;
+    uint64_t next_check = 0; /* when the waiting connections are looked at */
     while (!atomic_load(&h->quit)) {
+        struct MHD_Connection *resume[SNAPPROF_HTTP_MAX_PROFILES];
+        unsigned n = 0;
         struct pollfd pfd = {.fd = h->ctl, .events = POLLIN};
-        if (poll(&pfd, 1, 100) <= 0)
+        int ready = poll(&pfd, 1, 100);
+        /* The waiting connections, once a second, on a wakeup the poll
+         * above has anyway: nothing more wakes while none waits. */
+        uint64_t now = now_ns();
+        if (now >= next_check) {
+            next_check = now + GONE_CHECK_NS;
+            pthread_mutex_lock(&h->mu);
+            check_gone(h, resume, &n);
+            pthread_mutex_unlock(&h->mu);
+            for (unsigned i = 0; i < n; i++)
+                MHD_resume_connection(resume[i]);
+            n = 0;
+        }
+        if (ready <= 0)
             continue;
         ssize_t got = recv(h->ctl, buf + len, sizeof buf - 1 - len, MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
-        struct MHD_Connection *resume[SNAPPROF_HTTP_MAX_PROFILES];
-        unsigned n = 0;
         if (got <= 0) {
             char why[256];
             closed_reason(h, why, sizeof why);

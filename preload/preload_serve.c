@@ -11,7 +11,8 @@
  * by the run's own heap builder without ending it. With a flight recorder
  * (SNAPPROF_FLIGHT: a flight builder attached for the whole run,
  * <snapprof/flight.h>), "since ID SECONDS" is answered at once with the
- * last SECONDS it kept, written to DIR/cpu-ID.pb.gz as the others. At stop,
+ * last SECONDS it kept, written to DIR/cpu-ID.pb.gz as the others.
+ * "cancel ID" (its client went) drops request ID unanswered. At stop,
  * requests in flight are answered with what they collected so far, then
  * "end".
  * "hello" says the thread serves.
@@ -214,11 +215,35 @@ static void heap_request(unsigned long id)
     }
 }
 
+/* "cancel ID": record's client for request ID has gone. Its builder is
+ * detached and freed and nothing is answered. Detaching completes the
+ * builder, which writes its file (the profiler has no detach that does
+ * not): it is unlinked at once. An ID not in flight (finished, answered
+ * at once as since and heap are, or unknown) is ignored: its answer, if
+ * one went, is dropped by record, which unlinks its file. Under S.mu, as
+ * finish() and the stop are, so the two never both end it. */
+static void cancel(unsigned long id)
+{
+    for (unsigned i = 0; i < SERVE_MAX; i++) {
+        request_t *r = &S.req[i];
+        if (!r->b || r->id != id)
+            continue;
+        (void)snapprof_profiler_detach_builder(S.profiler, r->b);
+        snapprof_builder_destroy(r->b);
+        r->b = NULL;
+        unlink(r->path);
+    }
+}
+
 /* One request line. Under S.mu. */
 static void request(const char *line)
 {
     unsigned long id, seconds;
     char extra;
+    if (sscanf(line, "cancel %lu %c", &id, &extra) == 1) {
+        cancel(id);
+        return;
+    }
     if (sscanf(line, "since %lu %lu %c", &id, &seconds, &extra) == 2 && seconds > 0 &&
         seconds <= 86400) {
         since(id, seconds);
