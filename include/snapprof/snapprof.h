@@ -1135,8 +1135,8 @@ typedef struct snapprof_params {
      * while something is attached; a thread's CPU time while disarmed
      * reaches them as its "[kernel and unsampled]" remainder (with a
      * CPU-clock trigger) or not at all (with the handshake). Threads that
-     * join while disarmed are armed at the first tick after the next
-     * attach. Heap sampling (heap_interval) is not affected. Not with
+     * join while disarmed are armed by the next attach, with the others.
+     * Heap sampling (heap_interval) is not affected. Not with
      * unarmed_timer (-EINVAL) nor in wall mode (-EINVAL). Default 0: armed
      * from start to stop (SNAPPROF_ARM=demand in the preload library,
      * `snapprof record --http` without -o). */
@@ -1280,7 +1280,9 @@ SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
  * (snapprof_profiler_swap_builder()) add up to the profile's builders'
  * totals exactly, sample for sample. With the handshake trigger a
  * stretch's first sample of a thread weighs its CPU time since the
- * thread's previous sample.
+ * thread's previous sample. With params.arm_on_demand the first builder
+ * attached arms the threads (before its boundary) and the last one
+ * detached disarms them (before its end).
  *
  * The call unwinds the captures waiting in the slots on the calling
  * thread. Ownership stays with the caller (also when the call fails); do
