@@ -355,6 +355,8 @@ void snapprof__unpark(snapprof_profiler_t *p)
             t->arm_pending = 0;
             snapprof__arm_target(p, t);
         } else if (was_parked) {
+            /* Counted once per thread, under the trigger it has now. */
+            p->stats.threads_by_trigger[t->trigger]--;
             snapprof__arm_target(p, t);
         }
         if (t->arm) {
