@@ -837,22 +837,30 @@ static void test_on_demand(void)
            b.stats.samples, b.stats.samples_dropped, b.stats.failed_total,
            b.stats.cpu_ns_sampled / 1e6);
     for (int i = 0; i < 2; i++) {
-        uint64_t n = 0, total = 0;
+        uint64_t n = 0, total = 0, sampled = 0;
         for (size_t k = 0; k < atomic_load(&b.count); k++) {
             const rec_t *r = &b.recs[k];
             if (r->tid != w[i].base.tid)
                 continue;
             total += r->cpu_ns;
-            n += !(r->flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL));
+            if (!(r->flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL))) {
+                n++;
+                sampled += r->cpu_ns;
+            }
         }
-        /* One sample per period of its CPU time (all of it user time)
-         * over the stretch, where a thread left unarmed would have none;
-         * and a CPU total that is its clock's, not the time before. */
+        /* About one sample per period of its CPU time (all of it user
+         * time) over the stretch, where a thread left unarmed would have
+         * none, standing for most of it; and a CPU total that is its
+         * clock's, not the time before. */
         double cpu = (double)(c1[i] - c0[i]), rate = (double)n * INTERVAL_NS / cpu;
         printf("thread %d: %" PRIu64 " samples for %.1f ms of CPU (%.2f of one per period), "
-               "%.1f ms in all\n",
-               i, n, cpu / 1e6, rate, total / 1e6);
-        ASSERT(rate > 0.7 && rate < 1.3);
+               "standing for %.1f ms, %.1f ms in all\n",
+               i, n, cpu / 1e6, rate, sampled / 1e6, total / 1e6);
+        /* Periods vary (trigger/README.md, "Periods that vary"): under TSan
+         * a few long ones made 0.69 per period, their samples standing for
+         * 89 % of the clock. */
+        ASSERT(rate > 0.5 && rate < 1.3);
+        ASSERT_GT(sampled, cpu * 3 / 4);
         ASSERT(total <= c1[i] - c0[i] + 3 * INTERVAL_NS);
     }
 
