@@ -98,7 +98,10 @@ const char snapprof__record_usage[] =
     "                       (GET /debug/pprof/profile?seconds=N, /debug/pprof/; with\n"
     "                       --heap /heap and /allocs, with --wall /wall), from\n"
     "                       this process: 127.0.0.1:6060, [::1]:6060, or a PORT on\n"
-    "                       127.0.0.1 (0: any free port); prints the URL to stderr\n"
+    "                       127.0.0.1 (0: any free port); prints the URL to stderr.\n"
+    "                       Without -o, --loop or --flight, threads are sampled only\n"
+    "                       while a profile is requested, and no whole-run CPU file\n"
+    "                       is written\n"
     "      --http-token TOKEN\n"
     "                       the token requests must carry instead of a random one:\n"
     "                       16-128 letters, digits, - _ . ~; none: no token at all\n"
@@ -640,6 +643,14 @@ static int record(options_t *o)
         set_env(SNAPPROF_ENV_SUMMARY_DIR, summary_dir);
     else
         unsetenv(SNAPPROF_ENV_SUMMARY_DIR);
+    /* --http alone: nothing is armed until a request comes, and no
+     * whole-run CPU file is written (issue 28). With -o or --format (a
+     * file asked for), --loop or --flight (sampling all the time anyway),
+     * or --wall (whose ticks read every thread), armed for the whole run. */
+    if (o->http && o->n_paths == 0 && o->n_formats == 0 && !o->loop && !o->flight && !o->wall)
+        set_env(SNAPPROF_ENV_ARM, "demand");
+    else
+        unsetenv(SNAPPROF_ENV_ARM);
     unsetenv(SNAPPROF_ENV_ROOT_PID);
     unsetenv("SNAPPROF_CONTROL_FD");
     unsetenv("SNAPPROF_CONTROL_DIR");

@@ -97,6 +97,12 @@ static int cmp_pid(const void *a, const void *b)
     return ((const proc_summary_t *)a)->pid - ((const proc_summary_t *)b)->pid;
 }
 
+/* SNAPPROF_ARM=demand (--http without -o): no whole-run CPU output. */
+static int on_demand(const proc_summary_t *s)
+{
+    return !strcmp(get(s, "armed"), "demand");
+}
+
 /* Processes listed one by one in the summary; more are counted. */
 #define SUMMARY_DETAIL 8
 
@@ -105,6 +111,8 @@ static int cmp_pid(const void *a, const void *b)
 static int without_files(const proc_summary_t *s)
 {
     unsigned n = n_outputs(s);
+    if (n == 0 && on_demand(s))
+        return 1; /* it had no file to write */
     for (unsigned i = 0; i < n; i++)
         if (!*get_i(s, "skipped", i))
             return 0;
@@ -115,7 +123,7 @@ static int without_files(const proc_summary_t *s)
 static int needs_detail(const proc_summary_t *s)
 {
     unsigned n = n_outputs(s);
-    int bad = n == 0;
+    int bad = n == 0 && !on_demand(s);
     for (unsigned i = 0; i < n; i++) {
         const char *out = get_i(s, "output", i);
         bad |= !*out || strcmp(out, get_i(s, "requested", i)) != 0;
@@ -218,7 +226,9 @@ static void print_process(const proc_summary_t *s, int several)
     const char *timer = snapprof__stats_timer_note(st, !strcmp(get(s, "mode"), "wall"));
     if (timer)
         fprintf(stderr, "snapprof: %s  %s\n", in, timer);
-    if (snapprof__stats_unplaced_share(st, num(s, "period_ns")) > SNAPPROF__UNPLACED_NOTE) {
+    /* On demand most CPU time is unsampled by design: between requests. */
+    if (!on_demand(s) &&
+        snapprof__stats_unplaced_share(st, num(s, "period_ns")) > SNAPPROF__UNPLACED_NOTE) {
         char unplaced[256];
         snapprof__stats_unplaced_text(st, unplaced, sizeof unplaced);
         fprintf(stderr, "snapprof: %s  %s\n", in, unplaced);
@@ -283,6 +293,9 @@ static void print_process(const proc_summary_t *s, int several)
 /* Where the program's own files went, and what opens each. */
 static void print_outputs(const proc_summary_t *s)
 {
+    if (on_demand(s))
+        fprintf(stderr, "snapprof: no whole-run CPU profile: with --http and no -o, threads are "
+                        "sampled only while a profile is requested\n");
     for (unsigned i = 0; i < n_outputs(s); i++) {
         const char *out = get_i(s, "output", i), *format = get_i(s, "format", i);
         if (!*out)
@@ -526,7 +539,7 @@ void snapprof__record_summary(const char *dir, pid_t root, const char *cmd, int 
             continue;
         }
         print_process(s, n > 1);
-        if (s->pid == root && s->st.samples == 0)
+        if (s->pid == root && s->st.samples == 0 && n_outputs(s) > 0)
             fprintf(stderr,
                     "snapprof: %s  no samples in this process itself; its file%s written "
                     "all the same%s\n",

@@ -181,6 +181,20 @@ int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_
     return -1;
 }
 
+int snapprof__parse_arm(const char *s, int *demand, char *why, size_t why_size)
+{
+    if (s && strcasecmp(s, "always") == 0) {
+        *demand = 0;
+        return 0;
+    }
+    if (s && strcasecmp(s, "demand") == 0) {
+        *demand = 1;
+        return 0;
+    }
+    WHY("'%s' is not when to arm (always or demand)", s ? s : "");
+    return -1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* JIT layouts of perf map code                                             */
 /* ------------------------------------------------------------------------ */
@@ -652,6 +666,42 @@ static void heap_from_env(snapprof__preload_config_t *cfg, char *(*get)(const ch
         warn("no heap profile: %s", why);
 }
 
+/* SNAPPROF_ARM: see preload_config.h. After heap_from_env(): the heap
+ * outputs are named after the first output, which demand then drops. */
+static void arm_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
+                         void (*warn)(const char *fmt, ...))
+{
+    char why[256];
+    const char *v = get(SNAPPROF_ENV_ARM);
+    int demand = 0;
+    if (!v || !*v)
+        return;
+    if (snapprof__parse_arm(v, &demand, why, sizeof why) != 0) {
+        warn("ignoring %s: %s; armed for the whole run", SNAPPROF_ENV_ARM, why);
+        return;
+    }
+    if (!demand)
+        return;
+    /* Wall mode reads every thread every tick, and the rolling profiles
+     * and the flight recorder take samples all the time. */
+    const char *other = cfg->wall        ? SNAPPROF_ENV_MODE "=wall"
+                        : cfg->loop_ns   ? SNAPPROF_ENV_LOOP
+                        : cfg->flight_ns ? SNAPPROF_ENV_FLIGHT
+                                         : NULL;
+    if (other) {
+        warn("ignoring %s=%s with %s; armed for the whole run", SNAPPROF_ENV_ARM, v, other);
+        return;
+    }
+    cfg->arm_demand = 1;
+    unsigned n = 0;
+    for (unsigned i = 0; i < cfg->n_outputs; i++)
+        if (snapprof__format_is_heap(cfg->outputs[i].format))
+            cfg->outputs[n++] = cfg->outputs[i];
+    for (unsigned i = n; i < cfg->n_outputs; i++)
+        memset(&cfg->outputs[i], 0, sizeof cfg->outputs[i]);
+    cfg->n_outputs = n;
+}
+
 /* What both entry points read the same way: rate, mode, signal, trigger
  * and how wall mode samples blocked threads. See preload_config.h. */
 void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(const char *name),
@@ -811,5 +861,6 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
     if ((v = get(SNAPPROF_ENV_SUMMARY_DIR)) && v[0] == '/')
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
     heap_from_env(cfg, get, warn);
+    arm_from_env(cfg, get, warn);
     return 1;
 }

@@ -35,6 +35,7 @@
 #define SNAPPROF_ENV_ROOT_PID "SNAPPROF_ROOT_PID"         /* the first profiled process */
 #define SNAPPROF_ENV_HEAP "SNAPPROF_HEAP" /* 1: heap profiles too; 0 or unset: off */
 #define SNAPPROF_ENV_HEAP_INTERVAL "SNAPPROF_HEAP_INTERVAL" /* mean bytes between heap samples */
+#define SNAPPROF_ENV_ARM "SNAPPROF_ARM" /* always | demand: armed only for --http's requests */
 #define SNAPPROF_ENV_CPUPROFILE "CPUPROFILE"
 #define SNAPPROF_ENV_CPUPROFILE_FREQUENCY "CPUPROFILE_FREQUENCY"
 #define SNAPPROF_ENV_CPUPROFILE_REALTIME "CPUPROFILE_REALTIME"
@@ -101,7 +102,7 @@ typedef struct snapprof__jit_rule {
 
 typedef struct snapprof__preload_config {
     snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
-    unsigned n_outputs; /* at least 1 */
+    unsigned n_outputs; /* at least 1, except with arm_demand (heap outputs only) */
     unsigned hz;
     int hz_explicit;     /* SNAPPROF_FREQUENCY or CPUPROFILE_FREQUENCY was given */
     int wall;            /* 1: wall-clock mode */
@@ -128,6 +129,11 @@ typedef struct snapprof__preload_config {
     /* SNAPPROF_HEAP=1: the profiler's heap_interval (bytes); 0: no heap
      * sampling (the default). The heap outputs are then in outputs[]. */
     size_t heap_interval;
+    /* SNAPPROF_ARM=demand: the threads' triggers are armed only while a
+     * profile is requested (snapprof_params_t.arm_on_demand; `snapprof
+     * record --http` without -o), and the run's own CPU outputs are not
+     * written (only its heap outputs are in outputs[], maybe none). */
+    int arm_demand;
 } snapprof__preload_config_t;
 
 /* Each parser returns 0, or -1 with a one-line reason in why[0..why_size). */
@@ -161,6 +167,9 @@ int snapprof__parse_wall_blocked(const char *s, int *out, char *why, size_t why_
  * matches get. Appends to out[*n..max). Returns 0, or -1 with a reason. */
 int snapprof__parse_jit_layouts(const char *s, snapprof__jit_rule_t *out, unsigned max, unsigned *n,
                                 char *why, size_t why_size);
+/* "always" (armed from start to stop, the default) or "demand", any case:
+ * *demand 0 or 1. */
+int snapprof__parse_arm(const char *s, int *demand, char *why, size_t why_size);
 /* SNAPPROF_HEAP_INTERVAL, --heap-interval: a decimal number of bytes, 1
  * to SNAPPROF_HEAP_INTERVAL_MAX. */
 int snapprof__parse_heap_interval(const char *s, size_t *out, char *why, size_t why_size);

@@ -26,6 +26,8 @@
 
 /* The running profile of this process: under the preload lock. */
 static snapprof__preload_profile_t g;
+/* g.cfg.arm_demand, for the helper thread's loop without the lock. */
+static atomic_int g_demand;
 
 /* The helper thread's loop (below). */
 static void *helper_main(void *arg);
@@ -164,7 +166,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         WHY("a profile is already running (writing %s)", g.cfg.outputs[0].path);
         return -EALREADY;
     }
-    if (cfg->n_outputs < 1 || cfg->n_outputs > SNAPPROF_OUTPUTS_MAX) {
+    if ((cfg->n_outputs < 1 && !cfg->arm_demand) || cfg->n_outputs > SNAPPROF_OUTPUTS_MAX) {
         WHY("no output to write");
         return -EINVAL;
     }
@@ -280,6 +282,15 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         else
             params.short_threads = (unsigned)n;
     }
+    /* SNAPPROF_ARM=demand (`snapprof record --http` without -o): armed
+     * only while a request's profile is taken (snapprof.h, arm_on_demand),
+     * which the process-wide timer, made for the whole run, cannot be. */
+    params.arm_on_demand = c.arm_demand;
+    if (c.arm_demand && params.unarmed_timer) {
+        snapprof__preload_warn("ignoring SNAPPROF_SHORT_THREADS=timer with SNAPPROF_ARM=demand");
+        params.unarmed_timer = 0;
+    }
+    atomic_store(&g_demand, c.arm_demand);
     snapprof__preload_libunwind_init();
     snapprof_profiler_t *p;
     /* SNAPPROF_LINES: which separate debug files give lines, not only
@@ -676,6 +687,9 @@ static void stop_at_deadline(void)
  * (snapprof__preload_only_ours_left(): one /proc read while the program's
  * first thread lives). */
 #define END_CHECK_NS 100000000u
+/* Under SNAPPROF_ARM=demand a thread of ours wakes at most once a second
+ * in an idle program (issue 28): the exit is seen up to a second later. */
+#define END_CHECK_DEMAND_NS 1000000000u
 
 /* The helper thread (started by snapprof__preload_helper_arm()): carries
  * out the requests posted to it (preload_helper.c), stops the profile at
@@ -720,7 +734,8 @@ static void *helper_main(void *arg)
                 snapprof__preload_stop("exit");
                 exit(0);
             }
-            next_end_check = snapprof__monotonic_ns() + END_CHECK_NS;
+            next_end_check = snapprof__monotonic_ns() +
+                             (atomic_load(&g_demand) ? END_CHECK_DEMAND_NS : END_CHECK_NS);
         }
         if (!wake || next_end_check < wake)
             wake = next_end_check;

@@ -58,6 +58,8 @@ void snapprof__preload_write_summary(const snapprof__preload_profile_t *p, const
         else
             fprintf(f, "error.%u=%s\n", i, snapprof_strerror(res[i].err));
     }
+    if (p->cfg.arm_demand)
+        fprintf(f, "armed=demand\n"); /* no whole-run CPU output (SNAPPROF_ARM) */
     fprintf(f, "stopped=%s\n", note);
     fprintf(f, "signal=%s\n", snapprof__signal_name(p->signo, name, sizeof name));
     fprintf(f, "mode=%s\nperiod_ns=%u\n", p->cfg.wall ? "wall" : "cpu", 1000000000u / p->cfg.hz);

@@ -278,3 +278,98 @@ void snapprof__check_handler(snapprof_profiler_t *p)
         p->stats.handler_replaced_disarmed++;
     }
 }
+
+void snapprof__pending_gone(snapprof_profiler_t *p, snapprof__target_t *t)
+{
+    /* Gone before its tick, without leaving: its CPU time is what its
+     * clock said as it exited. The process-wide timer's captures of it
+     * are delivered first, so that what they stand for is set against its
+     * clock. */
+    if (snapprof__unarmed_withdraw(p, t))
+        snapprof__profiler_drain(p);
+    snapprof__clock_at_end(t, 0);
+    snapprof__settle_pending(t);
+    t->dead = 1;
+    snapprof__retire_unarmed(p, t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* On demand (params.arm_on_demand)                                         */
+/* ------------------------------------------------------------------------ */
+
+void snapprof__park(snapprof_profiler_t *p)
+{
+    if (!p->params.arm_on_demand || p->parked)
+        return;
+    /* The same disarm as a profile's end: the CPU time each trigger
+     * counted is kept, and what its thread does from now on is its
+     * remainder. */
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        if (!t->arm)
+            continue;
+        snapprof__disarm(p, t);
+        t->parked = 1;
+    }
+    p->parked = 1;
+}
+
+/* A handshake target's next sample weighs its CPU time since its previous
+ * one: from now on, not over the stretch nothing was sampled. Lock held. */
+static void handshake_from_now(snapprof__target_t *t)
+{
+    uint64_t cpu;
+    if (snapprof__thread_cpu_ns(t->thread->tid, &cpu) != 0)
+        return; /* gone: its next tick finds it so */
+    t->cpu_last = cpu > t->cpu_last ? cpu : t->cpu_last;
+    t->cpu_at_sample = cpu;
+    t->cpu_after = cpu;
+    t->sampled = 1;
+}
+
+void snapprof__unpark(snapprof_profiler_t *p)
+{
+    if (!p->parked)
+        return;
+    p->parked = 0;
+    for (size_t i = 0; i < p->target_count; i++) {
+        snapprof__target_t *t = p->targets[i];
+        int was_parked = t->parked;
+        t->parked = 0;
+        if (t->dead)
+            continue;
+        if (atomic_load(&t->thread->exited)) {
+            if (t->arm_pending) {
+                snapprof__pending_gone(p, t);
+            } else {
+                snapprof__clock_at_end(t, 0);
+                t->dead = 1;
+            }
+            continue;
+        }
+        /* Those that joined while nothing was armed are armed now, not at
+         * the next tick: their CPU time so far is then their remainder,
+         * delivered before the attach, not in the attached builder's
+         * stretch. */
+        if (t->arm_pending) {
+            t->arm_pending = 0;
+            snapprof__arm_target(p, t);
+        } else if (was_parked) {
+            /* Counted once per thread, under the trigger it has now. */
+            p->stats.threads_by_trigger[t->trigger]--;
+            snapprof__arm_target(p, t);
+        }
+        if (t->arm) {
+            /* The blocked-signal watch counts from now. */
+            t->watch_fired = atomic_load_explicit(&t->cap.fired, memory_order_relaxed);
+            snapprof__thread_cpu_ns(t->thread->tid, &t->watch_cpu);
+        } else if (t->trigger == SNAPPROF_TRIGGER_HANDSHAKE) {
+            handshake_from_now(t);
+        }
+    }
+    p->joined_since_tick = 0; /* every pending target was armed above */
+    /* The handshake's ticks and the drains resume at once. */
+    p->next_tick = snapprof__monotonic_ns();
+    p->next_drain = p->next_tick;
+    snapprof__sampler_kick();
+}

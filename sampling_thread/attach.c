@@ -194,10 +194,17 @@ int snapprof_profiler_attach_builder(snapprof_profiler_t *p, snapprof_builder_t 
         /* It starts with the profile (snapprof__attached_start()). */
         p->attached[p->attached_count++] = (snapprof__attached_t){.builder = b};
     } else if (rc == 0) {
+        /* On demand (params.arm_on_demand): the first one arms the
+         * threads, before the boundary, so that what they did meanwhile is
+         * delivered before it, as their remainders. */
+        if (p->attached_count == 0)
+            snapprof__unpark(p);
         snapprof__deliver_so_far(p);
         rc = start_attached(p, b, &p->attached[p->attached_count]);
         if (rc == 0)
             p->attached_count++;
+        else if (p->attached_count == 0)
+            snapprof__park(p);
     }
     snapprof__sampler_unlock();
     return rc;
@@ -229,6 +236,10 @@ int snapprof_profiler_detach_builder(snapprof_profiler_t *p, snapprof_builder_t 
         a.completed = 1; /* never started: nothing to complete */
         a.result = 0;
     } else if (!a.completed) {
+        /* On demand, the last one stops the triggers first: its stretch
+         * ends with their last captures and the remainders read after. */
+        if (p->attached_count == 1 && p->state == PROFILER_RUNNING && !p->handed_over)
+            snapprof__park(p);
         snapprof__deliver_so_far(p);
         end_attached(p, &a, &e);
     }

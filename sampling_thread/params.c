@@ -65,5 +65,10 @@ int snapprof__params_check(const snapprof_params_t *p)
         return -EINVAL;
     if (p->trigger != SNAPPROF_TRIGGER_HANDSHAKE && p->capture_memory_max < (1u << 20))
         return -EINVAL;
+    /* Wall mode's ticks read every thread whether or not anything is
+     * attached, and the process-wide timer is made once for the whole
+     * profile: neither stops when the triggers do. */
+    if (p->arm_on_demand && (p->mode != SNAPPROF_MODE_CPU || p->unarmed_timer))
+        return -EINVAL;
     return 0;
 }

@@ -220,8 +220,8 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
         t->cpu_last = t->cpu_start;
         if (p->params.trigger == SNAPPROF_TRIGGER_HANDSHAKE) {
             snapprof__arm_target(p, t);
-        } else if (newborn && p->pool_ready && thread->tid == snapprof__gettid_cached() &&
-                   arm_at_start(p)) {
+        } else if (newborn && p->pool_ready && !p->parked &&
+                   thread->tid == snapprof__gettid_cached() && arm_at_start(p)) {
             /* A thread joining as it starts, on itself (the preload's
              * threads, before their start routine): armed now, its first
              * period drawn in (0, interval] (trigger_perf_event.c), so a
@@ -258,10 +258,12 @@ int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thre
              * later drain); it stays due then even if that thread has
              * gone, so that threads coming and going wake it once a tick,
              * not once each. */
-            if (!p->joined_since_tick) {
+            if (!p->joined_since_tick && !p->parked) {
                 p->joined_since_tick = 1;
                 snapprof__sampler_kick();
             }
+            /* Parked (params.arm_on_demand): it waits, unarmed and without
+             * waking anyone, for the next attach (snapprof__unpark()). */
         }
     }
 out:
@@ -569,6 +571,12 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         t->cpu_last = t->cpu_start;
         snapprof__arm_target(p, t);
     }
+    /* On demand with nothing attached yet: the threads wait, their
+     * triggers made and stopped again as at a detach (the arming above
+     * gave each its trigger, so that its CPU time until the first attach
+     * is its remainder), for the first attach. */
+    if (p->attached_count == 0)
+        snapprof__park(p);
     p->app_cursor = snapprof__app_frames_head();
     p->pid = getpid();
     p->next_tick = p->start_mono + p->params.initial_delay_ns;
@@ -581,9 +589,11 @@ int snapprof_profiler_start(snapprof_profiler_t *p)
         snapprof__heap_end(p);
         snapprof__event_reader_close(&p->events);
         p->state = PROFILER_CREATED;
+        p->parked = 0;
         for (size_t i = 0; i < p->target_count; i++) {
             snapprof__disarm(p, p->targets[i]);
             p->targets[i]->trigger = 0;
+            p->targets[i]->parked = 0;
         }
         snapprof__profiler_drain(p);
         p->handshake_count = 0;

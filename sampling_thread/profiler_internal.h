@@ -65,6 +65,10 @@ typedef struct snapprof__target {
      * it at its next tick. */
     int arm_pending;
     int never_armed; /* it left, or the profile ended, while arm_pending */
+    /* params.arm_on_demand: its trigger was stopped when the last builder
+     * was detached (snapprof__park()); the next attach arms it again
+     * (snapprof__unpark()). */
+    int parked;
     /* Armed by the thread itself as it joined at its start: when it ends
      * without a sample its CPU time goes to the pool (deliver_unarmed()). */
     int armed_at_start;
@@ -149,6 +153,10 @@ struct snapprof_profiler {
     int ptimer_on;   /* it was made (its counters are the profile's) */
     int ptimer_live; /* and not stopped yet: threads not yet armed take its captures */
     size_t armed_count, handshake_count;
+    /* params.arm_on_demand and no builder attached: no trigger is armed,
+     * no handshake is sent, and the sampling thread ticks once a second
+     * (snapprof__park(), snapprof__unpark() in arm.c). */
+    int parked;
     int joined_since_tick; /* a target became arm_pending since the last tick */
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */
@@ -301,6 +309,17 @@ void snapprof__disarm(snapprof_profiler_t *p, snapprof__target_t *t);
 void snapprof__settle_pending(snapprof__target_t *t);
 void snapprof__clock_at_end(snapprof__target_t *t, int read_live);
 void snapprof__retire_unarmed(snapprof_profiler_t *p, snapprof__target_t *t);
+/* t, which waited to be armed, has exited: its CPU time joins the pool of
+ * threads never armed. Lock held. */
+void snapprof__pending_gone(snapprof_profiler_t *p, snapprof__target_t *t);
+/* params.arm_on_demand: the last builder attached to p is leaving
+ * (snapprof__park(): every trigger stopped, p->parked set), or the first
+ * one is coming (snapprof__unpark(): every thread armed again, those that
+ * joined meanwhile too, p->parked cleared). Only while p runs (or as it
+ * starts), before its completion; the captures they leave in the slots
+ * are the caller's to deliver. Lock held. */
+void snapprof__park(snapprof_profiler_t *p);
+void snapprof__unpark(snapprof_profiler_t *p);
 /* With the process-wide timer: t, which waits to be armed, takes that
  * timer's captures from now on (snapprof__unarmed_publish()), or no longer
  * (snapprof__unarmed_withdraw(): returns 1 when a capture of it may be in

@@ -124,6 +124,10 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
     /* Heap captures or frees filling up (heap/): drain now. */
     if (snapprof__heap_due(p))
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
+    /* Parked (params.arm_on_demand, nothing attached): its slow tick, or
+     * its end. */
+    if (p->parked)
+        return p->deadline && p->deadline < p->next_tick ? p->deadline : p->next_tick;
     if (p->armed_count == 0)
         return p->next_tick;
     /* Filling up: drain now, but leave the lock free for a moment between
@@ -164,15 +168,48 @@ static int unarmed_due(const snapprof_profiler_t *p, const snapprof__target_t *t
     return cpu >= t->cpu_start + interval;
 }
 
+/* Adds the sampling thread's CPU time since c0 to p's counters. */
+static void count_sampler_cpu(snapprof_profiler_t *p, const struct timespec *c0)
+{
+    struct timespec c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    p->stats.sampler_cpu_ns +=
+        (uint64_t)(c1.tv_sec - c0->tv_sec) * 1000000000u + (uint64_t)(c1.tv_nsec - c0->tv_nsec);
+}
+
+/* How often a parked profiler ticks (params.arm_on_demand with nothing
+ * attached): issue 28 allows a thread of ours one wake-up a second in an
+ * idle program. */
+#define PARKED_TICK_NS 1000000000u
+
+/* A tick of a parked profiler: nothing is armed and no thread is
+ * signalled; the process-wide logs (app frames, events) are read and the
+ * heap hooks patch new modules, once a second. Threads that join wait,
+ * unarmed, for the next attach (snapprof__unpark()). Returns 1 when the
+ * profile is finished. Lock held. */
+static int parked_tick(snapprof_profiler_t *p, uint64_t now, const struct timespec *c0)
+{
+    if (now >= p->next_tick) {
+        snapprof__heap_tick();
+        snapprof__drain_app_frames(p);
+        snapprof__event_reader_read(&p->events);
+        p->next_tick = snapprof__monotonic_ns() + PARKED_TICK_NS;
+    }
+    count_sampler_cpu(p, c0);
+    return p->deadline && now >= p->deadline;
+}
+
 int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
 {
-    struct timespec c0, c1;
+    struct timespec c0;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
     int stopped = snapprof__drain_some(p, 1);
     if (!stopped)
         snapprof__retire_removed(p);
+    if (p->parked)
+        return parked_tick(p, now, &c0);
     if (p->armed_count > 0)
         p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
@@ -195,16 +232,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             snapprof__target_t *t = p->targets[i];
             if (t->arm_pending) {
                 if (t->dead || atomic_load(&t->thread->exited)) {
-                    /* Gone before its tick, without leaving: its CPU time
-                     * is what its clock said as it exited. The process-wide
-                     * timer's captures of it are delivered first, so that
-                     * what they stand for is set against its clock. */
-                    if (snapprof__unarmed_withdraw(p, t))
-                        snapprof__profiler_drain(p);
-                    snapprof__clock_at_end(t, 0);
-                    snapprof__settle_pending(t);
-                    t->dead = 1;
-                    snapprof__retire_unarmed(p, t);
+                    snapprof__pending_gone(p, t);
                     continue;
                 }
                 if (!unarmed_due(p, t, now)) {
@@ -271,9 +299,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
             p->wall_ticks_owed = missed;
         }
     }
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    p->stats.sampler_cpu_ns +=
-        (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000u + (uint64_t)(c1.tv_nsec - c0.tv_nsec);
+    count_sampler_cpu(p, &c0);
     if (p->params.max_samples && p->ticks_done >= p->params.max_samples)
         return 1;
     /* With CPU-clock triggers the profile lasts until the deadline itself;

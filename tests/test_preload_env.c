@@ -69,6 +69,53 @@ static void test_bad_env(void)
     free(text);
 }
 
+/* SNAPPROF_ARM: a bad value is one line and the whole run armed (its file
+ * written); demand alone (no record --http to ask) writes no CPU file and
+ * leaves the program alone; demand under wall mode is one line and the
+ * whole run armed. */
+static void test_arm_env(void)
+{
+    pl_skip_if_sanitized();
+    pl_setup("pre-armenv");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=a.pb.gz SNAPPROF_ARM=sometimes %s "
+                        "burn hot_a 200; echo st=$?",
+                        pl_dir, LIB, PROG);
+    ASSERT_CONTAINS(text, "hot_a done");
+    ASSERT_CONTAINS(text, "st=0");
+    pl_require_count(text, "snapprof: ", 1);
+    ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_ARM: 'sometimes' is not when to arm (always "
+                          "or demand); armed for the whole run\n");
+    char prof[1024];
+    snprintf(prof, sizeof prof, "%s/a.pb.gz", pl_dir);
+    ASSERT_EQ(access(prof, F_OK), 0); /* the run's file, as without it */
+    free(text);
+
+    text = pl_run(&st,
+                  "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=d.pb.gz SNAPPROF_ARM=Demand %s burn "
+                  "hot_a 200; echo st=$?",
+                  pl_dir, LIB, PROG);
+    ASSERT_CONTAINS(text, "hot_a done");
+    ASSERT_CONTAINS(text, "st=0");
+    ASSERT(strstr(text, "snapprof:") == NULL);
+    snprintf(prof, sizeof prof, "%s/d.pb.gz", pl_dir);
+    ASSERT(access(prof, F_OK) != 0);
+    free(text);
+
+    text = pl_run(&st,
+                  "cd %s && LD_PRELOAD=%s SNAPPROF_OUTPUT=w.pb.gz SNAPPROF_ARM=demand "
+                  "SNAPPROF_MODE=wall %s burn hot_a 200; echo st=$?",
+                  pl_dir, LIB, PROG);
+    ASSERT_CONTAINS(text, "st=0");
+    pl_require_count(text, "snapprof: ", 1);
+    ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_ARM=demand with SNAPPROF_MODE=wall; armed "
+                          "for the whole run\n");
+    snprintf(prof, sizeof prof, "%s/w.pb.gz", pl_dir);
+    ASSERT_EQ(access(prof, F_OK), 0);
+    free(text);
+}
+
 /* An output directory that does not exist: one line, and the profile goes
  * to /tmp/snapprof.<pid>.pb.gz instead. */
 static void test_output_dir_missing(void)
@@ -308,6 +355,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"cpuprofile", test_cpuprofile},
         {"bad_env", test_bad_env},
+        {"arm_env", test_arm_env},
         {"output_dir_missing", test_output_dir_missing},
         {"not_asked", test_not_asked},
         {"program_signal_handler", test_program_signal_handler},

@@ -1124,6 +1124,23 @@ typedef struct snapprof_params {
      * second is sampled at most CONFIG_HZ times per CPU. Default 0
      * (SNAPPROF_SHORT_THREADS=timer in the preload library). */
     int unarmed_timer;
+    /* Added in 0.7.0 (read only when size covers it). CPU mode: when
+     * nonzero, the threads' triggers are armed only while at least one
+     * builder is attached to the running profile
+     * (snapprof_profiler_attach_builder(), snapprof_profiler_collect()),
+     * and disarmed when the last one is detached: between such stretches
+     * no signal reaches the program and the sampling thread wakes at most
+     * once a second (issue 28: an HTTP endpoint that is not asked costs
+     * nothing). The profile's own builders then receive time samples only
+     * while something is attached; a thread's CPU time while disarmed
+     * reaches them as its "[kernel and unsampled]" remainder (with a
+     * CPU-clock trigger) or not at all (with the handshake). Threads that
+     * join while disarmed are armed by the next attach, with the others.
+     * Heap sampling (heap_interval) is not affected. Not with
+     * unarmed_timer (-EINVAL) nor in wall mode (-EINVAL). Default 0: armed
+     * from start to stop (SNAPPROF_ARM=demand in the preload library,
+     * `snapprof record --http` without -o). */
+    int arm_on_demand;
 } snapprof_params_t;
 
 /* The size of the first snapprof_params_t that had a size member (0.4.0),
@@ -1156,7 +1173,8 @@ static inline void snapprof_params_init(snapprof_params_t *params)
  *             a signal number; copy_timeout_ns 0; max_frames below 2;
  *             stack_buffer_size below 4096; mode or trigger not one of
  *             its enum's values; capture_memory_max below 1 MiB (unless
- *             the trigger is SNAPPROF_TRIGGER_HANDSHAKE);
+ *             the trigger is SNAPPROF_TRIGGER_HANDSHAKE); arm_on_demand
+ *             in wall mode or with unarmed_timer;
  *   -ENOMEM   out of memory (the profiler's buffers are allocated here). */
 SNAPPROF_API int snapprof_profiler_create(const snapprof_params_t *params,
                                           snapprof_thread_t *const *threads, size_t count,
@@ -1262,7 +1280,9 @@ SNAPPROF_API int snapprof_profiler_flush(snapprof_profiler_t *profiler);
  * (snapprof_profiler_swap_builder()) add up to the profile's builders'
  * totals exactly, sample for sample. With the handshake trigger a
  * stretch's first sample of a thread weighs its CPU time since the
- * thread's previous sample.
+ * thread's previous sample. With params.arm_on_demand the first builder
+ * attached arms the threads (before its boundary) and the last one
+ * detached disarms them (before its end).
  *
  * The call unwinds the captures waiting in the slots on the calling
  * thread. Ownership stays with the caller (also when the call fails); do

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `snapprof record --http` without -o (issue 28): nothing is armed until a
+# request comes (SNAPPROF_ARM=demand, snapprof_params_t.arm_on_demand).
+# http_prog.c burns CPU all the time; between requests its threads get no
+# signal and the sampling thread in it wakes at most once a second.
+#   test_http_ondemand.sh CASE SNAPPROF_CLI HTTP_PROG SANITIZED HAVE_MHD
+# Exit 77: skipped (a sanitizer build, whose preload cannot be preloaded
+# into an uninstrumented program; no libmicrohttpd or curl).
+set -u
+case=$1 cli=$2 prog=$3 sanitized=$4 have_mhd=$5
+skip() { echo "SKIP: $*"; exit 77; }
+fail() {
+  echo "FAIL ($case): $*"
+  echo "--- record's stderr:"; cat "$dir/err" 2>/dev/null
+  echo "--- program's stdout:"; cat "$dir/out" 2>/dev/null
+  exit 1
+}
+[ "$sanitized" = 1 ] && skip "preload tests do not run under sanitizers"
+[ "$have_mhd" = 1 ] || skip "snapprof was built without libmicrohttpd (tools/setup.sh installs it)"
+command -v curl >/dev/null || skip "no curl (tools/setup.sh installs it)"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/snapprof-http-ondemand.XXXXXX")
+rec=
+cleanup() {
+  touch "$dir/stop"
+  if [ -n "$rec" ] && kill -0 "$rec" 2>/dev/null; then
+    sleep 5; kill "$rec" 2>/dev/null
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+tck=$(getconf CLK_TCK)
+
+# Starts record in $dir (where a default snapprof.pb.gz would go) with
+# "$@" before --http; sets url, base, token, pid (the program's) and
+# sampler (the tid of its sampling thread, named "snapprof": it must be
+# there before any request).
+start() {
+  (cd "$dir" && exec "$cli" record "$@" --http 127.0.0.1:0 -- "$prog" "$dir/stop") \
+    >"$dir/out" 2>"$dir/err" &
+  rec=$!
+  url=
+  for _ in $(seq 600); do
+    url=$(grep -o 'http://[^ ]*' "$dir/err" | head -1)
+    [ -n "$url" ] && break
+    kill -0 "$rec" 2>/dev/null || fail "record ended without serving"
+    sleep 0.1
+  done
+  [ -n "$url" ] || fail "record printed no URL"
+  base=${url%%/debug/*}
+  token=${url##*token=}
+  pid=$(pgrep -P "$rec" | head -1)
+  [ -n "$pid" ] || fail "no program under record"
+  sampler=
+  for t in /proc/"$pid"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = snapprof ] && sampler=${t##*/}
+  done
+  [ -n "$sampler" ] || fail "no sampling thread in the program"
+}
+
+# The program's CPU time in clock ticks (utime + stime; the comm field
+# has no spaces: http_prog).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+# The voluntary context switches (wake-ups from a sleep) of each thread of
+# the program but its own (http_prog has one: the main thread), "tid n".
+wakeups() {
+  for t in /proc/"$pid"/task/*; do
+    [ "${t##*/}" = "$pid" ] && continue
+    echo "${t##*/} $(awk '/^voluntary_ctxt_switches/ { print $2 }' "$t/status" 2>/dev/null)"
+  done
+}
+
+# idle WHEN: while the program burns 2 CPU-seconds (judged by its CPU
+# clock, not by wall time: the machine is loaded) with nothing requested,
+# no thread of ours in it (the sampling thread, the helper, the one that
+# serves) wakes more than once a second of wall time (+2).
+idle() {
+  local c0 t0 t1 secs tid k0 k1 seen=0
+  c0=$(cpu_ticks) t0=$(date +%s%N)
+  wakeups >"$dir/k0"
+  for _ in $(seq 1200); do
+    [ $(($(cpu_ticks) - c0)) -ge $((2 * tck)) ] && break
+    sleep 0.1
+  done
+  [ $(($(cpu_ticks) - c0)) -ge $((2 * tck)) ] || fail "$1: the program did not burn 2 CPU-seconds"
+  wakeups >"$dir/k1"
+  t1=$(date +%s%N)
+  secs=$(((t1 - t0) / 1000000000))
+  while read -r tid k1; do
+    k0=$(awk -v t="$tid" '$1 == t { print $2 }' "$dir/k0")
+    [ -n "$k0" ] || continue
+    seen=$((seen + 1))
+    echo "$1: $(cat "/proc/$pid/task/$tid/comm") ($tid): $((k1 - k0)) wake-ups in $secs s of" \
+      "wall time (2 CPU-seconds of the program)"
+    [ $((k1 - k0)) -le $((secs + 2)) ] || fail "$1: thread $tid woke $((k1 - k0)) times in ${secs} s"
+  done <"$dir/k1"
+  [ "$seen" -ge 1 ] || fail "$1: no thread of ours in the program"
+}
+
+# The "N samples" of the program's line in record's summary.
+run_samples() {
+  sed -n 's/^snapprof: http_prog (pid [0-9]*): \([0-9]*\) samples\{0,1\} .*/\1/p' "$dir/err"
+}
+
+case $case in
+idle_request_idle)
+  # Idle, a 2-second request, idle again: the run's samples (the summary's
+  # counters of the whole run) are the request's, and the sampling thread
+  # slept between.
+  start
+  idle "before the request"
+  c=$(curl -s --max-time 120 -o "$dir/cpu.pb.gz" -w '%{http_code}' \
+    "$base/debug/pprof/profile?seconds=2&token=$token")
+  [ "$c" = 200 ] || fail "the request: $c $(cat "$dir/cpu.pb.gz")"
+  req=$("$cli" stats "$dir/cpu.pb.gz" | awk '$1 == "samples" && NF == 2 { print $2 }')
+  [ -n "$req" ] && [ "$req" -ge 10 ] || fail "the request's profile has ${req:-no} samples"
+  if command -v go >/dev/null; then
+    PPROF_TMPDIR=$dir HOME=$dir go tool pprof -top "$dir/cpu.pb.gz" >"$dir/top" 2>&1 ||
+      { cat "$dir/top"; fail "go tool pprof failed"; }
+    grep -q 'http_burn' "$dir/top" || { cat "$dir/top"; fail "http_burn is not in the profile"; }
+  else
+    echo "no go: the profile's functions are not checked"
+  fi
+  idle "after the request"
+  touch "$dir/stop"
+  wait "$rec"
+  status=$?
+  rec=
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  n=$(run_samples)
+  echo "the run: ${n:-?} samples; the request: $req"
+  [ -n "$n" ] || fail "no samples count in the summary"
+  # 4+ CPU-seconds burned outside the request would be 400 samples at
+  # 100 Hz; a capture in flight at each boundary may come in.
+  [ "$n" -le $((req + 4)) ] || fail "$n samples in the run, $req in the request"
+  grep -q 'no whole-run CPU profile' "$dir/err" || fail "the summary does not say it"
+  [ ! -e "$dir/snapprof.pb.gz" ] || fail "a whole-run profile was written"
+  ;;
+with_output)
+  # With -o nothing changes: the run is sampled from start to end and its
+  # file written.
+  start -o "$dir/whole.pb.gz"
+  c0=$(cpu_ticks)
+  for _ in $(seq 1200); do
+    [ $(($(cpu_ticks) - c0)) -ge "$tck" ] && break
+    sleep 0.1
+  done
+  touch "$dir/stop"
+  wait "$rec"
+  status=$?
+  rec=
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  n=$(run_samples)
+  echo "the run: ${n:-?} samples"
+  [ -n "$n" ] && [ "$n" -ge 50 ] || fail "${n:-no} samples in a run of 1+ CPU-second"
+  [ -s "$dir/whole.pb.gz" ] || fail "-o's whole-run profile was not written"
+  ! grep -q 'no whole-run CPU profile' "$dir/err" || fail "the summary says no profile"
+  ;;
+*)
+  echo "unknown case $case"
+  exit 2
+  ;;
+esac
+echo "ok $case"
