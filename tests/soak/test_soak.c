@@ -17,7 +17,8 @@
  *
  *   soak short        12 s (ctest soak_short)
  *   soak heap         6 s with --heap (ctest soak_heap)
- *   soak full [S]     S seconds, 60 by default (tools/soak.sh) */
+ *   soak full [S]     S seconds, 60 by default (tools/soak.sh)
+ *   soak fullheap [S] the same with --heap (SOAK_HEAP=1 tools/soak.sh) */
 #include "test_preload_util.h"
 
 #include <dirent.h>
@@ -386,6 +387,11 @@ static void test_full(void)
     run_soak(g_full_seconds, NULL, 0);
 }
 
+static void test_fullheap(void)
+{
+    run_soak(g_full_seconds, NULL, 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2)
@@ -394,6 +400,7 @@ int main(int argc, char **argv)
         {"short", test_short},
         {"heap", test_heap},
         {"full", test_full},
+        {"fullheap", test_fullheap},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc > 2 ? 2 : argc, argv);
 }
