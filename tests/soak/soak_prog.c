@@ -17,11 +17,23 @@
  *             freed and made anew. Annotated for ASan and TSan.
  *   recurse   recursion SOAK_DEPTH deep, working at the bottom
  *
+ * With --heap (soak_heap) it first calls snapprof_heap_hooks_install()
+ * (GOT patching: works linked and in the sanitizer builds), and the parts
+ * allocate in the ways the heap path must survive: a short thread's block
+ * freed by the thread that joins it, a block freed by a thread-specific
+ * destructor as its thread exits (detached ones too), realloc chains,
+ * calloc and posix_memalign, allocations on fiber stacks and at the bottom
+ * of the deep recursion, in the fork child before _exit() and in the
+ * exec'd soak, and in the dlopen'd library: a block freed there and one
+ * kept across dlclose() and freed after it. Every other dlopen round calls
+ * install again, so that the library's GOT is patched at once; the others
+ * leave it to the sampling thread, which races the dlclose().
+ *
  * Everything it starts it joins or waits for. It prints one line of counts
  * and exits 0 only when every part ran and every child exited 0.
  *
- *   soak_prog --seconds N --lib PATH [--only PART,...]
- *   soak_prog --exec-child          (what the fork part execs)
+ *   soak_prog --seconds N --lib PATH [--only PART,...] [--heap]
+ *   soak_prog --exec-child [--heap] (what the fork part execs)
  *
  * --only runs the parts named (and counts only theirs): to find which part
  * a failure needs.
@@ -31,6 +43,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <snapprof/heap.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -86,6 +99,8 @@ static atomic_int g_failed;
 static atomic_ullong g_threads, g_detached, g_detached_live, g_dlopens, g_forks, g_execs,
     g_fiber_switches, g_fibers, g_recursions;
 static const char *g_lib;
+static int g_heap; /* --heap */
+static pthread_key_t g_heap_key;
 static char g_self[4096];
 
 #define FAIL(...)                                                                                  \
@@ -139,17 +154,109 @@ WORK(soak_fiber_work)
 WORK(soak_bottom)
 
 /* ------------------------------------------------------------------------ */
+/* heap (--heap)                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Writes to a block, so that no malloc/free pair is elided. */
+static void touch(void *p, size_t size)
+{
+    volatile char *c = p;
+    for (size_t i = 0; i < size; i += 4096)
+        c[i] = (char)i;
+    c[size - 1] = 1;
+}
+
+/* A block of size bytes by one of malloc, calloc, posix_memalign and a
+ * realloc of a smaller block, in turn; NULL when out of memory. */
+SOAK_NOINLINE void *soak_heap_alloc(size_t size, unsigned how)
+{
+    void *p = NULL;
+    switch (how % 4) {
+    case 0:
+        p = malloc(size);
+        break;
+    case 1:
+        p = calloc(1, size);
+        break;
+    case 2:
+        if (posix_memalign(&p, 64, size) != 0)
+            p = NULL;
+        break;
+    default: {
+        void *q = malloc(size / 2 + 1);
+        if (q && !(p = realloc(q, size)))
+            free(q);
+    }
+    }
+    if (p)
+        touch(p, size);
+    return p;
+}
+
+/* A realloc chain: 16 bytes grown to 64 KiB by doubling (moves and grows
+ * in place), then shrunk once, then freed. */
+SOAK_NOINLINE void soak_heap_realloc_chain(unsigned seed)
+{
+    char *p = NULL;
+    for (size_t size = 16 + (seed & 15); size <= 65536; size *= 2) {
+        char *q = realloc(p, size);
+        if (!q)
+            break;
+        p = q;
+        touch(p, size);
+    }
+    char *q = realloc(p, 100);
+    if (q)
+        p = q;
+    free(p);
+}
+
+/* A few blocks of each kind, freed in another order than made, and a
+ * realloc chain: about 40 KiB, so some ten samples a call at 4096. */
+SOAK_NOINLINE void soak_heap_churn(unsigned seed)
+{
+    if (!g_heap)
+        return;
+    void *b[8];
+    for (unsigned i = 0; i < 8; i++)
+        b[i] = soak_heap_alloc((size_t)64 << (i % 6), seed + i);
+    for (unsigned i = 0; i < 8; i++)
+        free(b[(i * 3 + seed) % 8]);
+    soak_heap_realloc_chain(seed);
+}
+
+/* Frees a thread's block as it exits (a pthread_key destructor): the heap
+ * path sees a free after the thread's own TLS may be gone. */
+static void heap_key_free(void *p)
+{
+    free(p);
+}
+
+/* Gives the calling thread a block that its exit frees. */
+static void heap_keep_until_exit(unsigned seed)
+{
+    if (g_heap)
+        pthread_setspecific(g_heap_key, soak_heap_alloc(1024 + seed % 4096, seed));
+}
+
+/* ------------------------------------------------------------------------ */
 /* threads                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* With --heap, returns a block that the joining thread frees. */
 static void *short_thread(void *arg)
 {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    heap_keep_until_exit(seed);
+    soak_heap_churn(seed);
     soak_thread_work(THREAD_ITERS, (uint64_t)(uintptr_t)arg);
-    return NULL;
+    return g_heap ? soak_heap_alloc(4096 + 512 * seed, seed) : NULL;
 }
 
 static void *detached_thread(void *arg)
 {
+    heap_keep_until_exit(7);
+    soak_heap_churn(7);
     soak_thread_work(THREAD_ITERS, (uint64_t)(uintptr_t)arg);
     atomic_fetch_sub(&g_detached_live, 1);
     return NULL;
@@ -173,8 +280,11 @@ static void *part_threads(void *arg)
             atomic_fetch_add(&g_detached, 1);
         else
             atomic_fetch_sub(&g_detached_live, 1);
-        for (int i = 0; i < n; i++)
-            pthread_join(th[i], NULL);
+        for (int i = 0; i < n; i++) {
+            void *block = NULL;
+            pthread_join(th[i], &block);
+            free(block); /* allocated on the thread just joined */
+        }
         atomic_fetch_add(&g_threads, (unsigned)n);
         if (n < 4) { /* out of threads for now: the detached ones end soon */
             sleep_ns(1000000u);
@@ -192,11 +302,25 @@ static void *part_dlopen(void *arg)
 {
     (void)arg;
     uint64_t x = 1;
-    while (!atomic_load(&g_stop)) {
+    for (unsigned round = 0; !atomic_load(&g_stop); round++) {
         void *h = dlopen(g_lib, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             FAIL("dlopen %s: %s", g_lib, dlerror());
             return NULL;
+        }
+        void *kept = NULL;
+        if (g_heap) {
+            if (round % 2 == 0 && snapprof_heap_hooks_install() < 0)
+                FAIL("snapprof_heap_hooks_install after dlopen failed");
+            uint64_t (*lib_alloc)(uint64_t) = (uint64_t(*)(uint64_t))dlsym(h, "soak_lib_alloc");
+            void *(*lib_keep)(size_t) = (void *(*)(size_t))dlsym(h, "soak_lib_keep");
+            if (!lib_alloc || !lib_keep) {
+                FAIL("dlsym soak_lib_alloc, soak_lib_keep: %s", dlerror());
+                dlclose(h);
+                return NULL;
+            }
+            x = lib_alloc(x);
+            kept = lib_keep(2048 + (round % 8) * 1024);
         }
         uint64_t (*work)(uint64_t, uint64_t, void (*)(void)) =
             (uint64_t(*)(uint64_t, uint64_t, void (*)(void)))dlsym(h, "soak_lib_work");
@@ -210,6 +334,7 @@ static void *part_dlopen(void *arg)
             FAIL("dlclose: %s", dlerror());
             return NULL;
         }
+        free(kept); /* allocated by a library gone now */
         atomic_fetch_add(&g_dlopens, 1);
     }
     return NULL;
@@ -247,7 +372,9 @@ static void *part_fork(void *arg)
             return NULL;
         }
         if (pid == 0) {
+            soak_heap_churn(round);
             soak_child_work(CHILD_ITERS, round);
+            soak_heap_churn(round + 1);
             _exit(0);
         }
         if (!wait_ok(pid, "forked"))
@@ -261,7 +388,8 @@ static void *part_fork(void *arg)
         }
         if (pid == 0) {
             if (round % 2 == 0)
-                execl(g_self, g_self, "--exec-child", (char *)NULL);
+                execl(g_self, g_self, "--exec-child", g_heap ? "--heap" : (char *)NULL,
+                      (char *)NULL);
             else
                 execl("/bin/true", "true", (char *)NULL);
             _exit(127);
@@ -327,6 +455,8 @@ static void fiber_main(void)
 #endif
     fiber_t *f = g_current;
     for (int r = 0; r < FIBER_ROUNDS; r++) {
+        if (r % 8 == 0)
+            soak_heap_churn((unsigned)r); /* on a malloc'd stack */
         soak_fiber_work(FIBER_ITERS, (uint64_t)r);
         fiber_switch(&f->ctx, &g_sched_ctx, g_sched_tsan, g_sched_bottom, g_sched_size, 0);
     }
@@ -402,8 +532,10 @@ static void *part_fibers(void *arg)
 SOAK_NOINLINE uint64_t soak_recurse(int depth, uint64_t x)
 {
     volatile uint64_t pad[2] = {x, (uint64_t)depth};
-    if (depth == 0)
+    if (depth == 0) {
+        soak_heap_churn((unsigned)x); /* a stack 2000 frames deep */
         return soak_bottom(BOTTOM_ITERS, pad[0]);
+    }
     /* Used after the call: not a tail call, so every level keeps a frame. */
     return soak_recurse(depth - 1, pad[0] + 1) ^ pad[1];
 }
@@ -425,7 +557,9 @@ static void *part_recurse(void *arg)
 
 static int usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s --seconds N --lib PATH | --exec-child\n", argv0);
+    fprintf(stderr,
+            "usage: %s --seconds N --lib PATH [--only PART,...] [--heap] | --exec-child [--heap]\n",
+            argv0);
     return 2;
 }
 
@@ -433,10 +567,12 @@ int main(int argc, char **argv)
 {
     double seconds = 0;
     const char *only = NULL;
+    int exec_child = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--exec-child")) {
-            soak_child_work(CHILD_ITERS, 7);
-            return 0;
+            exec_child = 1;
+        } else if (!strcmp(argv[i], "--heap")) {
+            g_heap = 1;
         } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = strtod(argv[++i], NULL);
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
@@ -446,6 +582,23 @@ int main(int argc, char **argv)
         } else {
             return usage(argv[0]);
         }
+    }
+    if (g_heap) {
+        int patched = snapprof_heap_hooks_install();
+        if (patched <= 0) {
+            fprintf(stderr, "soak: snapprof_heap_hooks_install: %d\n", patched);
+            return 1;
+        }
+        if (pthread_key_create(&g_heap_key, heap_key_free) != 0) {
+            fprintf(stderr, "soak: pthread_key_create failed\n");
+            return 1;
+        }
+    }
+    if (exec_child) {
+        soak_heap_churn(7);
+        soak_child_work(CHILD_ITERS, 7);
+        soak_heap_churn(8);
+        return 0;
     }
     if (!(seconds > 0) || !g_lib)
         return usage(argv[0]);
@@ -495,6 +648,17 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         printf(" %s=%llu", names[i], counts[i]);
         missing |= counts[i] == 0 && !only;
+    }
+    if (g_heap) {
+        snapprof_heap_hooks_stats_t hs = {.size = sizeof hs};
+        if (snapprof_heap_hooks_get_stats(&hs) != 0 || !hs.installed || hs.entries == 0) {
+            printf("\n");
+            fprintf(stderr, "soak: the heap hooks are not installed\n");
+            return 1;
+        }
+        printf(" heap_entries=%llu heap_modules=%llu heap_scans=%llu heap_mprotect_failed=%llu",
+               (unsigned long long)hs.entries, (unsigned long long)hs.modules,
+               (unsigned long long)hs.scans, (unsigned long long)hs.mprotect_failed);
     }
     printf("\n");
     if (missing)
