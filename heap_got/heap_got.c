@@ -73,21 +73,8 @@ static __thread snapprof__heap_hook_count_t hg_count __attribute__((tls_model("i
 extern const char __start_snapprof_got_hooks[] __attribute__((visibility("hidden")));
 extern const char __stop_snapprof_got_hooks[] __attribute__((visibility("hidden")));
 
-typedef struct hg_real {
-    void *(*malloc)(size_t);
-    void *(*calloc)(size_t, size_t);
-    void *(*realloc)(void *, size_t);
-    void *(*reallocarray)(void *, size_t, size_t);
-    void (*free)(void *);
-    int (*posix_memalign)(void **, size_t, size_t);
-    void *(*aligned_alloc)(size_t, size_t);
-    void *(*memalign)(size_t, size_t);
-    void *(*valloc)(size_t);
-    void *(*pvalloc)(size_t);
-} hg_real_t;
-
 /* Set before any GOT entry points at a hook that uses them, never cleared. */
-static hg_real_t hg_real;
+static hk_real_t hg_real;
 
 /* The countdown did not take this malloc: the sampler's slow path. */
 static HG_HOOK __attribute__((noinline)) void *hg_malloc_slow(size_t n)

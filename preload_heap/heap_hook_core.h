@@ -32,6 +32,21 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The allocator's own C functions, as each way in finds them (the
+ * preload: dlsym(RTLD_NEXT); the GOT hooks: what the entries held). */
+typedef struct hk_real {
+    void *(*malloc)(size_t);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void *(*reallocarray)(void *, size_t, size_t);
+    void (*free)(void *);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+} hk_real_t;
+
 #if !defined(HK_DEPTH) || !defined(HK_COUNT) || !defined(HK_SHARED)
 #error "define HK_DEPTH, HK_COUNT and HK_SHARED before including heap_hook_core.h"
 #endif

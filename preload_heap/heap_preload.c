@@ -31,19 +31,6 @@ extern snapprof__heap_hook_t snapprof__heap_hook_v1
 
 #include "preload_heap/heap_hook_core.h"
 
-typedef struct hk_real {
-    void *(*malloc)(size_t);
-    void *(*calloc)(size_t, size_t);
-    void *(*realloc)(void *, size_t);
-    void *(*reallocarray)(void *, size_t, size_t);
-    void (*free)(void *);
-    int (*posix_memalign)(void **, size_t, size_t);
-    void *(*aligned_alloc)(size_t, size_t);
-    void *(*memalign)(size_t, size_t);
-    void *(*valloc)(size_t);
-    void *(*pvalloc)(size_t);
-} hk_real_t;
-
 /* Written once per member by the first thread that resolves (others may
  * resolve at the same time and store the same values). malloc and free are
  * stored last: a non-NULL malloc (or free) means every member is known. */

@@ -8,27 +8,9 @@
 # into an uninstrumented program; no libmicrohttpd or curl).
 set -u
 case=$1 cli=$2 prog=$3 sanitized=$4 have_mhd=$5
-skip() { echo "SKIP: $*"; exit 77; }
-fail() {
-  echo "FAIL ($case): $*"
-  echo "--- record's stderr:"; cat "$dir/err" 2>/dev/null
-  echo "--- program's stdout:"; cat "$dir/out" 2>/dev/null
-  exit 1
-}
-[ "$sanitized" = 1 ] && skip "preload tests do not run under sanitizers"
-[ "$have_mhd" = 1 ] || skip "snapprof was built without libmicrohttpd (tools/setup.sh installs it)"
-command -v curl >/dev/null || skip "no curl (tools/setup.sh installs it)"
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/snapprof-http-ondemand.XXXXXX")
-rec=
-cleanup() {
-  touch "$dir/stop"
-  if [ -n "$rec" ] && kill -0 "$rec" 2>/dev/null; then
-    sleep 5; kill "$rec" 2>/dev/null
-  fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+HTTP_DIR_NAME=snapprof-http-ondemand
+# shellcheck source=tests/http_lib.sh
+. "$(dirname "$0")/http_lib.sh"
 tck=$(getconf CLK_TCK)
 
 # Starts record in $dir (where a default snapprof.pb.gz would go) with
