@@ -76,6 +76,8 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
+
+#include "cli/snapprof_http_conns.h"
 #include <stdarg.h>
 #include <zlib.h>
 
@@ -155,8 +157,9 @@ struct snapprof__http {
     int ended; /* the program was reaped */
     int hello; /* the program's preload serves */
     pthread_cond_t hello_cv;
-    int flight;              /* record --flight: ?since= is served (set before start) */
-    unsigned long cancelled; /* requests whose client went before the answer */
+    int flight;                   /* record --flight: ?since= is served (set before start) */
+    unsigned long cancelled;      /* requests whose client went before the answer */
+    snapprof__http_conns_t conns; /* the header deadline (its own lock) */
 };
 
 /* The per-connection marker of a request not (or no longer) tied to a
@@ -423,6 +426,13 @@ static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
     if (cancelled)
         n += snprintf(text + n, sizeof text - (size_t)n, "%lu request%s cancelled: client gone\n",
                       cancelled, cancelled == 1 ? "" : "s");
+    pthread_mutex_lock(&h->conns.mu);
+    unsigned long late = h->conns.closed_late;
+    pthread_mutex_unlock(&h->conns.mu);
+    if (late)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%lu connection%s closed: headers not in within %u s\n", late,
+                      late == 1 ? "" : "s", SNAPPROF_HTTP_HEADER_DEADLINE_S);
     return reply(c, MHD_HTTP_OK, "text/plain; charset=utf-8", text, (size_t)n,
                  MHD_RESPMEM_MUST_COPY, 0);
 }
@@ -598,6 +608,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)upload_data;
     if (*req_cls == NULL) {
         *req_cls = &k_seen; /* the headers: answered once the body is in */
+        snapprof__http_conns_headers_in(&h->conns, c);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -885,6 +896,8 @@ static void *reader_main(void *arg)
             pthread_mutex_lock(&h->mu);
             check_gone(h, resume, &n);
             pthread_mutex_unlock(&h->mu);
+            snapprof__http_conns_sweep(&h->conns, now,
+                                       SNAPPROF_HTTP_HEADER_DEADLINE_S * 1000000000ull);
             for (unsigned i = 0; i < n; i++)
                 MHD_resume_connection(resume[i]);
             n = 0;
@@ -967,6 +980,7 @@ snapprof__http_t *snapprof__http_prepare(const char *addr, const char *token, in
     h->listen_fd = h->ctl = h->child_end = -1;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->hello_cv, NULL);
+    snapprof__http_conns_init(&h->conns);
     int fam = h->addr.ss_family, one = 1;
     int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd >= 0) {
@@ -1052,11 +1066,12 @@ void snapprof__http_start(snapprof__http_t *h, pid_t pid)
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (h->addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
-                            h->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        snapprof__http_conns_notify, &h->conns, MHD_OPTION_END);
     if (!h->d) {
         fprintf(stderr, "snapprof: --http: cannot start the server; the program runs without "
                         "the endpoint\n");
@@ -1165,6 +1180,7 @@ void snapprof__http_finish(snapprof__http_t *h)
     remove_dir(h->dir);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->hello_cv);
+    snapprof__http_conns_destroy(&h->conns);
     free(h);
 }
 

@@ -16,7 +16,7 @@ else()
 endif()
 foreach(case go_pprof status_codes concurrency_bound program_closes_fds request_at_exit
     port_in_use heap_endpoints heap_params heap_bound not_served wall user_token flight
-    client_gone)
+    client_gone slow_headers)
   add_test(NAME http_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_http.sh ${case} $<TARGET_FILE:snapprof_cli>
             $<TARGET_FILE:http_prog> ${SNAPPROF_HTTP_SANITIZED} ${SNAPPROF_HTTP_MHD})

@@ -497,6 +497,58 @@ client_gone)
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   ;;
+slow_headers)
+  # Issue 28: a client that sends its request a byte every 2 s never
+  # reaches the 10 s idle timeout, and held its connection (one of 64)
+  # for as long as it trickled: a few such clients kept everyone out.
+  # Now its headers must be in within 20 s of its connection: it is
+  # closed after 20-30 s, not held for the 60 s this case waits; a
+  # request sent in three pieces over 4 s is still answered, and so is a
+  # 25 s profile (the deadline is the headers', not the answer's); the
+  # index counts the closed connection.
+  trap '' PIPE # a write to a closed connection fails, not the script
+  start "$dir/stop"
+  port=${base##*:}
+  exec 7<>"/dev/tcp/127.0.0.1/$port" || fail "cannot connect"
+  slow0=$(date +%s)
+  line="GET /debug/pprof/?token=$token HTTP/1.1"
+  (for ((i = 0; i < ${#line}; i++)); do
+    printf '%s' "${line:i:1}" >&7 2>/dev/null || exit 0
+    sleep 2
+  done) &
+  trickle=$!
+  (timeout 60 cat <&7 >/dev/null; echo "$? $(date +%s)" >"$dir/closed") &
+  closed=$!
+  OUT=$dir/long code "$base/debug/pprof/profile?seconds=25&token=$token" >"$dir/long.code" &
+  long=$!
+  exec 8<>"/dev/tcp/127.0.0.1/$port" || fail "cannot connect"
+  printf 'GET /debug/pprof/?tok' >&8
+  sleep 2
+  printf 'en=%s HTTP/1.1\r\nHost: x\r\n' "$token" >&8
+  sleep 2
+  printf '\r\n' >&8
+  IFS= read -r -t 30 status_line <&8 || fail "no answer to the request sent in pieces"
+  case $status_line in "HTTP/1.1 200"*) ;; *) fail "sent in pieces: $status_line" ;; esac
+  timeout 2 cat <&8 >/dev/null
+  exec 8<&-
+  wait "$long"
+  c=$(cat "$dir/long.code")
+  [ "$c" = 200 ] && is_gzip "$dir/long" || fail "a 25 s profile, longer than the deadline: $c"
+  wait "$closed"
+  read -r e t1 <"$dir/closed"
+  took=$((t1 - slow0))
+  kill "$trickle" 2>/dev/null
+  wait "$trickle" 2>/dev/null
+  exec 7<&-
+  echo "a request line sent a byte every 2 s: closed after $took s"
+  [ "$e" = 0 ] || fail "a request line sent a byte every 2 s is held: $took s"
+  [ "$took" -ge 19 ] && [ "$took" -le 35 ] || fail "closed after $took s, not 20-30"
+  c=$(code "$base/debug/pprof/?token=$token")
+  grep -q '^1 connection closed: headers not in within 20 s$' "$dir/body" ||
+    fail "index: $(cat "$dir/body")"
+  finish
+  [ "$status" = 0 ] || fail "exit status $status, not 0"
+  ;;
 *) fail "unknown case" ;;
 esac
 echo "PASS: $case"
