@@ -7,15 +7,10 @@
  * the program's preload (preload/preload_serve.c) answers "ok ID PATH" (a
  * pprof in our private directory, which we serve and unlink), "err ID
  * REASON" (503), or "end REASON" (its profile stopped). /allocs is /heap's
- * profile with alloc_space as its default sample type, set here. A control
- * thread here reads the answers and resumes the waiting connections. It
- * also watches the waiting connections, which libmicrohttpd does not
- * while they are suspended: a client that has gone (closed, reset, or
- * shut its side as Go's server counts it) gets no answer; its request is
- * cancelled ("cancel ID" to the program), its slot freed at once and its
- * connection closed. The channel closed without "end" means the program
- * ended or closed our fd: every request is then 503 with that reason; the
- * program goes on. */
+ * profile with alloc_space as its default sample type, set here. The
+ * control thread that reads the answers, resumes the waiting connections
+ * and cancels those whose client has gone is snapprof_http_channel.c; the
+ * connections' header deadline is snapprof_http_conns.c. */
 #include "cli/snapprof_http.h"
 
 #include <arpa/inet.h>
@@ -77,7 +72,8 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <limits.h>
 #include <microhttpd.h>
 
-#include "cli/snapprof_http_conns.h"
+#include "cli/snapprof_http_internal.h"
+
 #include <stdarg.h>
 #include <zlib.h>
 
@@ -101,77 +97,9 @@ void snapprof__http_finish(snapprof__http_t *h)
 #define INDEX_PATH "/debug/pprof/"
 #define CONNECTIONS_MAX 64
 #define CONNECTION_TIMEOUT_S 10
-/* How often the waiting connections are looked at (while any waits). */
-#define GONE_CHECK_NS 1000000000u
-
-typedef enum { SLOT_FREE, SLOT_WAITING, SLOT_ANSWERED } slot_state_t;
-
-/* What a request asks the program for: the file it answers with is
- * DIR/KIND-ID.pb.gz. */
-typedef enum { KIND_CPU, KIND_HEAP, KIND_SINCE } kind_t;
-/* A since answer is a CPU profile: cpu-ID too. */
-static const char *const k_kind_names[] = {
-    [KIND_CPU] = "cpu", [KIND_HEAP] = "heap", [KIND_SINCE] = "cpu"};
-
-/* One request to the program, from the line sent to its connection's
- * end. */
-typedef struct slot {
-    slot_state_t state;
-    kind_t kind;
-    int allocs; /* /allocs: the default sample type becomes alloc_space */
-    unsigned long id;
-    uint64_t end_ns; /* when the profile should end (Retry-After) */
-    /* The connection waiting for it. A slot freed while its connection
-     * waits (client gone) is no longer its: the connection, resumed,
-     * finds another c here (or NULL) and is closed without touching it. */
-    struct MHD_Connection *c;
-    unsigned code; /* once answered: 200 (body) or 503 (reason) */
-    char *body;
-    size_t len;
-    char reason[256];
-} slot_t;
-
-struct snapprof__http {
-    struct sockaddr_storage addr;
-    socklen_t addr_len;
-    int listen_fd;
-    int ctl; /* our end of the control channel */
-    int child_end;
-    char dir[PATH_MAX];
-    char token[SNAPPROF_HTTP_TOKEN_MAX + 1]; /* "" when none is required */
-    int heap;                                /* --heap: /heap and /allocs are served */
-    int wall;                                /* --wall: /wall is served */
-    char host[INET6_ADDRSTRLEN + 2];
-    unsigned port;
-    pid_t pid;
-    struct MHD_Daemon *d;
-    pthread_t reader;
-    int reader_running;
-    atomic_int quit;
-
-    pthread_mutex_t mu; /* everything below */
-    slot_t slots[SNAPPROF_HTTP_MAX_PROFILES];
-    unsigned long next_id;
-    int closed; /* the channel says no more: closed_why */
-    char closed_why[256];
-    int ended; /* the program was reaped */
-    int hello; /* the program's preload serves */
-    pthread_cond_t hello_cv;
-    int flight;                   /* record --flight: ?since= is served (set before start) */
-    unsigned long cancelled;      /* requests whose client went before the answer */
-    snapprof__http_conns_t conns; /* the header deadline (its own lock) */
-};
-
 /* The per-connection marker of a request not (or no longer) tied to a
  * slot. */
 static int k_seen;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int parse_addr(const char *s, struct sockaddr_storage *out, socklen_t *len, char *why,
                       size_t why_size)
@@ -559,7 +487,7 @@ static enum MHD_Result start_request(snapprof__http_t *h, struct MHD_Connection 
         return say(c, MHD_HTTP_SERVICE_UNAVAILABLE, 0, "%s", why);
     }
     slot_t *s = NULL;
-    uint64_t now = now_ns(), soonest = UINT64_MAX;
+    uint64_t now = snapprof__http_now_ns(), soonest = UINT64_MAX;
     for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++) {
         if (h->slots[i].state == SLOT_FREE && !s)
             s = &h->slots[i];
@@ -699,241 +627,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     }
     pthread_mutex_unlock(&h->mu);
     *req_cls = NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* The control channel                                                      */
-/* ------------------------------------------------------------------------ */
-
-static slot_t *slot_of(snapprof__http_t *h, unsigned long id)
-{
-    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++)
-        if (h->slots[i].state == SLOT_WAITING && h->slots[i].id == id)
-            return &h->slots[i];
-    return NULL;
-}
-
-/* Under h->mu: s answered 503; its connection is added to resume. */
-static void fail_slot(slot_t *s, const char *why, struct MHD_Connection **resume, unsigned *n)
-{
-    s->state = SLOT_ANSWERED;
-    s->code = MHD_HTTP_SERVICE_UNAVAILABLE;
-    snprintf(s->reason, sizeof s->reason, "%s", why);
-    resume[(*n)++] = s->c;
-}
-
-/* Under h->mu: no more answers will come (why); every waiting request
- * is answered 503. */
-static void close_channel(snapprof__http_t *h, const char *why, struct MHD_Connection **resume,
-                          unsigned *n)
-{
-    if (!h->closed) {
-        h->closed = 1;
-        snprintf(h->closed_why, sizeof h->closed_why, "%s", why);
-        pthread_cond_broadcast(&h->hello_cv);
-    }
-    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++)
-        if (h->slots[i].state == SLOT_WAITING)
-            fail_slot(&h->slots[i], h->closed_why, resume, n);
-}
-
-/* The file the program wrote for request id, read and unlinked. */
-static int take_file(snapprof__http_t *h, unsigned long id, const char *path, slot_t *s)
-{
-    char want[PATH_MAX + 32];
-    snprintf(want, sizeof want, "%s/%s-%lu.pb.gz", h->dir, k_kind_names[s->kind], id);
-    if (strcmp(path, want) != 0) {
-        snprintf(s->reason, sizeof s->reason, "the program answered with an unexpected file");
-        return -1;
-    }
-    int fd = open(want, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    unlink(want);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 30)) {
-        snprintf(s->reason, sizeof s->reason, "cannot read the profile the program wrote: %s",
-                 fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!buf || got != (size_t)st.st_size) {
-        free(buf);
-        snprintf(s->reason, sizeof s->reason, "cannot read the profile the program wrote");
-        return -1;
-    }
-    s->body = buf;
-    s->len = got;
-    return 0;
-}
-
-/* One line from the program. Under h->mu. */
-static void on_line(snapprof__http_t *h, char *line, struct MHD_Connection **resume, unsigned *n)
-{
-    unsigned long id = 0;
-    int off = 0;
-    if (strcmp(line, "hello") == 0) {
-        h->hello = 1;
-        pthread_cond_broadcast(&h->hello_cv);
-        return;
-    }
-    if (strncmp(line, "end ", 4) == 0) {
-        close_channel(h, line + 4, resume, n);
-        return;
-    }
-    int ok = sscanf(line, "ok %lu %n", &id, &off) == 1 && off > 0;
-    int err = !ok && sscanf(line, "err %lu %n", &id, &off) == 1 && off > 0;
-    if (!ok && !err)
-        return;
-    slot_t *s = slot_of(h, id);
-    if (!s) {
-        if (ok) { /* its client is gone: the file is not served */
-            for (unsigned k = 0; k < sizeof k_kind_names / sizeof k_kind_names[0]; k++) {
-                char want[PATH_MAX + 32];
-                snprintf(want, sizeof want, "%s/%s-%lu.pb.gz", h->dir, k_kind_names[k], id);
-                unlink(want);
-            }
-        }
-        return;
-    }
-    if (ok && take_file(h, id, line + off, s) == 0) {
-        s->state = SLOT_ANSWERED;
-        s->code = MHD_HTTP_OK;
-        resume[(*n)++] = s->c;
-        return;
-    }
-    char why[256];
-    if (err)
-        snprintf(why, sizeof why, "the program could not take the profile: %s", line + off);
-    else
-        snprintf(why, sizeof why, "%s", s->reason);
-    fail_slot(s, why, resume, n);
-}
-
-/* Under h->mu: a waiting connection whose client has gone is cancelled.
- * Suspended, the connection is ours to look at: libmicrohttpd neither
- * reads nor closes it until it is resumed, so its fd is its own. Gone is
- * what Go's server counts as gone (its request's context is cancelled):
- * the client closed or shut down its side (POLLRDHUP), or the connection
- * was reset (POLLHUP, POLLERR). The program is told ("cancel ID"; an
- * answer already on its way finds no slot, and on_line unlinks its file),
- * the slot is free for the next request at once, and the connection is
- * resumed so that libmicrohttpd closes it (answer() finds the slot is not
- * its). */
-static void check_gone(snapprof__http_t *h, struct MHD_Connection **resume, unsigned *n)
-{
-    for (unsigned i = 0; i < SNAPPROF_HTTP_MAX_PROFILES; i++) {
-        slot_t *s = &h->slots[i];
-        if (s->state != SLOT_WAITING)
-            continue;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(s->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!ci)
-            continue;
-        struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
-        if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-            continue;
-        char line[64];
-        int len = snprintf(line, sizeof line, "cancel %lu\n", s->id);
-        /* Not sent (the channel full or closed): the program finishes the
-         * request in its time, and its answer is dropped all the same. */
-        (void)send(h->ctl, line, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        resume[(*n)++] = s->c;
-        *s = (slot_t){.state = SLOT_FREE};
-        h->cancelled++;
-    }
-}
-
-/* Why the channel closed without "end": the program ended, or it closed
- * our fd (or exec'd another program, which does not inherit it). A
- * process that ends closes its files before it is a zombie: wait a
- * little for that. */
-static void closed_reason(snapprof__http_t *h, char *why, size_t size)
-{
-    int fd =
-        (int)strtol(getenv("SNAPPROF_CONTROL_FD") ? getenv("SNAPPROF_CONTROL_FD") : "-1", NULL, 10);
-    for (int i = 0; i < 50; i++) {
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        if (waitid(P_PID, (id_t)h->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-            si.si_pid == h->pid) {
-            snprintf(why, size, "the program has ended");
-            return;
-        }
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-    snprintf(why, size,
-             "the program closed snapprof's control channel (its fd %d) or exec'd another "
-             "program: no more profiles can be taken in this run; the program runs on",
-             fd);
-}
-
-static void *reader_main(void *arg)
-{
-    snapprof__http_t *h = arg;
-    char buf[PATH_MAX + 512];
-    size_t len = 0;
-    uint64_t next_check = 0; /* when the waiting connections are looked at */
-    while (!atomic_load(&h->quit)) {
-        struct MHD_Connection *resume[SNAPPROF_HTTP_MAX_PROFILES];
-        unsigned n = 0;
-        struct pollfd pfd = {.fd = h->ctl, .events = POLLIN};
-        int ready = poll(&pfd, 1, 100);
-        /* The waiting connections, once a second, on a wakeup the poll
-         * above has anyway: nothing more wakes while none waits. */
-        uint64_t now = now_ns();
-        if (now >= next_check) {
-            next_check = now + GONE_CHECK_NS;
-            pthread_mutex_lock(&h->mu);
-            check_gone(h, resume, &n);
-            pthread_mutex_unlock(&h->mu);
-            snapprof__http_conns_sweep(&h->conns, now,
-                                       SNAPPROF_HTTP_HEADER_DEADLINE_S * 1000000000ull);
-            for (unsigned i = 0; i < n; i++)
-                MHD_resume_connection(resume[i]);
-            n = 0;
-        }
-        if (ready <= 0)
-            continue;
-        ssize_t got = recv(h->ctl, buf + len, sizeof buf - 1 - len, MSG_DONTWAIT);
-        if (got < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (got <= 0) {
-            char why[256];
-            closed_reason(h, why, sizeof why);
-            pthread_mutex_lock(&h->mu);
-            close_channel(h, why, resume, &n);
-            pthread_mutex_unlock(&h->mu);
-            for (unsigned i = 0; i < n; i++)
-                MHD_resume_connection(resume[i]);
-            break;
-        }
-        len += (size_t)got;
-        buf[len] = '\0';
-        pthread_mutex_lock(&h->mu);
-        char *nl;
-        while ((nl = strchr(buf, '\n')) != NULL) {
-            *nl = '\0';
-            on_line(h, buf, resume, &n);
-            len -= (size_t)(nl + 1 - buf);
-            memmove(buf, nl + 1, len + 1);
-        }
-        if (len == sizeof buf - 1)
-            len = 0; /* no line is that long */
-        pthread_mutex_unlock(&h->mu);
-        for (unsigned i = 0; i < n; i++)
-            MHD_resume_connection(resume[i]);
-    }
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1077,7 +770,7 @@ void snapprof__http_start(snapprof__http_t *h, pid_t pid)
                         "the endpoint\n");
         return;
     }
-    if (pthread_create(&h->reader, NULL, reader_main, h) == 0) {
+    if (pthread_create(&h->reader, NULL, snapprof__http_reader_main, h) == 0) {
         h->reader_running = 1;
     } else {
         h->closed = 1;
@@ -1117,8 +810,8 @@ void snapprof__http_finish(snapprof__http_t *h)
         /* The answers the program sent before it ended are read first:
          * its end closed the channel, unless a process it started holds
          * a copy (then what is still waiting is answered 503). */
-        uint64_t give_up = now_ns() + 2000000000u;
-        while (h->reader_running && now_ns() < give_up) {
+        uint64_t give_up = snapprof__http_now_ns() + 2000000000u;
+        while (h->reader_running && snapprof__http_now_ns() < give_up) {
             pthread_mutex_lock(&h->mu);
             int closed = h->closed;
             pthread_mutex_unlock(&h->mu);
@@ -1131,7 +824,7 @@ void snapprof__http_finish(snapprof__http_t *h)
         unsigned n = 0;
         pthread_mutex_lock(&h->mu);
         h->ended = 1;
-        close_channel(h, "the program has ended", resume, &n);
+        snapprof__http_close_channel(h, "the program has ended", resume, &n);
         pthread_mutex_unlock(&h->mu);
         for (unsigned i = 0; i < n; i++)
             MHD_resume_connection(resume[i]);
@@ -1142,8 +835,8 @@ void snapprof__http_finish(snapprof__http_t *h)
          * socket is closed at once, so that a later client is refused
          * rather than queued and reset (at most 10 s). */
         int lfd = MHD_quiesce_daemon(h->d);
-        uint64_t deadline = now_ns() + 10000000000u;
-        for (int quiet = 0; lfd >= 0 && now_ns() < deadline;) {
+        uint64_t deadline = snapprof__http_now_ns() + 10000000000u;
+        for (int quiet = 0; lfd >= 0 && snapprof__http_now_ns() < deadline;) {
             struct timespec ts = {0, 20000000};
             nanosleep(&ts, NULL);
             int took = 0;

@@ -8,6 +8,7 @@
 #include "sampling_thread/profiler_internal.h"
 
 #include "common/stats_text.h"
+#include "heap/heap_sampler.h"
 #include "profile_builder/profile_builder_calls.h"
 
 #include <errno.h>
@@ -379,4 +380,33 @@ int snapprof_profiler_collect(snapprof_profiler_t *p, uint64_t duration_ns, void
         rc = snapprof_pprof_builder_take_bytes(b, bytes, size);
     snapprof_builder_destroy(b);
     return rc;
+}
+
+int snapprof_profiler_write_builder(snapprof_profiler_t *p, snapprof_builder_t *b, const char *path)
+{
+    if (!p || !b || !path)
+        return -EINVAL;
+    snapprof__heap_guard_enter(); /* the builder's allocations are not the program's */
+    snapprof__sampler_lock();
+    while (p->state == PROFILER_COMPLETING)
+        snapprof__sampler_wait(p);
+    int own = 0;
+    for (size_t i = 0; i < p->builder_count && !own; i++)
+        own = p->builders[i] == b;
+    int result;
+    if (!own) {
+        result = -ENOENT;
+    } else if (p->state != PROFILER_RUNNING) {
+        result = SNAPPROF_ESTATE;
+    } else {
+        /* As a flush (snapprof__info_now()), and under the lock as a
+         * flush: no sample, flush or stop reaches the builder while its
+         * output is the other path. */
+        snapprof_stats_t stats;
+        snapprof_profile_info_t info = snapprof__info_now(p, &stats);
+        result = snapprof__builder_completed_to(b, &info, path);
+    }
+    snapprof__sampler_unlock();
+    snapprof__heap_guard_leave();
+    return result;
 }

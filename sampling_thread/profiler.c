@@ -809,8 +809,28 @@ void snapprof_profiler_destroy(snapprof_profiler_t *p)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Flush and thread names                                                   */
+/* Flush and thread names (writing one attached builder: attach.c)        */
 /* ------------------------------------------------------------------------ */
+
+/* The info a profile is written with now: while it runs, what the
+ * threads, the heap and the app events hold so far reaches every builder
+ * first (nothing is held back from this write nor delivered twice later)
+ * and its duration runs to now. stats: where its counters are kept (the
+ * info points at them). Lock held. */
+snapprof_profile_info_t snapprof__info_now(snapprof_profiler_t *p, snapprof_stats_t *stats)
+{
+    int running = p->state == PROFILER_RUNNING;
+    if (running) {
+        snapprof__deliver_so_far(p); /* the captures and unplaced CPU time so far */
+        snapprof__drain_app_frames(p);
+        snapprof__event_reader_read(&p->events);
+    }
+    snapshot_stats(p, stats);
+    snapprof_profile_info_t info = make_info(p, stats);
+    if (running)
+        info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
+    return info;
+}
 
 int snapprof_profiler_flush(snapprof_profiler_t *p)
 {
@@ -825,57 +845,12 @@ int snapprof_profiler_flush(snapprof_profiler_t *p)
         snapprof__heap_guard_leave();
         return SNAPPROF_ESTATE;
     }
-    if (p->state == PROFILER_RUNNING)
-        snapprof__deliver_so_far(p); /* the captures and unplaced CPU time so far */
-    if (p->state == PROFILER_RUNNING) {
-        snapprof__drain_app_frames(p);
-        snapprof__event_reader_read(&p->events);
-    }
     snapprof_stats_t stats;
-    snapshot_stats(p, &stats);
-    snapprof_profile_info_t info = make_info(p, &stats);
-    if (p->state == PROFILER_RUNNING)
-        info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
+    snapprof_profile_info_t info = snapprof__info_now(p, &stats);
     /* The lock stays held while the builders write: the sampling thread
      * cannot deliver a sample meanwhile, nor another flush or stop complete
      * the same builders, since a builder's callbacks never run concurrently. */
     int result = complete_builders(p, &info);
-    snapprof__sampler_unlock();
-    snapprof__heap_guard_leave();
-    return result;
-}
-
-int snapprof_profiler_write_builder(snapprof_profiler_t *p, snapprof_builder_t *b, const char *path)
-{
-    if (!p || !b || !path)
-        return -EINVAL;
-    snapprof__heap_guard_enter(); /* the builder's allocations are not the program's */
-    snapprof__sampler_lock();
-    while (p->state == PROFILER_COMPLETING)
-        snapprof__sampler_wait(p);
-    int own = 0;
-    for (size_t i = 0; i < p->builder_count && !own; i++)
-        own = p->builders[i] == b;
-    int result;
-    if (!own) {
-        result = -ENOENT;
-    } else if (p->state != PROFILER_RUNNING) {
-        result = SNAPPROF_ESTATE;
-    } else {
-        /* As a flush: what the threads and the heap hold so far reaches
-         * every builder first, so that nothing is held back from this
-         * write nor delivered twice later. */
-        snapprof__deliver_so_far(p);
-        snapprof__drain_app_frames(p);
-        snapprof__event_reader_read(&p->events);
-        snapprof_stats_t stats;
-        snapshot_stats(p, &stats);
-        snapprof_profile_info_t info = make_info(p, &stats);
-        info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
-        /* Under the lock, as a flush: no sample, flush or stop reaches the
-         * builder while its output is the other path. */
-        result = snapprof__builder_completed_to(b, &info, path);
-    }
     snapprof__sampler_unlock();
     snapprof__heap_guard_leave();
     return result;

@@ -332,6 +332,9 @@ void snapprof__check_handler(snapprof_profiler_t *p);
 
 /* profiler.c: the counters with the percentiles filled in. */
 void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out);
+/* The info a profile is written with now (a flush, a builder written while
+ * the profile runs): what is held so far is delivered first. Lock held. */
+snapprof_profile_info_t snapprof__info_now(snapprof_profiler_t *p, snapprof_stats_t *stats);
 
 /* attach.c: builders attached for a stretch. At start, without the lock,
  * starts those attached before it (returns the first error). At completion, with the lock

@@ -25,6 +25,10 @@ when this checker was written; the structure pass of issue 26 removed
 them, and it is empty: keep it so. An entry that no longer matches is
 printed as a note, not an error.
 
+No .c file of the layers (the library, the preload, the snapprof
+command) is longer than MAX_LINES (issue 26: one room, one job; a file
+past it holds more than one job and is split along them).
+
 tests/, fuzz/, bench/, examples/, tools/ and docs/ are outside the layers
 (tests may include anything); a folder with C sources that the table does
 not place is an error, so that a new folder gets a layer."""
@@ -145,6 +149,20 @@ def sources(root):
                     yield top, os.path.relpath(os.path.join(dirpath, name), root)
 
 
+MAX_LINES = 900
+
+
+def check_sizes(root, problems):
+    for folder, rel in sources(root):
+        if not rel.endswith(".c"):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES:
+            problems.append((rel, "%d lines" % n,
+                             "longer than %d lines: split it along its jobs" % MAX_LINES))
+
+
 def check_includes(root, layer, problems):
     for folder, rel in sources(root):
         if folder not in layer:
@@ -211,6 +229,7 @@ def main():
     problems = []
     check_includes(root, layer, problems)
     check_sublayers(root, problems)
+    check_sizes(root, problems)
     allowed = set(ALLOWED)
     seen = set()
     failed = 0
