@@ -201,7 +201,12 @@ static void test_window(void)
     ASSERT_LT(in->duration_ns, 60000000000ull);
     ASSERT_EQ(in->period_ns, 1000000);
     ASSERT_EQ(in->mode, SNAPPROF_MODE_CPU);
-    ASSERT_NULL(in->stats);
+    /* The window's own counters (in->stats itself pointed into the
+     * replay's frame): its 2 samples and the 20 ms they stand for. */
+    ASSERT(k.had_stats);
+    ASSERT_EQ(k.completed_stats.samples, 2);
+    ASSERT_EQ(k.completed_stats.cpu_ns_sampled, 20000000u);
+    ASSERT_EQ(k.completed_stats.cpu_ns_total, 20000000u);
     /* since 0: everything kept, oldest first. */
     keeper_t all = {0};
     snapprof_builder_t *into_all = tu_builder(&keeper_ops, &all);
