@@ -343,8 +343,12 @@ static void decode(const uint8_t *rec, snapprof_sample_t *s, snapprof_frame_t *f
     }
 }
 
-/* Gives the records of buf[0..len) taken at or after from to into. */
-static int replay_records(const uint8_t *buf, size_t len, uint64_t from, snapprof_builder_t *into)
+/* Gives the records of buf[0..len) taken at or after from to into, and
+ * counts them in *st as the profiler counts a profile's samples: each
+ * sample's CPU time as sampled, remainders and kernel time only in the
+ * total. */
+static int replay_records(const uint8_t *buf, size_t len, uint64_t from, snapprof_builder_t *into,
+                          snapprof_stats_t *st)
 {
     size_t max_frames = 0, max_labels = 0;
     for (size_t off = 0; off < len;) {
@@ -365,6 +369,11 @@ static int replay_records(const uint8_t *buf, size_t len, uint64_t from, snappro
         if (h.timestamp_ns >= from) {
             snapprof_sample_t s;
             decode(buf + off, &s, frames, labels);
+            st->cpu_ns_total += s.cpu_ns;
+            if (!(s.flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL))) {
+                st->samples++;
+                st->cpu_ns_sampled += s.cpu_ns;
+            }
             /* A builder's failed sample is its own affair, as in a live
              * profile: the others still go. */
             (void)into->ops->xOnSample(into->user_data, &s);
@@ -432,11 +441,17 @@ int snapprof_flight_builder_replay(snapprof_builder_t *flight, uint64_t since_ns
     int rc = 0;
     if (into->ops->xOnProfileStarted != NULL)
         rc = into->ops->xOnProfileStarted(into->user_data, &info);
+    /* The window's own counters, so that its profile says, as every other
+     * profile of ours does, how many samples per CPU-second it holds (the
+     * pprof builder's comment and hidden entry). Only what the records
+     * tell: the triggers and losses of the run are not kept per sample. */
+    snapprof_stats_t st = {.size = sizeof st};
     if (rc == 0)
-        rc = replay_records(buf, len, from, into);
+        rc = replay_records(buf, len, from, into, &st);
     free(buf);
     if (rc != 0)
         return rc;
+    info.stats = &st;
     return into->ops->xOnProfileCompleted != NULL
                ? into->ops->xOnProfileCompleted(into->user_data, &info)
                : 0;

@@ -36,6 +36,8 @@ typedef struct keeper {
     size_t n, cap;
     int started, completed, fail_start;
     snapprof_profile_info_t started_info, completed_info;
+    snapprof_stats_t completed_stats; /* a copy of *completed_info.stats */
+    int had_stats;
 } keeper_t;
 
 static void copy_str(char *dst, size_t size, const char *s)
@@ -86,6 +88,9 @@ static int keep_completed(void *ud, const snapprof_profile_info_t *info)
     keeper_t *k = ud;
     k->completed++;
     k->completed_info = *info;
+    k->had_stats = info->stats != NULL;
+    if (info->stats)
+        k->completed_stats = *info->stats;
     return 0;
 }
 
@@ -196,7 +201,12 @@ static void test_window(void)
     ASSERT_LT(in->duration_ns, 60000000000ull);
     ASSERT_EQ(in->period_ns, 1000000);
     ASSERT_EQ(in->mode, SNAPPROF_MODE_CPU);
-    ASSERT_NULL(in->stats);
+    /* The window's own counters (in->stats itself pointed into the
+     * replay's frame): its 2 samples and the 20 ms they stand for. */
+    ASSERT(k.had_stats);
+    ASSERT_EQ(k.completed_stats.samples, 2);
+    ASSERT_EQ(k.completed_stats.cpu_ns_sampled, 20000000u);
+    ASSERT_EQ(k.completed_stats.cpu_ns_total, 20000000u);
     /* since 0: everything kept, oldest first. */
     keeper_t all = {0};
     snapprof_builder_t *into_all = tu_builder(&keeper_ops, &all);
@@ -377,6 +387,9 @@ static void test_live(void)
     char *top = tu_pprof_ok("-top", path);
     printf("%s\n", top);
     ASSERT_CONTAINS(top, "flight_burn");
+    /* The statistics comment every profile of ours carries (issue 28:
+     * a ?since= answer had none). */
+    ASSERT_CONTAINS(top, "Hz per CPU-second of");
     free(top);
     unlink(path);
     rmdir(dir);
@@ -399,6 +412,21 @@ static void test_live(void)
             ASSERT_EQ(k.s[i].pc0, c.samples[i].frames[0].pc);
     }
     ASSERT_EQ(cpu_k, cpu_c);
+    /* The window's counters, at xOnProfileCompleted: its samples as the
+     * profiler counts them (remainders and kernel time in the total only). */
+    uint64_t n_sampled = 0, cpu_sampled = 0;
+    for (size_t i = 0; i < c.count; i++)
+        if (!(c.samples[i].flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL))) {
+            n_sampled++;
+            cpu_sampled += c.samples[i].cpu_ns;
+        }
+    ASSERT(k.had_stats);
+    printf("replay stats: %" PRIu64 " samples, %.1f of %.1f ms sampled\n",
+           k.completed_stats.samples, k.completed_stats.cpu_ns_sampled / 1e6,
+           k.completed_stats.cpu_ns_total / 1e6);
+    ASSERT_EQ(k.completed_stats.samples, n_sampled);
+    ASSERT_EQ(k.completed_stats.cpu_ns_sampled, cpu_sampled);
+    ASSERT_EQ(k.completed_stats.cpu_ns_total, cpu_c);
     snapprof_builder_destroy(into);
     snapprof_profiler_destroy(p);
     snapprof_thread_release(self);

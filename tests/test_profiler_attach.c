@@ -895,6 +895,63 @@ static void test_on_demand(void)
     log_free(&b);
 }
 
+/* A worker that sleeps until stopped: armed, it uses no CPU time. */
+static void *sleep_main(void *arg)
+{
+    worker_t *w = arg;
+    tu_worker_enter(&w->base);
+    atomic_store(&w->base.ready, 1);
+    while (!atomic_load(&w->base.stop))
+        usleep(20000);
+    return NULL;
+}
+
+/* Issue 28: with only CPU-clock triggers armed, the sampling thread wakes
+ * when the capture slots fill (or hold a large buffer) or at its bounded
+ * drain interval (200 ms), not every 20 ms: 4 armed threads that sleep
+ * cost at most ~5 wake-ups a second (the old tick: ~50). A busy thread is
+ * not used: this program's 256 KiB of static TLS puts every copy of a
+ * thread's stack in a large buffer, which wakes the drainer at each
+ * capture by design. Wall time only bounds the count: a loaded machine
+ * makes fewer wake-ups, not more. */
+static void test_armed_wakeups(void)
+{
+    worker_t w[4] = {0};
+    for (int i = 0; i < 4; i++)
+        tu_worker_start(&w[i].base, sleep_main, &w[i]);
+    snapprof_thread_t *threads[4];
+    for (int i = 0; i < 4; i++)
+        threads[i] = w[i].base.token;
+    slog_t all = {0};
+    snapprof_params_t params = tu_params(INTERVAL_NS);
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, threads, 4, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(&all, NULL)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    if (st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] > 0) {
+        ASSERT_OK(snapprof_profiler_stop(p));
+        stop_workers(w, 4);
+        snapprof_profiler_destroy(p);
+        log_free(&all);
+        printf("skipped: no CPU-clock trigger here (the handshake ticks on the clock)\n");
+        exit(TEST_SKIP);
+    }
+    usleep(300000); /* past the arming */
+    uint64_t k0 = sampler_wakeups(), t0 = tu_mono_ns();
+    usleep(1500000);
+    uint64_t k1 = sampler_wakeups(), t1 = tu_mono_ns();
+    double secs = (double)(t1 - t0) / 1e9;
+    printf("%" PRIu64 " sampler wake-ups in %.2f s (%.1f a second) with 4 threads armed\n", k1 - k0,
+           secs, (double)(k1 - k0) / secs);
+    ASSERT_LE(k1 - k0, (uint64_t)(secs * 10) + 3);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    stop_workers(w, 4);
+    snapprof_profiler_destroy(p);
+    log_free(&all);
+}
+
 /* arm_on_demand is CPU mode's, and not with the process-wide timer. */
 static void test_on_demand_params(void)
 {
@@ -924,6 +981,7 @@ int main(int argc, char **argv)
         {"write_builder", test_write_builder},
         {"on_demand", test_on_demand},
         {"on_demand_params", test_on_demand_params},
+        {"armed_wakeups", test_armed_wakeups},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -71,7 +71,9 @@ SNAPPROF_API int snapprof_flight_builder_create(const snapprof_flight_params_t *
  * first, then its xOnProfileCompleted, on the calling thread. The info
  * they get: the window (start_mono_ns, start_time_ns, duration_ns up to
  * now), and the mode and period of the profile that fed the flight
- * builder. The flight builder keeps receiving samples meanwhile (it is
+ * builder; at xOnProfileCompleted, stats points to the window's own
+ * counters (samples, cpu_ns_sampled and cpu_ns_total of the samples
+ * replayed; the others 0). The flight builder keeps receiving samples meanwhile (it is
  * locked only while the window's bytes are copied). Returns
  * xOnProfileCompleted's result (0 when it is NULL), or: -EINVAL (flight
  * not a flight builder, into NULL or the same builder); -ENODATA (no
