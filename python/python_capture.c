@@ -24,10 +24,7 @@
 #include <unistd.h>
 
 #define CHUNKS_MAX 64
-/* Distinct code objects read in one system call; their staging buffer is
- * BATCH * 128 bytes of the handler's stack. 64 holds a 50-deep stack of
- * distinct functions in one call. */
-#define BATCH 64
+#define BATCH SNAPPROF__PY_CODE_BATCH
 
 typedef struct chunk_range {
     uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
@@ -72,9 +69,7 @@ static int in_chunks(walk_t *w, uintptr_t f)
     }
 }
 
-/* What a batch reads of one code object: the span of its fields from
- * code_type to the end of code_qualname, in one piece (128 bytes in 3.11). */
-#define CODE_SPAN_MAX 128
+#define CODE_SPAN_MAX SNAPPROF__PY_CODE_SPAN_MAX
 
 /* Code objects closer than this (the end of one span to the start of the
  * next) are read as one remote range, the bytes between them copied into
@@ -85,13 +80,8 @@ static int in_chunks(walk_t *w, uintptr_t f)
  * a batch of 64 is a few ranges instead of 64. */
 #define CODE_GAP_MAX 1024
 
-/* Reads span bytes at codes[k] + off for k < n into f[k], with one
- * process_vm_readv over the codes sorted by address and merged into ranges,
- * then, if that read stopped short (a range crossed a hole, or a code
- * pointer was garbage), one more with an iovec per code object not yet
- * read. Sets ok[k] for each code object read whole. Async-signal-safe. */
-static void read_codes(const uintptr_t *codes, size_t n, size_t off, size_t span,
-                       uint8_t (*f)[CODE_SPAN_MAX], uint8_t *ok)
+void snapprof__py_read_codes(const uintptr_t *codes, size_t n, size_t off, size_t span,
+                             uint8_t (*f)[CODE_SPAN_MAX], uint8_t *ok)
 {
     static uint8_t sink[CODE_GAP_MAX]; /* written, never read: shared is fine */
     uint8_t order[BATCH];
@@ -147,7 +137,7 @@ static void read_codes(const uintptr_t *codes, size_t n, size_t off, size_t span
 }
 
 /* Fills the code fields of cap->frames[from, to) with checked reads of
- * codes[0, ncodes), the distinct code objects among them (read_codes).
+ * codes[0, ncodes), the distinct code objects among them (snapprof__py_read_codes).
  * On entry each of those frames holds, until it is filled, the index of
  * its code object in codes in instr and its prev_instr in names. A frame
  * whose code object cannot be read or is not a code object ends the walk
@@ -162,7 +152,7 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         return from; /* not a layout this reader knows how to batch */
     uint8_t f[BATCH][CODE_SPAN_MAX];
     uint8_t ok[BATCH];
-    read_codes(codes, ncodes, l->code_type, span, f, ok);
+    snapprof__py_read_codes(codes, ncodes, l->code_type, span, f, ok);
     for (uint32_t i = from; i < to; i++) {
         size_t k = (size_t)cap->frames[i].instr;
         uintptr_t type, names[3];
