@@ -159,6 +159,20 @@ def recursion(cli, tmp):
         fail("chains not whole")
 
 
+def faulthandler(cli, tmp):
+    # CPython's faulthandler gives the main thread an alternate signal
+    # stack of SIGSTKSZ + AT_MINSIGSTKSZ bytes, and our handler runs there
+    # (SA_ONSTACK): a handler that needs more stack crashes the program.
+    # pytest enables faulthandler by default. 100 deep: the handler reads
+    # the most code objects it can at once.
+    prof, _ = record(cli, tmp, ["-X", "faulthandler", os.path.join(HERE, "recursion.py"), "3",
+                                "100"], ["--python"])
+    n = sum(w for w, frames in traces(prof, "samples") if "f_99" in frames)
+    print(f"samples at the deepest function: {n}")
+    if n < 100:
+        fail("too few samples at the deepest function")
+
+
 def unknown(cli, tmp):
     prof, err = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "0.5", "50"], ["--python"],
                        env={"SNAPPROF_PYTHON_VERSION_FOR_TEST": "0x030c00f0"}, hz=500)
@@ -272,7 +286,8 @@ def main():
         skip("go is not installed")
     with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
         {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
-         "recursion": lambda: recursion(cli, tmp), "unknown": lambda: unknown(cli, tmp),
+         "recursion": lambda: recursion(cli, tmp),
+         "faulthandler": lambda: faulthandler(cli, tmp), "unknown": lambda: unknown(cli, tmp),
          "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
          "heap": lambda: heap(cli, tmp)}[mode]()
     print("PASS")
