@@ -84,6 +84,10 @@ int snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink);
  * out. No-op unless owner owns it. */
 void snapprof__heap_stats(const void *owner, snapprof_stats_t *out);
 
+/* A thread was renamed through the library (snapprof_thread_update_name):
+ * sampled allocations read their thread's name again. Any thread. */
+void snapprof__heap_names_changed(void);
+
 /* Marks the calling thread as one of the library's own: its allocations
  * are never sampled, for the rest of its life. Any thread. */
 void snapprof__heap_mute_thread(void);

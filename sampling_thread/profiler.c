@@ -900,6 +900,7 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     thread->name[n] = '\0';
     atomic_store(&thread->name_pending, 0);
     snapprof__sampler_unlock();
+    snapprof__heap_names_changed();
     return 0;
 }
 
