@@ -9,6 +9,7 @@
 #include "common/fault.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -18,6 +19,42 @@ static __thread struct {
     pid_t tid;
     uintptr_t low, base;
 } tls_bounds __attribute__((tls_model("initial-exec")));
+
+/* The calling thread's name, read with prctl() at most every
+ * NAME_REFRESH_NS on its sampled allocations, and at once after a rename
+ * the library sees (snapprof__heap_names_changed()): a sampled allocation
+ * makes no system call for it otherwise. A rename by prctl() or
+ * pthread_setname_np() that bypasses the library shows within that time. */
+#define NAME_REFRESH_NS 10000000u /* 10 ms */
+
+static atomic_uint g_name_gen;
+
+static __thread struct {
+    pid_t tid;
+    unsigned gen;
+    uint64_t read_ns;
+    char name[16];
+} tls_name __attribute__((tls_model("initial-exec")));
+
+void snapprof__heap_names_changed(void)
+{
+    atomic_fetch_add_explicit(&g_name_gen, 1, memory_order_relaxed);
+}
+
+/* Copies the calling thread's name into out[16]. */
+static void thread_name(char out[16], pid_t tid, uint64_t now)
+{
+    unsigned gen = atomic_load_explicit(&g_name_gen, memory_order_relaxed);
+    if (tls_name.tid != tid || tls_name.gen != gen || now - tls_name.read_ns >= NAME_REFRESH_NS) {
+        if (prctl(PR_GET_NAME, tls_name.name) != 0)
+            tls_name.name[0] = '\0';
+        tls_name.name[sizeof tls_name.name - 1] = '\0';
+        tls_name.tid = tid;
+        tls_name.gen = gen;
+        tls_name.read_ns = now;
+    }
+    memcpy(out, tls_name.name, sizeof tls_name.name);
+}
 
 /* The bounds of the mapping that holds sp (snapprof__find_mapping(): no
  * malloc, no stdio): the main thread's "[stack]", or a thread's stack
@@ -150,9 +187,7 @@ __attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size
     x->addr = addr;
     x->caller_pc = caller_pc;
     x->tid = snapprof__gettid_cached();
-    if (prctl(PR_GET_NAME, x->name) != 0)
-        x->name[0] = '\0';
-    x->name[sizeof x->name - 1] = '\0';
+    thread_name(x->name, x->tid, entry);
     snapprof__capture_slot_publish(&h->pool, slot);
     return 1;
 }

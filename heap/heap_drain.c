@@ -111,6 +111,10 @@ static struct {
     snapprof__capture_slot_t **allocs;
     snapprof__heap_free_rec_t *frees;
     size_t free_cap;
+    /* Frees a drain that gave way left at the front of frees, in order,
+     * for the next one (their allocations were delivered, or still sit in
+     * their slots for it). */
+    size_t free_kept;
 } g;
 
 /* Appends n bytes to g.buf at *len. Returns 0 or -ENOMEM. */
@@ -527,11 +531,11 @@ static int by_seq(const void *a, const void *b)
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
+int snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
 {
     snapprof__heap_state_t *h = &snapprof__heap;
     if (!snapprof__heap_owned_by(owner))
-        return;
+        return 0;
     snapprof__heap_set_maintain();
     uint64_t gen = atomic_load(&h->gen);
     /* The frees first, then the slots: a free's allocation was published
@@ -540,7 +544,8 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
      * earlier), or before it in the queue (an allocation that found no
      * slot: the queue is read in order, up to the first entry not yet
      * published). */
-    size_t nfree = 0;
+    size_t nfree = g.free_kept;
+    g.free_kept = 0;
     for (snapprof__heap_free_rec_t rec; free_pop(&rec);) {
         if (rec.gen != gen)
             continue; /* a free of an earlier session's block */
@@ -556,8 +561,10 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
         }
         g.frees[nfree++] = rec;
     }
-    if (!g.allocs && !(g.allocs = calloc(h->pool.slot_count, sizeof *g.allocs)))
-        return;
+    if (!g.allocs && !(g.allocs = calloc(h->pool.slot_count, sizeof *g.allocs))) {
+        g.free_kept = nfree;
+        return 0;
+    }
     size_t nalloc = 0;
     for (size_t i = 0; i < h->pool.slot_count; i++) {
         snapprof__capture_slot_t *slot = &h->pool.slots[i];
@@ -584,6 +591,15 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
     }
     size_t a = 0, f = 0;
     while (a < nalloc || f < nfree) {
+        /* Under TSan a delivery takes a millisecond or more, and a drain
+         * of thousands held the sampler lock for seconds: fork() (and so
+         * the preload helper behind it, which finds TSan's threads) waited
+         * throughout, and the CPU profile starved (soak finding 8). */
+        if ((a > 0 || f > 0) && sink->give_way && sink->give_way(sink->ctx)) {
+            memmove(g.frees, g.frees + f, (nfree - f) * sizeof *g.frees);
+            g.free_kept = nfree - f;
+            return 1;
+        }
         int take_alloc =
             f == nfree ||
             (a < nalloc && ((snapprof__heap_extra_t *)g.allocs[a]->extra)->seq < g.frees[f].seq);
@@ -603,6 +619,7 @@ void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
             f++;
         }
     }
+    return 0;
 }
 
 void snapprof__heap_end(const void *owner)

@@ -69,16 +69,24 @@ typedef struct snapprof__heap_sink {
     /* Gives a sample to the builders. */
     void (*deliver)(void *ctx, const snapprof_sample_t *s);
     snapprof_stats_t *stats; /* heap_samples, heap_frees counted here */
+    /* Asked between deliveries; nonzero stops the drain there, the rest
+     * kept in order for the next one. NULL: never stops early. */
+    int (*give_way)(void *ctx);
 } snapprof__heap_sink_t;
 
 /* Delivers owner's sampled allocations and frees so far, in the order
  * they happened (a free always after its allocation), and grows the set
- * of live addresses when it fills. No-op unless owner owns it. */
-void snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink);
+ * of live addresses when it fills. Returns 1 when sink->give_way stopped
+ * it early, else 0. No-op unless owner owns it. */
+int snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink);
 
 /* Adds the hook-side counters of owner's session (drops, lost frees) to
  * out. No-op unless owner owns it. */
 void snapprof__heap_stats(const void *owner, snapprof_stats_t *out);
+
+/* A thread was renamed through the library (snapprof_thread_update_name):
+ * sampled allocations read their thread's name again. Any thread. */
+void snapprof__heap_names_changed(void);
 
 /* Marks the calling thread as one of the library's own: its allocations
  * are never sampled, for the rest of its life. Any thread. */

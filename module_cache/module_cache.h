@@ -32,6 +32,16 @@ int snapprof__module_cache_refresh(void);
  * errno. */
 int snapprof__module_cache_update(void);
 
+struct dl_phdr_info;
+
+/* dl_iterate_phdr(cb, data) for the library's other callers (the CFI
+ * engine's scans), through the module cache's gate that fork() holds: a
+ * fork child never inherits the loader's dl_load_write_lock held by one of
+ * our threads (glibc 2.36 does not reset it in the child). Returns 1, or 0
+ * without calling it when a fork() is in progress: do without the loader
+ * this once. Any thread but the forking one's own atfork handlers. */
+int snapprof__module_loader_iterate(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data);
+
 /* How many children of fork() found the cache's lock held by a thread that
  * did not come along, and so started the cache afresh (a test seam). */
 unsigned snapprof__module_cache_fork_resets(void);

@@ -94,6 +94,11 @@ static int gated_dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *
     return 1;
 }
 
+int snapprof__module_scan_iterate(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+{
+    return gated_dl_iterate_phdr(cb, data);
+}
+
 void snapprof__module_scan_init(void)
 {
     pthread_atfork(dl_gate_prepare, dl_gate_parent, dl_gate_child);

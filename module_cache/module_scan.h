@@ -50,6 +50,12 @@ void snapprof__module_scan_init(void);
 int snapprof__module_scan(candidate_vec_t *cv, int *maps_ok, unsigned long long dl_counts[2],
                           const char *(*keep)(const char *));
 
+struct dl_phdr_info;
+
+/* dl_iterate_phdr(cb, data) through the gate. Returns 1, or 0 without
+ * calling it when a fork() is in progress. */
+int snapprof__module_scan_iterate(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data);
+
 /* Frees what cv holds and empties it. */
 void snapprof__module_candidates_free(candidate_vec_t *cv);
 

@@ -341,6 +341,12 @@ static int lock_ready(void)
 /* Interface                                                                */
 /* ------------------------------------------------------------------------ */
 
+int snapprof__module_loader_iterate(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+{
+    pthread_once(&g_once, init_once); /* the gate's fork() handlers */
+    return snapprof__module_scan_iterate(cb, data);
+}
+
 int snapprof__module_cache_refresh(void)
 {
     pthread_once(&g_once, init_once);

@@ -442,18 +442,26 @@ static void heap_deliver(void *ctx, const snapprof_sample_t *s)
     to_builders(ctx, s);
 }
 
+static int heap_give_way(void *ctx)
+{
+    (void)ctx;
+    return snapprof__sampler_api_waiting();
+}
+
 /* Delivers p's sampled allocations and frees so far, when p samples the
- * heap. Lock held. */
-static void drain_heap(snapprof_profiler_t *p)
+ * heap; with give_way, stops early when another thread waits for the lock.
+ * Returns 1 when it stopped early. Lock held. */
+static int drain_heap(snapprof_profiler_t *p, int give_way)
 {
     if (!snapprof__heap_owned_by(p))
-        return;
+        return 0;
     snapprof__heap_sink_t sink = {.ctx = p,
                                   .prepare = heap_prepare,
                                   .unwind = heap_unwind,
                                   .deliver = heap_deliver,
-                                  .stats = &p->stats};
-    snapprof__heap_drain(p, &sink);
+                                  .stats = &p->stats,
+                                  .give_way = give_way ? heap_give_way : NULL};
+    return snapprof__heap_drain(p, &sink);
 }
 
 /* Unwinds and delivers the slots filled by now, oldest first, and adds the
@@ -463,16 +471,20 @@ static void drain_heap(snapprof_profiler_t *p)
  * (the sampling thread's ticks) it also stops early, the newer slots left
  * for the next pass, when another thread waits for the lock. Returns 1 when
  * it stopped early. Lock held. */
-int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
+static int drain(snapprof_profiler_t *p, int give_way, int heap)
 {
-    int stopped = 0;
     /* The library's own allocations (unwinders, builders) on this thread
-     * are not the program's. */
-    snapprof__heap_guard_enter();
-    drain_heap(p);
-    snapprof__heap_guard_leave();
+     * are not the program's. A heap drain that gave way still lets the
+     * buffers below be provisioned and one CPU capture be unwound: a
+     * stream of heap samples must not starve the CPU profile. */
+    int stopped = 0;
+    if (heap) {
+        snapprof__heap_guard_enter();
+        stopped = drain_heap(p, give_way);
+        snapprof__heap_guard_leave();
+    }
     if (!p->pool_ready)
-        return 0;
+        return stopped;
     snapprof__capture_pool_t *pool = &p->pool;
     /* Before the unwinding: the handler may need the new buffers while the
      * sampling thread unwinds a deep stack. */
@@ -488,7 +500,7 @@ int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
             /* A capture counted in large_full but not yet published: not
              * again within the gap (snapprof__profiler_due). */
             p->last_drain = snapprof__monotonic_ns();
-            return 0;
+            return stopped;
         }
         /* Modules may have come or gone since the captures were taken. */
         snapprof__module_cache_update();
@@ -564,9 +576,24 @@ int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
     return stopped;
 }
 
+int snapprof__drain_some(snapprof_profiler_t *p, int give_way)
+{
+    return drain(p, give_way, 1);
+}
+
+/* The CPU captures only: heap samples carry their thread's id, name and
+ * labels in their own slots and outlive its record, so a thread's removal
+ * or re-arming need not wait for them. Under TSan a full heap drain here,
+ * on every exiting thread, held the sampler lock for seconds (soak finding
+ * 8). */
 void snapprof__profiler_drain(snapprof_profiler_t *p)
 {
-    snapprof__drain_some(p, 0);
+    drain(p, 0, 0);
+}
+
+void snapprof__profiler_drain_all(snapprof_profiler_t *p)
+{
+    drain(p, 0, 1);
 }
 
 int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,

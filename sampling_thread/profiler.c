@@ -697,7 +697,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     for (size_t i = 0; i < p->target_count; i++)
         snapprof__disarm(p, p->targets[i]);
     snapprof__heap_pause(p);
-    snapprof__profiler_drain(p);
+    snapprof__profiler_drain_all(p);
     /* The hook side's counters stay in the profile's; blocks still live
      * need nothing (a builder's in use is allocations less frees). */
     snapprof__heap_stats(p, &p->stats);
@@ -875,6 +875,7 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     thread->name[n] = '\0';
     atomic_store(&thread->name_pending, 0);
     snapprof__sampler_unlock();
+    snapprof__heap_names_changed();
     return 0;
 }
 

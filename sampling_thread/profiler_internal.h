@@ -229,6 +229,8 @@ void snapprof__sampler_kick(void);
 void snapprof__sampler_drain_active(void);
 /* Delivers what p's capture slots hold now (profiler.c). Lock held. */
 void snapprof__profiler_drain(snapprof_profiler_t *p);
+/* The same, and every heap sample so far (the final drain at stop). */
+void snapprof__profiler_drain_all(snapprof_profiler_t *p);
 /* Whether p's capture slots hold a capture of thread not yet delivered.
  * Lock held. */
 int snapprof__profiler_has_captures_of(const snapprof_profiler_t *p,

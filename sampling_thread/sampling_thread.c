@@ -48,9 +48,13 @@ static void wake_sampler(void)
     pthread_cond_signal(&g_wake);
 }
 
+/* As an API caller, counted in g_api_waiting: a sampling thread in a long
+ * drain gives way to a fork() as to any other waiter (soak finding 8: under
+ * TSan a heap drain held the lock for seconds while fork() waited, and the
+ * preload's helper behind it). */
 static void fork_prepare(void)
 {
-    pthread_mutex_lock(&g_lock);
+    snapprof__sampler_lock();
 }
 
 static void fork_parent(void)

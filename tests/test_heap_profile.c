@@ -15,6 +15,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@ typedef struct heap_sample {
     size_t frame_count;
     snapprof_frame_t frames[HS_FRAMES];
     char who[16];    /* its "who" label, "" if none */
+    char name[16];   /* its thread's name */
     char marker[32]; /* the innermost frame's name when a marker ("" if not): the
                         names live only as long as the callback */
 } heap_sample_t;
@@ -77,6 +79,7 @@ static int hc_sample(void *ud, const snapprof_sample_t *s)
     h->wall_ns = s->wall_ns;
     h->timestamp_ns = s->timestamp_ns;
     h->tid = s->tid;
+    snprintf(h->name, sizeof h->name, "%s", s->thread_name ? s->thread_name : "");
     h->frame_count = s->frame_count < HS_FRAMES ? s->frame_count : HS_FRAMES;
     memcpy(h->frames, s->frames, h->frame_count * sizeof *h->frames);
     if (s->frame_count > 0 && s->frames[0].kind == SNAPPROF_FRAME_MARKER && s->frames[0].name)
@@ -223,6 +226,9 @@ static void *ab_thread(void *arg)
 {
     int is_a = arg != NULL;
     *(is_a ? &g_tid_a : &g_tid_b) = (pid_t)syscall(SYS_gettid);
+    /* Named as it starts, by the kernel only: each thread's own name, read
+     * for its own samples (heap_capture.c caches it per thread). */
+    prctl(PR_SET_NAME, is_a ? "heap-a" : "heap-b");
     snapprof_label_set_str(SNAPPROF_LABEL_THREAD, "who", is_a ? "a" : "b");
     void **mine = is_a ? g_a_blocks : g_b_blocks;
     for (int i = 0; i < (is_a ? A_COUNT : B_COUNT); i++) {
@@ -294,6 +300,7 @@ static void profile_two_threads(void)
         /* The allocation's thread and labels, for its free too. */
         ASSERT_EQ(h->tid, is_a ? g_tid_a : g_tid_b);
         ASSERT_STR_EQ(h->who, is_a ? "a" : "b");
+        ASSERT_STR_EQ(h->name, is_a ? "heap-a" : "heap-b");
         const char *leaf = tu_frame_name(&h->frames[0]);
         /* (GCC may name a specialised copy alloc_in_a.constprop.0.) */
         if (!strncmp(leaf, is_a ? "alloc_in_a" : "alloc_in_b", 10))

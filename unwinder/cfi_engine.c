@@ -14,6 +14,8 @@
  * the signal handler. */
 #include "unwinder/cfi_engine.h"
 
+#include "module_cache/module_cache.h"
+
 #include <errno.h>
 #include <libunwind.h>
 #include <link.h>
@@ -320,12 +322,20 @@ static void flush_caches(snapprof__cfi_t *c)
 
 int snapprof__cfi_update_modules(snapprof__cfi_t *c)
 {
+    /* Through the module cache's fork() gate: this runs on the sampling
+     * thread at every drain of heap samples, and a fork child of a moment
+     * inside dl_iterate_phdr() would inherit the loader's lock held for
+     * good (soak finding 7). In a fork, the old table serves this once. */
     unsigned long long counters[2] = {0, 0};
-    dl_iterate_phdr(read_counters, counters);
+    if (!snapprof__module_loader_iterate(read_counters, counters))
+        return 0;
     if (c->scanned && counters[0] == c->adds && counters[1] == c->subs)
         return 0;
     cfi_table_t t = {0};
-    dl_iterate_phdr(scan_object, &t);
+    if (!snapprof__module_loader_iterate(scan_object, &t)) {
+        table_free(&t); /* a fork() came between the two calls */
+        return 0;
+    }
     if (t.oom) {
         /* Keep the old table and try again on the next call; reads of an
          * object that went away fail in process_vm_readv, and nothing
