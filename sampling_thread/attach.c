@@ -29,7 +29,9 @@ static uint64_t realtime_now(void)
  * snapprof_profiler_flush() delivers before it writes). Lock held. */
 void snapprof__deliver_so_far(snapprof_profiler_t *p)
 {
-    snapprof__profiler_drain(p);
+    /* The heap samples too: a builder written now (a /heap request, a
+     * flush) must hold every allocation sampled so far. */
+    snapprof__profiler_drain_all(p);
     snapprof__retire_removed(p);
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
