@@ -620,6 +620,7 @@ static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
     out->cpu_ns_total = p->cpu_removed_ns;
     for (size_t i = 0; i < p->target_count; i++)
         out->cpu_ns_total += snapprof__target_cpu_ns(p->targets[i]);
+    out->cpu_ns_total = snapprof__armed_cpu_ns(p, out->cpu_ns_total);
     if (p->pool_ready) {
         out->samples_dropped = atomic_load(&p->pool.dropped);
         out->large_buffer_bytes = p->pool.large_bytes;

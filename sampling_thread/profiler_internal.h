@@ -157,6 +157,10 @@ struct snapprof_profiler {
      * no handshake is sent, and the sampling thread ticks once a second
      * (snapprof__park(), snapprof__unpark() in arm.c). */
     int parked;
+    /* The threads' CPU time while parked, which the run's rate leaves out
+     * (snapprof__armed_cpu_ns()): summed at each unpark, and what was seen
+     * at the last park. */
+    uint64_t cpu_parked_ns, cpu_at_park;
     int joined_since_tick; /* a target became arm_pending since the last tick */
     /* CPU time of threads that left before their first tick (never armed),
      * delivered as one remainder, not one per thread. */
@@ -322,6 +326,9 @@ void snapprof__pending_gone(snapprof_profiler_t *p, snapprof__target_t *t);
  * are the caller's to deliver. Lock held. */
 void snapprof__park(snapprof_profiler_t *p);
 void snapprof__unpark(snapprof_profiler_t *p);
+/* total (the threads' CPU time while profiled) less their CPU time while
+ * parked: a rate per CPU-second is per CPU-second while armed. Lock held. */
+uint64_t snapprof__armed_cpu_ns(const snapprof_profiler_t *p, uint64_t total);
 /* With the process-wide timer: t, which waits to be armed, takes that
  * timer's captures from now on (snapprof__unarmed_publish()), or no longer
  * (snapprof__unarmed_withdraw(): returns 1 when a capture of it may be in

@@ -117,6 +117,13 @@ idle_request_idle)
   [ "$n" -le $((req + 4)) ] || fail "$n samples in the run, $req in the request"
   grep -q 'no whole-run CPU profile' "$dir/err" || fail "the summary does not say it"
   [ ! -e "$dir/snapprof.pb.gz" ] || fail "a whole-run profile was written"
+  # The run's rate is per CPU-second while armed: over the whole run's
+  # CPU time (4+ CPU-seconds idle, 2 requested) it read about a third of
+  # the requested 100 Hz.
+  hz=$(sed -n 's/^snapprof: http_prog (pid [0-9]*): .* \([0-9.]*\) Hz per CPU-second of 100 Hz requested.*/\1/p' "$dir/err")
+  echo "the run's rate: ${hz:-?} Hz per CPU-second"
+  [ -n "$hz" ] || { cat "$dir/err"; fail "no rate in the summary"; }
+  awk -v h="$hz" 'BEGIN { exit !(h >= 60) }' || fail "the run's rate $hz Hz per armed CPU-second, not >= 60"
   ;;
 with_output)
   # With -o nothing changes: the run is sampled from start to end and its
