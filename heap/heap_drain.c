@@ -596,7 +596,8 @@ int snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink)
          * the preload helper behind it, which finds TSan's threads) waited
          * throughout, and the CPU profile starved (soak finding 8). */
         if ((a > 0 || f > 0) && sink->give_way && sink->give_way(sink->ctx)) {
-            memmove(g.frees, g.frees + f, (nfree - f) * sizeof *g.frees);
+            if (nfree > f) /* g.frees is NULL until a free came */
+                memmove(g.frees, g.frees + f, (nfree - f) * sizeof *g.frees);
             g.free_kept = nfree - f;
             return 1;
         }
