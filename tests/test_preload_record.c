@@ -988,17 +988,24 @@ static void run_same_numbers(const char *flags)
     const char *line = strstr(alone, "lowest=");
     ASSERT_NOT_NULL(line);
     ASSERT_EQ(sscanf(line, "lowest=%d", &lowest), 1);
-    char *text =
-        pl_run(&st, "cd %s && %s record %s -o l.pb.gz -- %s lowest", pl_dir, CLI, flags, FDS_PROG);
-    printf("%s\n", text);
-    ASSERT_EQ(st, 0);
-    line = strstr(text, "lowest=");
-    ASSERT_NOT_NULL(line);
-    ASSERT_EQ(sscanf(line, "lowest=%d", &r_lowest), 1);
-    printf("first fd %d alone, %d under record %s\n", lowest, r_lowest, flags);
+    /* Up to 3 runs: an fd we keep low shows in every run, but one of our
+     * threads can hold a /proc file at the lowest free number for a moment
+     * before moving it up (open() cannot choose the number), and a program
+     * that opens at that moment gets the next one (wall mode: 1 run in
+     * about 60 here). */
+    for (int run = 0; run < 3 && r_lowest != lowest; run++) {
+        char *text = pl_run(&st, "cd %s && %s record %s -o l.pb.gz -- %s lowest", pl_dir, CLI,
+                            flags, FDS_PROG);
+        printf("%s\n", text);
+        ASSERT_EQ(st, 0);
+        line = strstr(text, "lowest=");
+        ASSERT_NOT_NULL(line);
+        ASSERT_EQ(sscanf(line, "lowest=%d", &r_lowest), 1);
+        printf("run %d: first fd %d alone, %d under record %s\n", run + 1, lowest, r_lowest, flags);
+        free(text);
+    }
     ASSERT_EQ(r_lowest, lowest);
     free(alone);
-    free(text);
 }
 
 static void test_fds_same_numbers(void)
