@@ -12,48 +12,58 @@
 #             -e raw_syscalls:sys_enter --per-thread -t on those threads)
 #   2. cpu    the program's CPU time (getrusage in the program: every thread,
 #             ours included, before exit) without a profiler, under
-#             `record --http` with no request and during one profile request
-#             of most of the run (100 Hz); medians of alternating rounds,
-#             ratios per CPU-second of the same fixed work
-#   3. load   50 concurrent curl clients on the endpoint for LOAD seconds
-#             (40 ask /debug/pprof/profile?seconds=1, 5 bad URLs, 5 read at
-#             2 KiB/s): statuses, curl exit codes, every 200 body through
-#             `go tool pprof -top`, fds of the program and of record before
-#             and after, the program's output against a run without
-#             profiler; again with record from --asan-build DIR if given
+#             `record --http` with no request, during one profile request
+#             of most of the run (100 Hz), and under `record --http
+#             --flight 5m` at its default 19 Hz with one ?since= request at
+#             the end (how long the answer took, its samples); medians of
+#             alternating rounds, ratios per CPU-second of the same fixed work
+#   3. load   50 concurrent curl clients on `record --heap --http` for LOAD
+#             seconds (35 ask /debug/pprof/profile?seconds=1, 5 /heap, 5
+#             bad URLs, 5 read at 2 KiB/s): statuses, curl exit codes, every
+#             200 body through `go tool pprof -top`, fds of the program and
+#             of record before and after, the program's output against a run
+#             without profiler; again with record from --asan-build DIR and
+#             from --tsan-build DIR if given
 #   4. memory `record --loop 10s -o F` at 100 Hz for MEM seconds: the
 #             program's RSS every 10 s, growth and its per-hour
 #             extrapolation, and the intervals' sample sums against the
-#             whole-run profile F of the same run
+#             whole-run profile F of the same run; beside it, at the same
+#             time, `record --http --flight 2m` at 19 Hz: its RSS every 10 s
+#             (the window fills in 2 minutes, then memory should stay flat)
+#             and a ?since=2m request at the end
 # It prints figures and never judges them; bench/README.md says how to read
 # them. Needs perf (tracepoints: root or perf_event_paranoid -1), curl, go.
 #
 # usage: bench/bench_continuous.sh [--quick] [--build DIR] [--no-docs]
-#                                  [--asan-build DIR] [--note TEXT]
+#                                  [--asan-build DIR] [--tsan-build DIR]
+#                                  [--note TEXT]
 #   --quick       idle 30 s, cpu runs of 12 s (1 round), load 20 s, memory
 #                 2 minutes; figures not meaningful
 #   --asan-build  a build tree with -DSNAPPROF_SANITIZE=address,undefined:
 #                 its record (cli/snapprof) serves the load run once more
 #                 (the program keeps the plain build's preload)
+#   --tsan-build  the same with a -DSNAPPROF_SANITIZE=thread build tree
 #   --note        a line for the section of docs/BENCHMARKS.md (how busy)
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-note="" asan_build="" pending=""
+note="" asan_build="" tsan_build="" pending=""
 # Quoted, so that the line in docs/BENCHMARKS.md runs as shown.
 command_line="bash bench/bench_continuous.sh$([ $# -eq 0 ] || printf ' %q' "$@")"
 bench_option() {
   case $pending in
     note) note=$1 pending="" ; return 0 ;;
     asan) asan_build=$(cd "$1" && pwd) pending="" ; return 0 ;;
+    tsan) tsan_build=$(cd "$1" && pwd) pending="" ; return 0 ;;
   esac
   case $1 in
     --note) pending=note ;;
     --asan-build) pending=asan ;;
+    --tsan-build) pending=tsan ;;
     *) return 1 ;;
   esac
 }
-bench_parse_args "[--quick] [--build DIR] [--no-docs] [--asan-build DIR] [--note TEXT]" "$@"
+bench_parse_args "[--quick] [--build DIR] [--no-docs] [--asan-build DIR] [--tsan-build DIR] [--note TEXT]" "$@"
 
 SERVER=$build/bench/bench_server
 SNAP=$build/cli/snapprof
@@ -62,8 +72,9 @@ bench_require bench_continuous "$SERVER" "$SNAP" "$PRELOAD"
 for p in curl perf; do
   command -v $p >/dev/null || { echo "bench_continuous: $p is missing" >&2; exit 1; }
 done
-[ -z "$asan_build" ] || [ -x "$asan_build/cli/snapprof" ] ||
-  { echo "bench_continuous: $asan_build/cli/snapprof is missing" >&2; exit 1; }
+for b in "$asan_build" "$tsan_build"; do
+  [ -z "$b" ] || [ -x "$b/cli/snapprof" ] || { echo "bench_continuous: $b/cli/snapprof is missing" >&2; exit 1; }
+done
 
 if [ "$quick" = 1 ]; then
   idle_s=30 cpu_s=12 req_s=10 rounds=1 load_s=20 mem_s=120
@@ -91,8 +102,22 @@ trap cleanup EXIT
 # $work (record's default output lands there); stdout TAG.out, stderr
 # TAG.err. Sets top_pid (record's, or the program's), then waits until the
 # program says it is ready: prog_pid, and with --http base (http://H:P)
-# and token. start_env: VAR=VALUE words for record's environment.
+# and token. start_env: VAR=VALUE words for record's environment; start_hz:
+# the rate, when not $hz.
 start_env=()
+start_hz=""
+# flight_ask TAG SINCE: asks the run started last for ?since=SINCE; the
+# answer into TAG.pb.gz; sets code (HTTP status or curl_rc=N), took_ms and
+# samples (go tool pprof's total).
+flight_ask() {
+  local t
+  t=$(curl -sS -o "$work/$1.pb.gz" -w '%{http_code} %{time_total}' --max-time 30 \
+    "$base/debug/pprof/profile?since=$2&token=$token" 2>>"$work/$1.curl") || t="curl_rc=$? 0"
+  code=${t%% *}
+  took_ms=$(awk -v s="${t##* }" 'BEGIN { printf "%.0f", s * 1000 }')
+  samples=$(go tool pprof -sample_index=samples -top "$work/$1.pb.gz" 2>/dev/null |
+    sed -n 's/.* of \([0-9]*\) total.*/\1/p')
+}
 start() {
   local tag=$1 secs=$2 i
   shift 2
@@ -101,7 +126,7 @@ start() {
   else
     local bin=$1
     shift
-    (cd "$work" && exec env "${start_env[@]}" "$bin" record -F "$hz" "$@" -- "$SERVER" serve --seconds "$secs") \
+    (cd "$work" && exec env "${start_env[@]}" "$bin" record -F "${start_hz:-$hz}" "$@" -- "$SERVER" serve --seconds "$secs") \
       >"$work/$tag.out" 2>"$work/$tag.err" &
   fi
   top_pid=$!
@@ -202,7 +227,7 @@ record idle_run "http_rc=$rc"
 # ---------------------------------------------------------------------------
 # 2. CPU per fixed work: none, --http idle, --http during one profile
 # ---------------------------------------------------------------------------
-rows=(none idle request)
+rows=(none idle request flight)
 say "bench_continuous: 2. cpu, $rounds round(s) of ${#rows[@]} runs of $cpu_s s"
 expected_output "$cpu_s" >"$work/cpu.expected"
 for r in $(seq "$rounds"); do
@@ -219,6 +244,13 @@ for r in $(seq "$rounds"); do
         record cpu_request "round=$r" "code=$code" \
           "samples=$(go tool pprof -sample_index=samples -top "$work/$tag.pb.gz" 2>/dev/null |
             sed -n 's/.* of \([0-9]*\) total.*/\1/p')" ;;
+      flight)
+        start_hz=19
+        start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 --flight 5m
+        start_hz=""
+        sleep $((cpu_s - 3))
+        flight_ask "$tag" "$((cpu_s - 6))s"
+        record cpu_flight "round=$r" "code=$code" "took_ms=$took_ms" "samples=$samples" ;;
     esac
     finish
     same=yes
@@ -230,7 +262,7 @@ done
 # ---------------------------------------------------------------------------
 # 3. The endpoint under load
 # ---------------------------------------------------------------------------
-n_good=40 n_bad=5 n_slow=5
+n_good=35 n_heap=5 n_bad=5 n_slow=5
 bad_urls=("GET /debug/pprof/nope?token=TOKEN 404" "GET /debug/pprof/profile?seconds=abc&token=TOKEN 400"
   "GET /debug/pprof/profile?seconds=1 401" "GET /debug/pprof/profile?seconds=1&token=wrong 401"
   "GET /debug/pprof/profile?seconds=0&token=TOKEN 400" "POST /debug/pprof/profile?seconds=1&token=TOKEN 405")
@@ -244,6 +276,7 @@ client() {
     body=$work/load/$id.$n.pb.gz
     case $kind in
       good) set -- curl -sS --max-time 30 "$base/debug/pprof/profile?seconds=1&token=$token" ;;
+      heap) set -- curl -sS --max-time 30 "$base/debug/pprof/heap?token=$token" ;;
       slow) set -- curl -sS --max-time 60 --limit-rate 2k "$base/debug/pprof/profile?seconds=1&token=$token" ;;
       bad)
         read -r method path want <<<"${bad_urls[$(((id + n) % ${#bad_urls[@]}))]}"
@@ -261,6 +294,8 @@ client() {
     # A 503 says Retry-After: a scraper waits; 0.2 s keeps 40 clients from
     # spinning the loaded machine's CPUs on curl.
     [ "$code" != 503 ] || sleep 0.2
+    # A heap profile is answered at once: 2 a second per client, not a spin.
+    [ "$kind" != heap ] || sleep 0.5
   done
 }
 
@@ -272,7 +307,7 @@ load_run() {
   mkdir -p "$work/load"
   [ -f "$work/load.expected.$secs" ] || expected_output "$secs" >"$work/load.expected.$secs"
   start_env=("$@")
-  start "$tag" "$secs" "$bin" -q --http 127.0.0.1:0
+  start "$tag" "$secs" "$bin" -q --heap --http 127.0.0.1:0
   start_env=()
   local rec_pid=$top_pid # env and the subshell exec record
   sleep 2
@@ -280,8 +315,9 @@ load_run() {
   fd_prog0=$(fds "$prog_pid") fd_rec0=$(fds "$rec_pid")
   end=$(($(date +%s) + load_s))
   local cpids=()
-  for i in $(seq 0 $((n_good + n_bad + n_slow - 1))); do
+  for i in $(seq 0 $((n_good + n_heap + n_bad + n_slow - 1))); do
     if [ "$i" -lt "$n_good" ]; then kind=good
+    elif [ "$i" -lt $((n_good + n_heap)) ]; then kind=heap
     elif [ "$i" -lt $((n_good + n_bad)) ]; then kind=bad
     else kind=slow; fi
     client "$i" "$kind" "$end" &
@@ -304,7 +340,7 @@ load_run() {
     for i in "${bodies[@]}"; do go tool pprof -top "$i" >/dev/null 2>&1 || bad_bodies=$((bad_bodies + 1)); done
   fi
   local san
-  san=$(grep -c 'ERROR: AddressSanitizer\|runtime error:\|ERROR: LeakSanitizer' "$work/$tag.err" || true)
+  san=$(grep -c 'ERROR: AddressSanitizer\|runtime error:\|ERROR: LeakSanitizer\|WARNING: ThreadSanitizer' "$work/$tag.err" || true)
   record load "tag=$tag" "prog_fd0=$fd_prog0" "prog_fd1=$fd_prog1" "rec_fd0=$fd_rec0" "rec_fd1=$fd_rec1" \
     "rc=$rc" "same_output=$same" "bodies=$n_bodies" "bad_bodies=$bad_bodies" "sanitizer=$san" \
     "clients_took=$((done_at - end + load_s))"
@@ -330,20 +366,35 @@ if [ -n "$asan_build" ]; then
   load_run load_asan "$asan_build/cli/snapprof" SNAPPROF_PRELOAD_LIB="$PRELOAD" \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 fi
+if [ -n "$tsan_build" ]; then
+  say "bench_continuous: 3. load under TSan, $load_s s"
+  load_run load_tsan "$tsan_build/cli/snapprof" SNAPPROF_PRELOAD_LIB="$PRELOAD" TSAN_OPTIONS=halt_on_error=0
+fi
 
 # ---------------------------------------------------------------------------
 # 4. Memory and interval sums under --loop 10s
 # ---------------------------------------------------------------------------
 say "bench_continuous: 4. memory, --loop 10s for $mem_s s"
 mkdir -p "$work/mem"
+start_hz=19
+start memf $((mem_s + 8)) "$SNAP" -q --http 127.0.0.1:0 --flight 2m
+start_hz=""
+memf_pid=$prog_pid memf_top=$top_pid memf_base=$base memf_token=$token
 start mem $((mem_s + 5)) "$SNAP" -q --loop 10s -o "$work/mem/whole.pb.gz"
 t0=$(date +%s)
 for i in $(seq 0 10 "$mem_s"); do
   while [ "$(date +%s)" -lt $((t0 + i)) ]; do sleep 0.2; done
   record rss "t=$i" "kib=$(rss_kib "$prog_pid")"
+  record rss_flight "t=$i" "kib=$(rss_kib "$memf_pid")"
 done
 finish
 record mem_run "rc=$rc"
+base=$memf_base token=$memf_token
+flight_ask memf 2m
+record mem_flight "code=$code" "took_ms=$took_ms" "samples=$samples"
+top_pid=$memf_top
+finish
+record memf_run "rc=$rc"
 total_of() { go tool pprof -sample_index=samples -top "$@" 2>/dev/null | sed -n 's/.* of \([0-9]*\) total.*/\1/p'; }
 intervals=("$work"/mem/whole.*Z.pb.gz)
 [ -e "${intervals[0]}" ] || intervals=()
@@ -388,26 +439,30 @@ table=$work/table
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n ? a[int((n + 1) / 2)] : 0 }
     $1 == "cpu_request" { parse(); codes = codes " " f["code"]; samples = samples " " f["samples"] }
+    $1 == "cpu_flight" { parse(); fcodes = fcodes " " f["code"]; fsamples = fsamples " " f["samples"]; ftook = ftook " " f["took_ms"] }
     END { name["none"] = "no profiler"; name["idle"] = "record --http, no request"; name["request"] = "record --http, one request"
+      name["flight"] = "--http --flight 5m, 19 Hz"
       m0 = med(v["none"])
-      for (k = 1; k <= 3; k++) { r = (k == 1 ? "none" : k == 2 ? "idle" : "request"); m = med(v[r])
+      for (k = 1; k <= 4; k++) { r = (k == 1 ? "none" : k == 2 ? "idle" : k == 3 ? "request" : "flight"); m = med(v[r])
         printf "   %-28s %10.1f %8.3f %12s\n", name[r], m / 1000, (m0 > 0 ? m / m0 : 0), (bad[r] ? "no x" bad[r] : "yes") }
-      printf "   request statuses:%s; samples in each profile:%s\n", codes, samples }' "$results"
+      printf "   request statuses:%s; samples in each profile:%s\n", codes, samples
+      printf "   --flight: ?since=%ds statuses:%s; answered in ms:%s; samples in each:%s\n", '"$((cpu_s - 6))"', fcodes, ftook, fsamples }' "$results"
   echo
-  echo "3. Endpoint under 50 concurrent clients for $load_s s (40 profile?seconds=1, 5 bad URLs, 5 reading at 2 KiB/s)"
+  echo "3. Endpoint of record --heap --http under 50 concurrent clients for $load_s s (35 profile?seconds=1, 5 heap, 5 bad URLs, 5 reading at 2 KiB/s)"
   printf '   %-10s %-5s %6s %6s %6s %9s %6s %8s\n' run kind asked 200 503 "right 4xx" other "curl err"
   awk "$bench_awk_lib"'$1 == "load_kind" { parse(); printf "   %-10s %-5s %6d %6d %6d %9s %6d %8d\n",
       f["tag"], f["kind"], f["n"], f["s200"], f["s503"], (f["kind"] == "bad" ? f["expected4xx"] : "-"), f["other"], f["curl_failed"] }' "$results"
   awk "$bench_awk_lib"'$1 == "load" { parse()
       printf "   %s: fds program %s -> %s, record %s -> %s; 200 bodies %s, not opened by pprof %s; program output same: %s; record exit %s; sanitizer reports %s\n",
         f["tag"], f["prog_fd0"], f["prog_fd1"], f["rec_fd0"], f["rec_fd1"], f["bodies"], f["bad_bodies"], f["same_output"], f["rc"], f["sanitizer"] }' "$results"
-  for t in load_plain load_asan; do
+  for t in load_plain load_asan load_tsan; do
     [ -f "$work/$t.rcs" ] || continue
     [ ! -s "$work/$t.rcs" ] || echo "   $t: curl exit codes:$(cat "$work/$t.rcs")"
     [ ! -s "$work/$t.badcodes" ] || echo "   $t: bad URLs answered otherwise (wanted->got):$(cat "$work/$t.badcodes")"
     [ ! -s "$work/$t.curlerrs" ] || sed "s/^/   $t: curl: /" "$work/$t.curlerrs"
   done
   [ -n "$asan_build" ] || echo "   (no --asan-build: no ASan run)"
+  [ -n "$tsan_build" ] || echo "   (no --tsan-build: no TSan run)"
   echo
   echo "4. record --loop 10s -o F at $hz Hz for $mem_s s: the program's RSS every 10 s, MiB"
   awk "$bench_awk_lib"'$1 == "rss" { parse(); t[n] = f["t"]; k[n++] = f["kib"] }
@@ -423,15 +478,25 @@ table=$work/table
         f["intervals"], f["merged"], f["whole"], (f["merged"] == f["whole"] ? "equal" : "NOT equal (" f["merged"] - f["whole"] ")"), f["each"]
       printf "   their durations (go tool pprof -raw): %s\n", f["durations"] }' "$results"
   awk "$bench_awk_lib"'$1 == "mem_run" { parse(); if (f["rc"] != 0) print "   record exit " f["rc"] }' "$results"
+  echo "   beside it, record --http --flight 2m at 19 Hz: the program's RSS every 10 s, MiB"
+  awk "$bench_awk_lib"'$1 == "rss_flight" { parse(); t[n] = f["t"]; k[n++] = f["kib"] }
+    END { line = "  "; for (i = 0; i < n; i++) { line = line sprintf(" %.1f", k[i] / 1024); if (i % 12 == 11) { print line; line = "  " } }
+      if (line != "  ") print line
+      i = 0; while (i < n && t[i] < 180) i++
+      if (i < n - 1) { h = (k[n - 1] - k[i]) / 1024; secs = t[n - 1] - t[i]
+        printf "   after the window is full (from the %d s sample): %.2f MiB over %d s = %.1f MiB per hour\n", t[i], h, secs, h * 3600 / secs } }' "$results"
+  awk "$bench_awk_lib"'$1 == "mem_flight" { parse(); printf "   ?since=2m at the end: status %s, answered in %s ms, %s samples (19 Hz x 120 s x busy share)\n", f["code"], f["took_ms"], f["samples"] }
+    $1 == "memf_run" { parse(); if (f["rc"] != 0) print "   flight record exit " f["rc"] }' "$results"
 } >"$table"
 bench_finish_table "$table"
 
 section() {
   bench_section_made_by
-  echo "- what: issue 28's \"Measured\" for what exists today: \`record --http\` idle (signals, wakeups and"
-  echo "  system calls of ours; target 0 signals when idle, which needs \"arm on demand\", not done yet),"
+  echo "- what: issue 28's \"Measured\": \`record --http\` idle (signals, wakeups and"
+  echo "  system calls of ours; target 0 signals when idle: threads are armed only while a profile is asked),"
   echo "  the program's CPU per fixed work with \`--http\` idle and during a profile request, the endpoint"
-  echo "  under 50 clients, and memory and interval sums under \`--loop 10s\`"
+  echo "  under 50 clients, memory and interval sums under \`--loop 10s\`, and \`--flight\`'s CPU, memory"
+  echo "  and answer time"
   [ -z "$note" ] || echo "- note: $note"
   echo
   bench_section_table "$table"
