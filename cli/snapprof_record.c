@@ -369,7 +369,11 @@ static void find_preload(char *out, size_t size)
 }
 
 /* The heap hooks (--heap): $SNAPPROF_HEAP_LIB, or beside the preload
- * library (an install tree), or in the build tree (cli/../preload_heap). */
+ * library (an install tree), or in the preload's build tree
+ * (preload/../preload_heap), or in this command's (cli/../preload_heap).
+ * The preload's come first: with SNAPPROF_PRELOAD_LIB naming another
+ * build (a sanitizer build's record serving a plain program), the two
+ * libraries must come from the same one. */
 static void find_heap_lib(const char *preload, char *out, size_t size)
 {
     const char *env = getenv("SNAPPROF_HEAP_LIB");
@@ -388,8 +392,8 @@ static void find_heap_lib(const char *preload, char *out, size_t size)
     *strrchr(self, '/') = '\0';
     snprintf(dir, sizeof dir, "%s", preload);
     *strrchr(dir, '/') = '\0';
-    const char *dirs[] = {dir, self};
-    const char *rel[] = {".", "../preload_heap"};
+    const char *dirs[] = {dir, dir, self};
+    const char *rel[] = {".", "../preload_heap", "../preload_heap"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         char cand[PATH_MAX], real[PATH_MAX];
         int len = snprintf(cand, sizeof cand, "%s/%s/%s", dirs[i], rel[i], SNAPPROF_HEAP_NAME);

@@ -355,6 +355,32 @@ static void test_bad_values(void)
     ASSERT_EQ(count_heap_files(), 0);
 }
 
+/* SNAPPROF_PRELOAD_LIB naming another build's preload (as bench_continuous
+ * does to serve a plain program from a sanitizer build's record): --heap
+ * loads the heap hooks of that build too (its preload_heap/), not those
+ * beside record. Before, record took its own build's: an ASan record put
+ * ASan-built hooks into a plain program, which died at start ("ASan runtime
+ * does not come first"). The program prints its own maps. */
+static void test_lib_of_preload_build(void)
+{
+    setup("heap-other-build");
+    pl_run_ok("mkdir -p %s/other/preload %s/other/preload_heap && cp '%s' %s/other/preload/ && "
+              "cp '%s' %s/other/preload_heap/",
+              g_dir, g_dir, SNAPPROF_PRELOAD_LIB, g_dir, HEAP_LIB, g_dir);
+    const char *pre = strrchr(SNAPPROF_PRELOAD_LIB, '/') + 1;
+    const char *heap = strrchr(HEAP_LIB, '/') + 1;
+    char *out = pl_run_ok("cd %s && SNAPPROF_PRELOAD_LIB=%s/other/preload/%s %s record -q --heap "
+                          "-o x.pb.gz -- /bin/cat /proc/self/maps",
+                          g_dir, g_dir, pre, CLI);
+    char want[1200];
+    snprintf(want, sizeof want, "%s/other/preload_heap/%s", g_dir, heap);
+    if (!strstr(out, want))
+        printf("%s\nwanted %s\n", out, want);
+    ASSERT_NOT_NULL(strstr(out, want));
+    ASSERT_NULL(strstr(out, HEAP_LIB));
+    free(out);
+}
+
 /* The preload linked into the program (the case that runs under the
  * sanitizers), SNAPPROF_HEAP=1 without the hooks: heap sampling starts, a
  * bad interval is said, and the heap files are written, valid, with no
@@ -394,6 +420,7 @@ int main(int argc, char **argv)
         {"env_bad_interval", test_env_bad_interval},
         {"bad_values", test_bad_values},
         {"linked_no_hooks", test_linked_no_hooks},
+        {"lib_of_preload_build", test_lib_of_preload_build},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
