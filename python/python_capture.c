@@ -2,8 +2,9 @@
  *
  * RUNS IN THE SIGNAL HANDLER: no allocation, no locks, no calls into
  * libpython. The thread state comes from the table the sampling side
- * refreshes (python_runtime.c) and is read with process_vm_readv, which
- * fails instead of faulting; it must name this thread (native_thread_id).
+ * refreshes, or from the GIL holder (snapprof__py_tstate_find(),
+ * python_runtime.c), read with process_vm_readv, which fails instead of
+ * faulting; it must name this thread (native_thread_id).
  * A frame is read with plain loads only when it lies inside one of the
  * thread's data-stack chunks (the used part, found from the thread state
  * and each chunk's header, read checked), aligned; any other frame (a
@@ -153,23 +154,15 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
-    uintptr_t ts = snapprof__py_tstate_of(tid);
     uint8_t tsb[512];
-    if (ts == 0 || (ts & 7) || l->ts_size > sizeof tsb ||
-        snapprof__py_read(ts, tsb, l->ts_size) < 0) {
+    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }
-    unsigned long native;
     uintptr_t cframe, chunk, top;
-    memcpy(&native, tsb + l->ts_native_thread_id, sizeof native);
     memcpy(&cframe, tsb + l->ts_cframe, sizeof cframe);
     memcpy(&chunk, tsb + l->ts_datastack_chunk, sizeof chunk);
     memcpy(&top, tsb + l->ts_datastack_top, sizeof top);
-    if (native != (unsigned long)tid) {
-        cap->status = SNAPPROF__PY_NO_STATE;
-        return;
-    }
     /* The current frame and the current chunk's header in one read. */
     uintptr_t frame = 0, hdr[3] = {0, 0, 0};
     if (cframe == 0 || (cframe & 7) || (chunk & 7)) {

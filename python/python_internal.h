@@ -42,9 +42,17 @@ static inline uint64_t snapprof__py_names_check(uintptr_t filename, uintptr_t qu
  * Returns 0 when all n bytes were read, else -1. Async-signal-safe. */
 int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
 
-/* The PyThreadState published for thread tid by the last refresh, or 0.
- * Async-signal-safe (atomic loads only). */
-uintptr_t snapprof__py_tstate_of(pid_t tid);
+/* The PyThreadState of thread tid, or 0: its first ts_size bytes are read
+ * checked into tsb (size bytes) and its native_thread_id is tid. Looks in
+ * the table the last refresh published, then among the states learned
+ * since, then at the thread state that holds the GIL
+ * (_PyRuntime.gilstate.tstate_current), which is the thread's own whenever
+ * it runs Python code, from its first moment; found there, it is learned
+ * for tid, so that the thread's samples taken while it has released the
+ * GIL (in zlib, in a system call) find it too until the next refresh has
+ * it. RUNS IN THE SIGNAL HANDLER: atomics and process_vm_readv only, no
+ * locks. Async-signal-safe. */
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size);
 
 /* Called by the splice once per batch to name frames
  * (python_symbols.c): the pc of the Python frame for rec, in the

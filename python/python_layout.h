@@ -14,8 +14,9 @@ typedef struct snapprof__py_layout {
     uint32_t version; /* PY_VERSION_HEX of the major.minor, 0x030b0000 for 3.11 */
     const char *name; /* "3.11" */
     int known;        /* 0: an entry to fill; native frames only */
-    /* _PyRuntimeState: interpreters.head. */
-    uint16_t runtime_interpreters_head;
+    /* _PyRuntimeState: interpreters.head; the thread state that holds the
+     * GIL (gilstate.tstate_current, 0: none in this version's layout). */
+    uint16_t runtime_interpreters_head, runtime_tstate_current;
     /* PyInterpreterState: the first thread state (threads.head). */
     uint16_t interp_threads_head;
     /* PyThreadState. */

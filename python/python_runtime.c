@@ -1,7 +1,8 @@
 /* Which interpreter, and its threads (out of band): finds _PyRuntime, the
  * version and its layout, the evaluation loop's code ranges, and, on each
  * refresh, every PyThreadState of the process with its native_thread_id,
- * published in a small table the signal handler reads. */
+ * published in a small table the signal handler reads; and the handler's
+ * lookup, which falls back on the thread that holds the GIL. */
 
 #include "python/python_internal.h"
 
@@ -54,12 +55,84 @@ static struct {
     _Atomic uintptr_t tstate;
 } threads[PY_THREADS_MAX];
 
-uintptr_t snapprof__py_tstate_of(pid_t tid)
+/* Thread states the handler found itself, at the thread that holds the
+ * GIL, for threads the table does not have yet (started since the last
+ * refresh): a slot is claimed by a compare-and-swap of its tid from 0,
+ * then written tstate last (release). Each is stamped with the refresh
+ * generation it was found in, and the next refresh, whose table has every
+ * thread state that existed before it began, clears those of older
+ * generations: a slot lives until the next refresh, and a thread state
+ * freed since (its address reused) is not kept past it. Races between a
+ * handler and a refresh at most lose an entry, found again at the next
+ * sample that holds the GIL; every use checks native_thread_id anyway. */
+#define PY_LEARNED_MAX 256
+
+static _Atomic uint32_t refresh_gen = 1;
+static struct {
+    _Atomic pid_t tid;
+    _Atomic uint32_t gen;
+    _Atomic uintptr_t tstate;
+} learned[PY_LEARNED_MAX];
+
+/* Whether ts is readable and names thread tid; its first ts_size bytes
+ * land in tsb. Async-signal-safe. */
+static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid, uint8_t *tsb)
 {
+    unsigned long native;
+    if (ts == 0 || (ts & 7) || snapprof__py_read(ts, tsb, l->ts_size) < 0)
+        return 0;
+    memcpy(&native, tsb + l->ts_native_thread_id, sizeof native);
+    return native == (unsigned long)tid;
+}
+
+/* Remembers ts for tid until the next refresh. Async-signal-safe. */
+static void learn(pid_t tid, uintptr_t ts)
+{
+    uint32_t gen = atomic_load_explicit(&refresh_gen, memory_order_acquire);
+    size_t i = 0;
+    while (i < PY_LEARNED_MAX && atomic_load_explicit(&learned[i].tid, memory_order_relaxed) != tid)
+        i++;
+    for (size_t k = 0; i == PY_LEARNED_MAX && k < PY_LEARNED_MAX; k++) {
+        pid_t none = 0;
+        if (atomic_load_explicit(&learned[k].tid, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong_explicit(&learned[k].tid, &none, tid,
+                                                    memory_order_acquire, memory_order_relaxed))
+            i = k;
+    }
+    if (i == PY_LEARNED_MAX)
+        return; /* full: found again at the next sample that holds the GIL */
+    atomic_store_explicit(&learned[i].gen, gen, memory_order_relaxed);
+    atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
+}
+
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size)
+{
+    const snapprof__py_layout_t *l = snapprof__py.layout;
+    if (l->ts_size > size)
+        return 0;
     for (size_t i = 0; i < PY_THREADS_MAX; i++)
-        if (atomic_load_explicit(&threads[i].tid, memory_order_acquire) == tid)
-            return atomic_load_explicit(&threads[i].tstate, memory_order_relaxed);
-    return 0;
+        if (atomic_load_explicit(&threads[i].tid, memory_order_acquire) == tid) {
+            uintptr_t ts = atomic_load_explicit(&threads[i].tstate, memory_order_relaxed);
+            if (names_thread(l, ts, tid, tsb))
+                return ts;
+            break;
+        }
+    for (size_t i = 0; i < PY_LEARNED_MAX; i++)
+        if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == tid) {
+            uintptr_t ts = atomic_load_explicit(&learned[i].tstate, memory_order_acquire);
+            if (names_thread(l, ts, tid, tsb))
+                return ts;
+            break;
+        }
+    /* A thread that runs Python code holds the GIL: the interpreter's
+     * current thread state is then its own. */
+    uintptr_t ts = 0;
+    if (l->runtime_tstate_current == 0 ||
+        snapprof__py_read(snapprof__py.runtime + l->runtime_tstate_current, &ts, sizeof ts) < 0 ||
+        !names_thread(l, ts, tid, tsb))
+        return 0;
+    learn(tid, ts);
+    return ts;
 }
 
 static uint64_t last_refresh_ns;
@@ -79,6 +152,8 @@ void snapprof__python_refresh(int force)
     if (!force && now - last_refresh_ns < 10000000u)
         return;
     last_refresh_ns = now;
+    /* Thread states learned from here on are kept past this refresh. */
+    uint32_t gen = atomic_fetch_add_explicit(&refresh_gen, 1, memory_order_acq_rel) + 1;
     atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
     const snapprof__py_layout_t *l = snapprof__py.layout;
     pid_t tids[PY_THREADS_MAX];
@@ -139,6 +214,15 @@ void snapprof__python_refresh(int force)
             break;
         atomic_store_explicit(&threads[i].tstate, states[k], memory_order_relaxed);
         atomic_store_explicit(&threads[i].tid, tids[k], memory_order_release);
+    }
+    /* The table now has every thread state that the handlers learned
+     * before this refresh began, or it is gone. */
+    for (size_t i = 0; i < PY_LEARNED_MAX; i++) {
+        if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == 0 ||
+            atomic_load_explicit(&learned[i].gen, memory_order_relaxed) == gen)
+            continue;
+        atomic_store_explicit(&learned[i].tstate, 0, memory_order_relaxed);
+        atomic_store_explicit(&learned[i].tid, 0, memory_order_release);
     }
 }
 

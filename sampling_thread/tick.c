@@ -125,12 +125,6 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * CPU of a program that uses 0.1 CPU (issue 28); at 200 ms, 5 wake-ups.
  * A handler replaced under us floods the program's for at most this long. */
 #define DRAIN_INTERVAL_NS 200000000u
-/* With Python frames on, 20 ms as before: the interpreter's thread states
- * are read again at drains (snapprof__python_refresh() in drain.c), and a
- * thread's Python frames are read in its handler only once its state is
- * known, so a new thread's samples had no Python frames for up to 200 ms
- * (python_frames_heldout: 26 of 1556 libz samples not under py_zlib). */
-#define PYTHON_DRAIN_INTERVAL_NS 20000000u
 #define DRAIN_GAP_NS 1000000u
 
 uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
@@ -225,8 +219,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     if (p->parked)
         return parked_tick(p, now, &c0);
     if (p->armed_count > 0)
-        p->next_drain =
-            stopped ? now : now + (p->python ? PYTHON_DRAIN_INTERVAL_NS : DRAIN_INTERVAL_NS);
+        p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
         p->stats.ticks++;
         /* Cheap when nothing was loaded or unloaded (the loader's counters);
