@@ -157,7 +157,11 @@ def young(cli, tmp):
         fail("too few samples in the young threads")
     if ev_py < 0.95 * ev:
         fail("young threads' evaluation loop samples without their Python frames")
-    if zl_py < 0.95 * zl:
+    # zlib at 0.92: 20 runs gave 0.959-0.985 (mean 0.973, sd 0.0075); the
+    # rest is by design, a thread whose first samples all land in deflate,
+    # before one that holds the GIL. Without the GIL lookup: 0.82 (20 ms
+    # drains), 0.38-0.44 (200 ms drains).
+    if zl_py < 0.92 * zl:
         fail("young threads' zlib samples not under py_young")
 
 
