@@ -6,6 +6,8 @@ if(EXISTS /usr/include/python3.11/internal/pycore_frame.h)
   # Python's headers are not written for our warnings.
   target_compile_options(python_layout PRIVATE -Wno-unused-parameter -Wno-missing-field-initializers)
 endif()
+# The handler's checked read of code objects, on our own memory.
+snapprof_add_test_cases(EXE python_capture SOURCES test_python_capture.c)
 # Real /usr/bin/python3.11 under `snapprof record --python`, read back with
 # go tool pprof (tests/python/check_python.py; skipped without them, and in
 # sanitizer builds, as the other record tests: LD_PRELOAD of a sanitized
