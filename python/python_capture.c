@@ -13,7 +13,12 @@
  * (SNAPPROF__PY_BROKEN: frames are linked without barriers, and a signal
  * can land between two stores). The code objects' fields that the drain
  * checks against (type, size, first line, name pointers) are read checked
- * in batches, one system call per batch. */
+ * in batches, one system call per batch.
+ *
+ * Stack: the handler may run on a small alternate signal stack (CPython's
+ * faulthandler gives one of SIGSTKSZ + AT_MINSIGSTKSZ bytes), so every
+ * buffer of more than a few hundred bytes lives in the capture's scratch
+ * (snapprof__py_scratch_t, in the capture slot), never on the stack. */
 #include "python/python_internal.h"
 
 #include "stack_copier/stack_copier.h"
@@ -23,16 +28,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CHUNKS_MAX 64
+#define CHUNKS_MAX SNAPPROF__PY_CHUNKS_MAX
 #define BATCH SNAPPROF__PY_CODE_BATCH
-
-typedef struct chunk_range {
-    uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
-} chunk_range_t;
 
 typedef struct walk {
     const snapprof__py_layout_t *l;
-    chunk_range_t chunks[CHUNKS_MAX];
+    snapprof__py_scratch_t *s; /* s->chunks[0, nchunks): the chunks known */
     size_t nchunks;
     uintptr_t next_chunk; /* the next older chunk to read, 0 when none */
 } walk_t;
@@ -49,7 +50,8 @@ static int more_chunks(walk_t *w)
     uintptr_t lo = w->next_chunk + w->l->chunk_data;
     if (hdr[1] > (1u << 30) || hdr[2] > hdr[1] / sizeof(uintptr_t))
         return -1;
-    w->chunks[w->nchunks++] = (chunk_range_t){lo, lo + hdr[2] * sizeof(uintptr_t)};
+    w->s->chunks[w->nchunks].lo = lo;
+    w->s->chunks[w->nchunks++].hi = lo + hdr[2] * sizeof(uintptr_t);
     w->next_chunk = hdr[0];
     return 0;
 }
@@ -62,7 +64,7 @@ static int in_chunks(walk_t *w, uintptr_t f)
     size_t need = w->l->frame_size;
     for (;;) {
         for (size_t i = 0; i < w->nchunks; i++)
-            if (f >= w->chunks[i].lo && f < w->chunks[i].hi && w->chunks[i].hi - f >= need)
+            if (f >= w->s->chunks[i].lo && f < w->s->chunks[i].hi && w->s->chunks[i].hi - f >= need)
                 return 1;
         if (more_chunks(w) < 0)
             return 0;
@@ -80,11 +82,14 @@ static int in_chunks(walk_t *w, uintptr_t f)
  * a batch of 64 is a few ranges instead of 64. */
 #define CODE_GAP_MAX 1024
 
-void snapprof__py_read_codes(const uintptr_t *codes, size_t n, size_t off, size_t span,
-                             uint8_t (*f)[CODE_SPAN_MAX], uint8_t *ok)
+void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
 {
     static uint8_t sink[CODE_GAP_MAX]; /* written, never read: shared is fine */
-    uint8_t order[BATCH];
+    const uintptr_t *codes = s->codes;
+    uint8_t(*f)[CODE_SPAN_MAX] = s->fields;
+    uint8_t *ok = s->ok, *order = s->order;
+    size_t *end = s->end;
+    struct iovec *local = s->local, *remote = s->remote;
     for (size_t k = 0; k < n; k++) { /* insertion sort: n <= BATCH */
         size_t j = k;
         while (j > 0 && codes[order[j - 1]] > codes[k]) {
@@ -93,8 +98,7 @@ void snapprof__py_read_codes(const uintptr_t *codes, size_t n, size_t off, size_
         }
         order[j] = (uint8_t)k;
     }
-    struct iovec local[2 * BATCH], remote[BATCH];
-    size_t end[BATCH], nl = 0, nr = 0, total = 0;
+    size_t nl = 0, nr = 0, total = 0;
     uintptr_t cur = 0; /* the end of the last remote range */
     for (size_t j = 0; j < n; j++) {
         size_t k = order[j];
@@ -137,33 +141,34 @@ void snapprof__py_read_codes(const uintptr_t *codes, size_t n, size_t off, size_
 }
 
 /* Fills the code fields of cap->frames[from, to) with checked reads of
- * codes[0, ncodes), the distinct code objects among them (snapprof__py_read_codes).
+ * cap->scratch.codes[0, ncodes), the distinct code objects among them
+ * (snapprof__py_read_codes).
  * On entry each of those frames holds, until it is filled, the index of
  * its code object in codes in instr and its prev_instr in names. A frame
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, const uintptr_t *codes, size_t ncodes)
+                            uint32_t from, uint32_t to, size_t ncodes)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
         l->code_filename < l->code_type ||
         l->code_filename + 3 * sizeof(uintptr_t) > l->code_type + span)
         return from; /* not a layout this reader knows how to batch */
-    uint8_t f[BATCH][CODE_SPAN_MAX];
-    uint8_t ok[BATCH];
-    snapprof__py_read_codes(codes, ncodes, l->code_type, span, f, ok);
+    snapprof__py_scratch_t *s = &cap->scratch;
+    snapprof__py_read_codes(s, ncodes, l->code_type, span);
     for (uint32_t i = from; i < to; i++) {
         size_t k = (size_t)cap->frames[i].instr;
         uintptr_t type, names[3];
         intptr_t size;
         int32_t firstlineno;
-        if (!ok[k])
+        if (!s->ok[k])
             return i;
-        memcpy(&type, f[k], sizeof type);
-        memcpy(&size, f[k] + (l->code_size - l->code_type), sizeof size);
-        memcpy(&firstlineno, f[k] + (l->code_firstlineno - l->code_type), sizeof firstlineno);
-        memcpy(names, f[k] + (l->code_filename - l->code_type), sizeof names);
+        const uint8_t *f = s->fields[k];
+        memcpy(&type, f, sizeof type);
+        memcpy(&size, f + (l->code_size - l->code_type), sizeof size);
+        memcpy(&firstlineno, f + (l->code_firstlineno - l->code_type), sizeof firstlineno);
+        memcpy(names, f + (l->code_filename - l->code_type), sizeof names);
         if (type != snapprof__py.code_type || size < 0 || size > (1 << 28))
             return i;
         snapprof__py_frame_rec_t *r = &cap->frames[i];
@@ -228,17 +233,19 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
-    walk_t w = {.l = l, .nchunks = 0, .next_chunk = 0};
+    walk_t w = {.l = l, .s = &cap->scratch, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
     if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
         top - chunk <= hdr[1]) {
-        w.chunks[w.nchunks++] = (chunk_range_t){chunk + l->chunk_data, top};
+        w.s->chunks[0].lo = chunk + l->chunk_data;
+        w.s->chunks[0].hi = top;
+        w.nchunks = 1;
         w.next_chunk = hdr[0];
     }
 
     /* The distinct code objects of the frames not yet checked,
      * [checked, n). */
-    uintptr_t codes[BATCH];
+    uintptr_t *codes = cap->scratch.codes;
     size_t ncodes = 0;
     uint32_t n = 0, checked = 0;
     /* Brent's cycle check: the frame at the last power of two steps. */
@@ -272,7 +279,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         while (k < ncodes && codes[k] != code)
             k++;
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, codes, ncodes);
+            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
                 cap->count = ok;
@@ -299,7 +306,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, codes, ncodes);
+        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
         if (ok < n) {
             n = ok;
             cap->status |= SNAPPROF__PY_BROKEN;

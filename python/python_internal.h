@@ -44,24 +44,16 @@ static inline uint64_t snapprof__py_names_check(uintptr_t filename, uintptr_t qu
  * Returns 0 when all n bytes were read, else -1. Async-signal-safe. */
 int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
 
-/* Distinct code objects the handler reads in one system call; their
- * staging buffer is BATCH * SPAN_MAX bytes of the handler's stack. 64 holds
- * a 50-deep stack of distinct functions in one call. */
-#define SNAPPROF__PY_CODE_BATCH 64
-/* What is read of one code object: its fields from code_type to the end of
- * code_qualname, in one piece (128 bytes in 3.11). */
-#define SNAPPROF__PY_CODE_SPAN_MAX 128
-
-/* Reads span (<= SNAPPROF__PY_CODE_SPAN_MAX) bytes at codes[k] + off for
+/* Reads span (<= SNAPPROF__PY_CODE_SPAN_MAX) bytes at s->codes[k] + off for
  * k < n (<= SNAPPROF__PY_CODE_BATCH, codes in the order the walk met them)
- * into f[k], with one process_vm_readv over the codes sorted by address and
- * merged into ranges, then, if that read stopped short (a range ran into
- * memory that cannot be read, or a code pointer was garbage), one more with
- * an iovec per code object not yet read, in codes' order (a partial read
- * keeps those before the first that failed). Sets ok[k] to 1 for each code
- * object read whole, else 0. Async-signal-safe. */
-void snapprof__py_read_codes(const uintptr_t *codes, size_t n, size_t off, size_t span,
-                             uint8_t (*f)[SNAPPROF__PY_CODE_SPAN_MAX], uint8_t *ok);
+ * into s->fields[k], with one process_vm_readv over the codes sorted by
+ * address and merged into ranges, then, if that read stopped short (a
+ * range ran into memory that cannot be read, or a code pointer was
+ * garbage), one more with an iovec per code object not yet read, in codes'
+ * order (a partial read keeps those before the first that failed). Sets
+ * s->ok[k] to 1 for each code object read whole, else 0. Uses no more of
+ * the stack than its locals' few words. Async-signal-safe. */
+void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
 
 /* The PyThreadState published for thread tid by the last refresh, or 0.
  * Async-signal-safe (atomic loads only). */

@@ -39,18 +39,16 @@ static void test_merged_ranges(void)
 {
     uint8_t *m = three_pages();
     long page = sysconf(_SC_PAGESIZE);
-    uintptr_t codes[12];
+    static snapprof__py_scratch_t s;
+    memset(&s, 0, sizeof s);
     size_t n = 0;
     for (int i = 10; i >= 0; i--)
-        codes[n++] = (uintptr_t)m + 64 + 224 * (uintptr_t)i;
-    codes[n++] = (uintptr_t)m + 2 * (uintptr_t)page + 512;
-    static uint8_t f[SNAPPROF__PY_CODE_BATCH][SNAPPROF__PY_CODE_SPAN_MAX];
-    uint8_t ok[SNAPPROF__PY_CODE_BATCH];
-    memset(f, 0, sizeof f);
-    snapprof__py_read_codes(codes, n, OFF, SPAN, f, ok);
+        s.codes[n++] = (uintptr_t)m + 64 + 224 * (uintptr_t)i;
+    s.codes[n++] = (uintptr_t)m + 2 * (uintptr_t)page + 512;
+    snapprof__py_read_codes(&s, n, OFF, SPAN);
     for (size_t k = 0; k < n; k++) {
-        ASSERT_EQ(ok[k], 1);
-        ASSERT(memcmp(f[k], (const void *)(codes[k] + OFF), SPAN) == 0);
+        ASSERT_EQ(s.ok[k], 1);
+        ASSERT(memcmp(s.fields[k], (const void *)(s.codes[k] + OFF), SPAN) == 0);
     }
     munmap(m, 3 * (size_t)page);
 }
@@ -67,20 +65,23 @@ static void test_hole_loses_only_unreadable(void)
     uintptr_t far = (uintptr_t)m + 2 * (uintptr_t)page + 200;
     uintptr_t before = (uintptr_t)m + (uintptr_t)page - 300;
     uintptr_t bad = (uintptr_t)m + (uintptr_t)page - 60; /* runs into the hole */
-    uintptr_t codes[] = {far, bad, before};
-    static uint8_t f[SNAPPROF__PY_CODE_BATCH][SNAPPROF__PY_CODE_SPAN_MAX];
-    uint8_t ok[SNAPPROF__PY_CODE_BATCH];
-    snapprof__py_read_codes(codes, 3, OFF, SPAN, f, ok);
-    ASSERT_EQ(ok[0], 1);
-    ASSERT_EQ(ok[1], 0);
-    ASSERT_EQ(ok[2], 1);
-    ASSERT(memcmp(f[0], (const void *)(far + OFF), SPAN) == 0);
-    ASSERT(memcmp(f[2], (const void *)(before + OFF), SPAN) == 0);
+    static snapprof__py_scratch_t s;
+    s.codes[0] = far;
+    s.codes[1] = bad;
+    s.codes[2] = before;
+    snapprof__py_read_codes(&s, 3, OFF, SPAN);
+    ASSERT_EQ(s.ok[0], 1);
+    ASSERT_EQ(s.ok[1], 0);
+    ASSERT_EQ(s.ok[2], 1);
+    ASSERT(memcmp(s.fields[0], (const void *)(far + OFF), SPAN) == 0);
+    ASSERT(memcmp(s.fields[2], (const void *)(before + OFF), SPAN) == 0);
     /* Inside the hole itself, and a null one: nothing read, no fault. */
-    uintptr_t inside[] = {(uintptr_t)m + (uintptr_t)page + 64, 0, far};
-    snapprof__py_read_codes(inside, 3, OFF, SPAN, f, ok);
-    ASSERT_EQ(ok[0], 0);
-    ASSERT_EQ(ok[1], 0);
+    s.codes[0] = (uintptr_t)m + (uintptr_t)page + 64;
+    s.codes[1] = 0;
+    s.codes[2] = far;
+    snapprof__py_read_codes(&s, 3, OFF, SPAN);
+    ASSERT_EQ(s.ok[0], 0);
+    ASSERT_EQ(s.ok[1], 0);
     munmap(m, 3 * (size_t)page);
 }
 
