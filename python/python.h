@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 /* The most interpreter frames one capture holds: CPython's default
  * recursion limit (1000) and some. A deeper chain is cut here and marked
@@ -43,11 +44,42 @@ typedef struct snapprof__py_frame_rec {
 #define SNAPPROF__PY_NO_STATE 0x4u  /* no thread state known for the thread (not Python) */
 #define SNAPPROF__PY_OFF 0x8u       /* no interpreter, or a layout we do not know */
 
+/* Distinct code objects the walk reads in one system call. 64 holds a
+ * 50-deep stack of distinct functions in one call. */
+#define SNAPPROF__PY_CODE_BATCH 64
+/* What is read of one code object: its fields from code_type to the end of
+ * code_qualname, in one piece (128 bytes in 3.11). */
+#define SNAPPROF__PY_CODE_SPAN_MAX 128
+/* Data-stack chunks the walk keeps the used part of. */
+#define SNAPPROF__PY_CHUNKS_MAX 64
+
+/* The walk's working memory, in the capture slot beside its result rather
+ * than on the handler's stack: the handler may run on a small alternate
+ * signal stack (CPython's faulthandler gives the main thread SIGSTKSZ +
+ * AT_MINSIGSTKSZ bytes, shared with the kernel's signal frame). Each
+ * capture has its own (the signal handler, a heap sample's capture on the
+ * same thread and wall mode's blocked-thread walk never share one). Not
+ * part of the result: the drain never reads it. */
+typedef struct snapprof__py_scratch {
+    struct {
+        uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
+    } chunks[SNAPPROF__PY_CHUNKS_MAX];
+    uintptr_t codes[SNAPPROF__PY_CODE_BATCH]; /* a batch's distinct code objects */
+    /* snapprof__py_read_codes(): what it read of codes[k], whether whole,
+     * and its system call's vectors. */
+    uint8_t fields[SNAPPROF__PY_CODE_BATCH][SNAPPROF__PY_CODE_SPAN_MAX];
+    uint8_t ok[SNAPPROF__PY_CODE_BATCH];
+    uint8_t order[SNAPPROF__PY_CODE_BATCH];
+    size_t end[SNAPPROF__PY_CODE_BATCH];
+    struct iovec local[2 * SNAPPROF__PY_CODE_BATCH], remote[SNAPPROF__PY_CODE_BATCH];
+} snapprof__py_scratch_t;
+
 /* The Python part of a capture slot's extra area (after the labels). */
 typedef struct snapprof__py_capture {
     uint32_t count;  /* frames[0..count): innermost first */
     uint32_t status; /* SNAPPROF__PY_* */
     snapprof__py_frame_rec_t frames[SNAPPROF__PY_FRAMES_MAX];
+    snapprof__py_scratch_t scratch; /* the walk's, not part of the result */
 } snapprof__py_capture_t;
 
 /* Finds the interpreter of this process, once (later calls return the

@@ -14,7 +14,12 @@
  * (SNAPPROF__PY_BROKEN: frames are linked without barriers, and a signal
  * can land between two stores). The code objects' fields that the drain
  * checks against (type, size, first line, name pointers) are read checked
- * in batches, one system call per batch. */
+ * in batches, one system call per batch.
+ *
+ * Stack: the handler may run on a small alternate signal stack (CPython's
+ * faulthandler gives one of SIGSTKSZ + AT_MINSIGSTKSZ bytes), so every
+ * buffer of more than a few hundred bytes lives in the capture's scratch
+ * (snapprof__py_scratch_t, in the capture slot), never on the stack. */
 #include "python/python_internal.h"
 
 #include "stack_copier/stack_copier.h"
@@ -24,16 +29,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CHUNKS_MAX 64
-#define BATCH 32
-
-typedef struct chunk_range {
-    uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
-} chunk_range_t;
+#define CHUNKS_MAX SNAPPROF__PY_CHUNKS_MAX
+#define BATCH SNAPPROF__PY_CODE_BATCH
 
 typedef struct walk {
     const snapprof__py_layout_t *l;
-    chunk_range_t chunks[CHUNKS_MAX];
+    snapprof__py_scratch_t *s; /* s->chunks[0, nchunks): the chunks known */
     size_t nchunks;
     uintptr_t next_chunk; /* the next older chunk to read, 0 when none */
 } walk_t;
@@ -50,7 +51,8 @@ static int more_chunks(walk_t *w)
     uintptr_t lo = w->next_chunk + w->l->chunk_data;
     if (hdr[1] > (1u << 30) || hdr[2] > hdr[1] / sizeof(uintptr_t))
         return -1;
-    w->chunks[w->nchunks++] = (chunk_range_t){lo, lo + hdr[2] * sizeof(uintptr_t)};
+    w->s->chunks[w->nchunks].lo = lo;
+    w->s->chunks[w->nchunks++].hi = lo + hdr[2] * sizeof(uintptr_t);
     w->next_chunk = hdr[0];
     return 0;
 }
@@ -63,72 +65,117 @@ static int in_chunks(walk_t *w, uintptr_t f)
     size_t need = w->l->frame_size;
     for (;;) {
         for (size_t i = 0; i < w->nchunks; i++)
-            if (f >= w->chunks[i].lo && f < w->chunks[i].hi && w->chunks[i].hi - f >= need)
+            if (f >= w->s->chunks[i].lo && f < w->s->chunks[i].hi && w->s->chunks[i].hi - f >= need)
                 return 1;
         if (more_chunks(w) < 0)
             return 0;
     }
 }
 
-/* What a batch reads of one code object: the span of its fields from
- * code_type to the end of code_qualname, in one piece (one iovec, so the
- * kernel pins its page once rather than once per field: at 50 frames deep
- * three iovecs per code object made the handler's pause 110 us at p50). */
-#define CODE_SPAN_MAX 128
+#define CODE_SPAN_MAX SNAPPROF__PY_CODE_SPAN_MAX
 
-/* Fills the code fields of cap->frames[from, to) with one checked read of
- * the distinct code objects among them. A frame whose code object cannot
- * be read or is not a code object ends the walk there: returns the new
- * count. Async-signal-safe. */
+/* Code objects closer than this (the end of one span to the start of the
+ * next) are read as one remote range, the bytes between them copied into
+ * a sink. process_vm_readv pins and copies each remote iovec on its own:
+ * about 0.5 us an iovec on the machine measured, even two on one page,
+ * against about 0.1 us a KiB copied. Code objects made together lie
+ * together (3.11's are 216-byte pymalloc blocks, 224 apart in a pool), so
+ * a batch of 64 is a few ranges instead of 64. */
+#define CODE_GAP_MAX 1024
+
+void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
+{
+    static uint8_t sink[CODE_GAP_MAX]; /* written, never read: shared is fine */
+    const uintptr_t *codes = s->codes;
+    uint8_t(*f)[CODE_SPAN_MAX] = s->fields;
+    uint8_t *ok = s->ok, *order = s->order;
+    size_t *end = s->end;
+    struct iovec *local = s->local, *remote = s->remote;
+    for (size_t k = 0; k < n; k++) { /* insertion sort: n <= BATCH */
+        size_t j = k;
+        while (j > 0 && codes[order[j - 1]] > codes[k]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = (uint8_t)k;
+    }
+    size_t nl = 0, nr = 0, total = 0;
+    uintptr_t cur = 0; /* the end of the last remote range */
+    for (size_t j = 0; j < n; j++) {
+        size_t k = order[j];
+        uintptr_t a = codes[k] + off;
+        if (nr > 0 && a >= cur && a - cur <= CODE_GAP_MAX) {
+            if (a > cur) {
+                local[nl++] = (struct iovec){sink, a - cur};
+                total += a - cur;
+            }
+            remote[nr - 1].iov_len += a + span - cur;
+        } else {
+            remote[nr++] = (struct iovec){(void *)a, span};
+        }
+        local[nl++] = (struct iovec){f[k], span};
+        total += span;
+        end[k] = total;
+        cur = a + span;
+    }
+    pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
+    ssize_t got = syscall(SYS_process_vm_readv, pid, local, (unsigned long)nl, remote,
+                          (unsigned long)nr, 0UL);
+    size_t nmiss = 0;
+    for (size_t k = 0; k < n; k++) {
+        ok[k] = got > 0 && end[k] <= (size_t)got;
+        if (!ok[k]) {
+            local[nmiss] = (struct iovec){f[k], span};
+            remote[nmiss] = (struct iovec){(void *)(codes[k] + off), span};
+            order[nmiss++] = (uint8_t)k;
+        }
+    }
+    if (nmiss == 0 || (got >= 0 && (size_t)got == total))
+        return;
+    /* A partial read stops at the first iovec that failed: the code
+     * objects read whole are those before it. */
+    got = syscall(SYS_process_vm_readv, pid, local, (unsigned long)nmiss, remote,
+                  (unsigned long)nmiss, 0UL);
+    size_t whole = got <= 0 ? 0 : (size_t)got / span;
+    for (size_t i = 0; i < whole && i < nmiss; i++)
+        ok[order[i]] = 1;
+}
+
+/* Fills the code fields of cap->frames[from, to) with checked reads of
+ * cap->scratch.codes[0, ncodes), the distinct code objects among them
+ * (snapprof__py_read_codes).
+ * On entry each of those frames holds, until it is filled, the index of
+ * its code object in codes in instr and its prev_instr in names. A frame
+ * whose code object cannot be read or is not a code object ends the walk
+ * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, uintptr_t *prev_instr)
+                            uint32_t from, uint32_t to, size_t ncodes)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
         l->code_filename < l->code_type ||
         l->code_filename + 3 * sizeof(uintptr_t) > l->code_type + span)
         return from; /* not a layout this reader knows how to batch */
-    uint8_t f[BATCH][CODE_SPAN_MAX];
-    struct iovec local[BATCH], remote[BATCH];
-    uintptr_t codes[BATCH];
-    size_t ncodes = 0;
-    uint8_t which[BATCH];
+    snapprof__py_scratch_t *s = &cap->scratch;
+    snapprof__py_read_codes(s, ncodes, l->code_type, span);
     for (uint32_t i = from; i < to; i++) {
-        uintptr_t code = cap->frames[i].code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
-        size_t k = 0;
-        while (k < ncodes && codes[k] != code)
-            k++;
-        if (k == ncodes) {
-            codes[ncodes] = code;
-            local[k] = (struct iovec){f[k], span};
-            remote[k] = (struct iovec){(void *)(code + l->code_type), span};
-            ncodes++;
-        }
-        which[i - from] = (uint8_t)k;
-    }
-    ssize_t got =
-        syscall(SYS_process_vm_readv, atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
-                local, (unsigned long)ncodes, remote, (unsigned long)ncodes, 0UL);
-    /* A partial read stops at the first iovec that failed: the code
-     * objects read whole are those before it. */
-    size_t whole = got <= 0 ? 0 : (size_t)got / span;
-    for (uint32_t i = from; i < to; i++) {
-        size_t k = which[i - from];
+        size_t k = (size_t)cap->frames[i].instr;
         uintptr_t type, names[3];
         intptr_t size;
         int32_t firstlineno;
-        if (k >= whole)
+        if (!s->ok[k])
             return i;
-        memcpy(&type, f[k], sizeof type);
-        memcpy(&size, f[k] + (l->code_size - l->code_type), sizeof size);
-        memcpy(&firstlineno, f[k] + (l->code_firstlineno - l->code_type), sizeof firstlineno);
-        memcpy(names, f[k] + (l->code_filename - l->code_type), sizeof names);
+        const uint8_t *f = s->fields[k];
+        memcpy(&type, f, sizeof type);
+        memcpy(&size, f + (l->code_size - l->code_type), sizeof size);
+        memcpy(&firstlineno, f + (l->code_firstlineno - l->code_type), sizeof firstlineno);
+        memcpy(names, f + (l->code_filename - l->code_type), sizeof names);
         if (type != snapprof__py.code_type || size < 0 || size > (1 << 28))
             return i;
         snapprof__py_frame_rec_t *r = &cap->frames[i];
         uintptr_t code = r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
         uintptr_t first = code + l->code_code;
-        uintptr_t pi = prev_instr[i - from];
+        uintptr_t pi = (uintptr_t)r->names;
         /* prev_instr: one code unit before the first instruction in a
          * frame that has not started; anything outside the code is taken
          * as that too (shown at the first line). */
@@ -179,15 +226,20 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
-    walk_t w = {.l = l, .nchunks = 0, .next_chunk = 0};
+    walk_t w = {.l = l, .s = &cap->scratch, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
     if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
         top - chunk <= hdr[1]) {
-        w.chunks[w.nchunks++] = (chunk_range_t){chunk + l->chunk_data, top};
+        w.s->chunks[0].lo = chunk + l->chunk_data;
+        w.s->chunks[0].hi = top;
+        w.nchunks = 1;
         w.next_chunk = hdr[0];
     }
 
-    uintptr_t prev_instr[BATCH];
+    /* The distinct code objects of the frames not yet checked,
+     * [checked, n). */
+    uintptr_t *codes = cap->scratch.codes;
+    size_t ncodes = 0;
     uint32_t n = 0, checked = 0;
     /* Brent's cycle check: the frame at the last power of two steps. */
     uintptr_t mark = 0;
@@ -216,19 +268,25 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
             cap->status |= SNAPPROF__PY_BROKEN;
             break;
         }
-        cap->frames[n].code = code | (fb[l->frame_is_entry] ? SNAPPROF__PY_REC_ENTRY : 0);
-        prev_instr[n - checked] = pi;
-        n++;
-        if (n - checked == BATCH) {
-            uint32_t ok = check_codes(l, cap, checked, n, prev_instr);
+        size_t k = 0;
+        while (k < ncodes && codes[k] != code)
+            k++;
+        if (k == BATCH) { /* a full batch: check it, start the next */
+            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
             if (ok < n) {
-                n = ok;
                 cap->status |= SNAPPROF__PY_BROKEN;
-                cap->count = n;
+                cap->count = ok;
                 return;
             }
             checked = n;
+            k = ncodes = 0;
         }
+        if (k == ncodes)
+            codes[ncodes++] = code;
+        snapprof__py_frame_rec_t *r = &cap->frames[n++];
+        r->code = code | (fb[l->frame_is_entry] ? SNAPPROF__PY_REC_ENTRY : 0);
+        r->instr = (int32_t)k;   /* until check_codes() */
+        r->names = (uint64_t)pi; /* until check_codes() */
         if (previous != 0 && (previous == frame || previous == mark)) {
             cap->status |= SNAPPROF__PY_BROKEN; /* a cycle */
             break;
@@ -241,7 +299,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, prev_instr);
+        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
         if (ok < n) {
             n = ok;
             cap->status |= SNAPPROF__PY_BROKEN;

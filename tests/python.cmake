@@ -6,6 +6,8 @@ if(EXISTS /usr/include/python3.11/internal/pycore_frame.h)
   # Python's headers are not written for our warnings.
   target_compile_options(python_layout PRIVATE -Wno-unused-parameter -Wno-missing-field-initializers)
 endif()
+# The handler's checked read of code objects, on our own memory.
+snapprof_add_test_cases(EXE python_capture SOURCES test_python_capture.c)
 # Real /usr/bin/python3.11 under `snapprof record --python`, read back with
 # go tool pprof (tests/python/check_python.py; skipped without them, and in
 # sanitizer builds, as the other record tests: LD_PRELOAD of a sanitized
@@ -15,7 +17,7 @@ if(SNAPPROF_SANITIZE)
 else()
   set(python_build plain)
 endif()
-foreach(mode shares heldout young recursion faulthandler unknown off wall heap)
+foreach(mode shares heldout young recursion faulthandler altstack unknown off wall heap)
   add_test(NAME python_frames_${mode}
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
                    $<TARGET_FILE:snapprof_cli> ${mode} ${python_build})
