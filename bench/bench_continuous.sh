@@ -482,7 +482,7 @@ table=$work/table
   awk "$bench_awk_lib"'$1 == "rss_flight" { parse(); t[n] = f["t"]; k[n++] = f["kib"] }
     END { line = "  "; for (i = 0; i < n; i++) { line = line sprintf(" %.1f", k[i] / 1024); if (i % 12 == 11) { print line; line = "  " } }
       if (line != "  ") print line
-      i = 0; while (i < n && t[i] < 180) i++
+      i = 0; while (i < n && t[i] + 0 < 180) i++
       if (i < n - 1) { h = (k[n - 1] - k[i]) / 1024; secs = t[n - 1] - t[i]
         printf "   after the window is full (from the %d s sample): %.2f MiB over %d s = %.1f MiB per hour\n", t[i], h, secs, h * 3600 / secs } }' "$results"
   awk "$bench_awk_lib"'$1 == "mem_flight" { parse(); printf "   ?since=2m at the end: status %s, answered in %s ms, %s samples (19 Hz x 120 s x busy share)\n", f["code"], f["took_ms"], f["samples"] }
