@@ -373,6 +373,8 @@ int snapprof__heap_due(const void *owner)
         return 0;
     if (atomic_load_explicit(&h->pool.full, memory_order_relaxed) >= h->pool.kick_at)
         return 1;
+    if (snapprof__heap_drain_behind())
+        return 1;
     uint64_t tail = atomic_load_explicit(&h->ring_tail, memory_order_relaxed);
     if (tail - atomic_load_explicit(&h->ring_head, memory_order_relaxed) >=
         SNAPPROF__HEAP_FREE_RING / 2)
