@@ -13,12 +13,24 @@
 #include <string.h>
 #include <sys/prctl.h>
 
-/* The stack bounds of a thread no profiler registered, found once per
- * thread (the cache is keyed by tid, so a fork child looks again). */
+/* The stacks a thread no profiler registered allocated on lately, most
+ * recent first: the thread's own and, for a thread that runs fibers
+ * (makecontext/swapcontext, a coroutine library's stacks), theirs. Each
+ * is found once in /proc/self/maps (an open, reads and a close on the
+ * program's thread) and then answered from here, so a thread switching
+ * among up to KNOWN_STACKS stacks reads the file once per stack rather
+ * than at every switch; more stacks in turn push the oldest out and read
+ * it again. Keyed by tid, so a fork child looks again. A range is kept
+ * after its stack is unmapped, as the single cached range before it was:
+ * a new stack mapped inside an old range reads as the old one. */
+#define KNOWN_STACKS 8
 static __thread struct {
     pid_t tid;
-    uintptr_t low, base;
-} tls_bounds __attribute__((tls_model("initial-exec")));
+    unsigned count;
+    struct {
+        uintptr_t low, base;
+    } r[KNOWN_STACKS];
+} tls_stacks __attribute__((tls_model("initial-exec")));
 
 /* The calling thread's name, read with prctl() at most every
  * NAME_REFRESH_NS on its sampled allocations, and at once after a rename
@@ -72,7 +84,11 @@ static int find_bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
     return 0;
 }
 
-/* The calling thread's stack bounds: its registration's, else found once. */
+/* The calling thread's stack bounds: its registration's, else a known
+ * stack's (moved to the front), else found in /proc/self/maps and put in
+ * front. Returns 0, or -1 when sp is in no stack we know or can find (an
+ * open that failed, at EMFILE too: then nothing is kept, and the next
+ * sampled allocation tries again). */
 static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
 {
     pid_t tid = snapprof__gettid_cached();
@@ -82,16 +98,30 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
         *base = self->stack_base;
         return 0;
     }
-    if (tls_bounds.tid != tid || sp < tls_bounds.low || sp >= tls_bounds.base) {
-        uintptr_t l, b;
+    if (tls_stacks.tid != tid) {
+        tls_stacks.tid = tid;
+        tls_stacks.count = 0;
+    }
+    unsigned i = 0;
+    while (i < tls_stacks.count && (sp < tls_stacks.r[i].low || sp >= tls_stacks.r[i].base))
+        i++;
+    uintptr_t l, b;
+    if (i < tls_stacks.count) {
+        l = tls_stacks.r[i].low;
+        b = tls_stacks.r[i].base;
+    } else {
+        atomic_fetch_add_explicit(&snapprof__heap.stack_lookups, 1, memory_order_relaxed);
         if (find_bounds(sp, &l, &b) != 0)
             return -1;
-        tls_bounds.low = l;
-        tls_bounds.base = b;
-        tls_bounds.tid = tid;
+        if (tls_stacks.count < KNOWN_STACKS)
+            tls_stacks.count++;
+        i = tls_stacks.count - 1; /* the last goes, if the table was full */
     }
-    *low = tls_bounds.low;
-    *base = tls_bounds.base;
+    memmove(&tls_stacks.r[1], &tls_stacks.r[0], i * sizeof tls_stacks.r[0]);
+    tls_stacks.r[0].low = l;
+    tls_stacks.r[0].base = b;
+    *low = l;
+    *base = b;
     return 0;
 }
 

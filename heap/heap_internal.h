@@ -71,6 +71,8 @@ typedef struct snapprof__heap_state {
     /* Sampled allocations that found no free capture slot and could not
      * be queued without their stack either (the queue or the set full). */
     _Atomic uint64_t dropped_no_slot;
+    /* Reads of /proc/self/maps for a stack's bounds (heap_capture.c). */
+    _Atomic uint64_t stack_lookups;
 } snapprof__heap_state_t;
 
 extern snapprof__heap_state_t snapprof__heap;

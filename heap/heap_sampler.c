@@ -347,6 +347,7 @@ int snapprof__heap_start(const void *owner, size_t interval, uint32_t *kick,
     atomic_store(&h->dropped_no_stack, 0);
     atomic_store(&h->frees_lost, 0);
     atomic_store(&h->dropped_no_slot, 0);
+    atomic_store(&h->stack_lookups, 0);
     atomic_store(&h->interval, interval);
     hooks_changed();
     return 0;
@@ -372,6 +373,8 @@ int snapprof__heap_due(const void *owner)
         return 0;
     if (atomic_load_explicit(&h->pool.full, memory_order_relaxed) >= h->pool.kick_at)
         return 1;
+    if (snapprof__heap_drain_behind())
+        return 1;
     uint64_t tail = atomic_load_explicit(&h->ring_tail, memory_order_relaxed);
     if (tail - atomic_load_explicit(&h->ring_head, memory_order_relaxed) >=
         SNAPPROF__HEAP_FREE_RING / 2)
@@ -388,6 +391,7 @@ void snapprof__heap_stats(const void *owner, snapprof_stats_t *out)
     out->heap_dropped_set_full = atomic_load(&h->dropped_set_full);
     out->heap_dropped_no_stack = atomic_load(&h->dropped_no_stack);
     out->heap_frees_lost = atomic_load(&h->frees_lost);
+    out->heap_stack_lookups = atomic_load(&h->stack_lookups);
 }
 
 snapprof__heap_hook_t *snapprof__heap_hook_shared(void)

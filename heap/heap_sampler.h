@@ -72,6 +72,13 @@ typedef struct snapprof__heap_sink {
     /* Asked between deliveries; nonzero stops the drain there, the rest
      * kept in order for the next one. NULL: never stops early. */
     int (*give_way)(void *ctx);
+    /* Nonzero: the drain stops between deliveries once it has taken this
+     * long, the rest kept in order for the next one, as for give_way but
+     * not reported as stopped early. The sampling thread's ticks pass
+     * their interval, so that heap samples that come faster than they can
+     * be delivered (a delivery under TSan takes a millisecond) cannot keep
+     * the ticks and the CPU captures waiting behind one drain. */
+    uint64_t budget_ns;
 } snapprof__heap_sink_t;
 
 /* Delivers owner's sampled allocations and frees so far, in the order
@@ -79,6 +86,10 @@ typedef struct snapprof__heap_sink {
  * of live addresses when it fills. Returns 1 when sink->give_way stopped
  * it early, else 0. No-op unless owner owns it. */
 int snapprof__heap_drain(const void *owner, const snapprof__heap_sink_t *sink);
+
+/* 1 when the last drain stopped before the end (give_way, budget_ns):
+ * what it left wants the next drain soon. Lock held (the sampler's). */
+int snapprof__heap_drain_behind(void);
 
 /* Adds the hook-side counters of owner's session (drops, lost frees) to
  * out. No-op unless owner owns it. */

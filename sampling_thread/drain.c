@@ -448,6 +448,16 @@ static int heap_give_way(void *ctx)
     return snapprof__sampler_api_waiting();
 }
 
+/* The most time a tick's heap drain takes (snapprof__heap_sink_t's
+ * budget_ns): the sampling interval, at least 1 ms. A drain that spends
+ * it is due again a millisecond later (snapprof__heap_due(),
+ * DRAIN_GAP_NS in tick.c): a backlog of heap samples gets about half of
+ * the sampling thread, the ticks and the CPU captures the rest. */
+static uint64_t heap_budget_ns(const snapprof_profiler_t *p)
+{
+    return p->params.interval_ns > 1000000u ? p->params.interval_ns : 1000000u;
+}
+
 /* Delivers p's sampled allocations and frees so far, when p samples the
  * heap; with give_way, stops early when another thread waits for the lock.
  * Returns 1 when it stopped early. Lock held. */
@@ -460,7 +470,11 @@ static int drain_heap(snapprof_profiler_t *p, int give_way)
                                   .unwind = heap_unwind,
                                   .deliver = heap_deliver,
                                   .stats = &p->stats,
-                                  .give_way = give_way ? heap_give_way : NULL};
+                                  .give_way = give_way ? heap_give_way : NULL,
+                                  /* The ticks' drains: at most about one
+                                   * tick's interval of heap deliveries
+                                   * before the tick's own work. */
+                                  .budget_ns = give_way ? heap_budget_ns(p) : 0};
     return snapprof__heap_drain(p, &sink);
 }
 

@@ -586,6 +586,15 @@ typedef struct snapprof_stats {
     uint64_t unarmed_timer_passed;
     uint64_t unarmed_timer_errno;
     /* -- end of the unarmed_timer block -- */
+    /* -- Added in 0.7.0 (issue 27, heap captures on fiber stacks) -- */
+    /* Reads of /proc/self/maps by sampled allocations, for the bounds of
+     * a stack that is neither the thread's registered one nor one of the
+     * last few it allocated on (each thread remembers 8, most recent
+     * first). A thread that switches among N fiber stacks reads it about
+     * N times, not once per sampled allocation; more than 8 stacks in
+     * turn read it more often. */
+    uint64_t heap_stack_lookups;
+    /* -- end of the fiber block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */

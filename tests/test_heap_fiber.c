@@ -1,0 +1,331 @@
+/* Heap captures on fiber stacks: a thread that switches among N stacks of
+ * its own making (makecontext/swapcontext, as coroutine libraries do) and
+ * allocates on each. Every sampled allocation needs its stack's bounds; a
+ * thread no profiler registered finds them in /proc/self/maps, and must do
+ * so about once per stack (heap_stack_lookups), not once per sampled
+ * allocation (an open, reads and a close on the program's own thread each
+ * time); and each allocation's stack must be its own fiber's. */
+#include "test.h"
+#include "test_util.h"
+
+#include <snapprof/heap.h>
+#include <snapprof/profile_builder.h>
+
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FIB_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define FIB_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(FIB_ASAN)
+#define FIB_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(FIB_TSAN)
+#define FIB_TSAN 1
+#endif
+#ifdef FIB_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef FIB_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#define FIBERS 6 /* with the thread's own stack: 7 stacks */
+#define FIBER_STACK (256 << 10)
+#define GUARD 4096
+#define ROUNDS 200 /* each fiber allocates once a round */
+#define FRAMES_MAX 64
+
+/* ------------------------------------------------------------------------ */
+/* A builder that checks each heap allocation's stack as it comes            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fiber_check {
+    uint64_t allocs; /* heap allocations delivered */
+    uint64_t on_fiber[FIBERS];
+    uint64_t on_own;     /* from the thread's own stack */
+    uint64_t wrong;      /* a stack that is not its fiber's */
+    uint64_t incomplete; /* no fiber_entry/own_alloc frame at all */
+    char first_wrong[256];
+} fiber_check_t;
+
+/* Bytes name who allocated: 1000 + k on fiber k, 999 on the thread's own
+ * stack. Fiber k's stack is alloc_here, fiber_rounds, k frames of
+ * fiber_level, then fiber_entry. */
+static int fc_sample(void *ud, const snapprof_sample_t *s)
+{
+    fiber_check_t *c = ud;
+    if (SNAPPROF_SAMPLE_KIND(s) != SNAPPROF_SAMPLE_KIND_HEAP_ALLOC)
+        return 0;
+    c->allocs++;
+    size_t n = s->frame_count < FRAMES_MAX ? s->frame_count : FRAMES_MAX;
+    size_t levels = 0, entry_at = 0, own_at = 0;
+    int saw_entry = 0, saw_own = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = tu_frame_name(&s->frames[i]);
+        if (!strcmp(name, "fiber_level"))
+            levels++;
+        else if (!strcmp(name, "fiber_entry") && !saw_entry) {
+            saw_entry = 1;
+            entry_at = i;
+        } else if (!strcmp(name, "own_alloc") && !saw_own) {
+            saw_own = 1;
+            own_at = i;
+        }
+    }
+    int ok;
+    if (s->bytes == 999) {
+        ok = saw_own && !saw_entry && levels == 0 && n > 1 &&
+             !strcmp(tu_frame_name(&s->frames[0]), "alloc_here") && own_at == 1;
+        c->on_own += ok;
+    } else {
+        size_t k = (size_t)(s->bytes - 1000);
+        ok = k < FIBERS && saw_entry && !saw_own && levels == k && entry_at == k + 2 &&
+             !strcmp(tu_frame_name(&s->frames[0]), "alloc_here");
+        if (ok)
+            c->on_fiber[k]++;
+    }
+    if (!saw_entry && !saw_own)
+        c->incomplete++;
+    else if (!ok) {
+        c->wrong++;
+        if (!c->first_wrong[0]) {
+            size_t len =
+                (size_t)snprintf(c->first_wrong, sizeof c->first_wrong, "%" PRIu64 " B:", s->bytes);
+            for (size_t i = 0; i < n && len < sizeof c->first_wrong; i++)
+                len += (size_t)snprintf(c->first_wrong + len, sizeof c->first_wrong - len, " %s",
+                                        tu_frame_name(&s->frames[i]));
+        }
+    }
+    return 0;
+}
+
+static const snapprof_builder_ops_t fc_ops = {
+    .version = 2,
+    .name = "fiber_check",
+    .xOnSample = fc_sample,
+};
+
+/* ------------------------------------------------------------------------ */
+/* The fibers                                                                */
+/* ------------------------------------------------------------------------ */
+
+static ucontext_t g_main_ctx, g_fib_ctx[FIBERS];
+static void *g_fib_stack[FIBERS];
+static int g_current;
+static atomic_uint_fast64_t g_recorded;
+#ifdef FIB_TSAN
+static void *g_main_tsan, *g_fib_tsan[FIBERS];
+#endif
+#ifdef FIB_ASAN
+static const void *g_main_bottom;
+static size_t g_main_size;
+#endif
+
+/* Switches from the thread's own stack to fiber k and back, telling the
+ * sanitizers (ASan which stack comes next, TSan which fiber). */
+static void switch_to_fiber(int k)
+{
+    g_current = k;
+#ifdef FIB_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, g_fib_stack[k], FIBER_STACK);
+#endif
+#ifdef FIB_TSAN
+    __tsan_switch_to_fiber(g_fib_tsan[k], 0);
+#endif
+    ASSERT_OK(swapcontext(&g_main_ctx, &g_fib_ctx[k]));
+#ifdef FIB_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+static void switch_back(int k)
+{
+#ifdef FIB_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, g_main_bottom, g_main_size);
+#endif
+#ifdef FIB_TSAN
+    __tsan_switch_to_fiber(g_main_tsan, 0);
+#endif
+    ASSERT_OK(swapcontext(&g_fib_ctx[k], &g_main_ctx));
+#ifdef FIB_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+/* Allocates bytes and notes it (R = 1: every note is sampled). */
+static __attribute__((noinline)) void alloc_here(size_t bytes)
+{
+    void *p = malloc(bytes);
+    ASSERT_NOT_NULL(p);
+    if (snapprof_heap_note_alloc(p, bytes) == 1)
+        atomic_fetch_add(&g_recorded, 1);
+    snapprof_heap_note_free(p);
+    free(p);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+/* A fiber's work: a round is one allocation and a switch back. The
+ * thread resumes each fiber ROUNDS times, so none returns from here. */
+static __attribute__((noinline)) void fiber_rounds(int k)
+{
+    for (int r = 0; r < ROUNDS; r++) {
+        alloc_here(1000 + (size_t)k);
+        switch_back(k);
+    }
+}
+
+static __attribute__((noinline)) void fiber_level(int left, int k)
+{
+    if (left > 0)
+        fiber_level(left - 1, k);
+    else
+        fiber_rounds(k);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+static __attribute__((noinline)) void fiber_entry(void)
+{
+#ifdef FIB_ASAN
+    /* First entry: learn the thread's own stack, to switch back to it. */
+    __sanitizer_finish_switch_fiber(NULL, &g_main_bottom, &g_main_size);
+#endif
+    int k = g_current;
+    if (k == 0)
+        fiber_rounds(0);
+    else
+        fiber_level(k - 1, k);
+    TEST_FAIL("fiber %d resumed after its last round", k);
+}
+
+static __attribute__((noinline)) void own_alloc(void)
+{
+    alloc_here(999);
+    __asm__ volatile("" ::: "memory");
+}
+
+static uint64_t handled(const snapprof_stats_t *st)
+{
+    return st->heap_samples + st->heap_dropped_no_slot + st->heap_dropped_set_full +
+           st->heap_dropped_no_stack + st->failed[SNAPPROF_FAIL_NO_FRAMES];
+}
+
+/* Waits until every sample recorded so far is dealt with, so that no
+ * allocation finds every capture slot taken. */
+static void wait_drained(snapprof_profiler_t *p)
+{
+    uint64_t recorded = atomic_load(&g_recorded);
+    uint64_t deadline = tu_mono_ns() + 60000000000ull;
+    for (;;) {
+        snapprof_stats_t st;
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (handled(&st) >= recorded)
+            return;
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("the drain did not keep up: %" PRIu64 " of %" PRIu64, handled(&st), recorded);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* N fibers on stacks of their own mappings, switched to in turn, each
+ * allocating once a switch, and the thread's own stack allocating between
+ * rounds: heap_stack_lookups is about N + 1, and every stack is its
+ * fiber's. Catches a stack-bounds cache that holds one stack (each switch
+ * then reads /proc/self/maps: 1400 reads here for 1400 allocations), and a
+ * cache that answers with another stack's bounds. */
+static void fibers_few_lookups(void)
+{
+    fiber_check_t c = {0};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&fc_ops, &c, &b));
+    snapprof_params_t params = tu_params(1000000); /* ticks drain the slots: 1 ms */
+    params.heap_interval = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+
+    void **stacks = g_fib_stack;
+#ifdef FIB_TSAN
+    g_main_tsan = __tsan_get_current_fiber();
+#endif
+    for (int k = 0; k < FIBERS; k++) {
+#ifdef FIB_TSAN
+        g_fib_tsan[k] = __tsan_create_fiber(0);
+#endif
+        /* A guard page below each stack, as fiber libraries make: without
+         * it the kernel merges neighbouring stacks into one mapping. */
+        char *m = mmap(NULL, FIBER_STACK + GUARD, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT(m != MAP_FAILED);
+        ASSERT_OK(mprotect(m, GUARD, PROT_NONE));
+        stacks[k] = m + GUARD;
+        ASSERT_OK(getcontext(&g_fib_ctx[k]));
+        g_fib_ctx[k].uc_stack.ss_sp = stacks[k];
+        g_fib_ctx[k].uc_stack.ss_size = FIBER_STACK;
+        g_fib_ctx[k].uc_link = NULL;
+        makecontext(&g_fib_ctx[k], fiber_entry, 0);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int k = 0; k < FIBERS; k++)
+            switch_to_fiber(k);
+        own_alloc();
+        if (r % 8 == 7)
+            wait_drained(p);
+    }
+    wait_drained(p);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    uint64_t want = (uint64_t)ROUNDS * (FIBERS + 1);
+    printf("sampled %" PRIu64 " of %" PRIu64 " allocations on %d stacks; /proc/self/maps reads "
+           "%" PRIu64 "; delivered %" PRIu64 " (own stack %" PRIu64 ", wrong %" PRIu64
+           ", incomplete %" PRIu64 ", no slot %" PRIu64 ", dropped no stack %" PRIu64 ")\n",
+           (uint64_t)atomic_load(&g_recorded), want, FIBERS + 1, st.heap_stack_lookups, c.allocs,
+           c.on_own, c.wrong, c.incomplete, st.heap_samples_no_slot, st.heap_dropped_no_stack);
+    for (int k = 0; k < FIBERS; k++)
+        printf("fiber %d: %" PRIu64 " with its own stack\n", k, c.on_fiber[k]);
+    if (c.wrong)
+        printf("first wrong stack: %s\n", c.first_wrong);
+    ASSERT_UEQ(atomic_load(&g_recorded), want);
+    ASSERT_UEQ(st.heap_dropped_no_stack, 0);
+    /* One read per stack; a few more allow for a stack whose mapping the
+     * kernel split or merged under us. */
+    ASSERT(st.heap_stack_lookups >= 1);
+    ASSERT(st.heap_stack_lookups <= FIBERS + 1 + 3);
+    /* Every allocation delivered with a stack is its own fiber's: none is
+     * wrong, and (but for a few that found no slot or whose walk broke)
+     * every fiber's are all there. */
+    ASSERT_UEQ(c.wrong, 0);
+    ASSERT(c.allocs + st.heap_samples_no_slot >= want);
+    uint64_t complete = c.on_own;
+    for (int k = 0; k < FIBERS; k++)
+        complete += c.on_fiber[k];
+    ASSERT(complete + st.heap_samples_no_slot + c.incomplete >= want);
+    ASSERT(complete >= want * 95 / 100);
+    snapprof_profiler_destroy(p);
+    for (int k = 0; k < FIBERS; k++) {
+#ifdef FIB_TSAN
+        __tsan_destroy_fiber(g_fib_tsan[k]);
+#endif
+        munmap((char *)stacks[k] - GUARD, FIBER_STACK + GUARD);
+    }
+}
+
+static const test_case_t cases[] = {
+    {"few_lookups", fibers_few_lookups},
+};
+
+int main(int argc, char **argv)
+{
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
