@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 
 /* The stacks a thread no profiler registered allocated on lately, most
@@ -84,6 +85,20 @@ static int find_bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
     return 0;
 }
 
+/* Whether [sp's page, base) is still all mapped: a remembered stack may
+ * have been unmapped since, and a smaller one mapped inside its range (a
+ * fiber pool that frees and makes stacks), and the copy from sp up to the
+ * old base would then read unmapped memory and fault in the program's own
+ * thread. msync(MS_ASYNC) checks that without an fd or a buffer (ENOMEM
+ * when part of the range is not mapped) and writes nothing back. A range
+ * mapped but by something else is copied as it is: garbage to the
+ * unwinder, never a fault. */
+static int still_mapped(uintptr_t sp, uintptr_t base)
+{
+    uintptr_t page = sp & ~(uintptr_t)4095;
+    return msync((void *)page, base - page, MS_ASYNC) == 0;
+}
+
 /* The calling thread's stack bounds: its registration's, else a known
  * stack's (moved to the front), else found in /proc/self/maps and put in
  * front. Returns 0, or -1 when sp is in no stack we know or can find (an
@@ -106,6 +121,14 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
     while (i < tls_stacks.count && (sp < tls_stacks.r[i].low || sp >= tls_stacks.r[i].base))
         i++;
     uintptr_t l, b;
+    if (i < tls_stacks.count && !still_mapped(sp, tls_stacks.r[i].base)) {
+        /* Unmapped since (a fiber stack freed, another mapped where it
+         * was): forgotten, and found again below. */
+        tls_stacks.count--;
+        memmove(&tls_stacks.r[i], &tls_stacks.r[i + 1],
+                (tls_stacks.count - i) * sizeof tls_stacks.r[0]);
+        i = tls_stacks.count;
+    }
     if (i < tls_stacks.count) {
         l = tls_stacks.r[i].low;
         b = tls_stacks.r[i].base;

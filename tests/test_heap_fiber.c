@@ -321,8 +321,84 @@ static void fibers_few_lookups(void)
     }
 }
 
+/* Makes fiber k on [stack, stack + size) and runs it to its first
+ * allocation and switch back; it is never resumed. */
+static void run_once(int k, void *stack, size_t size)
+{
+#ifdef FIB_TSAN
+    g_fib_tsan[k] = __tsan_create_fiber(0);
+#endif
+    g_fib_stack[k] = stack;
+    ASSERT_OK(getcontext(&g_fib_ctx[k]));
+    g_fib_ctx[k].uc_stack.ss_sp = stack;
+    g_fib_ctx[k].uc_stack.ss_size = size;
+    g_fib_ctx[k].uc_link = NULL;
+    makecontext(&g_fib_ctx[k], fiber_entry, 0);
+    switch_to_fiber(k);
+#ifdef FIB_TSAN
+    __tsan_destroy_fiber(g_fib_tsan[k]);
+#endif
+}
+
+/* A fiber stack freed and a smaller one mapped at its low end (a pool that
+ * frees and makes stacks of other sizes): the thread's remembered range
+ * of the old stack still holds the new one's stack pointer, but its top is
+ * no longer mapped. Catches a remembered range used without checking:
+ * the copy from the stack pointer up to the old top read unmapped memory
+ * and the program died of SIGSEGV in its own malloc; and a new stack taken
+ * for the old one's bounds. */
+static void fibers_stack_replaced(void)
+{
+    fiber_check_t c = {0};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&fc_ops, &c, &b));
+    snapprof_params_t params = tu_params(1000000);
+    params.heap_interval = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, NULL, 0, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+#ifdef FIB_TSAN
+    g_main_tsan = __tsan_get_current_fiber();
+#endif
+    char *big = mmap(NULL, FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(big != MAP_FAILED);
+    run_once(0, big, FIBER_STACK);
+    wait_drained(p);
+    ASSERT_OK(munmap(big, FIBER_STACK));
+    size_t small_size = FIBER_STACK / 4;
+    char *small = mmap(big, small_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (small != big) {
+        /* Another thread took the address first: nothing to test. */
+        ASSERT_OK(snapprof_profiler_stop(p));
+        snapprof_profiler_destroy(p);
+        if (small != MAP_FAILED)
+            munmap(small, small_size);
+        printf("skip: the freed stack's address was taken\n");
+        exit(TEST_SKIP);
+    }
+    run_once(1, small, small_size);
+    wait_drained(p);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("delivered %" PRIu64 ": fiber 0 %" PRIu64 ", fiber 1 %" PRIu64 ", wrong %" PRIu64
+           "; /proc/self/maps reads %" PRIu64 "\n",
+           c.allocs, c.on_fiber[0], c.on_fiber[1], c.wrong, st.heap_stack_lookups);
+    if (c.wrong)
+        printf("first wrong stack: %s\n", c.first_wrong);
+    ASSERT_UEQ(c.on_fiber[0], 1);
+    ASSERT_UEQ(c.on_fiber[1], 1);
+    ASSERT_UEQ(c.wrong, 0);
+    ASSERT(st.heap_stack_lookups >= 2); /* the new stack was looked up */
+    snapprof_profiler_destroy(p);
+    munmap(small, small_size);
+}
+
 static const test_case_t cases[] = {
     {"few_lookups", fibers_few_lookups},
+    {"stack_replaced", fibers_stack_replaced},
 };
 
 int main(int argc, char **argv)
