@@ -8,6 +8,7 @@
 
 #include "common/fault.h"
 #include "common/fds.h"
+#include "common/hash.h"
 #include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
@@ -175,11 +176,7 @@ static int arm_at_start(snapprof_profiler_t *p)
         return 0;
     if (p->start_rng == 0)
         p->start_rng = snapprof__monotonic_ns();
-    uint64_t z = (p->start_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return z % p->params.short_threads == 0;
+    return snapprof__splitmix64_next(&p->start_rng) % p->params.short_threads == 0;
 }
 
 int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
