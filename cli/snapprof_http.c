@@ -74,6 +74,7 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <microhttpd.h>
 
 #include "cli/snapprof_http_internal.h"
+#include "common/duration.h"
 
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -285,26 +286,14 @@ static int parse_seconds(const char *v, unsigned *out)
     return 0;
 }
 
-/* ?since=: a duration, 60, 60s, 5m or 1h, 1 s to 24 h, in whole seconds. */
+/* ?since=: a duration, 60, 60s, 5m or 1h (common/duration.h), 1 s to
+ * 24 h, in whole seconds. */
 static int parse_since(const char *v, unsigned *out)
 {
-    unsigned long n = 0;
-    const char *p = v;
-    if (!v || !*v || strlen(v) > 8)
+    uint64_t secs;
+    if (snapprof__parse_whole_duration(v, 1, 86400, &secs) != 0)
         return -1;
-    for (; *p >= '0' && *p <= '9'; p++)
-        n = n * 10 + (unsigned long)(*p - '0');
-    if (p == v)
-        return -1;
-    if (strcmp(p, "m") == 0)
-        n *= 60;
-    else if (strcmp(p, "h") == 0)
-        n *= 3600;
-    else if (*p != '\0' && strcmp(p, "s") != 0)
-        return -1;
-    if (n < 1 || n > 86400)
-        return -1;
-    *out = (unsigned)n;
+    *out = (unsigned)secs;
     return 0;
 }
 
