@@ -82,16 +82,7 @@ else
   idle_s=60 cpu_s=32 req_s=30 rounds=3 load_s=60 mem_s=600
 fi
 hz=100
-work=$(mktemp -d "${TMPDIR:-/tmp}/bench_continuous.XXXXXX")
-results=$work/results
-: >"$results"
-bg_pids=()
-cleanup() {
-  local p
-  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_workdir bench_continuous
 
 # ---------------------------------------------------------------------------
 # Running the program
@@ -130,7 +121,7 @@ start() {
       >"$work/$tag.out" 2>"$work/$tag.err" &
   fi
   top_pid=$!
-  bg_pids+=("$top_pid")
+  bench_pids+=("$top_pid")
   prog_pid="" base="" token=""
   for i in $(seq 300); do
     prog_pid=$(sed -n 's/^bench_server: pid \([0-9]*\) ready$/\1/p' "$work/$tag.err")

@@ -42,16 +42,7 @@ else
   churn_threads=20000 churn_runs=5
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/bench_trigger.XXXXXX")
-spinners=()
-cleanup() {
-  local p
-  for p in "${spinners[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-results=$work/results
-: >"$results"
+bench_workdir bench_trigger
 
 # ---------------------------------------------------------------------------
 # The profilers
@@ -181,16 +172,16 @@ start_spinners() {
   local i
   for ((i = 0; i < $1; i++)); do
     "$W" spin &
-    spinners+=($!)
+    bench_pids+=($!)
   done
 }
 stop_spinners() {
   local p
-  for p in "${spinners[@]}"; do
+  for p in "${bench_pids[@]}"; do
     kill "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
-  spinners=()
+  bench_pids=()
 }
 
 # ---------------------------------------------------------------------------

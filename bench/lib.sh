@@ -3,7 +3,8 @@
 # a run, the awk helpers of their tables, and their section of
 # docs/BENCHMARKS.md, written leaving the other benchmarks' sections alone.
 # The caller sets here (its own folder) before sourcing this file, and work
-# and results before the runs; this file sets root (the source tree).
+# and results before the runs (bench_workdir makes both); this file sets
+# root (the source tree).
 
 # set -e ends the script on a failed command; say which, so it never ends
 # without a word.
@@ -12,6 +13,23 @@ trap 'echo "${0##*/}: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 root=$(cd "$here/.." && pwd)
 
 say() { printf '%s\n' "$*" >&2; }
+
+# bench_workdir NAME: a private folder, work (NAME.XXXXXX under TMPDIR),
+# with an empty results file in it, results. At exit the processes the
+# script left in bench_pids (its background runs) are killed and work is
+# removed.
+bench_workdir() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  results=$work/results
+  : >"$results"
+  bench_pids=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  local p
+  for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 
 # record SECTION KEY=VALUE...: one line of the results file (an argument may
 # hold several words: they are joined with spaces either way).

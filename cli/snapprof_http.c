@@ -7,10 +7,11 @@
  * the program's preload (preload/preload_serve.c) answers "ok ID PATH" (a
  * pprof in our private directory, which we serve and unlink), "err ID
  * REASON" (503), or "end REASON" (its profile stopped). /allocs is /heap's
- * profile with alloc_space as its default sample type, set here. The
- * control thread that reads the answers, resumes the waiting connections
- * and cancels those whose client has gone is snapprof_http_channel.c; the
- * connections' header deadline is snapprof_http_conns.c. */
+ * profile with alloc_space as its default sample type, set by
+ * snapprof_http_allocs.c. The control thread that reads the answers,
+ * resumes the waiting connections and cancels those whose client has gone
+ * is snapprof_http_channel.c; the connections' header deadline is
+ * snapprof_http_conns.c. */
 #include "cli/snapprof_http.h"
 
 #include <arpa/inet.h>
@@ -73,11 +74,9 @@ void snapprof__http_finish(snapprof__http_t *h)
 #include <microhttpd.h>
 
 #include "cli/snapprof_http_internal.h"
+#include "common/duration.h"
 
 #include <stdarg.h>
-#include <zlib.h>
-
-#include "profile.pb-c.h"
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -287,67 +286,95 @@ static int parse_seconds(const char *v, unsigned *out)
     return 0;
 }
 
-/* ?since=: a duration, 60, 60s, 5m or 1h, 1 s to 24 h, in whole seconds. */
+/* ?since=: a duration, 60, 60s, 5m or 1h (common/duration.h), 1 s to
+ * 24 h, in whole seconds. */
 static int parse_since(const char *v, unsigned *out)
 {
-    unsigned long n = 0;
-    const char *p = v;
-    if (!v || !*v || strlen(v) > 8)
+    uint64_t secs;
+    if (snapprof__parse_whole_duration(v, 1, 86400, &secs) != 0)
         return -1;
-    for (; *p >= '0' && *p <= '9'; p++)
-        n = n * 10 + (unsigned long)(*p - '0');
-    if (p == v)
-        return -1;
-    if (strcmp(p, "m") == 0)
-        n *= 60;
-    else if (strcmp(p, "h") == 0)
-        n *= 3600;
-    else if (*p != '\0' && strcmp(p, "s") != 0)
-        return -1;
-    if (n < 1 || n > 86400)
-        return -1;
-    *out = (unsigned)n;
+    *out = (unsigned)secs;
     return 0;
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* The text of /debug/pprof/profile?seconds=N, for a kind of profile. */
+#define SECONDS_TEXT(kind)                                                                         \
+    "the " kind " profile (pprof) of the next N seconds:\n"                                        \
+    "N from 1 to " STR(SNAPPROF_HTTP_SECONDS_MAX) ", default 30. go tool pprof URL opens it."
+
+/* The endpoints the index page lists, in its order: XX(name, what is shown
+ * as the path, its description (lines, each indented on the page), when it
+ * is served). /debug/pprof/profile?seconds=N is listed once, for the kind
+ * of profile this run takes. */
+#define ENDPOINT_MAP(XX)                                                                           \
+    XX(CPU, PROFILE_PATH "?seconds=N", SECONDS_TEXT("CPU"), SHOW_CPU)                              \
+    XX(WALL_PROFILE, PROFILE_PATH "?seconds=N", SECONDS_TEXT("wall-time (--wall)"), SHOW_WALL)     \
+    XX(WALL, WALL_PATH "?seconds=N",                                                               \
+       "the same wall-time profile (every thread, blocked ones too)", SHOW_WALL)                   \
+    XX(SINCE, PROFILE_PATH "?since=S",                                                             \
+       "the CPU profile of the last S (60s, 5m, 1h), at once, from\n"                              \
+       "the flight recorder (record --flight)",                                                    \
+       SHOW_FLIGHT)                                                                                \
+    XX(HEAP, HEAP_PATH,                                                                            \
+       "the heap profile of the run so far, at once: alloc_objects,\n"                             \
+       "alloc_space (since the start), inuse_objects, inuse_space (live\n"                         \
+       "now); inuse_space by default",                                                             \
+       SHOW_HEAP)                                                                                  \
+    XX(ALLOCS, ALLOCS_PATH, "the same, alloc_space by default", SHOW_HEAP)                         \
+    XX(INDEX, INDEX_PATH, "this page", SHOW_ALWAYS)
+
+/* When an endpoint is served. */
+typedef enum { SHOW_ALWAYS, SHOW_CPU, SHOW_WALL, SHOW_FLIGHT, SHOW_HEAP } show_t;
+
+static const struct endpoint {
+    const char *path;
+    const char *text;
+    show_t when;
+} k_endpoints[] = {
+#define XX(name, path, text, when) {path, text, when},
+    ENDPOINT_MAP(XX)
+#undef XX
+};
+
+static int served(const snapprof__http_t *h, show_t when)
+{
+    switch (when) {
+    case SHOW_CPU:
+        return !h->wall;
+    case SHOW_WALL:
+        return h->wall;
+    case SHOW_FLIGHT:
+        return h->flight;
+    case SHOW_HEAP:
+        return h->heap;
+    case SHOW_ALWAYS:
+        break;
+    }
+    return 1;
 }
 
 /* Lists what this run serves, and only that. */
 static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
 {
     char text[2048];
-    int n = snprintf(text, sizeof text,
-                     "snapprof record: profiles of pid %d\n"
-                     "\n"
-                     "%s?seconds=N\n"
-                     "    the %s profile (pprof) of the next N seconds:\n"
-                     "    N from 1 to %u, default 30. go tool pprof URL opens it.\n",
-                     (int)h->pid, PROFILE_PATH, h->wall ? "wall-time (--wall)" : "CPU",
-                     SNAPPROF_HTTP_SECONDS_MAX);
-    if (h->wall)
-        n += snprintf(text + n, sizeof text - (size_t)n,
-                      "%s?seconds=N\n"
-                      "    the same wall-time profile (every thread, blocked ones too)\n",
-                      WALL_PATH);
-    if (h->flight)
-        n += snprintf(text + n, sizeof text - (size_t)n,
-                      "%s?since=S\n"
-                      "    the CPU profile of the last S (60s, 5m, 1h), at once, from\n"
-                      "    the flight recorder (record --flight)\n",
-                      PROFILE_PATH);
-    if (h->heap)
-        n += snprintf(text + n, sizeof text - (size_t)n,
-                      "%s\n"
-                      "    the heap profile of the run so far, at once: alloc_objects,\n"
-                      "    alloc_space (since the start), inuse_objects, inuse_space (live\n"
-                      "    now); inuse_space by default\n"
-                      "%s\n"
-                      "    the same, alloc_space by default\n",
-                      HEAP_PATH, ALLOCS_PATH);
+    int n = snprintf(text, sizeof text, "snapprof record: profiles of pid %d\n\n", (int)h->pid);
+    for (size_t i = 0; i < sizeof k_endpoints / sizeof k_endpoints[0]; i++) {
+        const struct endpoint *e = &k_endpoints[i];
+        if (!served(h, e->when))
+            continue;
+        n += snprintf(text + n, sizeof text - (size_t)n, "%s\n", e->path);
+        for (const char *l = e->text; *l;) {
+            size_t len = strcspn(l, "\n");
+            n += snprintf(text + n, sizeof text - (size_t)n, "    %.*s\n", (int)len, l);
+            l += len + (l[len] == '\n');
+        }
+    }
     n += snprintf(text + n, sizeof text - (size_t)n,
-                  "%s\n"
-                  "    this page\n"
-                  "\n"
-                  "At most %u profiles are taken at once (then 503 with Retry-After).\n",
-                  INDEX_PATH, SNAPPROF_HTTP_MAX_PROFILES);
+                  "\nAt most %u profiles are taken at once (then 503 with Retry-After).\n",
+                  SNAPPROF_HTTP_MAX_PROFILES);
     pthread_mutex_lock(&h->mu);
     unsigned long cancelled = h->cancelled;
     pthread_mutex_unlock(&h->mu);
@@ -365,85 +392,6 @@ static enum MHD_Result index_page(snapprof__http_t *h, struct MHD_Connection *c)
                  MHD_RESPMEM_MUST_COPY, 0);
 }
 
-/* /allocs: the heap profile with alloc_space as its default sample type
- * (Go's writeAlloc: the same profile, defaultSampleType "alloc_space").
- * The gzipped pprof in body is replaced; -1 when it cannot be read. */
-static int set_default_alloc_space(char **body, size_t *len)
-{
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return -1;
-    size_t cap = *len * 4 + 4096, got = 0;
-    unsigned char *raw = malloc(cap);
-    int zr = Z_OK;
-    z.next_in = (unsigned char *)*body;
-    z.avail_in = (uInt)*len;
-    while (raw && zr == Z_OK) {
-        if (got == cap) {
-            unsigned char *more = cap < ((size_t)1 << 30) ? realloc(raw, cap * 2) : NULL;
-            if (!more) {
-                free(raw);
-                raw = NULL;
-                break;
-            }
-            raw = more;
-            cap *= 2;
-        }
-        z.next_out = raw + got;
-        z.avail_out = (uInt)(cap - got);
-        zr = inflate(&z, Z_NO_FLUSH);
-        got = cap - z.avail_out;
-    }
-    inflateEnd(&z);
-    if (!raw || zr != Z_STREAM_END) {
-        free(raw);
-        return -1;
-    }
-    Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, got, raw);
-    free(raw);
-    if (!p)
-        return -1;
-    int64_t idx = -1;
-    for (size_t i = 0; i < p->n_string_table; i++)
-        if (strcmp(p->string_table[i], "alloc_space") == 0)
-            idx = (int64_t)i;
-    unsigned char *packed = NULL;
-    size_t plen = 0;
-    if (idx >= 0) {
-        p->default_sample_type = idx;
-        plen = perftools__profiles__profile__get_packed_size(p);
-        packed = malloc(plen ? plen : 1);
-        if (packed)
-            perftools__profiles__profile__pack(p, packed);
-    }
-    perftools__profiles__profile__free_unpacked(p, NULL);
-    if (!packed)
-        return -1;
-    memset(&z, 0, sizeof z);
-    uLong bound = compressBound((uLong)plen) + 64;
-    char *out = malloc(bound);
-    int ok = out && deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                                 Z_DEFAULT_STRATEGY) == Z_OK;
-    if (ok) {
-        z.next_in = packed;
-        z.avail_in = (uInt)plen;
-        z.next_out = (unsigned char *)out;
-        z.avail_out = (uInt)bound;
-        ok = deflate(&z, Z_FINISH) == Z_STREAM_END;
-        deflateEnd(&z);
-    }
-    free(packed);
-    if (!ok) {
-        free(out);
-        return -1;
-    }
-    free(*body);
-    *body = out;
-    *len = bound - z.avail_out;
-    return 0;
-}
-
 /* A resumed CPU request: its answer. */
 static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slot_t *s)
 {
@@ -453,7 +401,8 @@ static enum MHD_Result answer(snapprof__http_t *h, struct MHD_Connection *c, slo
         ret = MHD_NO; /* its client went: the slot is another's now; closed */
     } else if (s->state != SLOT_ANSWERED) {
         ret = MHD_NO; /* cannot be: resumed only once answered */
-    } else if (s->code == MHD_HTTP_OK && s->allocs && set_default_alloc_space(&s->body, &s->len)) {
+    } else if (s->code == MHD_HTTP_OK && s->allocs &&
+               snapprof__http_set_alloc_space(&s->body, &s->len)) {
         ret = say(c, MHD_HTTP_INTERNAL_SERVER_ERROR, 0,
                   "cannot set alloc_space as the heap profile's default sample type");
     } else if (s->code == MHD_HTTP_OK) {

@@ -89,11 +89,11 @@ unsigned snapprof__http_conns_sweep(snapprof__http_conns_t *t, uint64_t now, uin
     pthread_mutex_lock(&t->mu);
     for (unsigned i = 0; i < SNAPPROF_HTTP_CONNS_MAX; i++) {
         snapprof__http_conn_t *e = &t->e[i];
-        if (e->fd < 0 || e->headers_in || now - e->since_ns < deadline_ns)
+        if (e->fd < 0 || e->headers_in || e->shut || now - e->since_ns < deadline_ns)
             continue;
         shutdown(e->fd, SHUT_RDWR);
         /* Once: libmicrohttpd closes it at its next look. */
-        e->headers_in = 1;
+        e->shut = 1;
         n++;
     }
     t->closed_late += n;

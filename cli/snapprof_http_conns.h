@@ -21,6 +21,7 @@
 typedef struct snapprof__http_conn {
     int fd;            /* our duplicate of its socket, -1 when the entry is free */
     int headers_in;    /* its current request's headers are all in */
+    int shut;          /* the sweep has shut it down (once: libmicrohttpd closes it) */
     uint64_t since_ns; /* when it was accepted */
 } snapprof__http_conn_t;
 

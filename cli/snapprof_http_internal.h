@@ -1,8 +1,9 @@
-/* What the two halves of record --http share (internal to cli/): the
+/* What the parts of record --http share (internal to cli/): the
  * server (snapprof_http.c: libmicrohttpd's callbacks, the pages and the
- * lifecycle) and the control channel (snapprof_http_channel.c: the
+ * lifecycle), the control channel (snapprof_http_channel.c: the
  * program's answers, read on the control thread, and the waiting
- * connections it resumes). One mutex, h->mu, guards the slots. */
+ * connections it resumes) and /allocs' rewrite (snapprof_http_allocs.c).
+ * One mutex, h->mu, guards the slots. */
 #ifndef SNAPPROF_CLI_SNAPPROF_HTTP_INTERNAL_H
 #define SNAPPROF_CLI_SNAPPROF_HTTP_INTERNAL_H
 
@@ -94,5 +95,10 @@ void snapprof__http_close_channel(snapprof__http_t *h, const char *why,
  * they answer, and once a second looks at the waiting connections (gone
  * clients) and the connections' header deadline. Until h->quit. */
 void *snapprof__http_reader_main(void *arg);
+
+/* snapprof_http_allocs.c, for /allocs: the gzipped pprof in body
+ * (malloc'd) replaced by the same profile with alloc_space as its default
+ * sample type. Returns 0, or -1 when it cannot be read (body unchanged). */
+int snapprof__http_set_alloc_space(char **body, size_t *len);
 
 #endif

@@ -1,5 +1,6 @@
 /* Fault injection (fault.h): which calls fail, and SNAPPROF_TEST_FAULTS. */
 #include "common/fault.h"
+#include "common/hash.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,18 +32,6 @@ static const char *const g_names[SNAPPROF__FAULT_SITE_COUNT] = {
     [SNAPPROF__FAULT_HEAP_SLOT] = "heap_slot",
 };
 
-/* splitmix64's finalizer: every bit of x moves every bit of the result.
- * Async-signal-safe. */
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 /* Async-signal-safe: relaxed atomics only, no lock, no allocation. When no
  * fault is configured at site, one relaxed load. */
 int snapprof__fault(snapprof__fault_site_t site)
@@ -54,7 +43,11 @@ int snapprof__fault(snapprof__fault_site_t site)
         return 0;
     uint64_t call = atomic_fetch_add_explicit(&g_sites[site].calls, 1, memory_order_relaxed);
     uint64_t seed = atomic_load_explicit(&g_sites[site].seed, memory_order_relaxed);
-    if (one_in > 1 && mix(seed ^ mix(call + 0x9e3779b97f4a7c15ull * (site + 1))) % one_in != 0)
+    if (one_in > 1 &&
+        snapprof__splitmix64_mix(
+            seed ^ snapprof__splitmix64_mix(call + 0x9e3779b97f4a7c15ull * (site + 1))) %
+                one_in !=
+            0)
         return 0;
     atomic_fetch_add_explicit(&g_sites[site].injected, 1, memory_order_relaxed);
     return 1;

@@ -1,6 +1,7 @@
 /* Parsing and checking of whole-process profile settings (see
  * preload_config.h); shared by the preload library and the command. */
 #include "preload/preload_config.h"
+#include "common/duration.h"
 #include "preload/file_names.h"
 #include "sampling_thread/profiler_defaults.h"
 
@@ -64,29 +65,18 @@ int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_
 
 int snapprof__parse_loop(const char *s, uint64_t *out_ns, char *why, size_t why_size)
 {
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || s == end || errno != 0 || isnan(v)) {
-        WHY("'%s' is not an interval (60s, 5m, 1h)", s ? s : "");
-        return -1;
-    }
-    double unit = 1;
-    if (strcmp(end, "m") == 0)
-        unit = 60;
-    else if (strcmp(end, "h") == 0)
-        unit = 3600;
-    else if (*end != '\0' && strcmp(end, "s") != 0) {
-        WHY("'%s' is not an interval (60s, 5m, 1h)", s);
-        return -1;
-    }
-    v *= unit;
-    if (!(v >= 1) || v > SNAPPROF_DURATION_MAX_S) {
+    uint64_t secs;
+    int rc = snapprof__parse_whole_duration(s, 1, (uint64_t)SNAPPROF_DURATION_MAX_S, &secs);
+    if (rc == -ERANGE) {
         WHY("%s is out of range (1 s to %.0f s: files are named to the second)", s,
             SNAPPROF_DURATION_MAX_S);
         return -1;
     }
-    *out_ns = (uint64_t)(v * 1e9);
+    if (rc != 0) {
+        WHY("'%s' is not an interval (60s, 5m, 1h)", s ? s : "");
+        return -1;
+    }
+    *out_ns = secs * 1000000000u;
     return 0;
 }
 

@@ -141,9 +141,11 @@ int snapprof__parse_hz(const char *s, unsigned *out, char *why, size_t why_size)
 int snapprof__parse_duration(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 /* A duration as snapprof__parse_duration(), or "0" / "off" (any case): 0. */
 int snapprof__parse_checkpoint(const char *s, uint64_t *out_ns, char *why, size_t why_size);
-/* The interval of rolling profiles: a number of seconds, minutes or hours
- * ("60s", "5m", "1h"; a bare number is seconds), at least 1 s (files are
- * named to the second), at most SNAPPROF_DURATION_MAX_S. */
+/* The interval of rolling profiles (and the flight recorder's span): a
+ * whole number of seconds, minutes or hours ("60s", "5m", "1h"; a bare
+ * number is seconds; the grammar of snapprof__parse_whole_duration() in
+ * common/duration.h), at least 1 s (files are named to the second), at
+ * most SNAPPROF_DURATION_MAX_S. */
 int snapprof__parse_loop(const char *s, uint64_t *out_ns, char *why, size_t why_size);
 int snapprof__parse_mode(const char *s, int *wall, char *why, size_t why_size);
 int snapprof__parse_fork(const char *s, int *follow, char *why, size_t why_size);

@@ -70,12 +70,7 @@ static inline void *reserve(void *items, size_t *cap, size_t need, size_t elem)
  * that the tables index with. */
 static inline uint64_t hash_finish(uint64_t h)
 {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
+    return snapprof__murmur3_fmix64(h);
 }
 
 static inline uint64_t hash_word(uint64_t h, uint64_t v)

@@ -1,6 +1,6 @@
 /* The profiler: its public API and its lifecycle (create, add
  * and remove threads, start, flush, stop, destroy); its params are read and
- * checked in params.c. The work of a tick is
+ * checked in params.c, its counters read in stats.c. The work of a tick is
  * in tick.c, triggers in arm.c, the drain and delivery in drain.c, wall
  * mode's blocked threads in wall.c. */
 #include "sampling_thread/profiler_internal.h"
@@ -8,6 +8,7 @@
 
 #include "common/fault.h"
 #include "common/fds.h"
+#include "common/hash.h"
 #include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
@@ -175,11 +176,7 @@ static int arm_at_start(snapprof_profiler_t *p)
         return 0;
     if (p->start_rng == 0)
         p->start_rng = snapprof__monotonic_ns();
-    uint64_t z = (p->start_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return z % p->params.short_threads == 0;
+    return snapprof__splitmix64_next(&p->start_rng) % p->params.short_threads == 0;
 }
 
 int snapprof_profiler_add_thread(snapprof_profiler_t *p, snapprof_thread_t *thread)
@@ -435,7 +432,7 @@ static void stop_unarmed_timer(snapprof_profiler_t *p)
     snapprof__process_timer_stop(&p->ptimer);
     for (size_t i = 0; i < p->target_count; i++)
         snapprof__unarmed_withdraw(p, p->targets[i]);
-    /* The counters stay readable (snapshot_stats()). */
+    /* The counters stay readable (snapprof__snapshot_stats()). */
 }
 
 int snapprof_profiler_start(snapprof_profiler_t *p)
@@ -612,41 +609,6 @@ undo:
     return rc;
 }
 
-/* Counters with the percentiles filled in. Lock held. */
-static void snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
-{
-    *out = p->stats;
-    out->size = sizeof *out;
-    out->cpu_ns_total = p->cpu_removed_ns;
-    for (size_t i = 0; i < p->target_count; i++)
-        out->cpu_ns_total += snapprof__target_cpu_ns(p->targets[i]);
-    out->cpu_ns_total = snapprof__armed_cpu_ns(p, out->cpu_ns_total);
-    if (p->pool_ready) {
-        out->samples_dropped = atomic_load(&p->pool.dropped);
-        out->large_buffer_bytes = p->pool.large_bytes;
-        out->large_buffer_bytes_max = p->pool.large_bytes_max;
-    }
-    out->pause_p50_ns = snapprof__hist_quantile(&p->pause, 0.50);
-    out->pause_p99_ns = snapprof__hist_quantile(&p->pause, 0.99);
-    out->pause_max_ns = p->pause.max;
-    out->roundtrip_p50_ns = snapprof__hist_quantile(&p->roundtrip, 0.50);
-    out->roundtrip_p99_ns = snapprof__hist_quantile(&p->roundtrip, 0.99);
-    out->unwind_p50_ns = snapprof__hist_quantile(&p->unwind, 0.50);
-    out->unwind_p99_ns = snapprof__hist_quantile(&p->unwind, 0.99);
-    out->unwind_max_ns = p->unwind.max;
-    out->events_dropped = snapprof__event_reader_dropped(&p->events);
-    out->events_lost = p->events.lost;
-    snapprof__cfi_table_store_totals(&out->cfi_tables, &out->cfi_table_bytes,
-                                     &out->cfi_table_build_ns);
-    out->fds_lost = snapprof__fds_lost();
-    out->fds_held_max = snapprof__fds_held_max();
-    if (p->ptimer_on) {
-        out->unarmed_timer_samples = atomic_load(&p->ptimer.captured);
-        out->unarmed_timer_passed = atomic_load(&p->ptimer.passed);
-    }
-    snapprof__heap_stats(p, out);
-}
-
 /* Moves the app frames that ended since the last call into p->app_frames,
  * judging each against the hitch threshold. Lock held. */
 void snapprof__drain_app_frames(snapprof_profiler_t *p)
@@ -722,7 +684,7 @@ void snapprof__profiler_complete(snapprof_profiler_t *p)
     snapprof__deliver_unarmed(p);
     snapprof__drain_app_frames(p);
     snapprof__event_reader_close(&p->events);
-    snapshot_stats(p, &stats);
+    snapprof__snapshot_stats(p, &stats);
     p->handed_over = 1;
     snapprof__sampler_unlock();
     snapprof_profile_info_t info = make_info(p, &stats);
@@ -761,22 +723,6 @@ int snapprof_profiler_stop(snapprof_profiler_t *p)
     int result = p->result;
     snapprof__sampler_unlock();
     return result;
-}
-
-int snapprof_profiler_get_stats_sized(snapprof_profiler_t *p, snapprof_stats_t *out, size_t size)
-{
-    if (!p || !out || size < SNAPPROF_STATS_SIZE_MIN)
-        return -EINVAL;
-    snapprof_stats_t st;
-    snapprof__sampler_lock();
-    snapshot_stats(p, &st);
-    snapprof__sampler_unlock();
-    size_t known = size < sizeof st ? size : sizeof st;
-    st.size = known;
-    memcpy(out, &st, known);
-    /* A newer header's counters, which this library does not keep. */
-    memset((char *)out + known, 0, size - known);
-    return 0;
 }
 
 void snapprof_profiler_destroy(snapprof_profiler_t *p)
@@ -826,7 +772,7 @@ snapprof_profile_info_t snapprof__info_now(snapprof_profiler_t *p, snapprof_stat
         snapprof__drain_app_frames(p);
         snapprof__event_reader_read(&p->events);
     }
-    snapshot_stats(p, stats);
+    snapprof__snapshot_stats(p, stats);
     snapprof_profile_info_t info = make_info(p, stats);
     if (running)
         info.duration_ns = snapprof__monotonic_ns() - p->start_mono;
@@ -878,9 +824,4 @@ int snapprof_thread_update_name(snapprof_thread_t *thread, const char *name)
     snapprof__sampler_unlock();
     snapprof__heap_names_changed();
     return 0;
-}
-
-void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out)
-{
-    snapshot_stats(p, out);
 }

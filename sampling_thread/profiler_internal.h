@@ -339,7 +339,7 @@ void snapprof__retire_removed(snapprof_profiler_t *p);
 int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out);
 void snapprof__check_handler(snapprof_profiler_t *p);
 
-/* profiler.c: the counters with the percentiles filled in. */
+/* stats.c: the counters with the percentiles filled in. */
 void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *out);
 /* The info a profile is written with now (a flush, a builder written while
  * the profile runs): what is held so far is delivered first. Lock held. */

@@ -112,6 +112,13 @@ snapprof_add_test_cases(EXE cli_debug_hint SOURCES test_cli_debug_hint.c
   ${PROJECT_SOURCE_DIR}/cli/debug_hint.c TIMEOUT 60)
 target_include_directories(cli_debug_hint PRIVATE ${PROJECT_SOURCE_DIR})
 
+# The one grammar of durations (common/duration.h) and the bounds and
+# reasons of --loop/--flight/SNAPPROF_LOOP (snapprof__parse_loop), on their own.
+snapprof_add_test_cases(EXE duration PREFIX common_duration_ SOURCES test_duration.c
+  ${PROJECT_SOURCE_DIR}/preload/preload_config.c
+  ${PROJECT_SOURCE_DIR}/preload/file_names.c TIMEOUT 60)
+target_include_directories(duration PRIVATE ${PROJECT_SOURCE_DIR})
+
 # The names of the files a run writes (preload/file_names.c), on their own.
 snapprof_add_test_cases(EXE file_names SOURCES test_file_names.c
   ${PROJECT_SOURCE_DIR}/preload/file_names.c TIMEOUT 60)

@@ -20,16 +20,7 @@ start() {
   "$cli" record -q -o "$dir/whole.pb.gz" ${REC_OPTS:-} --http 127.0.0.1:0 -- "$prog" "$@" \
     >"$dir/out" 2>"$dir/err" &
   rec=$!
-  url=
-  for _ in $(seq 600); do
-    url=$(grep -o 'http://[^ ]*' "$dir/err" | head -1)
-    [ -n "$url" ] && break
-    kill -0 "$rec" 2>/dev/null || fail "record ended without serving"
-    sleep 0.1
-  done
-  [ -n "$url" ] || fail "record printed no URL"
-  base=${url%%/debug/*}
-  token=${url##*token=}
+  await_url
   case ${REC_OPTS:-} in *--http-token*) ;; *)
     [ ${#token} -eq 32 ] || fail "no 32-digit token in $url" ;;
   esac
@@ -51,14 +42,6 @@ pprof_top() {
 # flat NAME: the flat value of NAME in $dir/top (-unit=B: bytes, no unit).
 flat() { awk -v f="$1" '$NF == f { v = $1; sub(/B$/, "", v); print v }' "$dir/top"; }
 
-# Ends the program; sets status (record's, which is the program's).
-finish() {
-  touch "$dir/stop"
-  wait "$rec"
-  status=$?
-  rec=
-}
-
 # code URL [curl args...]: the HTTP code; the body in $OUT (default
 # $dir/body), the headers in $OUT.headers.
 code() {
@@ -67,6 +50,32 @@ code() {
 }
 
 is_gzip() { [ "$(head -c2 "$1" | od -An -tx1 | tr -d ' ')" = 1f8b ]; }
+
+# fill_bound: 8 CPU profiles of 60 s in flight, as many as are served at
+# once; their codes go to $dir/c1..c8, their bodies to $dir/p1..p8.
+fill_bound() {
+  for i in 1 2 3 4 5 6 7 8; do
+    OUT=$dir/p$i code "$base/debug/pprof/profile?seconds=60&token=$token" >"$dir/c$i" &
+  done
+  sleep 3
+}
+
+# refused WHAT URL: past the bound, URL is answered 503 with Retry-After.
+refused() {
+  c=$(code "$2")
+  [ "$c" = 503 ] || fail "$1: $c"
+  grep -qi '^retry-after: [0-9]' "$dir/body.headers" || fail "no Retry-After"
+}
+
+# served_in_flight [gzip]: after finish, each of fill_bound's requests got
+# 200 (what it collected until the program ended); with gzip, a profile.
+served_in_flight() {
+  wait
+  for i in 1 2 3 4 5 6 7 8; do
+    [ "$(cat "$dir/c$i")" = 200 ] || fail "request $i in flight at exit: $(cat "$dir/c$i")"
+    [ "${1:-}" != gzip ] || is_gzip "$dir/p$i" || fail "request $i: not a profile"
+  done
+}
 
 case $case in
 go_pprof)
@@ -121,19 +130,10 @@ concurrency_bound)
   # 8 profiles at once are served; a 9th is 503 with Retry-After; those
   # in flight when the program ends get what they collected (200).
   start "$dir/stop"
-  for i in 1 2 3 4 5 6 7 8; do
-    OUT=$dir/p$i code "$base/debug/pprof/profile?seconds=60&token=$token" >"$dir/c$i" &
-  done
-  sleep 3
-  c=$(code "$base/debug/pprof/profile?seconds=1&token=$token")
-  [ "$c" = 503 ] || fail "9th request: $c"
-  grep -qi '^retry-after: [0-9]' "$dir/body.headers" || fail "no Retry-After"
+  fill_bound
+  refused "9th request" "$base/debug/pprof/profile?seconds=1&token=$token"
   finish
-  wait
-  for i in 1 2 3 4 5 6 7 8; do
-    [ "$(cat "$dir/c$i")" = 200 ] || fail "request $i in flight at exit: $(cat "$dir/c$i")"
-    is_gzip "$dir/p$i" || fail "request $i: not a profile"
-  done
+  served_in_flight gzip
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   ;;
 program_closes_fds)
@@ -330,22 +330,14 @@ heap_bound)
   # /allocs starts nothing, so it is answered 200 (no body) all the same.
   REC_OPTS="--heap" start heap "$dir/stop"
   await_line allocated
-  for i in 1 2 3 4 5 6 7 8; do
-    OUT=$dir/p$i code "$base/debug/pprof/profile?seconds=60&token=$token" >"$dir/c$i" &
-  done
-  sleep 3
-  c=$(code "$base/debug/pprof/heap?token=$token")
-  [ "$c" = 503 ] || fail "/heap past the bound: $c"
-  grep -qi '^retry-after: [0-9]' "$dir/body.headers" || fail "no Retry-After"
+  fill_bound
+  refused "/heap past the bound" "$base/debug/pprof/heap?token=$token"
   for p in heap allocs; do
     c=$(code "$base/debug/pprof/$p?token=$token" -I --max-time 10)
     [ "$c" = 200 ] || fail "HEAD /$p: $c"
   done
   finish
-  wait
-  for i in 1 2 3 4 5 6 7 8; do
-    [ "$(cat "$dir/c$i")" = 200 ] || fail "request $i in flight at exit: $(cat "$dir/c$i")"
-  done
+  served_in_flight
   ;;
 not_served)
   # Without --heap and --wall: /heap, /allocs and /wall are 501 with a

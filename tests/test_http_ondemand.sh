@@ -21,16 +21,7 @@ start() {
   (cd "$dir" && exec "$cli" record "$@" --http 127.0.0.1:0 -- "$prog" "$dir/stop") \
     >"$dir/out" 2>"$dir/err" &
   rec=$!
-  url=
-  for _ in $(seq 600); do
-    url=$(grep -o 'http://[^ ]*' "$dir/err" | head -1)
-    [ -n "$url" ] && break
-    kill -0 "$rec" 2>/dev/null || fail "record ended without serving"
-    sleep 0.1
-  done
-  [ -n "$url" ] || fail "record printed no URL"
-  base=${url%%/debug/*}
-  token=${url##*token=}
+  await_url
   pid=$(pgrep -P "$rec" | head -1)
   [ -n "$pid" ] || fail "no program under record"
   sampler=
@@ -104,10 +95,7 @@ idle_request_idle)
     echo "no go: the profile's functions are not checked"
   fi
   idle "after the request"
-  touch "$dir/stop"
-  wait "$rec"
-  status=$?
-  rec=
+  finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   n=$(run_samples)
   echo "the run: ${n:-?} samples; the request: $req"
@@ -134,10 +122,7 @@ with_output)
     [ $(($(cpu_ticks) - c0)) -ge "$tck" ] && break
     sleep 0.1
   done
-  touch "$dir/stop"
-  wait "$rec"
-  status=$?
-  rec=
+  finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   n=$(run_samples)
   echo "the run: ${n:-?} samples"

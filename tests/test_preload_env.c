@@ -21,8 +21,8 @@ static void test_cpuprofile(void)
         pl_dir, LIB, PROG);
     ASSERT_EQ(st, 0);
     ASSERT(strstr(text, "snapprof:") == NULL); /* nothing to say */
-    char prof[1024], args[1200];
-    snprintf(prof, sizeof prof, "%s/c.prof", pl_dir);
+    const char *prof = pl_path(pl_dir, "c.prof");
+    char args[1200];
     pl_require_fn(prof, "", "hot_a", 1);
     snprintf(args, sizeof args, "-raw '%s'", prof);
     char *raw = tu_pprof(args, &st);
@@ -59,8 +59,8 @@ static void test_bad_env(void)
                           "seconds; writing the profile only at the end\n");
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_FORMAT: 'svg' is not a format (pprof, "
                           "folded, trace or gperftools); choosing by the file names\n");
-    char prof[1024], args[1200];
-    snprintf(prof, sizeof prof, "%s/e.pb.gz", pl_dir);
+    const char *prof = pl_path(pl_dir, "e.pb.gz");
+    char args[1200];
     snprintf(args, sizeof args, "-raw '%s'", prof);
     char *raw = tu_pprof(args, &st);
     ASSERT_EQ(st, 0);
@@ -87,8 +87,7 @@ static void test_arm_env(void)
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_ARM: 'sometimes' is not when to arm (always "
                           "or demand); armed for the whole run\n");
-    char prof[1024];
-    snprintf(prof, sizeof prof, "%s/a.pb.gz", pl_dir);
+    const char *prof = pl_path(pl_dir, "a.pb.gz");
     ASSERT_EQ(access(prof, F_OK), 0); /* the run's file, as without it */
     free(text);
 
@@ -99,7 +98,7 @@ static void test_arm_env(void)
     ASSERT_CONTAINS(text, "hot_a done");
     ASSERT_CONTAINS(text, "st=0");
     ASSERT(strstr(text, "snapprof:") == NULL);
-    snprintf(prof, sizeof prof, "%s/d.pb.gz", pl_dir);
+    prof = pl_path(pl_dir, "d.pb.gz");
     ASSERT(access(prof, F_OK) != 0);
     free(text);
 
@@ -111,7 +110,7 @@ static void test_arm_env(void)
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: ignoring SNAPPROF_ARM=demand with SNAPPROF_MODE=wall; armed "
                           "for the whole run\n");
-    snprintf(prof, sizeof prof, "%s/w.pb.gz", pl_dir);
+    prof = pl_path(pl_dir, "w.pb.gz");
     ASSERT_EQ(access(prof, F_OK), 0);
     free(text);
 }
@@ -225,8 +224,7 @@ static void test_program_signal_handler(void)
     pl_require_count(text, "snapprof: ", 1);
     ASSERT_CONTAINS(text, "snapprof: the program installed a handler for SIGURG, which snapprof "
                           "samples with; both work");
-    char prof[1024];
-    snprintf(prof, sizeof prof, "%s/u.pb.gz", pl_dir);
+    const char *prof = pl_path(pl_dir, "u.pb.gz");
     pl_require_fn(prof, "", "hot_a", 1);
     free(text);
 }
@@ -241,8 +239,7 @@ static void test_linked_threads(void)
                            "SNAPPROF_FREQUENCY=1000 %s threads 500",
                            pl_dir, PRELOAD_PROG_LINKED);
     ASSERT(strstr(text, "snapprof:") == NULL);
-    char prof[1024];
-    snprintf(prof, sizeof prof, "%s/l.pb.gz", pl_dir);
+    const char *prof = pl_path(pl_dir, "l.pb.gz");
 #if defined(__SANITIZE_THREAD__)
     /* TSan delivers a signal only when the thread next enters its runtime,
      * which a busy loop never does: its threads' samples cannot be judged.

@@ -163,6 +163,23 @@ static void feed(snapprof_builder_t *f, uint64_t ts, pid_t tid, size_t nframes, 
     memset(unit, 'x', sizeof unit - 1);
 }
 
+/* Feeds count samples of nframes frames, one every step_ns from base, of tids
+ * 1, 2, ... and 1 ms each. */
+static void feed_every(snapprof_builder_t *f, uint64_t base, int count, uint64_t step_ns,
+                       size_t nframes)
+{
+    for (int i = 0; i < count; i++)
+        feed(f, base + (uint64_t)i * step_ns, 1 + i, nframes, 1000000);
+}
+
+/* What f says it keeps (snapprof_flight_builder_get_info()). */
+static snapprof_flight_info_t info_of(snapprof_builder_t *f)
+{
+    snapprof_flight_info_t fi = {.size = sizeof fi};
+    ASSERT_OK(snapprof_flight_builder_get_info(f, &fi));
+    return fi;
+}
+
 /* Samples 4.5, 3.5, 2.5, 1.5 and 0.5 s old (tid 45 ... 5); a window of the
  * last 2 s holds the two youngest, every string as it was. */
 static void test_window(void)
@@ -214,8 +231,7 @@ static void test_window(void)
     ASSERT_EQ(all.n, 5);
     ASSERT_EQ(all.s[0].tid, 45);
     ASSERT_STR_EQ(all.s[0].jit, "jit_fn_45");
-    snapprof_flight_info_t fi = {.size = sizeof fi};
-    ASSERT_OK(snapprof_flight_builder_get_info(f, &fi));
+    snapprof_flight_info_t fi = info_of(f);
     ASSERT_EQ(fi.samples, 5);
     ASSERT_EQ(fi.oldest_ns, now - 4500000000ull);
     ASSERT_EQ(fi.newest_ns, now - 500000000ull);
@@ -236,10 +252,8 @@ static void test_span(void)
     snapprof_builder_t *f = make_flight(3000000000ull, 1000000000ull, 0);
     uint64_t base = tu_mono_ns() - 30000000000ull;
     start_flight(f, base);
-    for (int i = 0; i < 200; i++)
-        feed(f, base + (uint64_t)i * 100000000ull, 1 + i, 4, 1000000);
-    snapprof_flight_info_t fi = {.size = sizeof fi};
-    ASSERT_OK(snapprof_flight_builder_get_info(f, &fi));
+    feed_every(f, base, 200, 100000000ull, 4);
+    snapprof_flight_info_t fi = info_of(f);
     uint64_t newest = base + 199 * 100000000ull;
     printf("kept %llu samples, %.1f s back, %llu bytes\n", (unsigned long long)fi.samples,
            (newest - fi.oldest_ns) / 1e9, (unsigned long long)fi.bytes);
@@ -263,10 +277,8 @@ static void test_max_bytes(void)
     snapprof_builder_t *f = make_flight(3600000000000ull, 10000000ull, 1024 * 1024);
     uint64_t base = tu_mono_ns() - 10000000000ull;
     start_flight(f, base);
-    for (int i = 0; i < 20000; i++)
-        feed(f, base + (uint64_t)i * 100000ull, 1 + i, 30, 1000000);
-    snapprof_flight_info_t fi = {.size = sizeof fi};
-    ASSERT_OK(snapprof_flight_builder_get_info(f, &fi));
+    feed_every(f, base, 20000, 100000ull, 30);
+    snapprof_flight_info_t fi = info_of(f);
     printf("kept %llu, dropped %llu, %llu bytes\n", (unsigned long long)fi.samples,
            (unsigned long long)fi.samples_dropped, (unsigned long long)fi.bytes);
     ASSERT_LE(fi.bytes, 1024 * 1024);

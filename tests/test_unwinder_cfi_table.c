@@ -60,14 +60,7 @@ __attribute__((noinline)) static uint64_t in_dflib(uint64_t n)
     return n + (uint64_t)v[0];
 }
 
-__attribute__((noinline)) uint64_t ct_recurse_b(int depth)
-{
-    if (depth == 0)
-        return dflib_outer(1, in_dflib);
-    uint64_t r = ct_recurse_b(depth - 1);
-    __asm__ volatile("" : "+r"(r));
-    return r + 1;
-}
+UW_RECURSION(ct_recurse_b, dflib_outer(1, in_dflib))
 
 __attribute__((noinline)) static uint64_t in_testlib(uint64_t n)
 {
@@ -78,14 +71,7 @@ __attribute__((noinline)) static uint64_t in_testlib(uint64_t n)
     return ct_recurse_b(500);
 }
 
-__attribute__((noinline)) uint64_t ct_recurse_a(int depth)
-{
-    if (depth == 0)
-        return testlib_outer(1, in_testlib);
-    uint64_t r = ct_recurse_a(depth - 1);
-    __asm__ volatile("" : "+r"(r));
-    return r + 1;
-}
+UW_RECURSION(ct_recurse_a, testlib_outer(1, in_testlib))
 
 static void *deep_main(void *arg)
 {

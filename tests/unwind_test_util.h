@@ -24,6 +24,19 @@ typedef enum {
     UW_KIND_COUNT
 } uw_kind_t;
 
+/* Defines NAME(depth), a recursion of depth frames (noinline, its result
+ * kept live so that no frame is folded away) whose deepest frame returns
+ * BOTTOM, an expression: the deep stacks of the tests' workloads, by name. */
+#define UW_RECURSION(NAME, BOTTOM)                                                                 \
+    __attribute__((noinline)) uint64_t NAME(int depth)                                             \
+    {                                                                                              \
+        if (depth == 0)                                                                            \
+            return BOTTOM;                                                                         \
+        uint64_t r = NAME(depth - 1);                                                              \
+        __asm__ volatile("" : "+r"(r));                                                            \
+        return r + 1;                                                                              \
+    }
+
 const char *uw_kind_name(uw_kind_t kind);
 /* Creates the unwinder of that kind (UW_DEFAULT: none, returns NULL;
  * UW_CFI_TABLE: the CFI table unwinder alone). */

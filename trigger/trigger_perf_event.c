@@ -60,6 +60,7 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "common/fds.h"
+#include "common/hash.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -103,10 +104,7 @@ static uint64_t draw_period(snapprof__arm_t *arm)
         arm->partner_ns = 0;
         return x;
     }
-    uint64_t z = (arm->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = snapprof__splitmix64_next(&arm->rng);
     uint64_t x = mean / 2 + z % mean;
     arm->partner_ns = 2 * mean - x;
     return x;
@@ -152,10 +150,7 @@ static uint64_t draw_period(snapprof__arm_t *arm)
  * Sampling side, before the arm is published. */
 static uint64_t draw_first(snapprof__arm_t *arm)
 {
-    uint64_t z = (arm->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = snapprof__splitmix64_next(&arm->rng);
     uint64_t u = 1 + z % arm->period_ns;
     uint64_t least = FIRST_MIN_NS < arm->period_ns / 2 ? FIRST_MIN_NS : arm->period_ns / 2;
     return u < least ? least : u;
