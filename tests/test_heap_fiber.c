@@ -212,28 +212,10 @@ static __attribute__((noinline)) void own_alloc(void)
     __asm__ volatile("" ::: "memory");
 }
 
-static uint64_t handled(const snapprof_stats_t *st)
-{
-    return st->heap_samples + st->heap_dropped_no_slot + st->heap_dropped_set_full +
-           st->heap_dropped_no_stack + st->failed[SNAPPROF_FAIL_NO_FRAMES];
-}
-
-/* Waits until every sample recorded so far is dealt with, so that no
- * allocation finds every capture slot taken. */
+/* Waits until every sample recorded so far is dealt with. */
 static void wait_drained(snapprof_profiler_t *p)
 {
-    uint64_t recorded = atomic_load(&g_recorded);
-    uint64_t deadline = tu_mono_ns() + 60000000000ull;
-    for (;;) {
-        snapprof_stats_t st;
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-        if (handled(&st) >= recorded)
-            return;
-        if (tu_mono_ns() > deadline)
-            TEST_FAIL("the drain did not keep up: %" PRIu64 " of %" PRIu64, handled(&st), recorded);
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
-    }
+    tu_heap_wait_drained(p, atomic_load(&g_recorded));
 }
 
 /* N fibers on stacks of their own mappings, switched to in turn, each

@@ -125,30 +125,6 @@ static snapprof_profiler_t *heap_profiler(size_t R, snapprof_builder_t *b1, snap
     return p;
 }
 
-static uint64_t handled(const snapprof_stats_t *st)
-{
-    return st->heap_samples + st->heap_dropped_no_slot + st->heap_dropped_set_full +
-           st->heap_dropped_no_stack + st->failed[SNAPPROF_FAIL_NO_FRAMES];
-}
-
-/* Waits until the profiler has dealt with every sample the program saw
- * recorded so far (delivered or dropped), so that a fast allocating loop
- * never finds every slot taken. */
-static void wait_drained(snapprof_profiler_t *p, uint64_t recorded)
-{
-    uint64_t deadline = tu_mono_ns() + 60000000000ull;
-    for (;;) {
-        snapprof_stats_t st;
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-        if (handled(&st) >= recorded)
-            return;
-        if (tu_mono_ns() > deadline)
-            TEST_FAIL("the drain did not keep up: %" PRIu64 " of %" PRIu64, handled(&st), recorded);
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* The same for frees: the queue they wait in is bounded too. */
 static void wait_frees(snapprof_profiler_t *p, uint64_t freed)
 {
@@ -234,7 +210,7 @@ static void *ab_thread(void *arg)
     for (int i = 0; i < (is_a ? A_COUNT : B_COUNT); i++) {
         mine[i] = is_a ? alloc_in_a(A_SIZE) : alloc_in_b(B_SIZE);
         if (i % 128 == 127)
-            wait_drained(g_prof, atomic_load(&g_recorded));
+            tu_heap_wait_drained(g_prof, atomic_load(&g_recorded));
     }
     pthread_barrier_wait(&g_barrier);
     if (is_a)
@@ -351,7 +327,7 @@ static void *ns_thread(void *arg)
     for (int i = 0; i < NS_COUNT; i++) {
         mine[i] = is_a ? alloc_in_a(NS_SIZE_A) : alloc_in_b(NS_SIZE_B);
         if (i % NS_BATCH == NS_BATCH - 1)
-            wait_drained(g_prof, atomic_load(&g_recorded));
+            tu_heap_wait_drained(g_prof, atomic_load(&g_recorded));
     }
     pthread_barrier_wait(&g_barrier);
     for (int i = 0; i < NS_COUNT; i++) {
@@ -548,7 +524,7 @@ static void profile_v1_builder(void)
     int sampled = 0;
     for (int i = 0; i < 40; i++) {
         sampled += churn(50, 4096);
-        wait_drained(p, (uint64_t)sampled);
+        tu_heap_wait_drained(p, (uint64_t)sampled);
     }
     ASSERT_OK(snapprof_profiler_stop(p));
     snapprof_stats_t st;
@@ -575,7 +551,7 @@ static void profile_reentrancy(void)
     for (int i = 0; i < 10; i++) {
         /* R = 1 byte: every allocation; 20 at a time, as slots free up */
         sampled += churn(20, 64);
-        wait_drained(p, (uint64_t)sampled);
+        tu_heap_wait_drained(p, (uint64_t)sampled);
     }
     ASSERT_EQ(sampled, 200);
     ASSERT_OK(snapprof_profiler_stop(p));

@@ -298,6 +298,28 @@ int tu_stats_has_samples(const snapprof_stats_t *st, void *arg)
     return st->samples >= *(const uint64_t *)arg;
 }
 
+uint64_t tu_heap_handled(const snapprof_stats_t *st)
+{
+    return st->heap_samples + st->heap_dropped_no_slot + st->heap_dropped_set_full +
+           st->heap_dropped_no_stack + st->failed[SNAPPROF_FAIL_NO_FRAMES];
+}
+
+void tu_heap_wait_drained(snapprof_profiler_t *p, uint64_t recorded)
+{
+    uint64_t deadline = tu_mono_ns() + 60000000000ull;
+    for (;;) {
+        snapprof_stats_t st;
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (tu_heap_handled(&st) >= recorded)
+            return;
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("the drain did not keep up: %" PRIu64 " of %" PRIu64, tu_heap_handled(&st),
+                      recorded);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void tu_start_thread(pthread_t *th, void *(*fn)(void *), void *arg, atomic_int *ready)
 {
     ASSERT_EQ(pthread_create(th, NULL, fn, arg), 0);

@@ -149,6 +149,14 @@ void tu_wait_stats(snapprof_profiler_t *p, snapprof_stats_t *st,
 /* A done for tu_wait_stats: at least *(const uint64_t *)arg samples. */
 int tu_stats_has_samples(const snapprof_stats_t *st, void *arg);
 
+/* Heap samples the profiler has dealt with: delivered, or dropped for
+ * any reason. */
+uint64_t tu_heap_handled(const snapprof_stats_t *st);
+/* Waits until the profiler has dealt with recorded heap samples
+ * (tu_heap_handled()), so that a fast allocating loop never finds every
+ * capture slot taken; fails the test after 60 s. */
+void tu_heap_wait_drained(snapprof_profiler_t *p, uint64_t recorded);
+
 /* Burns CPU in 1 ms steps until get(stats of p) is at least n, and fails
  * the test after 120 s: for a thread that must be sampled (or armed,
  * or moved) while it runs. */
