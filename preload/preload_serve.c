@@ -180,7 +180,7 @@ static void give_up(void)
         request_t *r = &S.req[i];
         if (!r->b)
             continue;
-        (void)snapprof_profiler_detach_builder(S.profiler, r->b);
+        (void)snapprof_profiler_drop_builder(S.profiler, r->b);
         snapprof_builder_destroy(r->b);
         r->b = NULL;
         unlink(r->path);
@@ -216,9 +216,10 @@ static void heap_request(unsigned long id)
 }
 
 /* "cancel ID": record's client for request ID has gone. Its builder is
- * detached and freed and nothing is answered. Detaching completes the
- * builder, which writes its file (the profiler has no detach that does
- * not): it is unlinked at once. An ID not in flight (finished, answered
+ * dropped (snapprof_profiler_drop_builder(): no profile is made or
+ * written) and freed, and nothing is answered. The unlink is for a file
+ * written already, when the profile completed (stop) before the cancel
+ * came. An ID not in flight (finished, answered
  * at once as since and heap are, or unknown) is ignored: its answer, if
  * one went, is dropped by record, which unlinks its file. Under S.mu, as
  * finish() and the stop are, so the two never both end it. */
@@ -228,7 +229,7 @@ static void cancel(unsigned long id)
         request_t *r = &S.req[i];
         if (!r->b || r->id != id)
             continue;
-        (void)snapprof_profiler_detach_builder(S.profiler, r->b);
+        (void)snapprof_profiler_drop_builder(S.profiler, r->b);
         snapprof_builder_destroy(r->b);
         r->b = NULL;
         unlink(r->path);

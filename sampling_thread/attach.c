@@ -221,7 +221,8 @@ static void wait_completed(snapprof_profiler_t *p)
         snapprof__sampler_wait(p);
 }
 
-int snapprof_profiler_detach_builder(snapprof_profiler_t *p, snapprof_builder_t *b)
+/* Detach and drop: the same removal; only detach completes the builder. */
+static int remove_attached(snapprof_profiler_t *p, snapprof_builder_t *b, int complete)
 {
     if (!p || !b)
         return -EINVAL;
@@ -244,13 +245,26 @@ int snapprof_profiler_detach_builder(snapprof_profiler_t *p, snapprof_builder_t 
         if (p->attached_count == 1 && p->state == PROFILER_RUNNING && !p->handed_over)
             snapprof__park(p);
         snapprof__deliver_so_far(p);
-        end_attached(p, &a, &e);
+        if (complete)
+            end_attached(p, &a, &e);
     }
     memmove(&p->attached[i], &p->attached[i + 1],
             (p->attached_count - (size_t)i - 1) * sizeof p->attached[0]);
     p->attached_count--;
     snapprof__sampler_unlock();
-    return a.completed ? a.result : complete_ending(&e);
+    if (a.completed)
+        return complete ? a.result : 0;
+    return complete ? complete_ending(&e) : 0;
+}
+
+int snapprof_profiler_detach_builder(snapprof_profiler_t *p, snapprof_builder_t *b)
+{
+    return remove_attached(p, b, 1);
+}
+
+int snapprof_profiler_drop_builder(snapprof_profiler_t *p, snapprof_builder_t *b)
+{
+    return remove_attached(p, b, 0);
 }
 
 int snapprof_profiler_swap_builder(snapprof_profiler_t *p, snapprof_builder_t *old,

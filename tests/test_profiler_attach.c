@@ -901,6 +901,73 @@ static void test_on_demand(void)
     log_free(&b);
 }
 
+/* snapprof_profiler_drop_builder(): removed as a detach removes it, never
+ * completed. Would catch a drop that completes the builder (a cancelled
+ * HTTP request's profile made and written, then deleted: the preload did
+ * that before the call existed), one that leaves the triggers armed when
+ * it removes the last builder attached on demand, and one that completes
+ * or writes it again at the stop. */
+static void test_drop(void)
+{
+    tu_need_perf_event(); /* check_parked: the perf event's rate */
+    worker_t w[1] = {0};
+    tu_worker_start(&w[0].base, burn_main, &w[0]);
+    slog_t all = {0}, b = {0};
+    snapprof_thread_t *threads[1] = {w[0].base.token};
+    snapprof_params_t params = tu_params(INTERVAL_NS);
+    params.arm_on_demand = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, threads, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(&all, NULL)));
+    ASSERT_OK(snapprof_profiler_start(p));
+
+    char *dir = tu_make_tmpdir("drop-builder");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dropped.pb.gz", dir);
+    snapprof_builder_t *bb = log_builder(&b, &all), *pb;
+    ASSERT_OK(snapprof_pprof_builder_create(path, &pb));
+    ASSERT_EQ(snapprof_profiler_drop_builder(NULL, bb), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_drop_builder(p, NULL), -EINVAL);
+    ASSERT_EQ(snapprof_profiler_drop_builder(p, bb), -ENOENT);
+
+    ASSERT_OK(snapprof_profiler_attach_builder(p, bb));
+    ASSERT_OK(snapprof_profiler_attach_builder(p, pb));
+    wait_cpu(w, 1, 200000000u);
+    ASSERT_OK(snapprof_profiler_drop_builder(p, pb));
+    ASSERT_EQ(size_of(path), -1); /* no profile made, no file written */
+    ASSERT_EQ(snapprof_profiler_drop_builder(p, pb), -ENOENT);
+    /* The other goes on sampling, then is dropped as the last one. */
+    size_t n0 = atomic_load(&b.count);
+    wait_cpu(w, 1, 100000000u);
+    ASSERT_GT(atomic_load(&b.count), n0);
+    ASSERT_OK(snapprof_profiler_drop_builder(p, bb));
+    ASSERT_EQ(atomic_load(&b.started), 1);
+    ASSERT_EQ(atomic_load(&b.completed), 0);
+    ASSERT_EQ(atomic_load(&b.destroyed), 0); /* the caller's */
+    ASSERT_GT(atomic_load(&b.count), 20);
+    check_parked(p, w, 1, "after the last drop");
+
+    /* Attached again, then the stop completes it: a drop afterwards only
+     * removes it and does not complete it twice. */
+    ASSERT_OK(snapprof_profiler_attach_builder(p, pb));
+    wait_cpu(w, 1, 50000000u);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    off_t written = size_of(path);
+    ASSERT_GT(written, 0);
+    ASSERT_OK(snapprof_profiler_drop_builder(p, pb));
+    ASSERT_EQ(size_of(path), written);
+    ASSERT_EQ(atomic_load(&b.completed), 0);
+    stop_workers(w, 1);
+    snapprof_builder_destroy(bb);
+    snapprof_builder_destroy(pb);
+    snapprof_profiler_destroy(p);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    log_free(&all);
+    log_free(&b);
+}
+
 /* A worker that sleeps until stopped: armed, it uses no CPU time. */
 static void *sleep_main(void *arg)
 {
@@ -988,6 +1055,7 @@ int main(int argc, char **argv)
         {"on_demand", test_on_demand},
         {"on_demand_params", test_on_demand_params},
         {"armed_wakeups", test_armed_wakeups},
+        {"drop", test_drop},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -1324,6 +1324,18 @@ SNAPPROF_API int snapprof_profiler_attach_builder(snapprof_profiler_t *profiler,
 SNAPPROF_API int snapprof_profiler_detach_builder(snapprof_profiler_t *profiler,
                                                   snapprof_builder_t *builder);
 
+/* Removes a builder attached by snapprof_profiler_attach_builder() as
+ * snapprof_profiler_detach_builder() does (the captures so far are
+ * delivered to the others, and the last one attached on demand parks the
+ * triggers), but does not complete it: its xOnProfileCompleted does not
+ * run, so a builder that writes a file writes none. For a profile nobody
+ * wants any more, such as an HTTP request whose client went away. The
+ * caller owns builder again when this returns. Returns 0; -EINVAL
+ * (profiler or builder NULL); -ENOENT (not attached to this profiler).
+ * Added in 0.7.0. */
+SNAPPROF_API int snapprof_profiler_drop_builder(snapprof_profiler_t *profiler,
+                                                snapprof_builder_t *builder);
+
 /* Detaches old and attaches builder in its place at one instant: every
  * sample goes to exactly one of them, so consecutive stretches (a rolling
  * profile's intervals) add up to the whole profile sample for sample.
