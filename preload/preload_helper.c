@@ -24,6 +24,7 @@ static atomic_int g_finish_signal;
 static atomic_int g_helper_running;
 static atomic_int g_helper_tid;  /* the helper thread, once it runs */
 static atomic_ullong g_deadline; /* CLOCK_MONOTONIC ns; 0: none */
+static atomic_int g_main_exited; /* the first thread called pthread_exit() */
 
 /* Flushes asked of the helper: one at a time (g_flush_mutex), each a new
  * generation; the helper answers with the generation it served and its
@@ -81,6 +82,18 @@ void snapprof__preload_helper_finish_served(void)
 uint64_t snapprof__preload_helper_deadline(void)
 {
     return atomic_load(&g_deadline);
+}
+
+void snapprof__preload_main_exiting(void)
+{
+    atomic_store(&g_main_exited, 1);
+    atomic_fetch_or(&g_cmd, SNAPPROF__HELPER_WAKE);
+    snapprof__preload_futex_wake(&g_cmd);
+}
+
+int snapprof__preload_main_exited(void)
+{
+    return atomic_load(&g_main_exited);
 }
 
 void snapprof__preload_helper_wait(uint64_t timeout_ns)
@@ -172,6 +185,7 @@ void snapprof__preload_helper_fork_child(void)
     atomic_store(&g_helper_tid, 0);
     atomic_store(&g_cmd, 0);
     atomic_store(&g_deadline, 0);
+    atomic_store(&g_main_exited, 0); /* the child's first thread is the one that forked */
 }
 
 void snapprof__preload_finish_on_signal(int signo)

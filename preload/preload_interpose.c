@@ -3,10 +3,13 @@
  * runs, where its stack bounds are known), pthread_setname_np (samples
  * carry the new name), fork (the child gets a profile of its own, or none)
  * and _exit/_Exit (programs such as dash end that way, past exit handlers:
- * the profile is written first), pipe2 (libunwind's pipe goes to our fd
+ * the profile is written first), pthread_exit (the helper learns that the
+ * program's first thread ends, after which the program can end with its
+ * last other thread), pipe2 (libunwind's pipe goes to our fd
  * numbers). sigaction and signal are in
  * preload_signals.c. */
 #include "preload/preload.h"
+#include "preload/preload_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -20,6 +23,7 @@ typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(
 typedef int (*setname_fn)(pthread_t, const char *);
 typedef pid_t (*fork_fn)(void);
 typedef void (*exit_fn)(int);
+typedef void (*pthread_exit_fn)(void *);
 
 /* Resolves the next definition of a symbol once; NULL when there is none. */
 #define REAL(type, name)                                                                           \
@@ -38,6 +42,7 @@ REAL(setname_fn, pthread_setname_np)
 REAL(fork_fn, fork)
 REAL(exit_fn, _exit)
 REAL(exit_fn, _Exit)
+REAL(pthread_exit_fn, pthread_exit)
 
 int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                   void *(*start)(void *), void *arg)
@@ -138,6 +143,21 @@ SNAPPROF_PRELOAD_EXPORT void _Exit(int status)
     if (fn)
         fn(status);
     syscall(SYS_exit_group, status);
+    for (;;)
+        ;
+}
+
+/* The first thread's end is the one the helper waits for (preload_control.c,
+ * END_CHECK_NS); the others' pass straight through. getpid() and the
+ * gettid system call: no lock, nothing allocated. */
+SNAPPROF_PRELOAD_EXPORT void pthread_exit(void *retval)
+{
+    if (gettid_() == getpid())
+        snapprof__preload_main_exiting();
+    pthread_exit_fn fn = real_pthread_exit();
+    if (fn)
+        fn(retval);
+    syscall(SYS_exit, 0);
     for (;;)
         ;
 }

@@ -198,6 +198,13 @@ int snapprof__preload_helper_finish_signo(void);
 void snapprof__preload_helper_finish_served(void);
 /* The deadline set by snapprof__preload_helper_arm() (0: none). */
 uint64_t snapprof__preload_helper_deadline(void);
+/* From our pthread_exit() on the process's first thread: notes that the
+ * program's main thread is ending and wakes the helper, which then looks
+ * often for the end of the program's last thread (only then can it end
+ * that way); async-signal-safe. */
+void snapprof__preload_main_exiting(void);
+/* Whether snapprof__preload_main_exiting() was called in this process. */
+int snapprof__preload_main_exited(void);
 /* Waits for a request, at most timeout_ns (0: no limit). */
 void snapprof__preload_helper_wait(uint64_t timeout_ns);
 
