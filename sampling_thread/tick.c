@@ -123,7 +123,8 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * thread that joins, a stop or a drain asked for, so nothing waits on it.
  * It was 20 ms: 50 wake-ups and ~400 system calls a second, 1.7 % of the
  * CPU of a program that uses 0.1 CPU (issue 28); at 200 ms, 5 wake-ups.
- * A handler replaced under us floods the program's for at most this long. */
+ * A handler replaced under us floods the program's for at most this long
+ * (drain_interval_ns(): up to a second below 100 Hz). */
 #define DRAIN_INTERVAL_NS 200000000u
 /* With Python frames on, 20 ms: a Python frame's name, file and line are
  * read from its code object at the drain (python_symbols.c), and a program
@@ -134,6 +135,24 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * need it: the handler finds their thread state at the GIL holder.) */
 #define PYTHON_DRAIN_INTERVAL_NS 20000000u
 #define DRAIN_GAP_NS 1000000u
+/* Below 100 Hz the drains wait for as many periods of one thread's CPU
+ * time as at 100 Hz (20), up to a second: at the flight recorder's 19 Hz
+ * (record --flight) a drain every 200 ms found one capture or none, and
+ * its 5 wake-ups a second were 6.5 ms of CPU time in 20 s of a server that
+ * uses 0.1 CPU, a third of what --flight cost it (issue 28, target 1 %).
+ * 100 Hz and above: DRAIN_INTERVAL_NS, as before. */
+#define DRAIN_PERIODS 20u
+#define DRAIN_INTERVAL_MAX_NS 1000000000u
+
+static uint64_t drain_interval_ns(const snapprof_profiler_t *p)
+{
+    if (p->python)
+        return PYTHON_DRAIN_INTERVAL_NS;
+    uint64_t n = DRAIN_PERIODS * p->params.interval_ns;
+    return n <= DRAIN_INTERVAL_NS       ? DRAIN_INTERVAL_NS
+           : n >= DRAIN_INTERVAL_MAX_NS ? DRAIN_INTERVAL_MAX_NS
+                                        : n;
+}
 
 uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
 {
@@ -227,8 +246,7 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     if (p->parked)
         return parked_tick(p, now, &c0);
     if (p->armed_count > 0)
-        p->next_drain =
-            stopped ? now : now + (p->python ? PYTHON_DRAIN_INTERVAL_NS : DRAIN_INTERVAL_NS);
+        p->next_drain = stopped ? now : now + drain_interval_ns(p);
     if (now >= p->next_tick) {
         p->stats.ticks++;
         /* Cheap when nothing was loaded or unloaded (the loader's counters);

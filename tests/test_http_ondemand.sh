@@ -124,7 +124,7 @@ flight_quiet)
   # ended (about 90 us of the program's CPU time each on these VMs: 1 % of a
   # server's at 0.1 CPU, bench_continuous.sh's --flight row).
   start -F 19 --flight 1m
-  idle "under --flight" 'snapprof-helper|snapprof-serve'
+  idle "under --flight" 'snapprof|snapprof-helper|snapprof-serve'
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   ;;
