@@ -107,7 +107,8 @@ const char snapprof__record_usage[] =
     "                       16-128 letters, digits, - _ . ~; none: no token at all\n"
     "      --flight T       with --http: keep the last T of CPU profile in memory (5m,\n"
     "                       1h; 1s to 24h) and answer ?since=S at once with its last S;\n"
-    "                       samples at 19 Hz unless -F says otherwise\n"
+    "                       samples at 19 Hz, timed by each thread's CPU-time timer,\n"
+    "                       unless -F or --trigger says otherwise\n"
     "  -q, --quiet          print no summary\n"
     "\n"
     "Open a pprof profile with: go tool pprof -http=: FILE; its counters with:\n"
@@ -319,8 +320,13 @@ static void parse_options(int argc, char **argv, options_t *o)
         die(EXIT_USAGE, "--flight needs --http: the flight recorder answers ?since= there");
     /* The flight recorder runs as long as the service: parca-agent's
      * always-on rate unless -F says otherwise. */
-    if (o->flight && !hz_given)
+    if (o->flight && !hz_given) {
         o->hz = SNAPPROF_FLIGHT_HZ;
+        /* ... timed by each thread's CPU-time timer unless --trigger says
+         * otherwise (SNAPPROF_FLIGHT_TRIGGER, preload_config.h: why). */
+        if (!o->trigger && !o->wall)
+            o->trigger = snapprof_trigger_name(SNAPPROF_FLIGHT_TRIGGER);
+    }
     o->cmd = argv + i;
 }
 

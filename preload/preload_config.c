@@ -725,10 +725,12 @@ void snapprof__sampling_from_env(snapprof__preload_config_t *cfg, char *(*get)(c
             warn("ignoring %s: %s; using SIGURG", SNAPPROF_ENV_SIGNAL, why);
     }
     cfg->trigger = SNAPPROF__TRIGGER_DEFAULT;
-    if ((v = get(SNAPPROF_ENV_TRIGGER)) &&
-        snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) != 0) {
-        warn("ignoring %s: %s; using the default", SNAPPROF_ENV_TRIGGER, why);
-        cfg->trigger = SNAPPROF__TRIGGER_DEFAULT;
+    if ((v = get(SNAPPROF_ENV_TRIGGER))) {
+        cfg->trigger_explicit = snapprof__parse_trigger(v, &cfg->trigger, why, sizeof why) == 0;
+        if (!cfg->trigger_explicit) {
+            warn("ignoring %s: %s; using the default", SNAPPROF_ENV_TRIGGER, why);
+            cfg->trigger = SNAPPROF__TRIGGER_DEFAULT;
+        }
     }
     cfg->wall_blocked = SNAPPROF__WALL_BLOCKED_DEFAULT;
     if ((v = get(SNAPPROF_ENV_WALL_BLOCKED)) &&
@@ -839,8 +841,13 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         warn("ignoring %s: %s; no flight recorder", SNAPPROF_ENV_FLIGHT, why);
         cfg->flight_ns = 0;
     }
-    if (cfg->flight_ns && !cfg->hz_explicit)
+    if (cfg->flight_ns && !cfg->hz_explicit) {
         cfg->hz = SNAPPROF_FLIGHT_HZ;
+        /* At that rate, by default, each thread's CPU-time timer rather
+         * than a perf event (SNAPPROF_FLIGHT_TRIGGER): see there. */
+        if (!cfg->trigger_explicit && !cfg->wall && cfg->trigger == SNAPPROF_TRIGGER_AUTO)
+            cfg->trigger = SNAPPROF_FLIGHT_TRIGGER;
+    }
     cfg->follow_fork = 1;
     if ((v = get(SNAPPROF_ENV_FORK)) &&
         snapprof__parse_fork(v, &cfg->follow_fork, why, sizeof why) != 0) {

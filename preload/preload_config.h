@@ -47,6 +47,17 @@
 #define SNAPPROF_HZ_DEFAULT 100u
 /* The rate with SNAPPROF_FLIGHT and no rate given (parca-agent's). */
 #define SNAPPROF_FLIGHT_HZ 19u
+/* ... and timed by each thread's CPU-time timer (then the handshake where
+ * that fails), not a perf event: a perf CPU-clock event is switched out
+ * and in with its thread at every context switch, which a server's
+ * threads do tens of times a second whatever the rate, while the timer is
+ * looked at on the kernel's tick. At 19 Hz the tick's precision (4 ms at
+ * 250 Hz) is a tenth of a period. bench_continuous.sh's server, ten
+ * rounds side by side: CPU per fixed work 1.012 x no profiler with perf
+ * events, 1.001 with timers (issue 28's target for --flight: 1.01). Only
+ * when neither -F nor --trigger (SNAPPROF_HZ, SNAPPROF_TRIGGER) is given,
+ * in CPU mode. */
+#define SNAPPROF_FLIGHT_TRIGGER SNAPPROF_TRIGGER_CPU_TIMER
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
 /* The heap sampling interval when SNAPPROF_HEAP_INTERVAL is not given
@@ -104,10 +115,11 @@ typedef struct snapprof__preload_config {
     snapprof__output_spec_t outputs[SNAPPROF_OUTPUTS_MAX];
     unsigned n_outputs; /* at least 1, except with arm_demand (heap outputs only) */
     unsigned hz;
-    int hz_explicit;     /* SNAPPROF_FREQUENCY or CPUPROFILE_FREQUENCY was given */
-    int wall;            /* 1: wall-clock mode */
-    int signo;           /* sampling signal */
-    int signal_explicit; /* chosen by the user: never swapped for another */
+    int hz_explicit;      /* SNAPPROF_FREQUENCY or CPUPROFILE_FREQUENCY was given */
+    int trigger_explicit; /* SNAPPROF_TRIGGER was given (and understood) */
+    int wall;             /* 1: wall-clock mode */
+    int signo;            /* sampling signal */
+    int signal_explicit;  /* chosen by the user: never swapped for another */
     uint64_t duration_ns;
     /* SNAPPROF_CHECKPOINT: at most this long between writes of the profile
      * so far (checkpoint_here() in preload_control.c); 0: only at the end. */

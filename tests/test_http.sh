@@ -258,6 +258,11 @@ flight)
   [ "$c" = 200 ] || fail "HEAD since=60: $c"
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
+  # At 19 Hz by default each thread's CPU-time timer, not a perf event
+  # (SNAPPROF_FLIGHT_TRIGGER): a perf event costs a server at every context
+  # switch.
+  "$cli" stats "$dir/whole.pb.gz" >"$dir/stats" 2>&1 || fail "snapprof stats: $(cat "$dir/stats")"
+  grep -q '^trigger  *timer ' "$dir/stats" || fail "not the timer trigger: $(grep '^trigger' "$dir/stats")"
   # No --flight: 400 saying what to do.
   start "$dir/stop2"
   c=$(code "$base/debug/pprof/profile?since=60s&token=$token")
