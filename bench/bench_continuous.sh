@@ -15,8 +15,9 @@
 #             `record --http` with no request, during one profile request
 #             of most of the run (100 Hz), and under `record --http
 #             --flight 5m` at its default 19 Hz with one ?since= request at
-#             the end (how long the answer took, its samples); medians of
-#             alternating rounds, ratios per CPU-second of the same fixed work
+#             the end (how long the answer took, its samples); the four
+#             side by side (at the same time) in each round, medians of the
+#             rounds, ratios per CPU-second of the same fixed work
 #   3. load   50 concurrent curl clients on `record --heap --http` for LOAD
 #             seconds (35 ask /debug/pprof/profile?seconds=1, 5 /heap, 5
 #             bad URLs, 5 read at 2 KiB/s): statuses, curl exit codes, every
@@ -79,7 +80,7 @@ done
 if [ "$quick" = 1 ]; then
   idle_s=30 cpu_s=12 req_s=10 rounds=1 load_s=20 mem_s=120
 else
-  idle_s=60 cpu_s=32 req_s=30 rounds=3 load_s=60 mem_s=600
+  idle_s=60 cpu_s=32 req_s=30 rounds=7 load_s=60 mem_s=600
 fi
 hz=100
 bench_workdir bench_continuous
@@ -219,30 +220,44 @@ record idle_run "http_rc=$rc"
 # 2. CPU per fixed work: none, --http idle, --http during one profile
 # ---------------------------------------------------------------------------
 rows=(none idle request flight)
-say "bench_continuous: 2. cpu, $rounds round(s) of ${#rows[@]} runs of $cpu_s s"
+# The four runs of a round run at the same time, side by side, so that
+# whatever else loads the machine loads them alike: run one after another,
+# the none rows of one round differed by 5 % on a shared machine, more than
+# what is measured. Each round starts them in another order.
+say "bench_continuous: 2. cpu, $rounds round(s) of ${#rows[@]} runs of $cpu_s s side by side"
 expected_output "$cpu_s" >"$work/cpu.expected"
+declare -A row_top row_base row_token
 for r in $(seq "$rounds"); do
   for k in $(seq 0 $((${#rows[@]} - 1))); do
     row=${rows[$(((k + r - 1) % ${#rows[@]}))]}
     tag=cpu_${row}_$r
     case $row in
       none) start "$tag" "$cpu_s" ;;
-      idle) start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 ;;
-      request)
-        start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0
-        code=$(curl -sS -o "$work/$tag.pb.gz" -w '%{http_code}' --max-time $((req_s + 30)) \
-          "$base/debug/pprof/profile?seconds=$req_s&token=$token" 2>>"$work/$tag.curl") || code="curl_rc=$?"
-        record cpu_request "round=$r" "code=$code" \
-          "samples=$(go tool pprof -sample_index=samples -top "$work/$tag.pb.gz" 2>/dev/null |
-            sed -n 's/.* of \([0-9]*\) total.*/\1/p')" ;;
+      idle | request) start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 ;;
       flight)
         start_hz=19
         start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 --flight 5m
-        start_hz=""
-        sleep $((cpu_s - 3))
-        flight_ask "$tag" "$((cpu_s - 6))s"
-        record cpu_flight "round=$r" "code=$code" "took_ms=$took_ms" "samples=$samples" ;;
+        start_hz="" ;;
     esac
+    row_top[$row]=$top_pid row_base[$row]=$base row_token[$row]=$token
+  done
+  tag=cpu_request_$r
+  curl -sS -o "$work/$tag.pb.gz" -w '%{http_code}' --max-time $((req_s + 30)) \
+    "${row_base[request]}/debug/pprof/profile?seconds=$req_s&token=${row_token[request]}" \
+    >"$work/$tag.code" 2>>"$work/$tag.curl" &
+  curl_pid=$!
+  sleep $((cpu_s - 3))
+  base=${row_base[flight]} token=${row_token[flight]}
+  flight_ask "cpu_flight_$r" "$((cpu_s - 6))s"
+  record cpu_flight "round=$r" "code=$code" "took_ms=$took_ms" "samples=$samples"
+  code=$(cat "$work/$tag.code" 2>/dev/null)
+  wait "$curl_pid" || code="curl_rc=$?"
+  record cpu_request "round=$r" "code=$code" \
+    "samples=$(go tool pprof -sample_index=samples -top "$work/$tag.pb.gz" 2>/dev/null |
+      sed -n 's/.* of \([0-9]*\) total.*/\1/p')"
+  for row in "${rows[@]}"; do
+    tag=cpu_${row}_$r
+    top_pid=${row_top[$row]}
     finish
     same=yes
     cmp -s "$work/$tag.out" "$work/cpu.expected" || same=no
@@ -422,10 +437,11 @@ table=$work/table
     w += f["wakeups"]; s += f["syscalls"] }
     END { printf "   %-18s %8s %10d %10d\n", "all", "", w, s }' "$results"
   echo
-  echo "2. CPU of the program per fixed work ($cpu_s s runs, ${req_s} s profile request), median of $rounds alternating rounds"
-  printf '   %-28s %10s %8s %12s\n' row "CPU ms" "x none" "same output"
+  echo "2. CPU of the program per fixed work ($cpu_s s runs, ${req_s} s profile request), median of $rounds rounds of the four side by side"
+  printf '   %-28s %10s %8s %15s %12s\n' row "CPU ms" "x none" "rounds' range" "same output"
   awk "$bench_awk_lib"'
-    $1 == "cpu" { parse(); v[f["row"]] = v[f["row"]] " " f["cpu_us"]; if (f["same_output"] != "yes" || f["rc"] != 0) bad[f["row"]]++ }
+    $1 == "cpu" { parse(); v[f["row"]] = v[f["row"]] " " f["cpu_us"]; c[f["row"], f["round"]] = f["cpu_us"]; nr = f["round"] > nr ? f["round"] : nr
+      if (f["same_output"] != "yes" || f["rc"] != 0) bad[f["row"]]++ }
     function med(s,    a, n, i, j, t) { n = split(s, a, " ")
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n ? a[int((n + 1) / 2)] : 0 }
@@ -433,9 +449,11 @@ table=$work/table
     $1 == "cpu_flight" { parse(); fcodes = fcodes " " f["code"]; fsamples = fsamples " " f["samples"]; ftook = ftook " " f["took_ms"] }
     END { name["none"] = "no profiler"; name["idle"] = "record --http, no request"; name["request"] = "record --http, one request"
       name["flight"] = "--http --flight 5m, 19 Hz"
-      m0 = med(v["none"])
       for (k = 1; k <= 4; k++) { r = (k == 1 ? "none" : k == 2 ? "idle" : k == 3 ? "request" : "flight"); m = med(v[r])
-        printf "   %-28s %10.1f %8.3f %12s\n", name[r], m / 1000, (m0 > 0 ? m / m0 : 0), (bad[r] ? "no x" bad[r] : "yes") }
+        # x none: the median of the rounds own ratios (the runs of a round ran side by side)
+        q = ""; lo = 1e9; hi = 0
+        for (i = 1; i <= nr; i++) if (c["none", i] > 0 && c[r, i] > 0) { x = c[r, i] / c["none", i]; q = q " " x; lo = x < lo ? x : lo; hi = x > hi ? x : hi }
+        printf "   %-28s %10.1f %8.3f %15s %12s\n", name[r], m / 1000, med(q), (hi > 0 ? sprintf("%.3f-%.3f", lo, hi) : "-"), (bad[r] ? "no x" bad[r] : "yes") }
       printf "   request statuses:%s; samples in each profile:%s\n", codes, samples
       printf "   --flight: ?since=%ds statuses:%s; answered in ms:%s; samples in each:%s\n", '"$((cpu_s - 6))"', fcodes, ftook, fsamples }' "$results"
   echo

@@ -52,9 +52,9 @@
  * and in with its thread at every context switch, which a server's
  * threads do tens of times a second whatever the rate, while the timer is
  * looked at on the kernel's tick. At 19 Hz the tick's precision (4 ms at
- * 250 Hz) is a tenth of a period. bench_continuous.sh's server, ten
- * rounds side by side: CPU per fixed work 1.012 x no profiler with perf
- * events, 1.001 with timers (issue 28's target for --flight: 1.01). Only
+ * 250 Hz) is a tenth of a period. bench_continuous.sh's server, twelve
+ * rounds side by side: CPU per fixed work 1.010 x no profiler with perf
+ * events, 1.004 with timers (issue 28's target for --flight: 1.01). Only
  * when neither -F nor --trigger (SNAPPROF_HZ, SNAPPROF_TRIGGER) is given,
  * in CPU mode. */
 #define SNAPPROF_FLIGHT_TRIGGER SNAPPROF_TRIGGER_CPU_TIMER
