@@ -17,11 +17,10 @@
 # Run it under nice (the runs themselves are not reniced one by one).
 #
 # usage: bench/bench_churn.sh [--build DIR] [--threads N] [--rounds R]
-set -Eeuo pipefail
-trap 'echo "bench_churn.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
+# Strict mode and the ERR trap, and root (nothing else of it is used).
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 build=$root/build
 threads=4000
 rounds=3

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# gperftools' own CPU profiler test (bench/gperftools/: profiler_unittest.cc
-# and profiler_unittest.sh, unchanged) built against snapprof's
-# gperftools-compatible library and, for comparison, against Debian's
-# libprofiler; the test's script run with Debian's google-pprof and with
+# gperftools' own CPU profiler test (bench/third_party/gperftools/:
+# profiler_unittest.cc and profiler_unittest.sh, unchanged) built against
+# snapprof's gperftools-compatible library and, for comparison, against
+# Debian's libprofiler; the test's script run with Debian's google-pprof and with
 # `go tool pprof`. Prints, per library and reader, the script's verdict
 # ("Tests finished with N failures") and what google-pprof says of one of
 # the files. Not a ctest test: it needs google-perftools and
@@ -32,8 +32,8 @@ trap 'rm -rf "$WORK"' EXIT
 # ProfilerGetCurrentState() instead of gperftools' private pointer
 # (Debian's 2.10 has none).
 mkdir -p "$WORK/src/tests"
-cp bench/gperftools/tests/* "$WORK/src/tests/"
-cp bench/gperftools/config_for_unittests.h "$WORK/src/"
+cp bench/third_party/gperftools/tests/* "$WORK/src/tests/"
+cp bench/third_party/gperftools/config_for_unittests.h "$WORK/src/"
 printf '#define HAVE_UNISTD_H 1\n' >"$WORK/src/config.h"
 sed -e 's|^static int volatile\* g_ticks_count = (\[\]() {|static int ticks_now() {|' \
     -e 's|sizeof(g_ticks_count)|sizeof(void*)|' \

@@ -1,7 +1,9 @@
-# Sourced by the bench scripts (bench_trigger.sh, bench_wall.sh): what they
-# share. Their options, the programs they need, the machine's figures around
-# a run, the awk helpers of their tables, and their section of
-# docs/BENCHMARKS.md, written leaving the other benchmarks' sections alone.
+# Sourced by the bench scripts (all but the standalone bench_nginx_kernel.sh,
+# heap_hook_cost.sh, gperftools_unittest.sh and setup.sh): what they share.
+# Strict mode with a word on a failed command, their options, the programs
+# they need, the machine's figures around a run, the awk helpers of their
+# tables, and their section of docs/BENCHMARKS.md, written leaving the other
+# benchmarks' sections alone.
 # The caller sets here (its own folder) before sourcing this file, and work
 # and results before the runs (bench_workdir makes both); this file sets
 # root (the source tree).
@@ -166,6 +168,24 @@ bench_write_section() {
   local section=$work/section.md
   { echo "$1"; echo; "$2"; } >"$section"
   replace_section "$root/docs/BENCHMARKS.md" "$1" "$section" "$work"
+}
+
+# bench_write_table_section HEADING TABLE: the section HEADING of
+# docs/BENCHMARKS.md made of the machine, how the table was made, TABLE, and
+# a pointer to the calling script's head for what is run; says so on stderr.
+bench_write_table_section() {
+  section_table=$2
+  bench_write_section "$1" bench_section_plain_body
+  local name=${0##*/}
+  say "${name%.sh}: wrote $root/docs/BENCHMARKS.md"
+}
+bench_section_plain_body() {
+  echo "- machine: $(nproc) CPUs ($cpu_model), kernel $kernel; $machine_line"
+  bench_section_made_by
+  echo
+  bench_section_table "$section_table"
+  echo "What is run and how to read it: the head of \`bench/${0##*/}\`."
+  echo
 }
 
 # replace_section MD HEADING SECTION_FILE WORKDIR: the lines from HEADING to

@@ -19,11 +19,7 @@
 #   --base=DIR  also the snapprof built in DIR (another commit's build tree),
 #               its modes base-native and base-python interleaved with ours in
 #               each round: before and after side by side in one run
-set -Eeuo pipefail
-trap 'echo "python_cost.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 command_line="bash bench/python_cost.sh${*:+ $*}"
@@ -97,13 +93,4 @@ table=$work/table
 } >"$table"
 bench_finish_table "$table"
 
-section_body() {
-  echo "- machine: $(nproc) CPUs ($cpu_model), kernel $kernel; $machine_line"
-  bench_section_made_by
-  echo
-  bench_section_table "$table"
-  echo "What is run and how to read it: the head of \`bench/python_cost.sh\`."
-  echo
-}
-bench_write_section "## Python unwinder cost (issue 29)" section_body
-say "python_cost: wrote $root/docs/BENCHMARKS.md"
+bench_write_table_section "## Python unwinder cost (issue 29)" "$table"

@@ -14,11 +14,7 @@
 # usage: bench/python_reliability.sh [--quick] [--build DIR] [--no-docs]
 #        [--rounds N] [--modules "test_a test_b"]
 #   --quick  one round of test_json only
-set -Eeuo pipefail
-trap 'echo "python_reliability.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 command_line="bash bench/python_reliability.sh${*:+ $*}"
@@ -94,13 +90,4 @@ table=$work/table
 } >"$table"
 bench_finish_table "$table"
 
-section_body() {
-  echo "- machine: $(nproc) CPUs ($cpu_model), kernel $kernel; $machine_line"
-  bench_section_made_by
-  echo
-  bench_section_table "$table"
-  echo "What is run and how to read it: the head of \`bench/python_reliability.sh\`."
-  echo
-}
-bench_write_section "## Python's own test suite under record --python (issue 29)" section_body
-say "python_reliability: wrote $root/docs/BENCHMARKS.md"
+bench_write_table_section "## Python's own test suite under record --python (issue 29)" "$table"

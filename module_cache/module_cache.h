@@ -126,9 +126,9 @@ int snapprof__symbols_fuzz_file(const char *path, const char *build_id, const ui
  * calls its symbolize function. At most 4; they live for the process.
  * Returns the module, or NULL when the table is full or out of memory.
  * Not async-signal-safe; any thread. */
-typedef int (*snapprof__pseudo_symbolize_fn)(uintptr_t pc, snapprof_symbol_t *out, size_t max);
+typedef int (*snapprof__pseudo_symbolize_cb)(uintptr_t pc, snapprof_symbol_t *out, size_t max);
 const snapprof_module_t *snapprof__module_pseudo_add(const char *path, uintptr_t start,
                                                      uintptr_t limit,
-                                                     snapprof__pseudo_symbolize_fn symbolize);
+                                                     snapprof__pseudo_symbolize_cb symbolize);
 
 #endif

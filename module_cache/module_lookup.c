@@ -35,13 +35,13 @@ const snapprof_module_t *snapprof__module_find_at(uintptr_t addr, uint64_t when_
  * lock. */
 #define PSEUDO_MAX 4
 static snapprof_module_t pseudo[PSEUDO_MAX];
-static snapprof__pseudo_symbolize_fn pseudo_fn[PSEUDO_MAX];
+static snapprof__pseudo_symbolize_cb pseudo_fn[PSEUDO_MAX];
 static _Atomic size_t pseudo_count;
 static pthread_mutex_t pseudo_lock = PTHREAD_MUTEX_INITIALIZER;
 
 const snapprof_module_t *snapprof__module_pseudo_add(const char *path, uintptr_t start,
                                                      uintptr_t limit,
-                                                     snapprof__pseudo_symbolize_fn symbolize)
+                                                     snapprof__pseudo_symbolize_cb symbolize)
 {
     pthread_mutex_lock(&pseudo_lock);
     size_t n = atomic_load_explicit(&pseudo_count, memory_order_relaxed);
@@ -61,7 +61,7 @@ const snapprof_module_t *snapprof__module_pseudo_add(const char *path, uintptr_t
     return m;
 }
 
-static snapprof__pseudo_symbolize_fn pseudo_of(const snapprof_module_t *m)
+static snapprof__pseudo_symbolize_cb pseudo_of(const snapprof_module_t *m)
 {
     size_t n = atomic_load_explicit(&pseudo_count, memory_order_acquire);
     for (size_t i = 0; i < n; i++)
@@ -94,7 +94,7 @@ SNAPPROF_API int snapprof_symbolize(const snapprof_frame_t *frame, snapprof_symb
         return 1;
     case SNAPPROF_FRAME_NATIVE: {
         const snapprof_module_t *m = frame->module;
-        snapprof__pseudo_symbolize_fn fn = m ? pseudo_of(m) : NULL;
+        snapprof__pseudo_symbolize_cb fn = m ? pseudo_of(m) : NULL;
         if (fn != NULL)
             return fn(frame->pc, out, max);
         if (m == NULL)

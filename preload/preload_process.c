@@ -4,9 +4,9 @@
  * and continues in children of fork() with their own files. A helper thread
  * does the work that signal handlers and timers cannot do themselves.
  *
- * This file: the preload lock, the flags read without it, and loading from
- * the environment. Start, stop and flush (and the profile's state) are
- * preload_control.c, requests to the helper thread preload_helper.c, fork
+ * This file: the preload lock and the flags read without it. Loading from
+ * the environment is preload_main.c; start, stop and flush (and the
+ * profile's state) are preload_control.c, requests to the helper thread preload_helper.c, fork
  * preload_fork.c, the thread registry preload_threads.c, the summary for
  * `snapprof record` preload_summary.c. */
 #include "preload/preload_process.h"
@@ -100,46 +100,4 @@ void snapprof__preload_warn(const char *fmt, ...)
     buf[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, len);
     (void)w;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Loading and exit                                                         */
-/* ------------------------------------------------------------------------ */
-
-static void on_exit_(void)
-{
-    snapprof__preload_stop("exit");
-}
-
-/* Reads the environment into cfg (preload_config.c). Returns 1 when it
- * asks for a profile. */
-static int config_from_env(snapprof__preload_config_t *cfg)
-{
-    return snapprof__config_from_env(cfg, getenv, snapprof__preload_warn);
-}
-
-__attribute__((constructor)) static void preload_init(void)
-{
-    snapprof__preload_signals_init();
-    atexit(on_exit_);
-    pthread_atfork(NULL, NULL, snapprof__preload_atfork_child);
-    static snapprof__preload_config_t cfg; /* a few pages: not on the stack */
-    if (!config_from_env(&cfg))
-        return;
-    if (getuid() != geteuid())
-        return; /* as gperftools: never for set-user-ID programs */
-    /* The first profiled process writes FILE; processes it starts, and
-     * what they exec, write FILE with their pid (file_names.h). */
-    char me[32];
-    snprintf(me, sizeof me, "%d", (int)getpid());
-    const char *root = getenv(SNAPPROF_ENV_ROOT_PID);
-    if (!root || !*root) {
-        setenv(SNAPPROF_ENV_ROOT_PID, me, 1);
-    } else if (strcmp(root, me) != 0) {
-        if (!cfg.follow_fork || snapprof__preload_child_paths(&cfg, (int)getpid()) != 0)
-            return;
-    }
-    char why[512];
-    if (snapprof__preload_start(&cfg, SNAPPROF_PRELOAD_FALLBACK, why, sizeof why) != 0)
-        snapprof__preload_warn("not profiling: %s", why);
 }

@@ -1,5 +1,6 @@
 /* What the files of the whole-process profile share: preload_process.c
- * (the preload lock, the flags read without it, loading),
+ * (the preload lock, the flags read without it), preload_main.c (loading:
+ * the constructor and the exit handler, which nothing calls),
  * preload_control.c (start/stop/flush; it alone holds the profile's
  * state), preload_helper.c (requests to the helper thread), preload_fork.c
  * (fork), preload_threads.c (the thread registry; it alone holds the
