@@ -113,6 +113,11 @@ flight_ask() {
 start() {
   local tag=$1 secs=$2 i
   shift 2
+  # Made here: the background job opens them only once it runs, and the
+  # wait below may look first (a loaded machine did, and strict mode ended
+  # the run).
+  : >"$work/$tag.out"
+  : >"$work/$tag.err"
   if [ $# -eq 0 ]; then
     (cd "$work" && exec "$SERVER" serve --seconds "$secs") >"$work/$tag.out" 2>"$work/$tag.err" &
   else
