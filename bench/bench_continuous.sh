@@ -95,7 +95,7 @@ bench_workdir bench_continuous
 # TAG.err. Sets top_pid (record's, or the program's), then waits until the
 # program says it is ready: prog_pid, and with --http base (http://H:P)
 # and token. start_env: VAR=VALUE words for record's environment; start_hz:
-# the rate, when not $hz.
+# the rate, when not $hz ("default": no -F, record's own default).
 start_env=()
 start_hz=""
 # flight_ask TAG SINCE: asks the run started last for ?since=SINCE; the
@@ -123,7 +123,9 @@ start() {
   else
     local bin=$1
     shift
-    (cd "$work" && exec env "${start_env[@]}" "$bin" record -F "${start_hz:-$hz}" "$@" -- "$SERVER" serve --seconds "$secs") \
+    local rate=(-F "${start_hz:-$hz}")
+    [ "$start_hz" != default ] || rate=()
+    (cd "$work" && exec env "${start_env[@]}" "$bin" record "${rate[@]}" "$@" -- "$SERVER" serve --seconds "$secs") \
       >"$work/$tag.out" 2>"$work/$tag.err" &
   fi
   top_pid=$!
@@ -240,7 +242,9 @@ for r in $(seq "$rounds"); do
       none) start "$tag" "$cpu_s" ;;
       idle | request) start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 ;;
       flight)
-        start_hz=19
+        # --flight's own default rate and trigger (19 Hz, CPU-time timers):
+        # -F would make it perf events.
+        start_hz=default
         start "$tag" "$cpu_s" "$SNAP" -q --http 127.0.0.1:0 --flight 5m
         start_hz="" ;;
     esac
@@ -255,8 +259,7 @@ for r in $(seq "$rounds"); do
   base=${row_base[flight]} token=${row_token[flight]}
   flight_ask "cpu_flight_$r" "$((cpu_s - 6))s"
   record cpu_flight "round=$r" "code=$code" "took_ms=$took_ms" "samples=$samples"
-  code=$(cat "$work/$tag.code" 2>/dev/null)
-  wait "$curl_pid" || code="curl_rc=$?"
+  if wait "$curl_pid"; then code=$(cat "$work/$tag.code"); else code="curl_rc=$?"; fi
   record cpu_request "round=$r" "code=$code" \
     "samples=$(go tool pprof -sample_index=samples -top "$work/$tag.pb.gz" 2>/dev/null |
       sed -n 's/.* of \([0-9]*\) total.*/\1/p')"
@@ -387,7 +390,7 @@ fi
 # ---------------------------------------------------------------------------
 say "bench_continuous: 4. memory, --loop 10s for $mem_s s"
 mkdir -p "$work/mem"
-start_hz=19
+start_hz=default
 start memf $((mem_s + 8)) "$SNAP" -q --http 127.0.0.1:0 --flight 2m
 start_hz=""
 memf_pid=$prog_pid memf_top=$top_pid memf_base=$base memf_token=$token
@@ -453,7 +456,7 @@ table=$work/table
     $1 == "cpu_request" { parse(); codes = codes " " f["code"]; samples = samples " " f["samples"] }
     $1 == "cpu_flight" { parse(); fcodes = fcodes " " f["code"]; fsamples = fsamples " " f["samples"]; ftook = ftook " " f["took_ms"] }
     END { name["none"] = "no profiler"; name["idle"] = "record --http, no request"; name["request"] = "record --http, one request"
-      name["flight"] = "--http --flight 5m, 19 Hz"
+      name["flight"] = "--http --flight 5m (19 Hz, timer)"
       for (k = 1; k <= 4; k++) { r = (k == 1 ? "none" : k == 2 ? "idle" : k == 3 ? "request" : "flight"); m = med(v[r])
         # x none: the median of the rounds own ratios (the runs of a round ran side by side)
         q = ""; lo = 1e9; hi = 0
