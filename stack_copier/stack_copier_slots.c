@@ -60,9 +60,14 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
     return 0;
 }
 
+static void unmap_large(snapprof__capture_pool_t *pool, snapprof__large_buffer_t *l);
+
 void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
 {
-    /* The large buffers are the targets' (snapprof__capture_target_free_large). */
+    uint32_t count = atomic_load_explicit(&pool->large_count, memory_order_relaxed);
+    for (uint32_t i = 0; i < count && i < SNAPPROF__POOL_LARGE_MAX; i++)
+        if (pool->large[i].buf)
+            unmap_large(pool, &pool->large[i]);
     free(pool->slots);
     free(pool->extra);
     if (pool->memory)
@@ -116,14 +121,15 @@ static void use_own_buffer(snapprof__capture_pool_t *pool, snapprof__capture_slo
     slot->large = NULL;
 }
 
-/* Takes a free large buffer of target's of at least size bytes, or
- * returns NULL. Each is looked at only while held, since the sampling side
- * replaces them under the same flag. Async-signal-safe. */
-static snapprof__large_buffer_t *take_large(snapprof__capture_target_t *target, size_t size)
+/* Takes the pool's first free large buffer of at least size bytes, or
+ * returns NULL: the first, so that buffers already written are taken
+ * again before ones never used. Each is looked at only while held, since
+ * the sampling side replaces them under the same flag. Async-signal-safe. */
+static snapprof__large_buffer_t *take_large(snapprof__capture_pool_t *pool, size_t size)
 {
-    uint32_t n = atomic_load_explicit(&target->large_count, memory_order_acquire);
-    for (uint32_t i = 0; i < n && i < SNAPPROF__TARGET_LARGE_MAX; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
+    uint32_t n = atomic_load_explicit(&pool->large_count, memory_order_acquire);
+    for (uint32_t i = 0; i < n && i < SNAPPROF__POOL_LARGE_MAX; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
         if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
             continue;
         uint32_t idle = 0;
@@ -138,9 +144,9 @@ static snapprof__large_buffer_t *take_large(snapprof__capture_target_t *target, 
 }
 
 /* Copies [lo, lo + size) into the slot's own buffer or, when it does not
- * fit, into a free large buffer of target's; else the innermost slot_bytes,
- * marked truncated. Notes the size it wanted for the sampling side, which
- * provisions target's large buffers from it. Returns 1 when the copy is
+ * fit, into a free large buffer of the pool's; else the innermost slot_bytes,
+ * marked truncated. Notes the size target wanted for the sampling side,
+ * which provisions the pool's large buffers from it. Returns 1 when the copy is
  * truncated for want of a large buffer. Async-signal-safe. */
 static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot,
                       snapprof__capture_target_t *target, uintptr_t lo, size_t size)
@@ -156,7 +162,7 @@ static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *
         slot->res.truncated = 1;
     }
     if (size > pool->slot_bytes) {
-        snapprof__large_buffer_t *l = take_large(target, size);
+        snapprof__large_buffer_t *l = take_large(pool, size);
         if (l) {
             slot->large = l;
             slot->buffer = l->buf;
@@ -333,7 +339,17 @@ void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__ca
  * MiB, each new one mapped and populated on a loaded sampling thread and
  * first written in a handler), as stop 38 saw on a quiet machine. So the
  * budget only names the loss: what is short in the ramp is buffers that
- * are ready, and making more new memory makes fewer of them ready. */
+ * are ready, and making more new memory makes fewer of them ready.
+ *
+ * Stop 43 (load 11-17): a mapping made here and then copied into twice
+ * (1.3 MiB) took 52-124 us for the first copy and 56-79 us for the
+ * second, so the first-write cost above was not seen that day. With one
+ * list of buffers for the pool (a second deep thread takes the first
+ * one's, written ones first), bench_deep's 0.8 s run was 0.891-0.995
+ * complete (8 of 10 at 0.95 or more) against 0.835-0.988 (5 of 10)
+ * before; what still cuts copies is the sampling thread starved for
+ * 20-60 ms (every buffer waits to be unwound) and the first captures,
+ * taken before the sampling thread has seen how deep the thread is. */
 static uint8_t *map_large(size_t size)
 {
     if (snapprof__fault(SNAPPROF__FAULT_MMAP))
@@ -350,12 +366,36 @@ static void add_large_bytes(snapprof__capture_pool_t *pool, size_t add, size_t s
         pool->large_bytes_max = pool->large_bytes;
 }
 
-int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
-                                       snapprof__capture_target_t *target, size_t budget)
+/* Unmaps l's buffer (held, or no handler can reach the pool). */
+static void unmap_large(snapprof__capture_pool_t *pool, snapprof__large_buffer_t *l)
 {
+    munmap(l->buf, l->size);
+    pool->large_bytes -= l->size;
+    l->buf = NULL;
+    l->size = 0;
+}
+
+/* Holds l for the sampling side, or returns 0 when a capture has it. */
+static int hold_large(snapprof__large_buffer_t *l)
+{
+    uint32_t idle = 0;
+    return atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
+}
+
+static void unhold_large(snapprof__large_buffer_t *l)
+{
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+}
+
+void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
+                                   snapprof__capture_target_t *target)
+{
+    /* What the captures drained after this provisioning were taken under. */
+    target->large_refused = pool->large_refused;
     size_t deepest = atomic_load_explicit(&target->deepest, memory_order_relaxed);
     if (deepest <= pool->slot_bytes)
-        return 0;
+        return;
     /* What a copy of this thread can be at most: the copy limit, and its
      * stack's size. */
     size_t limit = pool->copy_max ? page_round(pool->copy_max) : SIZE_MAX;
@@ -368,81 +408,111 @@ int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
     size_t size = page_round(need + need / 4);
     if (size > limit)
         size = limit;
-    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
     uint64_t shorts = atomic_load_explicit(&target->large_short, memory_order_relaxed);
-    int all_fit = 1;
-    for (uint32_t i = 0; i < count; i++)
-        all_fit &= target->large[i].size >= need;
     if (target->large_want == 0) {
         target->large_want = SNAPPROF__TARGET_LARGE_FIRST;
-    } else if (shorts != target->large_short_seen && all_fit && count == target->large_want) {
-        /* Its captures found every buffer in use (the drainer was late):
-         * half as many again. */
+    } else if (shorts != target->large_short_seen && pool->large_ready) {
+        /* Its captures found every buffer in use (the drainer was late),
+         * not merely some not yet made: half as many again. */
         target->large_want += (target->large_want + 1) / 2;
         if (target->large_want > SNAPPROF__TARGET_LARGE_MAX)
             target->large_want = SNAPPROF__TARGET_LARGE_MAX;
     }
     target->large_short_seen = shorts;
-    if (all_fit && count >= target->large_want)
-        return 0;
+    pool->plan_want += target->large_want;
+    if (need > pool->plan_need)
+        pool->plan_need = need;
+    if (size > pool->plan_size)
+        pool->plan_size = size;
+}
+
+int snapprof__capture_pool_provision(snapprof__capture_pool_t *pool, size_t budget)
+{
+    uint32_t want =
+        pool->plan_want < SNAPPROF__POOL_LARGE_MAX ? pool->plan_want : SNAPPROF__POOL_LARGE_MAX;
+    size_t need = pool->plan_need, size = pool->plan_size;
+    pool->plan_want = 0;
+    pool->plan_need = pool->plan_size = 0;
+    uint32_t count = atomic_load_explicit(&pool->large_count, memory_order_relaxed);
+    uint32_t fit = 0;
+    for (uint32_t i = 0; i < count; i++)
+        fit += pool->large[i].buf && pool->large[i].size >= need;
     int rc = 0, refused = 0;
-    /* Too small ones first, then new ones. */
-    for (uint32_t i = 0; i < count; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
-        if (l->size >= need)
+    if (want == 0 && count == 0)
+        goto done; /* no deep thread: the common case, nothing to look at */
+    /* Free ones past the plan (a deep thread left, or none is deep any
+     * more), the last ones first: the handler takes the first free ones,
+     * so the last are the least written. Then free ones too small: given
+     * back when the plan has enough, else replaced (below). */
+    for (uint32_t i = count; i-- > 0 && fit > want;) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        if (!l->buf || l->size < need || !hold_large(l))
             continue;
-        uint32_t idle = 0;
-        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
-                                                     memory_order_relaxed))
-            continue; /* in use: at a later call */
-        if (pool->large_bytes - l->size + size > budget) {
+        unmap_large(pool, l);
+        fit--;
+        unhold_large(l);
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        if (!l->buf || l->size >= need || !hold_large(l))
+            continue;
+        if (fit >= want)
+            unmap_large(pool, l);
+        unhold_large(l);
+    }
+    /* Then new ones: into entries given back, then new entries. */
+    for (uint32_t i = 0; i < SNAPPROF__POOL_LARGE_MAX && fit < want; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        int fresh = i >= count;
+        if (!fresh && ((l->buf && l->size >= need) || !hold_large(l)))
+            continue;
+        size_t old = l->buf ? l->size : 0;
+        if (pool->large_bytes - old + size > budget) {
             refused = 1;
+            /* Too small for the deepest copy, and no room for one that is
+             * not: given back, so that its bytes make room for one that
+             * fits (and serves the shallower threads too). Kept when no
+             * buffer of that size fits the budget at all. */
+            if (l->buf && size <= budget)
+                unmap_large(pool, l);
         } else {
             uint8_t *buf = map_large(size);
             if (!buf) {
                 rc = -ENOMEM;
             } else {
-                munmap(l->buf, l->size);
-                add_large_bytes(pool, size, l->size);
+                if (l->buf)
+                    unmap_large(pool, l);
+                add_large_bytes(pool, size, 0);
                 l->buf = buf;
                 l->size = size;
+                fit++;
             }
         }
-        atomic_store_explicit(&l->busy, 0, memory_order_release);
-    }
-    for (uint32_t i = count; i < target->large_want && rc == 0; i++) {
-        if (pool->large_bytes + size > budget) {
-            refused = 1;
-            break;
+        if (fresh) {
+            if (!l->buf)
+                break; /* refused or failed: no entry to show the handler */
+            atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
+            /* Filled before the handler can see it. */
+            atomic_store_explicit(&pool->large_count, i + 1, memory_order_release);
+            count = i + 1;
+        } else {
+            unhold_large(l);
         }
-        snapprof__large_buffer_t *l = &target->large[i];
-        uint8_t *buf = map_large(size);
-        if (!buf) {
-            rc = -ENOMEM;
+        if (rc)
             break;
-        }
-        add_large_bytes(pool, size, 0);
-        l->buf = buf;
-        l->size = size;
-        atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
-        /* Filled before the handler can see it. */
-        atomic_store_explicit(&target->large_count, i + 1, memory_order_release);
     }
-    target->large_refused = refused;
+done:
+    pool->large_refused = refused;
+    pool->large_ready = fit >= want;
     return rc;
 }
 
 void snapprof__capture_target_free_large(snapprof__capture_pool_t *pool,
                                          snapprof__capture_target_t *target)
 {
-    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
-    for (uint32_t i = 0; i < count; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
-        munmap(l->buf, l->size);
-        pool->large_bytes -= l->size;
-        l->buf = NULL;
-        l->size = 0;
-    }
-    atomic_store_explicit(&target->large_count, 0, memory_order_relaxed);
+    (void)pool;
     target->large_want = 0;
+    target->large_short_seen = 0;
+    atomic_store_explicit(&target->deepest, 0, memory_order_relaxed);
+    atomic_store_explicit(&target->large_short, 0, memory_order_relaxed);
 }
