@@ -1216,6 +1216,11 @@ static uint64_t wait_large_bytes(snapprof_profiler_t *p, uint64_t bytes, int abo
 static void test_deep_thread_leaves(void)
 {
     tu_need_perf_event();
+    /* Under TSan the shallow thread's copies are deeper than a slot too
+     * (seen: after the deep thread left, 3/4 of its captures truncated and
+     * 48 MiB of buffers kept for it), as tests deep_stack and
+     * deep_stacks_two_threads found TSan's stacks larger. */
+    tu_skip_under_tsan("TSan threads are all deeper than a capture slot");
     deep_thread_t d[2];
     ASSERT_OK(trigger_deep_start(&d[0], 1, 2000));
     ASSERT_OK(trigger_deep_start(&d[1], 1, 10));
