@@ -391,9 +391,10 @@ static void unhold_large(snapprof__large_buffer_t *l)
 void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
                                    snapprof__capture_target_t *target)
 {
-    /* What the captures drained after this provisioning were taken under. */
-    target->large_refused = pool->large_refused;
+    /* What the captures drained after this provisioning were taken under;
+     * a thread whose copies fit a slot was never refused a buffer. */
     size_t deepest = atomic_load_explicit(&target->deepest, memory_order_relaxed);
+    target->large_refused = deepest > pool->slot_bytes && pool->large_refused;
     if (deepest <= pool->slot_bytes)
         return;
     /* What a copy of this thread can be at most: the copy limit, and its
