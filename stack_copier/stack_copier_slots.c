@@ -121,25 +121,50 @@ static void use_own_buffer(snapprof__capture_pool_t *pool, snapprof__capture_slo
     slot->large = NULL;
 }
 
-/* Takes the pool's first free large buffer of at least size bytes, or
- * returns NULL: the first, so that buffers already written are taken
- * again before ones never used. Each is looked at only while held, since
- * the sampling side replaces them under the same flag. Async-signal-safe. */
+/* Holds l for a capture of size bytes: returns 1 when it is free, holds a
+ * buffer and it fits (l is then the caller's). Async-signal-safe. */
+static int take_one(snapprof__large_buffer_t *l, size_t size)
+{
+    if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
+        return 0;
+    uint32_t idle = 0;
+    if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return 0;
+    if (l->buf && size <= atomic_load_explicit(&l->size, memory_order_relaxed))
+        return 1;
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+    return 0;
+}
+
+/* Takes the pool's smallest free large buffer of at least size bytes (of
+ * those, the first: buffers already written are taken again before ones
+ * never used), so that a shallower thread leaves the larger ones to the
+ * deeper; or returns NULL. Each is used only while held, since the
+ * sampling side replaces them under the same flag; the sizes looked at
+ * unheld are a hint, and when the one chosen was taken meanwhile, the
+ * first free one that fits will do. Async-signal-safe. */
 static snapprof__large_buffer_t *take_large(snapprof__capture_pool_t *pool, size_t size)
 {
     uint32_t n = atomic_load_explicit(&pool->large_count, memory_order_acquire);
-    for (uint32_t i = 0; i < n && i < SNAPPROF__POOL_LARGE_MAX; i++) {
-        snapprof__large_buffer_t *l = &pool->large[i];
-        if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
-            continue;
-        uint32_t idle = 0;
-        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
-                                                     memory_order_relaxed))
-            continue;
-        if (l->buf && size <= l->size)
-            return l;
-        atomic_store_explicit(&l->busy, 0, memory_order_release);
+    if (n > SNAPPROF__POOL_LARGE_MAX)
+        n = SNAPPROF__POOL_LARGE_MAX;
+    uint32_t best = n;
+    size_t best_size = SIZE_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        const snapprof__large_buffer_t *l = &pool->large[i];
+        size_t s = atomic_load_explicit(&l->size, memory_order_relaxed);
+        if (s >= size && s < best_size &&
+            atomic_load_explicit(&l->busy, memory_order_relaxed) == 0) {
+            best = i;
+            best_size = s;
+        }
     }
+    if (best < n && take_one(&pool->large[best], size))
+        return &pool->large[best];
+    for (uint32_t i = 0; i < n; i++)
+        if (take_one(&pool->large[i], size))
+            return &pool->large[i];
     return NULL;
 }
 
@@ -420,91 +445,127 @@ void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
             target->large_want = SNAPPROF__TARGET_LARGE_MAX;
     }
     target->large_short_seen = shorts;
-    pool->plan_want += target->large_want;
-    if (need > pool->plan_need)
-        pool->plan_need = need;
-    if (size > pool->plan_size)
-        pool->plan_size = size;
+    /* Into the class whose buffers would fit it and be no more than a
+     * quarter too large (one size serves both), else a class of its own,
+     * else (every class taken) the deepest one. */
+    uint32_t c = 0;
+    while (c < pool->plan_count && !(pool->plan[c].size >= need && size >= pool->plan[c].need))
+        c++;
+    if (c == pool->plan_count) {
+        if (c < SNAPPROF__PLAN_CLASSES) {
+            pool->plan_count++;
+            pool->plan[c].want = 0;
+            pool->plan[c].need = pool->plan[c].size = 0;
+        } else {
+            for (uint32_t i = c = 0; i < pool->plan_count; i++)
+                if (pool->plan[i].size > pool->plan[c].size)
+                    c = i;
+        }
+    }
+    pool->plan[c].want += target->large_want;
+    if (need > pool->plan[c].need)
+        pool->plan[c].need = need;
+    if (size > pool->plan[c].size)
+        pool->plan[c].size = size;
 }
 
 int snapprof__capture_pool_provision(snapprof__capture_pool_t *pool, size_t budget)
 {
-    uint32_t want =
-        pool->plan_want < SNAPPROF__POOL_LARGE_MAX ? pool->plan_want : SNAPPROF__POOL_LARGE_MAX;
-    size_t need = pool->plan_need, size = pool->plan_size;
-    pool->plan_want = 0;
-    pool->plan_need = pool->plan_size = 0;
+    /* The classes, deepest first (a few: insertion sort). */
+    uint32_t classes = pool->plan_count;
+    pool->plan_count = 0;
+    for (uint32_t i = 1; i < classes; i++)
+        for (uint32_t k = i; k > 0 && pool->plan[k].need > pool->plan[k - 1].need; k--) {
+            snapprof__plan_class_t t = pool->plan[k];
+            pool->plan[k] = pool->plan[k - 1];
+            pool->plan[k - 1] = t;
+        }
     uint32_t count = atomic_load_explicit(&pool->large_count, memory_order_relaxed);
-    uint32_t fit = 0;
-    for (uint32_t i = 0; i < count; i++)
-        fit += pool->large[i].buf && pool->large[i].size >= need;
-    int rc = 0, refused = 0;
-    if (want == 0 && count == 0)
-        goto done; /* no deep thread: the common case, nothing to look at */
-    /* Free ones past the plan (a deep thread left, or none is deep any
-     * more), the last ones first: the handler takes the first free ones,
-     * so the last are the least written. Then free ones too small: given
-     * back when the plan has enough, else replaced (below). */
-    for (uint32_t i = count; i-- > 0 && fit > want;) {
-        snapprof__large_buffer_t *l = &pool->large[i];
-        if (!l->buf || l->size < need || !hold_large(l))
-            continue;
-        unmap_large(pool, l);
-        fit--;
-        unhold_large(l);
+    if (classes == 0 && count == 0) {
+        pool->large_refused = 0;
+        pool->large_ready = 1;
+        return 0; /* no deep thread: the common case, nothing to look at */
     }
+    /* Each class takes the buffers there that fit it, up to its count,
+     * deepest class first, those in use first (they cannot be given back
+     * now anyway); wanted[c] is then what it still lacks. */
+    uint8_t taken[SNAPPROF__POOL_LARGE_MAX] = {0};
+    uint32_t wanted[SNAPPROF__PLAN_CLASSES], total = 0;
+    for (uint32_t c = 0; c < classes; c++) {
+        uint32_t want = pool->plan[c].want;
+        if (want > SNAPPROF__POOL_LARGE_MAX - total)
+            want = SNAPPROF__POOL_LARGE_MAX - total;
+        total += want;
+        for (int in_use = 1; in_use >= 0; in_use--)
+            for (uint32_t i = 0; i < count && want > 0; i++) {
+                const snapprof__large_buffer_t *l = &pool->large[i];
+                if (!taken[i] && l->buf && l->size >= pool->plan[c].need &&
+                    (!in_use || atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)) {
+                    taken[i] = 1;
+                    want--;
+                }
+            }
+        wanted[c] = want;
+    }
+    /* Free ones no class took are given back, so that their bytes can go
+     * to the buffers lacking; one in use waits for a later call. */
     for (uint32_t i = 0; i < count; i++) {
         snapprof__large_buffer_t *l = &pool->large[i];
-        if (!l->buf || l->size >= need || !hold_large(l))
+        if (taken[i] || !l->buf || !hold_large(l))
             continue;
-        if (fit >= want)
-            unmap_large(pool, l);
+        unmap_large(pool, l);
         unhold_large(l);
     }
-    /* Then new ones: into entries given back, then new entries. */
-    for (uint32_t i = 0; i < SNAPPROF__POOL_LARGE_MAX && fit < want; i++) {
-        snapprof__large_buffer_t *l = &pool->large[i];
-        int fresh = i >= count;
-        if (!fresh && ((l->buf && l->size >= need) || !hold_large(l)))
-            continue;
-        size_t old = l->buf ? l->size : 0;
-        if (pool->large_bytes - old + size > budget) {
-            refused = 1;
-            /* Too small for the deepest copy, and no room for one that is
-             * not: given back, so that its bytes make room for one that
-             * fits (and serves the shallower threads too). Kept when no
-             * buffer of that size fits the budget at all. */
-            if (l->buf && size <= budget)
-                unmap_large(pool, l);
-        } else {
-            uint8_t *buf = map_large(size);
-            if (!buf) {
+    /* Then new ones, deepest class first: into entries given back, then
+     * new entries. */
+    int rc = 0, refused = 0, ready = 1;
+    uint32_t next = 0;
+    for (uint32_t c = 0; c < classes && rc == 0; c++) {
+        /* A class refused by the budget does not stop a shallower one,
+         * whose smaller buffers may still fit. */
+        size_t size = pool->plan[c].size;
+        int class_refused = 0;
+        while (wanted[c] > 0 && rc == 0 && !class_refused) {
+            while (next < count && pool->large[next].buf)
+                next++;
+            if (next >= SNAPPROF__POOL_LARGE_MAX)
+                break;
+            snapprof__large_buffer_t *l = &pool->large[next];
+            int fresh = next >= count;
+            /* An entry given back may be held by a handler looking at it
+             * (it finds no buffer there and lets go): a later call. */
+            if (!fresh && !hold_large(l)) {
+                next++;
+                continue;
+            }
+            uint8_t *buf = NULL;
+            if (pool->large_bytes + size > budget)
+                class_refused = refused = 1;
+            else if (!(buf = map_large(size)))
                 rc = -ENOMEM;
-            } else {
-                if (l->buf)
-                    unmap_large(pool, l);
+            if (buf) {
                 add_large_bytes(pool, size, 0);
                 l->buf = buf;
                 l->size = size;
-                fit++;
+                wanted[c]--;
+            }
+            if (fresh) {
+                if (!buf)
+                    break; /* no entry to show the handler */
+                atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
+                /* Filled before the handler can see it. */
+                atomic_store_explicit(&pool->large_count, next + 1, memory_order_release);
+                count = next + 1;
+            } else {
+                unhold_large(l);
             }
         }
-        if (fresh) {
-            if (!l->buf)
-                break; /* refused or failed: no entry to show the handler */
-            atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
-            /* Filled before the handler can see it. */
-            atomic_store_explicit(&pool->large_count, i + 1, memory_order_release);
-            count = i + 1;
-        } else {
-            unhold_large(l);
-        }
-        if (rc)
-            break;
+        ready &= wanted[c] == 0;
     }
-done:
+    for (uint32_t c = 0; c < classes; c++)
+        ready &= wanted[c] == 0;
     pool->large_refused = refused;
-    pool->large_ready = fit >= want;
+    pool->large_ready = ready;
     return rc;
 }
 

@@ -13,14 +13,15 @@
  * A stack that does not fit a slot goes into a large buffer, from one
  * list the pool shares between its threads. The handler notes the largest
  * copy each thread wanted; the sampling thread (never the handler) keeps a
- * few buffers per thread that went deeper than a slot, of the deepest such
- * copy and a quarter more, mapped and faulted in there; it replaces them
- * with larger ones when a thread goes deeper, adds more when a thread's
+ * few buffers per thread that went deeper than a slot, of its deepest copy
+ * and a quarter more, mapped and faulted in there; it replaces them with
+ * larger ones when a thread goes deeper, adds more when a thread's
  * captures found them all in use, and unmaps a thread's share once it has
  * left, all within a memory budget (snapprof__capture_target_plan,
- * snapprof__capture_pool_provision). The handler takes the first free one
- * that fits, so a buffer already written is taken again before one never
- * used, and a second deep thread finds the first one's buffers at once;
+ * snapprof__capture_pool_provision). The handler takes the smallest free
+ * one that fits, of those the first, so a buffer already written is taken
+ * again before one never used, a shallower thread leaves the larger ones
+ * to the deeper, and a second deep thread finds the first one's at once;
  * when none is free, it falls back to a truncated slot copy (counted) and
  * wakes the drainer so that the pool gets what it needs at once. Large
  * buffers are held until the drainer is done with them, which the
@@ -37,11 +38,13 @@
 enum { SNAPPROF__SLOT_FREE = 0, SNAPPROF__SLOT_FILLING = 1, SNAPPROF__SLOT_FULL = 2 };
 
 /* A large buffer: the sampling side (re)allocates it, and the handler fills
- * it, only while holding busy (0 -> 1); the drain gives it back. */
+ * it, only while holding busy (0 -> 1); the drain gives it back. size is
+ * atomic because the handler reads it unheld, as a hint, to pick the
+ * smallest free buffer that fits. */
 typedef struct snapprof__large_buffer {
     _Atomic uint32_t busy;
     uint8_t *buf;
-    size_t size;
+    _Atomic size_t size;
 } snapprof__large_buffer_t;
 
 /* Large buffers one thread may ask for (the budget usually says fewer). */
@@ -51,6 +54,9 @@ typedef struct snapprof__large_buffer {
 /* Large buffers a pool holds at most, whatever its threads ask for: the
  * handler looks through them all when none is free. */
 #define SNAPPROF__POOL_LARGE_MAX 128
+/* Sizes of large buffers a pool plans for at once; threads of depths
+ * further apart share the larger size. */
+#define SNAPPROF__PLAN_CLASSES 8
 
 /* Where one thread's captures go, filled in on the sampling side before the
  * thread's trigger is armed and read by the handler. The handler never
@@ -92,6 +98,12 @@ typedef struct snapprof__capture_slot {
     void *extra;                     /* the delegate's area for this slot (pool->extra_size) */
 } snapprof__capture_slot_t;
 
+/* A class of targets of about one depth in a pool's plan (sampling side). */
+typedef struct snapprof__plan_class {
+    uint32_t want;     /* buffers its targets asked for */
+    size_t need, size; /* the deepest copy of its targets; the size to make */
+} snapprof__plan_class_t;
+
 typedef struct snapprof__capture_pool {
     size_t slot_count;
     size_t slot_bytes; /* stack bytes each slot holds */
@@ -114,11 +126,12 @@ typedef struct snapprof__capture_pool {
      * NULL when it was given back. */
     _Atomic uint32_t large_count;
     snapprof__large_buffer_t large[SNAPPROF__POOL_LARGE_MAX];
-    /* Sampling side. What the targets planned for the next provisioning
-     * (count, the deepest copy, the size of buffer); whether the last one
+    /* Sampling side. What the targets planned for the next provisioning:
+     * classes of threads of about one depth, each wanting a count of
+     * buffers of at least need bytes, made at size; whether the last one
      * gave them all (ready) or the budget refused some (refused). */
-    uint32_t plan_want;
-    size_t plan_need, plan_size;
+    snapprof__plan_class_t plan[SNAPPROF__PLAN_CLASSES];
+    uint32_t plan_count;
     int large_ready, large_refused;
     size_t large_bytes, large_bytes_max; /* in the large buffers (sampling side) */
 } snapprof__capture_pool_t;
@@ -180,19 +193,24 @@ void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__ca
  * deepest copy and a quarter more (at most pool->copy_max and its stack's
  * size); when its captures found none free although the pool had every
  * buffer planned, half as many again (up to SNAPPROF__TARGET_LARGE_MAX).
- * Sets target->large_refused from the last provisioning. Sampling side. */
+ * Targets whose buffers one size can serve (within a quarter) share a
+ * class of the plan; past SNAPPROF__PLAN_CLASSES, the deepest class takes
+ * the rest. Sets target->large_refused from the last provisioning (deep
+ * targets only). Sampling side. */
 void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
                                    snapprof__capture_target_t *target);
 
-/* Makes the pool's large buffers what the plan says (and clears it): as
- * many as the targets planned (at most SNAPPROF__POOL_LARGE_MAX), each at
- * least as large as the deepest copy, mapped and faulted in here. A free
- * one that is too small is replaced, free ones past the plan (a thread
- * that left) are unmapped, and buffers in use are left for a later call.
- * All large buffers together stay within budget bytes: past it
- * pool->large_refused is set, and captures that find no buffer stay
- * truncated. Returns 0, or -ENOMEM when a mapping was refused (asked again
- * at the next call). Sampling side; cheap when nothing changed. */
+/* Makes the pool's large buffers what the plan says (and clears it): for
+ * each class of depth, from the deepest, as many buffers as its targets
+ * planned that fit their deepest copy (at most SNAPPROF__POOL_LARGE_MAX in
+ * all), those there first, then new ones mapped and faulted in here. Free
+ * buffers no class takes (too small, or past the plan: a thread that
+ * left) are unmapped first, so that their bytes can go to new ones;
+ * buffers in use are left for a later call. All large buffers together
+ * stay within budget bytes: past it pool->large_refused is set, and
+ * captures that find no buffer stay truncated. Returns 0, or -ENOMEM when
+ * a mapping was refused (asked again at the next call). Sampling side;
+ * cheap when nothing changed. */
 int snapprof__capture_pool_provision(snapprof__capture_pool_t *pool, size_t budget);
 
 /* Withdraws target's share of the pool's large buffers: the next

@@ -1040,9 +1040,11 @@ static void test_large_buffer_reused(void)
 /* However the threads go deeper and whatever their captures hold, the
  * large buffers never take more than the budget; past it the pool says so
  * (large_refused, which the targets then report) and the copies that find
- * none stay truncated. Would catch: a budget check missing when a buffer
- * is replaced by a larger one or when new ones are added, or bytes
- * miscounted when one is replaced or given back. */
+ * none stay truncated; buffers too small for any thread left are given
+ * back to make room. Would catch: a budget check missing when buffers are
+ * added for a thread that went deeper, or bytes miscounted when one is
+ * given back, or small buffers kept for a thread gone while a deeper one
+ * is refused. */
 static void test_large_budget_never_exceeded(void)
 {
     snapprof__capture_pool_t pool;
@@ -1088,16 +1090,29 @@ static void test_large_budget_never_exceeded(void)
                 snapprof__capture_slot_release(&pool, held[i]);
     }
     snapprof__capture_slot_release(&pool, cut);
-    /* Every buffer free: as many of the larger size as the budget holds
-     * (small ones stay where no larger one fits: they still serve a). */
+    /* Every buffer free: a keeps buffers of its size (they are there),
+     * and the budget has no room for a larger one for b as well. */
     provision(&pool, budget, ts, 2);
+    ASSERT_LE(pool.large_bytes, budget);
+    ASSERT_EQ(pool.large_refused, 1);
+    snapprof__capture_slot_t *s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    snapprof__capture_slot_release(&pool, s);
+    s = fake_capture(&pool, &b);
+    ASSERT_EQ(s->res.truncated, 1);
+    snapprof__capture_slot_release(&pool, s);
+    /* a leaves: its buffers, too small for b, are given back, and b gets
+     * as many of its size as the budget holds. */
+    snapprof__capture_target_free_large(&pool, &a.target);
+    fake_stack_t *bonly[] = {&b};
+    provision(&pool, budget, bonly, 1);
     size_t larger = large_size_for(&deeper), n_larger = 0;
     for (uint32_t i = 0; i < atomic_load(&pool.large_count); i++)
         n_larger += pool.large[i].buf && pool.large[i].size >= larger;
     ASSERT_UEQ(n_larger, budget / larger);
-    ASSERT_LE(pool.large_bytes, budget);
+    ASSERT_UEQ(pool.large_bytes, n_larger * larger);
     ASSERT_EQ(pool.large_refused, 1);
-    snapprof__capture_slot_t *s = fake_capture(&pool, &b);
+    s = fake_capture(&pool, &b);
     ASSERT(whole_copy_of(s, &deeper));
     snapprof__capture_slot_release(&pool, s);
     ASSERT_LE(pool.large_bytes_max, budget);
@@ -1105,6 +1120,54 @@ static void test_large_budget_never_exceeded(void)
     fake_stack_free(&a);
     fake_stack_free(&b);
     fake_stack_free(&deeper);
+}
+
+/* Threads of different depths get buffers of their own sizes, so the
+ * shallower one's do not take the deepest one's size out of the budget,
+ * and a capture takes the smallest free buffer that fits, leaving the
+ * large ones to the deeper thread. Would catch: one size for the whole
+ * pool (here 8 buffers of 1.25 MiB, past the budget: refused, shown
+ * failing), a handler that takes the first free buffer whatever its
+ * size. */
+static void test_large_buffers_sized_per_depth(void)
+{
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 8, 65536, 0, NULL));
+    fake_stack_t a, d;
+    fake_stack_init(&a, 320u << 10, 1);
+    fake_stack_init(&d, 1280u << 10, 2);
+    fake_stack_t *ts[] = {&a, &d};
+    size_t sa = large_size_for(&a), sd = large_size_for(&d);
+    size_t budget = SNAPPROF__TARGET_LARGE_FIRST * (sa + sd);
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &a));
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &d));
+    provision(&pool, budget, ts, 2);
+    ASSERT_EQ(pool.large_refused, 0);
+    ASSERT_UEQ(pool.large_bytes, budget);
+    /* With every buffer free, a's capture takes one of its size, not one
+     * of d's (made first, the deepest class first). */
+    snapprof__capture_slot_t *s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    ASSERT_UEQ(s->large->size, sa);
+    snapprof__capture_slot_release(&pool, s);
+    /* d's captures hold every buffer of its size; a's still find theirs. */
+    snapprof__capture_slot_t *held[SNAPPROF__TARGET_LARGE_FIRST];
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++) {
+        held[i] = fake_capture(&pool, &d);
+        ASSERT(whole_copy_of(held[i], &d));
+    }
+    s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    snapprof__capture_slot_release(&pool, s);
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++)
+        snapprof__capture_slot_release(&pool, held[i]);
+    /* Nothing changes at the next passes. */
+    for (int pass = 0; pass < 3; pass++)
+        provision(&pool, budget, ts, 2);
+    ASSERT_UEQ(pool.large_bytes_max, budget);
+    snapprof__capture_pool_destroy(&pool);
+    fake_stack_free(&a);
+    fake_stack_free(&d);
 }
 
 /* A deep thread that leaves the profile gives its share of the buffers
@@ -1188,6 +1251,7 @@ int main(int argc, char **argv)
         {"large_buffer_reused", test_large_buffer_reused},
         {"large_budget_never_exceeded", test_large_budget_never_exceeded},
         {"large_returned_on_exit", test_large_returned_on_exit},
+        {"large_buffers_sized_per_depth", test_large_buffers_sized_per_depth},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
