@@ -366,15 +366,19 @@ void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__ca
  * budget only names the loss: what is short in the ramp is buffers that
  * are ready, and making more new memory makes fewer of them ready.
  *
- * Stop 43 (load 11-17): a mapping made here and then copied into twice
- * (1.3 MiB) took 52-124 us for the first copy and 56-79 us for the
- * second, so the first-write cost above was not seen that day. With one
- * list of buffers for the pool (a second deep thread takes the first
- * one's, written ones first), bench_deep's 0.8 s run was 0.891-0.995
- * complete (8 of 10 at 0.95 or more) against 0.835-0.988 (5 of 10)
- * before; what still cuts copies is the sampling thread starved for
- * 20-60 ms (every buffer waits to be unwound) and the first captures,
- * taken before the sampling thread has seen how deep the thread is. */
+ * Stop 43 (load 6-39, other sessions' builds and tests): a mapping made
+ * here and then copied into twice (1.3 MiB) took 52-124 us for the first
+ * copy and 56-79 us for the second, so the first-write cost above was not
+ * seen that day. One list of buffers for the pool (a second deep thread
+ * takes the first one's, written ones first, each thread's of its own
+ * size) did not measurably mend the ramp: 20 runs each, interleaved with
+ * the per-thread buffers of 53199a1, bench_deep's 0.8 s run was complete
+ * >= 0.95 in 16 of 20 (0.807-0.997) against 14 of 20 (0.794-0.989), and
+ * the test's first 1000 samples in 12 of 20 (0.841-0.995) against 11 of
+ * 20 (0.815-0.990). Most cut copies were counted against the budget:
+ * every buffer (29 of 1.6 MiB) held by captures that a sampling thread
+ * starved for 20-60 ms had not yet unwound; the rest are the captures
+ * before the sampling thread first saw how deep the thread is. */
 static uint8_t *map_large(size_t size)
 {
     if (snapprof__fault(SNAPPROF__FAULT_MMAP))
