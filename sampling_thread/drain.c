@@ -383,18 +383,15 @@ static size_t large_budget(const snapprof_profiler_t *p)
     return p->params.capture_memory_max > slots ? p->params.capture_memory_max - slots : 0;
 }
 
-/* Gives every thread armed with a CPU-clock trigger the large buffers its
- * captures need (see snapprof__capture_target_provision). Lock held. */
+/* Gives the threads armed with a CPU-clock trigger the large buffers their
+ * captures need (see snapprof__capture_pool_provision). Lock held. */
 static void provision_large(snapprof_profiler_t *p)
 {
     atomic_store_explicit(&p->pool.large_asked, 0, memory_order_relaxed);
-    int failed = 0;
-    for (size_t i = 0; i < p->target_count; i++) {
-        snapprof__target_t *t = p->targets[i];
-        if (t->arm && snapprof__capture_target_provision(&p->pool, &t->cap, large_budget(p)) < 0)
-            failed = 1;
-    }
-    if (failed)
+    for (size_t i = 0; i < p->target_count; i++)
+        if (p->targets[i]->arm)
+            snapprof__capture_target_plan(&p->pool, &p->targets[i]->cap);
+    if (snapprof__capture_pool_provision(&p->pool, large_budget(p)) < 0)
         p->stats.mmap_failed++; /* deep stacks stay truncated for now */
 }
 

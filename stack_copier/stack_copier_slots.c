@@ -60,9 +60,14 @@ int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_coun
     return 0;
 }
 
+static void unmap_large(snapprof__capture_pool_t *pool, snapprof__large_buffer_t *l);
+
 void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool)
 {
-    /* The large buffers are the targets' (snapprof__capture_target_free_large). */
+    uint32_t count = atomic_load_explicit(&pool->large_count, memory_order_relaxed);
+    for (uint32_t i = 0; i < count && i < SNAPPROF__POOL_LARGE_MAX; i++)
+        if (pool->large[i].buf)
+            unmap_large(pool, &pool->large[i]);
     free(pool->slots);
     free(pool->extra);
     if (pool->memory)
@@ -116,31 +121,57 @@ static void use_own_buffer(snapprof__capture_pool_t *pool, snapprof__capture_slo
     slot->large = NULL;
 }
 
-/* Takes a free large buffer of target's of at least size bytes, or
- * returns NULL. Each is looked at only while held, since the sampling side
- * replaces them under the same flag. Async-signal-safe. */
-static snapprof__large_buffer_t *take_large(snapprof__capture_target_t *target, size_t size)
+/* Holds l for a capture of size bytes: returns 1 when it is free, holds a
+ * buffer and it fits (l is then the caller's). Async-signal-safe. */
+static int take_one(snapprof__large_buffer_t *l, size_t size)
 {
-    uint32_t n = atomic_load_explicit(&target->large_count, memory_order_acquire);
-    for (uint32_t i = 0; i < n && i < SNAPPROF__TARGET_LARGE_MAX; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
-        if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
-            continue;
-        uint32_t idle = 0;
-        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
-                                                     memory_order_relaxed))
-            continue;
-        if (l->buf && size <= l->size)
-            return l;
-        atomic_store_explicit(&l->busy, 0, memory_order_release);
+    if (atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)
+        return 0;
+    uint32_t idle = 0;
+    if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return 0;
+    if (l->buf && size <= atomic_load_explicit(&l->size, memory_order_relaxed))
+        return 1;
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+    return 0;
+}
+
+/* Takes the pool's smallest free large buffer of at least size bytes (of
+ * those, the first: buffers already written are taken again before ones
+ * never used), so that a shallower thread leaves the larger ones to the
+ * deeper; or returns NULL. Each is used only while held, since the
+ * sampling side replaces them under the same flag; the sizes looked at
+ * unheld are a hint, and when the one chosen was taken meanwhile, the
+ * first free one that fits will do. Async-signal-safe. */
+static snapprof__large_buffer_t *take_large(snapprof__capture_pool_t *pool, size_t size)
+{
+    uint32_t n = atomic_load_explicit(&pool->large_count, memory_order_acquire);
+    if (n > SNAPPROF__POOL_LARGE_MAX)
+        n = SNAPPROF__POOL_LARGE_MAX;
+    uint32_t best = n;
+    size_t best_size = SIZE_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        const snapprof__large_buffer_t *l = &pool->large[i];
+        size_t s = atomic_load_explicit(&l->size, memory_order_relaxed);
+        if (s >= size && s < best_size &&
+            atomic_load_explicit(&l->busy, memory_order_relaxed) == 0) {
+            best = i;
+            best_size = s;
+        }
     }
+    if (best < n && take_one(&pool->large[best], size))
+        return &pool->large[best];
+    for (uint32_t i = 0; i < n; i++)
+        if (take_one(&pool->large[i], size))
+            return &pool->large[i];
     return NULL;
 }
 
 /* Copies [lo, lo + size) into the slot's own buffer or, when it does not
- * fit, into a free large buffer of target's; else the innermost slot_bytes,
- * marked truncated. Notes the size it wanted for the sampling side, which
- * provisions target's large buffers from it. Returns 1 when the copy is
+ * fit, into a free large buffer of the pool's; else the innermost slot_bytes,
+ * marked truncated. Notes the size target wanted for the sampling side,
+ * which provisions the pool's large buffers from it. Returns 1 when the copy is
  * truncated for want of a large buffer. Async-signal-safe. */
 static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot,
                       snapprof__capture_target_t *target, uintptr_t lo, size_t size)
@@ -156,7 +187,7 @@ static int copy_stack(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *
         slot->res.truncated = 1;
     }
     if (size > pool->slot_bytes) {
-        snapprof__large_buffer_t *l = take_large(target, size);
+        snapprof__large_buffer_t *l = take_large(pool, size);
         if (l) {
             slot->large = l;
             slot->buffer = l->buf;
@@ -333,7 +364,21 @@ void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__ca
  * MiB, each new one mapped and populated on a loaded sampling thread and
  * first written in a handler), as stop 38 saw on a quiet machine. So the
  * budget only names the loss: what is short in the ramp is buffers that
- * are ready, and making more new memory makes fewer of them ready. */
+ * are ready, and making more new memory makes fewer of them ready.
+ *
+ * Stop 43 (load 6-39, other sessions' builds and tests): a mapping made
+ * here and then copied into twice (1.3 MiB) took 52-124 us for the first
+ * copy and 56-79 us for the second, so the first-write cost above was not
+ * seen that day. One list of buffers for the pool (a second deep thread
+ * takes the first one's, written ones first, each thread's of its own
+ * size) did not measurably mend the ramp: 20 runs each, interleaved with
+ * the per-thread buffers of 53199a1, bench_deep's 0.8 s run was complete
+ * >= 0.95 in 16 of 20 (0.807-0.997) against 14 of 20 (0.794-0.989), and
+ * the test's first 1000 samples in 12 of 20 (0.841-0.995) against 11 of
+ * 20 (0.815-0.990). Most cut copies were counted against the budget:
+ * every buffer (29 of 1.6 MiB) held by captures that a sampling thread
+ * starved for 20-60 ms had not yet unwound; the rest are the captures
+ * before the sampling thread first saw how deep the thread is. */
 static uint8_t *map_large(size_t size)
 {
     if (snapprof__fault(SNAPPROF__FAULT_MMAP))
@@ -350,12 +395,37 @@ static void add_large_bytes(snapprof__capture_pool_t *pool, size_t add, size_t s
         pool->large_bytes_max = pool->large_bytes;
 }
 
-int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
-                                       snapprof__capture_target_t *target, size_t budget)
+/* Unmaps l's buffer (held, or no handler can reach the pool). */
+static void unmap_large(snapprof__capture_pool_t *pool, snapprof__large_buffer_t *l)
 {
+    munmap(l->buf, l->size);
+    pool->large_bytes -= l->size;
+    l->buf = NULL;
+    l->size = 0;
+}
+
+/* Holds l for the sampling side, or returns 0 when a capture has it. */
+static int hold_large(snapprof__large_buffer_t *l)
+{
+    uint32_t idle = 0;
+    return atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
+}
+
+static void unhold_large(snapprof__large_buffer_t *l)
+{
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+}
+
+void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
+                                   snapprof__capture_target_t *target)
+{
+    /* What the captures drained after this provisioning were taken under;
+     * a thread whose copies fit a slot was never refused a buffer. */
     size_t deepest = atomic_load_explicit(&target->deepest, memory_order_relaxed);
+    target->large_refused = deepest > pool->slot_bytes && pool->large_refused;
     if (deepest <= pool->slot_bytes)
-        return 0;
+        return;
     /* What a copy of this thread can be at most: the copy limit, and its
      * stack's size. */
     size_t limit = pool->copy_max ? page_round(pool->copy_max) : SIZE_MAX;
@@ -368,81 +438,147 @@ int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
     size_t size = page_round(need + need / 4);
     if (size > limit)
         size = limit;
-    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
     uint64_t shorts = atomic_load_explicit(&target->large_short, memory_order_relaxed);
-    int all_fit = 1;
-    for (uint32_t i = 0; i < count; i++)
-        all_fit &= target->large[i].size >= need;
     if (target->large_want == 0) {
         target->large_want = SNAPPROF__TARGET_LARGE_FIRST;
-    } else if (shorts != target->large_short_seen && all_fit && count == target->large_want) {
-        /* Its captures found every buffer in use (the drainer was late):
-         * half as many again. */
+    } else if (shorts != target->large_short_seen && pool->large_ready) {
+        /* Its captures found every buffer in use (the drainer was late),
+         * not merely some not yet made: half as many again. */
         target->large_want += (target->large_want + 1) / 2;
         if (target->large_want > SNAPPROF__TARGET_LARGE_MAX)
             target->large_want = SNAPPROF__TARGET_LARGE_MAX;
     }
     target->large_short_seen = shorts;
-    if (all_fit && count >= target->large_want)
-        return 0;
-    int rc = 0, refused = 0;
-    /* Too small ones first, then new ones. */
-    for (uint32_t i = 0; i < count; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
-        if (l->size >= need)
-            continue;
-        uint32_t idle = 0;
-        if (!atomic_compare_exchange_strong_explicit(&l->busy, &idle, 1, memory_order_acquire,
-                                                     memory_order_relaxed))
-            continue; /* in use: at a later call */
-        if (pool->large_bytes - l->size + size > budget) {
-            refused = 1;
+    /* Into the class whose buffers would fit it and be no more than a
+     * quarter too large (one size serves both), else a class of its own,
+     * else (every class taken) the deepest one. */
+    uint32_t c = 0;
+    while (c < pool->plan_count && !(pool->plan[c].size >= need && size >= pool->plan[c].need))
+        c++;
+    if (c == pool->plan_count) {
+        if (c < SNAPPROF__PLAN_CLASSES) {
+            pool->plan_count++;
+            pool->plan[c].want = 0;
+            pool->plan[c].need = pool->plan[c].size = 0;
         } else {
-            uint8_t *buf = map_large(size);
-            if (!buf) {
+            for (uint32_t i = c = 0; i < pool->plan_count; i++)
+                if (pool->plan[i].size > pool->plan[c].size)
+                    c = i;
+        }
+    }
+    pool->plan[c].want += target->large_want;
+    if (need > pool->plan[c].need)
+        pool->plan[c].need = need;
+    if (size > pool->plan[c].size)
+        pool->plan[c].size = size;
+}
+
+int snapprof__capture_pool_provision(snapprof__capture_pool_t *pool, size_t budget)
+{
+    /* The classes, deepest first (a few: insertion sort). */
+    uint32_t classes = pool->plan_count;
+    pool->plan_count = 0;
+    for (uint32_t i = 1; i < classes; i++)
+        for (uint32_t k = i; k > 0 && pool->plan[k].need > pool->plan[k - 1].need; k--) {
+            snapprof__plan_class_t t = pool->plan[k];
+            pool->plan[k] = pool->plan[k - 1];
+            pool->plan[k - 1] = t;
+        }
+    uint32_t count = atomic_load_explicit(&pool->large_count, memory_order_relaxed);
+    if (classes == 0 && count == 0) {
+        pool->large_refused = 0;
+        pool->large_ready = 1;
+        return 0; /* no deep thread: the common case, nothing to look at */
+    }
+    /* Each class takes the buffers there that fit it, up to its count,
+     * deepest class first, those in use first (they cannot be given back
+     * now anyway); wanted[c] is then what it still lacks. */
+    uint8_t taken[SNAPPROF__POOL_LARGE_MAX] = {0};
+    uint32_t wanted[SNAPPROF__PLAN_CLASSES], total = 0;
+    for (uint32_t c = 0; c < classes; c++) {
+        uint32_t want = pool->plan[c].want;
+        if (want > SNAPPROF__POOL_LARGE_MAX - total)
+            want = SNAPPROF__POOL_LARGE_MAX - total;
+        total += want;
+        for (int in_use = 1; in_use >= 0; in_use--)
+            for (uint32_t i = 0; i < count && want > 0; i++) {
+                const snapprof__large_buffer_t *l = &pool->large[i];
+                if (!taken[i] && l->buf && l->size >= pool->plan[c].need &&
+                    (!in_use || atomic_load_explicit(&l->busy, memory_order_relaxed) != 0)) {
+                    taken[i] = 1;
+                    want--;
+                }
+            }
+        wanted[c] = want;
+    }
+    /* Free ones no class took are given back, so that their bytes can go
+     * to the buffers lacking; one in use waits for a later call. */
+    for (uint32_t i = 0; i < count; i++) {
+        snapprof__large_buffer_t *l = &pool->large[i];
+        if (taken[i] || !l->buf || !hold_large(l))
+            continue;
+        unmap_large(pool, l);
+        unhold_large(l);
+    }
+    /* Then new ones, deepest class first: into entries given back, then
+     * new entries. */
+    int rc = 0, refused = 0, ready = 1;
+    uint32_t next = 0;
+    for (uint32_t c = 0; c < classes && rc == 0; c++) {
+        /* A class refused by the budget does not stop a shallower one,
+         * whose smaller buffers may still fit. */
+        size_t size = pool->plan[c].size;
+        int class_refused = 0;
+        while (wanted[c] > 0 && rc == 0 && !class_refused) {
+            while (next < count && pool->large[next].buf)
+                next++;
+            if (next >= SNAPPROF__POOL_LARGE_MAX)
+                break;
+            snapprof__large_buffer_t *l = &pool->large[next];
+            int fresh = next >= count;
+            /* An entry given back may be held by a handler looking at it
+             * (it finds no buffer there and lets go): a later call. */
+            if (!fresh && !hold_large(l)) {
+                next++;
+                continue;
+            }
+            uint8_t *buf = NULL;
+            if (pool->large_bytes + size > budget)
+                class_refused = refused = 1;
+            else if (!(buf = map_large(size)))
                 rc = -ENOMEM;
-            } else {
-                munmap(l->buf, l->size);
-                add_large_bytes(pool, size, l->size);
+            if (buf) {
+                add_large_bytes(pool, size, 0);
                 l->buf = buf;
                 l->size = size;
+                wanted[c]--;
+            }
+            if (fresh) {
+                if (!buf)
+                    break; /* no entry to show the handler */
+                atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
+                /* Filled before the handler can see it. */
+                atomic_store_explicit(&pool->large_count, next + 1, memory_order_release);
+                count = next + 1;
+            } else {
+                unhold_large(l);
             }
         }
-        atomic_store_explicit(&l->busy, 0, memory_order_release);
+        ready &= wanted[c] == 0;
     }
-    for (uint32_t i = count; i < target->large_want && rc == 0; i++) {
-        if (pool->large_bytes + size > budget) {
-            refused = 1;
-            break;
-        }
-        snapprof__large_buffer_t *l = &target->large[i];
-        uint8_t *buf = map_large(size);
-        if (!buf) {
-            rc = -ENOMEM;
-            break;
-        }
-        add_large_bytes(pool, size, 0);
-        l->buf = buf;
-        l->size = size;
-        atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
-        /* Filled before the handler can see it. */
-        atomic_store_explicit(&target->large_count, i + 1, memory_order_release);
-    }
-    target->large_refused = refused;
+    for (uint32_t c = 0; c < classes; c++)
+        ready &= wanted[c] == 0;
+    pool->large_refused = refused;
+    pool->large_ready = ready;
     return rc;
 }
 
 void snapprof__capture_target_free_large(snapprof__capture_pool_t *pool,
                                          snapprof__capture_target_t *target)
 {
-    uint32_t count = atomic_load_explicit(&target->large_count, memory_order_relaxed);
-    for (uint32_t i = 0; i < count; i++) {
-        snapprof__large_buffer_t *l = &target->large[i];
-        munmap(l->buf, l->size);
-        pool->large_bytes -= l->size;
-        l->buf = NULL;
-        l->size = 0;
-    }
-    atomic_store_explicit(&target->large_count, 0, memory_order_relaxed);
+    (void)pool;
     target->large_want = 0;
+    target->large_short_seen = 0;
+    atomic_store_explicit(&target->deepest, 0, memory_order_relaxed);
+    atomic_store_explicit(&target->large_short, 0, memory_order_relaxed);
 }

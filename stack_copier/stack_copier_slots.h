@@ -10,18 +10,22 @@
  * waits: a capture that finds no free slot is dropped and counted, and the
  * CPU time it stood for stays in the thread's remainder.
  *
- * A stack that does not fit a slot goes into a large buffer of its
- * thread's. The handler notes the largest copy each thread wanted; the
- * sampling thread (never the handler) gives every thread that went deeper
- * than a slot a few large buffers of that size and a quarter more, mapped
- * and faulted in there, grows them when the thread goes deeper and adds
- * more when its captures found them all in use, within a memory budget
- * (snapprof__capture_target_provision). The handler takes a free one of
- * its own thread's that fits; when none is, it falls back to a truncated
- * slot copy (counted) and wakes the drainer so that the thread gets what
- * it needs at once. Large buffers are held until the drainer is done with
- * them, which the sampling thread does within a millisecond or so
- * (pool->large_full). */
+ * A stack that does not fit a slot goes into a large buffer, from one
+ * list the pool shares between its threads. The handler notes the largest
+ * copy each thread wanted; the sampling thread (never the handler) keeps a
+ * few buffers per thread that went deeper than a slot, of its deepest copy
+ * and a quarter more, mapped and faulted in there; it replaces them with
+ * larger ones when a thread goes deeper, adds more when a thread's
+ * captures found them all in use, and unmaps a thread's share once it has
+ * left, all within a memory budget (snapprof__capture_target_plan,
+ * snapprof__capture_pool_provision). The handler takes the smallest free
+ * one that fits, of those the first, so a buffer already written is taken
+ * again before one never used, a shallower thread leaves the larger ones
+ * to the deeper, and a second deep thread finds the first one's at once;
+ * when none is free, it falls back to a truncated slot copy (counted) and
+ * wakes the drainer so that the pool gets what it needs at once. Large
+ * buffers are held until the drainer is done with them, which the
+ * sampling thread does within a millisecond or so (pool->large_full). */
 #ifndef SNAPPROF_STACK_COPIER_SLOTS_H
 #define SNAPPROF_STACK_COPIER_SLOTS_H
 
@@ -34,17 +38,25 @@
 enum { SNAPPROF__SLOT_FREE = 0, SNAPPROF__SLOT_FILLING = 1, SNAPPROF__SLOT_FULL = 2 };
 
 /* A large buffer: the sampling side (re)allocates it, and the handler fills
- * it, only while holding busy (0 -> 1); the drain gives it back. */
+ * it, only while holding busy (0 -> 1); the drain gives it back. size is
+ * atomic because the handler reads it unheld, as a hint, to pick the
+ * smallest free buffer that fits. */
 typedef struct snapprof__large_buffer {
     _Atomic uint32_t busy;
     uint8_t *buf;
-    size_t size;
+    _Atomic size_t size;
 } snapprof__large_buffer_t;
 
-/* Large buffers one thread may have (the budget usually says fewer). */
+/* Large buffers one thread may ask for (the budget usually says fewer). */
 #define SNAPPROF__TARGET_LARGE_MAX 32
-/* What a thread gets first when it goes deeper than a slot. */
+/* What a thread asks for first when it goes deeper than a slot. */
 #define SNAPPROF__TARGET_LARGE_FIRST 4
+/* Large buffers a pool holds at most, whatever its threads ask for: the
+ * handler looks through them all when none is free. */
+#define SNAPPROF__POOL_LARGE_MAX 128
+/* Sizes of large buffers a pool plans for at once; threads of depths
+ * further apart share the larger size. */
+#define SNAPPROF__PLAN_CLASSES 8
 
 /* Where one thread's captures go, filled in on the sampling side before the
  * thread's trigger is armed and read by the handler. The handler never
@@ -66,15 +78,13 @@ typedef struct snapprof__capture_target {
      * truncated for want of a free large buffer that fits. */
     _Atomic size_t deepest;
     _Atomic uint64_t large_short;
-    /* The thread's large buffers: large_count of them (only ever grows
-     * while the target lives; release store after the entry is filled).
-     * The sampling side's own: how many it should have, the large_short it
-     * last acted on, and whether the budget refused it one. */
-    _Atomic uint32_t large_count;
+    /* The sampling side's own: how many of the pool's large buffers this
+     * thread asks for, the large_short it last acted on, and whether the
+     * budget refused the pool a buffer at the last provisioning (what the
+     * captures drained next were taken under). */
     uint32_t large_want;
     uint64_t large_short_seen;
     int large_refused;
-    snapprof__large_buffer_t large[SNAPPROF__TARGET_LARGE_MAX];
 } snapprof__capture_target_t;
 
 typedef struct snapprof__capture_slot {
@@ -82,11 +92,17 @@ typedef struct snapprof__capture_slot {
     snapprof__capture_target_t *target;
     snapprof__copy_result_t res;     /* registers, time, copy range as live addresses */
     uint8_t *buffer;                 /* where the copy is: its own buffer or a large one */
-    snapprof__large_buffer_t *large; /* that large buffer (its target's), or NULL */
+    snapprof__large_buffer_t *large; /* that large buffer (the pool's), or NULL */
     uint64_t weight_ns;              /* the thread's CPU time this capture stands for */
     int fail;                        /* -1, or the snapprof_fail_reason_t of a failed capture */
     void *extra;                     /* the delegate's area for this slot (pool->extra_size) */
 } snapprof__capture_slot_t;
+
+/* A class of targets of about one depth in a pool's plan (sampling side). */
+typedef struct snapprof__plan_class {
+    uint32_t want;     /* buffers its targets asked for */
+    size_t need, size; /* the deepest copy of its targets; the size to make */
+} snapprof__plan_class_t;
 
 typedef struct snapprof__capture_pool {
     size_t slot_count;
@@ -105,7 +121,19 @@ typedef struct snapprof__capture_pool {
     size_t copy_max;              /* a copy's limit (0: none) */
     _Atomic uint32_t large_full;  /* FULL slots that hold a large buffer */
     _Atomic uint32_t large_asked; /* a capture was short of a large buffer since the last look */
-    size_t large_bytes, large_bytes_max; /* in every target's large buffers (sampling side) */
+    /* The large buffers, every target's: large_count entries (only ever
+     * grows; release store after the entry is filled), an entry's buffer
+     * NULL when it was given back. */
+    _Atomic uint32_t large_count;
+    snapprof__large_buffer_t large[SNAPPROF__POOL_LARGE_MAX];
+    /* Sampling side. What the targets planned for the next provisioning:
+     * classes of threads of about one depth, each wanting a count of
+     * buffers of at least need bytes, made at size; whether the last one
+     * gave them all (ready) or the budget refused some (refused). */
+    snapprof__plan_class_t plan[SNAPPROF__PLAN_CLASSES];
+    uint32_t plan_count;
+    int large_ready, large_refused;
+    size_t large_bytes, large_bytes_max; /* in the large buffers (sampling side) */
 } snapprof__capture_pool_t;
 
 /* Makes a pool of slot_count slots of slot_bytes each (rounded up to a
@@ -113,8 +141,8 @@ typedef struct snapprof__capture_pool {
 int snapprof__capture_pool_init(snapprof__capture_pool_t *pool, size_t slot_count,
                                 size_t slot_bytes, size_t extra_size, uint32_t *kick);
 
-/* Frees the pool's memory. Only when no handler can use it any more (every
- * trigger pointing at it disarmed). Sampling side. */
+/* Frees the pool's memory, its large buffers too. Only when no handler can
+ * use it any more (every trigger pointing at it disarmed). Sampling side. */
 void snapprof__capture_pool_destroy(snapprof__capture_pool_t *pool);
 
 /* Captures the calling thread into a free slot of pool: registers from uc,
@@ -159,23 +187,37 @@ void snapprof__capture_slot_publish(snapprof__capture_pool_t *pool, snapprof__ca
 /* Gives a drained slot back (and the large buffer it used). Sampling side. */
 void snapprof__capture_slot_release(snapprof__capture_pool_t *pool, snapprof__capture_slot_t *slot);
 
-/* Gives target the large buffers its captures need, from what its
- * handler noted: once it went deeper than a slot, SNAPPROF__TARGET_LARGE_FIRST
- * buffers of its deepest copy and a quarter more (at most
- * pool->copy_max and its stack's size), each mapped and faulted in here;
- * a free one smaller than its deepest copy is replaced by a larger one;
- * when its captures found none free, half as many again (up to
- * SNAPPROF__TARGET_LARGE_MAX). All large buffers of the pool together stay
- * within budget bytes: past it target->large_refused is set and its
+/* Adds what target's captures need to the pool's plan for the next
+ * snapprof__capture_pool_provision(), from what its handler noted: once it
+ * went deeper than a slot, SNAPPROF__TARGET_LARGE_FIRST buffers of its
+ * deepest copy and a quarter more (at most pool->copy_max and its stack's
+ * size); when its captures found none free although the pool had every
+ * buffer planned, half as many again (up to SNAPPROF__TARGET_LARGE_MAX).
+ * Targets whose buffers one size can serve (within a quarter) share a
+ * class of the plan; past SNAPPROF__PLAN_CLASSES, the deepest class takes
+ * the rest. Sets target->large_refused from the last provisioning (deep
+ * targets only). Sampling side. */
+void snapprof__capture_target_plan(snapprof__capture_pool_t *pool,
+                                   snapprof__capture_target_t *target);
+
+/* Makes the pool's large buffers what the plan says (and clears it): for
+ * each class of depth, from the deepest, as many buffers as its targets
+ * planned that fit their deepest copy (at most SNAPPROF__POOL_LARGE_MAX in
+ * all), those there first, then new ones mapped and faulted in here. Free
+ * buffers no class takes (too small, or past the plan: a thread that
+ * left) are unmapped first, so that their bytes can go to new ones;
+ * buffers in use are left for a later call. All large buffers together
+ * stay within budget bytes: past it pool->large_refused is set, and
  * captures that find no buffer stay truncated. Returns 0, or -ENOMEM when
  * a mapping was refused (asked again at the next call). Sampling side;
  * cheap when nothing changed. */
-int snapprof__capture_target_provision(snapprof__capture_pool_t *pool,
-                                       snapprof__capture_target_t *target, size_t budget);
+int snapprof__capture_pool_provision(snapprof__capture_pool_t *pool, size_t budget);
 
-/* Unmaps target's large buffers and gives their bytes back to the pool's
- * budget. Only when no handler can use target (disarmed) and none of its
- * captures waits in a slot. Sampling side. */
+/* Withdraws target's share of the pool's large buffers: the next
+ * snapprof__capture_pool_provision() unmaps what the targets left no
+ * longer plan for (the buffers themselves are the pool's, and another
+ * deep thread may be using them). Only when no handler can use target
+ * (disarmed) and none of its captures waits in a slot. Sampling side. */
 void snapprof__capture_target_free_large(snapprof__capture_pool_t *pool,
                                          snapprof__capture_target_t *target);
 

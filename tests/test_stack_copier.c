@@ -895,6 +895,340 @@ static void test_registration_bounds(void)
     snapprof_thread_release(main_tok);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The pool's large buffers, driven directly: a "stack" in plain memory and */
+/* a context whose sp points into it, captured as a trigger's handler does. */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fake_stack {
+    uint8_t *mem;
+    size_t size;
+    snapprof__capture_target_t target;
+} fake_stack_t;
+
+/* A stack of size bytes with a pattern of its own (seed), whose live part
+ * is all of it but its lowest 4 KiB. */
+static void fake_stack_init(fake_stack_t *f, size_t size, unsigned seed)
+{
+    memset(f, 0, sizeof *f);
+    f->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(f->mem != MAP_FAILED);
+    f->size = size;
+    for (size_t i = 0; i < size; i++)
+        f->mem[i] = (uint8_t)(i * 31u + seed);
+    f->target.stack_low = (uintptr_t)f->mem;
+    f->target.stack_base = (uintptr_t)f->mem + size;
+}
+
+static void fake_stack_free(fake_stack_t *f)
+{
+    munmap(f->mem, f->size);
+}
+
+/* Captures f as its handler would and returns the slot it filled. */
+static snapprof__capture_slot_t *fake_capture(snapprof__capture_pool_t *pool, fake_stack_t *f)
+{
+    static uint64_t stamp = 1;
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    uc.uc_mcontext.gregs[REG_RSP] = (greg_t)(f->target.stack_low + 4096);
+    uint64_t entry = stamp++;
+    ASSERT_OK(snapprof__capture_self(pool, &f->target, &uc, 1000, entry));
+    for (size_t i = 0; i < pool->slot_count; i++)
+        if (atomic_load(&pool->slots[i].state) == SNAPPROF__SLOT_FULL &&
+            pool->slots[i].res.timestamp_ns == entry)
+            return &pool->slots[i];
+    ASSERT(!"no slot holds the capture");
+    return NULL;
+}
+
+/* Whether slot holds the whole live part of f, as it is in f. */
+static int whole_copy_of(const snapprof__capture_slot_t *slot, const fake_stack_t *f)
+{
+    return !slot->res.truncated &&
+           slot->res.copy_lo + slot->res.copy_size == f->target.stack_base &&
+           memcmp(slot->buffer, (const void *)slot->res.copy_lo, slot->res.copy_size) == 0;
+}
+
+/* Plans for each target given and provisions the pool. */
+static void provision(snapprof__capture_pool_t *pool, size_t budget, fake_stack_t **fs, int n)
+{
+    for (int i = 0; i < n; i++)
+        snapprof__capture_target_plan(pool, &fs[i]->target);
+    ASSERT_OK(snapprof__capture_pool_provision(pool, budget));
+    /* The pool's count of bytes is what its buffers hold. */
+    size_t sum = 0;
+    for (uint32_t i = 0; i < atomic_load(&pool->large_count); i++)
+        sum += pool->large[i].buf ? pool->large[i].size : 0;
+    ASSERT_UEQ(sum, pool->large_bytes);
+}
+
+/* The size of buffer a target with stack f gets (see
+ * snapprof__capture_target_plan). */
+static size_t large_size_for(const fake_stack_t *f)
+{
+    size_t need = f->size - 4096 + 128;
+    size_t size = (need + need / 4 + 4095) & ~(size_t)4095;
+    return size < f->size ? size : f->size;
+}
+
+/* A large buffer given back by the drain is taken again by the next deep
+ * capture, of any thread of the pool, and the buffers already written are
+ * taken first; provisioning again maps nothing new. Would catch: a release
+ * that does not free the buffer (the next copies truncated), per-thread
+ * lists (a second deep thread's first capture truncated although the
+ * pool's buffers are free), the handler taking never-written buffers first,
+ * or a provisioning that maps the buffers anew at every pass. */
+static void test_large_buffer_reused(void)
+{
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 8, 65536, 0, NULL));
+    fake_stack_t a, b;
+    fake_stack_init(&a, 320u << 10, 1);
+    fake_stack_init(&b, 320u << 10, 2);
+    fake_stack_t *both[] = {&a, &b};
+    /* The first capture deeper than a slot is cut, and says how deep. */
+    snapprof__capture_slot_t *s = fake_capture(&pool, &a);
+    ASSERT_EQ(s->res.truncated, 1);
+    ASSERT_NULL(s->large);
+    ASSERT_UEQ(atomic_load(&a.target.large_short), 1);
+    snapprof__capture_slot_release(&pool, s);
+    provision(&pool, 64u << 20, both, 1);
+    size_t size = large_size_for(&a);
+    ASSERT_UEQ(atomic_load(&pool.large_count), SNAPPROF__TARGET_LARGE_FIRST);
+    ASSERT_UEQ(pool.large_bytes, SNAPPROF__TARGET_LARGE_FIRST * size);
+    uint8_t *first = pool.large[0].buf;
+    /* Then whole, in the first buffer, again and again once released. */
+    for (int i = 0; i < 3; i++) {
+        s = fake_capture(&pool, &a);
+        ASSERT(whole_copy_of(s, &a));
+        ASSERT_PTR_EQ(s->large, &pool.large[0]);
+        ASSERT_PTR_EQ(s->buffer, first);
+        snapprof__capture_slot_release(&pool, s);
+        ASSERT_UEQ(atomic_load(&pool.large[0].busy), 0);
+    }
+    /* Two held at once: the second takes the next one. */
+    snapprof__capture_slot_t *s1 = fake_capture(&pool, &a), *s2 = fake_capture(&pool, &a);
+    ASSERT_PTR_EQ(s1->large, &pool.large[0]);
+    ASSERT_PTR_EQ(s2->large, &pool.large[1]);
+    ASSERT(whole_copy_of(s2, &a));
+    snapprof__capture_slot_release(&pool, s1);
+    snapprof__capture_slot_release(&pool, s2);
+    /* Another deep thread, never provisioned for: its first capture is
+     * whole, in the buffer a's captures wrote. */
+    s = fake_capture(&pool, &b);
+    ASSERT(whole_copy_of(s, &b));
+    ASSERT_PTR_EQ(s->buffer, first);
+    snapprof__capture_slot_release(&pool, s);
+    /* Planning for both adds b's share; a's buffers stay as they are. */
+    uint8_t *bufs[SNAPPROF__TARGET_LARGE_FIRST];
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++)
+        bufs[i] = pool.large[i].buf;
+    provision(&pool, 64u << 20, both, 2);
+    ASSERT_UEQ(atomic_load(&pool.large_count), 2 * SNAPPROF__TARGET_LARGE_FIRST);
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++)
+        ASSERT_PTR_EQ(pool.large[i].buf, bufs[i]);
+    for (int pass = 0; pass < 3; pass++)
+        provision(&pool, 64u << 20, both, 2);
+    ASSERT_UEQ(pool.large_bytes_max, 2 * SNAPPROF__TARGET_LARGE_FIRST * size);
+    ASSERT_PTR_EQ(pool.large[0].buf, first);
+    snapprof__capture_pool_destroy(&pool);
+    fake_stack_free(&a);
+    fake_stack_free(&b);
+}
+
+/* However the threads go deeper and whatever their captures hold, the
+ * large buffers never take more than the budget; past it the pool says so
+ * (large_refused, which the targets then report) and the copies that find
+ * none stay truncated; buffers too small for any thread left are given
+ * back to make room. Would catch: a budget check missing when buffers are
+ * added for a thread that went deeper, or bytes miscounted when one is
+ * given back, or small buffers kept for a thread gone while a deeper one
+ * is refused. */
+static void test_large_budget_never_exceeded(void)
+{
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 32, 65536, 0, NULL));
+    fake_stack_t a, b, deeper;
+    fake_stack_init(&a, 320u << 10, 1);
+    fake_stack_init(&b, 320u << 10, 2);
+    fake_stack_init(&deeper, 1280u << 10, 3);
+    size_t size = large_size_for(&a), budget = 5 * size + size / 2;
+    fake_stack_t *ts[] = {&a, &b};
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &a));
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &b));
+    provision(&pool, budget, ts, 2);
+    /* 8 wanted, 5 fit. */
+    ASSERT_UEQ(pool.large_bytes, 5 * size);
+    ASSERT_EQ(pool.large_refused, 1);
+    snapprof__capture_target_plan(&pool, &a.target);
+    ASSERT_EQ(a.target.large_refused, 1);
+    /* Captures held (a late drainer): the sixth is cut. */
+    snapprof__capture_slot_t *held[6];
+    for (int i = 0; i < 6; i++)
+        held[i] = fake_capture(&pool, i % 2 ? &b : &a);
+    for (int i = 0; i < 5; i++)
+        ASSERT(held[i]->large != NULL);
+    ASSERT_NULL(held[5]->large);
+    ASSERT_EQ(held[5]->res.truncated, 1);
+    for (int round = 0; round < 6; round++) {
+        provision(&pool, budget, ts, 2);
+        ASSERT_LE(pool.large_bytes, budget);
+    }
+    /* b goes deeper: its buffers are replaced by larger ones only as far as
+     * the budget lets, those in use not at all. */
+    b.target.stack_low = deeper.target.stack_low;
+    b.target.stack_base = deeper.target.stack_base;
+    snapprof__capture_slot_t *cut = fake_capture(&pool, &b);
+    ASSERT_EQ(cut->res.truncated, 1);
+    for (int round = 0; round < 6; round++) {
+        provision(&pool, budget, ts, 2);
+        ASSERT_LE(pool.large_bytes, budget);
+        ASSERT_LE(pool.large_bytes_max, budget);
+        if (round == 2)
+            for (int i = 0; i < 6; i++)
+                snapprof__capture_slot_release(&pool, held[i]);
+    }
+    snapprof__capture_slot_release(&pool, cut);
+    /* Every buffer free: a keeps buffers of its size (they are there),
+     * and the budget has no room for a larger one for b as well. */
+    provision(&pool, budget, ts, 2);
+    ASSERT_LE(pool.large_bytes, budget);
+    ASSERT_EQ(pool.large_refused, 1);
+    snapprof__capture_slot_t *s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    snapprof__capture_slot_release(&pool, s);
+    s = fake_capture(&pool, &b);
+    ASSERT_EQ(s->res.truncated, 1);
+    snapprof__capture_slot_release(&pool, s);
+    /* a leaves: its buffers, too small for b, are given back, and b gets
+     * as many of its size as the budget holds. */
+    snapprof__capture_target_free_large(&pool, &a.target);
+    fake_stack_t *bonly[] = {&b};
+    provision(&pool, budget, bonly, 1);
+    size_t larger = large_size_for(&deeper), n_larger = 0;
+    for (uint32_t i = 0; i < atomic_load(&pool.large_count); i++)
+        n_larger += pool.large[i].buf && pool.large[i].size >= larger;
+    ASSERT_UEQ(n_larger, budget / larger);
+    ASSERT_UEQ(pool.large_bytes, n_larger * larger);
+    ASSERT_EQ(pool.large_refused, 1);
+    s = fake_capture(&pool, &b);
+    ASSERT(whole_copy_of(s, &deeper));
+    snapprof__capture_slot_release(&pool, s);
+    ASSERT_LE(pool.large_bytes_max, budget);
+    snapprof__capture_pool_destroy(&pool);
+    fake_stack_free(&a);
+    fake_stack_free(&b);
+    fake_stack_free(&deeper);
+}
+
+/* Threads of different depths get buffers of their own sizes, so the
+ * shallower one's do not take the deepest one's size out of the budget,
+ * and a capture takes the smallest free buffer that fits, leaving the
+ * large ones to the deeper thread. Would catch: one size for the whole
+ * pool (here 8 buffers of 1.25 MiB, past the budget: refused, shown
+ * failing), a handler that takes the first free buffer whatever its
+ * size. */
+static void test_large_buffers_sized_per_depth(void)
+{
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 8, 65536, 0, NULL));
+    fake_stack_t a, d;
+    fake_stack_init(&a, 320u << 10, 1);
+    fake_stack_init(&d, 1280u << 10, 2);
+    fake_stack_t *ts[] = {&a, &d};
+    size_t sa = large_size_for(&a), sd = large_size_for(&d);
+    size_t budget = SNAPPROF__TARGET_LARGE_FIRST * (sa + sd);
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &a));
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &d));
+    provision(&pool, budget, ts, 2);
+    ASSERT_EQ(pool.large_refused, 0);
+    ASSERT_UEQ(pool.large_bytes, budget);
+    /* With every buffer free, a's capture takes one of its size, not one
+     * of d's (made first, the deepest class first). */
+    snapprof__capture_slot_t *s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    ASSERT_UEQ(s->large->size, sa);
+    snapprof__capture_slot_release(&pool, s);
+    /* d's captures hold every buffer of its size; a's still find theirs. */
+    snapprof__capture_slot_t *held[SNAPPROF__TARGET_LARGE_FIRST];
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++) {
+        held[i] = fake_capture(&pool, &d);
+        ASSERT(whole_copy_of(held[i], &d));
+    }
+    s = fake_capture(&pool, &a);
+    ASSERT(whole_copy_of(s, &a));
+    snapprof__capture_slot_release(&pool, s);
+    for (int i = 0; i < SNAPPROF__TARGET_LARGE_FIRST; i++)
+        snapprof__capture_slot_release(&pool, held[i]);
+    /* Nothing changes at the next passes. */
+    for (int pass = 0; pass < 3; pass++)
+        provision(&pool, budget, ts, 2);
+    ASSERT_UEQ(pool.large_bytes_max, budget);
+    snapprof__capture_pool_destroy(&pool);
+    fake_stack_free(&a);
+    fake_stack_free(&d);
+}
+
+/* A deep thread that leaves the profile gives its share of the buffers
+ * back at the next provisioning, but never one that a capture of another
+ * thread still holds; once no thread is deep, nothing is left mapped, and
+ * a new deep thread gets buffers afresh. Would catch: buffers kept for a
+ * thread gone (memory that only grows with thread churn), or a buffer
+ * unmapped under a capture that waits to be unwound (a read of unmapped
+ * memory by the unwinder: SIGSEGV here when the held copy is compared). */
+static void test_large_returned_on_exit(void)
+{
+    snapprof__capture_pool_t pool;
+    ASSERT_OK(snapprof__capture_pool_init(&pool, 8, 65536, 0, NULL));
+    fake_stack_t a, b, c;
+    fake_stack_init(&a, 320u << 10, 1);
+    fake_stack_init(&b, 320u << 10, 2);
+    fake_stack_init(&c, 320u << 10, 3);
+    size_t size = large_size_for(&a);
+    fake_stack_t *ab[] = {&a, &b}, *bonly[] = {&b}, *conly[] = {&c};
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &a));
+    snapprof__capture_slot_release(&pool, fake_capture(&pool, &b));
+    provision(&pool, 64u << 20, ab, 2);
+    ASSERT_UEQ(pool.large_bytes, 2 * SNAPPROF__TARGET_LARGE_FIRST * size);
+    /* b's captures hold the last buffers (the first ones are taken first,
+     * so hold them all and give back all but the last). */
+    snapprof__capture_slot_t *held[2 * SNAPPROF__TARGET_LARGE_FIRST];
+    for (int i = 0; i < 2 * SNAPPROF__TARGET_LARGE_FIRST; i++)
+        held[i] = fake_capture(&pool, &b);
+    for (int i = 0; i < 2 * SNAPPROF__TARGET_LARGE_FIRST - 1; i++)
+        snapprof__capture_slot_release(&pool, held[i]);
+    snapprof__capture_slot_t *last = held[2 * SNAPPROF__TARGET_LARGE_FIRST - 1];
+    ASSERT_PTR_EQ(last->large, &pool.large[2 * SNAPPROF__TARGET_LARGE_FIRST - 1]);
+    /* a leaves: its share goes, the held buffer stays and stays whole. */
+    snapprof__capture_target_free_large(&pool, &a.target);
+    provision(&pool, 64u << 20, bonly, 1);
+    ASSERT_UEQ(pool.large_bytes, SNAPPROF__TARGET_LARGE_FIRST * size);
+    ASSERT(whole_copy_of(last, &b));
+    snapprof__capture_slot_release(&pool, last);
+    /* b leaves too: nothing is left. */
+    snapprof__capture_target_free_large(&pool, &b.target);
+    provision(&pool, 64u << 20, bonly, 0);
+    ASSERT_UEQ(pool.large_bytes, 0);
+    for (uint32_t i = 0; i < atomic_load(&pool.large_count); i++)
+        ASSERT_NULL(pool.large[i].buf);
+    /* A new deep thread: cut once, then whole in buffers made anew, in the
+     * entries given back. */
+    snapprof__capture_slot_t *s = fake_capture(&pool, &c);
+    ASSERT_EQ(s->res.truncated, 1);
+    snapprof__capture_slot_release(&pool, s);
+    provision(&pool, 64u << 20, conly, 1);
+    ASSERT_UEQ(pool.large_bytes, SNAPPROF__TARGET_LARGE_FIRST * size);
+    ASSERT_UEQ(atomic_load(&pool.large_count), 2 * SNAPPROF__TARGET_LARGE_FIRST);
+    s = fake_capture(&pool, &c);
+    ASSERT(whole_copy_of(s, &c));
+    snapprof__capture_slot_release(&pool, s);
+    snapprof__capture_pool_destroy(&pool);
+    fake_stack_free(&a);
+    fake_stack_free(&b);
+    fake_stack_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -914,6 +1248,10 @@ int main(int argc, char **argv)
         {"other_signals_wait", test_other_signals_wait},
         {"chained_handler_mask", test_chained_handler_mask},
         {"registration_bounds", test_registration_bounds},
+        {"large_buffer_reused", test_large_buffer_reused},
+        {"large_budget_never_exceeded", test_large_budget_never_exceeded},
+        {"large_returned_on_exit", test_large_returned_on_exit},
+        {"large_buffers_sized_per_depth", test_large_buffers_sized_per_depth},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

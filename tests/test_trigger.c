@@ -1192,6 +1192,73 @@ static void test_deep_stacks_two_threads(void)
         snapprof_thread_release(d[i].token);
 }
 
+/* Waits up to 20 s for p's large buffers to take more than bytes (above)
+ * or at most bytes, and returns what they take. */
+static uint64_t wait_large_bytes(snapprof_profiler_t *p, uint64_t bytes, int above)
+{
+    snapprof_stats_t st;
+    for (int i = 0; i < 2000; i++) {
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        if (above ? st.large_buffer_bytes > bytes : st.large_buffer_bytes <= bytes)
+            break;
+        usleep(10000);
+    }
+    return st.large_buffer_bytes;
+}
+
+/* A deep thread that exits gives its large buffers back at the next drain
+ * while the profile goes on with a shallow thread (whose captures fit a
+ * slot): once no profiled thread is deep, none is left mapped. Would
+ * catch: a removed target whose share the pool keeps (memory that grows
+ * with every deep thread a program ever ran), or a drain that stops
+ * provisioning once no thread is deep. Not an accuracy test: it judges
+ * memory, not samples. */
+static void test_deep_thread_leaves(void)
+{
+    tu_need_perf_event();
+    /* Under TSan the shallow thread's copies are deeper than a slot too
+     * (seen: after the deep thread left, 3/4 of its captures truncated and
+     * 48 MiB of buffers kept for it), as tests deep_stack and
+     * deep_stacks_two_threads found TSan's stacks larger. */
+    tu_skip_under_tsan("TSan threads are all deeper than a capture slot");
+    deep_thread_t d[2];
+    ASSERT_OK(trigger_deep_start(&d[0], 1, 2000));
+    ASSERT_OK(trigger_deep_start(&d[1], 1, 10));
+    snapprof_thread_t *tokens[2];
+    for (int i = 0; i < 2; i++) {
+        while (!atomic_load(&d[i].at_bottom))
+            usleep(1000);
+        tokens[i] = d[i].token;
+    }
+    snapprof_params_t params = tu_params(1000000u);
+    params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, tokens, 2, &p));
+    ASSERT_OK(snapprof_profiler_start(p));
+    /* The deep one: 4 buffers at least (a 1.3 MiB stack, 1.6 MiB each). */
+    uint64_t deep = wait_large_bytes(p, 4 * (1300u << 10), 1);
+    ASSERT_GT(deep, 4 * (1300u << 10));
+    tu_wait_samples(p, 200);
+    atomic_store(&d[0].stop, 1);
+    pthread_join(d[0].th, NULL);
+    uint64_t left = wait_large_bytes(p, 0, 0);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("large buffers: %llu bytes at first, %llu at most, %llu after the deep thread left\n",
+           (unsigned long long)deep, (unsigned long long)st.large_buffer_bytes_max,
+           (unsigned long long)left);
+    ASSERT_UEQ(left, 0);
+    /* The profile went on: the shallow thread is still sampled. */
+    uint64_t before = st.samples;
+    tu_wait_samples(p, before + 20);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    atomic_store(&d[1].stop, 1);
+    pthread_join(d[1].th, NULL);
+    snapprof_profiler_destroy(p);
+    for (int i = 0; i < 2; i++)
+        snapprof_thread_release(d[i].token);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -1214,6 +1281,7 @@ int main(int argc, char **argv)
         {"full_slots", test_full_slots},
         {"deep_stack", test_deep_stack},
         {"deep_stacks_two_threads", test_deep_stacks_two_threads},
+        {"deep_thread_leaves", test_deep_thread_leaves},
         /* Shares of CPU with more threads than cores: labelled accuracy in
          * trigger.cmake, run alone and in the plain build only. */
         {"accuracy_oversubscribed_shares", test_oversubscribed_shares},
