@@ -24,6 +24,8 @@
 
 #include "stack_copier/stack_copier.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -149,7 +151,7 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, size_t ncodes)
+                            uint32_t from, uint32_t to, size_t ncodes, int *unnamed)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
@@ -183,8 +185,42 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         r->instr = (pi >= first - 2 && off < size) ? (int32_t)off : -1;
         r->firstlineno = firstlineno;
         r->names = snapprof__py_names_check(names[0], names[2], size);
+        if (!*unnamed &&
+            !snapprof__py_known_has(snapprof__py_known_key(code, r->names, firstlineno)))
+            *unnamed = 1;
     }
     return to;
+}
+
+_Atomic uint32_t snapprof__py_names_wanted;
+_Atomic(uint32_t *) snapprof__py_kick;
+
+/* When unnamed (the capture met a code object the sampling side has not
+ * named yet), asks for a drain soon: the first such capture since the
+ * last drain wakes the sampling thread (python_symbols.c says why).
+ * Async-signal-safe: atomics and a futex wake. */
+static void ask_names(int unnamed)
+{
+    if (!unnamed || atomic_load_explicit(&snapprof__py_names_wanted, memory_order_relaxed) ||
+        atomic_exchange_explicit(&snapprof__py_names_wanted, 1, memory_order_relaxed))
+        return;
+    _Atomic uint32_t *kick =
+        (_Atomic uint32_t *)atomic_load_explicit(&snapprof__py_kick, memory_order_acquire);
+    if (kick) {
+        atomic_fetch_add_explicit(kick, 1, memory_order_release);
+        syscall(SYS_futex, kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+int snapprof__python_names_wanted(void)
+{
+    return atomic_load_explicit(&snapprof__py_names_wanted, memory_order_relaxed) != 0;
+}
+
+void snapprof__python_names_taken(uint32_t *kick)
+{
+    atomic_store_explicit(&snapprof__py_kick, kick, memory_order_release);
+    atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
 }
 
 /* The walk of thread tid's frames into cap. stopped: tid is the calling
@@ -241,6 +277,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     uintptr_t *codes = cap->scratch.codes;
     size_t ncodes = 0;
     uint32_t n = 0, checked = 0;
+    int unnamed = 0; /* a code object the sampling side has not named */
     /* Brent's cycle check: the frame at the last power of two steps. */
     uintptr_t mark = 0;
     uint32_t power = 1, lam = 0;
@@ -272,10 +309,11 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         while (k < ncodes && codes[k] != code)
             k++;
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+            uint32_t ok = check_codes(l, cap, checked, n, ncodes, &unnamed);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
                 cap->count = ok;
+                ask_names(unnamed);
                 return;
             }
             checked = n;
@@ -299,13 +337,14 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+        uint32_t ok = check_codes(l, cap, checked, n, ncodes, &unnamed);
         if (ok < n) {
             n = ok;
             cap->status |= SNAPPROF__PY_BROKEN;
         }
     }
     cap->count = n;
+    ask_names(unnamed);
 }
 
 void snapprof__python_capture(snapprof__py_capture_t *cap)

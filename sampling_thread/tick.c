@@ -125,14 +125,14 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * CPU of a program that uses 0.1 CPU (issue 28); at 200 ms, 5 wake-ups.
  * A handler replaced under us floods the program's for at most this long. */
 #define DRAIN_INTERVAL_NS 200000000u
-/* With Python frames on, 20 ms: a Python frame's name, file and line are
- * read from its code object at the drain (python_symbols.c), and a program
- * that makes and drops functions (exec, lambdas in a loop) frees code
- * objects meanwhile; such a frame is then "<code object freed>".
- * python_frames_recursion, whose chains are remade every ~0.25 CPU-s: 51 %
- * of its samples whole at 200 ms, 99 % at 20 ms. (New threads no longer
- * need it: the handler finds their thread state at the GIL holder.) */
-#define PYTHON_DRAIN_INTERVAL_NS 20000000u
+/* With Python frames on, a drain at most this soon after the last when a
+ * capture met a code object not yet named (python/python_symbols.c): its
+ * name is read from the code object at the drain, and a program that
+ * makes and drops functions frees them (python_frames_recursion, chains
+ * remade every ~0.25 CPU-s: 51 % of its samples whole with only the
+ * periodic drain at 200 ms). A program that makes new code objects all the
+ * time is drained this often, as every Python run was before. */
+#define PYTHON_NAMES_GAP_NS 20000000u
 #define DRAIN_GAP_NS 1000000u
 
 uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
@@ -157,6 +157,12 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
         atomic_load_explicit(&p->pool.large_asked, memory_order_relaxed))
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     uint64_t due = p->next_drain;
+    if (p->python && snapprof__python_names_wanted()) {
+        uint64_t soon =
+            p->last_drain + PYTHON_NAMES_GAP_NS > now ? p->last_drain + PYTHON_NAMES_GAP_NS : now;
+        if (soon < due)
+            due = soon;
+    }
     if ((p->handshake_count > 0 || p->joined_since_tick || p->params.mode == SNAPPROF_MODE_WALL) &&
         p->next_tick < due)
         due = p->next_tick;
@@ -221,14 +227,17 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
+    /* Before the drain: a capture that meets a new code object after
+     * this asks again. */
+    if (p->python)
+        snapprof__python_names_taken(snapprof__sampler_kick_word());
     int stopped = snapprof__drain_some(p, 1);
     if (!stopped)
         snapprof__retire_removed(p);
     if (p->parked)
         return parked_tick(p, now, &c0);
     if (p->armed_count > 0)
-        p->next_drain =
-            stopped ? now : now + (p->python ? PYTHON_DRAIN_INTERVAL_NS : DRAIN_INTERVAL_NS);
+        p->next_drain = stopped ? now : now + DRAIN_INTERVAL_NS;
     if (now >= p->next_tick) {
         p->stats.ticks++;
         /* Cheap when nothing was loaded or unloaded (the loader's counters);

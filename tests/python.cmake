@@ -17,7 +17,7 @@ if(SNAPPROF_SANITIZE)
 else()
   set(python_build plain)
 endif()
-foreach(mode shares heldout young recursion faulthandler altstack unknown off wall heap)
+foreach(mode shares heldout young recursion churn faulthandler altstack unknown off wall heap)
   add_test(NAME python_frames_${mode}
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
                    $<TARGET_FILE:snapprof_cli> ${mode} ${python_build})

@@ -10,6 +10,8 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   young      threads that live ~40 ms of CPU: Python frames from their
              first samples, and in zlib, with the GIL released
   recursion  a 500-deep chain of uniquely named functions: whole chains
+  churn      the same 30 deep, remade every ~40 ms of CPU: each chain's code
+             objects are freed long before the next periodic drain (200 ms)
   faulthandler  a 100-deep chain under -X faulthandler (its small alternate
              signal stack) runs to its end
   altstack   the handler's use of a painted alternate signal stack, 100 deep
@@ -168,15 +170,19 @@ def young(cli, tmp):
         fail("young threads' zlib samples not under py_young")
 
 
-def recursion(cli, tmp):
-    depth = 500
-    prof, _ = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "3", str(depth)], ["--python"])
+def recursion(cli, tmp, depth=500, calls=200):
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "3", str(depth), str(calls)],
+                     ["--python"])
     n = whole = deepest = bad_pairs = 0
     for w, frames in traces(prof, "samples"):
         idx = [i for i, f in enumerate(frames) if re.fullmatch(r"f_\d+", f)]
-        if not idx:
+        # A sample whose every chain frame lost its name counts against
+        # wholeness too.
+        if not idx and "<code object freed>" not in frames:
             continue
         n += w
+        if not idx:
+            continue
         ks = [int(frames[i][2:]) for i in idx]
         # Each f_k's caller must be f_{k-1}, all in one run, then main and <module>.
         chain = ks == list(range(ks[0], -1, -1)) and idx == list(range(idx[0], idx[0] + len(ks)))
@@ -354,7 +360,8 @@ def main():
         skip("go is not installed")
     with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
         {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
-         "recursion": lambda: recursion(cli, tmp), "young": lambda: young(cli, tmp),
+         "recursion": lambda: recursion(cli, tmp),
+         "churn": lambda: recursion(cli, tmp, depth=30, calls=40), "young": lambda: young(cli, tmp),
          "faulthandler": lambda: faulthandler(cli, tmp), "altstack": lambda: altstack(cli, tmp),
          "unknown": lambda: unknown(cli, tmp),
          "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
