@@ -48,12 +48,15 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n)
 
 #define PY_THREADS_MAX 512
 
-/* An entry is published tstate first, then tid (release), and withdrawn
- * tid first; the handler checks what it finds anyway (native_thread_id). */
-static struct {
+/* One (tid, PyThreadState) of either table below. */
+typedef struct py_thread {
     _Atomic pid_t tid;
     _Atomic uintptr_t tstate;
-} threads[PY_THREADS_MAX];
+} py_thread_t;
+
+/* An entry is published tstate first, then tid (release), and withdrawn
+ * tid first; the handler checks what it finds anyway (native_thread_id). */
+static py_thread_t threads[PY_THREADS_MAX];
 
 /* Thread states the handler found itself, at the thread that holds the
  * GIL, for threads the table does not have yet (started since the last
@@ -68,11 +71,14 @@ static struct {
 #define PY_LEARNED_MAX 256
 
 static _Atomic uint32_t refresh_gen = 1;
-static struct {
-    _Atomic pid_t tid;
-    _Atomic uint32_t gen;
-    _Atomic uintptr_t tstate;
-} learned[PY_LEARNED_MAX];
+static py_thread_t learned[PY_LEARNED_MAX];
+static _Atomic uint32_t learned_gen[PY_LEARNED_MAX]; /* the generation each was found in */
+
+/* The tables the handler looks in, in order. */
+static const struct {
+    py_thread_t *t;
+    size_t n;
+} tables[] = {{threads, PY_THREADS_MAX}, {learned, PY_LEARNED_MAX}};
 
 /* Whether ts is readable and names thread tid; its first ts_size bytes
  * land in tsb. Async-signal-safe. */
@@ -101,7 +107,7 @@ static void learn(pid_t tid, uintptr_t ts)
     }
     if (i == PY_LEARNED_MAX)
         return; /* full: found again at the next sample that holds the GIL */
-    atomic_store_explicit(&learned[i].gen, gen, memory_order_relaxed);
+    atomic_store_explicit(&learned_gen[i], gen, memory_order_relaxed);
     atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
 }
 
@@ -110,20 +116,18 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size)
     const snapprof__py_layout_t *l = snapprof__py.layout;
     if (l->ts_size > size)
         return 0;
-    for (size_t i = 0; i < PY_THREADS_MAX; i++)
-        if (atomic_load_explicit(&threads[i].tid, memory_order_acquire) == tid) {
-            uintptr_t ts = atomic_load_explicit(&threads[i].tstate, memory_order_relaxed);
-            if (names_thread(l, ts, tid, tsb))
-                return ts;
-            break;
-        }
-    for (size_t i = 0; i < PY_LEARNED_MAX; i++)
-        if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == tid) {
-            uintptr_t ts = atomic_load_explicit(&learned[i].tstate, memory_order_acquire);
-            if (names_thread(l, ts, tid, tsb))
-                return ts;
-            break;
-        }
+    /* Acquire on both: the refresh publishes tid last, a handler's
+     * learn() tstate last. */
+    for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+        py_thread_t *t = tables[k].t;
+        for (size_t i = 0; i < tables[k].n; i++)
+            if (atomic_load_explicit(&t[i].tid, memory_order_acquire) == tid) {
+                uintptr_t ts = atomic_load_explicit(&t[i].tstate, memory_order_acquire);
+                if (names_thread(l, ts, tid, tsb))
+                    return ts;
+                break;
+            }
+    }
     /* A thread that runs Python code holds the GIL: the interpreter's
      * current thread state is then its own. */
     uintptr_t ts = 0;
@@ -219,7 +223,7 @@ void snapprof__python_refresh(int force)
      * before this refresh began, or it is gone. */
     for (size_t i = 0; i < PY_LEARNED_MAX; i++) {
         if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == 0 ||
-            atomic_load_explicit(&learned[i].gen, memory_order_relaxed) == gen)
+            atomic_load_explicit(&learned_gen[i], memory_order_relaxed) == gen)
             continue;
         atomic_store_explicit(&learned[i].tstate, 0, memory_order_relaxed);
         atomic_store_explicit(&learned[i].tid, 0, memory_order_release);
