@@ -238,7 +238,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
     uint8_t tsb[512];
-    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb) == 0) {
+    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }

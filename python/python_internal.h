@@ -23,6 +23,9 @@ typedef struct snapprof__py_state {
      * a getpid() (after a fork, until the child's first refresh, they read
      * the parent, whose thread states name no thread of the child). */
     _Atomic pid_t pid;
+    /* _PyRuntime is in the main program, never unmapped: the handler may
+     * read its GIL holder with a plain load (python_runtime.c, tls_mark). */
+    int holder_plain;
 } snapprof__py_state_t;
 
 extern snapprof__py_state_t snapprof__py;
@@ -105,9 +108,11 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
  * it runs Python code, from its first moment; found there, it is learned
  * for tid, so that the thread's samples taken while it has released the
  * GIL (in zlib, in a system call) find it too until the next refresh has
- * it. RUNS IN THE SIGNAL HANDLER: atomics and process_vm_readv only, no
- * locks. Async-signal-safe. */
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size);
+ * it. self: tid is the calling thread, whose mark (found nowhere, until
+ * the next refresh or a new GIL holder) is used and set. RUNS IN THE
+ * SIGNAL HANDLER: atomics and process_vm_readv only, no locks.
+ * Async-signal-safe. */
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self);
 
 /* Called by the splice once per batch to name frames
  * (python_symbols.c): the pc of the Python frame for rec, in the

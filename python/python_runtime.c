@@ -111,30 +111,66 @@ static void learn(pid_t tid, uintptr_t ts)
     atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
 }
 
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size)
+/* The mark of a thread found in neither table and not holding the GIL,
+ * for its own later samples: the refresh generation it was found in and
+ * the GIL holder then (_PyRuntime.gilstate.tstate_current). Until the
+ * next refresh (which has the thread in its table if it has a thread
+ * state by then), a sample of the thread skips both tables, and looks at
+ * the GIL holder again only when it has changed: a native thread in a
+ * Python process pays a plain load a sample instead of two table scans
+ * and a system call, and a thread that starts running Python code (a C
+ * thread calling back into Python, a Python thread whose first samples
+ * fell while it had released the GIL) is found when it takes the GIL.
+ * The holder is read with a plain load only when _PyRuntime is in the
+ * main executable, which is never unmapped (holder_plain); in a library
+ * (dlclose could unmap it) a marked thread is not looked at again until
+ * the next refresh. */
+static __thread struct {
+    uint32_t gen;
+    uintptr_t holder;
+} tls_mark __attribute__((tls_model("initial-exec")));
+
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self)
 {
     const snapprof__py_layout_t *l = snapprof__py.layout;
     if (l->ts_size > size)
         return 0;
-    /* Acquire on both: the refresh publishes tid last, a handler's
-     * learn() tstate last. */
-    for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
-        py_thread_t *t = tables[k].t;
-        for (size_t i = 0; i < tables[k].n; i++)
-            if (atomic_load_explicit(&t[i].tid, memory_order_acquire) == tid) {
-                uintptr_t ts = atomic_load_explicit(&t[i].tstate, memory_order_acquire);
-                if (names_thread(l, ts, tid, tsb))
-                    return ts;
-                break;
-            }
+    uint32_t gen = atomic_load_explicit(&refresh_gen, memory_order_acquire);
+    uintptr_t holder_at = snapprof__py.runtime + l->runtime_tstate_current;
+    uintptr_t ts = 0;
+    if (self && tls_mark.gen == gen) {
+        if (!snapprof__py.holder_plain || l->runtime_tstate_current == 0)
+            return 0;
+        ts = atomic_load_explicit((_Atomic uintptr_t *)holder_at, memory_order_relaxed);
+        if (ts == tls_mark.holder)
+            return 0;
+    } else {
+        /* Acquire on both: the refresh publishes tid last, a handler's
+         * learn() tstate last. */
+        for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+            py_thread_t *t = tables[k].t;
+            for (size_t i = 0; i < tables[k].n; i++)
+                if (atomic_load_explicit(&t[i].tid, memory_order_acquire) == tid) {
+                    ts = atomic_load_explicit(&t[i].tstate, memory_order_acquire);
+                    if (names_thread(l, ts, tid, tsb))
+                        return ts;
+                    break;
+                }
+        }
+        if (l->runtime_tstate_current == 0 || snapprof__py_read(holder_at, &ts, sizeof ts) < 0)
+            ts = 0;
     }
     /* A thread that runs Python code holds the GIL: the interpreter's
      * current thread state is then its own. */
-    uintptr_t ts = 0;
-    if (l->runtime_tstate_current == 0 ||
-        snapprof__py_read(snapprof__py.runtime + l->runtime_tstate_current, &ts, sizeof ts) < 0 ||
-        !names_thread(l, ts, tid, tsb))
+    if (!names_thread(l, ts, tid, tsb)) {
+        if (self) {
+            tls_mark.gen = gen;
+            tls_mark.holder = ts;
+        }
         return 0;
+    }
+    if (self)
+        tls_mark.gen = 0;
     learn(tid, ts);
     return ts;
 }
@@ -334,6 +370,22 @@ static uint32_t version_override(void)
     return s && *s ? (uint32_t)strtoul(s, NULL, 0) : 0;
 }
 
+/* Whether p is in the main program's image (the link map's first entry,
+ * whose name is empty), which stays mapped for the life of the process,
+ * unlike a library's (dlclose). Test seam:
+ * SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST=1 says no, so that
+ * /usr/bin/python3.11 runs the path of a libpython loaded as a library. */
+static int in_main_program(void *p)
+{
+    const char *s = getenv("SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST");
+    if (s && *s == '1')
+        return 0;
+    Dl_info info;
+    struct link_map *lm = NULL;
+    return dladdr1(p, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm != NULL && lm->l_name != NULL &&
+           lm->l_name[0] == '\0';
+}
+
 int snapprof__python_enable(void)
 {
     if (tried)
@@ -383,6 +435,7 @@ int snapprof__python_enable(void)
     }
     snapprof__py.layout = l;
     snapprof__py.runtime = (uintptr_t)runtime;
+    snapprof__py.holder_plain = in_main_program(runtime);
     snapprof__py.code_type = (uintptr_t)code_type;
     snapprof__py.eval_lo = (uintptr_t)eval;
     snapprof__py.eval_hi = (uintptr_t)eval + sym->st_size;

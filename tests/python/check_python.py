@@ -15,6 +15,10 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   faulthandler  a 100-deep chain under -X faulthandler (its small alternate
              signal stack) runs to its end
   altstack   the handler's use of a painted alternate signal stack, 100 deep
+  callback   a C thread first native, then calling back into Python (ctypes):
+             Python frames as soon as it takes the GIL
+  callback_refresh  the same as with a libpython that may be unloaded: Python
+             frames after the next refresh
   unknown    an interpreter version the layout table lacks: native only
   off        without --python nothing of Python's is in the profile
   wall       --wall: threads waiting in time.sleep, a lock and a socket recv
@@ -349,6 +353,41 @@ def heap(cli, tmp):
         fail(f"shares off: {bad}")
 
 
+def callback(cli, tmp, refresh_only):
+    """A C thread spins 0.5 CPU-s in native code (the handler marks it: no
+    thread state, not the GIL holder), then calls back into Python for 1.5
+    CPU-s: its samples there must carry py_callback. With _PyRuntime in the
+    main program the mark gives way as soon as the thread takes the GIL (95
+    %); with refresh_only (the seam that makes it look like a library's,
+    where the mark holds until the next refresh) after the next refresh,
+    which comes at the next drain (at most 200 ms: 50 %). A mark that
+    outlives the refresh leaves the callback with no Python frames."""
+    lib = os.environ.get("SNAPPROF_TEST_CALLBACK_LIB")
+    if not lib or not os.path.exists(lib):
+        skip("SNAPPROF_TEST_CALLBACK_LIB (the test's C library) is not built")
+    env = {"SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST": "1"} if refresh_only else None
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "callback.py"), lib, "0.5", "1.5"],
+                     ["--python"], env=env)
+    native = py = eval_only = 0
+    for w, frames in traces(prof, "samples"):
+        if "callback_native_spin" in frames:
+            native += w
+        elif "callback_call_python" in frames:
+            if "py_callback" in frames:
+                py += w
+            elif "_PyEval_EvalFrameDefault" in frames:
+                eval_only += w
+    share = py / max(py + eval_only, 1)
+    print(f"native {native}, callback with Python frames {py}, without {eval_only} "
+          f"({100.0 * share:.1f} % with)")
+    if native < 200:
+        fail("too few samples in the native phase (the mark was not exercised)")
+    if py + eval_only < 700:
+        fail("too few samples in the callback")
+    if share < (0.5 if refresh_only else 0.95):
+        fail("the callback's samples lack its Python frames")
+
+
 def main():
     cli, mode = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
@@ -364,6 +403,8 @@ def main():
          "churn": lambda: recursion(cli, tmp, depth=30, calls=40), "young": lambda: young(cli, tmp),
          "faulthandler": lambda: faulthandler(cli, tmp), "altstack": lambda: altstack(cli, tmp),
          "unknown": lambda: unknown(cli, tmp),
+         "callback": lambda: callback(cli, tmp, False),
+         "callback_refresh": lambda: callback(cli, tmp, True),
          "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
          "heap": lambda: heap(cli, tmp)}[mode]()
     print("PASS")
