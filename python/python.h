@@ -133,12 +133,13 @@ void snapprof__python_names_taken(uint32_t *kick);
 
 /* Counts of the splice, added to the profiler's stats. */
 typedef struct snapprof__py_splice_stats {
-    uint64_t samples;     /* samples with Python frames spliced in */
-    uint64_t frames;      /* Python frames spliced in */
-    uint64_t truncated;   /* captures cut at SNAPPROF__PY_FRAMES_MAX */
-    uint64_t broken;      /* captures ended by a half-linked frame */
-    uint64_t unmatched;   /* runs of Python frames with no evaluation loop frame to replace */
-    uint64_t code_reused; /* frames whose code object was freed and reused before the drain */
+    uint64_t samples;      /* samples with Python frames spliced in */
+    uint64_t frames;       /* Python frames spliced in */
+    uint64_t truncated;    /* captures cut at SNAPPROF__PY_FRAMES_MAX */
+    uint64_t broken;       /* captures ended by a half-linked frame */
+    uint64_t unmatched;    /* runs of Python frames with no evaluation loop frame to replace */
+    uint64_t code_reused;  /* frames whose code object was freed and reused before the drain */
+    uint64_t learned_full; /* thread states found at the GIL not remembered: table full */
 } snapprof__py_splice_stats_t;
 
 /* Writes in[0..n) to out[0..max) with each native frame of the

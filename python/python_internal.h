@@ -114,6 +114,11 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
  * Async-signal-safe. */
 uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self);
 
+/* How many times since the last call a thread state found at the GIL
+ * could not be remembered because the learned table (256 slots, emptied
+ * at each refresh) was full. Any thread. */
+uint64_t snapprof__py_learned_full_take(void);
+
 /* Called by the splice once per batch to name frames
  * (python_symbols.c): the pc of the Python frame for rec, in the
  * "[python]" pseudo module, or 0 when its code object cannot be read;

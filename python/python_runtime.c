@@ -91,6 +91,15 @@ static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid,
     return native == (unsigned long)tid;
 }
 
+static _Atomic uint64_t learned_full; /* learn() found no free slot */
+
+uint64_t snapprof__py_learned_full_take(void)
+{
+    if (atomic_load_explicit(&learned_full, memory_order_relaxed) == 0)
+        return 0;
+    return atomic_exchange_explicit(&learned_full, 0, memory_order_relaxed);
+}
+
 /* Remembers ts for tid until the next refresh. Async-signal-safe. */
 static void learn(pid_t tid, uintptr_t ts)
 {
@@ -105,8 +114,14 @@ static void learn(pid_t tid, uintptr_t ts)
                                                     memory_order_acquire, memory_order_relaxed))
             i = k;
     }
-    if (i == PY_LEARNED_MAX)
-        return; /* full: found again at the next sample that holds the GIL */
+    if (i == PY_LEARNED_MAX) {
+        /* Full (256 threads started since the last refresh and seen at
+         * the GIL): found again at its next sample that holds the GIL,
+         * but its samples with the GIL released have no Python frames
+         * until the refresh. Counted (python_learned_full). */
+        atomic_fetch_add_explicit(&learned_full, 1, memory_order_relaxed);
+        return;
+    }
     atomic_store_explicit(&learned_gen[i], gen, memory_order_relaxed);
     atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
 }

@@ -174,6 +174,37 @@ static void test_native_mark_new_holder(void)
     ASSERT_EQ(find(me + 2, 0), (uintptr_t)fake_states[2]);
 }
 
+/* 300 threads started since the last refresh, each seen holding the GIL:
+ * the learned table (256) keeps the first 256, which are found with the
+ * GIL elsewhere; the other 44 are counted (python_learned_full) and found
+ * only while they hold it; the next refresh empties the table. Catches a
+ * full table that goes uncounted, or that overwrites a slot in use. */
+static void test_learned_full_counted(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    pid_t base = snapprof__gettid_cached() + 1000;
+    (void)snapprof__py_learned_full_take();
+    for (size_t i = 0; i < 300; i++) {
+        uintptr_t ts = fake_state(l, i, base + (pid_t)i);
+        set_holder(l, ts);
+        ASSERT_EQ(find(base + (pid_t)i, 0), ts);
+    }
+    ASSERT_EQ(snapprof__py_learned_full_take(), 300 - 256);
+    ASSERT_EQ(snapprof__py_learned_full_take(), 0);
+    set_holder(l, 0);
+    for (size_t i = 0; i < 256; i++)
+        ASSERT_EQ(find(base + (pid_t)i, 0), (uintptr_t)fake_states[i]);
+    for (size_t i = 256; i < 300; i++)
+        ASSERT_EQ(find(base + (pid_t)i, 0), 0);
+    snapprof__python_refresh(1);
+    set_holder(l, (uintptr_t)fake_states[299]);
+    ASSERT_EQ(find(base + 299, 0), (uintptr_t)fake_states[299]);
+    ASSERT_EQ(snapprof__py_learned_full_take(), 0);
+    set_holder(l, 0);
+    ASSERT_EQ(find(base + 299, 0), (uintptr_t)fake_states[299]); /* learned now */
+    ASSERT_EQ(find(base, 0), 0);                                 /* forgotten */
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -181,6 +212,7 @@ int main(int argc, char **argv)
         {"hole_loses_only_unreadable", test_hole_loses_only_unreadable},
         {"native_mark_until_refresh", test_native_mark_until_refresh},
         {"native_mark_new_holder", test_native_mark_new_holder},
+        {"learned_full_counted", test_learned_full_counted},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
