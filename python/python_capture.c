@@ -151,7 +151,7 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, size_t ncodes, int *unnamed)
+                            uint32_t from, uint32_t to, size_t ncodes)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
@@ -185,15 +185,28 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         r->instr = (pi >= first - 2 && off < size) ? (int32_t)off : -1;
         r->firstlineno = firstlineno;
         r->names = snapprof__py_names_check(names[0], names[2], size);
-        if (!*unnamed &&
-            !snapprof__py_known_has(snapprof__py_known_key(code, r->names, firstlineno)))
-            *unnamed = 1;
     }
     return to;
 }
 
 _Atomic uint32_t snapprof__py_names_wanted;
 _Atomic(uint32_t *) snapprof__py_kick;
+
+/* Whether a frame of cap->frames[from, to) (filled by check_codes()) has
+ * a code object the sampling side has not named (snapprof__py_known).
+ * Not inlined: called beside check_codes(), not inside it, so that the
+ * handler's deepest stack stays where it was. Async-signal-safe. */
+__attribute__((noinline)) static int any_unnamed(const snapprof__py_capture_t *cap, uint32_t from,
+                                                 uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        const snapprof__py_frame_rec_t *r = &cap->frames[i];
+        uintptr_t code = r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
+        if (!snapprof__py_known_has(snapprof__py_known_key(code, r->names, r->firstlineno)))
+            return 1;
+    }
+    return 0;
+}
 
 /* When unnamed (the capture met a code object the sampling side has not
  * named yet), asks for a drain soon: the first such capture since the
@@ -309,7 +322,8 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         while (k < ncodes && codes[k] != code)
             k++;
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, ncodes, &unnamed);
+            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+            unnamed = unnamed || any_unnamed(cap, checked, ok);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
                 cap->count = ok;
@@ -337,7 +351,8 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, ncodes, &unnamed);
+        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+        unnamed = unnamed || any_unnamed(cap, checked, ok);
         if (ok < n) {
             n = ok;
             cap->status |= SNAPPROF__PY_BROKEN;
