@@ -15,7 +15,9 @@
 # 29)" of docs/BENCHMARKS.md is written from it.
 #
 # usage: bench/python_cost.sh [--quick] [--build DIR] [--no-docs] [--rounds=N] [--base=DIR]
+#                             [--depths="50 500"]
 #   --quick     one round, depth 50 only, a third of the work
+#   --depths=L  the chain depths to run (default "50 500")
 #   --base=DIR  also the snapprof built in DIR (another commit's build tree),
 #               its modes base-native and base-python interleaved with ours in
 #               each round: before and after side by side in one run
@@ -25,15 +27,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 command_line="bash bench/python_cost.sh${*:+ $*}"
 rounds=3
 base=
+depths="50 500"
 bench_option() {
   case $1 in
     --rounds=*) rounds=${1#--rounds=} ;;
     --base=*) base=$(cd "${1#--base=}" && pwd) ;;
+    --depths=*) depths=${1#--depths=} ;;
     *) return 1 ;;
   esac
 }
-bench_parse_args "[--quick] [--build DIR] [--no-docs] [--rounds=N] [--base=DIR]" "$@"
-depths="50 500"
+bench_parse_args "[--quick] [--build DIR] [--no-docs] [--rounds=N] [--base=DIR] [--depths=LIST]" "$@"
 work_rounds=6000 # calls of the chain: about 3.5 CPU seconds
 [ "$quick" = 1 ] && rounds=1 depths=50 work_rounds=2000
 py=/usr/bin/python3.11

@@ -119,14 +119,27 @@ void snapprof__python_capture(snapprof__py_capture_t *cap);
  * libpython. */
 void snapprof__python_capture_blocked(snapprof__py_capture_t *cap, pid_t tid);
 
+/* Whether a capture met a code object whose name the sampling side has
+ * not read yet since the last snapprof__python_names_taken(): the
+ * sampling thread should drain soon, while the code object lives (a
+ * program that makes and drops functions frees them). Any thread. */
+int snapprof__python_names_wanted(void);
+
+/* Called by the sampling thread before each drain: clears what
+ * snapprof__python_names_wanted() says, and gives the handler kick, the
+ * futex word that wakes the sampling thread, which the first capture that
+ * meets an unnamed code object after it bumps and wakes. Sampling side. */
+void snapprof__python_names_taken(uint32_t *kick);
+
 /* Counts of the splice, added to the profiler's stats. */
 typedef struct snapprof__py_splice_stats {
-    uint64_t samples;     /* samples with Python frames spliced in */
-    uint64_t frames;      /* Python frames spliced in */
-    uint64_t truncated;   /* captures cut at SNAPPROF__PY_FRAMES_MAX */
-    uint64_t broken;      /* captures ended by a half-linked frame */
-    uint64_t unmatched;   /* runs of Python frames with no evaluation loop frame to replace */
-    uint64_t code_reused; /* frames whose code object was freed and reused before the drain */
+    uint64_t samples;      /* samples with Python frames spliced in */
+    uint64_t frames;       /* Python frames spliced in */
+    uint64_t truncated;    /* captures cut at SNAPPROF__PY_FRAMES_MAX */
+    uint64_t broken;       /* captures ended by a half-linked frame */
+    uint64_t unmatched;    /* runs of Python frames with no evaluation loop frame to replace */
+    uint64_t code_reused;  /* frames whose code object was freed and reused before the drain */
+    uint64_t learned_full; /* thread states found at the GIL not remembered: table full */
 } snapprof__py_splice_stats_t;
 
 /* Writes in[0..n) to out[0..max) with each native frame of the

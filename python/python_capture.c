@@ -24,6 +24,8 @@
 
 #include "stack_copier/stack_copier.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -187,6 +189,53 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
     return to;
 }
 
+_Atomic uint32_t snapprof__py_names_wanted;
+_Atomic(uint32_t *) snapprof__py_kick;
+
+/* Whether a frame of cap->frames[from, to) (filled by check_codes()) has
+ * a code object the sampling side has not named (snapprof__py_known).
+ * Not inlined: called beside check_codes(), not inside it, so that the
+ * handler's deepest stack stays where it was. Async-signal-safe. */
+__attribute__((noinline)) static int any_unnamed(const snapprof__py_capture_t *cap, uint32_t from,
+                                                 uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        const snapprof__py_frame_rec_t *r = &cap->frames[i];
+        uintptr_t code = r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
+        if (!snapprof__py_known_has(snapprof__py_known_key(code, r->names, r->firstlineno)))
+            return 1;
+    }
+    return 0;
+}
+
+/* When unnamed (the capture met a code object the sampling side has not
+ * named yet), asks for a drain soon: the first such capture since the
+ * last drain wakes the sampling thread (python_symbols.c says why).
+ * Async-signal-safe: atomics and a futex wake. */
+static void ask_names(int unnamed)
+{
+    if (!unnamed || atomic_load_explicit(&snapprof__py_names_wanted, memory_order_relaxed) ||
+        atomic_exchange_explicit(&snapprof__py_names_wanted, 1, memory_order_relaxed))
+        return;
+    _Atomic uint32_t *kick =
+        (_Atomic uint32_t *)atomic_load_explicit(&snapprof__py_kick, memory_order_acquire);
+    if (kick) {
+        atomic_fetch_add_explicit(kick, 1, memory_order_release);
+        syscall(SYS_futex, kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+int snapprof__python_names_wanted(void)
+{
+    return atomic_load_explicit(&snapprof__py_names_wanted, memory_order_relaxed) != 0;
+}
+
+void snapprof__python_names_taken(uint32_t *kick)
+{
+    atomic_store_explicit(&snapprof__py_kick, kick, memory_order_release);
+    atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
+}
+
 /* The walk of thread tid's frames into cap. stopped: tid is the calling
  * thread, stopped in its handler, so frames inside its data-stack chunks
  * can be read with plain loads; else (a blocked thread read from the
@@ -202,7 +251,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
     uint8_t tsb[512];
-    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb) == 0) {
+    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }
@@ -241,6 +290,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     uintptr_t *codes = cap->scratch.codes;
     size_t ncodes = 0;
     uint32_t n = 0, checked = 0;
+    int unnamed = 0; /* a code object the sampling side has not named */
     /* Brent's cycle check: the frame at the last power of two steps. */
     uintptr_t mark = 0;
     uint32_t power = 1, lam = 0;
@@ -273,9 +323,11 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
             k++;
         if (k == BATCH) { /* a full batch: check it, start the next */
             uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+            unnamed = unnamed || any_unnamed(cap, checked, ok);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
                 cap->count = ok;
+                ask_names(unnamed);
                 return;
             }
             checked = n;
@@ -300,12 +352,14 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     if (checked < n) {
         uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+        unnamed = unnamed || any_unnamed(cap, checked, ok);
         if (ok < n) {
             n = ok;
             cap->status |= SNAPPROF__PY_BROKEN;
         }
     }
     cap->count = n;
+    ask_names(unnamed);
 }
 
 void snapprof__python_capture(snapprof__py_capture_t *cap)

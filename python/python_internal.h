@@ -23,6 +23,9 @@ typedef struct snapprof__py_state {
      * a getpid() (after a fork, until the child's first refresh, they read
      * the parent, whose thread states name no thread of the child). */
     _Atomic pid_t pid;
+    /* _PyRuntime is in the main program, never unmapped: the handler may
+     * read its GIL holder with a plain load (python_runtime.c, tls_mark). */
+    int holder_plain;
 } snapprof__py_state_t;
 
 extern snapprof__py_state_t snapprof__py;
@@ -37,6 +40,48 @@ static inline uint64_t snapprof__py_names_check(uintptr_t filename, uintptr_t qu
     h ^= (uint64_t)qualname + (h >> 29);
     h = (h ^ (uint64_t)size) * 0xbf58476d1ce4e5b9u;
     return (h ^ (h >> 31)) | 1;
+}
+
+/* The code objects the sampling side has named (python_symbols.c), for
+ * the handler: a set of snapprof__py_known_key()s, open addressing,
+ * probed at most SNAPPROF__PY_KNOWN_PROBES slots from the key's own, 0 for
+ * a free slot. Written only by the sampling side (under its lock), read by
+ * handlers with relaxed loads: a key is a hash, and a key missed (being
+ * written, or the set just emptied) costs only an early drain. */
+#define SNAPPROF__PY_KNOWN_SLOTS (1u << 15)
+#define SNAPPROF__PY_KNOWN_PROBES 16u
+extern _Atomic uint64_t snapprof__py_known[SNAPPROF__PY_KNOWN_SLOTS];
+
+/* Set by a capture that met a code object not in snapprof__py_known,
+ * cleared by snapprof__python_names_taken(): the sampling thread is woken
+ * on the first such capture (its kick word) to read the new code
+ * objects' names soon, while they live. */
+extern _Atomic uint32_t snapprof__py_names_wanted;
+extern _Atomic(uint32_t *) snapprof__py_kick;
+
+/* The key of a code object as the handler copied it (address, names
+ * check, first line), as snapprof__py_known holds it. Never 0.
+ * Async-signal-safe. */
+static inline uint64_t snapprof__py_known_key(uintptr_t code, uint64_t names, int32_t firstlineno)
+{
+    uint64_t h = ((uint64_t)code ^ ((uint64_t)(uint32_t)firstlineno << 40)) * 0x9e3779b97f4a7c15u;
+    h ^= names + (h >> 31);
+    return (h ^ (h >> 29)) | 1;
+}
+
+/* Whether key is in snapprof__py_known. Async-signal-safe. */
+static inline int snapprof__py_known_has(uint64_t key)
+{
+    size_t i = (size_t)(key >> 17);
+    for (unsigned p = 0; p < SNAPPROF__PY_KNOWN_PROBES; p++, i++) {
+        uint64_t k = atomic_load_explicit(&snapprof__py_known[i & (SNAPPROF__PY_KNOWN_SLOTS - 1)],
+                                          memory_order_relaxed);
+        if (k == key)
+            return 1;
+        if (k == 0)
+            return 0;
+    }
+    return 0;
 }
 
 /* Reads n bytes at addr of our own memory with process_vm_readv: memory
@@ -63,9 +108,16 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
  * it runs Python code, from its first moment; found there, it is learned
  * for tid, so that the thread's samples taken while it has released the
  * GIL (in zlib, in a system call) find it too until the next refresh has
- * it. RUNS IN THE SIGNAL HANDLER: atomics and process_vm_readv only, no
- * locks. Async-signal-safe. */
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size);
+ * it. self: tid is the calling thread, whose mark (found nowhere, until
+ * the next refresh or a new GIL holder) is used and set. RUNS IN THE
+ * SIGNAL HANDLER: atomics and process_vm_readv only, no locks.
+ * Async-signal-safe. */
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self);
+
+/* How many times since the last call a thread state found at the GIL
+ * could not be remembered because the learned table (256 slots, emptied
+ * at each refresh) was full. Any thread. */
+uint64_t snapprof__py_learned_full_take(void);
 
 /* Called by the splice once per batch to name frames
  * (python_symbols.c): the pc of the Python frame for rec, in the

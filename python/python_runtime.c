@@ -48,12 +48,15 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n)
 
 #define PY_THREADS_MAX 512
 
-/* An entry is published tstate first, then tid (release), and withdrawn
- * tid first; the handler checks what it finds anyway (native_thread_id). */
-static struct {
+/* One (tid, PyThreadState) of either table below. */
+typedef struct py_thread {
     _Atomic pid_t tid;
     _Atomic uintptr_t tstate;
-} threads[PY_THREADS_MAX];
+} py_thread_t;
+
+/* An entry is published tstate first, then tid (release), and withdrawn
+ * tid first; the handler checks what it finds anyway (native_thread_id). */
+static py_thread_t threads[PY_THREADS_MAX];
 
 /* Thread states the handler found itself, at the thread that holds the
  * GIL, for threads the table does not have yet (started since the last
@@ -68,11 +71,14 @@ static struct {
 #define PY_LEARNED_MAX 256
 
 static _Atomic uint32_t refresh_gen = 1;
-static struct {
-    _Atomic pid_t tid;
-    _Atomic uint32_t gen;
-    _Atomic uintptr_t tstate;
-} learned[PY_LEARNED_MAX];
+static py_thread_t learned[PY_LEARNED_MAX];
+static _Atomic uint32_t learned_gen[PY_LEARNED_MAX]; /* the generation each was found in */
+
+/* The tables the handler looks in, in order. */
+static const struct {
+    py_thread_t *t;
+    size_t n;
+} tables[] = {{threads, PY_THREADS_MAX}, {learned, PY_LEARNED_MAX}};
 
 /* Whether ts is readable and names thread tid; its first ts_size bytes
  * land in tsb. Async-signal-safe. */
@@ -83,6 +89,15 @@ static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid,
         return 0;
     memcpy(&native, tsb + l->ts_native_thread_id, sizeof native);
     return native == (unsigned long)tid;
+}
+
+static _Atomic uint64_t learned_full; /* learn() found no free slot */
+
+uint64_t snapprof__py_learned_full_take(void)
+{
+    if (atomic_load_explicit(&learned_full, memory_order_relaxed) == 0)
+        return 0;
+    return atomic_exchange_explicit(&learned_full, 0, memory_order_relaxed);
 }
 
 /* Remembers ts for tid until the next refresh. Async-signal-safe. */
@@ -99,38 +114,78 @@ static void learn(pid_t tid, uintptr_t ts)
                                                     memory_order_acquire, memory_order_relaxed))
             i = k;
     }
-    if (i == PY_LEARNED_MAX)
-        return; /* full: found again at the next sample that holds the GIL */
-    atomic_store_explicit(&learned[i].gen, gen, memory_order_relaxed);
+    if (i == PY_LEARNED_MAX) {
+        /* Full (256 threads started since the last refresh and seen at
+         * the GIL): found again at its next sample that holds the GIL,
+         * but its samples with the GIL released have no Python frames
+         * until the refresh. Counted (python_learned_full). */
+        atomic_fetch_add_explicit(&learned_full, 1, memory_order_relaxed);
+        return;
+    }
+    atomic_store_explicit(&learned_gen[i], gen, memory_order_relaxed);
     atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
 }
 
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size)
+/* The mark of a thread found in neither table and not holding the GIL,
+ * for its own later samples: the refresh generation it was found in and
+ * the GIL holder then (_PyRuntime.gilstate.tstate_current). Until the
+ * next refresh (which has the thread in its table if it has a thread
+ * state by then), a sample of the thread skips both tables, and looks at
+ * the GIL holder again only when it has changed: a native thread in a
+ * Python process pays a plain load a sample instead of two table scans
+ * and a system call, and a thread that starts running Python code (a C
+ * thread calling back into Python, a Python thread whose first samples
+ * fell while it had released the GIL) is found when it takes the GIL.
+ * The holder is read with a plain load only when _PyRuntime is in the
+ * main executable, which is never unmapped (holder_plain); in a library
+ * (dlclose could unmap it) a marked thread is not looked at again until
+ * the next refresh. */
+static __thread struct {
+    uint32_t gen;
+    uintptr_t holder;
+} tls_mark __attribute__((tls_model("initial-exec")));
+
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self)
 {
     const snapprof__py_layout_t *l = snapprof__py.layout;
     if (l->ts_size > size)
         return 0;
-    for (size_t i = 0; i < PY_THREADS_MAX; i++)
-        if (atomic_load_explicit(&threads[i].tid, memory_order_acquire) == tid) {
-            uintptr_t ts = atomic_load_explicit(&threads[i].tstate, memory_order_relaxed);
-            if (names_thread(l, ts, tid, tsb))
-                return ts;
-            break;
+    uint32_t gen = atomic_load_explicit(&refresh_gen, memory_order_acquire);
+    uintptr_t holder_at = snapprof__py.runtime + l->runtime_tstate_current;
+    uintptr_t ts = 0;
+    if (self && tls_mark.gen == gen) {
+        if (!snapprof__py.holder_plain || l->runtime_tstate_current == 0)
+            return 0;
+        ts = atomic_load_explicit((_Atomic uintptr_t *)holder_at, memory_order_relaxed);
+        if (ts == tls_mark.holder)
+            return 0;
+    } else {
+        /* Acquire on both: the refresh publishes tid last, a handler's
+         * learn() tstate last. */
+        for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+            py_thread_t *t = tables[k].t;
+            for (size_t i = 0; i < tables[k].n; i++)
+                if (atomic_load_explicit(&t[i].tid, memory_order_acquire) == tid) {
+                    ts = atomic_load_explicit(&t[i].tstate, memory_order_acquire);
+                    if (names_thread(l, ts, tid, tsb))
+                        return ts;
+                    break;
+                }
         }
-    for (size_t i = 0; i < PY_LEARNED_MAX; i++)
-        if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == tid) {
-            uintptr_t ts = atomic_load_explicit(&learned[i].tstate, memory_order_acquire);
-            if (names_thread(l, ts, tid, tsb))
-                return ts;
-            break;
-        }
+        if (l->runtime_tstate_current == 0 || snapprof__py_read(holder_at, &ts, sizeof ts) < 0)
+            ts = 0;
+    }
     /* A thread that runs Python code holds the GIL: the interpreter's
      * current thread state is then its own. */
-    uintptr_t ts = 0;
-    if (l->runtime_tstate_current == 0 ||
-        snapprof__py_read(snapprof__py.runtime + l->runtime_tstate_current, &ts, sizeof ts) < 0 ||
-        !names_thread(l, ts, tid, tsb))
+    if (!names_thread(l, ts, tid, tsb)) {
+        if (self) {
+            tls_mark.gen = gen;
+            tls_mark.holder = ts;
+        }
         return 0;
+    }
+    if (self)
+        tls_mark.gen = 0;
     learn(tid, ts);
     return ts;
 }
@@ -219,7 +274,7 @@ void snapprof__python_refresh(int force)
      * before this refresh began, or it is gone. */
     for (size_t i = 0; i < PY_LEARNED_MAX; i++) {
         if (atomic_load_explicit(&learned[i].tid, memory_order_relaxed) == 0 ||
-            atomic_load_explicit(&learned[i].gen, memory_order_relaxed) == gen)
+            atomic_load_explicit(&learned_gen[i], memory_order_relaxed) == gen)
             continue;
         atomic_store_explicit(&learned[i].tstate, 0, memory_order_relaxed);
         atomic_store_explicit(&learned[i].tid, 0, memory_order_release);
@@ -330,6 +385,22 @@ static uint32_t version_override(void)
     return s && *s ? (uint32_t)strtoul(s, NULL, 0) : 0;
 }
 
+/* Whether p is in the main program's image (the link map's first entry,
+ * whose name is empty), which stays mapped for the life of the process,
+ * unlike a library's (dlclose). Test seam:
+ * SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST=1 says no, so that
+ * /usr/bin/python3.11 runs the path of a libpython loaded as a library. */
+static int in_main_program(void *p)
+{
+    const char *s = getenv("SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST");
+    if (s && *s == '1')
+        return 0;
+    Dl_info info;
+    struct link_map *lm = NULL;
+    return dladdr1(p, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm != NULL && lm->l_name != NULL &&
+           lm->l_name[0] == '\0';
+}
+
 int snapprof__python_enable(void)
 {
     if (tried)
@@ -379,6 +450,7 @@ int snapprof__python_enable(void)
     }
     snapprof__py.layout = l;
     snapprof__py.runtime = (uintptr_t)runtime;
+    snapprof__py.holder_plain = in_main_program(runtime);
     snapprof__py.code_type = (uintptr_t)code_type;
     snapprof__py.eval_lo = (uintptr_t)eval;
     snapprof__py.eval_hi = (uintptr_t)eval + sym->st_size;

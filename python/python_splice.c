@@ -10,6 +10,7 @@ size_t snapprof__python_splice(const snapprof__py_capture_t *cap, const snapprof
 {
     const snapprof_module_t *m = snapprof__py_module();
     size_t o = 0, next = 0, count = cap->count, spliced = 0;
+    st->learned_full += snapprof__py_learned_full_take();
     if (cap->status & SNAPPROF__PY_TRUNCATED)
         st->truncated++;
     if (cap->status & SNAPPROF__PY_BROKEN)

@@ -194,6 +194,46 @@ typedef struct code_entry {
 static code_entry_t *codes;
 static size_t codes_cap, codes_n;
 
+/* The handler's view of which code objects are named (python_internal.h):
+ * every code object this cache names is added, at every lookup, so that
+ * the set, emptied when half full or with the cache, fills again with
+ * those still in use. A capture that meets a code object not in it wakes
+ * the sampling thread (python_capture.c), whose drain then names the new
+ * code object within milliseconds of its first sample, instead of at the
+ * next periodic drain (200 ms): by then a program that makes and drops
+ * functions (exec, a module reloaded) may have freed it, and its frames
+ * would be "<code object freed>". A program that runs the code it has
+ * pays nothing more than a probe per distinct code object a sample. */
+_Atomic uint64_t snapprof__py_known[SNAPPROF__PY_KNOWN_SLOTS];
+static size_t known_n;
+
+static void known_clear(void)
+{
+    for (size_t i = 0; i < SNAPPROF__PY_KNOWN_SLOTS; i++)
+        atomic_store_explicit(&snapprof__py_known[i], 0, memory_order_relaxed);
+    known_n = 0;
+}
+
+/* Adds key. A key whose probes are all taken is left out: its captures
+ * ask for early drains, as a new code object does. Lock held. */
+static void known_add(uint64_t key)
+{
+    if (known_n >= SNAPPROF__PY_KNOWN_SLOTS / 2)
+        known_clear();
+    size_t i = (size_t)(key >> 17);
+    for (unsigned p = 0; p < SNAPPROF__PY_KNOWN_PROBES; p++, i++) {
+        _Atomic uint64_t *slot = &snapprof__py_known[i & (SNAPPROF__PY_KNOWN_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(slot, memory_order_relaxed);
+        if (k == key)
+            return;
+        if (k == 0) {
+            atomic_store_explicit(slot, key, memory_order_relaxed);
+            known_n++;
+            return;
+        }
+    }
+}
+
 static size_t code_slot(uintptr_t code, uint64_t names, int32_t firstlineno, size_t cap)
 {
     uint64_t h =
@@ -203,6 +243,7 @@ static size_t code_slot(uintptr_t code, uint64_t names, int32_t firstlineno, siz
 
 static void codes_clear(void)
 {
+    known_clear();
     for (size_t i = 0; i < codes_cap; i++)
         free(codes[i].linetable);
     free(codes);
@@ -449,6 +490,7 @@ uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused
         codes_n++;
         e = &codes[k];
     }
+    known_add(snapprof__py_known_key(code, rec->names, rec->firstlineno));
     if (e->last_instr == rec->instr && e->last_pc != 0) {
         pc = e->last_pc;
         goto out;

@@ -258,6 +258,7 @@ static size_t splice_python(snapprof_profiler_t *p, const snapprof__py_capture_t
     p->stats.python_broken += ps.broken;
     p->stats.python_unmatched += ps.unmatched;
     p->stats.python_code_reused += ps.code_reused;
+    p->stats.python_learned_full += ps.learned_full;
     return count;
 }
 

@@ -126,14 +126,14 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * A handler replaced under us floods the program's for at most this long
  * (drain_interval_ns(): up to a second below 100 Hz). */
 #define DRAIN_INTERVAL_NS 200000000u
-/* With Python frames on, 20 ms: a Python frame's name, file and line are
- * read from its code object at the drain (python_symbols.c), and a program
- * that makes and drops functions (exec, lambdas in a loop) frees code
- * objects meanwhile; such a frame is then "<code object freed>".
- * python_frames_recursion, whose chains are remade every ~0.25 CPU-s: 51 %
- * of its samples whole at 200 ms, 99 % at 20 ms. (New threads no longer
- * need it: the handler finds their thread state at the GIL holder.) */
-#define PYTHON_DRAIN_INTERVAL_NS 20000000u
+/* With Python frames on, a drain at most this soon after the last when a
+ * capture met a code object not yet named (python/python_symbols.c): its
+ * name is read from the code object at the drain, and a program that
+ * makes and drops functions frees them (python_frames_recursion, chains
+ * remade every ~0.25 CPU-s: 51 % of its samples whole with only the
+ * periodic drain at 200 ms). A program that makes new code objects all the
+ * time is drained this often, as every Python run was before. */
+#define PYTHON_NAMES_GAP_NS 20000000u
 #define DRAIN_GAP_NS 1000000u
 /* Below 100 Hz the drains wait for as many periods of one thread's CPU
  * time as at 100 Hz (20), up to a second: at the flight recorder's 19 Hz
@@ -146,8 +146,6 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
 
 static uint64_t drain_interval_ns(const snapprof_profiler_t *p)
 {
-    if (p->python)
-        return PYTHON_DRAIN_INTERVAL_NS;
     uint64_t n = DRAIN_PERIODS * p->params.interval_ns;
     return n <= DRAIN_INTERVAL_NS       ? DRAIN_INTERVAL_NS
            : n >= DRAIN_INTERVAL_MAX_NS ? DRAIN_INTERVAL_MAX_NS
@@ -176,6 +174,12 @@ uint64_t snapprof__profiler_due(const snapprof_profiler_t *p, uint64_t now)
         atomic_load_explicit(&p->pool.large_asked, memory_order_relaxed))
         return p->last_drain + DRAIN_GAP_NS > now ? p->last_drain + DRAIN_GAP_NS : now;
     uint64_t due = p->next_drain;
+    if (p->python && snapprof__python_names_wanted()) {
+        uint64_t soon =
+            p->last_drain + PYTHON_NAMES_GAP_NS > now ? p->last_drain + PYTHON_NAMES_GAP_NS : now;
+        if (soon < due)
+            due = soon;
+    }
     if ((p->handshake_count > 0 || p->joined_since_tick || p->params.mode == SNAPPROF_MODE_WALL) &&
         p->next_tick < due)
         due = p->next_tick;
@@ -240,6 +244,10 @@ int snapprof__profiler_tick(snapprof_profiler_t *p, uint64_t now)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     /* Stopped early for a caller of the API: the rest right after it, not
      * a drain interval later (deep stacks hold large buffers until then). */
+    /* Before the drain: a capture that meets a new code object after
+     * this asks again. */
+    if (p->python)
+        snapprof__python_names_taken(snapprof__sampler_kick_word());
     int stopped = snapprof__drain_some(p, 1);
     if (!stopped)
         snapprof__retire_removed(p);

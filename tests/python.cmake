@@ -17,10 +17,21 @@ if(SNAPPROF_SANITIZE)
 else()
   set(python_build plain)
 endif()
-foreach(mode shares heldout young recursion faulthandler altstack unknown off wall heap)
+foreach(mode shares heldout young recursion churn faulthandler altstack unknown off wall heap)
   add_test(NAME python_frames_${mode}
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
                    $<TARGET_FILE:snapprof_cli> ${mode} ${python_build})
   set_tests_properties(python_frames_${mode} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
     LABELS preload)
+endforeach()
+# A C thread that runs native code and then calls back into Python
+# (python_frames_callback*): its library, loaded by ctypes.
+add_library(python_callback_lib MODULE test_python_callback_lib.c)
+target_link_libraries(python_callback_lib PRIVATE Threads::Threads)
+foreach(mode callback callback_refresh)
+  add_test(NAME python_frames_${mode}
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
+                   $<TARGET_FILE:snapprof_cli> ${mode} ${python_build})
+  set_tests_properties(python_frames_${mode} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+    LABELS preload ENVIRONMENT "SNAPPROF_TEST_CALLBACK_LIB=$<TARGET_FILE:python_callback_lib>")
 endforeach()

@@ -2,8 +2,10 @@
  * (snapprof__py_read_codes) on our own memory, no interpreter needed: code
  * objects close together are read as merged ranges with the bytes between
  * them dropped, and a range that runs into memory that cannot be read
- * loses only what cannot be read. */
+ * loses only what cannot be read. And the handler's lookup of a thread
+ * state (snapprof__py_tstate_find) against a fake _PyRuntime. */
 #include "python/python_internal.h"
+#include "stack_copier/stack_copier.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -85,11 +87,132 @@ static void test_hole_loses_only_unreadable(void)
     munmap(m, 3 * (size_t)page);
 }
 
+/* A fake interpreter on our own memory for snapprof__py_tstate_find():
+ * the 3.11 layout, a _PyRuntime with no interpreters (a refresh publishes
+ * no thread) whose GIL holder the test sets, and thread states that name
+ * the tids the test gives them. */
+static _Alignas(64) uint8_t fake_runtime[4096];
+static _Alignas(64) uint8_t fake_states[300][512];
+
+static const snapprof__py_layout_t *fake_python(int holder_plain)
+{
+    const snapprof__py_layout_t *l = snapprof__py_layout_for(0x030b02f0);
+    ASSERT(l != NULL);
+    ASSERT(l->runtime_tstate_current + sizeof(uintptr_t) <= sizeof fake_runtime);
+    ASSERT(l->ts_size <= sizeof fake_states[0]);
+    memset(fake_runtime, 0, sizeof fake_runtime);
+    snapprof__py.layout = l;
+    snapprof__py.runtime = (uintptr_t)fake_runtime;
+    snapprof__py.holder_plain = holder_plain;
+    atomic_store(&snapprof__py.pid, getpid());
+    atomic_store(&snapprof__py.ready, 1);
+    snapprof__python_refresh(1); /* empties both tables */
+    return l;
+}
+
+/* Thread state i, naming tid. */
+static uintptr_t fake_state(const snapprof__py_layout_t *l, size_t i, pid_t tid)
+{
+    unsigned long native = (unsigned long)tid;
+    memcpy(fake_states[i] + l->ts_native_thread_id, &native, sizeof native);
+    return (uintptr_t)fake_states[i];
+}
+
+static void set_holder(const snapprof__py_layout_t *l, uintptr_t ts)
+{
+    memcpy(fake_runtime + l->runtime_tstate_current, &ts, sizeof ts);
+}
+
+static uintptr_t find(pid_t tid, int self)
+{
+    uint8_t tsb[512];
+    return snapprof__py_tstate_find(tid, tsb, sizeof tsb, self);
+}
+
+/* The calling thread, found in neither table and not holding the GIL, is
+ * marked: while _PyRuntime may be unmapped (holder_plain 0) its samples
+ * look nowhere until the next refresh, which clears the mark, so that a
+ * thread that has since called into Python (a ctypes callback) is found.
+ * Catches a mark that outlives the refresh (the thread would never get
+ * Python frames) and one that is never set (every sample pays both scans
+ * and a system call). */
+static void test_native_mark_until_refresh(void)
+{
+    const snapprof__py_layout_t *l = fake_python(0);
+    pid_t me = snapprof__gettid_cached();
+    uintptr_t mine = fake_state(l, 0, me), other = fake_state(l, 1, me + 1);
+    set_holder(l, other);
+    ASSERT_EQ(find(me, 1), 0);
+    set_holder(l, mine);       /* it calls into Python: holds the GIL */
+    ASSERT_EQ(find(me, 1), 0); /* marked until the next refresh */
+    snapprof__python_refresh(1);
+    ASSERT_EQ(find(me, 1), mine);
+    set_holder(l, other); /* learned at the GIL: found with it released */
+    ASSERT_EQ(find(me, 1), mine);
+}
+
+/* With _PyRuntime in the main program (holder_plain), a marked thread is
+ * looked at again as soon as the GIL holder changes: a Python thread whose
+ * first sample fell while it had released the GIL, or a C thread calling
+ * back, is found when it takes the GIL, before any refresh. Catches a mark
+ * that ignores a new holder. */
+static void test_native_mark_new_holder(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    pid_t me = snapprof__gettid_cached();
+    uintptr_t mine = fake_state(l, 0, me), other = fake_state(l, 1, me + 1);
+    set_holder(l, other);
+    ASSERT_EQ(find(me, 1), 0);
+    ASSERT_EQ(find(me, 1), 0);
+    set_holder(l, mine);
+    ASSERT_EQ(find(me, 1), mine);
+    /* Not the caller (wall mode's walk of a blocked thread): no mark. */
+    snapprof__python_refresh(1);
+    set_holder(l, other);
+    ASSERT_EQ(find(me + 2, 0), 0);
+    set_holder(l, fake_state(l, 2, me + 2));
+    ASSERT_EQ(find(me + 2, 0), (uintptr_t)fake_states[2]);
+}
+
+/* 300 threads started since the last refresh, each seen holding the GIL:
+ * the learned table (256) keeps the first 256, which are found with the
+ * GIL elsewhere; the other 44 are counted (python_learned_full) and found
+ * only while they hold it; the next refresh empties the table. Catches a
+ * full table that goes uncounted, or that overwrites a slot in use. */
+static void test_learned_full_counted(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    pid_t base = snapprof__gettid_cached() + 1000;
+    (void)snapprof__py_learned_full_take();
+    for (size_t i = 0; i < 300; i++) {
+        uintptr_t ts = fake_state(l, i, base + (pid_t)i);
+        set_holder(l, ts);
+        ASSERT_EQ(find(base + (pid_t)i, 0), ts);
+    }
+    ASSERT_EQ(snapprof__py_learned_full_take(), 300 - 256);
+    ASSERT_EQ(snapprof__py_learned_full_take(), 0);
+    set_holder(l, 0);
+    for (size_t i = 0; i < 256; i++)
+        ASSERT_EQ(find(base + (pid_t)i, 0), (uintptr_t)fake_states[i]);
+    for (size_t i = 256; i < 300; i++)
+        ASSERT_EQ(find(base + (pid_t)i, 0), 0);
+    snapprof__python_refresh(1);
+    set_holder(l, (uintptr_t)fake_states[299]);
+    ASSERT_EQ(find(base + 299, 0), (uintptr_t)fake_states[299]);
+    ASSERT_EQ(snapprof__py_learned_full_take(), 0);
+    set_holder(l, 0);
+    ASSERT_EQ(find(base + 299, 0), (uintptr_t)fake_states[299]); /* learned now */
+    ASSERT_EQ(find(base, 0), 0);                                 /* forgotten */
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"merged_ranges", test_merged_ranges},
         {"hole_loses_only_unreadable", test_hole_loses_only_unreadable},
+        {"native_mark_until_refresh", test_native_mark_until_refresh},
+        {"native_mark_new_holder", test_native_mark_new_holder},
+        {"learned_full_counted", test_learned_full_counted},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -595,6 +595,14 @@ typedef struct snapprof_stats {
      * turn read it more often. */
     uint64_t heap_stack_lookups;
     /* -- end of the fiber block -- */
+    /* -- Added in 0.7.0 (issue 29's review, Python frames) -- */
+    /* Threads that ran Python code but could not be remembered by the
+     * signal handler until the sampler next read the interpreter's thread
+     * list (at most every 10 ms, at a drain), because more than 256 threads
+     * had started since: their samples taken while they had released the
+     * GIL lack Python frames until then. */
+    uint64_t python_learned_full;
+    /* -- end of issue 29's review block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */

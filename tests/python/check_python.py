@@ -10,9 +10,15 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   young      threads that live ~40 ms of CPU: Python frames from their
              first samples, and in zlib, with the GIL released
   recursion  a 500-deep chain of uniquely named functions: whole chains
+  churn      the same 30 deep, remade every ~40 ms of CPU: each chain's code
+             objects are freed long before the next periodic drain (200 ms)
   faulthandler  a 100-deep chain under -X faulthandler (its small alternate
              signal stack) runs to its end
   altstack   the handler's use of a painted alternate signal stack, 100 deep
+  callback   a C thread first native, then calling back into Python (ctypes):
+             Python frames as soon as it takes the GIL
+  callback_refresh  the same as with a libpython that may be unloaded: Python
+             frames after the next refresh
   unknown    an interpreter version the layout table lacks: native only
   off        without --python nothing of Python's is in the profile
   wall       --wall: threads waiting in time.sleep, a lock and a socket recv
@@ -168,15 +174,24 @@ def young(cli, tmp):
         fail("young threads' zlib samples not under py_young")
 
 
-def recursion(cli, tmp):
-    depth = 500
-    prof, _ = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "3", str(depth)], ["--python"])
+def recursion(cli, tmp, depth=500, calls=200, whole_min=0.99):
+    """whole_min: churn's chains live ~40 ms of CPU, so a round whose
+    early drain comes too late (the sampling thread starved that long: load
+    ~20 on 2 CPUs) loses its ~40 samples, 1.5 % (in 26 runs: 97.16 % and
+    98.59 % once each, the others 99.09-99.96 %); with names read only at
+    the periodic drain it was 36-82 %."""
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "recursion.py"), "3", str(depth), str(calls)],
+                     ["--python"])
     n = whole = deepest = bad_pairs = 0
     for w, frames in traces(prof, "samples"):
         idx = [i for i, f in enumerate(frames) if re.fullmatch(r"f_\d+", f)]
-        if not idx:
+        # A sample whose every chain frame lost its name counts against
+        # wholeness too.
+        if not idx and "<code object freed>" not in frames:
             continue
         n += w
+        if not idx:
+            continue
         ks = [int(frames[i][2:]) for i in idx]
         # Each f_k's caller must be f_{k-1}, all in one run, then main and <module>.
         chain = ks == list(range(ks[0], -1, -1)) and idx == list(range(idx[0], idx[0] + len(ks)))
@@ -195,7 +210,7 @@ def recursion(cli, tmp):
           f"at the deepest function {deepest}, impossible caller pairs {bad_pairs}")
     if n < 500 or deepest < n / 2:
         fail("too few samples in the chain")
-    if whole < 0.99 * n or bad_pairs:
+    if whole < whole_min * n or bad_pairs:
         fail("chains not whole")
 
 
@@ -343,6 +358,41 @@ def heap(cli, tmp):
         fail(f"shares off: {bad}")
 
 
+def callback(cli, tmp, refresh_only):
+    """A C thread spins 0.5 CPU-s in native code (the handler marks it: no
+    thread state, not the GIL holder), then calls back into Python for 1.5
+    CPU-s: its samples there must carry py_callback. With _PyRuntime in the
+    main program the mark gives way as soon as the thread takes the GIL (95
+    %); with refresh_only (the seam that makes it look like a library's,
+    where the mark holds until the next refresh) after the next refresh,
+    which comes at the next drain (at most 200 ms: 50 %). A mark that
+    outlives the refresh leaves the callback with no Python frames."""
+    lib = os.environ.get("SNAPPROF_TEST_CALLBACK_LIB")
+    if not lib or not os.path.exists(lib):
+        skip("SNAPPROF_TEST_CALLBACK_LIB (the test's C library) is not built")
+    env = {"SNAPPROF_PYTHON_RUNTIME_IN_LIBRARY_FOR_TEST": "1"} if refresh_only else None
+    prof, _ = record(cli, tmp, [os.path.join(HERE, "callback.py"), lib, "0.5", "1.5"],
+                     ["--python"], env=env)
+    native = py = eval_only = 0
+    for w, frames in traces(prof, "samples"):
+        if "callback_native_spin" in frames:
+            native += w
+        elif "callback_call_python" in frames:
+            if "py_callback" in frames:
+                py += w
+            elif "_PyEval_EvalFrameDefault" in frames:
+                eval_only += w
+    share = py / max(py + eval_only, 1)
+    print(f"native {native}, callback with Python frames {py}, without {eval_only} "
+          f"({100.0 * share:.1f} % with)")
+    if native < 200:
+        fail("too few samples in the native phase (the mark was not exercised)")
+    if py + eval_only < 700:
+        fail("too few samples in the callback")
+    if share < (0.5 if refresh_only else 0.95):
+        fail("the callback's samples lack its Python frames")
+
+
 def main():
     cli, mode = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3] == "sanitized":
@@ -354,9 +404,13 @@ def main():
         skip("go is not installed")
     with tempfile.TemporaryDirectory(prefix="snapprof-py-") as tmp:
         {"shares": lambda: shares(cli, tmp, 1), "heldout": lambda: shares(cli, tmp, 2),
-         "recursion": lambda: recursion(cli, tmp), "young": lambda: young(cli, tmp),
+         "recursion": lambda: recursion(cli, tmp),
+         "churn": lambda: recursion(cli, tmp, depth=30, calls=40, whole_min=0.95),
+         "young": lambda: young(cli, tmp),
          "faulthandler": lambda: faulthandler(cli, tmp), "altstack": lambda: altstack(cli, tmp),
          "unknown": lambda: unknown(cli, tmp),
+         "callback": lambda: callback(cli, tmp, False),
+         "callback_refresh": lambda: callback(cli, tmp, True),
          "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
          "heap": lambda: heap(cli, tmp)}[mode]()
     print("PASS")

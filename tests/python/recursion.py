@@ -1,13 +1,14 @@
 """Workload of python_frames_recursion: a chain of DEPTH functions with
 unique names, each with exactly one caller (f_0 <- f_1 <- ... <- f_N),
-made with exec, run for about a quarter of a CPU second, thrown away and
-made again in a loop; the deepest one spins. argv[1]: CPU seconds to run;
-argv[2]: depth."""
+made with exec, run CALLS times (200: about a quarter of a CPU second),
+thrown away and made again in a loop; the deepest one spins. argv[1]: CPU
+seconds to run; argv[2]: depth; argv[3]: CALLS (default 200)."""
 import gc
 import sys
 import time
 
 budget, depth = float(sys.argv[1]), int(sys.argv[2])
+calls = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 
 
 def make_chain():
@@ -24,7 +25,7 @@ def main():
     start = time.process_time()
     while time.process_time() - start < budget:
         f = make_chain()
-        for _ in range(200):
+        for _ in range(calls):
             f(20000)
         # Freed at once (f_0 and its globals are a cycle: collected here),
         # while captures of the round's last milliseconds may still wait for
