@@ -293,6 +293,7 @@ static void test_exports(void)
                                           "initgroups",
                                           "pipe2",
                                           "pthread_create",
+                                          "pthread_exit",
                                           "pthread_setname_np",
                                           "setegid",
                                           "seteuid",
