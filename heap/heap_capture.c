@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* The stacks a thread no profiler registered allocated on lately, most
@@ -278,6 +279,52 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
     return 0;
 }
 
+/* Clamps *base to the first page at or above sp that cannot be read, over
+ * the part of [low, *base) the copy will read (window bytes from sp less
+ * its red zone). A remembered range, the thread's or the process's, can
+ * pass the msync() check and still hold a page that is mapped but not
+ * readable: its stack freed and the address taken by other mappings, one
+ * of them a thread stack's PROT_NONE guard page (ASan+UBSan, soak_heap:
+ * the fibers thread died of SIGSEGV in the copy one page above its sp).
+ * process_vm_readv() of one byte a page, on this process, reads what
+ * the copy would and stops at the first page that faults, without a
+ * fault. Returns 0 (the range left as it is, or clamped), -1 when not
+ * even sp's page reads from where the copy starts, or a negative errno
+ * when the call is refused (seccomp, ENOSYS: the caller copies what
+ * msync() allowed, as before). */
+#define READ_CHECK_PAGES 32
+static int clamp_readable(uintptr_t sp, uintptr_t low, uintptr_t *base, size_t window)
+{
+    uintptr_t lo = sp >= low + 128 ? sp - 128 : low;
+    uintptr_t end = *base - lo > window ? lo + window : *base;
+    uintptr_t page = lo & ~(uintptr_t)4095;
+    struct iovec remote[READ_CHECK_PAGES], local[READ_CHECK_PAGES];
+    char sink[READ_CHECK_PAGES];
+    pid_t pid = getpid();
+    while (page < end) {
+        unsigned n = 0;
+        for (uintptr_t p = page; p < end && n < READ_CHECK_PAGES; p += 4096, n++) {
+            remote[n].iov_base = (void *)p;
+            remote[n].iov_len = 1;
+            local[n].iov_base = &sink[n];
+            local[n].iov_len = 1;
+        }
+        ssize_t got = process_vm_readv(pid, local, n, remote, n, 0);
+        if (got < 0)
+            return errno == EFAULT ? -1 : -errno;
+        if ((size_t)got < n) {
+            uintptr_t top = page + (uintptr_t)got * 4096;
+            if (top <= sp)
+                return -1;
+            if (top < *base)
+                *base = top;
+            return 0;
+        }
+        page += (uintptr_t)n * 4096;
+    }
+    return 0;
+}
+
 /* Takes this frame's registers as a signal's context would give them: the
  * stack pointer, the frame pointer, the callee-saved registers, and a pc
  * inside this function, all at one instruction, so that the unwinders walk
@@ -340,7 +387,10 @@ __attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size
     memset(&regs, 0, sizeof regs);
     TAKE_REGISTERS(&regs);
     uintptr_t low, base;
-    if (bounds(regs.r[SNAPPROF_REG_SP], &low, &base) != 0) {
+    if (bounds(regs.r[SNAPPROF_REG_SP], &low, &base) != 0 ||
+        clamp_readable(regs.r[SNAPPROF_REG_SP], low, &base,
+                       h->pool.copy_max > h->pool.slot_bytes ? h->pool.copy_max
+                                                             : h->pool.slot_bytes) == -1) {
         atomic_fetch_add_explicit(&h->dropped_no_stack, 1, memory_order_relaxed);
         return 0;
     }
