@@ -7,23 +7,23 @@
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "common/proc_files.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 /* The stacks a thread no profiler registered allocated on lately, most
  * recent first: the thread's own and, for a thread that runs fibers
- * (makecontext/swapcontext, a coroutine library's stacks), theirs. Each
- * is found once in /proc/self/maps (an open, reads and a close on the
- * program's thread) and then answered from here, so a thread switching
- * among up to KNOWN_STACKS stacks reads the file once per stack rather
- * than at every switch; more stacks in turn push the oldest out and read
- * it again. Keyed by tid, so a fork child looks again. A range is kept
- * after its stack is unmapped, as the single cached range before it was:
- * a new stack mapped inside an old range reads as the old one. */
+ * (makecontext/swapcontext, a coroutine library's stacks), theirs. A hit
+ * here costs a scan of KNOWN_STACKS ranges and the msync() check; a miss
+ * asks the process's table below. Keyed by tid, so a fork child looks
+ * again. */
 #define KNOWN_STACKS 8
 static __thread struct {
     pid_t tid;
@@ -32,6 +32,42 @@ static __thread struct {
         uintptr_t low, base;
     } r[KNOWN_STACKS];
 } tls_stacks __attribute__((tls_model("initial-exec")));
+
+/* The process's candidate stacks as one read of /proc/self/maps found
+ * them: every private read-write mapping that is anonymous or named in
+ * brackets ("[stack]", "[heap]", "[anon:...]"; what thread, fiber and
+ * coroutine stacks are), in address order, and always the mapping of the
+ * stack pointer that asked. A thread that switches among more stacks than
+ * KNOWN_STACKS finds them here (a binary search) rather than in the file:
+ * 64 fibers in turn cost one read in all, not one a sampled allocation.
+ * A read happens only when a stack pointer is in no range here, or in a
+ * range no longer all mapped (the msync() check), and it replaces the
+ * whole table; a process with more than SHARED_STACKS candidates keeps
+ * the first ones and the asker's, and the others are read again on each
+ * miss (counted in heap_stack_lookups).
+ *
+ * Two tables, one current: one thread at a time (g_filler, tried, never
+ * waited for) fills the other one and then makes it current, so readers
+ * never wait either. Each table is a seqlock: odd while written, and a
+ * reader that sees it change, or odd, has no answer from it this time.
+ * g_filler holds the filling process's pid: a fork child that inherited
+ * it from a fill in progress in its parent takes it over. No allocation,
+ * no lock: runs inside the program's malloc, in signal handlers and in
+ * fork children. */
+#define SHARED_STACKS 1024
+typedef struct {
+    _Atomic unsigned seq;
+    _Atomic unsigned count;
+    struct {
+        _Atomic uintptr_t low, base;
+    } r[SHARED_STACKS];
+} shared_stacks_t;
+static shared_stacks_t g_shared[2];
+static _Atomic unsigned g_shared_current;
+static _Atomic pid_t g_filler;
+/* The filler's pass over the file: one filler at a time, so static rather
+ * than 8 KiB more on what may be a small fiber stack. */
+static snapprof__proc_maps_t g_fill_it;
 
 /* The calling thread's name, read with prctl() at most every
  * NAME_REFRESH_NS on its sampled allocations, and at once after a rename
@@ -69,20 +105,13 @@ static void thread_name(char out[16], pid_t tid, uint64_t now)
     memcpy(out, tls_name.name, sizeof tls_name.name);
 }
 
-/* The bounds of the mapping that holds sp (snapprof__find_mapping(): no
- * malloc, no stdio): the main thread's "[stack]", or a thread's stack
- * mapping, whose top holds its thread descriptor and static TLS (the copy
- * stops below them, as snapprof_thread_register() does). Returns 0 or a
- * negative errno. */
-static int find_bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
+/* A thread's stack mapping holds its thread descriptor and static TLS at
+ * its top: the copy stops below them, as snapprof_thread_register() does. */
+static void below_self(uintptr_t sp, uintptr_t *base)
 {
-    int rc = snapprof__find_mapping(sp, low, base);
-    if (rc != 0)
-        return rc;
     uintptr_t self = (uintptr_t)pthread_self();
     if (self > sp && self < *base)
         *base = self & ~(uintptr_t)15;
-    return 0;
 }
 
 /* Whether [sp's page, base) is still all mapped: a remembered stack may
@@ -99,11 +128,106 @@ static int still_mapped(uintptr_t sp, uintptr_t base)
     return msync((void *)page, base - page, MS_ASYNC) == 0;
 }
 
+/* The range of the current shared table that holds sp, if the table was
+ * not being rewritten meanwhile. Returns 1 when found. */
+static int shared_find(uintptr_t sp, uintptr_t *low, uintptr_t *base)
+{
+    shared_stacks_t *t = &g_shared[atomic_load_explicit(&g_shared_current, memory_order_acquire)];
+    unsigned seq = atomic_load_explicit(&t->seq, memory_order_acquire);
+    if (seq & 1)
+        return 0;
+    unsigned n = atomic_load_explicit(&t->count, memory_order_relaxed);
+    if (n > SHARED_STACKS)
+        n = SHARED_STACKS;
+    /* The last range whose low is at or below sp. */
+    unsigned lo = 0, hi = n;
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (atomic_load_explicit(&t->r[mid].low, memory_order_relaxed) <= sp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uintptr_t l = 0, b = 0;
+    if (lo > 0) {
+        l = atomic_load_explicit(&t->r[lo - 1].low, memory_order_relaxed);
+        b = atomic_load_explicit(&t->r[lo - 1].base, memory_order_relaxed);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&t->seq, memory_order_relaxed) != seq)
+        return 0;
+    if (lo == 0 || sp < l || sp >= b)
+        return 0;
+    *low = l;
+    *base = b;
+    return 1;
+}
+
+static int stack_candidate(const snapprof__proc_map_t *m)
+{
+    return m->perms[0] == 'r' && m->perms[1] == 'w' && m->perms[3] == 'p' &&
+           (m->path[0] == '\0' || m->path[0] == '[');
+}
+
+/* Reads /proc/self/maps once into the table that is not current and makes
+ * it current, with sp's mapping in it; or, when another thread is filling,
+ * finds sp's mapping alone (snapprof__find_mapping(): no malloc, no
+ * stdio). Either way one read, counted. Returns 0 with sp's mapping, or a
+ * negative errno (an open that failed, at EMFILE too: nothing changes,
+ * and the next sampled allocation tries again). */
+static int shared_fill(uintptr_t sp, uintptr_t *low, uintptr_t *base)
+{
+    atomic_fetch_add_explicit(&snapprof__heap.stack_lookups, 1, memory_order_relaxed);
+    pid_t pid = getpid();
+    pid_t was = atomic_load_explicit(&g_filler, memory_order_relaxed);
+    if (was == pid || !atomic_compare_exchange_strong_explicit(
+                          &g_filler, &was, pid, memory_order_acquire, memory_order_relaxed))
+        return snapprof__find_mapping(sp, low, base);
+    unsigned cur = atomic_load_explicit(&g_shared_current, memory_order_relaxed);
+    shared_stacks_t *t = &g_shared[cur ^ 1];
+    int rc = snapprof__proc_maps_open(&g_fill_it);
+    if (rc != 0) {
+        atomic_store_explicit(&g_filler, 0, memory_order_release);
+        return rc;
+    }
+    unsigned seq = atomic_load_explicit(&t->seq, memory_order_relaxed) | 1;
+    atomic_store_explicit(&t->seq, seq, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    unsigned n = 0;
+    rc = -ENOENT;
+    snapprof__proc_map_t m;
+    while (snapprof__proc_maps_next(&g_fill_it, &m) > 0) {
+        int has_sp = sp >= m.start && sp < m.end;
+        if (has_sp) {
+            *low = m.start;
+            *base = m.end;
+            rc = 0;
+        }
+        /* The last entry is kept for sp's mapping: the table stays in
+         * address order, since the file is. */
+        if ((has_sp && n < SHARED_STACKS) ||
+            (stack_candidate(&m) && n < SHARED_STACKS - (rc != 0))) {
+            atomic_store_explicit(&t->r[n].low, m.start, memory_order_relaxed);
+            atomic_store_explicit(&t->r[n].base, m.end, memory_order_relaxed);
+            n++;
+        }
+        if (rc == 0 && n == SHARED_STACKS)
+            break;
+    }
+    snapprof__proc_maps_close(&g_fill_it);
+    atomic_store_explicit(&t->count, n, memory_order_relaxed);
+    atomic_store_explicit(&t->seq, seq + 1, memory_order_release);
+    if (rc == 0)
+        atomic_store_explicit(&g_shared_current, cur ^ 1, memory_order_release);
+    atomic_store_explicit(&g_filler, 0, memory_order_release);
+    return rc;
+}
+
 /* The calling thread's stack bounds: its registration's, else a known
- * stack's (moved to the front), else found in /proc/self/maps and put in
- * front. Returns 0, or -1 when sp is in no stack we know or can find (an
- * open that failed, at EMFILE too: then nothing is kept, and the next
- * sampled allocation tries again). */
+ * stack's (moved to the front), else the process table's, else read from
+ * /proc/self/maps (shared_fill()); the last two are put in front. A range
+ * no longer all mapped is forgotten and read again. Returns 0, or -1 when
+ * sp is in no stack we know or can find. */
 static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
 {
     pid_t tid = snapprof__gettid_cached();
@@ -133,9 +257,16 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
         l = tls_stacks.r[i].low;
         b = tls_stacks.r[i].base;
     } else {
-        atomic_fetch_add_explicit(&snapprof__heap.stack_lookups, 1, memory_order_relaxed);
-        if (find_bounds(sp, &l, &b) != 0)
-            return -1;
+        int found = shared_find(sp, &l, &b);
+        if (found) {
+            below_self(sp, &b);
+            found = still_mapped(sp, b);
+        }
+        if (!found) {
+            if (shared_fill(sp, &l, &b) != 0)
+                return -1;
+            below_self(sp, &b);
+        }
         if (tls_stacks.count < KNOWN_STACKS)
             tls_stacks.count++;
         i = tls_stacks.count - 1; /* the last goes, if the table was full */
@@ -145,6 +276,52 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
     tls_stacks.r[0].base = b;
     *low = l;
     *base = b;
+    return 0;
+}
+
+/* Clamps *base to the first page at or above sp that cannot be read, over
+ * the part of [low, *base) the copy will read (window bytes from sp less
+ * its red zone). A remembered range, the thread's or the process's, can
+ * pass the msync() check and still hold a page that is mapped but not
+ * readable: its stack freed and the address taken by other mappings, one
+ * of them a thread stack's PROT_NONE guard page (ASan+UBSan, soak_heap:
+ * the fibers thread died of SIGSEGV in the copy one page above its sp).
+ * process_vm_readv() of one byte a page, on this process, reads what
+ * the copy would and stops at the first page that faults, without a
+ * fault. Returns 0 (the range left as it is, or clamped), -1 when not
+ * even sp's page reads from where the copy starts, or a negative errno
+ * when the call is refused (seccomp, ENOSYS: the caller copies what
+ * msync() allowed, as before). */
+#define READ_CHECK_PAGES 32
+static int clamp_readable(uintptr_t sp, uintptr_t low, uintptr_t *base, size_t window)
+{
+    uintptr_t lo = sp >= low + 128 ? sp - 128 : low;
+    uintptr_t end = *base - lo > window ? lo + window : *base;
+    uintptr_t page = lo & ~(uintptr_t)4095;
+    struct iovec remote[READ_CHECK_PAGES], local[READ_CHECK_PAGES];
+    char sink[READ_CHECK_PAGES];
+    pid_t pid = getpid();
+    while (page < end) {
+        unsigned n = 0;
+        for (uintptr_t p = page; p < end && n < READ_CHECK_PAGES; p += 4096, n++) {
+            remote[n].iov_base = (void *)p;
+            remote[n].iov_len = 1;
+            local[n].iov_base = &sink[n];
+            local[n].iov_len = 1;
+        }
+        ssize_t got = process_vm_readv(pid, local, n, remote, n, 0);
+        if (got < 0)
+            return errno == EFAULT ? -1 : -errno;
+        if ((size_t)got < n) {
+            uintptr_t top = page + (uintptr_t)got * 4096;
+            if (top <= sp)
+                return -1;
+            if (top < *base)
+                *base = top;
+            return 0;
+        }
+        page += (uintptr_t)n * 4096;
+    }
     return 0;
 }
 
@@ -210,7 +387,10 @@ __attribute__((noinline)) int snapprof__heap_capture(uintptr_t addr, size_t size
     memset(&regs, 0, sizeof regs);
     TAKE_REGISTERS(&regs);
     uintptr_t low, base;
-    if (bounds(regs.r[SNAPPROF_REG_SP], &low, &base) != 0) {
+    if (bounds(regs.r[SNAPPROF_REG_SP], &low, &base) != 0 ||
+        clamp_readable(regs.r[SNAPPROF_REG_SP], low, &base,
+                       h->pool.copy_max > h->pool.slot_bytes ? h->pool.copy_max
+                                                             : h->pool.slot_bytes) == -1) {
         atomic_fetch_add_explicit(&h->dropped_no_stack, 1, memory_order_relaxed);
         return 0;
     }

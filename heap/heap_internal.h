@@ -142,4 +142,10 @@ int snapprof__heap_capture(uintptr_t addr, size_t size, uintptr_t caller_pc);
  * thread-independent state for interval bytes from *rng. */
 int64_t snapprof__heap_draw(uint64_t *rng, size_t interval);
 
+/* A thread's first rng state, from raw bits of its own (the clock, its
+ * tid, its TLS address): mixed so that threads seeded a few ns apart draw
+ * unrelated intervals; never 0. Test seam too (the draws from a fixed
+ * seed are fixed). */
+uint64_t snapprof__heap_seed(uint64_t raw);
+
 #endif

@@ -6,6 +6,7 @@
 #include "heap/heap_internal.h"
 
 #include "common/clock.h"
+#include "common/hash.h"
 
 #include <snapprof/heap.h>
 
@@ -97,18 +98,20 @@ int64_t snapprof__heap_draw(uint64_t *rng, size_t interval)
     return (int64_t)d;
 }
 
+uint64_t snapprof__heap_seed(uint64_t raw)
+{
+    /* One step of splitmix64 from raw: threads seeded a few ns apart draw
+     * unrelated intervals. 0 is xorshift's one fixed point. */
+    uint64_t x = snapprof__splitmix64_next(&raw);
+    return x ? x : 1;
+}
+
 static void seed(heap_tls_t *s)
 {
     if (s->rng != 0)
         return;
-    uint64_t x = snapprof__monotonic_ns() ^ ((uint64_t)(uintptr_t)s << 16) ^
-                 ((uint64_t)snapprof__gettid_cached() << 40);
-    /* splitmix64: threads seeded a few ns apart draw unrelated intervals */
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    s->rng = x ? x : 1;
+    s->rng = snapprof__heap_seed(snapprof__monotonic_ns() ^ ((uint64_t)(uintptr_t)s << 16) ^
+                                 ((uint64_t)snapprof__gettid_cached() << 40));
 }
 
 /* The rule on one countdown: *left is the bytes until the next sample, 0

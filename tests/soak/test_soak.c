@@ -79,26 +79,11 @@ static unsigned long long soak_count(const char *out, const char *name)
  * (preload/preload_fork.c): expected there, a complaint anywhere else. */
 #define SANITIZER_CHILD "a sanitizer build cannot start a profiler in the child"
 
-/* What a fork child says when its probe of the loader's lock did not
- * answer in 0.2 s (preload/preload_fork.c, finding 3 in README.md).
- * DISABLED AS A FAILURE UNDER --heap ONLY, counted and printed instead: in
- * the fork half with heap sampling on (no dlopen thread, so nothing of the
- * soak's own holds the loader's lock), 2 of 6 runs of 3 s had one such
- * child, against none of 6 without heap sampling and none of 3 with the
- * hooks installed but no heap sampling (README.md, "soak_heap", finding
- * 7). Its cause was found and fixed at stop 41 (the unwinder's module
- * check entered the loader outside the fork gate: test
- * profiler_fork_during_unwinder_update); 0 of 54 runs after the fix had
- * such a child, but one run on a machine at load 10 still did, so it
- * stays counted, not failed, until that one is understood. Without --heap
- * it stays a failure, as before. */
-#define LOADER_CHILD "it was forked while another thread held the dynamic loader's lock"
-
 /* Fails on any complaint in the soak's output: a sanitizer report or
  * warning, a UBSan "runtime error", a snapprof warning. ASan's one-time
  * notice that it does not fully support swapcontext is expected: the
  * fibers are annotated for it (soak_prog.c). */
-static void require_quiet(const char *out, int heap)
+static void require_quiet(const char *out)
 {
     static const char *const complaints[] = {"Sanitizer", "runtime error",
                                              "snapprof:", "ERROR:", "WARNING:"};
@@ -108,8 +93,7 @@ static void require_quiet(const char *out, int heap)
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
         char buf[1024];
         snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-        if (!strstr(buf, known) && !(tu_sanitizer_build() && strstr(buf, SANITIZER_CHILD)) &&
-            !(heap && strstr(buf, LOADER_CHILD)))
+        if (!strstr(buf, known) && !(tu_sanitizer_build() && strstr(buf, SANITIZER_CHILD)))
             for (size_t i = 0; i < sizeof complaints / sizeof complaints[0]; i++)
                 if (strstr(buf, complaints[i]))
                     TEST_FAIL("soak_prog complained (\"%s\"): %s", complaints[i], buf);
@@ -219,14 +203,7 @@ static void run_soak(double seconds, const char *only, int heap)
         TEST_FAIL("soak_prog hung: killed after %u s", limit);
     ASSERT_EQ(st, 0);
     ASSERT_CONTAINS(out, "soak: ok");
-    require_quiet(out, heap);
-    /* Fork children left unprofiled for the loader's lock (heap only:
-     * LOADER_CHILD says why); each wrote neither profile nor summary. */
-    unsigned long long loader_children = 0;
-    for (const char *q = out; (q = strstr(q, LOADER_CHILD)) != NULL; q++)
-        loader_children++;
-    if (heap)
-        printf("fork children not profiled for the loader's lock: %llu\n", loader_children);
+    require_quiet(out);
     const char *p = strstr(out, "soak: pid=");
     ASSERT_NOT_NULL(p);
     int pid = atoi(p + strlen("soak: pid="));
@@ -255,16 +232,29 @@ static void run_soak(double seconds, const char *only, int heap)
      * at the bottom of 2000 frames (soak_poll lets TSan run its deferred
      * signals there), so it is sampled and its samples unwind through
      * soak_recurse. */
-    /* Not under TSan with --heap (README.md, finding 8): since a tick's
-     * heap drain stops after a budget, the fork half has soak_bottom
-     * there (3 of 3 runs), but the threads and dlopen half did not in the
-     * one run tried: not understood yet. Everywhere else these hold. */
+    /* The one exception: soak_heap under TSan, whose CPU profile starves
+     * (README.md, finding 9). In the threads and dlopen half the sampling
+     * thread makes 3-7 ticks in a 3 s run (563 with the recursion alone):
+     * a tick's CPU drain, unbounded in time, delivers the captures of the
+     * fiber and dlopen threads, each a TSan-slow rebase of a copy of up
+     * to 800 KiB and a module refresh for a pc in a library dlopen()ed
+     * since (gdb: snapprof__check_handler -> snapprof__profiler_drain ->
+     * rebase_words_avx2 and refresh_locked's read_maps). The recursion
+     * thread, found by the helper's rescans under TSan (finding 6), is
+     * sampled by the handshake at ticks, so it rarely gets one: no
+     * soak_bottom sample in any 3 s run of dlopen, fibers and recursion
+     * together, 2 without --heap and 4 with. Strict, the first 6 TSan
+     * runs failed 3 times: soak_lib_work without a sample in that half
+     * twice, and soak_bottom once in the fork half (a run of 8.9 s for 3
+     * beside other TSan and ASan runs). Not the heap path, but
+     * sampling_thread/ and stack_copier/. Every heap check still holds
+     * under TSan, and soak_short (6 s halves, no --heap) keeps these. */
     int cpu_checks = !(heap && tu_tsan_build());
-    if (!cpu_checks)
-        printf("TSan with --heap: the CPU profile's functions are not checked (finding 8)\n");
     if (cpu_checks) {
         pl_require_fn(prof, "", "soak_bottom", 1);
         pl_require_under(prof, "soak_recurse", 1);
+    } else {
+        printf("TSan with --heap: the CPU profile's functions are not required (finding 9)\n");
     }
     /* The dlopen thread spends most of its CPU in soak_lib_work, in a
      * library long unloaded when the profile is symbolized: its name must
@@ -342,15 +332,7 @@ static void run_soak(double seconds, const char *only, int heap)
     unsigned long long files = count_cpu_profiles(dir) - 1;
     printf("children: %llu profiles, %llu summaries (%llu with a file), %llu samples in all\n",
            files, summaries - 1, child_files, child_samples);
-    /* A fork child unprofiled for the loader's lock (heap only, see
-     * LOADER_CHILD) writes no summary when it was the _exit() child, and
-     * one when it was about to exec (what it execs is profiled anew). */
-    if (loader_children > 0) {
-        ASSERT(summaries <= children + 1);
-        ASSERT(summaries + loader_children >= children + 1);
-    } else {
-        ASSERT_UEQ(summaries, children + 1);
-    }
+    ASSERT_UEQ(summaries, children + 1);
     ASSERT_UEQ(files, child_files);
     /* A profiled child allocates (the fork child before _exit(), the
      * exec'd soak with --heap): its heap was sampled too. */
