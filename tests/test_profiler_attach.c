@@ -798,6 +798,21 @@ static void check_parked(snapprof_profiler_t *p, worker_t *w, size_t n, const ch
     ASSERT_LE(k1 - k0, (uint64_t)secs + 3);
 }
 
+/* A started profiler of w[0] alone (a burning worker it starts), armed on
+ * demand, with all as its own builder. */
+static snapprof_profiler_t *start_on_demand(worker_t *w, slog_t *all)
+{
+    tu_worker_start(&w[0].base, burn_main, &w[0]);
+    snapprof_thread_t *threads[1] = {w[0].base.token};
+    snapprof_params_t params = tu_params(INTERVAL_NS);
+    params.arm_on_demand = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, threads, 1, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(all, NULL)));
+    ASSERT_OK(snapprof_profiler_start(p));
+    return p;
+}
+
 /* params.arm_on_demand: a busy thread gets no signal until a builder is
  * attached, then one per period of its CPU time, and none again after
  * the detach; a thread that joined while nothing was armed is armed at
@@ -806,15 +821,8 @@ static void test_on_demand(void)
 {
     tu_need_perf_event(); /* the rate: the perf event's */
     worker_t w[2] = {0};
-    tu_worker_start(&w[0].base, burn_main, &w[0]);
     slog_t all = {0}, b = {0};
-    snapprof_thread_t *threads[1] = {w[0].base.token};
-    snapprof_params_t params = tu_params(INTERVAL_NS);
-    params.arm_on_demand = 1;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, threads, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(&all, NULL)));
-    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_profiler_t *p = start_on_demand(w, &all);
     check_parked(p, w, 1, "before the attach");
 
     /* A thread that joins while nothing is armed. */
@@ -911,15 +919,8 @@ static void test_drop(void)
 {
     tu_need_perf_event(); /* check_parked: the perf event's rate */
     worker_t w[1] = {0};
-    tu_worker_start(&w[0].base, burn_main, &w[0]);
     slog_t all = {0}, b = {0};
-    snapprof_thread_t *threads[1] = {w[0].base.token};
-    snapprof_params_t params = tu_params(INTERVAL_NS);
-    params.arm_on_demand = 1;
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, threads, 1, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, log_builder(&all, NULL)));
-    ASSERT_OK(snapprof_profiler_start(p));
+    snapprof_profiler_t *p = start_on_demand(w, &all);
 
     char *dir = tu_make_tmpdir("drop-builder");
     char path[1024];
