@@ -52,6 +52,11 @@ typedef struct module_entry {
      * was unmapped by then; 0 while loaded). A copy taken before
      * unloaded_ns may have frames in it: see snapprof__module_find_at(). */
     uint64_t loaded_ns, unloaded_ns;
+    /* A maps-only entry of a file the loader listed in a later refresh at
+     * the same place: dlopen() was half-way (the file mapped, not listed
+     * yet) when /proc/self/maps was read. The loader's entry answers for
+     * its whole time, so this one never does once unloaded. */
+    int superseded;
     struct module_entry *next; /* every entry ever made, in creation order */
 } module_entry_t;
 
@@ -225,6 +230,29 @@ static module_entry_t *new_entry(const candidate_t *c, uint64_t scanned_ns)
     return e;
 }
 
+/* e is found gone by the refresh that lists loaded[0..n). When e was a
+ * maps-only sighting of a file that the loader now lists at an
+ * overlapping place (made by this refresh), dlopen() was half-way when e
+ * was made: the loader's entry takes e's time as its own (the file was
+ * mapped there since), and e is superseded. Without this, a stack copied
+ * between the two refreshes got e, which has no load bias and no
+ * symbols, and its unwind stopped at that frame. */
+static void supersede_half_loaded(module_entry_t *e, module_entry_t *const *loaded, size_t n)
+{
+    if (!e->from_maps || e->inode == 0 || e->pub.kind != SNAPPROF_MODULE_ANON)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        module_entry_t *l = loaded[i];
+        int made_now = l->next == NULL && l != g_all_tail; /* not linked yet */
+        if (!made_now || l->from_maps || l->pub.start >= e->pub.limit ||
+            e->pub.start >= l->pub.limit || strcmp(l->pub.path, e->pub.path) != 0)
+            continue;
+        if (e->loaded_ns < l->loaded_ns)
+            l->loaded_ns = e->loaded_ns;
+        e->superseded = 1;
+    }
+}
+
 static int refresh_locked(void)
 {
     candidate_vec_t cv = {0};
@@ -270,6 +298,7 @@ static int refresh_locked(void)
     for (size_t i = 0; i < g_nloaded; i++) {
         if (g_loaded[i]->seen != gen) {
             g_loaded[i]->unloaded_ns = scanned_ns;
+            supersede_half_loaded(g_loaded[i], loaded, cv.n);
             __atomic_store_n(&g_loaded[i]->pub.is_loaded, 0, __ATOMIC_RELAXED);
         }
     }
@@ -375,7 +404,7 @@ static module_entry_t *unloaded_at_locked(uintptr_t addr, uint64_t when_ns)
 {
     module_entry_t *best = NULL;
     for (module_entry_t *e = g_all_head; e != NULL; e = e->next) {
-        if (e->pub.is_loaded || addr < e->pub.start || addr >= e->pub.limit ||
+        if (e->pub.is_loaded || e->superseded || addr < e->pub.start || addr >= e->pub.limit ||
             e->unloaded_ns < when_ns)
             continue;
         if (best == NULL || e->unloaded_ns < best->unloaded_ns)

@@ -12,13 +12,13 @@ target_link_libraries(module_cache_testlib PRIVATE ${CMAKE_DL_LIBS})
 # They stay apart because the cache is per process and what each finds
 # depends on what the process loaded (module_cache_concurrent exports a
 # hook that the test library's constructor looks for).
-foreach(t matches_proc_maps build_id symbolize dlopen_dlclose anon_exec)
+foreach(t matches_proc_maps build_id symbolize dlopen_dlclose anon_exec half_loaded)
   snapprof_add_test_cases(EXE module_cache_${t} SOURCES test_module_cache_${t}.c
     PREFIX module_cache_)
 endforeach()
 snapprof_add_test_cases(EXE module_cache_concurrent SOURCES test_module_cache_concurrent.c
   PREFIX module_cache_ TIMEOUT 60)
-foreach(t module_cache_dlopen_dlclose module_cache_concurrent)
+foreach(t module_cache_dlopen_dlclose module_cache_half_loaded module_cache_concurrent)
   add_dependencies(${t} module_cache_testlib)
   target_compile_definitions(${t} PRIVATE
     MC_TESTLIB_PATH="$<TARGET_FILE:module_cache_testlib>")

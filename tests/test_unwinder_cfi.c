@@ -852,8 +852,11 @@ static void test_dlclose(void)
                 in_fn |= f[k].pc - m->load_bias >= g_dl_fns[j].start &&
                          f[k].pc - m->load_bias < g_dl_fns[j].end;
             other_code += m && !in_fn;
+            /* The loader's entry, never a maps-only one made while
+             * dlopen() was half-way: that has no load bias or symbols. */
             int ok = m && strstr(m->path, "unwinder_dllib") && !m->is_loaded &&
-                     f[k].pc >= m->start && f[k].pc < m->limit &&
+                     m->kind == SNAPPROF_MODULE_NATIVE && f[k].pc >= m->start &&
+                     f[k].pc < m->limit &&
                      (!in_fn || (n > 0 && strncmp(sym[0].name, "dllib_", 6) == 0));
             frames.ok += ok;
             if (!ok && frames.seen - frames.ok <= 3)
