@@ -859,5 +859,10 @@ int snapprof__config_from_env(snapprof__preload_config_t *cfg, char *(*get)(cons
         snprintf(cfg->summary_dir, sizeof cfg->summary_dir, "%s", v);
     heap_from_env(cfg, get, warn);
     arm_from_env(cfg, get, warn);
+    /* Armed only for requests: timers by default up to 100 Hz
+     * (SNAPPROF_DEMAND_TIMER_MAX_HZ: why). */
+    if (cfg->arm_demand && !cfg->trigger_explicit && cfg->trigger == SNAPPROF_TRIGGER_AUTO &&
+        cfg->hz <= SNAPPROF_DEMAND_TIMER_MAX_HZ)
+        cfg->trigger = SNAPPROF_TRIGGER_CPU_TIMER;
     return 1;
 }

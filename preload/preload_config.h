@@ -58,6 +58,16 @@
  * when neither -F nor --trigger (SNAPPROF_HZ, SNAPPROF_TRIGGER) is given,
  * in CPU mode. */
 #define SNAPPROF_FLIGHT_TRIGGER SNAPPROF_TRIGGER_CPU_TIMER
+/* The same for the profiles of `--http` alone (SNAPPROF_ARM=demand), at
+ * rates up to this one, when SNAPPROF_TRIGGER is not given: those serve a
+ * running service's scrapes and requests, as Go's net/http/pprof does with
+ * the same per-thread CPU-time timers (runtime/pprof since Go 1.18). At
+ * 100 Hz the tick's precision is 0.4 of a period; above it the perf event
+ * stays, since a timer gives at most one sample a tick. bench_server at
+ * 0.1 CPU with one 25 s request at 100 Hz, six rounds side by side: 1.018
+ * x no profiler with perf events (1.013-1.023), 1.011 with timers
+ * (0.999-1.015); issue 28's target for that row: 1.02. */
+#define SNAPPROF_DEMAND_TIMER_MAX_HZ 100u
 /* Longest --duration: a year, only to keep the arithmetic in range. */
 #define SNAPPROF_DURATION_MAX_S 31536000.0
 /* The heap sampling interval when SNAPPROF_HEAP_INTERVAL is not given

@@ -24,7 +24,7 @@ foreach(case go_pprof status_codes concurrency_bound program_closes_fds request_
     LABELS preload ENVIRONMENT "SNAPPROF_PRELOAD_LIB=$<TARGET_FILE:snapprof_preload>")
 endforeach()
 # Without -o: nothing armed between requests (issue 28; test_http_ondemand.sh).
-foreach(case idle_request_idle flight_quiet with_output)
+foreach(case idle_request_idle flight_quiet trigger_given with_output)
   add_test(NAME http_ondemand_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_http_ondemand.sh ${case}
             $<TARGET_FILE:snapprof_cli> $<TARGET_FILE:http_prog> ${SNAPPROF_HTTP_SANITIZED}

@@ -97,6 +97,11 @@ idle_request_idle)
   else
     echo "no go: the profile's functions are not checked"
   fi
+  # Armed only for requests, at 100 Hz and without --trigger: each
+  # thread's CPU-time timer (SNAPPROF_DEMAND_TIMER_MAX_HZ), not a perf
+  # event, which costs a server at every context switch.
+  "$cli" stats "$dir/cpu.pb.gz" >"$dir/stats" 2>&1 || fail "snapprof stats: $(cat "$dir/stats")"
+  grep -q '^trigger  *timer ' "$dir/stats" || fail "not the timer trigger: $(grep '^trigger' "$dir/stats")"
   idle "after the request"
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
@@ -128,6 +133,22 @@ flight_quiet)
   finish
   [ "$status" = 0 ] || fail "exit status $status, not 0"
   ;;
+trigger_given)
+  # A trigger given, or a rate above 100 Hz, keeps the default chain (perf
+  # events first) for requests too.
+  for opts in "--trigger perf" "-F 200"; do
+    rm -f "$dir/stop"
+    # shellcheck disable=SC2086
+    start $opts
+    c=$(curl -s --max-time 120 -o "$dir/cpu.pb.gz" -w '%{http_code}' \
+      "$base/debug/pprof/profile?seconds=1&token=$token")
+    [ "$c" = 200 ] || fail "$opts: the request: $c $(cat "$dir/cpu.pb.gz")"
+    "$cli" stats "$dir/cpu.pb.gz" >"$dir/stats" 2>&1 || fail "snapprof stats: $(cat "$dir/stats")"
+    grep -q '^trigger  *perf ' "$dir/stats" || fail "$opts: not perf: $(grep '^trigger' "$dir/stats")"
+    finish
+    [ "$status" = 0 ] || fail "$opts: exit status $status, not 0"
+  done
+  ;;
 with_output)
   # With -o nothing changes: the run is sampled from start to end and its
   # file written.
@@ -144,6 +165,9 @@ with_output)
   [ -n "$n" ] && [ "$n" -ge 50 ] || fail "${n:-no} samples in a run of 1+ CPU-second"
   [ -s "$dir/whole.pb.gz" ] || fail "-o's whole-run profile was not written"
   ! grep -q 'no whole-run CPU profile' "$dir/err" || fail "the summary says no profile"
+  # Armed for the whole run: the default chain, perf events first.
+  "$cli" stats "$dir/whole.pb.gz" >"$dir/stats" 2>&1 || fail "snapprof stats: $(cat "$dir/stats")"
+  grep -q '^trigger  *perf ' "$dir/stats" || fail "not perf: $(grep '^trigger' "$dir/stats")"
   ;;
 *)
   echo "unknown case $case"
