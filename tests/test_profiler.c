@@ -934,6 +934,13 @@ static void test_handshake_beside_trigger(void)
     stop_target(&a);
 }
 
+static uint64_t clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    ASSERT_EQ(clock_gettime(clock, &ts), 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* A target that exits mid-profile: its earlier samples stay, the exit is
  * counted once, the others go on. It leaves once the profile has samples
  * (not after a set time: a stalled VM once let 200 ms pass unsampled). */
@@ -950,6 +957,14 @@ static void thread_exits(snapprof_trigger_t trigger)
     atomic_store(&gone.leave, 1);
     while (!atomic_load(&gone.exited))
         usleep(1000);
+    /* The one that stays burns 40 periods of its CPU time after that (20
+     * ticks of wall time were not enough on CI's loaded machine: 3
+     * samples against the other's 9), then the tail is drained. */
+    clockid_t stays_clock;
+    ASSERT_EQ(pthread_getcpuclockid(stays.th, &stays_clock), 0);
+    uint64_t burnt0 = clock_ns(stays_clock), deadline = tu_mono_ns() + 60000000000u;
+    while (clock_ns(stays_clock) - burnt0 < 40 * 5000000u && tu_mono_ns() < deadline)
+        usleep(5000);
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     wait_ticks(p, st.ticks + 20);
