@@ -103,7 +103,9 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
 /* The PyThreadState of thread tid, or 0: its first ts_size bytes are read
  * checked into tsb (size bytes) and its native_thread_id is tid. Looks in
  * the table the last refresh published, then among the states learned
- * since, then at the thread state that holds the GIL
+ * since, then (self) at the calling thread's own thread-specific thread
+ * state (_PyRuntime.gilstate.autoTSSkey, which it has whether or not it
+ * holds the GIL), then at the thread state that holds the GIL
  * (_PyRuntime.gilstate.tstate_current), which is the thread's own whenever
  * it runs Python code, from its first moment; found there, it is learned
  * for tid, so that the thread's samples taken while it has released the

@@ -14,6 +14,7 @@ static const snapprof__py_layout_t layouts[] = {
         .known = 1,
         .runtime_interpreters_head = 40,
         .runtime_tstate_current = 576,
+        .runtime_autotss = 592,
         .interp_threads_head = 16,
         .ts_next = 8,
         .ts_interp = 16,

@@ -15,8 +15,11 @@ typedef struct snapprof__py_layout {
     const char *name; /* "3.11" */
     int known;        /* 0: an entry to fill; native frames only */
     /* _PyRuntimeState: interpreters.head; the thread state that holds the
-     * GIL (gilstate.tstate_current, 0: none in this version's layout). */
-    uint16_t runtime_interpreters_head, runtime_tstate_current;
+     * GIL (gilstate.tstate_current, 0: none in this version's layout); the
+     * thread-specific key of each thread's own thread state
+     * (gilstate.autoTSSkey, a Py_tss_t: int _is_initialized, then the
+     * pthread_key_t; 0: none in this version's layout). */
+    uint16_t runtime_interpreters_head, runtime_tstate_current, runtime_autotss;
     /* PyInterpreterState: the first thread state (threads.head). */
     uint16_t interp_threads_head;
     /* PyThreadState. */

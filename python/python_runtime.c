@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <libelf.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,10 +116,9 @@ static void learn(pid_t tid, uintptr_t ts)
             i = k;
     }
     if (i == PY_LEARNED_MAX) {
-        /* Full (256 threads started since the last refresh and seen at
-         * the GIL): found again at its next sample that holds the GIL,
-         * but its samples with the GIL released have no Python frames
-         * until the refresh. Counted (python_learned_full). */
+        /* Full (256 threads started since the last refresh and found):
+         * looked up again at its next sample, by its own key
+         * (own_tstate()) or at the GIL. Counted (python_learned_full). */
         atomic_fetch_add_explicit(&learned_full, 1, memory_order_relaxed);
         return;
     }
@@ -126,24 +126,60 @@ static void learn(pid_t tid, uintptr_t ts)
     atomic_store_explicit(&learned[i].tstate, ts, memory_order_release);
 }
 
-/* The mark of a thread found in neither table and not holding the GIL,
- * for its own later samples: the refresh generation it was found in and
- * the GIL holder then (_PyRuntime.gilstate.tstate_current). Until the
- * next refresh (which has the thread in its table if it has a thread
- * state by then), a sample of the thread skips both tables, and looks at
- * the GIL holder again only when it has changed: a native thread in a
- * Python process pays a plain load a sample instead of two table scans
- * and a system call, and a thread that starts running Python code (a C
- * thread calling back into Python, a Python thread whose first samples
- * fell while it had released the GIL) is found when it takes the GIL.
- * The holder is read with a plain load only when _PyRuntime is in the
- * main executable, which is never unmapped (holder_plain); in a library
- * (dlclose could unmap it) a marked thread is not looked at again until
- * the next refresh. */
+/* The mark of a thread found in neither table, nor by its own key, and
+ * not holding the GIL, for its own later samples: the refresh generation
+ * it was found in and the GIL holder then
+ * (_PyRuntime.gilstate.tstate_current). Until the next refresh (which has
+ * the thread in its table if it has a thread state by then), a sample of
+ * the thread skips both tables, and looks at the GIL holder again only
+ * when it has changed: a native thread in a Python process pays a plain
+ * load a sample instead of two table scans and a system call, and a
+ * thread that starts running Python code (a C thread calling back into
+ * Python, a Python thread whose key was not yet set) is found when it
+ * takes the GIL. The holder is read with a plain load only when
+ * _PyRuntime is in the main executable, which is never unmapped
+ * (holder_plain); in a library (dlclose could unmap it) a marked thread
+ * is not looked at again until the next refresh. */
 static __thread struct {
     uint32_t gen;
     uintptr_t holder;
 } tls_mark __attribute__((tls_model("initial-exec")));
+
+/* The calling thread's own thread state as CPython keeps it for
+ * PyGILState_GetThisThreadState(): the value of its thread-specific key
+ * _PyRuntime.gilstate.autoTSSkey, set when a thread state is bound to its
+ * thread (a threading thread's at its start, before it first takes the
+ * GIL; a C thread's at PyGILState_Ensure()), 0 for a thread that never
+ * had one. So a thread found in neither table is found while it has
+ * released the GIL too, from its first sample: before, a thread whose
+ * first samples fell in zlib (GIL released) had no Python frames until it
+ * was next sampled holding the GIL (python_frames_shares: up to a whole
+ * deflate call's samples, 1-2 % of libz's). The key is read with plain
+ * loads only when _PyRuntime is in the main executable (holder_plain),
+ * else checked. glibc's pthread_getspecific() takes no lock and makes no
+ * system call: loads from the calling thread's own key blocks and a
+ * compare with the key's sequence number (NULL for a key out of range).
+ * Async-signal-safe (on glibc). */
+static uintptr_t own_tstate(const snapprof__py_layout_t *l)
+{
+    if (l->runtime_autotss == 0)
+        return 0;
+    uintptr_t at = snapprof__py.runtime + l->runtime_autotss;
+    struct {
+        int initialized;
+        pthread_key_t key;
+    } tss;
+    if (snapprof__py.holder_plain) {
+        tss.initialized = atomic_load_explicit((_Atomic int *)at, memory_order_relaxed);
+        tss.key =
+            atomic_load_explicit((_Atomic pthread_key_t *)(at + sizeof(int)), memory_order_relaxed);
+    } else if (snapprof__py_read(at, &tss, sizeof tss) < 0) {
+        return 0;
+    }
+    if (!tss.initialized)
+        return 0;
+    return (uintptr_t)pthread_getspecific(tss.key);
+}
 
 uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self)
 {
@@ -171,6 +207,15 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
                         return ts;
                     break;
                 }
+        }
+        /* The thread's own key first (plain loads), then the GIL holder
+         * (a checked read): from another thread (wall mode's blocked
+         * threads) only the holder can be looked at. */
+        ts = self ? own_tstate(l) : 0;
+        if (ts != 0 && names_thread(l, ts, tid, tsb)) {
+            tls_mark.gen = 0;
+            learn(tid, ts);
+            return ts;
         }
         if (l->runtime_tstate_current == 0 || snapprof__py_read(holder_at, &ts, sizeof ts) < 0)
             ts = 0;

@@ -410,6 +410,7 @@ static int mode_sigurg(uint64_t ms)
 }
 
 static atomic_int g_sleepers_stop, g_early;
+static atomic_uint g_reads; /* bytes sleeper_read has read */
 static int g_pipe[2];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -444,8 +445,11 @@ __attribute__((noinline)) static void sleeper_read(void)
     char c;
     while (!atomic_load(&g_sleepers_stop)) {
         work_a_little();
-        if (read(g_pipe[0], &c, 1) < 0 && errno == EINTR)
+        ssize_t got = read(g_pipe[0], &c, 1);
+        if (got < 0 && errno == EINTR)
             atomic_fetch_add(&g_early, 1);
+        else if (got == 1)
+            atomic_fetch_add(&g_reads, 1);
     }
 }
 
@@ -480,10 +484,19 @@ static int mode_sleepers(uint64_t ms)
     for (int i = 0; i < 3; i++)
         pthread_create(&th[i], NULL, sleeper_thread, (void *)fns[i]);
     uint64_t end = clock_ns(CLOCK_MONOTONIC) + ms * 1000000u;
-    while (clock_ns(CLOCK_MONOTONIC) < end) { /* the reader's data, every 2 ms */
+    /* The reader's data: a byte 2 ms after it has read the last one, so
+     * that each of its reads waits (blocked) at least 2 ms. A byte every
+     * 2 ms whether read or not left a reader short of CPU (load ~25 on 2
+     * CPUs) a full pipe: its reads never blocked, and --wall-blocked proc's
+     * profile had no blocked sample in sleeper_read (record_wall_proc). */
+    unsigned written = 0;
+    while (clock_ns(CLOCK_MONOTONIC) < end) {
         usleep(2000);
+        if (atomic_load(&g_reads) != written)
+            continue;
         if (write(g_pipe[1], "x", 1) != 1)
             return 2;
+        written++;
     }
     atomic_store(&g_sleepers_stop, 1);
     if (write(g_pipe[1], "x", 1) != 1)

@@ -119,21 +119,30 @@ static void stop_target(target_t *t)
 /* A profiler of threads with the default trigger (the best this machine
  * allows), or with the one given; with the handshake, wall mode signals
  * blocked threads too (SNAPPROF_WALL_BLOCKED_SIGNAL). */
-static snapprof_profiler_t *make_with(snapprof_thread_t *const *threads, size_t n,
-                                      uint64_t interval, snapprof_mode_t mode,
-                                      snapprof_trigger_t trigger, tu_collector_t *c)
+/* make_with() with the handler's timeout given (copy_timeout_ns). */
+static snapprof_profiler_t *make_with_timeout(snapprof_thread_t *const *threads, size_t n,
+                                              uint64_t interval, snapprof_mode_t mode,
+                                              snapprof_trigger_t trigger, tu_collector_t *c,
+                                              uint64_t timeout_ns)
 {
     snapprof_params_t params = tu_params(interval);
     params.mode = mode;
     params.trigger = trigger;
     if (trigger == SNAPPROF_TRIGGER_HANDSHAKE)
         params.wall_blocked = SNAPPROF_WALL_BLOCKED_SIGNAL;
-    params.copy_timeout_ns = 20000000u;
+    params.copy_timeout_ns = timeout_ns;
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, threads, n, &p));
     if (c)
         ASSERT_OK(snapprof_profiler_add_builder(p, tu_collector_builder(c)));
     return p;
+}
+
+static snapprof_profiler_t *make_with(snapprof_thread_t *const *threads, size_t n,
+                                      uint64_t interval, snapprof_mode_t mode,
+                                      snapprof_trigger_t trigger, tu_collector_t *c)
+{
+    return make_with_timeout(threads, n, interval, mode, trigger, c, 20000000u);
 }
 
 static snapprof_profiler_t *make(snapprof_thread_t *const *threads, size_t n, uint64_t interval,
@@ -895,27 +904,42 @@ static void test_two_on_one_thread_mixed(void)
     two_on_one_thread(SNAPPROF_TRIGGER_PERF_EVENT, SNAPPROF_TRIGGER_CPU_TIMER);
 }
 
+/* A done for tu_wait_stats: 100 handshake samples, or so many timeouts
+ * that test_handshake_beside_trigger()'s bound (a tenth of the requests)
+ * cannot hold at 100 samples: a handshake that waits out merged signals
+ * (500 ms each) then fails in seconds, not at tu_wait_stats's 120 s. */
+static int hundred_samples_or_timeouts(const snapprof_stats_t *st, void *arg)
+{
+    (void)arg;
+    return st->samples >= 100 || st->failed[SNAPPROF_FAIL_TIMEOUT] * 9 > 100;
+}
+
 /* A handshake profiler and a perf-trigger profiler on one thread, one
  * signal. The thread blocks it for 3 ms of CPU at a time, so the perf
  * overflow is pending when the handshake's request comes, and one delivery
  * (the perf event's) stands for both. The handshake must not wait out its
  * timeout for a signal that was merged away: the trigger's delivery serves
- * the request that waits for its thread. */
+ * the request that waits for its thread. The handshake's timeout is
+ * 500 ms, not the 20 ms of the other cases: a request must wait for up to
+ * 3 ms of the thread's CPU, and with 20 ms a thread that got less than
+ * 15 % of a CPU timed out (26 of 126 requests at load ~25 on 2 CPUs). A
+ * merged signal still times out whatever the timeout, at nearly every
+ * request. */
 static void test_handshake_beside_trigger(void)
 {
     tu_need_perf_event();
     target_t a = {0};
     start_target(&a, BUSY_BLOCKING);
-    snapprof_profiler_t *ph =
-        make_with(&a.token, 1, 5000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_HANDSHAKE, NULL);
+    snapprof_profiler_t *ph = make_with_timeout(&a.token, 1, 5000000u, SNAPPROF_MODE_CPU,
+                                                SNAPPROF_TRIGGER_HANDSHAKE, NULL, 500000000u);
     snapprof_profiler_t *pp =
         make_with(&a.token, 1, 1000000u, SNAPPROF_MODE_CPU, SNAPPROF_TRIGGER_PERF_EVENT, NULL);
     ASSERT_OK(snapprof_profiler_start(pp));
     ASSERT_OK(snapprof_profiler_start(ph));
-    tu_wait_samples(ph, 100);
+    snapprof_stats_t sh, sp;
+    tu_wait_stats(ph, &sh, hundred_samples_or_timeouts, NULL);
     ASSERT_OK(snapprof_profiler_stop(ph));
     ASSERT_OK(snapprof_profiler_stop(pp));
-    snapprof_stats_t sh, sp;
     ASSERT_OK(snapprof_profiler_get_stats(ph, &sh));
     ASSERT_OK(snapprof_profiler_get_stats(pp, &sp));
     printf("handshake: %llu samples, %llu timeouts; perf: %llu samples, moved %llu\n",
@@ -923,11 +947,12 @@ static void test_handshake_beside_trigger(void)
            (unsigned long long)sp.samples, (unsigned long long)sp.trigger_blocked);
     /* Waited out for a merged signal, most requests would time out (the
      * perf overflow is pending at nearly every one). A timeout is also a
-     * thread kept off its CPU past the handshake's wall-time bound: 5 in
-     * ~100 requests on CI's machine beside another full build. A tenth
-     * of the requests keeps the two apart. */
+     * thread kept off its CPU past the handshake's wall-time bound: with
+     * 20 ms, 5 in ~100 requests on CI's machine beside another full
+     * build. A tenth of the requests keeps the two apart. */
     uint64_t timeouts = sh.failed[SNAPPROF_FAIL_TIMEOUT];
     ASSERT_LE(timeouts * 10, sh.samples + timeouts);
+    ASSERT_GE(sh.samples, 100);
     ASSERT_GT(sp.samples, 0);
     snapprof_profiler_destroy(ph);
     snapprof_profiler_destroy(pp);

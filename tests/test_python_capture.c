@@ -9,6 +9,7 @@
 #include "test.h"
 #include "test_util.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -174,6 +175,45 @@ static void test_native_mark_new_holder(void)
     ASSERT_EQ(find(me + 2, 0), (uintptr_t)fake_states[2]);
 }
 
+/* A thread found in neither table and not holding the GIL (its first
+ * sample fell in zlib, which released it) is found at its own thread
+ * state, the value of CPython's thread-specific key
+ * (_PyRuntime.gilstate.autoTSSkey), with _PyRuntime in the main program
+ * or not, and learned: found with the key cleared too. A key not marked
+ * initialized, or whose value names another thread, is not taken. Catches
+ * the lookup that knew only the tables and the GIL holder: a thread's
+ * first deflate call had no Python frames (python_frames_shares failed
+ * its 99 % bound on a loaded CI run, 98.3 %). */
+static void test_own_key_without_gil(void)
+{
+    for (int plain = 0; plain <= 1; plain++) {
+        const snapprof__py_layout_t *l = fake_python(plain);
+        ASSERT(l->runtime_autotss != 0);
+        ASSERT(l->runtime_autotss + sizeof(int) + sizeof(pthread_key_t) <= sizeof fake_runtime);
+        pid_t me = snapprof__gettid_cached();
+        uintptr_t mine = fake_state(l, 0, me), other = fake_state(l, 1, me + 1);
+        pthread_key_t key;
+        ASSERT_EQ(pthread_key_create(&key, NULL), 0);
+        int initialized = 0;
+        memcpy(fake_runtime + l->runtime_autotss + sizeof(int), &key, sizeof key);
+        memcpy(fake_runtime + l->runtime_autotss, &initialized, sizeof initialized);
+        set_holder(l, other);
+        ASSERT_EQ(pthread_setspecific(key, (void *)mine), 0);
+        ASSERT_EQ(find(me, 1), 0); /* the key is not initialized */
+        initialized = 1;
+        memcpy(fake_runtime + l->runtime_autotss, &initialized, sizeof initialized);
+        snapprof__python_refresh(1); /* clears the mark */
+        ASSERT_EQ(pthread_setspecific(key, (void *)other), 0);
+        ASSERT_EQ(find(me, 1), 0); /* another thread's state */
+        snapprof__python_refresh(1);
+        ASSERT_EQ(pthread_setspecific(key, (void *)mine), 0);
+        ASSERT_EQ(find(me, 1), mine);
+        ASSERT_EQ(pthread_setspecific(key, NULL), 0);
+        ASSERT_EQ(find(me, 1), mine); /* learned */
+        ASSERT_EQ(pthread_key_delete(key), 0);
+    }
+}
+
 /* 300 threads started since the last refresh, each seen holding the GIL:
  * the learned table (256) keeps the first 256, which are found with the
  * GIL elsewhere; the other 44 are counted (python_learned_full) and found
@@ -213,6 +253,7 @@ int main(int argc, char **argv)
         {"native_mark_until_refresh", test_native_mark_until_refresh},
         {"native_mark_new_holder", test_native_mark_new_holder},
         {"learned_full_counted", test_learned_full_counted},
+        {"own_key_without_gil", test_own_key_without_gil},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

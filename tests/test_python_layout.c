@@ -22,6 +22,9 @@ static void test_matches_headers(void)
     ASSERT_EQ(l->version >> 16, PY_VERSION_HEX >> 16);
     ASSERT_EQ(l->runtime_interpreters_head, offsetof(_PyRuntimeState, interpreters.head));
     ASSERT_EQ(l->runtime_tstate_current, offsetof(_PyRuntimeState, gilstate.tstate_current));
+    ASSERT_EQ(l->runtime_autotss, offsetof(_PyRuntimeState, gilstate.autoTSSkey));
+    ASSERT_EQ(offsetof(Py_tss_t, _key), sizeof(int)); /* own_tstate() reads the key there */
+    ASSERT_EQ(sizeof(((Py_tss_t *)0)->_key), sizeof(pthread_key_t));
     ASSERT_EQ(l->interp_threads_head, offsetof(PyInterpreterState, threads.head));
     ASSERT_EQ(offsetof(PyInterpreterState, next), 0); /* the refresh reads it at 0 */
     ASSERT_EQ(l->ts_next, offsetof(PyThreadState, next));
