@@ -23,9 +23,12 @@
 
 #define MAX_PROCS 256
 /* "unnamed.N" keys read (the preload writes at most 4), and how long dpkg
- * may take for each. */
+ * may take for each: 3 s was not enough on a loaded machine (dpkg -S
+ * scans every package's file list: 0.9 s of wall time for 0.12 s of CPU
+ * at load 8, past 3 s at load 25, and record_stripped_module failed). After
+ * one failure dpkg is not asked again in this summary. */
 #define SNAPPROF_UNNAMED_KEYS_MAX 4
-#define SNAPPROF_DPKG_TIMEOUT_MS 3000
+#define SNAPPROF_DPKG_TIMEOUT_MS 10000
 #define MAX_KEYS 48
 
 /* One process's summary file: its counters, read with the stats table
@@ -166,8 +169,11 @@ static void print_unnamed(const proc_summary_t *s, const char *in)
                 "(self time, as pprof -top shows it: [%s]): %s\n",
                 in, share * 100, base, base, path);
         char pkg[128], hint[512];
-        int owner =
-            snapprof__dpkg_owner(path, g_preload, SNAPPROF_DPKG_TIMEOUT_MS, pkg, sizeof pkg);
+        static int dpkg_failed;
+        int owner = dpkg_failed ? -1
+                                : snapprof__dpkg_owner(path, g_preload, SNAPPROF_DPKG_TIMEOUT_MS,
+                                                       pkg, sizeof pkg);
+        dpkg_failed |= owner < 0;
         if (owner > 0) {
             snapprof__debug_hint(pkg, hint, sizeof hint);
             fprintf(stderr, "snapprof: %s    it is from Debian package %s; %s\n", in, pkg, hint);
