@@ -117,8 +117,8 @@ int snapprof__preload_fd_high(int fd);
 
 /* Makes libunwind's first call (the CFI engine's, unw_create_addr_space)
  * now, with the pipe it makes and keeps moved up by our pipe2()
- * (preload_interpose.c): the program's fds then get the numbers they
- * get without us. Before the profiler is created. */
+ * (preload_held.c): the program's fds then get the numbers they get
+ * without us. Before the profiler is created. */
 void snapprof__preload_libunwind_init(void);
 
 /* Writes one line "snapprof: ...\n" to stderr with write(2).

@@ -5,15 +5,14 @@
  * and _exit/_Exit (programs such as dash end that way, past exit handlers:
  * the profile is written first), pthread_exit (the helper learns that the
  * program's first thread ends, after which the program can end with its
- * last other thread), pipe2 (libunwind's pipe goes to our fd
- * numbers). sigaction and signal are in
- * preload_signals.c. */
+ * last other thread). sigaction and signal are in preload_signals.c,
+ * pipe2 (libunwind's pipe goes to our fd numbers) and the credential calls
+ * in preload_held.c. */
 #include "preload/preload.h"
 #include "preload/preload_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <libunwind.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -160,51 +159,4 @@ SNAPPROF_PRELOAD_EXPORT void pthread_exit(void *retval)
     syscall(SYS_exit, 0);
     for (;;)
         ;
-}
-
-/* 1 on the thread making libunwind's first call, for the moment of it. */
-static __thread int t_libunwind_init __attribute__((tls_model("initial-exec")));
-
-/* libunwind's first call that sets its target up (tdep_init: here
- * unw_set_caching_policy(), not unw_create_addr_space()) makes a
- * pipe, O_NONBLOCK | O_CLOEXEC, at the two lowest free fds, and keeps it
- * for ever: every fd the program opened afterwards was 2 higher than
- * without us (issue 24). The pipe serves libunwind's checks of addresses
- * in a *local* address space (write_validate, when mincore() is refused);
- * the CFI engine's is remote, every read its own. That call is made
- * here, before the profiler exists, with our pipe2() below moving the two
- * ends up to our numbers: libunwind keeps open, working fds, and the
- * program's numbers are its own. libunwind-x86_64.so (the remote,
- * generic library the engine uses) keeps the pipe; libunwind.so (local)
- * is never set up by us. A host linking libsnapprof without the preload
- * library keeps the pipe at low numbers (nothing sees the call). */
-void snapprof__preload_libunwind_init(void)
-{
-    static unw_accessors_t none;
-    t_libunwind_init = 1;
-    unw_addr_space_t as = unw_create_addr_space(&none, 0);
-    if (as) {
-        /* The call that sets libunwind's target up (its pipe2), as the
-         * engine's own (cfi_engine.c) would be. */
-        unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
-        unw_destroy_addr_space(as);
-    }
-    t_libunwind_init = 0;
-}
-
-/* A pipe made during snapprof__preload_libunwind_init() on this thread has
- * its ends moved up; any other call is the program's and is passed
- * through. The system call itself, not the next pipe2: nothing to resolve
- * (dlsym takes the loader's lock and may allocate) in a signal handler or
- * a fork child, and glibc's pipe2 is that call and no more. */
-SNAPPROF_PRELOAD_EXPORT int pipe2(int fds[2], int flags)
-{
-    long rc = syscall(SYS_pipe2, fds, flags);
-    if (rc == 0 && t_libunwind_init) {
-        int saved = errno;
-        fds[0] = snapprof__preload_fd_high(fds[0]);
-        fds[1] = snapprof__preload_fd_high(fds[1]);
-        errno = saved;
-    }
-    return (int)rc;
 }
