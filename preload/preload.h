@@ -106,10 +106,6 @@ enum {
 };
 int snapprof__preload_finish_within(int signo, uint64_t timeout_ns);
 
-/* The real pthread_create (the next definition after ours). */
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg);
-
 /* Moves fd, one of ours, to the library's own range at the top of the fd
  * numbers (common/fds.h). Returns its new number (fd closed), or fd itself
  * when there is no room up there (preload_held.c). */

@@ -18,7 +18,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef int (*setname_fn)(pthread_t, const char *);
 typedef pid_t (*fork_fn)(void);
 typedef void (*exit_fn)(int);
@@ -36,19 +35,11 @@ typedef void (*pthread_exit_fn)(void *);
         }                                                                                          \
         return f;                                                                                  \
     }
-REAL(pthread_create_fn, pthread_create)
 REAL(setname_fn, pthread_setname_np)
 REAL(fork_fn, fork)
 REAL(exit_fn, _exit)
 REAL(exit_fn, _Exit)
 REAL(pthread_exit_fn, pthread_exit)
-
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg)
-{
-    pthread_create_fn fn = real_pthread_create();
-    return fn ? fn(thread, attr, start, arg) : ENOSYS;
-}
 
 typedef struct start_arg {
     void *(*start)(void *);
@@ -66,25 +57,22 @@ static void *snapprof_thread_trampoline(void *p)
 SNAPPROF_PRELOAD_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                            void *(*start)(void *), void *arg)
 {
-    pthread_create_fn fn = real_pthread_create();
-    if (!fn)
-        return ENOSYS;
 #if defined(SNAPPROF_PRELOAD_TSAN)
     /* TSan's own start routine must run first on the new thread; the
      * helper thread finds the thread later (preload_helper.c). */
-    return fn(thread, attr, start, arg);
+    return snapprof__real_pthread_create(thread, attr, start, arg);
 #endif
     /* Nothing to do when no profile runs (no wrapper, no allocation), nor
      * for snapprof's own sampling thread. */
     if (!snapprof__preload_tracking() ||
         snapprof__preload_is_snapprof_code((uintptr_t)__builtin_return_address(0)))
-        return fn(thread, attr, start, arg);
+        return snapprof__real_pthread_create(thread, attr, start, arg);
     start_arg_t *a = malloc(sizeof *a);
     if (!a)
-        return fn(thread, attr, start, arg);
+        return snapprof__real_pthread_create(thread, attr, start, arg);
     a->start = start;
     a->arg = arg;
-    int rc = fn(thread, attr, snapprof_thread_trampoline, a);
+    int rc = snapprof__real_pthread_create(thread, attr, snapprof_thread_trampoline, a);
     if (rc != 0)
         free(a);
     return rc;

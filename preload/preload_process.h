@@ -65,6 +65,13 @@ static inline pid_t gettid_(void)
     return (pid_t)syscall(SYS_gettid);
 }
 
+/* A thread made with the real pthread_create (the next definition after
+ * ours, found once), not our wrapper: our pthread_create's own call, and
+ * the library's threads (not registered). Returns 0 or an errno value
+ * (ENOSYS: there is no next pthread_create). */
+int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                  void *(*start)(void *), void *arg);
+
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */
 int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
