@@ -165,9 +165,16 @@ void snapprof__preload_signals_passthrough(int on);
  * the default action end the process as if it had never run. A handler of
  * the program's, or SIG_IGN, is installed for real instead, and the crash
  * handler steps aside until the program sets SIG_DFL again. Called at
- * every start; once per process is enough, later calls do nothing. Does
- * nothing in a sanitizer build (the sanitizer owns the fault signals). */
-void snapprof__preload_crash_arm(void);
+ * every start; once per process is enough, later calls do nothing but
+ * note summary_dir. Does nothing else in a sanitizer build (the sanitizer
+ * owns the fault signals).
+ *
+ * summary_dir: where the running profile's summary directory for
+ * `snapprof record` is kept ("" when none), read (not copied) when a crash
+ * comes, to leave "<pid>.crash" there when the profile could not be
+ * written; the caller keeps it for the life of the process, its contents
+ * fixed while a profile runs. */
+void snapprof__preload_crash_arm(const char *summary_dir);
 
 /* 1 when signo is one of the crash signals taken by the call above.
  * Async-signal-safe. */

@@ -224,8 +224,12 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     snapprof__preload_signals_manage(SIGINT, 1);
     snapprof__preload_signals_manage(SIGTERM, 1);
     snapprof__preload_signals_manage(SIGHUP, 1);
+    /* SNAPPROF_CRASH=off: crashes are the program's alone. The crash
+     * handler reads the summary directory where the running profile's is
+     * kept: g.cfg (this profile's from g.cfg = c below, before it runs; g
+     * lives as long as the process). */
     if (!c.crash_off)
-        snapprof__preload_crash_arm(); /* SNAPPROF_CRASH=off: crashes are the program's alone */
+        snapprof__preload_crash_arm(g.cfg.summary_dir);
 
     /* Process-wide, and harmless to set again (a profile restarted, a
      * forked child): the perf map is read afresh with them. */
@@ -601,11 +605,6 @@ static uint64_t next_checkpoint(uint64_t last, uint64_t gap_ns)
 const snapprof__preload_config_t *snapprof__preload_config_here(void)
 {
     return g.profiler && g.owner == getpid() ? &g.cfg : NULL;
-}
-
-const char *snapprof__preload_summary_dir(void)
-{
-    return g.cfg.summary_dir;
 }
 
 int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void **profiler)

@@ -110,10 +110,6 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
  * inherited through fork()), else NULL. Under the preload lock. */
 const snapprof__preload_config_t *snapprof__preload_config_here(void);
 
-/* The summary directory of the profile (`snapprof record`), "" when none:
- * fixed while a profile runs. Async-signal-safe. */
-const char *snapprof__preload_summary_dir(void);
-
 /* In the child of our fork() wrapper, on its only thread: when a profile
  * was inherited, copies its config to cfg and its profiler to *profiler
  * (the parent's: never written nor freed here), gives back the parent's
