@@ -339,6 +339,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
+    snapprof__preload_held_running(&g.cfg);
     if (c.loop_ns) /* rolling profiles: the first interval from the start */
         snapprof__preload_loop_attach(p, &g.cfg);
     snapprof__preload_threads_begin(p, c.signo);
@@ -360,6 +361,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
         g.unnamed = NULL;
+        snapprof__preload_held_running(NULL);
         WHY("cannot start sampling: %s", snapprof_strerror(rc));
         return rc;
     }
@@ -549,6 +551,7 @@ int snapprof__preload_stop(const char *note)
     snapprof_profiler_destroy(p);
     g.profiler = NULL;
     g.unnamed = NULL;
+    snapprof__preload_held_running(NULL);
     memset(g.builders, 0, sizeof g.builders);
     atomic_store(&snapprof__preload_owner_pid, 0);
     snapprof__preload_unlock();
@@ -614,6 +617,7 @@ int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void *
     *profiler = g.profiler;
     *cfg = g.cfg;
     snapprof__preload_release_files(&g.cfg, 0); /* the parent's */
+    snapprof__preload_held_running(NULL);
     memset(&g, 0, sizeof g);
     return 1;
 }

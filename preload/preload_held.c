@@ -55,6 +55,11 @@ static held_t g_held[SNAPPROF_OUTPUTS_MAX + 1] = {
     [0 ... SNAPPROF_OUTPUTS_MAX] = {.fd = -1},
 };
 static pid_t g_held_pid; /* the process the fds were opened by */
+/* Under the preload lock: the config of the profile this process runs,
+ * as the control code says (snapprof__preload_held_running()), and the
+ * process that started it; NULL when none. */
+static const snapprof__preload_config_t *g_running;
+static pid_t g_running_pid;
 
 /* Whether h is still the file it was opened as. */
 static int held_ok(const held_t *h)
@@ -284,6 +289,12 @@ FILE *snapprof__preload_held_summary(void)
 /* The credential calls                                                     */
 /* ------------------------------------------------------------------------ */
 
+void snapprof__preload_held_running(const snapprof__preload_config_t *cfg)
+{
+    g_running = cfg;
+    g_running_pid = cfg ? getpid() : 0;
+}
+
 /* Before a call that may change this process's credentials: holds the
  * files if it is root and its profile runs (once). */
 static void before_setid(void)
@@ -291,7 +302,8 @@ static void before_setid(void)
     if (geteuid() != 0 || atomic_load(&snapprof__preload_owner_pid) != (int)getpid())
         return;
     snapprof__preload_lock();
-    const snapprof__preload_config_t *cfg = snapprof__preload_config_here();
+    /* Not a profile inherited through fork(): the parent's. */
+    const snapprof__preload_config_t *cfg = g_running_pid == getpid() ? g_running : NULL;
     if (cfg && g_held_pid != getpid())
         hold_files(cfg);
     snapprof__preload_unlock();

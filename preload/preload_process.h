@@ -330,5 +330,11 @@ int snapprof__preload_held_output(const snapprof__preload_config_t *cfg, unsigne
                                   output_result_t *res);
 /* The held summary file to write, or NULL. */
 FILE *snapprof__preload_held_summary(void);
+/* Under the preload lock, from the control code: cfg is the config of the
+ * profile this process now runs (it stays where it is, unchanged, until
+ * the next call), whose files a change of credentials holds; NULL when the
+ * profile stops, or fails to start, and in a fork child that forgets its
+ * parent's. */
+void snapprof__preload_held_running(const snapprof__preload_config_t *cfg);
 
 #endif
