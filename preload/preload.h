@@ -149,10 +149,6 @@ int snapprof__preload_signals_has_program_handler(int signo);
  * are not the program's). Async-signal-safe. */
 int snapprof__preload_is_snapprof_code(uintptr_t addr);
 
-/* Calls from this thread see and change the real dispositions while the
- * count is nonzero: set around snapprof calls that install its handler. */
-void snapprof__preload_signals_passthrough(int on);
-
 /* ------------------------------------------------------------------------ */
 /* Crashes (preload_crash.c)                                                */
 /* ------------------------------------------------------------------------ */

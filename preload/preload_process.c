@@ -33,6 +33,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_lock_owner;
 atomic_int snapprof__preload_tracking_on;
 atomic_int snapprof__preload_owner_pid;
+/* snapprof__preload_signals_passthrough()'s count. */
+static __thread int tls_passthrough __attribute__((tls_model("initial-exec")));
 
 void snapprof__preload_lock(void)
 {
@@ -62,6 +64,16 @@ int snapprof__preload_trylock_as(pid_t self)
 pid_t snapprof__preload_lock_holder(void)
 {
     return (pid_t)atomic_load(&g_lock_owner);
+}
+
+void snapprof__preload_signals_passthrough(int on)
+{
+    tls_passthrough += on ? 1 : -1;
+}
+
+int snapprof__preload_signals_passing_through(void)
+{
+    return tls_passthrough > 0;
 }
 
 int snapprof__preload_fork_lock(const struct timespec *abstime)

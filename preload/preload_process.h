@@ -60,6 +60,15 @@ extern atomic_int snapprof__preload_tracking_on;
  * sees its parent's until it looks at getpid()). */
 extern atomic_int snapprof__preload_owner_pid;
 
+/* Calls from this thread to sigaction() and signal() see and change the
+ * real dispositions (preload_signals.c) while the count is nonzero: on
+ * adds 1, else takes 1 away, around snapprof calls that install its
+ * handler. A per-thread count, kept here, at the bottom, so that the
+ * thread registry and the control code need not call the signal code. */
+void snapprof__preload_signals_passthrough(int on);
+/* 1 while this thread's count is nonzero. Async-signal-safe. */
+int snapprof__preload_signals_passing_through(void);
+
 static inline pid_t gettid_(void)
 {
     return (pid_t)syscall(SYS_gettid);
