@@ -4,16 +4,18 @@
  * SIGINT/SIGTERM/SIGHUP, and by each profiled child of fork() to its own
  * file. Internal to the preload library.
  *
- * Files: preload_process.c (the preload lock, the flags read without it,
- * loading and exit), preload_control.c (start, stop, flush; the profile's
- * state and the helper thread's loop), preload_helper.c (requests to the
- * helper thread), preload_fork.c (fork), preload_threads.c (the thread
- * registry), preload_summary.c (the summary for `snapprof record`),
- * preload_process.h (what those share, and which calls which),
- * preload_interpose.c (pthread_create, pthread_setname_np, fork and
- * _exit interposed), preload_signals.c (signals shared with the program),
- * preload_crash.c (the profile written when the program crashes),
- * gperftools_compat.c (the gperftools API), preload_config.c (settings).
+ * Files: preload_process.c (the preload lock, the flags read without it),
+ * preload_main.c (loading and exit), preload_control.c (start, stop,
+ * flush; the profile's state and the helper thread's loop),
+ * preload_helper.c (requests to the helper thread), preload_fork.c (fork),
+ * preload_threads.c (the thread registry), preload_summary.c (the summary
+ * for `snapprof record`), preload_process.h (what those share, and which
+ * calls which), preload_interpose.c (pthread_create, pthread_setname_np,
+ * fork and _exit interposed), preload_signals.c (signals shared with the
+ * program), preload_crash.c (the profile written when the program
+ * crashes), preload_held.c (files held across setuid(), and libunwind's
+ * pipe), gperftools_compat.c (the gperftools API), preload_config.c
+ * (settings).
  *
  * Lock order: the preload lock (preload_process.c), then snapprof's own
  * locks. Nothing here holds the preload lock while it waits for the

@@ -1,15 +1,31 @@
 /* What the files of the whole-process profile share: preload_process.c
- * (the preload lock, the flags read without it), preload_main.c (loading:
- * the constructor and the exit handler, which nothing calls),
- * preload_control.c (start/stop/flush; it alone holds the profile's
- * state), preload_helper.c (requests to the helper thread), preload_fork.c
- * (fork), preload_threads.c (the thread registry; it alone holds the
- * registry) and preload_summary.c (the summary for `snapprof record`).
- * Calls run one way: fork -> control -> helper, and each of them -> threads
- * -> process; the helper thread posts nothing back, its requests are
- * carried out by the loop preload_control.c runs on it. Private to the
- * library: every name with external linkage is snapprof__preload_*, and
- * all stay hidden (C_VISIBILITY_PRESET hidden). */
+ * (the preload lock, the flags read without it, the real pthread_create),
+ * preload_main.c (loading: the constructor and the exit handler, which
+ * nothing calls), preload_control.c (start/stop/flush; it alone holds the
+ * profile's state), preload_helper.c (requests to the helper thread),
+ * preload_fork.c (fork), preload_threads.c (the thread registry; it alone
+ * holds the registry), preload_summary.c (the summary for `snapprof
+ * record`) and the files below.
+ *
+ * Calls run one way, down these layers; no file calls one of a layer
+ * above its own, and no files call each other in a circle
+ * (tests/check_layers.py, SUBLAYERS, checks both):
+ *   1. the entry points: preload_main.c, preload_interpose.c (the
+ *      interposed calls), gperftools_compat.c; nothing of ours calls them;
+ *   2. preload_fork.c (a child's profile starts through the control code);
+ *   3. preload_control.c;
+ *   4. preload_signals.c;
+ *   5. preload_crash.c, preload_loop.c, preload_serve.c, preload_summary.c;
+ *   6. preload_config.c, preload_helper.c, preload_held.c,
+ *      preload_threads.c, preload_unnamed.c;
+ *   7. preload_process.c and file_names.c, which call nothing of ours.
+ * What a lower file needs of a higher one is handed down: the control
+ * code tells the held files which config runs and the crash handler where
+ * the summary directory is kept, and passes the helper thread its loop;
+ * the helper thread posts nothing back, its requests are carried out by
+ * that loop of preload_control.c's. Private to the library: every name
+ * with external linkage is snapprof__preload_*, and all stay hidden
+ * (C_VISIBILITY_PRESET hidden). */
 #ifndef SNAPPROF_PRELOAD_PROCESS_H
 #define SNAPPROF_PRELOAD_PROCESS_H
 
