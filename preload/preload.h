@@ -4,16 +4,18 @@
  * SIGINT/SIGTERM/SIGHUP, and by each profiled child of fork() to its own
  * file. Internal to the preload library.
  *
- * Files: preload_process.c (the preload lock, the flags read without it,
- * loading and exit), preload_control.c (start, stop, flush; the profile's
- * state and the helper thread's loop), preload_helper.c (requests to the
- * helper thread), preload_fork.c (fork), preload_threads.c (the thread
- * registry), preload_summary.c (the summary for `snapprof record`),
- * preload_process.h (what those share, and which calls which),
- * preload_interpose.c (pthread_create, pthread_setname_np, fork and
- * _exit interposed), preload_signals.c (signals shared with the program),
- * preload_crash.c (the profile written when the program crashes),
- * gperftools_compat.c (the gperftools API), preload_config.c (settings).
+ * Files: preload_process.c (the preload lock, the flags read without it),
+ * preload_main.c (loading and exit), preload_control.c (start, stop,
+ * flush; the profile's state and the helper thread's loop),
+ * preload_helper.c (requests to the helper thread), preload_fork.c (fork),
+ * preload_threads.c (the thread registry), preload_summary.c (the summary
+ * for `snapprof record`), preload_process.h (what those share, and which
+ * calls which), preload_interpose.c (pthread_create, pthread_setname_np,
+ * fork and _exit interposed), preload_signals.c (signals shared with the
+ * program), preload_crash.c (the profile written when the program
+ * crashes), preload_held.c (files held across setuid(), and libunwind's
+ * pipe), gperftools_compat.c (the gperftools API), preload_config.c
+ * (settings).
  *
  * Lock order: the preload lock (preload_process.c), then snapprof's own
  * locks. Nothing here holds the preload lock while it waits for the
@@ -106,10 +108,6 @@ enum {
 };
 int snapprof__preload_finish_within(int signo, uint64_t timeout_ns);
 
-/* The real pthread_create (the next definition after ours). */
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg);
-
 /* Moves fd, one of ours, to the library's own range at the top of the fd
  * numbers (common/fds.h). Returns its new number (fd closed), or fd itself
  * when there is no room up there (preload_held.c). */
@@ -117,8 +115,8 @@ int snapprof__preload_fd_high(int fd);
 
 /* Makes libunwind's first call (the CFI engine's, unw_create_addr_space)
  * now, with the pipe it makes and keeps moved up by our pipe2()
- * (preload_interpose.c): the program's fds then get the numbers they
- * get without us. Before the profiler is created. */
+ * (preload_held.c): the program's fds then get the numbers they get
+ * without us. Before the profiler is created. */
 void snapprof__preload_libunwind_init(void);
 
 /* Writes one line "snapprof: ...\n" to stderr with write(2).
@@ -153,10 +151,6 @@ int snapprof__preload_signals_has_program_handler(int signo);
  * are not the program's). Async-signal-safe. */
 int snapprof__preload_is_snapprof_code(uintptr_t addr);
 
-/* Calls from this thread see and change the real dispositions while the
- * count is nonzero: set around snapprof calls that install its handler. */
-void snapprof__preload_signals_passthrough(int on);
-
 /* ------------------------------------------------------------------------ */
 /* Crashes (preload_crash.c)                                                */
 /* ------------------------------------------------------------------------ */
@@ -169,9 +163,16 @@ void snapprof__preload_signals_passthrough(int on);
  * the default action end the process as if it had never run. A handler of
  * the program's, or SIG_IGN, is installed for real instead, and the crash
  * handler steps aside until the program sets SIG_DFL again. Called at
- * every start; once per process is enough, later calls do nothing. Does
- * nothing in a sanitizer build (the sanitizer owns the fault signals). */
-void snapprof__preload_crash_arm(void);
+ * every start; once per process is enough, later calls do nothing but
+ * note summary_dir. Does nothing else in a sanitizer build (the sanitizer
+ * owns the fault signals).
+ *
+ * summary_dir: where the running profile's summary directory for
+ * `snapprof record` is kept ("" when none), read (not copied) when a crash
+ * comes, to leave "<pid>.crash" there when the profile could not be
+ * written; the caller keeps it for the life of the process, its contents
+ * fixed while a profile runs. */
+void snapprof__preload_crash_arm(const char *summary_dir);
 
 /* 1 when signo is one of the crash signals taken by the call above.
  * Async-signal-safe. */

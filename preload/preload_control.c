@@ -224,8 +224,12 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     snapprof__preload_signals_manage(SIGINT, 1);
     snapprof__preload_signals_manage(SIGTERM, 1);
     snapprof__preload_signals_manage(SIGHUP, 1);
+    /* SNAPPROF_CRASH=off: crashes are the program's alone. The crash
+     * handler reads the summary directory where the running profile's is
+     * kept: g.cfg (this profile's from g.cfg = c below, before it runs; g
+     * lives as long as the process). */
     if (!c.crash_off)
-        snapprof__preload_crash_arm(); /* SNAPPROF_CRASH=off: crashes are the program's alone */
+        snapprof__preload_crash_arm(g.cfg.summary_dir);
 
     /* Process-wide, and harmless to set again (a profile restarted, a
      * forked child): the perf map is read afresh with them. */
@@ -335,6 +339,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     g.cfg = c;
     g.signo = c.signo;
     g.owner = getpid();
+    snapprof__preload_held_running(&g.cfg);
     if (c.loop_ns) /* rolling profiles: the first interval from the start */
         snapprof__preload_loop_attach(p, &g.cfg);
     snapprof__preload_threads_begin(p, c.signo);
@@ -356,6 +361,7 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
         snapprof_profiler_destroy(p);
         g.profiler = NULL;
         g.unnamed = NULL;
+        snapprof__preload_held_running(NULL);
         WHY("cannot start sampling: %s", snapprof_strerror(rc));
         return rc;
     }
@@ -545,6 +551,7 @@ int snapprof__preload_stop(const char *note)
     snapprof_profiler_destroy(p);
     g.profiler = NULL;
     g.unnamed = NULL;
+    snapprof__preload_held_running(NULL);
     memset(g.builders, 0, sizeof g.builders);
     atomic_store(&snapprof__preload_owner_pid, 0);
     snapprof__preload_unlock();
@@ -603,11 +610,6 @@ const snapprof__preload_config_t *snapprof__preload_config_here(void)
     return g.profiler && g.owner == getpid() ? &g.cfg : NULL;
 }
 
-const char *snapprof__preload_summary_dir(void)
-{
-    return g.cfg.summary_dir;
-}
-
 int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void **profiler)
 {
     if (!g.profiler)
@@ -615,6 +617,7 @@ int snapprof__preload_profile_fork_child(snapprof__preload_config_t *cfg, void *
     *profiler = g.profiler;
     *cfg = g.cfg;
     snapprof__preload_release_files(&g.cfg, 0); /* the parent's */
+    snapprof__preload_held_running(NULL);
     memset(&g, 0, sizeof g);
     return 1;
 }

@@ -72,6 +72,11 @@ static sigaction_fn g_real_sigaction;
 #define TEST_WAIT_ENV "SNAPPROF_TEST_CRASH_WAIT_MS"
 static uint64_t g_wait_ns = SNAPPROF__CRASH_WAIT_NS;
 
+/* Where the running profile's summary directory is kept (the argument of
+ * snapprof__preload_crash_arm(), read when a crash comes), or NULL before
+ * the first arm. */
+static const char *g_summary_dir;
+
 /* Async-signal-safe. */
 static crash_sig_t *slot(int signo)
 {
@@ -138,8 +143,9 @@ static void append_uint(char *buf, size_t size, size_t *n, unsigned long v)
  * in time, or the crash was inside the preload lock). Async-signal-safe. */
 static void note_unwritten(int outcome)
 {
-    const char *dir = snapprof__preload_summary_dir(); /* fixed while the profile runs */
-    if (!dir[0])
+    /* Fixed while the profile runs. */
+    const char *dir = __atomic_load_n(&g_summary_dir, __ATOMIC_ACQUIRE);
+    if (!dir || !dir[0])
         return;
     /* Not on the stack, which may be a small alternate one; the first
      * thread to crash writes the note. */
@@ -264,8 +270,9 @@ static void on_program_oneshot(int signo, siginfo_t *info, void *uc)
 /* Set-up and the program's view                                            */
 /* ------------------------------------------------------------------------ */
 
-void snapprof__preload_crash_arm(void)
+void snapprof__preload_crash_arm(const char *summary_dir)
 {
+    __atomic_store_n(&g_summary_dir, summary_dir, __ATOMIC_RELEASE);
 #if defined(SNAPPROF_SANITIZER_BUILD)
     return; /* ASan and TSan handle the fault signals themselves */
 #else

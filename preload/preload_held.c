@@ -22,18 +22,25 @@
  * "<pid>.summary". A held output file that this process created and that
  * nothing was written to is removed again (when the process still may).
  * Not seen: credentials changed by raw system calls (Go's
- * syscall.Setuid), which bypass libc. */
+ * syscall.Setuid), which bypass libc.
+ *
+ * Also here, as the other fds of ours moved to the top: libunwind's pipe,
+ * made at the profile's start (snapprof__preload_libunwind_init()) and
+ * moved up by our pipe2. */
 #include "preload/file_names.h"
+#include "preload/preload.h"
 #include "preload/preload_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <grp.h>
 #include <fcntl.h>
+#include <libunwind.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct held {
@@ -48,6 +55,11 @@ static held_t g_held[SNAPPROF_OUTPUTS_MAX + 1] = {
     [0 ... SNAPPROF_OUTPUTS_MAX] = {.fd = -1},
 };
 static pid_t g_held_pid; /* the process the fds were opened by */
+/* Under the preload lock: the config of the profile this process runs,
+ * as the control code says (snapprof__preload_held_running()), and the
+ * process that started it; NULL when none. */
+static const snapprof__preload_config_t *g_running;
+static pid_t g_running_pid;
 
 /* Whether h is still the file it was opened as. */
 static int held_ok(const held_t *h)
@@ -77,6 +89,53 @@ int snapprof__preload_fd_high(int fd)
     }
     close(fd);
     return high;
+}
+
+/* 1 on the thread making libunwind's first call, for the moment of it. */
+static __thread int t_libunwind_init __attribute__((tls_model("initial-exec")));
+
+/* libunwind's first call that sets its target up (tdep_init: here
+ * unw_set_caching_policy(), not unw_create_addr_space()) makes a
+ * pipe, O_NONBLOCK | O_CLOEXEC, at the two lowest free fds, and keeps it
+ * for ever: every fd the program opened afterwards was 2 higher than
+ * without us (issue 24). The pipe serves libunwind's checks of addresses
+ * in a *local* address space (write_validate, when mincore() is refused);
+ * the CFI engine's is remote, every read its own. That call is made
+ * here, before the profiler exists, with our pipe2() below moving the two
+ * ends up to our numbers: libunwind keeps open, working fds, and the
+ * program's numbers are its own. libunwind-x86_64.so (the remote,
+ * generic library the engine uses) keeps the pipe; libunwind.so (local)
+ * is never set up by us. A host linking libsnapprof without the preload
+ * library keeps the pipe at low numbers (nothing sees the call). */
+void snapprof__preload_libunwind_init(void)
+{
+    static unw_accessors_t none;
+    t_libunwind_init = 1;
+    unw_addr_space_t as = unw_create_addr_space(&none, 0);
+    if (as) {
+        /* The call that sets libunwind's target up (its pipe2), as the
+         * engine's own (cfi_engine.c) would be. */
+        unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
+        unw_destroy_addr_space(as);
+    }
+    t_libunwind_init = 0;
+}
+
+/* A pipe made during snapprof__preload_libunwind_init() on this thread has
+ * its ends moved up; any other call is the program's and is passed
+ * through. The system call itself, not the next pipe2: nothing to resolve
+ * (dlsym takes the loader's lock and may allocate) in a signal handler or
+ * a fork child, and glibc's pipe2 is that call and no more. */
+SNAPPROF_PRELOAD_EXPORT int pipe2(int fds[2], int flags)
+{
+    long rc = syscall(SYS_pipe2, fds, flags);
+    if (rc == 0 && t_libunwind_init) {
+        int saved = errno;
+        fds[0] = snapprof__preload_fd_high(fds[0]);
+        fds[1] = snapprof__preload_fd_high(fds[1]);
+        errno = saved;
+    }
+    return (int)rc;
 }
 
 static void hold(held_t *h, const char *path, int flags, mode_t mode)
@@ -230,6 +289,12 @@ FILE *snapprof__preload_held_summary(void)
 /* The credential calls                                                     */
 /* ------------------------------------------------------------------------ */
 
+void snapprof__preload_held_running(const snapprof__preload_config_t *cfg)
+{
+    g_running = cfg;
+    g_running_pid = cfg ? getpid() : 0;
+}
+
 /* Before a call that may change this process's credentials: holds the
  * files if it is root and its profile runs (once). */
 static void before_setid(void)
@@ -237,7 +302,8 @@ static void before_setid(void)
     if (geteuid() != 0 || atomic_load(&snapprof__preload_owner_pid) != (int)getpid())
         return;
     snapprof__preload_lock();
-    const snapprof__preload_config_t *cfg = snapprof__preload_config_here();
+    /* Not a profile inherited through fork(): the parent's. */
+    const snapprof__preload_config_t *cfg = g_running_pid == getpid() ? g_running : NULL;
     if (cfg && g_held_pid != getpid())
         hold_files(cfg);
     snapprof__preload_unlock();

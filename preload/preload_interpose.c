@@ -5,21 +5,19 @@
  * and _exit/_Exit (programs such as dash end that way, past exit handlers:
  * the profile is written first), pthread_exit (the helper learns that the
  * program's first thread ends, after which the program can end with its
- * last other thread), pipe2 (libunwind's pipe goes to our fd
- * numbers). sigaction and signal are in
- * preload_signals.c. */
+ * last other thread). sigaction and signal are in preload_signals.c,
+ * pipe2 (libunwind's pipe goes to our fd numbers) and the credential calls
+ * in preload_held.c. */
 #include "preload/preload.h"
 #include "preload/preload_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <libunwind.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef int (*setname_fn)(pthread_t, const char *);
 typedef pid_t (*fork_fn)(void);
 typedef void (*exit_fn)(int);
@@ -37,19 +35,11 @@ typedef void (*pthread_exit_fn)(void *);
         }                                                                                          \
         return f;                                                                                  \
     }
-REAL(pthread_create_fn, pthread_create)
 REAL(setname_fn, pthread_setname_np)
 REAL(fork_fn, fork)
 REAL(exit_fn, _exit)
 REAL(exit_fn, _Exit)
 REAL(pthread_exit_fn, pthread_exit)
-
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg)
-{
-    pthread_create_fn fn = real_pthread_create();
-    return fn ? fn(thread, attr, start, arg) : ENOSYS;
-}
 
 typedef struct start_arg {
     void *(*start)(void *);
@@ -67,25 +57,22 @@ static void *snapprof_thread_trampoline(void *p)
 SNAPPROF_PRELOAD_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                            void *(*start)(void *), void *arg)
 {
-    pthread_create_fn fn = real_pthread_create();
-    if (!fn)
-        return ENOSYS;
 #if defined(SNAPPROF_PRELOAD_TSAN)
     /* TSan's own start routine must run first on the new thread; the
      * helper thread finds the thread later (preload_helper.c). */
-    return fn(thread, attr, start, arg);
+    return snapprof__real_pthread_create(thread, attr, start, arg);
 #endif
     /* Nothing to do when no profile runs (no wrapper, no allocation), nor
      * for snapprof's own sampling thread. */
     if (!snapprof__preload_tracking() ||
         snapprof__preload_is_snapprof_code((uintptr_t)__builtin_return_address(0)))
-        return fn(thread, attr, start, arg);
+        return snapprof__real_pthread_create(thread, attr, start, arg);
     start_arg_t *a = malloc(sizeof *a);
     if (!a)
-        return fn(thread, attr, start, arg);
+        return snapprof__real_pthread_create(thread, attr, start, arg);
     a->start = start;
     a->arg = arg;
-    int rc = fn(thread, attr, snapprof_thread_trampoline, a);
+    int rc = snapprof__real_pthread_create(thread, attr, snapprof_thread_trampoline, a);
     if (rc != 0)
         free(a);
     return rc;
@@ -160,51 +147,4 @@ SNAPPROF_PRELOAD_EXPORT void pthread_exit(void *retval)
     syscall(SYS_exit, 0);
     for (;;)
         ;
-}
-
-/* 1 on the thread making libunwind's first call, for the moment of it. */
-static __thread int t_libunwind_init __attribute__((tls_model("initial-exec")));
-
-/* libunwind's first call that sets its target up (tdep_init: here
- * unw_set_caching_policy(), not unw_create_addr_space()) makes a
- * pipe, O_NONBLOCK | O_CLOEXEC, at the two lowest free fds, and keeps it
- * for ever: every fd the program opened afterwards was 2 higher than
- * without us (issue 24). The pipe serves libunwind's checks of addresses
- * in a *local* address space (write_validate, when mincore() is refused);
- * the CFI engine's is remote, every read its own. That call is made
- * here, before the profiler exists, with our pipe2() below moving the two
- * ends up to our numbers: libunwind keeps open, working fds, and the
- * program's numbers are its own. libunwind-x86_64.so (the remote,
- * generic library the engine uses) keeps the pipe; libunwind.so (local)
- * is never set up by us. A host linking libsnapprof without the preload
- * library keeps the pipe at low numbers (nothing sees the call). */
-void snapprof__preload_libunwind_init(void)
-{
-    static unw_accessors_t none;
-    t_libunwind_init = 1;
-    unw_addr_space_t as = unw_create_addr_space(&none, 0);
-    if (as) {
-        /* The call that sets libunwind's target up (its pipe2), as the
-         * engine's own (cfi_engine.c) would be. */
-        unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
-        unw_destroy_addr_space(as);
-    }
-    t_libunwind_init = 0;
-}
-
-/* A pipe made during snapprof__preload_libunwind_init() on this thread has
- * its ends moved up; any other call is the program's and is passed
- * through. The system call itself, not the next pipe2: nothing to resolve
- * (dlsym takes the loader's lock and may allocate) in a signal handler or
- * a fork child, and glibc's pipe2 is that call and no more. */
-SNAPPROF_PRELOAD_EXPORT int pipe2(int fds[2], int flags)
-{
-    long rc = syscall(SYS_pipe2, fds, flags);
-    if (rc == 0 && t_libunwind_init) {
-        int saved = errno;
-        fds[0] = snapprof__preload_fd_high(fds[0]);
-        fds[1] = snapprof__preload_fd_high(fds[1]);
-        errno = saved;
-    }
-    return (int)rc;
 }

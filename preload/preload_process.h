@@ -1,15 +1,31 @@
 /* What the files of the whole-process profile share: preload_process.c
- * (the preload lock, the flags read without it), preload_main.c (loading:
- * the constructor and the exit handler, which nothing calls),
- * preload_control.c (start/stop/flush; it alone holds the profile's
- * state), preload_helper.c (requests to the helper thread), preload_fork.c
- * (fork), preload_threads.c (the thread registry; it alone holds the
- * registry) and preload_summary.c (the summary for `snapprof record`).
- * Calls run one way: fork -> control -> helper, and each of them -> threads
- * -> process; the helper thread posts nothing back, its requests are
- * carried out by the loop preload_control.c runs on it. Private to the
- * library: every name with external linkage is snapprof__preload_*, and
- * all stay hidden (C_VISIBILITY_PRESET hidden). */
+ * (the preload lock, the flags read without it, the real pthread_create),
+ * preload_main.c (loading: the constructor and the exit handler, which
+ * nothing calls), preload_control.c (start/stop/flush; it alone holds the
+ * profile's state), preload_helper.c (requests to the helper thread),
+ * preload_fork.c (fork), preload_threads.c (the thread registry; it alone
+ * holds the registry), preload_summary.c (the summary for `snapprof
+ * record`) and the files below.
+ *
+ * Calls run one way, down these layers; no file calls one of a layer
+ * above its own, and no files call each other in a circle
+ * (tests/check_layers.py, SUBLAYERS, checks both):
+ *   1. the entry points: preload_main.c, preload_interpose.c (the
+ *      interposed calls), gperftools_compat.c; nothing of ours calls them;
+ *   2. preload_fork.c (a child's profile starts through the control code);
+ *   3. preload_control.c;
+ *   4. preload_signals.c;
+ *   5. preload_crash.c, preload_loop.c, preload_serve.c, preload_summary.c;
+ *   6. preload_config.c, preload_helper.c, preload_held.c,
+ *      preload_threads.c, preload_unnamed.c;
+ *   7. preload_process.c and file_names.c, which call nothing of ours.
+ * What a lower file needs of a higher one is handed down: the control
+ * code tells the held files which config runs and the crash handler where
+ * the summary directory is kept, and passes the helper thread its loop;
+ * the helper thread posts nothing back, its requests are carried out by
+ * that loop of preload_control.c's. Private to the library: every name
+ * with external linkage is snapprof__preload_*, and all stay hidden
+ * (C_VISIBILITY_PRESET hidden). */
 #ifndef SNAPPROF_PRELOAD_PROCESS_H
 #define SNAPPROF_PRELOAD_PROCESS_H
 
@@ -60,10 +76,26 @@ extern atomic_int snapprof__preload_tracking_on;
  * sees its parent's until it looks at getpid()). */
 extern atomic_int snapprof__preload_owner_pid;
 
+/* Calls from this thread to sigaction() and signal() see and change the
+ * real dispositions (preload_signals.c) while the count is nonzero: on
+ * adds 1, else takes 1 away, around snapprof calls that install its
+ * handler. A per-thread count, kept here, at the bottom, so that the
+ * thread registry and the control code need not call the signal code. */
+void snapprof__preload_signals_passthrough(int on);
+/* 1 while this thread's count is nonzero. Async-signal-safe. */
+int snapprof__preload_signals_passing_through(void);
+
 static inline pid_t gettid_(void)
 {
     return (pid_t)syscall(SYS_gettid);
 }
+
+/* A thread made with the real pthread_create (the next definition after
+ * ours, found once), not our wrapper: our pthread_create's own call, and
+ * the library's threads (not registered). Returns 0 or an errno value
+ * (ENOSYS: there is no next pthread_create). */
+int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                  void *(*start)(void *), void *arg);
 
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */
@@ -102,10 +134,6 @@ int snapprof__preload_start_locked(const snapprof__preload_config_t *cfg, unsign
 /* The config of the profile this process runs (started here, not
  * inherited through fork()), else NULL. Under the preload lock. */
 const snapprof__preload_config_t *snapprof__preload_config_here(void);
-
-/* The summary directory of the profile (`snapprof record`), "" when none:
- * fixed while a profile runs. Async-signal-safe. */
-const char *snapprof__preload_summary_dir(void);
 
 /* In the child of our fork() wrapper, on its only thread: when a profile
  * was inherited, copies its config to cfg and its profiler to *profiler
@@ -327,5 +355,11 @@ int snapprof__preload_held_output(const snapprof__preload_config_t *cfg, unsigne
                                   output_result_t *res);
 /* The held summary file to write, or NULL. */
 FILE *snapprof__preload_held_summary(void);
+/* Under the preload lock, from the control code: cfg is the config of the
+ * profile this process now runs (it stays where it is, unchanged, until
+ * the next call), whose files a change of credentials holds; NULL when the
+ * profile stops, or fails to start, and in a fork child that forgets its
+ * parent's. */
+void snapprof__preload_held_running(const snapprof__preload_config_t *cfg);
 
 #endif

@@ -13,8 +13,10 @@
  *     program handler is simply called. SIG_IGN is set for real, so an
  *     ignored signal interrupts nothing.
  * Calls made by snapprof itself (its address range, or a thread inside a
- * passthrough section) see and change the real dispositions. */
+ * passthrough section, counted in preload_process.c) see and change the
+ * real dispositions. */
 #include "preload/preload.h"
+#include "preload/preload_process.h"
 
 #include <snapprof/snapprof.h>
 
@@ -45,7 +47,6 @@ typedef struct managed {
 static managed_t g_sig[NSIG];
 static sigaction_fn g_real_sigaction;
 static uintptr_t g_lib_lo, g_lib_hi; /* libsnapprof's code */
-static __thread int tls_passthrough __attribute__((tls_model("initial-exec")));
 static atomic_int g_told_shared;
 
 static int is_exit_signal(int signo)
@@ -100,11 +101,6 @@ void snapprof__preload_signals_init(void)
     }
 }
 
-void snapprof__preload_signals_passthrough(int on)
-{
-    tls_passthrough += on ? 1 : -1;
-}
-
 int snapprof__preload_is_snapprof_code(uintptr_t addr)
 {
     return addr >= g_lib_lo && addr < g_lib_hi;
@@ -113,7 +109,8 @@ int snapprof__preload_is_snapprof_code(uintptr_t addr)
 /* Async-signal-safe. */
 static int from_snapprof(uintptr_t caller)
 {
-    return tls_passthrough > 0 || snapprof__preload_is_snapprof_code(caller);
+    return snapprof__preload_signals_passing_through() ||
+           snapprof__preload_is_snapprof_code(caller);
 }
 
 static int is_handler(const struct sigaction *a)

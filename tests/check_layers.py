@@ -15,9 +15,17 @@ and profile_builder/ only through their interface headers, and those reach
 only module_cache/, events/ and common/ (and stack_copier/ for trigger/).
 
 Inside a folder listed in SUBLAYERS the files form layers too: a .c file
-may not call a function defined in a .c file of a higher sublayer (the
-calls are found by name: every non-static snapprof_* function a file
-defines, looked up in the other files' code).
+may not call a function defined in a .c file of a higher sublayer, nor
+use a variable one defines (the uses are found by name: every non-static
+snapprof_* function or file-scope variable a file defines, looked up in
+the other files' code), and the files of a folder do not call each other
+in a circle, not even inside one sublayer. The preload (preload/) is such
+a folder: its entry points (what the program calls) at the top, the
+preload lock and its flags at the bottom (preload/preload_process.h,
+"Calls run one way").
+
+No header of the layers includes, directly or through others, a header
+that includes it back (an include cycle).
 
 Each violation is printed, one a line; the exit status is 1 when there is
 one that ALLOWED does not list. ALLOWED listed the violations in the tree
@@ -111,6 +119,27 @@ SUBLAYERS = {
         ["module_table.c"],
         ["module_lookup.c"],
     ],
+    "preload": [
+        # The preload lock and the flags read without it; file names.
+        ["preload_process.c", "file_names.c"],
+        # Services over them: settings, requests to the helper thread,
+        # held files (and libunwind's pipe), the thread registry, unnamed
+        # leaves.
+        ["preload_config.c", "preload_helper.c", "preload_held.c", "preload_threads.c",
+         "preload_unnamed.c"],
+        # What a profile runs or writes besides its samples: the crash
+        # handler, rolling profiles, profiles on request, the summary.
+        ["preload_crash.c", "preload_loop.c", "preload_serve.c", "preload_summary.c"],
+        # Signals shared with the program (it arms nothing of its own).
+        ["preload_signals.c"],
+        # Start, stop, flush: the profile's state.
+        ["preload_control.c"],
+        # fork(): a child's profile starts through the control code.
+        ["preload_fork.c"],
+        # The entry points: the constructor, the interposed calls, the
+        # gperftools API. Nothing of the preload calls them.
+        ["preload_main.c", "preload_interpose.c", "gperftools_compat.c"],
+    ],
 }
 
 # Violations allowed for now: (file, what it uses). Empty since issue 26.
@@ -124,6 +153,10 @@ GENERATED = {"profile.pb-c.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 DEF_RE = re.compile(r"^(?!static\b)[A-Za-z_][\w \*]*?\b(snapprof_\w+)\s*\([^;{]*\)\s*\{", re.M)
+# A file-scope variable with external linkage ("atomic_int snapprof__x;").
+VAR_RE = re.compile(
+    r"^(?!static\b|extern\b|typedef\b)[A-Za-z_][\w \*]*?\b(snapprof_\w+)\s*(?:\[[^\];]*\])?\s*(?:=[^;]*)?;",
+    re.M)
 
 
 def layer_of():
@@ -210,16 +243,97 @@ def check_sublayers(root, problems):
                 continue
             with open(os.path.join(root, folder, n), encoding="utf-8", errors="replace") as f:
                 code[n] = COMMENT_RE.sub("", f.read())
-            for m in DEF_RE.finditer(code[n]):
+            for m in list(DEF_RE.finditer(code[n])) + list(VAR_RE.finditer(code[n])):
                 defs[m.group(1)] = n
-        for n, text in code.items():
+        calls = {n: set() for n in code}
+        for n, text in sorted(code.items()):
             called = {}
             for name, where in defs.items():
-                if where != n and tier[where] > tier[n] and re.search(r"\b%s\b" % name, text):
-                    called.setdefault(where, []).append(name)
+                if where != n and re.search(r"\b%s\b" % name, text):
+                    calls[n].add(where)
+                    if tier[where] > tier[n]:
+                        called.setdefault(where, []).append(name)
             for where, names in sorted(called.items()):
                 problems.append((folder + "/" + n, folder + "/" + where,
                                  "calls up into a higher sublayer: %s" % ", ".join(sorted(names))))
+        for cycle, members in cycles(calls):
+            problems.append((folder + "/" + cycle[0], folder + "/" + cycle[1],
+                             "calls run in a circle: %s; %d files call each other: %s" % (
+                                 " -> ".join(cycle + [cycle[0]]), len(members),
+                                 ", ".join(members))))
+
+
+def cycles(graph):
+    """(cycle, members) for each strongly connected component of graph
+    {node: set of nodes} with more than one node, in sorted order: members
+    the sorted nodes of the component, cycle a shortest way round it from
+    its smallest node (a list of nodes)."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(set(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    out = []
+    for comp in comps:
+        # A shortest way round from the smallest node, by breadth first.
+        start = min(comp)
+        prev, queue, path = {start: None}, [start], None
+        while queue and path is None:
+            v = queue.pop(0)
+            for w in sorted(graph.get(v, ())):
+                if w not in comp:
+                    continue
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    path.reverse()
+                    break
+                if w not in prev:
+                    prev[w] = v
+                    queue.append(w)
+        out.append((path, sorted(comp)))
+    return sorted(out)
+
+
+def check_include_cycles(root, problems):
+    """No header includes itself through others."""
+    graph = {}
+    for folder, rel in sources(root):
+        if not rel.endswith(".h"):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = COMMENT_RE.sub("", f.read())
+        graph[rel] = set()
+        for inc in INCLUDE_RE.findall(text):
+            if "/" not in inc:
+                inc = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+            graph[rel].add(inc)
+    graph = {h: {i for i in incs if i in graph} for h, incs in graph.items()}
+    for cycle, members in cycles(graph):
+        problems.append((cycle[0], cycle[1], "include cycle: %s; %d headers include each other" % (
+            " -> ".join(cycle + [cycle[0]]), len(members))))
 
 
 def main():
@@ -229,6 +343,7 @@ def main():
     problems = []
     check_includes(root, layer, problems)
     check_sublayers(root, problems)
+    check_include_cycles(root, problems)
     check_sizes(root, problems)
     allowed = set(ALLOWED)
     seen = set()
