@@ -106,6 +106,14 @@ typedef struct snapprof__copy_result {
 int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_size,
                                  snapprof__copy_result_t *res);
 
+/* Copies up to size bytes from lo into dst through process_vm_readv on
+ * our own pid, one remote iovec per page, so that the copy stops at the
+ * first page that cannot be read (unmapped meanwhile by another thread)
+ * instead of faulting. Returns the bytes copied (0 when not even lo's page
+ * could be), or -1 when process_vm_readv is refused (seccomp, ENOSYS).
+ * errno is left as it was. Async-signal-safe (system calls only). */
+long snapprof__copy_readable(uint8_t *dst, uintptr_t lo, size_t size);
+
 /* Installs the handler for signo once for the life of the process (later
  * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */
 int snapprof__stack_copier_install(int signo);

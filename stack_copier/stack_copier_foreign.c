@@ -13,6 +13,7 @@
 
 #include "stack_copier/registers_x86_64.h"
 
+#include <errno.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -40,6 +41,42 @@ static size_t read_pages(uint8_t *dst, uintptr_t lo, size_t size)
     long got =
         syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote, (long)n, 0L);
     return got > 0 ? (size_t)got : 0;
+}
+
+/* Async-signal-safe. */
+long snapprof__copy_readable(uint8_t *dst, uintptr_t lo, size_t size)
+{
+    int saved = errno;
+    long rc = 0;
+    for (size_t done = 0; done < size;) {
+        size_t chunk =
+            size - done < SNAPPROF__FOREIGN_WINDOW ? size - done : SNAPPROF__FOREIGN_WINDOW;
+        struct iovec local = {dst + done, chunk};
+        struct iovec remote[MAX_PAGES];
+        int n = 0;
+        for (uintptr_t a = lo + done, end = lo + done + chunk; a < end && n < (int)MAX_PAGES; n++) {
+            uintptr_t next = (a & ~(uintptr_t)(PAGE - 1)) + PAGE;
+            if (next > end || next < a)
+                next = end;
+            remote[n].iov_base = (void *)a;
+            remote[n].iov_len = next - a;
+            a = next;
+        }
+        long got = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote,
+                           (long)n, 0L);
+        if (got < 0) {
+            /* EFAULT: the page at lo + done cannot be read; anything
+             * else: the call itself is refused. */
+            rc = errno == EFAULT ? (long)done : done > 0 ? (long)done : -1;
+            break;
+        }
+        done += (size_t)got;
+        rc = (long)done;
+        if ((size_t)got < chunk)
+            break;
+    }
+    errno = saved;
+    return rc;
 }
 
 /* Async-signal-safe. */

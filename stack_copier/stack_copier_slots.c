@@ -303,8 +303,35 @@ snapprof__capture_slot_t *snapprof__capture_regs(snapprof__capture_pool_t *pool,
             return NULL;
         }
     } else {
-        snapprof__copy_own_stack(snapprof__copy_low(sp, stack_low), stack_base, slot->buffer,
-                                 pool->slot_bytes, &slot->res);
+        /* Not memcpy: [stack_low, stack_base) is a mapping as
+         * /proc/self/maps showed it (heap_capture.c's bounds()), and a
+         * fiber's malloc'd stack shares its line with the anonymous
+         * memory around it, which another thread may unmap while we copy
+         * (soak finding 10: the copy above a fiber's sp faulted, plain and
+         * TSan). The copy stops where the memory does. */
+        uintptr_t lo = snapprof__copy_low(sp, stack_low);
+        size_t size = stack_base - lo, want = size;
+        slot->res.truncated = 0;
+        if (size > pool->slot_bytes) {
+            size = pool->slot_bytes; /* the innermost frames */
+            slot->res.truncated = 1;
+        }
+        long got = snapprof__copy_readable(slot->buffer, lo, size);
+        if (got < 0) {
+            /* process_vm_readv refused (seccomp): the caller checked the
+             * range readable (clamp_readable()), as before. */
+            snapprof__copy_own_stack(lo, stack_base, slot->buffer, pool->slot_bytes, &slot->res);
+        } else {
+            size_t n = (size_t)got & ~(size_t)(sizeof(uintptr_t) - 1);
+            if (n <= sp - lo) {
+                snapprof__capture_slot_abandon(slot);
+                return NULL; /* not even the word at sp: no stack */
+            }
+            slot->res.copy_lo = lo;
+            slot->res.copy_size = n;
+            if (n < want)
+                slot->res.truncated = 1;
+        }
     }
     if (pool->delegate)
         pool->delegate->on_capture(pool->delegate->ctx, slot->extra);

@@ -169,8 +169,11 @@ int snapprof__capture_self(snapprof__capture_pool_t *pool, snapprof__capture_tar
  * stack_base), as snapprof__capture_self() does. The pool's delegate runs
  * after the copy. Returns the slot, still FILLING, for the caller to fill
  * its extra area and publish with snapprof__capture_slot_publish(); NULL
- * when no slot was free (counted in pool->dropped) or the foreign stack
- * could not be read (the slot is given back). No allocation, no locks.
+ * when no slot was free (counted in pool->dropped) or the stack could not
+ * be read from sp (the slot is given back). The thread's own stack is
+ * copied as far as it can be read, never with a fault: its range may be a
+ * mapping shared with memory another thread unmaps (a fiber's malloc'd
+ * stack). No allocation, no locks.
  * Async-signal-safe. */
 snapprof__capture_slot_t *snapprof__capture_regs(snapprof__capture_pool_t *pool,
                                                  const snapprof_regs_t *regs, uintptr_t stack_low,

@@ -12,6 +12,9 @@
 #include <snapprof/heap.h>
 #include <snapprof/profile_builder.h>
 
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -446,11 +449,104 @@ static void fibers_stack_guard_above(void)
     stack_replaced(1);
 }
 
+/* unmapped_above: the memory right above a fiber's stack, in the same
+ * line of /proc/self/maps (anonymous mappings side by side merge), unmapped
+ * and mapped again by another thread while the fiber allocates. */
+#define ABOVE_SIZE (192u << 10)
+#define ABOVE_NOTES 1000000
+#define ABOVE_WALL_NS 20000000000ull
+
+static char *g_above;
+static atomic_int g_above_stop;
+static int g_above_notes;
+
+static void *above_toggler(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_above_stop)) {
+        munmap(g_above, ABOVE_SIZE);
+        if (mmap(g_above, ABOVE_SIZE, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            TEST_FAIL("mmap of the range above the fiber's stack: %s", strerror(errno));
+    }
+    return NULL;
+}
+
+static __attribute__((noinline)) void above_entry(void)
+{
+#ifdef FIB_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &g_main_bottom, &g_main_size);
+#endif
+    uint64_t until = tu_mono_ns() + ABOVE_WALL_NS;
+    int i = 0;
+    for (; i < ABOVE_NOTES && (i % 1024 != 0 || tu_mono_ns() < until); i++)
+        alloc_here(64);
+    g_above_notes = i;
+    switch_back(0);
+    TEST_FAIL("fiber resumed after its last round");
+}
+
+/* A fiber whose stack is the low FIBER_STACK bytes of one anonymous
+ * mapping, the ABOVE_SIZE bytes above it unmapped and mapped again by
+ * another thread as fast as it can, while the fiber allocates (every
+ * allocation sampled): the heap capture's bounds are the whole line of
+ * /proc/self/maps, and its 64 KiB copy from sp (near the stack's top)
+ * reaches into the range above. Catches a copy that checks the range
+ * readable and then copies with memcpy (soak finding 10): the range goes
+ * between the two and the program dies of SIGSEGV in its own malloc (2 of
+ * 4 runs of 200000 allocations on the old code, plain build; this runs up
+ * to ABOVE_NOTES, 20 s at most). */
+static void fibers_unmapped_above(void)
+{
+    char *r = mmap(NULL, FIBER_STACK + ABOVE_SIZE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(r != MAP_FAILED);
+    g_above = r + FIBER_STACK;
+    /* The thread profiled too, at the default rate, as in the soak. */
+    snapprof_thread_t *self;
+    ASSERT_OK(snapprof_thread_register(&self));
+    snapprof_params_t params;
+    snapprof_params_init(&params);
+    params.heap_interval = 1;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &self, 1, &p));
+    ASSERT_OK(snapprof_profiler_start(p));
+    g_fib_stack[0] = r;
+    ASSERT_OK(getcontext(&g_fib_ctx[0]));
+    g_fib_ctx[0].uc_stack.ss_sp = r;
+    g_fib_ctx[0].uc_stack.ss_size = FIBER_STACK;
+    g_fib_ctx[0].uc_link = NULL;
+    makecontext(&g_fib_ctx[0], above_entry, 0);
+#ifdef FIB_TSAN
+    g_main_tsan = __tsan_get_current_fiber();
+    g_fib_tsan[0] = __tsan_create_fiber(0);
+#endif
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, above_toggler, NULL));
+    switch_to_fiber(0);
+    atomic_store(&g_above_stop, 1);
+    ASSERT_OK(pthread_join(th, NULL));
+#ifdef FIB_TSAN
+    __tsan_destroy_fiber(g_fib_tsan[0]);
+#endif
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    ASSERT_OK(snapprof_profiler_stop(p));
+    printf("%d allocations on the fiber, %" PRIu64 " recorded: heap_samples %" PRIu64
+           " (no slot %" PRIu64 "), dropped no stack %" PRIu64 "\n",
+           g_above_notes, (uint64_t)atomic_load(&g_recorded), st.heap_samples,
+           st.heap_samples_no_slot, st.heap_dropped_no_stack);
+    /* Copies made (under TSan, with its slow drains, some hundreds). */
+    ASSERT_GT(st.heap_samples - st.heap_samples_no_slot, 100);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(self);
+    munmap(r, FIBER_STACK + ABOVE_SIZE);
+}
+
 static const test_case_t cases[] = {
-    {"few_lookups", fibers_few_lookups},
-    {"many_bounded", fibers_many_bounded},
-    {"stack_replaced", fibers_stack_replaced},
-    {"stack_guard_above", fibers_stack_guard_above},
+    {"few_lookups", fibers_few_lookups},       {"many_bounded", fibers_many_bounded},
+    {"stack_replaced", fibers_stack_replaced}, {"stack_guard_above", fibers_stack_guard_above},
+    {"unmapped_above", fibers_unmapped_above},
 };
 
 int main(int argc, char **argv)
