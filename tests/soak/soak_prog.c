@@ -372,19 +372,20 @@ static void *part_fork(void *arg)
             return NULL;
         }
         if (pid == 0) {
-            /* The child allocates, but not under ASan: GCC 12's ASan does
-             * not hold its allocator's locks across fork(), so a child
-             * forked while another thread was inside malloc() of a size
-             * class blocks for good in its own first malloc() of that
-             * class (gdb on a soak_heap child hung for 130 s: realloc ->
-             * SizeClassAllocator64::GetFromAllocator; README.md, findings 5
-             * and 10). A sanitizer build does not profile the child
-             * anyway; what it execs allocates with --heap. */
-#ifndef SOAK_ASAN
+            /* The child allocates, but not under ASan or TSan: GCC 12's
+             * sanitizer allocators do not hold their size-class region
+             * locks across fork(), so a child forked while another thread
+             * was inside malloc() of a size class blocks for good in its
+             * own first malloc() of that class (gdb on hung soak_heap
+             * children: realloc -> SizeClassAllocator64::GetFromAllocator,
+             * ASan, and TSan at h-tsan; README.md, findings 5 and 10). A
+             * sanitizer build does not profile the child anyway; what it
+             * execs allocates with --heap. */
+#if !defined(SOAK_ASAN) && !defined(SOAK_TSAN)
             soak_heap_churn(round);
 #endif
             soak_child_work(CHILD_ITERS, round);
-#ifndef SOAK_ASAN
+#if !defined(SOAK_ASAN) && !defined(SOAK_TSAN)
             soak_heap_churn(round + 1);
 #endif
             _exit(0);
