@@ -450,8 +450,9 @@ static void fibers_stack_guard_above(void)
 }
 
 /* unmapped_above: the memory right above a fiber's stack, in the same
- * line of /proc/self/maps (anonymous mappings side by side merge), unmapped
- * and mapped again by another thread while the fiber allocates. */
+ * line of /proc/self/maps (anonymous mappings side by side merge), made
+ * unreadable and readable again by another thread while the fiber
+ * allocates. */
 #define ABOVE_SIZE (192u << 10)
 #define ABOVE_NOTES 1000000
 #define ABOVE_WALL_NS 20000000000ull
@@ -460,14 +461,19 @@ static char *g_above;
 static atomic_int g_above_stop;
 static int g_above_notes;
 
+/* Made unreadable and readable again with mprotect(), not munmap() and
+ * mmap(MAP_FIXED): between those two another thread may map something of
+ * its own into the hole, which the MAP_FIXED mapping then destroyed (under
+ * ASan, its own error buffer: SIGSEGV in __sanitizer::internal_memset, 2
+ * of 3 runs). A page without access faults a copy as an unmapped one does,
+ * and splits the line of /proc/self/maps as an unmapped one does. */
 static void *above_toggler(void *arg)
 {
     (void)arg;
     while (!atomic_load(&g_above_stop)) {
-        munmap(g_above, ABOVE_SIZE);
-        if (mmap(g_above, ABOVE_SIZE, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
-            TEST_FAIL("mmap of the range above the fiber's stack: %s", strerror(errno));
+        if (mprotect(g_above, ABOVE_SIZE, PROT_NONE) != 0 ||
+            mprotect(g_above, ABOVE_SIZE, PROT_READ | PROT_WRITE) != 0)
+            TEST_FAIL("mprotect of the range above the fiber's stack: %s", strerror(errno));
     }
     return NULL;
 }
@@ -487,10 +493,10 @@ static __attribute__((noinline)) void above_entry(void)
 }
 
 /* A fiber whose stack is the low FIBER_STACK bytes of one anonymous
- * mapping, the ABOVE_SIZE bytes above it unmapped and mapped again by
- * another thread as fast as it can, while the fiber allocates (every
- * allocation sampled): the heap capture's bounds are the whole line of
- * /proc/self/maps, and its 64 KiB copy from sp (near the stack's top)
+ * mapping, the ABOVE_SIZE bytes above it made unreadable and readable
+ * again by another thread as fast as it can (above_toggler()), while the
+ * fiber allocates (every allocation sampled): the heap capture's bounds
+ * are the whole line of /proc/self/maps, and its 64 KiB copy from sp (near the stack's top)
  * reaches into the range above. Catches a copy that checks the range
  * readable and then copies with memcpy (soak finding 10): the range goes
  * between the two and the program dies of SIGSEGV in its own malloc (2 of
