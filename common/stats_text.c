@@ -501,6 +501,7 @@ static const struct {
     {"fds_", "the library's fds"},
     {"roundtrip_", "sampler cost"},
     {"sampler_", "sampler cost"},
+    {"drain_", "sampler cost"},
     {"python_", "python frames"},
 };
 

@@ -111,7 +111,9 @@
     XX(U64, unarmed_timer_passed)                                                                  \
     XX(U64, unarmed_timer_errno)                                                                   \
     XX(U64, heap_stack_lookups)                                                                    \
-    XX(U64, python_learned_full)
+    XX(U64, python_learned_full)                                                                   \
+    XX(U64, drain_budget_stops)                                                                    \
+    XX(U64, drain_max_cpu_ns)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

@@ -261,17 +261,22 @@ int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
  * signals would flood the program's handler uncounted. Their threads go
  * to the handshake, whose requests then time out as handler_replaced and
  * back off (and succeed again if the handler comes back). One system call
- * a tick. Lock held. */
+ * a tick. The captures their triggers left in the slots are not drained
+ * here: the ticks' drains, within their budget, deliver them (a full
+ * drain here held a TSan soak's sampler for over a second, soak finding
+ * 9), and until they have, the handshake leaves those threads alone
+ * (captures_left), so that its first sample does not weigh again the CPU
+ * time they stand for. Lock held. */
 void snapprof__check_handler(snapprof_profiler_t *p)
 {
     if (p->armed_count == 0 || snapprof__stack_copier_handler_ours(p->params.signal))
         return;
-    snapprof__profiler_drain(p);
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         if (t->dead || !t->arm)
             continue;
         snapprof__disarm(p, t);
+        t->captures_left = 1;
         t->trigger = SNAPPROF_TRIGGER_HANDSHAKE;
         p->handshake_count++;
         p->stats.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE]++;

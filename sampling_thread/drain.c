@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------------ */
 /* Delivery to the builders                                                 */
@@ -476,13 +477,26 @@ static int drain_heap(snapprof_profiler_t *p, int give_way)
     return snapprof__heap_drain(p, &sink);
 }
 
+/* The sampling thread's CPU time, in ns. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Unwinds and delivers the slots filled by now, oldest first, and adds the
  * large buffers deep stacks need. One pass: slots filled meanwhile wait for
  * the next call, so that a thread whose captures come faster than they
  * unwind cannot keep the lock from stop() and get_stats(). With give_way,
  * (the sampling thread's ticks) it also stops early, the newer slots left
- * for the next pass, when another thread waits for the lock. Returns 1 when
- * it stopped early. Lock held. */
+ * for the next pass, when another thread waits for the lock, or when the
+ * pass has spent SNAPPROF__DRAIN_BUDGET_NS of CPU time (at least one
+ * capture is delivered: the pass always makes progress). Nothing is lost
+ * when it stops: the slots left stay full for the next pass, which comes
+ * DRAIN_GAP_NS later (tick.c); captures that find no free slot meanwhile
+ * are counted in samples_dropped, as always. Returns 1 when it stopped
+ * early. Lock held. */
 static int drain(snapprof_profiler_t *p, int give_way, int heap)
 {
     /* The library's own allocations (unwinders, builders) on this thread
@@ -521,8 +535,15 @@ static int drain(snapprof_profiler_t *p, int give_way, int heap)
                 p->unwinders[i]->ops->xUpdateModules(p->unwinders[i]->user_data);
         qsort(full, n, sizeof full[0], by_time);
         p->draining = 1;
+        uint64_t cpu0 = give_way ? thread_cpu_ns() : 0, spent = 0;
         for (size_t i = 0; i < n; i++) {
             if (give_way && i > 0 && snapprof__sampler_api_waiting()) {
+                stopped = 1;
+                break;
+            }
+            if (give_way && i > 0 &&
+                (spent = thread_cpu_ns() - cpu0) >= SNAPPROF__DRAIN_BUDGET_NS) {
+                p->stats.drain_budget_stops++;
                 stopped = 1;
                 break;
             }
@@ -583,6 +604,12 @@ static int drain(snapprof_profiler_t *p, int give_way, int heap)
             snapprof__capture_slot_release(pool, slot);
         }
         p->draining = 0;
+        if (give_way) {
+            if (!stopped)
+                spent = thread_cpu_ns() - cpu0;
+            if (spent > p->stats.drain_max_cpu_ns)
+                p->stats.drain_max_cpu_ns = spent;
+        }
     }
     p->last_drain = snapprof__monotonic_ns();
     return stopped;

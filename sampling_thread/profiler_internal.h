@@ -24,6 +24,16 @@ enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLET
 
 /* Where a capture's Python frames sit in its extra area, after the labels;
  * and the size of that area with them (python) or without. */
+/* The most CPU time one of the sampling thread's drains of the CPU
+ * captures spends before it leaves the rest for the next pass, a
+ * millisecond later (drain() in drain.c, DRAIN_GAP_NS in tick.c). A
+ * plain build unwinds and delivers a capture in tens of microseconds, so
+ * a pass of the 256 slots stays well within it and nothing changes; under
+ * TSan a deep thread's capture (copies of up to 800 KiB, every load
+ * checked) took milliseconds, and one unbounded drain held the sampler
+ * for over a second, 3-7 ticks in 3 s at 4 kHz (soak finding 9). */
+#define SNAPPROF__DRAIN_BUDGET_NS 20000000u
+
 #define SNAPPROF__PY_EXTRA_OFFSET ((sizeof(snapprof__label_capture_t) + 63u) & ~(size_t)63u)
 #define SNAPPROF__EXTRA_SIZE(python)                                                               \
     ((python) ? SNAPPROF__PY_EXTRA_OFFSET + sizeof(snapprof__py_capture_t)                         \
@@ -52,7 +62,11 @@ typedef struct snapprof__target {
      * captures and free it (snapprof__retire_removed()). */
     int removed;
     unsigned backoff, backoff_left; /* ticks to skip after a timeout */
-    snapprof_frame_t *prev;         /* wall mode: its last stack, for idle ticks */
+    /* Moved to the handshake by snapprof__check_handler() with its
+     * trigger's captures maybe still in the slots: not signalled until the
+     * drains have delivered them (sample_target() in tick.c). */
+    int captures_left;
+    snapprof_frame_t *prev; /* wall mode: its last stack, for idle ticks */
     size_t prev_count;
     unsigned prev_flags;
     uint64_t prev_time;                     /* when prev was taken (its copy's timestamp) */

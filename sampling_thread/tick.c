@@ -22,6 +22,16 @@ static void sample_target(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         return;
     }
     t->cpu_last = cpu_now;
+    if (t->captures_left) {
+        /* Its trigger's last captures first (snapprof__check_handler()):
+         * they say what part of its CPU time they stand for. */
+        if (snapprof__profiler_has_captures_of(p, th)) {
+            if (p->params.mode == SNAPPROF_MODE_WALL)
+                snapprof__deliver_previous(p, t, now); /* its wall time still passes */
+            return;
+        }
+        t->captures_left = 0;
+    }
     if (t->sampled && cpu_now < t->cpu_after) {
         /* A thread's CPU clock never runs backwards: another thread. */
         snapprof__fail(p, SNAPPROF_FAIL_TID_RECYCLED);

@@ -603,6 +603,15 @@ typedef struct snapprof_stats {
      * GIL lack Python frames until then. */
     uint64_t python_learned_full;
     /* -- end of issue 29's review block -- */
+    /* -- Added in 0.7.0 (issue 27, soak finding 9: a tick's drain) -- */
+    /* The sampling thread's drains of the CPU captures at its ticks stop
+     * after 20 ms of its CPU time and leave the rest, still in their
+     * slots, to the next pass a millisecond later (nothing is dropped for
+     * it: captures that then find no free slot count in samples_dropped).
+     * How many passes stopped so, and the most CPU time one pass took. */
+    uint64_t drain_budget_stops;
+    uint64_t drain_max_cpu_ns;
+    /* -- end of the drain budget block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
