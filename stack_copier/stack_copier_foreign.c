@@ -21,14 +21,11 @@
 #define PAGE 4096u
 #define MAX_PAGES (SNAPPROF__FOREIGN_WINDOW / PAGE + 1)
 
-/* Copies up to size bytes from lo, page by page, stopping at the first
- * page that cannot be read. Returns the bytes copied (0 when not even the
- * first page could be, or process_vm_readv is refused, as seccomp may).
- * Async-signal-safe (one system call). */
-static size_t read_pages(uint8_t *dst, uintptr_t lo, size_t size)
+/* Fills remote[] with one iovec per page of [lo, lo + size), at most
+ * MAX_PAGES of them, so that process_vm_readv() stops at the first page
+ * that cannot be read. Returns the count. */
+static int page_iovecs(struct iovec remote[MAX_PAGES], uintptr_t lo, size_t size)
 {
-    struct iovec local = {dst, size};
-    struct iovec remote[MAX_PAGES];
     int n = 0;
     for (uintptr_t a = lo, end = lo + size; a < end && n < (int)MAX_PAGES; n++) {
         uintptr_t next = (a & ~(uintptr_t)(PAGE - 1)) + PAGE;
@@ -38,8 +35,27 @@ static size_t read_pages(uint8_t *dst, uintptr_t lo, size_t size)
         remote[n].iov_len = next - a;
         a = next;
     }
-    long got =
-        syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote, (long)n, 0L);
+    return n;
+}
+
+/* process_vm_readv() of [lo, lo + size) (at most SNAPPROF__FOREIGN_WINDOW
+ * bytes) on our own pid into dst: the bytes read, or -1 with errno. */
+static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
+{
+    struct iovec local = {dst, size};
+    struct iovec remote[MAX_PAGES];
+    int n = page_iovecs(remote, lo, size);
+    return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote, (long)n,
+                   0L);
+}
+
+/* Copies up to size bytes from lo, page by page, stopping at the first
+ * page that cannot be read. Returns the bytes copied (0 when not even the
+ * first page could be, or process_vm_readv is refused, as seccomp may).
+ * Async-signal-safe (one system call). */
+static size_t read_pages(uint8_t *dst, uintptr_t lo, size_t size)
+{
+    long got = read_window(dst, lo, size);
     return got > 0 ? (size_t)got : 0;
 }
 
@@ -51,19 +67,7 @@ long snapprof__copy_readable(uint8_t *dst, uintptr_t lo, size_t size)
     for (size_t done = 0; done < size;) {
         size_t chunk =
             size - done < SNAPPROF__FOREIGN_WINDOW ? size - done : SNAPPROF__FOREIGN_WINDOW;
-        struct iovec local = {dst + done, chunk};
-        struct iovec remote[MAX_PAGES];
-        int n = 0;
-        for (uintptr_t a = lo + done, end = lo + done + chunk; a < end && n < (int)MAX_PAGES; n++) {
-            uintptr_t next = (a & ~(uintptr_t)(PAGE - 1)) + PAGE;
-            if (next > end || next < a)
-                next = end;
-            remote[n].iov_base = (void *)a;
-            remote[n].iov_len = next - a;
-            a = next;
-        }
-        long got = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote,
-                           (long)n, 0L);
+        long got = read_window(dst + done, lo + done, chunk);
         if (got < 0) {
             /* EFAULT: the page at lo + done cannot be read; anything
              * else: the call itself is refused. */
