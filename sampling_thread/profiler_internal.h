@@ -22,8 +22,6 @@
 
 enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLETED };
 
-/* Where a capture's Python frames sit in its extra area, after the labels;
- * and the size of that area with them (python) or without. */
 /* The most CPU time one of the sampling thread's drains of the CPU
  * captures spends before it leaves the rest for the next pass, a
  * millisecond later (drain() in drain.c, DRAIN_GAP_NS in tick.c). A
@@ -34,6 +32,8 @@ enum { PROFILER_CREATED, PROFILER_RUNNING, PROFILER_COMPLETING, PROFILER_COMPLET
  * for over a second, 3-7 ticks in 3 s at 4 kHz (soak finding 9). */
 #define SNAPPROF__DRAIN_BUDGET_NS 20000000u
 
+/* Where a capture's Python frames sit in its extra area, after the labels;
+ * and the size of that area with them (python) or without. */
 #define SNAPPROF__PY_EXTRA_OFFSET ((sizeof(snapprof__label_capture_t) + 63u) & ~(size_t)63u)
 #define SNAPPROF__EXTRA_SIZE(python)                                                               \
     ((python) ? SNAPPROF__PY_EXTRA_OFFSET + sizeof(snapprof__py_capture_t)                         \
