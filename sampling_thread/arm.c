@@ -206,12 +206,16 @@ void snapprof__disarm(snapprof_profiler_t *p, snapprof__target_t *t)
 /* A thread with a CPU-clock trigger needs no signal from us: only notice
  * when it has gone, and keep its CPU clock for the remainder. Returns 0
  * with the clock's reading in *cpu_now, or -1 when the thread is gone.
- * Lock held. */
+ * A thread gone leaves its captures in the slots for the ticks' budgeted
+ * drains, as one that unregisters does: its record stays until a full
+ * drain has delivered them (snapprof__retire_removed()), and its
+ * remainder is placed only then. (A full drain here held the sampler's
+ * lock through the whole backlog, 255 captures of a slow builder, on each
+ * exit: profiler_drain_budget_exit_backlog.) Lock held. */
 int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_t *cpu_now_out)
 {
     uint64_t cpu_now;
     if (atomic_load(&t->thread->exited) || snapprof__thread_cpu_ns(t->thread->tid, &cpu_now) != 0) {
-        snapprof__profiler_drain(p);
         snapprof__disarm(p, t);
         t->dead = 1;
         return -1;

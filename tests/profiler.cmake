@@ -24,5 +24,5 @@ snapprof_add_test_cases(EXE fork_child SOURCES test_fork_child.c TIMEOUT 300)
 # A tick's drain within its budget, the rest delivered by the next ticks
 # (soak finding 9). Busy threads and a slow builder: alone.
 snapprof_add_test_cases(EXE profiler_drain_budget SOURCES test_profiler_drain_budget.c)
-snapprof_set_case_properties(EXE profiler_drain_budget CASES deep_backlog
+snapprof_set_case_properties(EXE profiler_drain_budget CASES deep_backlog exit_backlog
   PROPERTIES RUN_SERIAL TRUE)

@@ -26,6 +26,9 @@
 
 typedef struct slow_builder {
     atomic_ullong delivered; /* samples of the CPU captures (not remainders) */
+    /* Of those, the ones whose delivery began while a caller of the API
+     * waited for the sampler's lock. */
+    atomic_ullong while_waiting;
     /* The gate: once armed, the next delivery waits (holding the sampling
      * thread in its drain, as a slow delivery does) until the test opens
      * it, while the busy threads fill the slots. */
@@ -39,6 +42,8 @@ static int sb_sample(void *ud, const snapprof_sample_t *s)
         (s->flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL)))
         return 0;
     atomic_fetch_add(&b->delivered, 1);
+    if (snapprof__sampler_api_waiting())
+        atomic_fetch_add(&b->while_waiting, 1);
     if (atomic_load(&b->gate_armed) && !atomic_exchange(&b->gate_holding, 1)) {
         while (!atomic_load(&b->gate_open)) {
             struct timespec ts = {0, 1000000};
@@ -226,8 +231,108 @@ static void deep_backlog(void)
     snapprof_profiler_destroy(p);
 }
 
+/* As deep_backlog, but the busy threads exit instead of pausing, while
+ * the slots hold their backlog. A tick that finds an armed thread gone
+ * stops its trigger and leaves its captures to the budgeted drains, as a
+ * thread that unregisters does. Catches a full drain there
+ * (snapprof__check_armed() drained every slot, unbudgeted, before the
+ * disarm: with this backlog one such drain delivers some 250 captures
+ * of 2 ms while the sampler holds its lock). Measured without clocks: a
+ * caller of the API waits for the lock while the sampler goes on
+ * delivering. A budgeted pass stops at the next capture once a caller
+ * waits (its first capture is always delivered), so one get_stats() sees
+ * at most a delivery or two begin while it waits; the full drain made it
+ * wait through the whole backlog. */
+static void exit_backlog(void)
+{
+    deep_worker_t w[THREADS];
+    memset(w, 0, sizeof w);
+    snapprof_thread_t *tokens[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        tu_worker_start(&w[i].w, deep_main, &w[i]);
+        tokens[i] = w[i].w.token;
+    }
+    slow_builder_t sb = {0};
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_builder_create(&sb_ops, &sb, &b));
+    snapprof_params_t params = tu_params(INTERVAL);
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, tokens, THREADS, &p));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_wait_samples(p, 20);
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    if (st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] > 0) {
+        printf("skipped: no CPU-clock trigger here (the handshake drains nothing)\n");
+        exit(TEST_SKIP);
+    }
+    atomic_store(&sb.gate_armed, 1);
+    uint64_t deadline = tu_mono_ns() + 120000000000ull;
+    while (!atomic_load(&sb.gate_holding)) {
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("no delivery in 120 s");
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t cpu0[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        cpu0[i] = thread_cpu(&w[i]);
+    for (int i = 0; i < THREADS; i++)
+        while (thread_cpu(&w[i]) - cpu0[i] < FILL_NS) {
+            if (tu_mono_ns() > deadline)
+                TEST_FAIL("thread %d used %" PRIu64 " ns of CPU in 120 s", i,
+                          thread_cpu(&w[i]) - cpu0[i]);
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+    /* The threads end, their backlog still in the slots; joined at the
+     * end (a join and release would be callers of the API too). */
+    atomic_store(&g_stop, 1);
+    atomic_store(&sb.gate_open, 1);
+    uint64_t worst = 0, calls = 0;
+    uint64_t last = atomic_load(&sb.delivered), since = tu_mono_ns();
+    deadline = tu_mono_ns() + 120000000000ull;
+    while (tu_mono_ns() - since < STABLE_NS) {
+        uint64_t w0 = atomic_load(&sb.while_waiting);
+        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+        uint64_t waited = atomic_load(&sb.while_waiting) - w0;
+        calls++;
+        if (waited > worst)
+            worst = waited;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+        uint64_t now = atomic_load(&sb.delivered);
+        if (now != last) {
+            last = now;
+            since = tu_mono_ns();
+        }
+        if (tu_mono_ns() > deadline)
+            TEST_FAIL("still delivering after 120 s: %" PRIu64, now);
+    }
+    uint64_t by_ticks = atomic_load(&sb.delivered);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    uint64_t in_all = atomic_load(&sb.delivered);
+    snapprof_stats_t end;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &end));
+    for (int i = 0; i < THREADS; i++)
+        tu_worker_stop(&w[i].w);
+    printf("samples %" PRIu64 " (by the ticks %" PRIu64 ", at stop %" PRIu64 "); %" PRIu64
+           " get_stats calls, at most %" PRIu64 " deliveries begun while one waited; passes "
+           "stopped by the budget %" PRIu64 "\n",
+           end.samples, by_ticks, in_all - by_ticks, calls, worst, end.drain_budget_stops);
+    ASSERT_GT(end.copy_bytes_max, 64u << 10);
+    ASSERT_GT(by_ticks, 100u); /* a backlog was there to drain */
+    ASSERT_LE(worst, 3u);
+    /* Every capture delivered, by the ticks, the exited threads' too. */
+    ASSERT_UEQ(in_all, by_ticks);
+    ASSERT_UEQ(in_all, end.samples);
+    snapprof_profiler_destroy(p);
+}
+
 static const test_case_t cases[] = {
     {"deep_backlog", deep_backlog},
+    {"exit_backlog", exit_backlog},
 };
 
 int main(int argc, char **argv)
