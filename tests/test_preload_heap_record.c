@@ -126,9 +126,15 @@ static void test_shares(void)
      * this 0.1 s program (40-72 % of alloc_space without a slot in six
      * runs beside three other builds, with the old hooks as with the new),
      * and then the few stacks left are the first phase's, not a sample of
-     * the run. The totals below hold either way. */
+     * the run. The losses come in bursts, one phase more than another, so
+     * the shares of what is left hold only while the losses are small: a
+     * quiet run loses 17-23 % here; with 51 % lost (a CI run beside two
+     * test suites) heap_big's share of the stacks left was 0.565 against
+     * the truth's 0.75. Past 30 % lost, even a whole phase's losses keep
+     * it within the bounds below only by chance. The totals below hold
+     * either way. */
     double lost = tu_top_cum_pct(heap, "-sample_index=alloc_space", "[heap: no capture slot]", 0);
-    int shares = lost <= 70;
+    int shares = lost <= 30;
     if (!shares)
         printf("share checks left out: %.0f%% of alloc_space went without a stack\n", lost);
     if (shares) {
