@@ -218,11 +218,14 @@ static void deep_backlog(void)
     ASSERT_GT(end.copy_bytes_max, 64u << 10);
     /* Every pass within the budget, give or take the one capture that
      * crossed it (a delivery and its unwind, measured in wall time, so an
-     * upper bound of its CPU time) and a millisecond for the rest of the
-     * pass. */
+     * upper bound of its CPU time) and the rest of the pass. On these VMs
+     * a thread's CPU clock also runs while the host stalls its vCPU: one
+     * run in 40 beside a CI run measured a pass of 25.9 ms against 25.5
+     * for budget + capture + 1 ms. So the bound is twice the budget: a
+     * drain without one took 100-475 ms here. */
     ASSERT_GE(end.drain_budget_stops, BUDGET_STOPS);
     ASSERT_LE(end.drain_max_cpu_ns,
-              SNAPPROF__DRAIN_BUDGET_NS + 2 * SLOW_NS + end.unwind_max_ns + 1000000u);
+              2 * SNAPPROF__DRAIN_BUDGET_NS + 2 * SLOW_NS + end.unwind_max_ns);
     /* Nothing left for stop(): the ticks delivered every capture the
      * slots held; and every sample counted reached the builder. */
     ASSERT_UEQ(in_all, by_ticks);
