@@ -165,18 +165,19 @@ def young(cli, tmp):
     # under 0.5 %, of one near 0.95 under 0.7 %.
     if ev < 800 or zl < 400:
         fail("too few samples in the young threads")
-    # zlib at 0.92: 20 runs gave 0.959-0.985 (mean 0.973, sd 0.0075) when
-    # a thread was found only at the GIL: the samples of a thread whose
-    # first ones fell in deflate, with the GIL released. Since the handler
-    # finds a thread by its own key (CPython's gilstate.autoTSSkey) from
-    # its first sample, both shares were 1.000 in every run (load ~25 on 2
-    # CPUs; see the commit that made it). The unit test
-    # python_capture_own_key_without_gil guards the lookup; these bounds
-    # stay until 20 runs back tighter ones. Without the GIL lookup: 0.82
-    # (20 ms drains), 0.38-0.44 (200 ms drains).
-    if ev_py < 0.95 * ev:
+    # Found only at the GIL, a thread whose first samples fell in deflate
+    # (GIL released) had no Python frames: zlib 0.959-0.985 in 20 runs
+    # (mean 0.973, sd 0.0075). Since the handler finds a thread by its own
+    # key (CPython's gilstate.autoTSSkey) from its first sample, 20 runs
+    # (stop 45, load ~12 on 2 CPUs, 2946-3394 and 1004-1329 samples) gave
+    # the evaluation loop 1.000 every time and zlib 0.998-1.000 (3 samples
+    # missed in 23 621). So 0.99 and 0.98: at the old figures either fails
+    # (0.985 at best). The unit test python_capture_own_key_without_gil
+    # guards the lookup itself. Without the GIL lookup: 0.82 (20 ms
+    # drains), 0.38-0.44 (200 ms drains).
+    if ev_py < 0.99 * ev:
         fail("young threads' evaluation loop samples without their Python frames")
-    if zl_py < 0.92 * zl:
+    if zl_py < 0.98 * zl:
         fail("young threads' zlib samples not under py_young")
 
 
