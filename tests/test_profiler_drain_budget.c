@@ -122,26 +122,20 @@ static void set_paused(int paused)
     pthread_mutex_unlock(&g_mu);
 }
 
-/* THREADS busy threads with ~130 KiB stacks at 4 kHz, whose captures (in
- * large buffers) reach a builder that takes SLOW_NS over each: the slots
- * fill far faster than they drain. Catches a tick's drain without a
- * budget (each pass then delivers every full slot, up to 256 x SLOW_NS,
- * and drain_max_cpu_ns is some 100 ms or more; drain_budget_stops 0), and
- * a budget that loses captures: once the threads pause, the ticks alone
- * must deliver all the slots held, so that stop() finds none left, and the
- * builder must have seen every sample counted. */
-static void deep_backlog(void)
+/* The backlog both cases start from: THREADS busy threads with ~130 KiB
+ * stacks at 4 kHz, whose captures (in large buffers) reach a builder that
+ * takes SLOW_NS over each; the sampling thread is held in one delivery
+ * while the threads use FILL_NS of CPU each (FILL_NS / INTERVAL captures
+ * each, more than the slots hold). Returns with the gate still closed. */
+static snapprof_profiler_t *backlog_start(deep_worker_t *w, slow_builder_t *sb)
 {
-    deep_worker_t w[THREADS];
-    memset(w, 0, sizeof w);
     snapprof_thread_t *tokens[THREADS];
     for (int i = 0; i < THREADS; i++) {
         tu_worker_start(&w[i].w, deep_main, &w[i]);
         tokens[i] = w[i].w.token;
     }
-    slow_builder_t sb = {0};
     snapprof_builder_t *b;
-    ASSERT_OK(snapprof_builder_create(&sb_ops, &sb, &b));
+    ASSERT_OK(snapprof_builder_create(&sb_ops, sb, &b));
     snapprof_params_t params = tu_params(INTERVAL);
     snapprof_profiler_t *p;
     ASSERT_OK(snapprof_profiler_create(&params, tokens, THREADS, &p));
@@ -157,13 +151,9 @@ static void deep_backlog(void)
         printf("skipped: no CPU-clock trigger here (the handshake drains nothing)\n");
         exit(TEST_SKIP);
     }
-    /* The backlog: the sampling thread held in a delivery while the busy
-     * threads use FILL_NS of CPU each (FILL_NS / INTERVAL captures each,
-     * more than the slots hold), then paused, so that what the slots hold
-     * is all there is to deliver. */
-    atomic_store(&sb.gate_armed, 1);
+    atomic_store(&sb->gate_armed, 1);
     uint64_t deadline = tu_mono_ns() + 120000000000ull;
-    while (!atomic_load(&sb.gate_holding)) {
+    while (!atomic_load(&sb->gate_holding)) {
         if (tu_mono_ns() > deadline)
             TEST_FAIL("no delivery in 120 s");
         struct timespec ts = {0, 1000000};
@@ -180,15 +170,30 @@ static void deep_backlog(void)
             struct timespec ts = {0, 5000000};
             nanosleep(&ts, NULL);
         }
-    set_paused(1);
-    atomic_store(&sb.gate_open, 1);
-    /* The backlog, delivered by the ticks alone. */
-    uint64_t last = atomic_load(&sb.delivered), since = tu_mono_ns();
-    deadline = tu_mono_ns() + 120000000000ull;
+    return p;
+}
+
+/* Opens the gate and waits until no delivery came for STABLE_NS: the
+ * backlog delivered by the ticks alone. With worst, calls get_stats()
+ * between looks and keeps in *worst the most deliveries that began while
+ * one call waited for the lock. Returns the samples delivered by then. */
+static uint64_t backlog_drained(slow_builder_t *sb, snapprof_profiler_t *p, uint64_t *worst)
+{
+    atomic_store(&sb->gate_open, 1);
+    uint64_t last = atomic_load(&sb->delivered), since = tu_mono_ns();
+    uint64_t deadline = tu_mono_ns() + 120000000000ull;
     while (tu_mono_ns() - since < STABLE_NS) {
-        struct timespec ts = {0, 20000000};
+        if (worst) {
+            snapprof_stats_t st;
+            uint64_t w0 = atomic_load(&sb->while_waiting);
+            ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+            uint64_t waited = atomic_load(&sb->while_waiting) - w0;
+            if (waited > *worst)
+                *worst = waited;
+        }
+        struct timespec ts = {0, worst ? 5000000 : 20000000};
         nanosleep(&ts, NULL);
-        uint64_t now = atomic_load(&sb.delivered);
+        uint64_t now = atomic_load(&sb->delivered);
         if (now != last) {
             last = now;
             since = tu_mono_ns();
@@ -196,8 +201,26 @@ static void deep_backlog(void)
         if (tu_mono_ns() > deadline)
             TEST_FAIL("still delivering after 120 s: %" PRIu64, now);
     }
+    return atomic_load(&sb->delivered);
+}
+
+/* The backlog, then the threads paused, so that what the slots hold is
+ * all there is to deliver. Catches a tick's drain without a budget (each
+ * pass then delivers every full slot, up to 256 x SLOW_NS, and
+ * drain_max_cpu_ns is some 100 ms or more; drain_budget_stops 0), and a
+ * budget that loses captures: the ticks alone must deliver all the slots
+ * held, so that stop() finds none left, and the builder must have seen
+ * every sample counted. */
+static void deep_backlog(void)
+{
+    deep_worker_t w[THREADS];
+    memset(w, 0, sizeof w);
+    slow_builder_t sb = {0};
+    snapprof_profiler_t *p = backlog_start(w, &sb);
+    set_paused(1);
+    uint64_t by_ticks = backlog_drained(&sb, p, NULL);
+    snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    uint64_t by_ticks = atomic_load(&sb.delivered);
     ASSERT_OK(snapprof_profiler_stop(p));
     uint64_t in_all = atomic_load(&sb.delivered);
     snapprof_stats_t end;
@@ -250,80 +273,23 @@ static void exit_backlog(void)
 {
     deep_worker_t w[THREADS];
     memset(w, 0, sizeof w);
-    snapprof_thread_t *tokens[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        tu_worker_start(&w[i].w, deep_main, &w[i]);
-        tokens[i] = w[i].w.token;
-    }
     slow_builder_t sb = {0};
-    snapprof_builder_t *b;
-    ASSERT_OK(snapprof_builder_create(&sb_ops, &sb, &b));
-    snapprof_params_t params = tu_params(INTERVAL);
-    snapprof_profiler_t *p;
-    ASSERT_OK(snapprof_profiler_create(&params, tokens, THREADS, &p));
-    ASSERT_OK(snapprof_profiler_add_builder(p, b));
-    ASSERT_OK(snapprof_profiler_start(p));
-    tu_wait_samples(p, 20);
-    snapprof_stats_t st;
-    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-    if (st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE] > 0) {
-        printf("skipped: no CPU-clock trigger here (the handshake drains nothing)\n");
-        exit(TEST_SKIP);
-    }
-    atomic_store(&sb.gate_armed, 1);
-    uint64_t deadline = tu_mono_ns() + 120000000000ull;
-    while (!atomic_load(&sb.gate_holding)) {
-        if (tu_mono_ns() > deadline)
-            TEST_FAIL("no delivery in 120 s");
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    uint64_t cpu0[THREADS];
-    for (int i = 0; i < THREADS; i++)
-        cpu0[i] = thread_cpu(&w[i]);
-    for (int i = 0; i < THREADS; i++)
-        while (thread_cpu(&w[i]) - cpu0[i] < FILL_NS) {
-            if (tu_mono_ns() > deadline)
-                TEST_FAIL("thread %d used %" PRIu64 " ns of CPU in 120 s", i,
-                          thread_cpu(&w[i]) - cpu0[i]);
-            struct timespec ts = {0, 5000000};
-            nanosleep(&ts, NULL);
-        }
+    snapprof_profiler_t *p = backlog_start(w, &sb);
     /* The threads end, their backlog still in the slots; joined at the
      * end (a join and release would be callers of the API too). */
     atomic_store(&g_stop, 1);
-    atomic_store(&sb.gate_open, 1);
-    uint64_t worst = 0, calls = 0;
-    uint64_t last = atomic_load(&sb.delivered), since = tu_mono_ns();
-    deadline = tu_mono_ns() + 120000000000ull;
-    while (tu_mono_ns() - since < STABLE_NS) {
-        uint64_t w0 = atomic_load(&sb.while_waiting);
-        ASSERT_OK(snapprof_profiler_get_stats(p, &st));
-        uint64_t waited = atomic_load(&sb.while_waiting) - w0;
-        calls++;
-        if (waited > worst)
-            worst = waited;
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-        uint64_t now = atomic_load(&sb.delivered);
-        if (now != last) {
-            last = now;
-            since = tu_mono_ns();
-        }
-        if (tu_mono_ns() > deadline)
-            TEST_FAIL("still delivering after 120 s: %" PRIu64, now);
-    }
-    uint64_t by_ticks = atomic_load(&sb.delivered);
+    uint64_t worst = 0;
+    uint64_t by_ticks = backlog_drained(&sb, p, &worst);
     ASSERT_OK(snapprof_profiler_stop(p));
     uint64_t in_all = atomic_load(&sb.delivered);
     snapprof_stats_t end;
     ASSERT_OK(snapprof_profiler_get_stats(p, &end));
     for (int i = 0; i < THREADS; i++)
         tu_worker_stop(&w[i].w);
-    printf("samples %" PRIu64 " (by the ticks %" PRIu64 ", at stop %" PRIu64 "); %" PRIu64
-           " get_stats calls, at most %" PRIu64 " deliveries begun while one waited; passes "
-           "stopped by the budget %" PRIu64 "\n",
-           end.samples, by_ticks, in_all - by_ticks, calls, worst, end.drain_budget_stops);
+    printf("samples %" PRIu64 " (by the ticks %" PRIu64 ", at stop %" PRIu64 "); at most %" PRIu64
+           " deliveries begun while a get_stats() waited; passes stopped by the budget %" PRIu64
+           "\n",
+           end.samples, by_ticks, in_all - by_ticks, worst, end.drain_budget_stops);
     ASSERT_GT(end.copy_bytes_max, 64u << 10);
     ASSERT_GT(by_ticks, 100u); /* a backlog was there to drain */
     ASSERT_LE(worst, 3u);
