@@ -300,7 +300,7 @@ static int clamp_readable(uintptr_t sp, uintptr_t low, uintptr_t *base, size_t w
     uintptr_t page = lo & ~(uintptr_t)4095;
     struct iovec remote[READ_CHECK_PAGES], local[READ_CHECK_PAGES];
     char sink[READ_CHECK_PAGES];
-    pid_t pid = getpid();
+    pid_t pid = snapprof__our_pid(); /* no getpid() system call */
     while (page < end) {
         unsigned n = 0;
         for (uintptr_t p = page; p < end && n < READ_CHECK_PAGES; p += 4096, n++) {
@@ -310,6 +310,8 @@ static int clamp_readable(uintptr_t sp, uintptr_t low, uintptr_t *base, size_t w
             local[n].iov_len = 1;
         }
         ssize_t got = process_vm_readv(pid, local, n, remote, n, 0);
+        if (got < 0 && errno != EFAULT && (pid = snapprof__our_pid_again(pid)) != 0)
+            got = process_vm_readv(pid, local, n, remote, n, 0);
         if (got < 0)
             return errno == EFAULT ? -1 : -errno;
         if ((size_t)got < n) {

@@ -114,6 +114,14 @@ int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_si
  * errno is left as it was. Async-signal-safe (system calls only). */
 long snapprof__copy_readable(uint8_t *dst, uintptr_t lo, size_t size);
 
+/* Our pid for process_vm_readv() on ourselves, without a system call but
+ * the first in each process (a fork child's of any kind included:
+ * stack_copier_foreign.c says how). After such a call failed otherwise
+ * than with EFAULT, snapprof__our_pid_again(pid) returns getpid() when it
+ * differs from pid (try again with it), else 0. Async-signal-safe. */
+pid_t snapprof__our_pid(void);
+pid_t snapprof__our_pid_again(pid_t pid);
+
 /* Installs the handler for signo once for the life of the process (later
  * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */
 int snapprof__stack_copier_install(int signo);

@@ -14,6 +14,8 @@
 #include "stack_copier/registers_x86_64.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -38,6 +40,71 @@ static int page_iovecs(struct iovec remote[MAX_PAGES], uintptr_t lo, size_t size
     return n;
 }
 
+/* Our pid, for process_vm_readv(), without a getpid() system call (~200
+ * ns on a VM, a few a sampled allocation) each time: kept in a page of
+ * its own advised MADV_WIPEONFORK, which the kernel gives every fork
+ * child zeroed, whatever made it (fork() and its atfork handlers, _Fork(),
+ * a fork in a signal handler, a raw clone() or fork system call, none of
+ * which an atfork handler sees all of), and a zero is read anew. A child
+ * that shares our memory (vfork(), clone(CLONE_VM)) shares the page too,
+ * and the pid in it is of a process with the same memory:
+ * process_vm_readv() on it reads what it would on the child's own. If that
+ * process is gone (a CLONE_VM child outliving its parent), the call fails
+ * with ESRCH and the caller asks getpid() (our_pid_again()). Where the
+ * page cannot be had (mmap() failing, a kernel before 4.14 refusing the
+ * advice), getpid() each time, as before. */
+#define PID_PAGE_NONE ((_Atomic pid_t *)1)
+static _Atomic(_Atomic pid_t *) g_pid_page;
+
+/* The page, made on first use (a race loses one mmap()), or NULL.
+ * Async-signal-safe (system calls only). */
+static _Atomic pid_t *pid_page(void)
+{
+    _Atomic pid_t *page = atomic_load_explicit(&g_pid_page, memory_order_acquire);
+    if (page)
+        return page == PID_PAGE_NONE ? NULL : page;
+    void *m = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL; /* tried again next time */
+    _Atomic pid_t *want = m;
+    if (madvise(m, PAGE, MADV_WIPEONFORK) != 0)
+        want = PID_PAGE_NONE; /* not on this kernel: never again */
+    if (!atomic_compare_exchange_strong_explicit(&g_pid_page, &page, want, memory_order_acq_rel,
+                                                 memory_order_acquire) ||
+        want == PID_PAGE_NONE) {
+        munmap(m, PAGE);
+        want = page ? page : PID_PAGE_NONE;
+    }
+    return want == PID_PAGE_NONE ? NULL : want;
+}
+
+/* Async-signal-safe. */
+pid_t snapprof__our_pid(void)
+{
+    _Atomic pid_t *page = pid_page();
+    pid_t pid = page ? atomic_load_explicit(page, memory_order_relaxed) : 0;
+    if (pid == 0) {
+        pid = (pid_t)syscall(SYS_getpid);
+        if (page) {
+            /* Only into a zero: the page holds the pid of the first process
+             * that wrote it since the last fork, whose memory this is. */
+            pid_t zero = 0;
+            atomic_compare_exchange_strong_explicit(page, &zero, pid, memory_order_relaxed,
+                                                    memory_order_relaxed);
+        }
+    }
+    return pid;
+}
+
+/* After a process_vm_readv() on pid that failed otherwise than with
+ * EFAULT: our own pid from getpid() if it is another, else 0 (the failure
+ * is the call's own: seccomp, ENOSYS). Async-signal-safe. */
+pid_t snapprof__our_pid_again(pid_t pid)
+{
+    pid_t now = (pid_t)syscall(SYS_getpid);
+    return now != pid ? now : 0;
+}
+
 /* process_vm_readv() of [lo, lo + size) (at most SNAPPROF__FOREIGN_WINDOW
  * bytes) on our own pid into dst: the bytes read, or -1 with errno. */
 static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
@@ -45,8 +112,11 @@ static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
     struct iovec local = {dst, size};
     struct iovec remote[MAX_PAGES];
     int n = page_iovecs(remote, lo, size);
-    return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, remote, (long)n,
-                   0L);
+    pid_t pid = snapprof__our_pid();
+    long got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
+    if (got < 0 && errno != EFAULT && (pid = snapprof__our_pid_again(pid)) != 0)
+        got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
+    return got;
 }
 
 /* Copies up to size bytes from lo, page by page, stopping at the first

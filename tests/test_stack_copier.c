@@ -13,7 +13,10 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -581,6 +584,137 @@ static void test_foreign_stack_window(void)
     pthread_join(th, NULL);
     snapprof_thread_release(g_fiber_token);
     munmap(m, FIBER_STACK + 4096);
+}
+
+/* snapprof__copy_readable() in fork children that no atfork handler
+ * sees: it reads the child's own memory, not its parent's through a pid
+ * cached before the fork. The parent fills g_readable with 'P' and makes
+ * a copy first (so the pid is cached), the child fills it with 'C' and
+ * copies it: every byte must be 'C'. */
+static uint8_t g_readable[3 * 4096], g_readable_dst[3 * 4096];
+
+/* In a child: 0 when the copy read the child's own bytes, else a code. */
+static int readable_child_check(uint8_t mark)
+{
+    memset(g_readable, mark, sizeof g_readable);
+    long got = snapprof__copy_readable(g_readable_dst, (uintptr_t)g_readable, sizeof g_readable);
+    if (got != (long)sizeof g_readable)
+        return 2;
+    for (size_t i = 0; i < sizeof g_readable; i++)
+        if (g_readable_dst[i] != mark)
+            return g_readable_dst[i] == 'P' ? 3 : 4; /* 3: the parent's memory */
+    return 0;
+}
+
+static void readable_parent_first(void)
+{
+    memset(g_readable, 'P', sizeof g_readable);
+    ASSERT_EQ(snapprof__copy_readable(g_readable_dst, (uintptr_t)g_readable, sizeof g_readable),
+              (long)sizeof g_readable);
+    ASSERT_EQ(g_readable_dst[0], 'P');
+    ASSERT_EQ(snapprof__our_pid(), getpid());
+}
+
+static void readable_wait(pid_t pid)
+{
+    int st;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 3)
+        TEST_FAIL("the child's copy read its parent's memory (a stale pid)");
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    /* The parent's own copies still read its own. */
+    ASSERT_EQ(snapprof__copy_readable(g_readable_dst, (uintptr_t)g_readable, sizeof g_readable),
+              (long)sizeof g_readable);
+    ASSERT_EQ(g_readable_dst[0], 'P');
+}
+
+/* A fork by the raw system call: glibc's atfork handlers do not run.
+ * Catches a pid cache refreshed only by an atfork child handler: the
+ * child's process_vm_readv() on its parent's pid reads the parent's 'P'
+ * (exit 3). */
+static void test_readable_raw_fork(void)
+{
+    readable_parent_first();
+    pid_t pid = (pid_t)syscall(SYS_fork);
+    ASSERT(pid >= 0);
+    if (pid == 0)
+        syscall(SYS_exit_group, readable_child_check('C'));
+    readable_wait(pid);
+}
+
+/* glibc's _Fork(), which runs no atfork handler (what a fork in a signal
+ * handler is meant to use). Catches the same stale pid. */
+static void test_readable_underscore_fork(void)
+{
+    readable_parent_first();
+    pid_t pid = _Fork();
+    ASSERT(pid >= 0);
+    if (pid == 0)
+        _exit(readable_child_check('C'));
+    readable_wait(pid);
+}
+
+/* A child made with clone(CLONE_VM) shares its parent's memory and so the
+ * pid kept in it; once that parent is gone, process_vm_readv() on its pid
+ * fails (ESRCH) and the copy must ask getpid() again. Here a helper
+ * process H caches its pid, clones such a child C and exits; C, once
+ * reparented to this test (a subreaper), copies. Catches a cached pid used
+ * without the retry: C's copy fails (-1, exit 2). */
+static int g_vm_pipe[2];
+static char g_vm_stack[64 << 10] __attribute__((aligned(16)));
+
+static int vm_child(void *arg)
+{
+    pid_t h = (pid_t)(intptr_t)arg;
+    for (int i = 0; i < 10000 && syscall(SYS_getppid) == h; i++) {
+        struct timespec ts = {0, 1000000};
+        syscall(SYS_nanosleep, &ts, NULL);
+    }
+    if (syscall(SYS_getppid) == h)
+        syscall(SYS_exit_group, 5); /* H never went */
+    syscall(SYS_exit_group, readable_child_check('V'));
+    return 0;
+}
+
+static void test_readable_vm_child_outlives_parent(void)
+{
+    if (tu_sanitizer_build()) {
+        /* The child runs instrumented code on its dead parent's
+         * sanitizer thread state. */
+        printf("skipped: a CLONE_VM child without a thread of its own under a sanitizer\n");
+        exit(TEST_SKIP);
+    }
+    ASSERT_OK(prctl(PR_SET_CHILD_SUBREAPER, 1));
+    ASSERT_OK(pipe(g_vm_pipe));
+    pid_t h = fork();
+    ASSERT(h >= 0);
+    if (h == 0) {
+        memset(g_readable, 'H', sizeof g_readable);
+        pid_t me = getpid();
+        if (snapprof__our_pid() != me ||
+            snapprof__copy_readable(g_readable_dst, (uintptr_t)g_readable, sizeof g_readable) !=
+                (long)sizeof g_readable)
+            _exit(6);
+        int c = clone(vm_child, g_vm_stack + sizeof g_vm_stack, CLONE_VM | SIGCHLD,
+                      (void *)(intptr_t)me);
+        if (write(g_vm_pipe[1], &c, sizeof c) != (ssize_t)sizeof c)
+            _exit(7);
+        syscall(SYS_exit_group, c > 0 ? 0 : 8);
+    }
+    close(g_vm_pipe[1]);
+    int c = -1;
+    ASSERT_EQ(read(g_vm_pipe[0], &c, sizeof c), (ssize_t)sizeof c);
+    int st;
+    ASSERT_EQ(waitpid(h, &st, 0), h);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    ASSERT_GT(c, 0);
+    ASSERT_EQ(waitpid(c, &st, 0), c);
+    ASSERT(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 2)
+        TEST_FAIL("the CLONE_VM child's copy failed on its gone parent's pid");
+    ASSERT_EQ(WEXITSTATUS(st), 0);
 }
 
 /* The failure reason of a copy of thread b through a token that is not
@@ -1252,6 +1386,9 @@ int main(int argc, char **argv)
         {"large_budget_never_exceeded", test_large_budget_never_exceeded},
         {"large_returned_on_exit", test_large_returned_on_exit},
         {"large_buffers_sized_per_depth", test_large_buffers_sized_per_depth},
+        {"readable_raw_fork", test_readable_raw_fork},
+        {"readable_underscore_fork", test_readable_underscore_fork},
+        {"readable_vm_child_outlives_parent", test_readable_vm_child_outlives_parent},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
