@@ -97,6 +97,16 @@ static inline pid_t gettid_(void)
 int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                   void *(*start)(void *), void *arg);
 
+/* The real sigaction() (the next definition after ours: libc's), for the
+ * signal code (preload_signals.c) and the crash handler (preload_crash.c),
+ * which both keep the program's view apart from the real dispositions.
+ * Found with dlsym() on the first call, which must not be made in a signal
+ * handler (snapprof__preload_signals_init() makes it when the library
+ * loads); later calls are one atomic load, async-signal-safe. NULL when
+ * there is no next sigaction. */
+typedef int (*snapprof__preload_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void);
+
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */
 int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
