@@ -94,8 +94,8 @@ void snapprof__preload_fork_lock_reset(void)
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg)
+int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                          void *(*start)(void *), void *arg)
 {
     static pthread_create_fn real;
     pthread_create_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);

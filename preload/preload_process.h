@@ -94,8 +94,8 @@ static inline pid_t gettid_(void)
  * ours, found once), not our wrapper: our pthread_create's own call, and
  * the library's threads (not registered). Returns 0 or an errno value
  * (ENOSYS: there is no next pthread_create). */
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg);
+int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                          void *(*start)(void *), void *arg);
 
 /* The real sigaction() (the next definition after ours: libc's), for the
  * signal code (preload_signals.c) and the crash handler (preload_crash.c),
