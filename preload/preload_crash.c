@@ -62,9 +62,11 @@ typedef struct crash_sig {
 static crash_sig_t g_crash[N_CRASH];
 
 /* How long a crashing thread waits for the writer: SNAPPROF__CRASH_WAIT_NS,
- * or, for tests only, SNAPPROF_TEST_CRASH_WAIT_MS (read at arm time): a
- * test that checks a profile is written must not depend on how much of a
- * loaded machine the writer gets within 2 s. */
+ * or, in a test build (-DSNAPPROF_TEST_SEAMS=ON) only,
+ * SNAPPROF_TEST_CRASH_WAIT_MS (read at arm time): a test that checks a
+ * profile is written must not depend on how much of a loaded machine the
+ * writer gets within 2 s. A build to install never reads it, so a host's
+ * environment cannot stretch a crash's wait. */
 #define TEST_WAIT_ENV "SNAPPROF_TEST_CRASH_WAIT_MS"
 static uint64_t g_wait_ns = SNAPPROF__CRASH_WAIT_NS;
 
@@ -272,12 +274,14 @@ void snapprof__preload_crash_arm(const char *summary_dir)
 #if defined(SNAPPROF_SANITIZER_BUILD)
     return; /* ASan and TSan handle the fault signals themselves */
 #else
+#if defined(SNAPPROF_TEST_SEAMS)
     const char *wait_ms = getenv(TEST_WAIT_ENV);
     if (wait_ms && *wait_ms) {
         unsigned long long ms = strtoull(wait_ms, NULL, 10);
         if (ms > 0 && ms <= 600000)
             g_wait_ns = ms * 1000000u;
     }
+#endif
     /* Found here, before any crash signal is ours, so that the handler's
      * calls only load it. */
     if (!snapprof__preload_real_sigaction())
