@@ -24,6 +24,9 @@ import sys
 # The compiler's own, in any object: the personality routine's reference
 # (weak, hidden, one per object that has cleanups).
 COMPILER = [r"DW\.ref\..*"]
+# ASan's one-definition-rule indicator of each global: the global's own
+# name after this, checked as the global is.
+ASAN_ODR = "__odr_asan."
 
 INTERPOSED_LIBC = [
     # preload_interpose.c, preload_signals.c, preload_held.c
@@ -80,6 +83,8 @@ def main(argv):
         for path in [f for f in files.split(";") if f]:
             for sym in sorted(defined_symbols(path)):
                 checked += 1
+                if sym.startswith(ASAN_ODR):
+                    sym = sym[len(ASAN_ODR):]
                 if sym.startswith("snapprof_") or allowed.match(sym):
                     continue
                 print("%s: %s defines %s, which has no snapprof_ prefix" % (name, path, sym))
