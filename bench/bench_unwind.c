@@ -219,11 +219,11 @@ static uint64_t time_chain(chain_t *ch, uw_copy_t *copies, int reps, int have_re
     snapprof__cfi_t *cfi = snapprof__cfi_of(ch->u[0]);
     if (getenv("BENCH_READS") && cfi) {
         reads_t r = {0, 0};
-        snapprof__cfi_hooks_t hooks = {.xOnRead = count_read, .user_data = &r};
-        snapprof__cfi_set_hooks(cfi, &hooks);
+        snapprof__cfi_seams_t seams = {.xOnRead = count_read, .user_data = &r};
+        snapprof__cfi_set_seams(cfi, &seams);
         snapprof__unwind_chain(ch->u, ch->n, &copies[0].regs, &copies[0].stack, frames, MAX_FRAMES,
                                &out);
-        snapprof__cfi_set_hooks(cfi, NULL);
+        snapprof__cfi_set_seams(cfi, NULL);
         printf("  (%s: %zu reads of the copy, %zu of modules per sample)\n", ch->u[0]->ops->name,
                r.copy, r.module);
     }

@@ -45,7 +45,7 @@ int snapprof__http_set_alloc_space(char **body, size_t *len)
         free(raw);
         return -1;
     }
-    Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, got, raw);
+    Snapprof__Pprof__Profile *p = snapprof__pprof__profile__unpack(NULL, got, raw);
     free(raw);
     if (!p)
         return -1;
@@ -57,12 +57,12 @@ int snapprof__http_set_alloc_space(char **body, size_t *len)
     size_t plen = 0;
     if (idx >= 0) {
         p->default_sample_type = idx;
-        plen = perftools__profiles__profile__get_packed_size(p);
+        plen = snapprof__pprof__profile__get_packed_size(p);
         packed = malloc(plen ? plen : 1);
         if (packed)
-            perftools__profiles__profile__pack(p, packed);
+            snapprof__pprof__profile__pack(p, packed);
     }
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     if (!packed)
         return -1;
     memset(&z, 0, sizeof z);

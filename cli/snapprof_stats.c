@@ -268,13 +268,13 @@ int snapprof__cli_stats(int argc, char **argv)
     char why[256];
     if (read_profile(path, &data, &len, why, sizeof why) != 0)
         return snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "cannot read %s: %s", path, why);
-    Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, data);
+    Snapprof__Pprof__Profile *p = snapprof__pprof__profile__unpack(NULL, len, data);
     free(data);
     /* An empty or foreign file can decode as an empty message: a profile
      * has a string table that starts with "". */
     if (p == NULL || p->n_string_table == 0 || p->string_table[0][0] != '\0') {
         if (p != NULL)
-            perftools__profiles__profile__free_unpacked(p, NULL);
+            snapprof__pprof__profile__free_unpacked(p, NULL);
         return snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "%s is not a pprof profile", path);
     }
     int status = 0;
@@ -356,6 +356,6 @@ int snapprof__cli_stats(int argc, char **argv)
         status = snapprof__cli_fail(SNAPPROF_EXIT_USAGE, "cannot write the counters: %s",
                                     strerror(errno));
 out:
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     return status;
 }

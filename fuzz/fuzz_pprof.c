@@ -202,7 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 3; i++)
         snapprof_builder_destroy(b[i]);
 
-    Perftools__Profiles__Profile *p = pbt_load(g_pprof);
+    Snapprof__Pprof__Profile *p = pbt_load(g_pprof);
     pbt_check_valid(p);
     pbt_expect_stats(p, &stats);
     uint64_t counted = 0;
@@ -211,7 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         counted += (uint64_t)p->sample[i]->value[0];
     }
     FUZZ_CHECK(counted == accepted);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     unlink(g_pprof);
     unlink(g_folded);
     unlink(g_trace);

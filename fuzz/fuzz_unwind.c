@@ -197,11 +197,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(snapprof_hybrid_unwinder_create(&g_unwinders[3]) == 0);
     FUZZ_CHECK(snapprof_frame_pointer_unwinder_create(&g_unwinders[4]) == 0);
     FUZZ_CHECK(snapprof_cfi_table_unwinder_create(&g_unwinders[5]) == 0);
-    static const snapprof__cfi_hooks_t hooks = {.xOnRead = on_read};
-    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[1]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[2]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[3]), &hooks);
-    snapprof__cfi_set_hooks(snapprof__cfi_of(g_unwinders[5]), &hooks);
+    static const snapprof__cfi_seams_t seams = {.xOnRead = on_read};
+    snapprof__cfi_set_seams(snapprof__cfi_of(g_unwinders[1]), &seams);
+    snapprof__cfi_set_seams(snapprof__cfi_of(g_unwinders[2]), &seams);
+    snapprof__cfi_set_seams(snapprof__cfi_of(g_unwinders[3]), &seams);
+    snapprof__cfi_set_seams(snapprof__cfi_of(g_unwinders[5]), &seams);
     dl_iterate_phdr(note_segments, NULL);
     merge_segments();
     g_verbose = getenv("SNAPPROF_FUZZ_VERBOSE") != NULL;

@@ -17,7 +17,7 @@
 
 snapprof__heap_state_t snapprof__heap;
 
-static atomic_int g_rule_only; /* snapprof__heap_rule_only_for_test() */
+static atomic_int g_rule_only; /* snapprof__heap_set_seams() */
 
 /* Per thread. Initial-exec TLS: no allocation on first use, valid until
  * the thread is gone (after its TLS destructors too). */
@@ -250,8 +250,9 @@ SNAPPROF_API void snapprof_heap_ignore_end(void)
         tls.guard--;
 }
 
-void snapprof__heap_rule_only_for_test(size_t interval)
+void snapprof__heap_set_seams(const snapprof__heap_seams_t *seams)
 {
+    size_t interval = seams ? seams->rule_only_interval : 0;
     atomic_store(&g_rule_only, interval != 0);
     atomic_store(&snapprof__heap.interval, interval);
     hooks_changed();

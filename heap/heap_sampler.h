@@ -109,11 +109,16 @@ void snapprof__heap_mute_thread(void);
 void snapprof__heap_guard_enter(void);
 void snapprof__heap_guard_leave(void);
 
-/* Test seam: the rule alone. With interval nonzero, heap sampling is on
- * with that interval and a sampled allocation captures nothing, records
- * nothing and returns 1; 0 turns it off again. Not while a profiler
- * samples the heap. */
-void snapprof__heap_rule_only_for_test(size_t interval);
+/* Test seams (tests/README.md, "Test seams"): the rule alone. With
+ * rule_only_interval nonzero, heap sampling is on with that interval and a
+ * sampled allocation captures nothing, records nothing and returns 1. */
+typedef struct snapprof__heap_seams {
+    size_t rule_only_interval;
+} snapprof__heap_seams_t;
+
+/* Installs seams (NULL: none, and heap sampling off again); *seams must
+ * stay valid until the next call. Not while a profiler samples the heap. */
+void snapprof__heap_set_seams(const snapprof__heap_seams_t *seams);
 
 /* The hooks' shared state (heap_hook_abi.h) that the GOT hooks
  * (heap_got/) count down against: the preload's when libsnapprof-heap.so is

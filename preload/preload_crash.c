@@ -36,7 +36,6 @@
 #include "preload/file_names.h"
 #include "preload/preload_process.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -46,8 +45,6 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
 static const int g_crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 #define N_CRASH (sizeof g_crash_signals / sizeof g_crash_signals[0])
@@ -63,12 +60,13 @@ typedef struct crash_sig {
 } crash_sig_t;
 
 static crash_sig_t g_crash[N_CRASH];
-static sigaction_fn g_real_sigaction;
 
 /* How long a crashing thread waits for the writer: SNAPPROF__CRASH_WAIT_NS,
- * or, for tests only, SNAPPROF_TEST_CRASH_WAIT_MS (read at arm time): a
- * test that checks a profile is written must not depend on how much of a
- * loaded machine the writer gets within 2 s. */
+ * or, in a test build (-DSNAPPROF_TEST_SEAMS=ON) only,
+ * SNAPPROF_TEST_CRASH_WAIT_MS (read at arm time): a test that checks a
+ * profile is written must not depend on how much of a loaded machine the
+ * writer gets within 2 s. A build to install never reads it, so a host's
+ * environment cannot stretch a crash's wait. */
 #define TEST_WAIT_ENV "SNAPPROF_TEST_CRASH_WAIT_MS"
 static uint64_t g_wait_ns = SNAPPROF__CRASH_WAIT_NS;
 
@@ -179,7 +177,7 @@ static void set_default(int signo)
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
-    g_real_sigaction(signo, &dfl, NULL);
+    snapprof__preload_real_sigaction()(signo, &dfl, NULL);
 }
 
 /* Installed for real only while the program's disposition is SIG_DFL.
@@ -223,19 +221,19 @@ static void on_program_oneshot(int signo, siginfo_t *info, void *uc);
 static int install(int signo, const struct sigaction *want)
 {
     if ((is_handler(want) && !(want->sa_flags & SA_RESETHAND)) || want->sa_handler == SIG_IGN)
-        return g_real_sigaction(signo, want, NULL);
+        return snapprof__preload_real_sigaction()(signo, want, NULL);
     struct sigaction k;
     memset(&k, 0, sizeof k);
     if (is_handler(want)) {
         k = *want;
         k.sa_flags = (want->sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
         k.sa_sigaction = on_program_oneshot;
-        return g_real_sigaction(signo, &k, NULL);
+        return snapprof__preload_real_sigaction()(signo, &k, NULL);
     }
     k.sa_sigaction = on_crash;
     k.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&k.sa_mask);
-    return g_real_sigaction(signo, &k, NULL);
+    return snapprof__preload_real_sigaction()(signo, &k, NULL);
 }
 
 /* A program handler installed with SA_RESETHAND, as the kernel would run
@@ -276,25 +274,25 @@ void snapprof__preload_crash_arm(const char *summary_dir)
 #if defined(SNAPPROF_SANITIZER_BUILD)
     return; /* ASan and TSan handle the fault signals themselves */
 #else
+#if defined(SNAPPROF_TEST_SEAMS)
     const char *wait_ms = getenv(TEST_WAIT_ENV);
     if (wait_ms && *wait_ms) {
         unsigned long long ms = strtoull(wait_ms, NULL, 10);
         if (ms > 0 && ms <= 600000)
             g_wait_ns = ms * 1000000u;
     }
-    if (!g_real_sigaction) {
-        sigaction_fn fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-        if (!fn)
-            return;
-        g_real_sigaction = fn;
-    }
+#endif
+    /* Found here, before any crash signal is ours, so that the handler's
+     * calls only load it. */
+    if (!snapprof__preload_real_sigaction())
+        return;
     for (size_t i = 0; i < N_CRASH; i++) {
         crash_sig_t *c = &g_crash[i];
         int signo = g_crash_signals[i];
         sigset_t saved;
         take(c, &saved);
         struct sigaction cur;
-        if (!atomic_load(&c->owned) && g_real_sigaction(signo, NULL, &cur) == 0) {
+        if (!atomic_load(&c->owned) && snapprof__preload_real_sigaction()(signo, NULL, &cur) == 0) {
             c->view = cur;
             if (is_handler(&cur) || cur.sa_handler == SIG_IGN || install(signo, &cur) == 0)
                 atomic_store(&c->owned, 1);

@@ -112,7 +112,7 @@ int snapprof__preload_start_quiet_thread(pthread_t *th, const pthread_attr_t *at
      * that runs instrumented code. */
     int rc = pthread_create(th, attr, fn, NULL);
 #else
-    int rc = snapprof__real_pthread_create(th, attr, fn, NULL);
+    int rc = snapprof__preload_real_pthread_create(th, attr, fn, NULL);
 #endif
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;

@@ -60,19 +60,19 @@ SNAPPROF_PRELOAD_EXPORT int pthread_create(pthread_t *thread, const pthread_attr
 #if defined(SNAPPROF_PRELOAD_TSAN)
     /* TSan's own start routine must run first on the new thread; the
      * helper thread finds the thread later (preload_helper.c). */
-    return snapprof__real_pthread_create(thread, attr, start, arg);
+    return snapprof__preload_real_pthread_create(thread, attr, start, arg);
 #endif
     /* Nothing to do when no profile runs (no wrapper, no allocation), nor
      * for snapprof's own sampling thread. */
     if (!snapprof__preload_tracking() ||
         snapprof__preload_is_snapprof_code((uintptr_t)__builtin_return_address(0)))
-        return snapprof__real_pthread_create(thread, attr, start, arg);
+        return snapprof__preload_real_pthread_create(thread, attr, start, arg);
     start_arg_t *a = malloc(sizeof *a);
     if (!a)
-        return snapprof__real_pthread_create(thread, attr, start, arg);
+        return snapprof__preload_real_pthread_create(thread, attr, start, arg);
     a->start = start;
     a->arg = arg;
-    int rc = snapprof__real_pthread_create(thread, attr, snapprof_thread_trampoline, a);
+    int rc = snapprof__preload_real_pthread_create(thread, attr, snapprof_thread_trampoline, a);
     if (rc != 0)
         free(a);
     return rc;

@@ -4,9 +4,9 @@
  * and continues in children of fork() with their own files. A helper thread
  * does the work that signal handlers and timers cannot do themselves.
  *
- * This file: the preload lock and the flags read without it, and the real
+ * This file: the preload lock and the flags read without it, the real
  * pthread_create (our wrapper's and the library's threads are made with
- * it). Loading from the environment is preload_main.c; start, stop and
+ * it) and the real sigaction. Loading from the environment is preload_main.c; start, stop and
  * flush (and the profile's state) are preload_control.c, requests to the
  * helper thread preload_helper.c, fork preload_fork.c, the thread registry
  * preload_threads.c, the summary for `snapprof record` preload_summary.c. */
@@ -94,8 +94,8 @@ void snapprof__preload_fork_lock_reset(void)
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg)
+int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                          void *(*start)(void *), void *arg)
 {
     static pthread_create_fn real;
     pthread_create_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
@@ -104,6 +104,17 @@ int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
         __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
     }
     return fn ? fn(thread, attr, start, arg) : ENOSYS;
+}
+
+snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void)
+{
+    static snapprof__preload_sigaction_fn real;
+    snapprof__preload_sigaction_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        fn = (snapprof__preload_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+    }
+    return fn;
 }
 
 int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)

@@ -94,8 +94,18 @@ static inline pid_t gettid_(void)
  * ours, found once), not our wrapper: our pthread_create's own call, and
  * the library's threads (not registered). Returns 0 or an errno value
  * (ENOSYS: there is no next pthread_create). */
-int snapprof__real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                  void *(*start)(void *), void *arg);
+int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                          void *(*start)(void *), void *arg);
+
+/* The real sigaction() (the next definition after ours: libc's), for the
+ * signal code (preload_signals.c) and the crash handler (preload_crash.c),
+ * which both keep the program's view apart from the real dispositions.
+ * Found with dlsym() on the first call, which must not be made in a signal
+ * handler (snapprof__preload_signals_init() makes it when the library
+ * loads); later calls are one atomic load, async-signal-safe. NULL when
+ * there is no next sigaction. */
+typedef int (*snapprof__preload_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void);
 
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */

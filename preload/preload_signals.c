@@ -20,7 +20,6 @@
 
 #include <snapprof/snapprof.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <stdatomic.h>
@@ -28,8 +27,6 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
 /* The program's view of one managed signal. Readers (the dispatcher, in
  * signal context) copy the slot 'cur' names; writers fill the next slot and
@@ -45,7 +42,6 @@ typedef struct managed {
 } managed_t;
 
 static managed_t g_sig[NSIG];
-static sigaction_fn g_real_sigaction;
 static uintptr_t g_lib_lo, g_lib_hi; /* libsnapprof's code */
 static atomic_int g_told_shared;
 
@@ -79,19 +75,9 @@ static int find_text_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-static sigaction_fn real_sigaction(void)
-{
-    sigaction_fn fn = __atomic_load_n(&g_real_sigaction, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-        __atomic_store_n(&g_real_sigaction, fn, __ATOMIC_RELEASE);
-    }
-    return fn;
-}
-
 void snapprof__preload_signals_init(void)
 {
-    real_sigaction();
+    snapprof__preload_real_sigaction();
     /* Which code is snapprof's: its calls to sigaction() are not the
      * program's. */
     struct find_text f = {.addr = (uintptr_t)&snapprof_profiler_start};
@@ -166,7 +152,7 @@ static void die_by_default(int signo)
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
-    real_sigaction()(signo, &dfl, NULL);
+    snapprof__preload_real_sigaction()(signo, &dfl, NULL);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, signo);
@@ -241,7 +227,7 @@ static int install_exit_signal(int signo, const struct sigaction *view)
          * the flag). */
         k.sa_flags |= SA_SIGINFO | SA_ONSTACK;
     }
-    return real_sigaction()(signo, &k, NULL);
+    return snapprof__preload_real_sigaction()(signo, &k, NULL);
 }
 
 int snapprof__preload_signals_manage(int signo, int adopt_handler)
@@ -252,7 +238,7 @@ int snapprof__preload_signals_manage(int signo, int adopt_handler)
     if (atomic_load(&m->managed))
         return 0;
     struct sigaction cur;
-    if (real_sigaction()(signo, NULL, &cur) != 0)
+    if (snapprof__preload_real_sigaction()(signo, NULL, &cur) != 0)
         return -errno;
     uintptr_t h = handler_address(&cur);
     if (is_handler(&cur) && h >= g_lib_lo && h < g_lib_hi)
@@ -273,7 +259,7 @@ int snapprof__preload_signals_manage(int signo, int adopt_handler)
         k.sa_sigaction = dispatch;
         k.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
         sigemptyset(&k.sa_mask);
-        rc = real_sigaction()(signo, &k, NULL);
+        rc = snapprof__preload_real_sigaction()(signo, &k, NULL);
     }
     if (rc != 0)
         return -errno;
@@ -295,7 +281,7 @@ int snapprof__preload_signals_has_program_handler(int signo)
         view_read(&g_sig[signo], &cur);
         return is_handler(&cur);
     }
-    if (real_sigaction()(signo, NULL, &cur) != 0 || !is_handler(&cur))
+    if (snapprof__preload_real_sigaction()(signo, NULL, &cur) != 0 || !is_handler(&cur))
         return 0;
     uintptr_t h = handler_address(&cur);
     return !(h >= g_lib_lo && h < g_lib_hi);
@@ -312,7 +298,7 @@ static int program_sigaction(int signo, const struct sigaction *act, struct siga
     if (snapprof__preload_crash_owns(signo) && !from_snapprof(caller))
         return snapprof__preload_crash_sigaction(signo, act, old); /* preload_crash.c */
     if (signo <= 0 || signo >= NSIG || !atomic_load(&g_sig[signo].managed) || from_snapprof(caller))
-        return real_sigaction()(signo, act, old);
+        return snapprof__preload_real_sigaction()(signo, act, old);
     managed_t *m = &g_sig[signo];
     struct sigaction prev;
     view_read(m, &prev);

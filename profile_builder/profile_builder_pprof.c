@@ -160,7 +160,7 @@ static void calls_add_path(void *ud, pid_t tid, const uintptr_t *path, size_t de
         return;
     }
     b->scratch_locations = locations;
-    Perftools__Profiles__Label *label =
+    Snapprof__Pprof__Label *label =
         reserve(b->scratch_labels, &b->cap_scratch_labels, 1, sizeof *label);
     if (label == NULL) {
         v->err = -ENOMEM;

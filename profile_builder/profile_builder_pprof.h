@@ -93,7 +93,7 @@ static inline uint64_t hash_string(const char *s)
  * finish_mappings). The message comes first: a pointer to the entry is a
  * pointer to the message. */
 typedef struct mapping_entry {
-    Perftools__Profiles__Mapping msg;
+    Snapprof__Pprof__Mapping msg;
 } mapping_entry_t;
 
 typedef struct location_key {
@@ -103,7 +103,7 @@ typedef struct location_key {
 } location_key_t;
 
 typedef struct location_entry {
-    Perftools__Profiles__Location msg;
+    Snapprof__Pprof__Location msg;
     location_key_t key;
     mapping_entry_t *mapping; /* NULL for mapping 0 */
     int symbolized;           /* native: its Lines have been looked up */
@@ -120,7 +120,7 @@ typedef struct function_key {
 #define VALUE_COUNT 4
 
 typedef struct sample_entry {
-    Perftools__Profiles__Sample msg;
+    Snapprof__Pprof__Sample msg;
     int64_t values[VALUE_COUNT];
 } sample_entry_t;
 
@@ -150,7 +150,7 @@ typedef struct pprof_builder {
     size_t n_locations, cap_locations;
     snapprof__index_t location_index;
 
-    Perftools__Profiles__Function **functions;
+    Snapprof__Pprof__Function **functions;
     size_t n_functions, cap_functions;
     snapprof__index_t function_index;
 
@@ -161,7 +161,7 @@ typedef struct pprof_builder {
     /* The sample being added, before it is known to be new. */
     uint64_t *scratch_locations;
     size_t cap_scratch_locations;
-    Perftools__Profiles__Label *scratch_labels;
+    Snapprof__Pprof__Label *scratch_labels;
     size_t cap_scratch_labels;
 
     /* String indices used for every profile. */
@@ -209,12 +209,12 @@ int snapprof__pprof_symbolize_locations(pprof_builder_t *b);
 typedef struct sample_key {
     const uint64_t *locations;
     size_t n_locations;
-    const Perftools__Profiles__Label *labels;
+    const Snapprof__Pprof__Label *labels;
     size_t n_labels;
 } sample_key_t;
 
 /* Fills label with key and either a string or a number (with its unit). */
-int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
+int snapprof__pprof_make_label(pprof_builder_t *b, Snapprof__Pprof__Label *label,
                                const snapprof_label_t *in);
 
 /* Adds values (VALUE_COUNT of them) to the sample with key, making it

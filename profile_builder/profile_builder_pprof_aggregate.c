@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int label_same(const Perftools__Profiles__Label *a, const Perftools__Profiles__Label *b)
+static int label_same(const Snapprof__Pprof__Label *a, const Snapprof__Pprof__Label *b)
 {
     return a->key == b->key && a->str == b->str && a->num == b->num && a->num_unit == b->num_unit;
 }
@@ -17,7 +17,7 @@ static int label_same(const Perftools__Profiles__Label *a, const Perftools__Prof
 static int sample_eq(const void *owner, uint32_t index, const void *key)
 {
     const pprof_builder_t *b = owner;
-    const Perftools__Profiles__Sample *s = &b->samples[index]->msg;
+    const Snapprof__Pprof__Sample *s = &b->samples[index]->msg;
     const sample_key_t *k = key;
     if (s->n_location_id != k->n_locations || s->n_label != k->n_labels)
         return 0;
@@ -36,7 +36,7 @@ static uint64_t sample_hash(const sample_key_t *k)
     for (size_t i = 0; i < k->n_locations; i++)
         h = hash_word(h, k->locations[i]);
     for (size_t i = 0; i < k->n_labels; i++) {
-        const Perftools__Profiles__Label *l = &k->labels[i];
+        const Snapprof__Pprof__Label *l = &k->labels[i];
         h = hash_word(h, (uint64_t)l->key);
         h = hash_word(h, (uint64_t)l->str);
         h = hash_word(h, (uint64_t)l->num);
@@ -57,11 +57,11 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     b->samples = samples;
     sample_entry_t *e = arena_alloc(&b->arena, sizeof *e);
     uint64_t *locations = arena_alloc(&b->arena, k->n_locations * sizeof *locations);
-    Perftools__Profiles__Label **labels = arena_alloc(&b->arena, k->n_labels * sizeof *labels);
-    Perftools__Profiles__Label *storage = arena_alloc(&b->arena, k->n_labels * sizeof *storage);
+    Snapprof__Pprof__Label **labels = arena_alloc(&b->arena, k->n_labels * sizeof *labels);
+    Snapprof__Pprof__Label *storage = arena_alloc(&b->arena, k->n_labels * sizeof *storage);
     if (e == NULL || locations == NULL || labels == NULL || storage == NULL)
         return -ENOMEM;
-    perftools__profiles__sample__init(&e->msg);
+    snapprof__pprof__sample__init(&e->msg);
     if (k->n_locations != 0)
         memcpy(locations, k->locations, k->n_locations * sizeof *locations);
     for (size_t i = 0; i < k->n_labels; i++) {
@@ -80,10 +80,10 @@ static int add_sample(pprof_builder_t *b, const sample_key_t *k, uint64_t h, con
     return (int)b->n_samples++;
 }
 
-int snapprof__pprof_make_label(pprof_builder_t *b, Perftools__Profiles__Label *label,
+int snapprof__pprof_make_label(pprof_builder_t *b, Snapprof__Pprof__Label *label,
                                const snapprof_label_t *in)
 {
-    perftools__profiles__label__init(label);
+    snapprof__pprof__label__init(label);
     label->key = snapprof__pprof_intern_string(b, in->key);
     if (label->key < 0)
         return -ENOMEM;
@@ -141,7 +141,7 @@ int snapprof__pprof_sample_key(pprof_builder_t *b, const snapprof_sample_t *samp
         return -ENOMEM;
     b->scratch_locations = locations;
     size_t n_labels = sample->label_count + 2;
-    Perftools__Profiles__Label *labels =
+    Snapprof__Pprof__Label *labels =
         reserve(b->scratch_labels, &b->cap_scratch_labels, n_labels, sizeof *labels);
     if (labels == NULL)
         return -ENOMEM;
@@ -219,8 +219,8 @@ int snapprof__pprof_apply_hitches(pprof_builder_t *b, const snapprof_profile_inf
     qsort(v, n, sizeof *v, verdict_cmp);
     int err = 0;
     for (size_t i = 0; i < b->n_samples && err == 0; i++) {
-        Perftools__Profiles__Sample *s = &b->samples[i]->msg;
-        const Perftools__Profiles__Label *frame = NULL;
+        Snapprof__Pprof__Sample *s = &b->samples[i]->msg;
+        const Snapprof__Pprof__Label *frame = NULL;
         int judged = 0;
         for (size_t k = 0; k < s->n_label; k++) {
             if (s->label[k]->key == s_frame && s->label[k]->str == 0)
@@ -233,14 +233,13 @@ int snapprof__pprof_apply_hitches(pprof_builder_t *b, const snapprof_profile_inf
         const frame_verdict_t *hit = bsearch(&key, v, n, sizeof *v, verdict_cmp);
         if (hit == NULL)
             continue;
-        Perftools__Profiles__Label **labels =
-            arena_alloc(&b->arena, (s->n_label + 1) * sizeof *labels);
-        Perftools__Profiles__Label *hitch = arena_alloc(&b->arena, sizeof *hitch);
+        Snapprof__Pprof__Label **labels = arena_alloc(&b->arena, (s->n_label + 1) * sizeof *labels);
+        Snapprof__Pprof__Label *hitch = arena_alloc(&b->arena, sizeof *hitch);
         if (labels == NULL || hitch == NULL) {
             err = -ENOMEM;
             break;
         }
-        perftools__profiles__label__init(hitch);
+        snapprof__pprof__label__init(hitch);
         hitch->key = s_hitch;
         hitch->str = hit->hitch ? s_true : s_false;
         if (s->n_label != 0)

@@ -52,8 +52,8 @@ int64_t snapprof__pprof_intern_string(pprof_builder_t *b, const char *s)
 static int mapping_eq(const void *owner, uint32_t index, const void *key)
 {
     const pprof_builder_t *b = owner;
-    const Perftools__Profiles__Mapping *m = &b->mappings[index]->msg;
-    const Perftools__Profiles__Mapping *k = key;
+    const Snapprof__Pprof__Mapping *m = &b->mappings[index]->msg;
+    const Snapprof__Pprof__Mapping *k = key;
     return m->memory_start == k->memory_start && m->memory_limit == k->memory_limit &&
            m->file_offset == k->file_offset && m->filename == k->filename &&
            m->build_id == k->build_id;
@@ -71,7 +71,7 @@ int snapprof__pprof_intern_mapping(pprof_builder_t *b, const snapprof_module_t *
     int64_t build_id = snapprof__pprof_intern_string(b, module->build_id);
     if (build_id < 0)
         return (int)build_id;
-    Perftools__Profiles__Mapping key = PERFTOOLS__PROFILES__MAPPING__INIT;
+    Snapprof__Pprof__Mapping key = SNAPPROF__PPROF__MAPPING__INIT;
     key.memory_start = module->start;
     key.memory_limit = module->limit;
     key.file_offset = module->file_offset;
@@ -109,7 +109,7 @@ int snapprof__pprof_intern_mapping(pprof_builder_t *b, const snapprof_module_t *
 static int function_eq(const void *owner, uint32_t index, const void *key)
 {
     const pprof_builder_t *b = owner;
-    const Perftools__Profiles__Function *f = b->functions[index];
+    const Snapprof__Pprof__Function *f = b->functions[index];
     const function_key_t *k = key;
     return f->name == k->name && f->system_name == k->system_name && f->filename == k->filename;
 }
@@ -134,15 +134,15 @@ static int intern_function(pprof_builder_t *b, const char *name, const char *sys
     }
     if (snapprof__index_reserve(&b->function_index) < 0)
         return -ENOMEM;
-    Perftools__Profiles__Function **functions =
+    Snapprof__Pprof__Function **functions =
         reserve(b->functions, &b->cap_functions, b->n_functions + 1, sizeof *functions);
     if (functions == NULL)
         return -ENOMEM;
     b->functions = functions;
-    Perftools__Profiles__Function *f = arena_alloc(&b->arena, sizeof *f);
+    Snapprof__Pprof__Function *f = arena_alloc(&b->arena, sizeof *f);
     if (f == NULL)
         return -ENOMEM;
-    perftools__profiles__function__init(f);
+    snapprof__pprof__function__init(f);
     f->id = b->n_functions + 1;
     f->name = key.name;
     f->system_name = key.system_name;
@@ -166,7 +166,7 @@ static int location_eq(const void *owner, uint32_t index, const void *key)
  * Returns the number of lines (0 when the address has no known function)
  * or a negative errno. */
 static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
-                           Perftools__Profiles__Line ***out)
+                           Snapprof__Pprof__Line ***out)
 {
     snapprof_symbol_t syms[MAX_INLINE_SYMBOLS];
     int n = snapprof_symbolize(frame, syms, MAX_INLINE_SYMBOLS);
@@ -177,15 +177,15 @@ static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
         return 0;
     if (n > MAX_INLINE_SYMBOLS)
         n = MAX_INLINE_SYMBOLS;
-    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, (size_t)n * sizeof *lines);
-    Perftools__Profiles__Line *storage = arena_alloc(&b->arena, (size_t)n * sizeof *storage);
+    Snapprof__Pprof__Line **lines = arena_alloc(&b->arena, (size_t)n * sizeof *lines);
+    Snapprof__Pprof__Line *storage = arena_alloc(&b->arena, (size_t)n * sizeof *storage);
     if (lines == NULL || storage == NULL)
         return -ENOMEM;
     for (int i = 0; i < n; i++) {
         const snapprof_symbol_t *sym = &syms[i];
         const char *name = sym->name ? sym->name : sym->system_name ? sym->system_name : "";
         const char *system_name = sym->system_name ? sym->system_name : name;
-        perftools__profiles__line__init(&storage[i]);
+        snapprof__pprof__line__init(&storage[i]);
         int err = intern_function(b, name, system_name, sym->file, &storage[i].function_id);
         if (err < 0)
             return err;
@@ -197,13 +197,13 @@ static int symbolize_lines(pprof_builder_t *b, const snapprof_frame_t *frame,
 }
 
 /* Allocates the single Line of a JIT or marker location. */
-static int named_line(pprof_builder_t *b, const char *name, Perftools__Profiles__Line ***out)
+static int named_line(pprof_builder_t *b, const char *name, Snapprof__Pprof__Line ***out)
 {
-    Perftools__Profiles__Line **lines = arena_alloc(&b->arena, sizeof *lines);
-    Perftools__Profiles__Line *line = arena_alloc(&b->arena, sizeof *line);
+    Snapprof__Pprof__Line **lines = arena_alloc(&b->arena, sizeof *lines);
+    Snapprof__Pprof__Line *line = arena_alloc(&b->arena, sizeof *line);
     if (lines == NULL || line == NULL)
         return -ENOMEM;
-    perftools__profiles__line__init(line);
+    snapprof__pprof__line__init(line);
     int err = intern_function(b, name, name, NULL, &line->function_id);
     if (err < 0)
         return err;
@@ -269,14 +269,14 @@ int snapprof__pprof_intern_location(pprof_builder_t *b, const snapprof_frame_t *
      * an object's DWARF the first time can take most of a second (libc's
      * separate debug file: ~1 s to decompress), which must not stall the
      * sampling thread. */
-    Perftools__Profiles__Line **lines = NULL;
+    Snapprof__Pprof__Line **lines = NULL;
     int n_lines = key.kind == SNAPPROF_FRAME_NATIVE ? 0 : named_line(b, name, &lines);
     if (n_lines < 0)
         return n_lines;
     location_entry_t *e = arena_alloc(&b->arena, sizeof *e);
     if (e == NULL)
         return -ENOMEM;
-    perftools__profiles__location__init(&e->msg);
+    snapprof__pprof__location__init(&e->msg);
     e->msg.id = b->n_locations + 1;
     e->msg.mapping_id = mapping ? mapping->msg.id : 0;
     e->msg.address = key.kind == SNAPPROF_FRAME_MARKER ? 0 : frame->pc;
@@ -304,7 +304,7 @@ int snapprof__pprof_symbolize_locations(pprof_builder_t *b)
             continue;
         snapprof_frame_t frame = {
             .pc = (uintptr_t)e->key.a, .module = e->key.module, .kind = SNAPPROF_FRAME_NATIVE};
-        Perftools__Profiles__Line **lines;
+        Snapprof__Pprof__Line **lines;
         int n = symbolize_lines(b, &frame, &lines);
         if (n < 0)
             return n;

@@ -128,7 +128,7 @@ static void finish_mappings(pprof_builder_t *b)
             continue;
         size_t n_lines = e->msg.n_line;
         for (size_t k = 0; k < n_lines; k++) {
-            const Perftools__Profiles__Function *f = b->functions[e->msg.line[k]->function_id - 1];
+            const Snapprof__Pprof__Function *f = b->functions[e->msg.line[k]->function_id - 1];
             m->msg.has_functions |= f->name != 0;
             m->msg.has_filenames |= f->filename != 0;
             m->msg.has_line_numbers |= e->msg.line[k]->line > 0;
@@ -214,26 +214,26 @@ int snapprof__pprof_write(pprof_builder_t *b, const snapprof_profile_info_t *inf
     finish_mappings(b);
 
     int n_types = layout->n_types;
-    Perftools__Profiles__ValueType types[VALUE_COUNT], period_type;
-    Perftools__Profiles__ValueType *type_ptrs[VALUE_COUNT];
+    Snapprof__Pprof__ValueType types[VALUE_COUNT], period_type;
+    Snapprof__Pprof__ValueType *type_ptrs[VALUE_COUNT];
     for (int i = 0; i < n_types; i++) {
-        perftools__profiles__value_type__init(&types[i]);
+        snapprof__pprof__value_type__init(&types[i]);
         types[i].type = layout->type_names[i];
         types[i].unit = layout->type_units[i];
         type_ptrs[i] = &types[i];
     }
-    perftools__profiles__value_type__init(&period_type);
+    snapprof__pprof__value_type__init(&period_type);
     period_type.type = layout->period_type;
     period_type.unit = layout->period_unit;
 
-    Perftools__Profiles__Profile profile = PERFTOOLS__PROFILES__PROFILE__INIT;
+    Snapprof__Pprof__Profile profile = SNAPPROF__PPROF__PROFILE__INIT;
     profile.n_sample_type = (size_t)n_types;
     profile.sample_type = type_ptrs;
     /* The entries start with their messages; protobuf-c wants arrays of
      * message pointers, made here for this one pack. */
-    Perftools__Profiles__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
-    Perftools__Profiles__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
-    Perftools__Profiles__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
+    Snapprof__Pprof__Sample **samples = malloc((b->n_samples + 1) * sizeof *samples);
+    Snapprof__Pprof__Mapping **mappings = malloc((b->n_mappings + 1) * sizeof *mappings);
+    Snapprof__Pprof__Location **locations = malloc((b->n_locations + 1) * sizeof *locations);
     size_t n_run = (size_t)run.n_lines + (size_t)layout->n_comments + (run.stats != NULL);
     char **strings = malloc((b->n_strings + n_run) * sizeof *strings);
     int64_t comments[SNAPPROF__COMMENTS_MAX];
@@ -288,13 +288,13 @@ int snapprof__pprof_write(pprof_builder_t *b, const snapprof_profile_info_t *inf
     profile.comment = comments;
     profile.default_sample_type = layout->default_type;
 
-    size_t len = perftools__profiles__profile__get_packed_size(&profile);
+    size_t len = snapprof__pprof__profile__get_packed_size(&profile);
     buf = malloc(len ? len : 1);
     if (buf == NULL) {
         err = -ENOMEM;
         goto out;
     }
-    if (perftools__profiles__profile__pack(&profile, buf) != len)
+    if (snapprof__pprof__profile__pack(&profile, buf) != len)
         err = SNAPPROF_EENCODE;
     if (err == 0)
         err = write_atomically(b, buf, len);

@@ -198,21 +198,30 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
  * negative errno. Sampling side. */
 int snapprof__proc_schedstat_read(pid_t tid, uint64_t *run_ns, uint64_t *wait_ns);
 
-/* Test seams: make snapprof__proc_blocked_read fail with err (0: no
- * failure); run fn(tid, user_data) after each copy, before the caller's
- * check (fn NULL: none). */
-typedef void (*snapprof__proc_hook_fn)(pid_t tid, void *user_data);
-void snapprof__proc_fail_for_test(int err);
-void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data);
-
 /* Reads a thread's CPU clock (no signal needed; stack_copier_threads.c).
  * Returns 0 or a negative errno (-EINVAL once the thread is gone). */
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out);
 
-/* Test seam: from now on, counts the calls of snapprof__thread_cpu_ns()
- * for tid (0: none), and returns how many there were since. */
-void snapprof__thread_cpu_count_for_test(pid_t tid);
-uint64_t snapprof__thread_cpu_counted_for_test(void);
+/* Test seams (tests/README.md, "Test seams"); each member may be NULL.
+ * Sampling side, all three.
+ * - xProcRefused: asked before each snapprof__proc_blocked_read(); a
+ *   positive errno fails the read with it, as a /proc that refuses the
+ *   file would (0: read).
+ * - xAfterProcCopy: run after each copy of a blocked thread's stack by
+ *   snapprof__proc_copy_blocked(), before the caller's check.
+ * - xOnThreadCpuRead: told of each snapprof__thread_cpu_ns() call. */
+typedef struct snapprof__stack_copier_seams {
+    int (*xProcRefused)(void *user_data, pid_t tid);
+    void (*xAfterProcCopy)(void *user_data, pid_t tid);
+    void (*xOnThreadCpuRead)(void *user_data, pid_t tid);
+    void *user_data;
+} snapprof__stack_copier_seams_t;
+
+/* Installs seams (NULL: none) for the calls that start after; *seams must
+ * stay valid until the next call. snapprof__stack_copier_seams() returns
+ * them. */
+void snapprof__stack_copier_set_seams(const snapprof__stack_copier_seams_t *seams);
+const snapprof__stack_copier_seams_t *snapprof__stack_copier_seams(void);
 
 /* 1 when thread tid blocks signo (its SigBlk in /proc/self/task/TID/status),
  * 0 when it does not or cannot be asked. Sampling side. */

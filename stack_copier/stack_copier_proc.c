@@ -27,21 +27,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static _Atomic int g_fail_err; /* test seam: reads of the file fail with it */
-static snapprof__proc_hook_fn g_hook;
-static void *g_hook_data;
-
-void snapprof__proc_fail_for_test(int err)
-{
-    atomic_store(&g_fail_err, err);
-}
-
-void snapprof__proc_set_hook_for_test(snapprof__proc_hook_fn fn, void *user_data)
-{
-    g_hook = fn;
-    g_hook_data = user_data;
-}
-
 /* Parses a hexadecimal "0x..." field; returns the text after it or NULL. */
 static const char *parse_hex(const char *s, uintptr_t *out)
 {
@@ -228,9 +213,10 @@ void snapprof__proc_forget(pid_t tid)
 
 int snapprof__proc_blocked_read(pid_t tid, snapprof__blocked_t *out)
 {
-    int err = atomic_load(&g_fail_err);
+    const snapprof__stack_copier_seams_t *seams = snapprof__stack_copier_seams();
+    int err = seams && seams->xProcRefused ? seams->xProcRefused(seams->user_data, tid) : 0;
     if (err != 0)
-        return -err;
+        return err < 0 ? err : -err;
     /* "nr arg1 ... arg6 sp pc", "-1 sp pc" (in the kernel, not in a system
      * call), or "running". */
     char buf[256];
@@ -309,8 +295,9 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
         }
         return errno > 0 ? errno : EPERM;
     }
-    if (g_hook)
-        g_hook(th->tid, g_hook_data);
+    const snapprof__stack_copier_seams_t *seams = snapprof__stack_copier_seams();
+    if (seams && seams->xAfterProcCopy)
+        seams->xAfterProcCopy(seams->user_data, th->tid);
     res->regs.r[SNAPPROF_REG_PC] = b->pc;
     res->regs.r[SNAPPROF_REG_SP] = b->sp;
     res->timestamp_ns = t0;

@@ -255,25 +255,23 @@ void snapprof__thread_retain(struct snapprof_thread *t)
     atomic_fetch_add(&t->refs, 1);
 }
 
-static _Atomic pid_t g_count_tid; /* test seam: whose clock reads are counted */
-static _Atomic uint64_t g_counted;
+static const snapprof__stack_copier_seams_t *_Atomic g_seams; /* tests only */
 
-void snapprof__thread_cpu_count_for_test(pid_t tid)
+void snapprof__stack_copier_set_seams(const snapprof__stack_copier_seams_t *seams)
 {
-    atomic_store(&g_count_tid, 0);
-    atomic_store(&g_counted, 0);
-    atomic_store(&g_count_tid, tid);
+    atomic_store_explicit(&g_seams, seams, memory_order_release);
 }
 
-uint64_t snapprof__thread_cpu_counted_for_test(void)
+const snapprof__stack_copier_seams_t *snapprof__stack_copier_seams(void)
 {
-    return atomic_load(&g_counted);
+    return atomic_load_explicit(&g_seams, memory_order_acquire);
 }
 
 int snapprof__thread_cpu_ns(pid_t tid, uint64_t *out)
 {
-    if (tid != 0 && atomic_load_explicit(&g_count_tid, memory_order_relaxed) == tid)
-        atomic_fetch_add_explicit(&g_counted, 1, memory_order_relaxed);
+    const snapprof__stack_copier_seams_t *seams = snapprof__stack_copier_seams();
+    if (seams && seams->xOnThreadCpuRead)
+        seams->xOnThreadCpuRead(seams->user_data, tid);
     /* The kernel's per-thread CPU clock id, as glibc's pthread_getcpuclockid
      * makes it: ~tid << 3 | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED. */
     clockid_t clock = (clockid_t)(((unsigned int)~tid << 3) | 4u | 2u);

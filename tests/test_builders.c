@@ -335,16 +335,16 @@ __attribute__((noinline)) void *builders_worker(void *arg)
 static void pprof_counts(const char *path, int64_t *total, int64_t *cpu_ns, pid_t *tids,
                          int64_t *counts, int *n)
 {
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     *total = 0;
     *cpu_ns = 0;
     *n = 0;
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Sample *s = p->sample[i];
         *total += s->value[0];
         *cpu_ns += s->value[1];
-        const Perftools__Profiles__Label *l = pbt_label(p, s, "thread_id");
+        const Snapprof__Pprof__Label *l = pbt_label(p, s, "thread_id");
         ASSERT_NOT_NULL(l);
         int k = 0;
         while (k < *n && tids[k] != (pid_t)l->num)
@@ -356,7 +356,7 @@ static void pprof_counts(const char *path, int64_t *total, int64_t *cpu_ns, pid_
         }
         counts[k] += s->value[0];
     }
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 }
 
 /* The frame named name in a folded stack (frames joined by ';'), or NULL. */
@@ -561,7 +561,7 @@ static void *shares_worker_main(void *arg)
  * per leaf, over the total. */
 static void pprof_shares(const char *path, double *share)
 {
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     /* A CPU profile carries only what it measured: samples and CPU. */
     ASSERT_EQ(p->n_sample_type, 2);
@@ -569,23 +569,23 @@ static void pprof_shares(const char *path, double *share)
     ASSERT_STR_EQ(pbt_str(p, p->default_sample_type), "cpu");
     double total = 0, by[SHARE_NAMES] = {0};
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Sample *s = p->sample[i];
         ASSERT_EQ(s->n_value, 2);
         total += (double)s->value[1];
         if (s->n_location_id == 0)
             continue;
-        const Perftools__Profiles__Location *l = pbt_location(p, s->location_id[0]);
+        const Snapprof__Pprof__Location *l = pbt_location(p, s->location_id[0]);
         if (l->n_line == 0)
             continue;
         /* The innermost function, as the folded and trace leaves are. */
-        const Perftools__Profiles__Function *f = pbt_function(p, l->line[0]->function_id);
+        const Snapprof__Pprof__Function *f = pbt_function(p, l->line[0]->function_id);
         int k = share_index(pbt_str(p, f->name));
         if (k >= 0)
             by[k] += (double)s->value[1];
     }
     for (int k = 0; k < SHARE_NAMES; k++)
         share[k] = total > 0 ? by[k] / total : 0;
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 }
 
 /* Shares by leaf in a folded file: the counts of the lines ending in it. */
@@ -730,7 +730,7 @@ static void test_shares_agree(void)
             ASSERT(pp[0] + pp[1] > 0.5);
         /* The rate line reads the requested 100 Hz, less what no sample
          * placed, whatever period the run drew. */
-        Perftools__Profiles__Profile *prof = pbt_load(files.pprof);
+        Snapprof__Pprof__Profile *prof = pbt_load(files.pprof);
         ASSERT_GT(prof->n_comment, 0);
         const char *line = pbt_str(prof, prof->comment[0]);
         printf("%s\n", line);
@@ -739,7 +739,7 @@ static void test_shares_agree(void)
         double rate = strtod(hz + strlen(" samples, "), NULL);
         ASSERT_CONTAINS(line, " Hz per CPU-second of 100 Hz requested");
         ASSERT(rate > 100 * (1 - pp[2]) - 2 && rate < 100 * (1 - pp[2]) + 2);
-        perftools__profiles__profile__free_unpacked(prof, NULL);
+        snapprof__pprof__profile__free_unpacked(prof, NULL);
         unlink(files.pprof);
         unlink(files.folded);
         unlink(files.trace);

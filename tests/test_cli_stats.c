@@ -79,12 +79,12 @@ static void expect_output(const char *out, const char *profile, const snapprof_s
     static pbt_text_t t;
     t.len = 0;
     t.sep = " ";
-    Perftools__Profiles__Profile *p = pbt_load(profile);
+    Snapprof__Pprof__Profile *p = pbt_load(profile);
     ASSERT_GE(p->n_comment, 1);
     for (size_t i = 0; i < p->n_comment; i++)
         t.len +=
             (size_t)snprintf(t.s + t.len, sizeof t.s - t.len, "# %s\n", pbt_str(p, p->comment[i]));
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     snapprof__stats_for_each(want, pbt_text_add_stat, &t);
     ASSERT_STR_EQ(out, t.s);
 }

@@ -159,7 +159,7 @@ static void run_create(run_t *r, const char *tag, snapprof_trigger_t trigger)
  * and names the workload's functions. */
 static void check_profile(run_t *r)
 {
-    Perftools__Profiles__Profile *pr = pbt_load(r->path);
+    Snapprof__Pprof__Profile *pr = pbt_load(r->path);
     pbt_check_valid(pr);
     int64_t count = 0, cpu = 0;
     for (size_t i = 0; i < pr->n_sample; i++) {
@@ -173,7 +173,7 @@ static void check_profile(run_t *r)
            cpu / 1e9, r->col.offered, col_cpu / 1e9);
     ASSERT_EQ(count, r->col.offered);
     ASSERT_EQ(cpu, col_cpu);
-    perftools__profiles__profile__free_unpacked(pr, NULL);
+    snapprof__pprof__profile__free_unpacked(pr, NULL);
     tu_top_row_t *rows;
     char *raw;
     int n = tu_pprof_top(r->path, "-sample_index=samples", &rows, &raw);

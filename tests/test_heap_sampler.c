@@ -26,13 +26,25 @@ static uint64_t rnd(void)
     return tu_xorshift64(&rng_state);
 }
 
+/* Heap sampling's rule alone, through the sampler's seam (0: off). */
+static void rule_only(size_t interval)
+{
+    static snapprof__heap_seams_t seams;
+    if (interval == 0) {
+        snapprof__heap_set_seams(NULL);
+        return;
+    }
+    seams.rule_only_interval = interval;
+    snapprof__heap_set_seams(&seams);
+}
+
 /* Sizes 16 B to 64 KiB, log-uniform; the bytes are estimated per sample
  * as Go's pprof does (scale = 1 / (1 - exp(-size/R))), overall and in
  * four size bands, against the truth. */
 static void rule_scaled_estimate(void)
 {
     const size_t R = 4096;
-    snapprof__heap_rule_only_for_test(R);
+    rule_only(R);
     /* vest: the variance of each band's estimate, sum of s^2 (1-p)/p: the
      * test allows 5 standard errors (2.6 % of band 0 at this count; a
      * fixed 5 % failed 1 run in a few dozen). */
@@ -56,7 +68,7 @@ static void rule_scaled_estimate(void)
             est[band] += (double)size / p;
         }
     }
-    snapprof__heap_rule_only_for_test(0);
+    rule_only(0);
     ASSERT_EQ(snapprof_heap_note_alloc(FAKE, 1u << 20), 0); /* off again */
     double t = 0, s = 0;
     for (int b = 0; b < 4; b++) {
@@ -91,13 +103,13 @@ static void rule_first_allocation(void)
 {
     const size_t R = 65536;
     const int n = 400;
-    snapprof__heap_rule_only_for_test(R);
+    rule_only(R);
     for (int i = 0; i < n; i++) {
         pthread_t th;
         ASSERT_OK(pthread_create(&th, NULL, first_alloc, (void *)(uintptr_t)R));
         ASSERT_OK(pthread_join(th, NULL));
     }
-    snapprof__heap_rule_only_for_test(0);
+    rule_only(0);
     double p = 1 - exp(-1.0), got = (double)atomic_load(&first_sampled) / n;
     double sd = sqrt(p * (1 - p) / n);
     printf("first allocations sampled: %.3f, expected %.3f +- %.3f\n", got, p, sd);
@@ -108,7 +120,7 @@ static void rule_first_allocation(void)
  * keep its allocations out; the rule still runs. */
 static void rule_ignored_inside(void)
 {
-    snapprof__heap_rule_only_for_test(1); /* every allocation of 64 B: p = 1 - e^-64 */
+    rule_only(1); /* every allocation of 64 B: p = 1 - e^-64 */
     ASSERT_EQ(snapprof_heap_note_alloc(FAKE, 64), 1);
     snapprof_heap_ignore_begin();
     snapprof_heap_ignore_begin();
@@ -122,7 +134,7 @@ static void rule_ignored_inside(void)
     ASSERT_EQ(snapprof_heap_note_alloc(FAKE, 64), 0);
     snapprof__heap_guard_leave();
     ASSERT_EQ(snapprof_heap_note_alloc(NULL, 64), -EINVAL);
-    snapprof__heap_rule_only_for_test(0);
+    rule_only(0);
     ASSERT_EQ(snapprof_heap_note_alloc(FAKE, 64), 0);
 }
 
@@ -131,13 +143,13 @@ static void rule_ignored_inside(void)
 static void rule_unsampled_cost(void)
 {
     const int n = 20000000;
-    snapprof__heap_rule_only_for_test((size_t)1 << 40);
+    rule_only((size_t)1 << 40);
     uint64_t t0 = tu_thread_cpu_ns();
     int s = 0;
     for (int i = 0; i < n; i++)
         s += snapprof_heap_note_alloc(FAKE, 32);
     uint64_t t1 = tu_thread_cpu_ns();
-    snapprof__heap_rule_only_for_test(0);
+    rule_only(0);
     uint64_t t2 = tu_thread_cpu_ns();
     for (int i = 0; i < n; i++)
         s += snapprof_heap_note_alloc(FAKE, 32);

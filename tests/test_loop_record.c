@@ -62,7 +62,7 @@ static int by_label(const void *a, const void *b)
 static void read_pb(const char *path, raw_t *r, int ours)
 {
     memset(r, 0, sizeof *r);
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     ASSERT_NOT_NULL(p);
     if (ours) /* pprof's own output sets its mappings' flags its way */
         pbt_check_valid(p);
@@ -72,10 +72,10 @@ static void read_pb(const char *path, raw_t *r, int ours)
     ASSERT_GE(p->n_sample_type, 2);
     static char key[1 << 16];
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *smp = p->sample[i];
+        const Snapprof__Pprof__Sample *smp = p->sample[i];
         size_t klen = 0;
         for (size_t k = 0; k < smp->n_location_id; k++) {
-            const Perftools__Profiles__Location *loc = pbt_location(p, smp->location_id[k]);
+            const Snapprof__Pprof__Location *loc = pbt_location(p, smp->location_id[k]);
             ASSERT_NOT_NULL(loc);
             klen += (size_t)snprintf(key + klen, sizeof key - klen, "%s@%" PRIx64 ";",
                                      pbt_location_name(p, smp->location_id[k]), loc->address);
@@ -85,7 +85,7 @@ static void read_pb(const char *path, raw_t *r, int ours)
         char labels[16][512];
         size_t nl = smp->n_label < 16 ? smp->n_label : 16;
         for (size_t k = 0; k < nl; k++) {
-            const Perftools__Profiles__Label *l = smp->label[k];
+            const Snapprof__Pprof__Label *l = smp->label[k];
             if (l->str)
                 snprintf(labels[k], sizeof labels[k], "#%s=%s", pbt_str(p, l->key),
                          pbt_str(p, l->str));
@@ -100,7 +100,7 @@ static void read_pb(const char *path, raw_t *r, int ours)
         add_entry(r, key, (uint64_t)smp->value[0], (uint64_t)smp->value[1]);
         r->cpu_total += (uint64_t)smp->value[1];
     }
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 }
 
 static void free_raw(raw_t *r)

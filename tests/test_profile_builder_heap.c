@@ -172,12 +172,12 @@ static void test_values(void)
     ASSERT_CONTAINS(tags, "load");
     free(tags);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 3);
     ASSERT_EQ(p->n_comment, 1);
     ASSERT_CONTAINS(pbt_str(p, p->comment[0]), "481 sampled allocations and 30 frees");
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 }
 
@@ -222,10 +222,10 @@ static void test_empty(void)
         snapprof_builder_destroy(b);
     }
     for (int i = 0; i < 2; i++) {
-        Perftools__Profiles__Profile *p = pbt_load(paths[i]);
+        Snapprof__Pprof__Profile *p = pbt_load(paths[i]);
         pbt_check_valid(p);
         ASSERT_EQ(p->n_sample, 0);
-        perftools__profiles__profile__free_unpacked(p, NULL);
+        snapprof__pprof__profile__free_unpacked(p, NULL);
         char *top = tu_pprof_ok("-top", paths[i]);
         ASSERT_CONTAINS(top, "Type: inuse_space");
         free(top);
@@ -257,11 +257,11 @@ static void test_cpu_ignores_heap(void)
     pbt_sample(b, &s);
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 1);
     ASSERT_STR_EQ(pbt_location_name(p, p->sample[0]->location_id[0]), "time_fn");
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 
     /* The heap builders are version 2 and not pprof builders. */
@@ -328,11 +328,11 @@ static void test_peak(void)
     expect_top(path, "inuse_space", "first_b", bb.inuse_space);
     expect_top(path, "inuse_space", "second_c", c.inuse_space);
 
-    Perftools__Profiles__Profile *p = pbt_load(peak_path);
+    Snapprof__Pprof__Profile *p = pbt_load(peak_path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 2); /* second_c had nothing at the peak */
     ASSERT_CONTAINS(pbt_str(p, p->comment[0]), "snapprof: heap peak, an estimated");
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     char *comments = tu_pprof_ok("-comments", peak_path);
     printf("%s", comments);
     free(comments);

@@ -62,7 +62,7 @@ static int feed(snapprof_builder_t *b, int *frees)
 /* With an interval of 1 nothing is scaled: the values are the counts. */
 static void check_output(const char *path, int accepted, int frees)
 {
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     int64_t allocs = 0, inuse = 0;
     for (size_t i = 0; i < p->n_sample; i++) {
@@ -71,7 +71,7 @@ static void check_output(const char *path, int accepted, int frees)
     }
     ASSERT_EQ(allocs, accepted);
     ASSERT_EQ(inuse, accepted - frees);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 }
 
 static int create(int peak, const char *path, snapprof_builder_t **b)

@@ -31,13 +31,13 @@ static void add(const snapprof_frame_t *frames, size_t n, pid_t tid, const char 
 
 /* The sample whose stack is these location names (leaf first) and whose
  * labels include key=str (key NULL: any labels); fails unless exactly one. */
-static const Perftools__Profiles__Sample *find(const Perftools__Profiles__Profile *p,
-                                               const char *const *names, size_t n, int64_t tid,
-                                               const char *key, const char *str)
+static const Snapprof__Pprof__Sample *find(const Snapprof__Pprof__Profile *p,
+                                           const char *const *names, size_t n, int64_t tid,
+                                           const char *key, const char *str)
 {
-    const Perftools__Profiles__Sample *found = NULL;
+    const Snapprof__Pprof__Sample *found = NULL;
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Sample *s = p->sample[i];
         if (s->n_location_id != n || pbt_label(p, s, "thread_id")->num != tid)
             continue;
         int same = 1;
@@ -46,7 +46,7 @@ static const Perftools__Profiles__Sample *find(const Perftools__Profiles__Profil
         if (!same)
             continue;
         if (key != NULL) {
-            const Perftools__Profiles__Label *l = pbt_label(p, s, key);
+            const Snapprof__Pprof__Label *l = pbt_label(p, s, key);
             if (l == NULL || l->str == 0 || strcmp(pbt_str(p, l->str), str) != 0)
                 continue;
         } else if (s->n_label != 2) {
@@ -108,7 +108,7 @@ static void test_aggregation(void)
     ASSERT_OK(pbt_complete(builder, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(builder);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
 
     /* ab (t1, no labels), ba, ab (t2), x, y, n1, n2, n1 bytes, native1,
@@ -119,7 +119,7 @@ static void test_aggregation(void)
 
     const char *const ab_names[] = {"a", "b"};
     const char *const ba_names[] = {"b", "a"};
-    const Perftools__Profiles__Sample *s = find(p, ab_names, 2, 1, NULL, NULL);
+    const Snapprof__Pprof__Sample *s = find(p, ab_names, 2, 1, NULL, NULL);
     ASSERT_EQ(s->value[0], 8);
     ASSERT_EQ(s->value[1], 100 + 101 + 102 + 103 + 104 + 3 * 7);
     ASSERT_EQ(s->n_value, 2); /* a CPU profile: no wall value */
@@ -136,7 +136,7 @@ static void test_aggregation(void)
 
     int n1_plain = 0, n1_unit = 0, n2_count = 0;
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Label *l = pbt_label(p, p->sample[i], "n");
+        const Snapprof__Pprof__Label *l = pbt_label(p, p->sample[i], "n");
         if (l == NULL)
             continue;
         if (l->num == 2)
@@ -160,7 +160,7 @@ static void test_aggregation(void)
     /* total_wall: a CPU profile has no wall value (it keeps the sums for
      * a wall profile, which writes them). */
 
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 }
 

@@ -149,11 +149,11 @@ static void test_bad_path(void)
     feed_one(b);
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
-    Perftools__Profiles__Profile *p = pbt_load(link);
+    Snapprof__Pprof__Profile *p = pbt_load(link);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 1);
     ASSERT_EQ(p->sample[0]->value[0], 2);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     ASSERT_EQ(tu_count_entries(dir), 2); /* target.txt and out.pb.gz */
 
     unlink(link);

@@ -77,7 +77,7 @@ static void test_native(void)
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     /* The functions are in the main executable, which is mapping[0], and
      * it now truthfully claims function names. */
@@ -91,7 +91,7 @@ static void test_native(void)
         ASSERT_UEQ(p->location[i]->mapping_id, p->mapping[0]->id);
         ASSERT_GE(p->location[i]->n_line, 1);
     }
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     /* -symbolize=none: the names come from the profile itself, not from
      * pprof reading the binary. */

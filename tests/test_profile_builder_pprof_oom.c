@@ -57,13 +57,13 @@ static int feed(snapprof_builder_t *b)
 
 static void check_output(const char *path, int accepted)
 {
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     int64_t count = 0;
     for (size_t i = 0; i < p->n_sample; i++)
         count += p->sample[i]->value[0];
     ASSERT_EQ(count, accepted);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 }
 
 /* What the runs share: where they write, the stats they write. */

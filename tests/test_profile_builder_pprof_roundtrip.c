@@ -157,13 +157,13 @@ static void test_roundtrip(void)
     free(comments);
     /* Every counter is in the hidden entry, which pprof never prints:
      * the ones that happened, those that did not, unwinding in detail. */
-    Perftools__Profiles__Profile *cpu = pbt_load(path);
+    Snapprof__Pprof__Profile *cpu = pbt_load(path);
     pbt_expect_stats(cpu, &stats);
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " failed.timeout=2 ");
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " failed.send=0 ");
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " unwind_aborted_no_info=2 ");
     ASSERT_CONTAINS(pbt_stats_entry(cpu), " unwind_max_ns=12000 ");
-    perftools__profiles__profile__free_unpacked(cpu, NULL);
+    snapprof__pprof__profile__free_unpacked(cpu, NULL);
     raw = tu_pprof_ok("-raw", path);
     ASSERT(strstr(raw, "snapprof-stats") == NULL);
     free(raw);
@@ -203,18 +203,18 @@ static void test_roundtrip(void)
     ASSERT_CONTAINS(raw, "PeriodType: wall nanoseconds");
     free(raw);
 
-    Perftools__Profiles__Profile *p = pbt_load(wall_path);
+    Snapprof__Pprof__Profile *p = pbt_load(wall_path);
     pbt_check_valid(p);
     ASSERT_STR_EQ(pbt_str(p, p->default_sample_type), "wall");
     ASSERT_EQ(p->n_comment, 0); /* no counters given: no comments, no hidden entry */
     ASSERT_NULL(pbt_stats_entry(p));
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_STR_EQ(pbt_str(p, p->default_sample_type), "cpu");
     ASSERT_EQ(p->time_nanos, 1700000000000000000ll);
     ASSERT_EQ(p->duration_nanos, 2000000000ll);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     pbt_remove(path);
     pbt_remove(wall_path);

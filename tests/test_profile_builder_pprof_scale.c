@@ -79,7 +79,7 @@ static void test_scale(void)
     printf("%d samples over %d stacks built and written in %.1f ms\n", SAMPLES, STACKS,
            (double)(tu_mono_ns() - start) / 1e6);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, STACKS);
     /* Locations: the 5000 unique leaves, at most the pools besides. */
@@ -88,12 +88,12 @@ static void test_scale(void)
     int64_t count = 0, cpu = 0;
     static int seen[STACKS];
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Sample *s = p->sample[i];
         ASSERT_EQ(s->value[0], SAMPLES / STACKS);
         count += s->value[0];
         cpu += s->value[1];
         /* Recover the stack from its leaf and compare it frame by frame. */
-        const Perftools__Profiles__Location *leaf = pbt_location(p, s->location_id[0]);
+        const Snapprof__Pprof__Location *leaf = pbt_location(p, s->location_id[0]);
         int stack = (int)((leaf->address - lib.start - 0x100000) / 16);
         ASSERT(stack >= 0 && stack < STACKS);
         ASSERT_EQ(seen[stack]++, 0);
@@ -101,7 +101,7 @@ static void test_scale(void)
         ASSERT_EQ(s->value[1], (int64_t)(SAMPLES / STACKS) * (stack + 1));
         for (size_t d = 0; d < depths[stack]; d++) {
             const snapprof_frame_t *f = &stacks[stack][d];
-            const Perftools__Profiles__Location *l = pbt_location(p, s->location_id[d]);
+            const Snapprof__Pprof__Location *l = pbt_location(p, s->location_id[d]);
             if (f->kind == SNAPPROF_FRAME_JIT)
                 ASSERT_STR_EQ(pbt_location_name(p, l->id), f->name);
             else
@@ -110,7 +110,7 @@ static void test_scale(void)
     }
     ASSERT_EQ(count, SAMPLES);
     ASSERT_EQ(cpu, (int64_t)(SAMPLES / STACKS) * STACKS * (STACKS + 1) / 2);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     /* The real client reads it too. */
     tu_top_row_t *rows;

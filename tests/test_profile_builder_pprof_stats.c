@@ -45,13 +45,13 @@ static char *write_profile(const char *name, snapprof_mode_t mode, const snappro
 /* Fails unless the profile's comments are exactly want[0..n). */
 static void expect_comments(const char *path, const char *const *want, int n)
 {
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_LE(p->n_comment, SNAPPROF__COMMENTS_MAX);
     ASSERT_EQ(p->n_comment, n);
     for (int i = 0; i < n; i++)
         ASSERT_STR_EQ(pbt_str(p, p->comment[i]), want[i]);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     /* What a reader of `go tool pprof -top` sees above the table: these
      * lines and nothing else of ours. */
@@ -117,9 +117,9 @@ static void test_comments(void)
         "snapprof: failed 12 (thread_exited 2, timeout 10), samples_dropped 3, truncated_copy 1, "
         "truncated_depth 4, unwind_aborted 5"};
     expect_comments(path, lossy, 2);
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_expect_stats(p, &st);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 
     /* A quarter of the CPU time in no sample: the third line, and the
@@ -143,11 +143,11 @@ static void test_comments(void)
     st.cpu_ns_total = 40000000;
     st.cpu_ns_sampled = 30000000;
     path = write_profile("barely.pb.gz", SNAPPROF_MODE_CPU, &st);
-    Perftools__Profiles__Profile *barely = pbt_load(path);
+    Snapprof__Pprof__Profile *barely = pbt_load(path);
     for (size_t i = 0; i < barely->n_comment; i++)
         if (strstr(pbt_str(barely, barely->comment[i]), "is in no sample"))
             TEST_FAIL("comment: %s", pbt_str(barely, barely->comment[i]));
-    perftools__profiles__profile__free_unpacked(barely, NULL);
+    snapprof__pprof__profile__free_unpacked(barely, NULL);
     pbt_remove(path);
 
     /* Too little CPU time for a rate; one sample. */
@@ -225,14 +225,14 @@ static int set_distinct(void *arg, const char *key, const char *value)
 }
 
 /* 1 when string index s is used by any message of p. */
-static int referenced(const Perftools__Profiles__Profile *p, int64_t s)
+static int referenced(const Snapprof__Pprof__Profile *p, int64_t s)
 {
     for (size_t i = 0; i < p->n_sample_type; i++)
         if (p->sample_type[i]->type == s || p->sample_type[i]->unit == s)
             return 1;
     for (size_t i = 0; i < p->n_sample; i++)
         for (size_t k = 0; k < p->sample[i]->n_label; k++) {
-            const Perftools__Profiles__Label *l = p->sample[i]->label[k];
+            const Snapprof__Pprof__Label *l = p->sample[i]->label[k];
             if (l->key == s || l->str == s || l->num_unit == s)
                 return 1;
         }
@@ -273,7 +273,7 @@ static void test_hidden_entry(void)
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, &st));
     snapprof_builder_destroy(b);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     int entries = 0;
     for (size_t i = 0; i < p->n_string_table; i++)
@@ -284,7 +284,7 @@ static void test_hidden_entry(void)
     ASSERT(!referenced(p, last));
     pbt_expect_stats(p, &st);
     printf("%s\n", p->string_table[last]);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     /* pprof reads the file and shows none of it. */
     int status;
@@ -341,9 +341,9 @@ static void test_merge(void)
     free(rows);
     free(raw);
 
-    Perftools__Profiles__Profile *p = pbt_load(merged);
+    Snapprof__Pprof__Profile *p = pbt_load(merged);
     ASSERT_LE(p->n_comment, 2 * SNAPPROF__COMMENTS_MAX);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     unlink(merged);
     pbt_remove(a);
     pbt_remove(b);

@@ -29,8 +29,8 @@ __attribute__((noinline)) int validity_native_fn(int x)
     return x * 3 + 1;
 }
 
-static const Perftools__Profiles__Mapping *
-find_mapping_by_file(const Perftools__Profiles__Profile *p, const char *file)
+static const Snapprof__Pprof__Mapping *find_mapping_by_file(const Snapprof__Pprof__Profile *p,
+                                                            const char *file)
 {
     for (size_t i = 0; i < p->n_mapping; i++)
         if (strcmp(pbt_str(p, p->mapping[i]->filename), file) == 0)
@@ -38,8 +38,8 @@ find_mapping_by_file(const Perftools__Profiles__Profile *p, const char *file)
     return NULL;
 }
 
-static const Perftools__Profiles__Location *
-find_location_by_name(const Perftools__Profiles__Profile *p, const char *name)
+static const Snapprof__Pprof__Location *find_location_by_name(const Snapprof__Pprof__Profile *p,
+                                                              const char *name)
 {
     for (size_t i = 0; i < p->n_location; i++)
         if (strcmp(pbt_location_name(p, p->location[i]->id), name) == 0)
@@ -106,7 +106,7 @@ static void test_validity(void)
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
 
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, n_frames + 1);
     ASSERT_STR_EQ(pbt_str(p, p->period_type->type), "cpu");
@@ -127,7 +127,7 @@ static void test_validity(void)
 
     /* The unsymbolizable module: one mapping for both descriptions, its
      * addresses kept, and it claims no names so pprof may try itself. */
-    const Perftools__Profiles__Mapping *lib = find_mapping_by_file(p, fake_lib.path);
+    const Snapprof__Pprof__Mapping *lib = find_mapping_by_file(p, fake_lib.path);
     ASSERT_NOT_NULL(lib);
     ASSERT_UEQ(lib->memory_start, fake_lib.start);
     ASSERT_UEQ(lib->memory_limit, fake_lib.limit);
@@ -136,7 +136,7 @@ static void test_validity(void)
     ASSERT(!lib->has_functions && !lib->has_filenames && !lib->has_line_numbers);
     size_t lib_locations = 0;
     for (size_t i = 0; i < p->n_location; i++) {
-        const Perftools__Profiles__Location *l = p->location[i];
+        const Snapprof__Pprof__Location *l = p->location[i];
         if (l->mapping_id != lib->id)
             continue;
         lib_locations++;
@@ -145,20 +145,20 @@ static void test_validity(void)
     ASSERT_EQ(lib_locations, 2);
 
     /* JIT frames: named, in the JIT mapping, which has functions. */
-    const Perftools__Profiles__Mapping *jm = find_mapping_by_file(p, "[jit]");
+    const Snapprof__Pprof__Mapping *jm = find_mapping_by_file(p, "[jit]");
     ASSERT_NOT_NULL(jm);
     ASSERT(jm->has_functions);
-    const Perftools__Profiles__Location *jl = find_location_by_name(p, "jit_fn");
+    const Snapprof__Pprof__Location *jl = find_location_by_name(p, "jit_fn");
     ASSERT_NOT_NULL(jl);
     ASSERT_UEQ(jl->mapping_id, jm->id);
     ASSERT_UEQ(jl->address, pbt_jit_module.start + 0x40);
     ASSERT_EQ(jl->n_line, 1);
-    const Perftools__Profiles__Location *unnamed_jit = find_location_by_name(p, "[jit]");
+    const Snapprof__Pprof__Location *unnamed_jit = find_location_by_name(p, "[jit]");
     ASSERT_NOT_NULL(unnamed_jit);
     ASSERT_UEQ(unnamed_jit->mapping_id, jm->id);
 
     /* Markers: named, no mapping, so pprof never tries to symbolize them. */
-    const Perftools__Profiles__Location *ml = find_location_by_name(p, "[unwind error]");
+    const Snapprof__Pprof__Location *ml = find_location_by_name(p, "[unwind error]");
     ASSERT_NOT_NULL(ml);
     ASSERT_EQ(ml->mapping_id, 0);
     ASSERT_EQ(ml->n_line, 1);
@@ -167,24 +167,24 @@ static void test_validity(void)
     /* Every sample carries its thread, as a number and as a name, and its
      * own labels; the stack is leaf first. */
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
-        const Perftools__Profiles__Label *tid = pbt_label(p, s, "thread_id");
-        const Perftools__Profiles__Label *name = pbt_label(p, s, "thread_name");
+        const Snapprof__Pprof__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Label *tid = pbt_label(p, s, "thread_id");
+        const Snapprof__Pprof__Label *name = pbt_label(p, s, "thread_name");
         ASSERT_NOT_NULL(tid);
         ASSERT_NOT_NULL(name);
         ASSERT_EQ(tid->str, 0);
         ASSERT(tid->num == 100 || tid->num == 101);
         ASSERT_STR_EQ(pbt_str(p, name->str), tid->num == 100 ? "even" : "odd");
-        const Perftools__Profiles__Label *bytes = pbt_label(p, s, "bytes");
+        const Snapprof__Pprof__Label *bytes = pbt_label(p, s, "bytes");
         if (bytes != NULL) {
             ASSERT_EQ(bytes->num, 1 << 20);
             ASSERT_STR_EQ(pbt_str(p, bytes->num_unit), "bytes");
             ASSERT_EQ(bytes->str, 0);
         }
-        const Perftools__Profiles__Label *attempt = pbt_label(p, s, "attempt");
+        const Snapprof__Pprof__Label *attempt = pbt_label(p, s, "attempt");
         if (attempt != NULL)
             ASSERT(attempt->num == 3 && attempt->num_unit == 0 && attempt->str == 0);
-        const Perftools__Profiles__Label *span = pbt_label(p, s, "span");
+        const Snapprof__Pprof__Label *span = pbt_label(p, s, "span");
         if (span != NULL)
             ASSERT_STR_EQ(pbt_str(p, span->str), "checkout");
         if (s->n_location_id == n_frames) {
@@ -202,7 +202,7 @@ static void test_validity(void)
     ASSERT_CONTAINS(raw, "[unwind error]");
     free(raw);
 
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     pbt_remove(path);
 }
 

@@ -45,14 +45,14 @@ static void test_write_failure(void)
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
     ASSERT_EQ(tu_count_entries(dir), 1);
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     ASSERT_EQ(p->n_sample, 1);
     ASSERT_EQ(p->sample[0]->value[0], 7);
     ASSERT_EQ(p->sample[0]->value[1], 7000);
     ASSERT_EQ(p->sample[0]->n_value, 2); /* a CPU profile: no wall value */
     ASSERT_STR_EQ(pbt_location_name(p, p->sample[0]->location_id[0]), "kept_leaf");
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
 
     pbt_remove(path); /* and dir */
     free(dir);

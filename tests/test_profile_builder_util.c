@@ -64,7 +64,7 @@ int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_sta
     return b->ops->xOnProfileCompleted(b->user_data, &info);
 }
 
-Perftools__Profiles__Profile *pbt_load(const char *path)
+Snapprof__Pprof__Profile *pbt_load(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -93,22 +93,21 @@ Perftools__Profiles__Profile *pbt_load(const char *path)
         len += (size_t)n;
     }
     ASSERT_EQ(gzclose(gz), Z_OK);
-    Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, buf);
+    Snapprof__Pprof__Profile *p = snapprof__pprof__profile__unpack(NULL, len, buf);
     free(buf);
     if (p == NULL)
         TEST_FAIL("%s does not decode as perftools.profiles.Profile", path);
     return p;
 }
 
-const char *pbt_str(const Perftools__Profiles__Profile *p, int64_t i)
+const char *pbt_str(const Snapprof__Pprof__Profile *p, int64_t i)
 {
     if (i < 0 || (uint64_t)i >= p->n_string_table)
         TEST_FAIL("string index %" PRId64 " out of range (%zu strings)", i, p->n_string_table);
     return p->string_table[i];
 }
 
-const Perftools__Profiles__Location *pbt_location(const Perftools__Profiles__Profile *p,
-                                                  uint64_t id)
+const Snapprof__Pprof__Location *pbt_location(const Snapprof__Pprof__Profile *p, uint64_t id)
 {
     /* The builder numbers ids densely from 1; fall back to a scan otherwise. */
     if (id >= 1 && id <= p->n_location && p->location[id - 1]->id == id)
@@ -119,8 +118,7 @@ const Perftools__Profiles__Location *pbt_location(const Perftools__Profiles__Pro
     return NULL;
 }
 
-const Perftools__Profiles__Function *pbt_function(const Perftools__Profiles__Profile *p,
-                                                  uint64_t id)
+const Snapprof__Pprof__Function *pbt_function(const Snapprof__Pprof__Profile *p, uint64_t id)
 {
     if (id >= 1 && id <= p->n_function && p->function[id - 1]->id == id)
         return p->function[id - 1];
@@ -130,7 +128,7 @@ const Perftools__Profiles__Function *pbt_function(const Perftools__Profiles__Pro
     return NULL;
 }
 
-const Perftools__Profiles__Mapping *pbt_mapping(const Perftools__Profiles__Profile *p, uint64_t id)
+const Snapprof__Pprof__Mapping *pbt_mapping(const Snapprof__Pprof__Profile *p, uint64_t id)
 {
     if (id >= 1 && id <= p->n_mapping && p->mapping[id - 1]->id == id)
         return p->mapping[id - 1];
@@ -140,19 +138,19 @@ const Perftools__Profiles__Mapping *pbt_mapping(const Perftools__Profiles__Profi
     return NULL;
 }
 
-const char *pbt_location_name(const Perftools__Profiles__Profile *p, uint64_t id)
+const char *pbt_location_name(const Snapprof__Pprof__Profile *p, uint64_t id)
 {
-    const Perftools__Profiles__Location *l = pbt_location(p, id);
+    const Snapprof__Pprof__Location *l = pbt_location(p, id);
     ASSERT_NOT_NULL(l);
     if (l->n_line == 0)
         return "";
-    const Perftools__Profiles__Function *f = pbt_function(p, l->line[l->n_line - 1]->function_id);
+    const Snapprof__Pprof__Function *f = pbt_function(p, l->line[l->n_line - 1]->function_id);
     ASSERT_NOT_NULL(f);
     return pbt_str(p, f->name);
 }
 
-const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *p,
-                                            const Perftools__Profiles__Sample *s, const char *key)
+const Snapprof__Pprof__Label *pbt_label(const Snapprof__Pprof__Profile *p,
+                                        const Snapprof__Pprof__Sample *s, const char *key)
 {
     for (size_t i = 0; i < s->n_label; i++)
         if (strcmp(pbt_str(p, s->label[i]->key), key) == 0)
@@ -183,7 +181,7 @@ static int has_id(const uint64_t *sorted, size_t n, uint64_t id)
     return bsearch(&id, sorted, n, sizeof *sorted, cmp_u64) != NULL;
 }
 
-void pbt_check_valid(const Perftools__Profiles__Profile *p)
+void pbt_check_valid(const Snapprof__Pprof__Profile *p)
 {
     ASSERT_GE(p->n_string_table, 1);
     ASSERT_STR_EQ(p->string_table[0], "");
@@ -231,13 +229,13 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
     check_ids(function_ids, p->n_function, "function");
 
     for (size_t i = 0; i < p->n_function; i++) {
-        const Perftools__Profiles__Function *f = p->function[i];
+        const Snapprof__Pprof__Function *f = p->function[i];
         pbt_str(p, f->name);
         pbt_str(p, f->system_name);
         pbt_str(p, f->filename);
     }
     for (size_t i = 0; i < p->n_location; i++) {
-        const Perftools__Profiles__Location *l = p->location[i];
+        const Snapprof__Pprof__Location *l = p->location[i];
         if (l->mapping_id != 0 && !has_id(mapping_ids, p->n_mapping, l->mapping_id))
             TEST_FAIL("location %" PRIu64 " has no mapping %" PRIu64, l->id, l->mapping_id);
         for (size_t j = 0; j < l->n_line; j++)
@@ -250,17 +248,17 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
      * that (pprof's own meaning: it symbolizes a mapping from disk only
      * when none is set, and then replaces all its Lines). */
     for (size_t m = 0; m < p->n_mapping; m++) {
-        const Perftools__Profiles__Mapping *mp = p->mapping[m];
+        const Snapprof__Pprof__Mapping *mp = p->mapping[m];
         pbt_str(p, mp->filename);
         pbt_str(p, mp->build_id);
         int any_function = 0, any_file = 0, any_line = 0, any_inline = 0;
         for (size_t i = 0; i < p->n_location; i++) {
-            const Perftools__Profiles__Location *l = p->location[i];
+            const Snapprof__Pprof__Location *l = p->location[i];
             if (l->mapping_id != mp->id)
                 continue;
             any_inline |= l->n_line > 1;
             for (size_t j = 0; j < l->n_line; j++) {
-                const Perftools__Profiles__Function *f = pbt_function(p, l->line[j]->function_id);
+                const Snapprof__Pprof__Function *f = pbt_function(p, l->line[j]->function_id);
                 any_function |= f->name != 0;
                 any_file |= f->filename != 0;
                 any_line |= l->line[j]->line > 0;
@@ -273,13 +271,13 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
     }
 
     for (size_t i = 0; i < p->n_sample; i++) {
-        const Perftools__Profiles__Sample *s = p->sample[i];
+        const Snapprof__Pprof__Sample *s = p->sample[i];
         ASSERT_EQ(s->n_value, p->n_sample_type);
         for (size_t j = 0; j < s->n_location_id; j++)
             if (!has_id(location_ids, p->n_location, s->location_id[j]))
                 TEST_FAIL("sample %zu refers to missing location %" PRIu64, i, s->location_id[j]);
         for (size_t j = 0; j < s->n_label; j++) {
-            const Perftools__Profiles__Label *l = s->label[j];
+            const Snapprof__Pprof__Label *l = s->label[j];
             ASSERT_NE(l->key, 0);
             pbt_str(p, l->key);
             pbt_str(p, l->str);
@@ -294,7 +292,7 @@ void pbt_check_valid(const Perftools__Profiles__Profile *p)
     free(function_ids);
 }
 
-const char *pbt_stats_entry(const Perftools__Profiles__Profile *p)
+const char *pbt_stats_entry(const Snapprof__Pprof__Profile *p)
 {
     for (size_t i = p->n_string_table; i-- > 0;)
         if (snapprof__stats_is_entry(p->string_table[i]))
@@ -311,7 +309,7 @@ int pbt_text_add_stat(void *arg, const char *key, const char *value)
     return 0;
 }
 
-void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want)
+void pbt_expect_stats(const Snapprof__Pprof__Profile *p, const snapprof_stats_t *want)
 {
     const char *entry = pbt_stats_entry(p);
     if (entry == NULL)

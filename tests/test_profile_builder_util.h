@@ -30,34 +30,32 @@ void pbt_feed(snapprof_builder_t *b, const snapprof_frame_t *frames, size_t n, p
 int pbt_complete(snapprof_builder_t *b, snapprof_mode_t mode, const snapprof_stats_t *stats);
 
 /* Reads a gzip-compressed profile (failing unless it starts with the gzip
- * magic) and decodes it. Free with perftools__profiles__profile__free_unpacked(p, NULL). */
-Perftools__Profiles__Profile *pbt_load(const char *path);
+ * magic) and decodes it. Free with snapprof__pprof__profile__free_unpacked(p, NULL). */
+Snapprof__Pprof__Profile *pbt_load(const char *path);
 
 /* Checks every invariant go tool pprof relies on (profile_builder/README.md
  * lists them: string_table[0] "", dense ids, the sample types in order),
  * and that the mappings' has_* flags match their locations. */
-void pbt_check_valid(const Perftools__Profiles__Profile *p);
+void pbt_check_valid(const Snapprof__Pprof__Profile *p);
 
 /* The string at index i (checked). */
-const char *pbt_str(const Perftools__Profiles__Profile *p, int64_t i);
+const char *pbt_str(const Snapprof__Pprof__Profile *p, int64_t i);
 
 /* Look-ups by id; NULL when absent. */
-const Perftools__Profiles__Location *pbt_location(const Perftools__Profiles__Profile *p,
-                                                  uint64_t id);
-const Perftools__Profiles__Function *pbt_function(const Perftools__Profiles__Profile *p,
-                                                  uint64_t id);
-const Perftools__Profiles__Mapping *pbt_mapping(const Perftools__Profiles__Profile *p, uint64_t id);
+const Snapprof__Pprof__Location *pbt_location(const Snapprof__Pprof__Profile *p, uint64_t id);
+const Snapprof__Pprof__Function *pbt_function(const Snapprof__Pprof__Profile *p, uint64_t id);
+const Snapprof__Pprof__Mapping *pbt_mapping(const Snapprof__Pprof__Profile *p, uint64_t id);
 
 /* The name of the outermost function of a location ("" when it has no line). */
-const char *pbt_location_name(const Perftools__Profiles__Profile *p, uint64_t id);
+const char *pbt_location_name(const Snapprof__Pprof__Profile *p, uint64_t id);
 
 /* The label of a sample with the given key, or NULL. */
-const Perftools__Profiles__Label *pbt_label(const Perftools__Profiles__Profile *p,
-                                            const Perftools__Profiles__Sample *s, const char *key);
+const Snapprof__Pprof__Label *pbt_label(const Snapprof__Pprof__Profile *p,
+                                        const Snapprof__Pprof__Sample *s, const char *key);
 
 /* The hidden stats entry of a profile ("snapprof-stats/1 ..."): the last
  * string-table entry that is one, or NULL. */
-const char *pbt_stats_entry(const Perftools__Profiles__Profile *p);
+const char *pbt_stats_entry(const Snapprof__Pprof__Profile *p);
 
 /* Text that snapprof__stats_for_each writes into with pbt_text_add_stat:
  * one "key<sep>value\n" line a counter (sep is the caller's). */
@@ -78,7 +76,7 @@ int pbt_text_add_stat(void *arg, const char *key, const char *value);
 void pbt_add_losses(snapprof_stats_t *st);
 
 /* Fails unless the profile's hidden entry decodes to exactly want. */
-void pbt_expect_stats(const Perftools__Profiles__Profile *p, const snapprof_stats_t *want);
+void pbt_expect_stats(const Snapprof__Pprof__Profile *p, const snapprof_stats_t *want);
 
 /* A temporary output path "<fresh dir>/<name>" (malloc'd). */
 char *pbt_tmp_path(const char *tag, const char *name);

@@ -403,11 +403,11 @@ static void test_mapping_flags(void)
     ASSERT_OK(pbt_complete(b, SNAPPROF_MODE_CPU, NULL));
     snapprof_builder_destroy(b);
     dlclose(h);
-    Perftools__Profiles__Profile *p = pbt_load(path);
+    Snapprof__Pprof__Profile *p = pbt_load(path);
     pbt_check_valid(p);
     int seen = 0;
     for (size_t i = 0; i < p->n_mapping; i++) {
-        const Perftools__Profiles__Mapping *m = p->mapping[i];
+        const Snapprof__Pprof__Mapping *m = p->mapping[i];
         const char *file = pbt_str(p, m->filename);
         printf("mapping %s: functions=%d filenames=%d line_numbers=%d inline_frames=%d\n", file,
                m->has_functions, m->has_filenames, m->has_line_numbers, m->has_inline_frames);
@@ -422,7 +422,7 @@ static void test_mapping_flags(void)
         }
     }
     ASSERT_EQ(seen, 2);
-    perftools__profiles__profile__free_unpacked(p, NULL);
+    snapprof__pprof__profile__free_unpacked(p, NULL);
     /* The flags say which mappings we symbolized (pprof's own symbolizer
      * sets them when any location got a name): with them all false
      * because one address had no symbol, pprof re-symbolized the

@@ -265,12 +265,26 @@ static void test_handshake_forced(void)
     run_forced(SNAPPROF_TRIGGER_HANDSHAKE);
 }
 
+/* The errno each trigger kind's arms fail with (0: none), read by the
+ * seam below; set only while no profiler runs. */
+static int refused_errno[SNAPPROF_TRIGGER_COUNT];
+
+static int arm_refused(void *user_data, snapprof_trigger_t kind)
+{
+    const int *err = user_data;
+    return (unsigned)kind < SNAPPROF_TRIGGER_COUNT ? err[kind] : 0;
+}
+
+static const snapprof__trigger_seams_t refuse_seams = {.xArmRefused = arm_refused,
+                                                       .user_data = refused_errno};
+
 /* perf_event_open refused (the test seam stands in for a kernel with
  * perf_event_paranoid 3, or a seccomp filter): AUTO falls back to the
  * timer, and the stats say why. */
 static void test_fallback_when_perf_refused(void)
 {
-    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_PERF_EVENT, EACCES);
+    refused_errno[SNAPPROF_TRIGGER_PERF_EVENT] = EACCES;
+    snapprof__trigger_set_seams(&refuse_seams);
     worker_t w[1] = {0};
     start_workers(w, 1);
     snapprof_profiler_t *p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
@@ -284,7 +298,7 @@ static void test_fallback_when_perf_refused(void)
     snapprof_profiler_destroy(p);
 
     /* Both refused: the handshake. */
-    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_CPU_TIMER, EAGAIN);
+    refused_errno[SNAPPROF_TRIGGER_CPU_TIMER] = EAGAIN;
     p = make(w, 1, SNAPPROF_TRIGGER_AUTO, 2000000u, NULL);
     ASSERT_OK(snapprof_profiler_start(p));
     tu_wait_samples(p, 20);
@@ -292,8 +306,9 @@ static void test_fallback_when_perf_refused(void)
     ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], 1);
     ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
     snapprof_profiler_destroy(p);
-    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_PERF_EVENT, 0);
-    snapprof__trigger_fail_for_test(SNAPPROF_TRIGGER_CPU_TIMER, 0);
+    snapprof__trigger_set_seams(NULL);
+    refused_errno[SNAPPROF_TRIGGER_PERF_EVENT] = 0;
+    refused_errno[SNAPPROF_TRIGGER_CPU_TIMER] = 0;
     stop_workers(w, 1);
 }
 

@@ -499,7 +499,7 @@ static _Atomic pid_t g_race_tid;
 static _Atomic int g_races_left;
 static sleeper_t *g_race_sleeper;
 
-static void race_hook(pid_t tid, void *user_data)
+static void race_hook(void *user_data, pid_t tid)
 {
     (void)user_data;
     if (tid != atomic_load(&g_race_tid) || atomic_load(&g_races_left) <= 0)
@@ -512,6 +512,8 @@ static void race_hook(pid_t tid, void *user_data)
         usleep(100);
 }
 
+static const snapprof__stack_copier_seams_t race_seams = {.xAfterProcCopy = race_hook};
+
 static void test_woken_during_copy(void)
 {
     sleeper_t s;
@@ -521,13 +523,13 @@ static void test_woken_during_copy(void)
     g_race_sleeper = &s;
     atomic_store(&g_race_tid, s.tid);
     atomic_store(&g_races_left, 5);
-    snapprof__proc_set_hook_for_test(race_hook, NULL);
+    snapprof__stack_copier_set_seams(&race_seams);
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make(&s, 1, 2000000u, &c);
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
-    snapprof__proc_set_hook_for_test(NULL, NULL);
+    snapprof__stack_copier_set_seams(NULL);
     printf("raced %llu, woken %d\n", (unsigned long long)c.stats.wall_copy_raced,
            atomic_load(&s.wakeups));
     ASSERT_EQ(atomic_load(&g_races_left), 0);
@@ -563,6 +565,20 @@ static void wait_back_in_read(pid_t tid)
     }
 }
 
+/* The reads of one thread's CPU clock, counted through the copier's
+ * seam. */
+static _Atomic pid_t g_count_tid;
+static _Atomic uint64_t g_counted;
+
+static void count_cpu_read(void *user_data, pid_t tid)
+{
+    (void)user_data;
+    if (tid != 0 && tid == atomic_load(&g_count_tid))
+        atomic_fetch_add(&g_counted, 1);
+}
+
+static const snapprof__stack_copier_seams_t count_seams = {.xOnThreadCpuRead = count_cpu_read};
+
 /* With a perf trigger, a blocked thread that ran since its last look is
  * copied again without a read of its CPU clock: the perf event's schedule
  * sequence stands for it. Each round wakes the thread while the sampler
@@ -586,7 +602,9 @@ static void test_new_copy_reads_no_clock_perf(void)
     snapprof_stats_t before, st;
     ASSERT_OK(snapprof_profiler_get_stats(p, &before));
     ASSERT_UEQ(before.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 1);
-    snapprof__thread_cpu_count_for_test(s.tid);
+    atomic_store(&g_count_tid, s.tid);
+    atomic_store(&g_counted, 0);
+    snapprof__stack_copier_set_seams(&count_seams);
     for (int round = 0; round < ROUNDS; round++) {
         ASSERT_OK(snapprof_profiler_get_stats(p, &st));
         uint64_t ticks = st.ticks;
@@ -603,8 +621,8 @@ static void test_new_copy_reads_no_clock_perf(void)
         snapprof__sampler_unlock();
         wait_ticks(p, ticks + 2);
     }
-    uint64_t clock_reads = snapprof__thread_cpu_counted_for_test();
-    snapprof__thread_cpu_count_for_test(0);
+    snapprof__stack_copier_set_seams(NULL);
+    uint64_t clock_reads = atomic_load(&g_counted);
     ASSERT_OK(snapprof_profiler_get_stats(p, &st));
     ASSERT_OK(snapprof_profiler_stop(p));
     printf("%d rounds: %llu new copies, %llu raced, %llu reads of its CPU clock\n", ROUNDS,
@@ -624,7 +642,7 @@ static _Atomic pid_t g_late_trigger_tid;
  * that tick's drain: the spinning thread gets CPU time (and trigger
  * captures) meanwhile, then blocks, so the next look finds it blocked
  * while captures older than that wait still sit in their slots. */
-static void late_hook(pid_t tid, void *user_data)
+static void late_hook(void *user_data, pid_t tid)
 {
     (void)user_data;
     if (tid != atomic_load(&g_late_trigger_tid))
@@ -643,6 +661,8 @@ static void late_hook(pid_t tid, void *user_data)
         usleep(100);
 }
 
+static const snapprof__stack_copier_seams_t late_seams = {.xAfterProcCopy = late_hook};
+
 /* A thread's trigger captured it running; it blocked before that capture
  * was drained and was then copied blocked. The capture, drained at the
  * next tick, is older than the wait: the ticks it sleeps through must
@@ -655,7 +675,7 @@ static void test_capture_older_than_wait(void)
     start_two(s, NANOSLEEP, SPIN_THEN_READ);
     g_late = &s[1];
     atomic_store(&g_late_trigger_tid, s[0].tid);
-    snapprof__proc_set_hook_for_test(late_hook, NULL);
+    snapprof__stack_copier_set_seams(&late_seams);
     /* The perf event where the kernel allows it: its captures come every
      * period of CPU time. (A CPU timer's expiries, serviced at the
      * scheduler tick, can merge into very few on a loaded machine.) */
@@ -665,7 +685,7 @@ static void test_capture_older_than_wait(void)
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, 60);
     ASSERT_OK(snapprof_profiler_stop(p));
-    snapprof__proc_set_hook_for_test(NULL, NULL);
+    snapprof__stack_copier_set_seams(NULL);
     ASSERT_EQ(atomic_load(&g_late_trigger_tid), 0); /* the hook ran */
     size_t blocked = 0, blocked_spinning = 0, cpu_spinning = 0;
     for (size_t i = 0; i < c.count; i++) {
@@ -699,6 +719,25 @@ static void test_capture_older_than_wait(void)
     finish(p, s, 2, &c);
 }
 
+/* /proc/self/task/TID/syscall refused with g_proc_errno, through the
+ * copier's seam; proc_fail(0) lets it be read again. */
+static _Atomic int g_proc_errno;
+
+static int proc_refused(void *user_data, pid_t tid)
+{
+    (void)user_data;
+    (void)tid;
+    return atomic_load(&g_proc_errno);
+}
+
+static const snapprof__stack_copier_seams_t proc_fail_seams = {.xProcRefused = proc_refused};
+
+static void proc_fail(int err)
+{
+    atomic_store(&g_proc_errno, err);
+    snapprof__stack_copier_set_seams(err != 0 ? &proc_fail_seams : NULL);
+}
+
 /* A sleeper (s[0]) and a busy thread (s[1]) profiled at 500 Hz into c with
  * /proc failing with err (the seam), for ticks ticks; the profiler runs on
  * and /proc still fails. */
@@ -706,7 +745,7 @@ static snapprof_profiler_t *start_proc_failing(sleeper_t *s, int err, tu_collect
                                                uint64_t ticks)
 {
     start_two(s, NANOSLEEP, BUSY);
-    snapprof__proc_fail_for_test(err);
+    proc_fail(err);
     snapprof_profiler_t *p = make(s, 2, 2000000u, c);
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, ticks);
@@ -721,7 +760,7 @@ static void test_proc_refused(void)
     tu_collector_t c = {0};
     snapprof_profiler_t *p = start_proc_failing(s, EACCES, &c, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
-    snapprof__proc_fail_for_test(0);
+    proc_fail(0);
     printf("errno %d, signalled %llu, early %d\n", c.stats.wall_proc_errno,
            (unsigned long long)c.stats.samples_signalled, atomic_load(&s[0].early));
     ASSERT_EQ(c.stats.wall_proc_errno, EACCES);
@@ -746,7 +785,7 @@ static void test_proc_transient(void)
     snapprof_profiler_t *p = start_proc_failing(s, EMFILE, &c, 50);
     snapprof_stats_t mid;
     ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
-    snapprof__proc_fail_for_test(0);
+    proc_fail(0);
     wait_ticks(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     printf("transient %llu, errno %d, blocked %llu then %llu, early %d\n",

@@ -93,9 +93,9 @@ void uw_fuzz_corrupt_copies(const uw_fuzz_spec_t *spec, uw_fuzz_result_t *out)
     segs.n = 0;
     dl_iterate_phdr(note_segments, &segs);
     read_check_t check = {.segs = &segs, .out = out};
-    snapprof__cfi_hooks_t hooks = {.xOnRead = on_read, .user_data = &check};
+    snapprof__cfi_seams_t seams = {.xOnRead = on_read, .user_data = &check};
     for (size_t i = 0; i < spec->engine_count; i++)
-        snapprof__cfi_set_hooks(spec->engines[i], &hooks);
+        snapprof__cfi_set_seams(spec->engines[i], &seams);
     for (size_t k = 0; k < spec->chain_count; k++)
         for (size_t j = 0; j < spec->chain_len[k]; j++) {
             snapprof_unwinder_t *u = spec->chains[k][j];
@@ -145,7 +145,7 @@ void uw_fuzz_corrupt_copies(const uw_fuzz_spec_t *spec, uw_fuzz_result_t *out)
         free(buf);
     }
     for (size_t i = 0; i < spec->engine_count; i++)
-        snapprof__cfi_set_hooks(spec->engines[i], NULL);
+        snapprof__cfi_set_seams(spec->engines[i], NULL);
     printf("%d corrupt copies x %zu chains: %zu frames; completed %zu, aborted %zu, capped %zu, "
            "unknown %zu; reads: %zu from copies, %zu from modules, %zu outside\n",
            spec->seeds, spec->chain_count, out->frames, out->completed, out->aborted, out->capped,

@@ -237,7 +237,17 @@ void snapprof__process_timer_stop(snapprof__process_timer_t *pt);
  * Async-signal-safe. */
 int snapprof__process_timer_on_signal(const siginfo_t *info, const ucontext_t *uc);
 
-/* Test seam: makes arming with kind fail with err (0: no failure). */
-void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err);
+/* Test seams (tests/README.md, "Test seams"). xArmRefused, when set, is
+ * asked before each arm of a thread with kind: a positive errno makes that
+ * arm fail with it, as the kernel refusing the event or timer would (0:
+ * arm). Sampling side. */
+typedef struct snapprof__trigger_seams {
+    int (*xArmRefused)(void *user_data, snapprof_trigger_t kind);
+    void *user_data;
+} snapprof__trigger_seams_t;
+
+/* Installs seams (NULL: none) for the arms that start after; *seams must
+ * stay valid until the next call. */
+void snapprof__trigger_set_seams(const snapprof__trigger_seams_t *seams);
 
 #endif

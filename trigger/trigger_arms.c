@@ -41,10 +41,10 @@ static _Atomic uint32_t *_Atomic g_fd_arm; /* fd -> arm index + 1 */
 /* fd -> when it was retired, in units of 2^20 ns of the monotonic clock;
  * mapped with g_fd_arm, its second half. */
 static _Atomic uint32_t *_Atomic g_fd_retired_at;
-static uint32_t g_arms_used;               /* arms ever handed out */
-static uint32_t g_free_head = UINT32_MAX;  /* free list through next_free */
-static uint32_t g_tid_bucket[TID_BUCKETS]; /* first linked arm, UINT32_MAX: none */
-static int g_fail[SNAPPROF_TRIGGER_COUNT]; /* test seam */
+static uint32_t g_arms_used;                             /* arms ever handed out */
+static uint32_t g_free_head = UINT32_MAX;                /* free list through next_free */
+static uint32_t g_tid_bucket[TID_BUCKETS];               /* first linked arm, UINT32_MAX: none */
+static const snapprof__trigger_seams_t *_Atomic g_seams; /* tests only */
 
 const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind)
 {
@@ -58,10 +58,9 @@ const snapprof__trigger_ops_t *snapprof__trigger_ops(snapprof_trigger_t kind)
     }
 }
 
-void snapprof__trigger_fail_for_test(snapprof_trigger_t kind, int err)
+void snapprof__trigger_set_seams(const snapprof__trigger_seams_t *seams)
 {
-    if ((unsigned)kind < SNAPPROF_TRIGGER_COUNT)
-        g_fail[kind] = err;
+    atomic_store_explicit(&g_seams, seams, memory_order_release);
 }
 
 /* Marks fd retired: a late signal from it is ours for RETIRED_FOR. */
@@ -244,7 +243,8 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     _Atomic uint32_t *fds = atomic_load(&g_fd_arm);
     if (!arms || !fds)
         return -ENOMEM;
-    int fail = g_fail[ops->kind];
+    const snapprof__trigger_seams_t *seams = atomic_load_explicit(&g_seams, memory_order_acquire);
+    int fail = seams && seams->xArmRefused ? seams->xArmRefused(seams->user_data, ops->kind) : 0;
     if (fail != 0)
         return fail < 0 ? fail : -fail;
     pthread_mutex_lock(&g_lock);

@@ -72,7 +72,7 @@ struct snapprof__cfi {
     unsigned long long adds, subs; /* loader counters at the last scan */
     int direct_reads;              /* process_vm_readv unavailable */
     unsigned long long raw_reads;  /* reads that went to read_raw */
-    snapprof__cfi_hooks_t hooks;
+    snapprof__cfi_seams_t seams;
     uintptr_t cover_pc[COVER_SLOTS];
     uint8_t cover_val[COVER_SLOTS]; /* 0 unknown, 1 no FDE holds cover_pc, 2 one does */
     uintptr_t line_tag[LINE_COUNT]; /* line address | 1 when valid */
@@ -507,15 +507,15 @@ int snapprof__cfi_read_word(snapprof__cfi_t *c, const snapprof_stack_copy_t *s, 
         a = a - s->orig_bottom + s->bottom;
     if (size >= sizeof *out && a >= s->bottom && a - s->bottom <= size - sizeof *out) {
         memcpy(out, (const void *)a, sizeof *out);
-        if (c->hooks.xOnRead)
-            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 1);
+        if (c->seams.xOnRead)
+            c->seams.xOnRead(c->seams.user_data, a, sizeof *out, 1);
         return 0;
     }
     unw_word_t v;
     if (read_object_word(c, a, &v) == 0) {
         *out = (uintptr_t)v;
-        if (c->hooks.xOnRead)
-            c->hooks.xOnRead(c->hooks.user_data, a, sizeof *out, 0);
+        if (c->seams.xOnRead)
+            c->seams.xOnRead(c->seams.user_data, a, sizeof *out, 0);
         return 0;
     }
     return -1;
@@ -650,12 +650,12 @@ void snapprof__cfi_destroy(snapprof__cfi_t *c)
     free(c);
 }
 
-void snapprof__cfi_set_hooks(snapprof__cfi_t *c, const snapprof__cfi_hooks_t *hooks)
+void snapprof__cfi_set_seams(snapprof__cfi_t *c, const snapprof__cfi_seams_t *seams)
 {
-    if (hooks)
-        c->hooks = *hooks;
+    if (seams)
+        c->seams = *seams;
     else
-        memset(&c->hooks, 0, sizeof c->hooks);
+        memset(&c->seams, 0, sizeof c->seams);
 }
 
 static snapprof__reason_t reason_of(int rc, const cfi_walk_t *w)

@@ -43,7 +43,7 @@ int snapprof__cfi_in_code(snapprof__cfi_t *cfi, uintptr_t pc);
  * is taken as the same byte of the copy), or from a readable PT_LOAD
  * segment of a loaded object through process_vm_readv, so an object
  * unmapped meanwhile makes the read fail instead of crashing. Reports the
- * read to the hooks. Returns 0, or -1 when addr is in neither. The CFI
+ * read to the seams. Returns 0, or -1 when addr is in neither. The CFI
  * engine's own reads and the .debug_frame unwinder's go through here. */
 int snapprof__cfi_read_word(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
                             uintptr_t addr, uintptr_t *out);
@@ -77,12 +77,17 @@ int snapprof__cfi_step(snapprof__cfi_t *cfi, const snapprof_stack_copy_t *stack,
                        snapprof_regs_t *regs, uintptr_t lookup_pc, snapprof__cfi_step_t *out,
                        snapprof__reason_t *reason);
 
-/* Test seam: every successful memory read the engine makes for libunwind
- * is reported here (address and size), after it was validated. */
-typedef struct snapprof__cfi_hooks {
+/* Test seams (tests/README.md, "Test seams"), also used by bench_unwind
+ * and fuzz_unwind. xOnRead, when set, is told of every successful memory
+ * read the engine makes for libunwind (address and size), after it was
+ * validated. */
+typedef struct snapprof__cfi_seams {
     void (*xOnRead)(void *user_data, uintptr_t addr, size_t size, int from_copy);
     void *user_data;
-} snapprof__cfi_hooks_t;
-void snapprof__cfi_set_hooks(snapprof__cfi_t *cfi, const snapprof__cfi_hooks_t *hooks);
+} snapprof__cfi_seams_t;
+
+/* Copies *seams into cfi (NULL: none), for the steps that start after:
+ * one engine's seams, set while no other thread uses it. */
+void snapprof__cfi_set_seams(snapprof__cfi_t *cfi, const snapprof__cfi_seams_t *seams);
 
 #endif
