@@ -106,17 +106,6 @@ int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_
     return fn ? fn(thread, attr, start, arg) : ENOSYS;
 }
 
-snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void)
-{
-    static snapprof__preload_sigaction_fn real;
-    snapprof__preload_sigaction_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        fn = (snapprof__preload_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
-    }
-    return fn;
-}
-
 int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
 {
     va_list ap;

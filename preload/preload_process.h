@@ -103,7 +103,9 @@ int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_
  * Found with dlsym() on the first call, which must not be made in a signal
  * handler (snapprof__preload_signals_init() makes it when the library
  * loads); later calls are one atomic load, async-signal-safe. NULL when
- * there is no next sigaction. */
+ * there is no next sigaction. Defined in preload_real.c, which the
+ * sanitizers do not instrument (the TSan runtime calls sigaction() before
+ * instrumented code may run). */
 typedef int (*snapprof__preload_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void);
 

@@ -121,7 +121,7 @@ SUBLAYERS = {
     ],
     "preload": [
         # The preload lock and the flags read without it; file names.
-        ["preload_process.c", "file_names.c"],
+        ["preload_process.c", "preload_real.c", "file_names.c"],
         # Services over them: settings, requests to the helper thread,
         # held files (and libunwind's pipe), the thread registry, unnamed
         # leaves.
