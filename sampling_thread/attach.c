@@ -26,19 +26,27 @@ static uint64_t realtime_now(void)
 /* Delivers what the slots hold and every thread's remainder up to now to
  * the builders attached now, so that a boundary after this call splits
  * each thread's CPU time where its clock was read (what
- * snapprof_profiler_flush() delivers before it writes). Lock held. */
+ * snapprof_profiler_flush() delivers before it writes). The clocks are
+ * read before the drain: the threads run on while it unwinds, and the
+ * captures they take meanwhile wait in the slots for the next pass. Read
+ * after it, a clock counted their time in the remainder here, and again
+ * as samples once they were delivered (under TSan, whose drains are slow,
+ * a stretch's CPU time then went to the stretch before it:
+ * profiler_attach_stretch found no remainder left for the stretch in 2
+ * of 8 runs). Lock held. */
 void snapprof__deliver_so_far(snapprof_profiler_t *p)
 {
-    /* The heap samples too: a builder written now (a /heap request, a
-     * flush) must hold every allocation sampled so far. */
-    snapprof__profiler_drain_all(p);
-    snapprof__retire_removed(p);
     for (size_t i = 0; i < p->target_count; i++) {
         snapprof__target_t *t = p->targets[i];
         if (!t->dead)
             snapprof__thread_cpu_ns(t->thread->tid, &t->cpu_last);
-        snapprof__deliver_remainder(p, t, 0);
     }
+    /* The heap samples too: a builder written now (a /heap request, a
+     * flush) must hold every allocation sampled so far. */
+    snapprof__profiler_drain_all(p);
+    snapprof__retire_removed(p);
+    for (size_t i = 0; i < p->target_count; i++)
+        snapprof__deliver_remainder(p, p->targets[i], 0);
     snapprof__deliver_unarmed(p);
 }
 

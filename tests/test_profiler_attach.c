@@ -279,11 +279,12 @@ static void test_stretch(void)
     ASSERT_GT(atomic_load(&b.count), 20);
 
     /* Its counters are the stretch's. */
-    uint64_t samples = 0, sampled = 0, remainders = 0;
+    uint64_t samples = 0, sampled = 0, remainders = 0, kernels = 0;
     for (size_t k = 0; k < atomic_load(&b.count); k++) {
         const rec_t *r = &b.recs[k];
         if (!(r->flags & (SNAPPROF_SAMPLE_REMAINDER | SNAPPROF_SAMPLE_KERNEL)))
             samples++;
+        kernels += (r->flags & SNAPPROF_SAMPLE_KERNEL) != 0;
         if (!(r->flags & SNAPPROF_SAMPLE_REMAINDER))
             sampled += r->cpu_ns;
         else
@@ -291,6 +292,8 @@ static void test_stretch(void)
     }
     ASSERT_UEQ(b.stats.samples, samples);
     ASSERT_UEQ(b.stats.cpu_ns_sampled, sampled);
+    printf("stretch: %" PRIu64 " samples, %" PRIu64 " [kernel] records, %" PRIu64 " remainders\n",
+           samples, kernels, remainders);
     ASSERT_GE(remainders, 1); /* the kernel time: not a vacuous split */
     ASSERT_GT(b.duration_ns, 0);
 
