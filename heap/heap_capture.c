@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 /* The stacks a thread no profiler registered allocated on lately, most
@@ -286,44 +285,24 @@ static int bounds(uintptr_t sp, uintptr_t *low, uintptr_t *base)
  * readable: its stack freed and the address taken by other mappings, one
  * of them a thread stack's PROT_NONE guard page (ASan+UBSan, soak_heap:
  * the fibers thread died of SIGSEGV in the copy one page above its sp).
- * process_vm_readv() of one byte a page, on this process, reads what
- * the copy would and stops at the first page that faults, without a
- * fault. Returns 0 (the range left as it is, or clamped), -1 when not
- * even sp's page reads from where the copy starts, or a negative errno
- * when the call is refused (seccomp, ENOSYS: the caller copies what
- * msync() allowed, as before). */
-#define READ_CHECK_PAGES 32
+ * snapprof__readable_until() reads one byte a page, as the copy would,
+ * without a fault. Returns 0 (the range left as it is, or clamped), or -1
+ * when not even sp's page reads from where the copy starts. When the
+ * kernel refuses the probe (seccomp, ENOSYS) the range is left as msync()
+ * allowed, as before: 0. (It returned -errno there, and a seccomp
+ * filter's EPERM is 1: every sampled allocation was dropped as "no
+ * stack".) */
 static int clamp_readable(uintptr_t sp, uintptr_t low, uintptr_t *base, size_t window)
 {
     uintptr_t lo = sp >= low + 128 ? sp - 128 : low;
     uintptr_t end = *base - lo > window ? lo + window : *base;
-    uintptr_t page = lo & ~(uintptr_t)4095;
-    struct iovec remote[READ_CHECK_PAGES], local[READ_CHECK_PAGES];
-    char sink[READ_CHECK_PAGES];
-    pid_t pid = snapprof__our_pid(); /* no getpid() system call */
-    while (page < end) {
-        unsigned n = 0;
-        for (uintptr_t p = page; p < end && n < READ_CHECK_PAGES; p += 4096, n++) {
-            remote[n].iov_base = (void *)p;
-            remote[n].iov_len = 1;
-            local[n].iov_base = &sink[n];
-            local[n].iov_len = 1;
-        }
-        ssize_t got = process_vm_readv(pid, local, n, remote, n, 0);
-        if (got < 0 && errno != EFAULT && (pid = snapprof__our_pid_again(pid)) != 0)
-            got = process_vm_readv(pid, local, n, remote, n, 0);
-        if (got < 0)
-            return errno == EFAULT ? -1 : -errno;
-        if ((size_t)got < n) {
-            uintptr_t top = page + (uintptr_t)got * 4096;
-            if (top <= sp)
-                return -1;
-            if (top < *base)
-                *base = top;
-            return 0;
-        }
-        page += (uintptr_t)n * 4096;
-    }
+    uintptr_t top = snapprof__readable_until(lo, end);
+    if (top == 0)
+        return 0; /* refused: unchecked */
+    if (top <= sp)
+        return -1;
+    if (top < end)
+        *base = top; /* end <= *base */
     return 0;
 }
 

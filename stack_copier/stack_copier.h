@@ -114,6 +114,14 @@ int snapprof__copy_foreign_stack(uintptr_t sp, uint8_t *buffer, size_t buffer_si
  * errno is left as it was. Async-signal-safe (system calls only). */
 long snapprof__copy_readable(uint8_t *dst, uintptr_t lo, size_t size);
 
+/* Where the readable run of pages from lo's page stops, looking no
+ * further than end: the address of the first page that cannot be read
+ * (lo's own when it cannot be), or one at or past end when all can; 0
+ * when process_vm_readv is refused (seccomp, ENOSYS). One byte a page,
+ * through process_vm_readv on our own pid, so nothing faults. errno is
+ * left as it was. Async-signal-safe (system calls only). */
+uintptr_t snapprof__readable_until(uintptr_t lo, uintptr_t end);
+
 /* Our pid for process_vm_readv() on ourselves, without a system call but
  * the first in each process (a fork child's of any kind included:
  * stack_copier_foreign.c says how). After such a call failed otherwise

@@ -23,18 +23,20 @@
 #define PAGE 4096u
 #define MAX_PAGES (SNAPPROF__FOREIGN_WINDOW / PAGE + 1)
 
-/* Fills remote[] with one iovec per page of [lo, lo + size), at most
- * MAX_PAGES of them, so that process_vm_readv() stops at the first page
- * that cannot be read. Returns the count. */
-static int page_iovecs(struct iovec remote[MAX_PAGES], uintptr_t lo, size_t size)
+/* Fills remote[] with one iovec per page of [lo, lo + size), at most max
+ * of them and at most per_page bytes each from where the page's part
+ * starts (a whole page's part, or 1 byte to probe it), so that
+ * process_vm_readv() stops at the first page that cannot be read. Returns
+ * the count. */
+static int page_iovecs(struct iovec *remote, int max, uintptr_t lo, size_t size, size_t per_page)
 {
     int n = 0;
-    for (uintptr_t a = lo, end = lo + size; a < end && n < (int)MAX_PAGES; n++) {
+    for (uintptr_t a = lo, end = lo + size; a < end && n < max; n++) {
         uintptr_t next = (a & ~(uintptr_t)(PAGE - 1)) + PAGE;
         if (next > end || next < a)
             next = end;
         remote[n].iov_base = (void *)a;
-        remote[n].iov_len = next - a;
+        remote[n].iov_len = next - a < per_page ? next - a : per_page;
         a = next;
     }
     return n;
@@ -105,18 +107,51 @@ pid_t snapprof__our_pid_again(pid_t pid)
     return now != pid ? now : 0;
 }
 
-/* process_vm_readv() of [lo, lo + size) (at most SNAPPROF__FOREIGN_WINDOW
- * bytes) on our own pid into dst: the bytes read, or -1 with errno. */
-static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
+/* process_vm_readv() on our own pid of remote[0..n) into [dst, dst +
+ * size): the bytes read, or -1 with errno (EFAULT: not even the first
+ * byte could be read; anything else: the call is refused). The pid is
+ * asked again once when the call fails otherwise than with EFAULT (a
+ * CLONE_VM child whose parent is gone). Async-signal-safe. */
+static long readv_self(void *dst, size_t size, const struct iovec *remote, int n)
 {
     struct iovec local = {dst, size};
-    struct iovec remote[MAX_PAGES];
-    int n = page_iovecs(remote, lo, size);
     pid_t pid = snapprof__our_pid();
     long got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
     if (got < 0 && errno != EFAULT && (pid = snapprof__our_pid_again(pid)) != 0)
         got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
     return got;
+}
+
+/* process_vm_readv() of [lo, lo + size) (at most SNAPPROF__FOREIGN_WINDOW
+ * bytes) on our own pid into dst: the bytes read, or -1 with errno. */
+static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
+{
+    struct iovec remote[MAX_PAGES];
+    int n = page_iovecs(remote, (int)MAX_PAGES, lo, size, PAGE);
+    return readv_self(dst, size, remote, n);
+}
+
+/* Async-signal-safe. */
+uintptr_t snapprof__readable_until(uintptr_t lo, uintptr_t end)
+{
+    enum { PROBES = 32 }; /* pages a call */
+    struct iovec remote[PROBES];
+    char sink[PROBES];
+    int saved = errno;
+    uintptr_t page = lo & ~(uintptr_t)(PAGE - 1);
+    while (page < end) {
+        int n = page_iovecs(remote, PROBES, page, end - page, 1);
+        long got = readv_self(sink, (size_t)n, remote, n);
+        if (got < 0) {
+            page = errno == EFAULT ? page : 0;
+            break;
+        }
+        page += (uintptr_t)got * PAGE;
+        if (got < n)
+            break;
+    }
+    errno = saved;
+    return page;
 }
 
 /* Copies up to size bytes from lo, page by page, stopping at the first
