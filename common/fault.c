@@ -10,16 +10,10 @@
 
 #define FAULT_ENV "SNAPPROF_TEST_FAULTS"
 
-/* Per site: fail one call in one_in (0: never), chosen by hashing the
- * call's number with the seed. Each member is read on its own, relaxed:
- * a call that races with snapprof__fault_set() may see the old seed with
- * the new rate, which only changes which calls fail. */
-static struct {
-    _Atomic uint32_t one_in;
-    _Atomic uint64_t seed;
-    _Atomic uint64_t calls;
-    _Atomic uint64_t injected;
-} g_sites[SNAPPROF__FAULT_SITE_COUNT];
+/* The seams installed (NULL: none), and per site the calls counted since
+ * they were, whose numbers the seed's hash picks from. */
+static _Atomic(const snapprof__fault_seams_t *) g_seams;
+static _Atomic uint64_t g_calls[SNAPPROF__FAULT_SITE_COUNT];
 
 static const char *const g_names[SNAPPROF__FAULT_SITE_COUNT] = {
     [SNAPPROF__FAULT_PERF_EVENT_OPEN] = "perf_event_open",
@@ -32,47 +26,34 @@ static const char *const g_names[SNAPPROF__FAULT_SITE_COUNT] = {
     [SNAPPROF__FAULT_HEAP_SLOT] = "heap_slot",
 };
 
-/* Async-signal-safe: relaxed atomics only, no lock, no allocation. When no
- * fault is configured at site, one relaxed load. */
+/* Async-signal-safe: atomics only, no lock, no allocation. With no seams
+ * installed, one load. */
 int snapprof__fault(snapprof__fault_site_t site)
 {
-    if ((unsigned)site >= SNAPPROF__FAULT_SITE_COUNT)
+    const snapprof__fault_seams_t *seams = atomic_load_explicit(&g_seams, memory_order_acquire);
+    if (!seams || (unsigned)site >= SNAPPROF__FAULT_SITE_COUNT)
         return 0;
-    uint32_t one_in = atomic_load_explicit(&g_sites[site].one_in, memory_order_relaxed);
+    uint32_t one_in = seams->one_in[site];
     if (one_in == 0)
         return 0;
-    uint64_t call = atomic_fetch_add_explicit(&g_sites[site].calls, 1, memory_order_relaxed);
-    uint64_t seed = atomic_load_explicit(&g_sites[site].seed, memory_order_relaxed);
+    uint64_t call = atomic_fetch_add_explicit(&g_calls[site], 1, memory_order_relaxed);
     if (one_in > 1 &&
         snapprof__splitmix64_mix(
-            seed ^ snapprof__splitmix64_mix(call + 0x9e3779b97f4a7c15ull * (site + 1))) %
+            seams->seed ^ snapprof__splitmix64_mix(call + 0x9e3779b97f4a7c15ull * (site + 1))) %
                 one_in !=
             0)
         return 0;
-    atomic_fetch_add_explicit(&g_sites[site].injected, 1, memory_order_relaxed);
+    if (seams->xOnInjected)
+        seams->xOnInjected(seams->user_data, site);
     return 1;
 }
 
-void snapprof__fault_set(snapprof__fault_site_t site, uint32_t one_in_n, uint64_t seed)
+void snapprof__fault_set_seams(const snapprof__fault_seams_t *seams)
 {
-    if ((unsigned)site >= SNAPPROF__FAULT_SITE_COUNT)
-        return;
-    atomic_store_explicit(&g_sites[site].seed, seed, memory_order_relaxed);
-    atomic_store_explicit(&g_sites[site].calls, 0, memory_order_relaxed);
-    atomic_store_explicit(&g_sites[site].one_in, one_in_n, memory_order_relaxed);
-}
-
-void snapprof__fault_clear(void)
-{
+    atomic_store_explicit(&g_seams, NULL, memory_order_release);
     for (int s = 0; s < SNAPPROF__FAULT_SITE_COUNT; s++)
-        atomic_store_explicit(&g_sites[s].one_in, 0, memory_order_relaxed);
-}
-
-uint64_t snapprof__fault_injected(snapprof__fault_site_t site)
-{
-    if ((unsigned)site >= SNAPPROF__FAULT_SITE_COUNT)
-        return 0;
-    return atomic_load_explicit(&g_sites[site].injected, memory_order_relaxed);
+        atomic_store_explicit(&g_calls[s], 0, memory_order_relaxed);
+    atomic_store_explicit(&g_seams, seams, memory_order_release);
 }
 
 /* Reads a decimal number of at most max from s; returns the text after it
@@ -91,7 +72,8 @@ static const char *parse_num(const char *s, uint64_t max, uint64_t *out)
     return s;
 }
 
-int snapprof__fault_parse(const char *spec, char *why, size_t why_size)
+int snapprof__fault_parse(const char *spec, snapprof__fault_seams_t *out, char *why,
+                          size_t why_size)
 {
     uint32_t rate[SNAPPROF__FAULT_SITE_COUNT] = {0};
     uint64_t seed = 0;
@@ -136,8 +118,9 @@ int snapprof__fault_parse(const char *spec, char *why, size_t why_size)
         }
         s = *end ? end + 1 : end;
     }
-    for (int i = 0; i < SNAPPROF__FAULT_SITE_COUNT; i++)
-        snapprof__fault_set((snapprof__fault_site_t)i, rate[i], seed);
+    memset(out, 0, sizeof *out);
+    memcpy(out->one_in, rate, sizeof rate);
+    out->seed = seed;
     return 0;
 }
 
@@ -150,9 +133,12 @@ __attribute__((constructor)) static void fault_from_env(void)
     const char *spec = getenv(FAULT_ENV);
     if (!spec || !*spec)
         return;
+    static snapprof__fault_seams_t from_env; /* installed for the life of the process */
     char why[200], line[320];
-    if (snapprof__fault_parse(spec, why, sizeof why) == 0)
+    if (snapprof__fault_parse(spec, &from_env, why, sizeof why) == 0) {
+        snapprof__fault_set_seams(&from_env);
         return;
+    }
     int n = snprintf(line, sizeof line, "snapprof: %s ignored: %s\n", FAULT_ENV, why);
     if (n > 0)
         (void)!write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);

@@ -3,7 +3,7 @@
  * each failure takes the path a real errno would (the program goes on, the
  * failure is counted, nothing already collected is lost). Internal.
  *
- * Configured by tests with snapprof__fault_set(), or, for programs run
+ * Configured by tests with snapprof__fault_set_seams(), or, for programs run
  * under the preload library or `snapprof record`, by the test-only
  * environment variable SNAPPROF_TEST_FAULTS, read once when the library is
  * loaded:
@@ -16,7 +16,7 @@
  * timer_create, mmap, open, rt_tgsigqueueinfo, write, process_vm_readv,
  * heap_slot (not a system call: a heap capture slot), and all. A value
  * that does not parse costs one line on stderr and is ignored whole.
- * Unset (the default), every call site costs one relaxed atomic load. */
+ * Unset (the default), every call site costs one atomic load. */
 #ifndef SNAPPROF_COMMON_FAULT_H
 #define SNAPPROF_COMMON_FAULT_H
 
@@ -35,25 +35,35 @@ typedef enum snapprof__fault_site {
     SNAPPROF__FAULT_SITE_COUNT
 } snapprof__fault_site_t;
 
+/* Test seams: the fault sites, as tests/README.md "Test seams" describes.
+ * one_in[site]: about one call in N at site fails (1: every call, 0: none),
+ * which ones chosen by seed (the same seed and the same calls: the same
+ * failures; each site draws its own sequence from it). xOnInjected, if
+ * not NULL, is called with user_data after each failure injected, on the
+ * thread that made the call, which may be in a signal handler or inside
+ * malloc: async-signal-safe code only (a relaxed atomic add). */
+typedef struct snapprof__fault_seams {
+    uint32_t one_in[SNAPPROF__FAULT_SITE_COUNT];
+    uint64_t seed;
+    void (*xOnInjected)(void *user_data, snapprof__fault_site_t site);
+    void *user_data;
+} snapprof__fault_seams_t;
+
+/* Installs seams (NULL: no call fails), held by pointer: it must stay
+ * valid until the next call. Each site's count of calls starts again, so
+ * that the same seams make the same calls fail. Not for use while another
+ * thread installs seams. */
+void snapprof__fault_set_seams(const snapprof__fault_seams_t *seams);
+
 /* Nonzero when this call at site should fail (the caller then sets errno
  * as the kernel would and takes its failure path). Async-signal-safe and
- * thread-safe: relaxed atomics only, no lock, no allocation. */
+ * thread-safe: atomics only, no lock, no allocation. With no seams
+ * installed (always, outside tests), one atomic load. */
 int snapprof__fault(snapprof__fault_site_t site);
 
-/* Makes about one call in one_in_n at site fail (1: every call, 0: none),
- * which ones chosen by seed. Not for use while another thread configures
- * the same site. */
-void snapprof__fault_set(snapprof__fault_site_t site, uint32_t one_in_n, uint64_t seed);
-
-/* Clears every site. */
-void snapprof__fault_clear(void);
-
-/* Failures injected at site since the process started (the tests compare
- * them with the counters the user sees). */
-uint64_t snapprof__fault_injected(snapprof__fault_site_t site);
-
-/* Parses a SNAPPROF_TEST_FAULTS value and applies it. Returns 0, or -1
- * with a one-line reason in why (nothing applied). */
-int snapprof__fault_parse(const char *spec, char *why, size_t why_size);
+/* Parses a SNAPPROF_TEST_FAULTS value into *out (its callback members
+ * NULL). Returns 0, or -1 with a one-line reason in why (*out as it was). */
+int snapprof__fault_parse(const char *spec, snapprof__fault_seams_t *out, char *why,
+                          size_t why_size);
 
 #endif

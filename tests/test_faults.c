@@ -227,14 +227,14 @@ static uint64_t run_site_always(run_t *r, const char *tag, snapprof_trigger_t tr
                                 snapprof__fault_site_t site, snapprof_stats_t *st)
 {
     run_create(r, tag, trigger);
-    uint64_t before = snapprof__fault_injected(site);
-    snapprof__fault_set(site, 1, 1);
+    uint64_t before = tu_fault_injected(site);
+    tu_fault_set(site, 1, 1);
     ASSERT_OK(snapprof_profiler_start(r->p));
     churn_start(&r->churn, r->p);
     wait_stats(r->p, enough_samples, 100, st);
     run_stop_ok(r, st);
-    snapprof__fault_clear();
-    return snapprof__fault_injected(site) - before;
+    tu_fault_clear();
+    return tu_fault_injected(site) - before;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -289,13 +289,13 @@ static void test_timer_create_always(void)
  * and its threads get the handshake instead of no profile. */
 static void test_mmap_always(void)
 {
-    snapprof__fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
+    tu_fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
     snapprof_params_t params;
     snapprof_params_init(&params);
     snapprof_profiler_t *p = NULL;
     ASSERT_EQ(snapprof_profiler_create(&params, NULL, 0, &p), -ENOMEM);
     ASSERT_NULL(p);
-    snapprof__fault_clear();
+    tu_fault_clear();
 
     run_t r;
     snapprof_stats_t st;
@@ -333,16 +333,16 @@ static void test_arm_table_mmap_retried(void)
     run_t r;
     run_create(&r, "fault-armtable", SNAPPROF_TRIGGER_AUTO);
     ASSERT_OK(snapprof_profiler_start(r.p)); /* the slots are mapped here */
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_MMAP);
-    snapprof__fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
+    uint64_t before = tu_fault_injected(SNAPPROF__FAULT_MMAP);
+    tu_fault_set(SNAPPROF__FAULT_MMAP, 1, 1);
     churn_start(&r.churn, r.p);
     snapprof_stats_t st;
     wait_stats(r.p, some_handshake, 2, &st);
-    snapprof__fault_clear();
+    tu_fault_clear();
     wait_stats(r.p, some_armed, 4, &st);
     wait_stats(r.p, enough_samples, 100, &st);
     run_stop_ok(&r, &st);
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_MMAP) - before;
+    uint64_t injected = tu_fault_injected(SNAPPROF__FAULT_MMAP) - before;
     print_stats("arm table refused, then not", &st);
     ASSERT_GT(injected, 0);
     /* Arms were refused for the table (ENOMEM), and arming came back
@@ -364,17 +364,17 @@ static void test_rt_tgsigqueueinfo_always(void)
 {
     run_t r;
     run_create(&r, "fault-sigqueue", SNAPPROF_TRIGGER_HANDSHAKE);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_SIGQUEUE);
-    snapprof__fault_set(SNAPPROF__FAULT_SIGQUEUE, 1, 1);
+    uint64_t before = tu_fault_injected(SNAPPROF__FAULT_SIGQUEUE);
+    tu_fault_set(SNAPPROF__FAULT_SIGQUEUE, 1, 1);
     ASSERT_OK(snapprof_profiler_start(r.p));
     churn_start(&r.churn, r.p);
     snapprof_stats_t st;
     wait_stats(r.p, enough_send_failures, 50, &st);
-    snapprof__fault_clear();
+    tu_fault_clear();
     /* A tick sends under the sampler's lock: once get_stats has it, every
      * refusal so far is counted. */
     ASSERT_OK(snapprof_profiler_get_stats(r.p, &st));
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_SIGQUEUE) - before;
+    uint64_t injected = tu_fault_injected(SNAPPROF__FAULT_SIGQUEUE) - before;
     print_stats("rt_tgsigqueueinfo=1", &st);
     ASSERT_UEQ(st.failed[SNAPPROF_FAIL_SEND], injected);
     ASSERT_UEQ(st.samples_signalled, 0);
@@ -398,14 +398,14 @@ static void write_fails_then_works(snapprof__fault_site_t site, int err)
     snapprof_stats_t st;
     wait_stats(r.p, enough_samples, 100, &st);
     churn_stop(&r.churn);
-    snapprof__fault_set(site, 1, 1);
+    tu_fault_set(site, 1, 1);
     int rc = snapprof_profiler_stop(r.p);
     printf("stop: %s\n", snapprof_strerror(rc));
     ASSERT_EQ(rc, -err);
     ASSERT_EQ(tu_count_entries(r.dir), 0);
     ASSERT_EQ(snapprof_profiler_flush(r.p), -err); /* still failing */
     ASSERT_EQ(tu_count_entries(r.dir), 0);
-    snapprof__fault_clear();
+    tu_fault_clear();
     ASSERT_OK(snapprof_profiler_flush(r.p));
     ASSERT_EQ(tu_count_entries(r.dir), 1);
     check_profile(&r);
@@ -431,10 +431,12 @@ static void all_at_random(uint32_t one_in, uint64_t seed)
     run_t r;
     run_create(&r, "fault-random", SNAPPROF_TRIGGER_AUTO);
     uint64_t before[SNAPPROF__FAULT_SITE_COUNT];
+    uint32_t rates[SNAPPROF__FAULT_SITE_COUNT];
     for (int s = 0; s < SNAPPROF__FAULT_SITE_COUNT; s++) {
-        before[s] = snapprof__fault_injected((snapprof__fault_site_t)s);
-        snapprof__fault_set((snapprof__fault_site_t)s, one_in, seed + (uint64_t)s);
+        before[s] = tu_fault_injected((snapprof__fault_site_t)s);
+        rates[s] = one_in;
     }
+    tu_faults(rates, seed);
     ASSERT_OK(snapprof_profiler_start(r.p));
     churn_start(&r.churn, r.p);
     snapprof_stats_t st;
@@ -450,8 +452,8 @@ static void all_at_random(uint32_t one_in, uint64_t seed)
     }
     uint64_t injected[SNAPPROF__FAULT_SITE_COUNT];
     for (int s = 0; s < SNAPPROF__FAULT_SITE_COUNT; s++)
-        injected[s] = snapprof__fault_injected((snapprof__fault_site_t)s) - before[s];
-    snapprof__fault_clear();
+        injected[s] = tu_fault_injected((snapprof__fault_site_t)s) - before[s];
+    tu_fault_clear();
     if (rc != 0)
         ASSERT_OK(snapprof_profiler_flush(r.p));
     ASSERT_OK(snapprof_profiler_get_stats(r.p, &st));
@@ -491,7 +493,7 @@ static void test_all_one_in_10(void)
 static void test_seam(void)
 {
     int hits = 0, first[64];
-    snapprof__fault_set(SNAPPROF__FAULT_OPEN, 4, 42);
+    tu_fault_set(SNAPPROF__FAULT_OPEN, 4, 42);
     for (int i = 0; i < 4000; i++) {
         int f = snapprof__fault(SNAPPROF__FAULT_OPEN);
         hits += f;
@@ -501,14 +503,19 @@ static void test_seam(void)
     printf("1 in 4: %d of 4000\n", hits);
     ASSERT_GT(hits, 800);
     ASSERT_LT(hits, 1200);
-    snapprof__fault_set(SNAPPROF__FAULT_OPEN, 4, 42);
+    tu_fault_set(SNAPPROF__FAULT_OPEN, 4, 42);
     for (int i = 0; i < 64; i++)
         ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_OPEN), first[i]);
-    snapprof__fault_clear();
+    tu_fault_clear();
     ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_OPEN), 0);
 
     char why[200];
-    ASSERT_OK(snapprof__fault_parse("perf_event_open=4,open=10,write=1;seed=7", why, sizeof why));
+    static snapprof__fault_seams_t parsed;
+    ASSERT_OK(snapprof__fault_parse("perf_event_open=4,open=10,write=1;seed=7", &parsed, why,
+                                    sizeof why));
+    ASSERT_UEQ(parsed.one_in[SNAPPROF__FAULT_OPEN], 10);
+    ASSERT_UEQ(parsed.seed, 7);
+    snapprof__fault_set_seams(&parsed);
     ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_WRITE), 1);
     ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_MMAP), 0);
     static const char *const bad[] = {
@@ -516,15 +523,19 @@ static void test_seam(void)
         "write=1 "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         why[0] = '\0';
-        ASSERT_EQ(snapprof__fault_parse(bad[i], why, sizeof why), -1);
+        ASSERT_EQ(snapprof__fault_parse(bad[i], &parsed, why, sizeof why), -1);
         printf("%s: %s\n", bad[i], why);
         ASSERT(why[0] != '\0');
         /* Refused whole: what was set before stays. */
         ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_WRITE), 1);
     }
-    ASSERT_OK(snapprof__fault_parse("all=0", why, sizeof why));
+    snapprof__fault_seams_t all0;
+    ASSERT_OK(snapprof__fault_parse("all=0", &all0, why, sizeof why));
+    for (int s = 0; s < SNAPPROF__FAULT_SITE_COUNT; s++)
+        ASSERT_UEQ(all0.one_in[s], 0);
+    ASSERT_OK(snapprof__fault_parse("", &all0, why, sizeof why));
+    snapprof__fault_set_seams(NULL);
     ASSERT_EQ(snapprof__fault(SNAPPROF__FAULT_WRITE), 0);
-    ASSERT_OK(snapprof__fault_parse("", why, sizeof why));
 }
 
 int main(int argc, char **argv)

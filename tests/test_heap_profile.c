@@ -357,7 +357,7 @@ static void profile_no_slot_burst(void)
     atomic_store(&g_recorded, 0);
     g_freed_sampled = 0;
     pthread_barrier_init(&g_barrier, NULL, 2);
-    snapprof__fault_set(SNAPPROF__FAULT_HEAP_SLOT, 2, 11);
+    tu_fault_set(SNAPPROF__FAULT_HEAP_SLOT, 2, 11);
     g_prof = heap_profiler(1, hc_builder(&c, &hc_ops_v2), NULL);
     pthread_t a, b;
     ASSERT_OK(pthread_create(&a, NULL, ns_thread, (void *)1));
@@ -365,7 +365,7 @@ static void profile_no_slot_burst(void)
     ASSERT_OK(pthread_join(a, NULL));
     ASSERT_OK(pthread_join(b, NULL));
     ASSERT_OK(snapprof_profiler_stop(g_prof));
-    snapprof__fault_clear();
+    tu_fault_clear();
     snapprof_stats_t st;
     ASSERT_OK(snapprof_profiler_get_stats(g_prof, &st));
     printf("recorded %" PRIu64 ", heap_samples %" PRIu64 " (no slot %" PRIu64

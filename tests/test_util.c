@@ -535,6 +535,44 @@ void tu_need_test_seams(void)
 #endif
 }
 
+/* Two, written in turn: the library may still read the one installed
+ * before (a thread inside snapprof__fault() while the rates change). */
+static snapprof__fault_seams_t g_fault_seams[2];
+static unsigned g_fault_next;
+static _Atomic uint64_t g_fault_injected[SNAPPROF__FAULT_SITE_COUNT];
+
+static void count_injected(void *user_data, snapprof__fault_site_t site)
+{
+    (void)user_data;
+    atomic_fetch_add_explicit(&g_fault_injected[site], 1, memory_order_relaxed);
+}
+
+void tu_faults(const uint32_t one_in[SNAPPROF__FAULT_SITE_COUNT], uint64_t seed)
+{
+    snapprof__fault_seams_t *seams = &g_fault_seams[g_fault_next++ % 2];
+    memcpy(seams->one_in, one_in, sizeof seams->one_in);
+    seams->seed = seed;
+    seams->xOnInjected = count_injected;
+    snapprof__fault_set_seams(seams);
+}
+
+void tu_fault_set(snapprof__fault_site_t site, uint32_t one_in, uint64_t seed)
+{
+    uint32_t rates[SNAPPROF__FAULT_SITE_COUNT] = {0};
+    rates[site] = one_in;
+    tu_faults(rates, seed);
+}
+
+void tu_fault_clear(void)
+{
+    snapprof__fault_set_seams(NULL);
+}
+
+uint64_t tu_fault_injected(snapprof__fault_site_t site)
+{
+    return atomic_load_explicit(&g_fault_injected[site], memory_order_relaxed);
+}
+
 void tu_need_perf_event(void)
 {
     if (!tu_perf_event_allowed()) {

@@ -10,6 +10,8 @@
 
 #include <snapprof/snapprof.h>
 
+#include "common/fault.h"
+
 uint64_t tu_mono_ns(void);
 uint64_t tu_thread_cpu_ns(void);
 /* Thread tid's one-letter state (R, S, D...) from /proc/self/task/tid/stat;
@@ -29,6 +31,17 @@ int tu_tsan_build(void);
  * SNAPPROF_TEST_SEAMS, whose library does not read SNAPPROF_TEST_FAULTS
  * (tests/README.md, "Test seams"). */
 void tu_need_test_seams(void);
+
+/* Fault sites (common/fault.h) through their seams: about one call in
+ * one_in[s] at each site s fails, which ones chosen by seed;
+ * tu_fault_set() sets one site and clears the others; tu_fault_clear()
+ * removes them. From one thread at a time; the profiler may run.
+ * tu_fault_injected(site) counts the failures injected
+ * at site since the process started. */
+void tu_faults(const uint32_t one_in[SNAPPROF__FAULT_SITE_COUNT], uint64_t seed);
+void tu_fault_set(snapprof__fault_site_t site, uint32_t one_in, uint64_t seed);
+void tu_fault_clear(void);
+uint64_t tu_fault_injected(snapprof__fault_site_t site);
 
 /* Under TSan, prints "skipped: WHY" and exits with the skip status. */
 void tu_skip_under_tsan(const char *why);

@@ -812,18 +812,18 @@ static void test_proc_open_fault(void)
     start_two(s, NANOSLEEP, BUSY);
     tu_collector_t c = {0};
     snapprof_profiler_t *p = make(s, 2, 2000000u, &c);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_OPEN);
-    snapprof__fault_set(SNAPPROF__FAULT_OPEN, 1, 1);
+    uint64_t before = tu_fault_injected(SNAPPROF__FAULT_OPEN);
+    tu_fault_set(SNAPPROF__FAULT_OPEN, 1, 1);
     ASSERT_OK(snapprof_profiler_start(p));
     wait_ticks(p, 50);
     snapprof_stats_t mid;
     ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
-    snapprof__fault_clear();
+    tu_fault_clear();
     wait_ticks(p, 100);
     ASSERT_OK(snapprof_profiler_stop(p));
     /* Read once every tick is over: one under way at the clear may still
      * have been refused. */
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_OPEN) - before;
+    uint64_t injected = tu_fault_injected(SNAPPROF__FAULT_OPEN) - before;
     printf("injected %llu, transient %llu then %llu, errno %d, blocked %llu then %llu\n",
            (unsigned long long)injected, (unsigned long long)mid.wall_proc_transient,
            (unsigned long long)c.stats.wall_proc_transient, c.stats.wall_proc_errno,
@@ -866,12 +866,12 @@ static void test_proc_copy_refused(void)
         wait_ticks(p, 10);
         ASSERT_OK(snapprof_profiler_get_stats(p, &mid));
     } while (mid.samples_blocked == 0);
-    uint64_t before = snapprof__fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV);
-    snapprof__fault_set(SNAPPROF__FAULT_PROCESS_VM_READV, 1, 1);
+    uint64_t before = tu_fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV);
+    tu_fault_set(SNAPPROF__FAULT_PROCESS_VM_READV, 1, 1);
     wait_ticks(p, mid.ticks + 150);
     ASSERT_OK(snapprof_profiler_stop(p));
-    snapprof__fault_clear();
-    uint64_t injected = snapprof__fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV) - before;
+    tu_fault_clear();
+    uint64_t injected = tu_fault_injected(SNAPPROF__FAULT_PROCESS_VM_READV) - before;
     size_t sleeper = tu_collector_count_tid(&c, s[0].tid),
            busy = tu_collector_count_tid(&c, s[1].tid);
     printf("injected %llu, errno %d, thread_exited %llu, ticks %llu, samples: sleeper %zu busy "
