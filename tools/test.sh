@@ -28,6 +28,15 @@ run_suite() { # dir, extra cmake args..., then -- ctest args...
 # run by hand (tests/preload.cmake says why).
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE slow
 if [ "${1:-}" = "--sanitizers" ]; then
+  # What a user installs: configured without SNAPPROF_TEST_SEAMS, whose
+  # shipped files read no test-only environment variable.
+  echo "== without test seams ==" >&2
+  cmake -S . -B build-noseams -DSNAPPROF_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-noseams -j"$jobs" --target snapprof snapprof_preload snapprof_heap \
+    snapprof_cli >/dev/null
+  python3 tests/check_test_seams.py OFF . build-noseams/libsnapprof.so \
+    build-noseams/preload/libsnapprof-preload.so build-noseams/preload_heap/libsnapprof-heap.so \
+    build-noseams/cli/snapprof
   # The tree must build with clang as well as gcc (tests on, -Werror), and
   # the plain suite must pass with it. clang comes from tools/setup.sh,
   # as for the fuzz step below.
