@@ -136,6 +136,7 @@ int main(void)
         snapprof_profiler_get_stats(prof, &st);
     } while (st.samples < 300);
     (void)sink; /* read once: clang warns of a volatile only ever set */
+
     int rc = snapprof_profiler_stop(prof); /* prints the top ten */
     snapprof_profiler_destroy(prof);       /* frees counter through xDestroy */
     snapprof_thread_release(me);

@@ -2,8 +2,8 @@
  * from. With "own" and with the default ("program") the program's own
  * DWARF still gives its lines, while libc's separate debug file
  * (libc6-dbg, which the set-up installs) gives names but no lines; with
- * "all" libc frames have lines too where libc6-dbg is installed. Bad values are refused by record and
- * ignored, with a warning, by the preload. */
+ * "all" libc frames have lines too where libc6-dbg is installed. Bad values are refused by record
+ * and ignored, with a warning, by the preload. */
 #include "test.h"
 #include "test_preload_util.h"
 #include "test_util.h"

@@ -28,6 +28,10 @@ run_suite() { # dir, extra cmake args..., then -- ctest args...
 # run by hand (tests/preload.cmake says why).
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE slow
 if [ "${1:-}" = "--sanitizers" ]; then
+  # Every C file as .clang-format lays it out (third-party sources aside).
+  echo "== clang-format ==" >&2
+  bash tools/setup.sh clang-format
+  git ls-files -z '*.c' '*.h' ':!bench/third_party' | xargs -0 clang-format --dry-run --Werror
   # What a user installs: configured without SNAPPROF_TEST_SEAMS, whose
   # shipped files read no test-only environment variable.
   echo "== without test seams ==" >&2

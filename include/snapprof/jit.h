@@ -101,7 +101,8 @@ SNAPPROF_API int snapprof_jit_region_register(uintptr_t start, size_t size, cons
  * moved the code), with the same size, name and layout. Frames taken before
  * the move keep the old address. Returns 0, -ENOENT (no region starts at
  * from), -EEXIST (the new place overlaps another region), -EINVAL (the
- * region would wrap past the end of the address space at to) or -ENOMEM. Any thread, not from a signal handler. */
+ * region would wrap past the end of the address space at to) or -ENOMEM.
+ * Any thread, not from a signal handler. */
 SNAPPROF_API int snapprof_jit_region_move(uintptr_t from, uintptr_t to);
 
 /* The code of the region that starts at start is gone; its memory may be
