@@ -22,6 +22,7 @@
  * (snapprof__py_scratch_t, in the capture slot), never on the stack. */
 #include "python/python_internal.h"
 
+#include "common/seccomp.h"
 #include "stack_copier/stack_copier.h"
 
 #include <limits.h>
@@ -121,8 +122,8 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
         cur = a + span;
     }
     pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
-    ssize_t got = syscall(SYS_process_vm_readv, pid, local, (unsigned long)nl, remote,
-                          (unsigned long)nr, 0UL);
+    ssize_t got =
+        snapprof__process_vm_readv(pid, local, (unsigned long)nl, remote, (unsigned long)nr);
     size_t nmiss = 0;
     for (size_t k = 0; k < n; k++) {
         ok[k] = got > 0 && end[k] <= (size_t)got;
@@ -136,8 +137,8 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
         return;
     /* A partial read stops at the first iovec that failed: the code
      * objects read whole are those before it. */
-    got = syscall(SYS_process_vm_readv, pid, local, (unsigned long)nmiss, remote,
-                  (unsigned long)nmiss, 0UL);
+    got =
+        snapprof__process_vm_readv(pid, local, (unsigned long)nmiss, remote, (unsigned long)nmiss);
     size_t whole = got <= 0 ? 0 : (size_t)got / span;
     for (size_t i = 0; i < whole && i < nmiss; i++)
         ok[order[i]] = 1;
@@ -269,8 +270,8 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
                               {(void *)chunk, sizeof hdr}};
     ssize_t got =
-        syscall(SYS_process_vm_readv, atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
-                local, chunk ? 2UL : 1UL, remote, chunk ? 2UL : 1UL, 0UL);
+        snapprof__process_vm_readv(atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
+                                   local, chunk ? 2UL : 1UL, remote, chunk ? 2UL : 1UL);
     if (got < (ssize_t)sizeof frame) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;

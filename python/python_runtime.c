@@ -6,6 +6,7 @@
 
 #include "python/python_internal.h"
 
+#include "common/seccomp.h"
 #include "module_cache/module_cache.h"
 
 #include <dlfcn.h>
@@ -39,7 +40,7 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n)
     struct iovec remote = {.iov_base = (void *)addr, .iov_len = n};
     /* Async-signal-safe: two system calls, no libc state. */
     pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
-    ssize_t got = syscall(SYS_process_vm_readv, pid, &local, 1UL, &remote, 1UL, 0UL);
+    ssize_t got = snapprof__process_vm_readv(pid, &local, 1, &remote, 1);
     return got == (ssize_t)n ? 0 : -1;
 }
 

@@ -9,6 +9,7 @@
 #include "common/fault.h"
 #include "common/fds.h"
 #include "common/hash.h"
+#include "common/seccomp.h"
 #include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
@@ -104,6 +105,9 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         rc = snapprof__params_check(&known);
     if (rc != 0)
         return rc;
+    /* Before any perf_event_open or process_vm_readv of this profiler's:
+     * which of them a seccomp filter would kill the process for. */
+    snapprof__seccomp_check();
     snapprof_profiler_t *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;

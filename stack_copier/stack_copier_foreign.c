@@ -11,6 +11,7 @@
  * not.) */
 #include "stack_copier/stack_copier.h"
 
+#include "common/seccomp.h"
 #include "stack_copier/registers_x86_64.h"
 
 #include <errno.h>
@@ -116,9 +117,9 @@ static long readv_self(void *dst, size_t size, const struct iovec *remote, int n
 {
     struct iovec local = {dst, size};
     pid_t pid = snapprof__our_pid();
-    long got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
-    if (got < 0 && errno != EFAULT && (pid = snapprof__our_pid_again(pid)) != 0)
-        got = syscall(SYS_process_vm_readv, (long)pid, &local, 1L, remote, (long)n, 0L);
+    long got = snapprof__process_vm_readv(pid, &local, 1, remote, (unsigned long)n);
+    if (got < 0 && errno != EFAULT && errno != EPERM && (pid = snapprof__our_pid_again(pid)) != 0)
+        got = snapprof__process_vm_readv(pid, &local, 1, remote, (unsigned long)n);
     return got;
 }
 

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "common/fds.h"
+#include "common/seccomp.h"
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
@@ -283,7 +284,7 @@ int snapprof__proc_copy_blocked(pid_t pid, const struct snapprof_thread *th,
         errno = EPERM; /* as a seccomp filter refuses it */
         got = -1;
     } else {
-        got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+        got = snapprof__process_vm_readv(pid, &local, 1, &remote, 1);
     }
     if (got != (ssize_t)want) {
         /* EFAULT, or a short read: the stack went away under us, the

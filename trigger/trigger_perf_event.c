@@ -61,6 +61,7 @@
 #include "common/fault.h"
 #include "common/fds.h"
 #include "common/hash.h"
+#include "common/seccomp.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -200,6 +201,9 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
         return -EMFILE; /* past the budget: no fd at all, not even a low one for a moment */
     if (snapprof__fault(SNAPPROF__FAULT_PERF_EVENT_OPEN)) {
         errno = EMFILE;
+        fd = -1;
+    } else if (!snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN)) {
+        errno = EPERM; /* a seccomp filter would kill the process for it */
         fd = -1;
     } else {
         fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);

@@ -14,6 +14,7 @@
  * the signal handler. */
 #include "unwinder/cfi_engine.h"
 
+#include "common/seccomp.h"
 #include "module_cache/module_cache.h"
 
 #include <errno.h>
@@ -445,7 +446,7 @@ static int read_raw(snapprof__cfi_t *c, uintptr_t addr, void *out, size_t size)
         return 0;
     }
     struct iovec local = {out, size}, remote = {(void *)addr, size};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
+    return snapprof__process_vm_readv(getpid(), &local, 1, &remote, 1) == (ssize_t)size ? 0 : -1;
 }
 
 /* The LINE_SIZE bytes at line (aligned) of a read-only segment, from the

@@ -1,0 +1,179 @@
+/* A program under a seccomp filter that kills the process for a system
+ * call the profiler makes (systemd's SystemCallFilter=@system-service
+ * leaves out perf_event_open and process_vm_readv, and kills with
+ * SIGSYS): the profiler must find that out without making the call on
+ * the program's threads, and degrade as for a refusal (common/seccomp.h).
+ * Each case installs its filter on every thread of its own process
+ * (SECCOMP_FILTER_FLAG_TSYNC), then profiles itself. Before common/seccomp.c
+ * the kill cases died of SIGSYS at the first perf_event_open or
+ * process_vm_readv. */
+#include "test.h"
+#include "test_util.h"
+
+#include "common/seccomp.h"
+#include "stack_copier/stack_copier.h"
+
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Filters nr1 and nr2 (-1: none) with action on every thread; allows the
+ * rest. */
+static void install_filter(int nr1, int nr2, uint32_t action)
+{
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr1, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, action),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    ASSERT_OK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+    ASSERT_OK((int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog));
+}
+
+static uint64_t samples_of(const snapprof_stats_t *st)
+{
+    return st->samples;
+}
+
+/* Profiles the calling thread until 50 samples; returns the stats. */
+static snapprof_stats_t profile_self(void)
+{
+    snapprof_thread_t *self;
+    snapprof_profiler_t *p = tu_profile_self(&self);
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_burn_until(p, samples_of, 50);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("samples %" PRIu64 ", perf %" PRIu64 ", timer %" PRIu64 ", handshake %" PRIu64
+           "; fallback from %d errno %d; perf_event_open %s, process_vm_readv %s\n",
+           st.samples, st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT],
+           st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER],
+           st.threads_by_trigger[SNAPPROF_TRIGGER_HANDSHAKE], (int)st.trigger_fallback_from,
+           st.trigger_fallback_errno,
+           snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN) ? "made" : "never made",
+           snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV) ? "made" : "never made");
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(self);
+    return st;
+}
+
+/* perf_event_open kills: the perf trigger is never tried, the thread gets
+ * the CPU timer, and the stats say perf was refused with EPERM. */
+static void kill_perf_event_open(void)
+{
+    tu_need_perf_event(); /* else perf is refused anyway: nothing to show */
+    install_filter(__NR_perf_event_open, -1, SECCOMP_RET_KILL_PROCESS);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 0);
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 1);
+    ASSERT_EQ(st.trigger_fallback_from, SNAPPROF_TRIGGER_PERF_EVENT);
+    ASSERT_EQ(st.trigger_fallback_errno, EPERM);
+}
+
+/* process_vm_readv kills: the checked reads take their refused paths (the
+ * CFI engine reads the validated ranges directly, a readable copy says
+ * "refused"), and the profile is still unwound. */
+static void kill_process_vm_readv(void)
+{
+    install_filter(__NR_process_vm_readv, -1, SECCOMP_RET_KILL_PROCESS);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
+    ASSERT_GE(st.samples, 50);
+    uint8_t src[64] = {1, 2, 3}, dst[64];
+    ASSERT_EQ(snapprof__copy_readable(dst, (uintptr_t)src, sizeof src), -1);
+    struct iovec local = {dst, 8}, remote = {src, 8};
+    errno = 0;
+    ASSERT_EQ(snapprof__process_vm_readv(getpid(), &local, 1, &remote, 1), -1);
+    ASSERT_EQ(errno, EPERM);
+}
+
+/* Both killed at once. */
+static void kill_both(void)
+{
+    tu_need_perf_event();
+    install_filter(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 1);
+}
+
+/* A filter that fails the calls with an errno (Docker's default action):
+ * nothing to avoid, the calls are made and their failures taken as they
+ * come. */
+static void errno_filter_calls_made(void)
+{
+    tu_need_perf_event();
+    install_filter(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_ERRNO | EACCES);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 1);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
+    ASSERT_EQ(st.trigger_fallback_errno, EACCES); /* the kernel's answer, not ours */
+}
+
+static volatile sig_atomic_t g_sigsys;
+
+static void on_sigsys(int signo)
+{
+    (void)signo;
+    g_sigsys++;
+}
+
+/* A filter that traps (SIGSYS to the program's handler, as sandboxes that
+ * emulate calls do): the probe's child runs with SIGSYS at its default, so
+ * the program's handler never runs for our probe, and the call is never
+ * made on the program's threads. */
+static void trap_filter_handler_untouched(void)
+{
+    tu_need_perf_event();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigsys;
+    ASSERT_OK(sigaction(SIGSYS, &sa, NULL));
+    install_filter(__NR_perf_event_open, -1, SECCOMP_RET_TRAP);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
+    ASSERT_EQ(st.trigger_fallback_errno, EPERM);
+    ASSERT_EQ(g_sigsys, 0);
+}
+
+/* No filter: every call made, as before. */
+static void no_filter(void)
+{
+    snapprof__seccomp_check();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 1);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
+    uint8_t src[64] = {1, 2, 3}, dst[64];
+    ASSERT_EQ(snapprof__copy_readable(dst, (uintptr_t)src, sizeof src), 64);
+    ASSERT_EQ(dst[2], 3);
+}
+
+static const test_case_t cases[] = {
+    {"kill_perf_event_open", kill_perf_event_open},
+    {"kill_process_vm_readv", kill_process_vm_readv},
+    {"kill_both", kill_both},
+    {"errno_filter_calls_made", errno_filter_calls_made},
+    {"trap_filter_handler_untouched", trap_filter_handler_untouched},
+    {"no_filter", no_filter},
+};
+
+int main(int argc, char **argv)
+{
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
