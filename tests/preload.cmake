@@ -95,6 +95,19 @@ endfunction()
 snapprof_add_preload_tests(EXE record SOURCES test_preload_record.c)
 # `snapprof record --lines` and SNAPPROF_LINES.
 snapprof_add_preload_tests(EXE record_lines SOURCES test_record_lines.c)
+# `snapprof record` of a program started under a seccomp filter that kills
+# for perf_event_open and process_vm_readv (common/seccomp.h). Its launcher
+# is linked statically, so that LD_PRELOAD does not profile it: only the
+# program it execs, as under systemd's SystemCallFilter=. Not in sanitizer
+# builds (a static link with a sanitizer runtime; preload tests skip there).
+if(NOT SNAPPROF_SANITIZE)
+  add_executable(seccomp_exec seccomp_exec.c)
+  target_compile_options(seccomp_exec PRIVATE ${SNAPPROF_WARNINGS})
+  target_link_options(seccomp_exec PRIVATE -static)
+  snapprof_add_preload_tests(EXE record_seccomp SOURCES test_record_seccomp.c)
+  target_compile_definitions(record_seccomp PRIVATE SECCOMP_EXEC="$<TARGET_FILE:seccomp_exec>")
+  add_dependencies(record_seccomp seccomp_exec)
+endif()
 if(TARGET go_cgo_spin)
   add_dependencies(record go_cgo_spin)
 endif()

@@ -1,0 +1,64 @@
+/* `snapprof record` of a program started under a seccomp filter that kills
+ * the process for perf_event_open and process_vm_readv, as systemd's
+ * SystemCallFilter=@system-service does (tests/seccomp_exec.c installs it
+ * and execs the program; common/seccomp.h). Before common/seccomp.c the
+ * program died of SIGSYS at its profiler's first perf_event_open and no
+ * profile was written. Now: the program exits as it would, its threads
+ * are profiled with the CPU timer, and the summary says perf was refused. */
+#include "test.h"
+#include "test_preload_util.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void run(const char *action, const char *calls)
+{
+    pl_skip_if_sanitized();
+    pl_setup("rec-seccomp");
+    const char *out = pl_path(pl_dir, "s.pb.gz");
+    int st;
+    /* Through a shell: record runs only programs the preload can load into,
+     * and the launcher is static. */
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 -o s.pb.gz -- /bin/sh -c 'exec %s %s %s %s "
+                        "threads 300'",
+                        pl_dir, SNAPPROF_CLI, SECCOMP_EXEC, action, calls, PRELOAD_PROG);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(text, "SIGSYS") == NULL);
+    ASSERT_CONTAINS(text, "profile written to ");
+    if (strstr(calls, "perf_event_open") && tu_perf_event_allowed())
+        ASSERT_CONTAINS(text, "trigger perf was refused (Operation not permitted)");
+    pl_require_fn(out, "", "hot_worker_one", 1);
+    pl_require_fn(out, "", "hot_main_thread", 1);
+    free(text);
+    unlink(out);
+}
+
+static void kill_both(void)
+{
+    run("kill", "perf_event_open,process_vm_readv");
+}
+
+static void kill_process_vm_readv(void)
+{
+    run("kill", "process_vm_readv");
+}
+
+static void trap_perf_event_open(void)
+{
+    run("trap", "perf_event_open");
+}
+
+static const test_case_t cases[] = {
+    {"kill_both", kill_both},
+    {"kill_process_vm_readv", kill_process_vm_readv},
+    {"trap_perf_event_open", trap_perf_event_open},
+};
+
+int main(int argc, char **argv)
+{
+    return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
