@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -146,6 +147,13 @@ void snapprof__proc_task_comm(pid_t tid, char name[16])
     name[strcspn(name, "\n")] = '\0';
 }
 
+static atomic_ulong g_lines_parsed;
+
+unsigned long snapprof__proc_maps_lines_parsed(void)
+{
+    return atomic_load_explicit(&g_lines_parsed, memory_order_relaxed);
+}
+
 int snapprof__proc_maps_open(snapprof__proc_maps_t *it)
 {
     it->fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -153,6 +161,7 @@ int snapprof__proc_maps_open(snapprof__proc_maps_t *it)
         return -errno;
     it->eof = 0;
     it->skip = 0;
+    it->exec_only = 0;
     it->len = it->pos = 0;
     return 0;
 }
@@ -193,6 +202,17 @@ static int parse_map_line(char *line, snapprof__proc_map_t *m)
     m->dev_minor = (unsigned)minor;
     m->path = skip_blanks(s);
     return 0;
+}
+
+/* Whether a NUL-terminated maps line is one of an executable mapping, by
+ * its third permission letter alone ("start-end r-xp ..."). A line too
+ * short to say is kept, for parse_map_line() to judge. */
+static int line_exec(const char *line)
+{
+    const char *sp = strchr(line, ' ');
+    if (!sp || !sp[1] || !sp[2] || !sp[3])
+        return 1;
+    return sp[3] == 'x';
 }
 
 /* Reads more of the file after the it->len bytes in the buffer. Returns 0
@@ -255,6 +275,9 @@ int snapprof__proc_maps_next(snapprof__proc_maps_t *it, snapprof__proc_map_t *m)
                 return rc;
             continue;
         }
+        if (it->exec_only && !line_exec(line))
+            continue;
+        atomic_fetch_add_explicit(&g_lines_parsed, 1, memory_order_relaxed);
         if (parse_map_line(line, m) == 0) {
             m->path_cut = cut;
             return 1;

@@ -46,6 +46,10 @@ int snapprof__module_loader_iterate(int (*cb)(struct dl_phdr_info *, size_t, voi
  * did not come along, and so started the cache afresh (a test seam). */
 unsigned snapprof__module_cache_fork_resets(void);
 
+/* How many refreshes (scans of the loader and /proc/self/maps) have worked
+ * (a test seam). */
+unsigned snapprof__module_cache_refreshes(void);
+
 /* The same for the symbol tables (symbols_elf.c). */
 unsigned snapprof__symbols_fork_resets(void);
 

@@ -265,6 +265,7 @@ static int read_maps(map_vec_t *mv)
     int rc = snapprof__proc_maps_open(&it);
     if (rc != 0)
         return rc;
+    it.exec_only = 1;
     snapprof__proc_map_t pm;
     int err = 0;
     while (snapprof__proc_maps_next(&it, &pm) > 0) {

@@ -1,5 +1,7 @@
 /* module_cache_dlopen_dlclose: a library that comes and goes keeps a valid
- * entry marked unloaded, and a reload gets a new one. */
+ * entry marked unloaded, and a reload gets a new one.
+ * module_cache_hit_old_copy: a lookup for a stack copied before the last
+ * refresh does not rescan when the loader changed since. */
 #include "test.h"
 #include "test_util.h"
 #include "module_cache/module_cache.h"
@@ -130,10 +132,42 @@ static void test_dlopen_dlclose(void)
     ASSERT(after == NULL || after != m2);
 }
 
+/* A lookup that hits, for a stack copied before the last refresh began,
+ * does not rescan even when the loader changed since and the hit check is
+ * due: that refresh saw every module the copy can point into. Under TSan,
+ * with a library dlopen()ed and dlclose()d in a loop, such rescans were
+ * most of the sampler's CPU time (soak finding 9). A copy taken after it
+ * still gets the check. */
+static void test_hit_old_copy(void)
+{
+    uintptr_t here = (uintptr_t)&test_hit_old_copy;
+    uint64_t copied_ns = tu_mono_ns();
+    ASSERT_EQ(snapprof__module_cache_refresh(), 0);
+    const snapprof_module_t *m = snapprof__module_find_at(here, copied_ns);
+    ASSERT_NOT_NULL(m);
+    ASSERT_EQ(m->is_main_executable, 1);
+
+    /* The loader changes, and the hit check falls due (every 10 ms). */
+    void *h = dlopen(MC_TESTLIB_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        TEST_FAIL("dlopen(%s): %s", MC_TESTLIB_PATH, dlerror());
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+
+    unsigned before = snapprof__module_cache_refreshes();
+    ASSERT_PTR_EQ(snapprof__module_find_at(here, copied_ns), m);
+    ASSERT_UEQ(snapprof__module_cache_refreshes(), before);
+    /* A copy taken now: the check finds the loader changed and rescans. */
+    ASSERT_PTR_EQ(snapprof__module_find_at(here, tu_mono_ns()), m);
+    ASSERT_UEQ(snapprof__module_cache_refreshes(), before + 1);
+    ASSERT_EQ(dlclose(h), 0);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"dlopen_dlclose", test_dlopen_dlclose},
+        {"hit_old_copy", test_hit_old_copy},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

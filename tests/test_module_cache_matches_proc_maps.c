@@ -1,6 +1,9 @@
-/* module_cache_matches_proc_maps: the cache agrees with /proc/self/maps. */
+/* module_cache_matches_proc_maps: the cache agrees with /proc/self/maps.
+ * module_cache_refresh_exec_lines: a refresh parses only its executable
+ * lines. */
 #include "test.h"
 #include "test_util.h"
+#include "common/proc_files.h"
 #include "module_cache/module_cache.h"
 
 #include <limits.h>
@@ -8,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct line {
     uintptr_t start, end;
@@ -163,10 +168,38 @@ static void test_matches_proc_maps(void)
     free(mods);
 }
 
+/* A refresh parses only the executable lines of /proc/self/maps. A TSan
+ * process has ~700 lines, ~20 of them executable, and parsing every one
+ * (each byte checked by TSan) made a refresh 3.4 ms of the sampler's CPU
+ * time against 0.17 ms in a plain build (soak finding 9). Here 1024 lines
+ * are added, none executable: each other page of a mapping made
+ * inaccessible. */
+static void test_refresh_exec_lines(void)
+{
+    const size_t pages = 2048;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *p =
+        mmap(NULL, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(p != MAP_FAILED);
+    for (size_t i = 1; i < pages; i += 2)
+        ASSERT_EQ(mprotect(p + i * page, page, PROT_NONE), 0);
+    ASSERT_EQ(snapprof__module_cache_refresh(), 0);
+    read_exec_maps();
+    unsigned long before = snapprof__proc_maps_lines_parsed();
+    ASSERT_EQ(snapprof__module_cache_refresh(), 0);
+    unsigned long parsed = snapprof__proc_maps_lines_parsed() - before;
+    printf("one refresh parsed %lu lines, %d executable\n", parsed, nlines);
+    ASSERT_UEQ(parsed, (unsigned long)nlines);
+    /* It still finds what it found. */
+    ASSERT_PTR_EQ(snapprof_module_find((uintptr_t)&main), snapprof__module_cache_main());
+    ASSERT_EQ(munmap(p, pages * page), 0);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"matches_proc_maps", test_matches_proc_maps},
+        {"refresh_exec_lines", test_refresh_exec_lines},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
