@@ -68,8 +68,8 @@ static pthread_mutex_t g_retire_lock = PTHREAD_MUTEX_INITIALIZER;
 static snapshot_t *g_retired; /* under g_retire_lock */
 
 /* Set once any table has held a region, so that processes without JIT code
- * pay one relaxed load per lookup. */
-static atomic_int g_any;
+ * pay one relaxed load per lookup (snapprof__jit_any() in the header). */
+atomic_int snapprof__jit_any_flag;
 
 static snapshot_t *snapshot_alloc(size_t n_live, size_t n_dead)
 {
@@ -435,7 +435,7 @@ snapshot_t *snapprof__jit_snapshot_next(const snapshot_t *old, snapprof__jit_reg
 /* Makes next the table's snapshot. Under t->lock. */
 void snapprof__jit_publish(table_t *t, snapshot_t *next)
 {
-    atomic_store(&g_any, 1);
+    atomic_store(&snapprof__jit_any_flag, 1);
     snapprof__jit_retire(atomic_exchange(&t->current, next));
 }
 
@@ -676,11 +676,6 @@ const snapprof__jit_region_t *snapprof__jit_region_of(const snapprof_module_t *m
         module->build_id != k_region_build_id)
         return NULL;
     return (const snapprof__jit_region_t *)module;
-}
-
-int snapprof__jit_any(void)
-{
-    return atomic_load_explicit(&g_any, memory_order_relaxed);
 }
 
 const snapprof_module_t *snapprof__jit_table_lookup(table_t *t, uintptr_t addr, uint64_t when_ns)
