@@ -13,15 +13,11 @@
 #include <snapprof/profile_builder.h>
 
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
-#include <stddef.h>
 #include <string.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
@@ -574,18 +570,7 @@ static void fibers_unmapped_above(void)
  * or the thread's own stack, was dropped as "no stack". */
 static void fibers_seccomp_refused(void)
 {
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
-    ASSERT_OK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-    ASSERT_OK((int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog));
+    tu_seccomp_install(__NR_process_vm_readv, -1, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
     char byte = 0, sink = 0;
     struct iovec local = {&sink, 1}, remote = {&byte, 1};
     ASSERT(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == -1 && errno == EPERM);

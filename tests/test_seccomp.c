@@ -14,34 +14,11 @@
 #include "stack_copier/stack_copier.h"
 
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
-#include <stddef.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-/* Filters nr1 and nr2 (-1: none) with action on every thread; allows the
- * rest. */
-static void install_filter(int nr1, int nr2, uint32_t action)
-{
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr1, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr2, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, action),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
-    ASSERT_OK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-    ASSERT_OK((int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog));
-}
 
 static uint64_t samples_of(const snapprof_stats_t *st)
 {
@@ -76,7 +53,7 @@ static snapprof_stats_t profile_self(void)
 static void kill_perf_event_open(void)
 {
     tu_need_perf_event(); /* else perf is refused anyway: nothing to show */
-    install_filter(__NR_perf_event_open, -1, SECCOMP_RET_KILL_PROCESS);
+    tu_seccomp_install(__NR_perf_event_open, -1, SECCOMP_RET_KILL_PROCESS);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
@@ -91,7 +68,7 @@ static void kill_perf_event_open(void)
  * "refused"), and the profile is still unwound. */
 static void kill_process_vm_readv(void)
 {
-    install_filter(__NR_process_vm_readv, -1, SECCOMP_RET_KILL_PROCESS);
+    tu_seccomp_install(__NR_process_vm_readv, -1, SECCOMP_RET_KILL_PROCESS);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
     ASSERT_GE(st.samples, 50);
@@ -107,7 +84,7 @@ static void kill_process_vm_readv(void)
 static void kill_both(void)
 {
     tu_need_perf_event();
-    install_filter(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS);
+    tu_seccomp_install(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
@@ -120,7 +97,7 @@ static void kill_both(void)
 static void errno_filter_calls_made(void)
 {
     tu_need_perf_event();
-    install_filter(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_ERRNO | EACCES);
+    tu_seccomp_install(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_ERRNO | EACCES);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 1);
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
@@ -146,7 +123,7 @@ static void trap_filter_handler_untouched(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigsys;
     ASSERT_OK(sigaction(SIGSYS, &sa, NULL));
-    install_filter(__NR_perf_event_open, -1, SECCOMP_RET_TRAP);
+    tu_seccomp_install(__NR_perf_event_open, -1, SECCOMP_RET_TRAP);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
     ASSERT_EQ(st.trigger_fallback_errno, EPERM);

@@ -182,6 +182,13 @@ int tu_perf_event_allowed(void);
 /* Skips the test (77) when it does not. */
 void tu_need_perf_event(void);
 
+/* Installs a seccomp filter on every thread of the process (TSYNC, after
+ * PR_SET_NO_NEW_PRIVS) that answers system calls nr1 and nr2 (-1: none)
+ * with action (SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ERRNO | EPERM, ...)
+ * and allows the rest; fails the test if it cannot. For as long as the
+ * process lives: a test case runs in a process of its own. */
+void tu_seccomp_install(int nr1, int nr2, uint32_t action);
+
 /* A builder that records every sample it gets (up to 64 frames each, leaf
  * first, plus the outermost frame), for tests that check what the profiler
  * delivered. The collector must outlive the builder; read it after stop. */
