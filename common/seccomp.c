@@ -49,15 +49,13 @@ static void child_call(snapprof__seccomp_call_t call)
 {
     switch (call) {
     case SNAPPROF__SECCOMP_PERF_EVENT_OPEN: {
-        struct perf_event_attr attr;
-        memset(&attr, 0, sizeof attr);
-        attr.size = sizeof attr;
-        attr.type = PERF_TYPE_SOFTWARE;
-        attr.config = PERF_COUNT_SW_TASK_CLOCK;
-        attr.sample_period = 10000000;
-        attr.disabled = 1;
-        attr.exclude_kernel = 1;
-        attr.exclude_hv = 1;
+        struct perf_event_attr attr = {.size = sizeof attr,
+                                       .type = PERF_TYPE_SOFTWARE,
+                                       .config = PERF_COUNT_SW_TASK_CLOCK,
+                                       .sample_period = 10000000,
+                                       .disabled = 1,
+                                       .exclude_kernel = 1,
+                                       .exclude_hv = 1};
         syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
         break;
     }
