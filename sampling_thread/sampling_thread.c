@@ -2,7 +2,6 @@
  * profiler is due, samples it, skips (never bursts) ticks it missed. */
 #include "sampling_thread/profiler_internal.h"
 
-#include "common/seccomp.h"
 #include "heap/heap_sampler.h"
 #include "stack_copier/stack_copier.h"
 
@@ -257,7 +256,6 @@ static void *sampler_main(void *arg)
     (void)arg;
     snapprof__heap_mute_thread(); /* its allocations are never the program's */
     atomic_store(&g_sampler_tid, snapprof__gettid_cached());
-    snapprof__seccomp_check(); /* the filter of the thread that arms the triggers */
     int timer_signo = 0;
     pthread_mutex_lock(&g_lock);
     for (;;) {
