@@ -1097,8 +1097,10 @@ typedef struct snapprof_params {
      * period, off by at most one interval's kernel time where a thread
      * moves from such code to other code. Signal delivery to the handler
      * (a few microseconds a sample) and captures dropped for want of a
-     * slot count as kernel time too. Default 0 (SNAPPROF_KERNEL=1 in the
-     * preload library). */
+     * slot count as kernel time too, and so does the period of a capture
+     * taken at the instruction after a syscall (an overflow due in the
+     * kernel, signalled on the way back). Default 0 (SNAPPROF_KERNEL=1 in
+     * the preload library). */
     int kernel_share;
     /* Added in 0.6.0 (read only when size covers it). CPU mode with a
      * CPU-clock trigger: threads that join a running profile as they start,
