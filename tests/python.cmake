@@ -24,6 +24,10 @@ foreach(mode shares heldout young recursion churn faulthandler altstack unknown 
   set_tests_properties(python_frames_${mode} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
     LABELS preload)
 endforeach()
+# The two that judge shares of CPU time against time.thread_time() are
+# attribution tests: alone on the machine, and only in the plain suite.
+set_tests_properties(python_frames_shares python_frames_heldout PROPERTIES
+  LABELS "preload;accuracy" RUN_SERIAL TRUE)
 # A C thread that runs native code and then calls back into Python
 # (python_frames_callback*): its library, loaded by ctypes.
 add_library(python_callback_lib MODULE test_python_callback_lib.c)
