@@ -3,10 +3,10 @@
  * placed) to the builders, and remembers wall mode's last stacks. */
 #include "sampling_thread/profiler_internal.h"
 
-#include "common/seccomp.h"
 #include "heap/heap_sampler.h"
 #include "module_cache/module_cache.h"
 #include "profile_builder/profile_builder_calls.h"
+#include "stack_copier/stack_copier.h"
 #include "unwinder/unwinder_fp_guess.h"
 #include "unwinder/unwinder_internal.h"
 
@@ -389,9 +389,9 @@ static int after_syscall(uintptr_t pc)
     uint8_t op[2];
     if (pc < sizeof op)
         return 0;
-    struct iovec local = {op, sizeof op}, remote = {(void *)(pc - sizeof op), sizeof op};
-    return snapprof__process_vm_readv(getpid(), &local, 1, &remote, 1) == (ssize_t)sizeof op &&
-           op[0] == 0x0f && op[1] == 0x05;
+    struct iovec remote = {(void *)(pc - sizeof op), sizeof op};
+    return snapprof__readv_self(op, sizeof op, &remote, 1) == (long)sizeof op && op[0] == 0x0f &&
+           op[1] == 0x05;
 }
 
 static int by_time(const void *a, const void *b)

@@ -20,6 +20,7 @@
 #include <snapprof/unwinder.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/uio.h>
 
 /* A registered target thread (the public snapprof_thread_t). */
 struct snapprof_thread {
@@ -129,6 +130,13 @@ uintptr_t snapprof__readable_until(uintptr_t lo, uintptr_t end);
  * differs from pid (try again with it), else 0. Async-signal-safe. */
 pid_t snapprof__our_pid(void);
 pid_t snapprof__our_pid_again(pid_t pid);
+
+/* process_vm_readv() on our own pid of remote[0..n) into [dst, dst +
+ * size): the bytes read, or -1 with errno (EFAULT: not even the first
+ * byte could be read; anything else: the call is refused). The pid is
+ * asked again once when the call fails otherwise than with EFAULT (a
+ * CLONE_VM child whose parent is gone). Async-signal-safe. */
+long snapprof__readv_self(void *dst, size_t size, const struct iovec *remote, int n);
 
 /* Installs the handler for signo once for the life of the process (later
  * calls are no-ops). Returns 0 or SNAPPROF_ESIGNAL. */

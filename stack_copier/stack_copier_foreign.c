@@ -108,12 +108,7 @@ pid_t snapprof__our_pid_again(pid_t pid)
     return now != pid ? now : 0;
 }
 
-/* process_vm_readv() on our own pid of remote[0..n) into [dst, dst +
- * size): the bytes read, or -1 with errno (EFAULT: not even the first
- * byte could be read; anything else: the call is refused). The pid is
- * asked again once when the call fails otherwise than with EFAULT (a
- * CLONE_VM child whose parent is gone). Async-signal-safe. */
-static long readv_self(void *dst, size_t size, const struct iovec *remote, int n)
+long snapprof__readv_self(void *dst, size_t size, const struct iovec *remote, int n)
 {
     struct iovec local = {dst, size};
     pid_t pid = snapprof__our_pid();
@@ -129,7 +124,7 @@ static long read_window(uint8_t *dst, uintptr_t lo, size_t size)
 {
     struct iovec remote[MAX_PAGES];
     int n = page_iovecs(remote, (int)MAX_PAGES, lo, size, PAGE);
-    return readv_self(dst, size, remote, n);
+    return snapprof__readv_self(dst, size, remote, n);
 }
 
 /* Async-signal-safe. */
@@ -142,7 +137,7 @@ uintptr_t snapprof__readable_until(uintptr_t lo, uintptr_t end)
     uintptr_t page = lo & ~(uintptr_t)(PAGE - 1);
     while (page < end) {
         int n = page_iovecs(remote, PROBES, page, end - page, 1);
-        long got = readv_self(sink, (size_t)n, remote, n);
+        long got = snapprof__readv_self(sink, (size_t)n, remote, n);
         if (got < 0) {
             page = errno == EFAULT ? page : 0;
             break;
