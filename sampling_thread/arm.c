@@ -54,14 +54,20 @@ void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
             /* Wall mode asks for the perf event's schedule sequence: a
              * thread that stays blocked then costs no system call a tick. */
             unsigned flags = p->params.mode == SNAPPROF_MODE_WALL ? SNAPPROF__ARM_SCHED_SEQ : 0;
-            if (t->first_odds > 0)
+            if (t->first_odds > 0) {
                 flags |= SNAPPROF__ARM_FIRST_SPREAD; /* armed as it starts */
+                /* Most such threads end first: spare them the page's
+                 * unmap at their end (trigger.h). */
+                if (!(flags & SNAPPROF__ARM_SCHED_SEQ))
+                    flags |= SNAPPROF__ARM_NO_PAGE;
+            }
             int rc = snapprof__trigger_arm(snapprof__trigger_ops(k), &p->pool, &t->cap,
                                            p->params.signal, p->params.interval_ns, flags, &t->arm);
             if (rc == 0) {
                 /* Without its page, a perf event's count cannot be read
                  * and wall mode reads the thread's clock instead. */
-                if (k == SNAPPROF_TRIGGER_PERF_EVENT && !t->arm->page)
+                if (k == SNAPPROF_TRIGGER_PERF_EVENT && !t->arm->page &&
+                    !(flags & SNAPPROF__ARM_NO_PAGE))
                     p->stats.mmap_failed++;
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;

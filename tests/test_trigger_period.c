@@ -118,9 +118,10 @@ static int by_seq(const void *a, const void *b)
     return (x->noted.seq > y->noted.seq) - (x->noted.seq < y->noted.seq);
 }
 
-/* Arms a burning worker's perf trigger at INTERVAL_NS and collects
- * CAPTURES captures or more, in the order they were taken. */
-static void collect(run_t *r)
+/* Arms a burning worker's perf trigger at INTERVAL_NS with flags
+ * (snapprof__trigger_arm()) and collects CAPTURES captures or more, in the
+ * order they were taken. */
+static void collect_flags(run_t *r, unsigned flags)
 {
     tu_need_perf_event();
     ASSERT_OK(snapprof__stack_copier_install(SIGNO));
@@ -134,10 +135,14 @@ static void collect(run_t *r)
     tu_start_thread(&w.th, worker_main, &w, &w.ready);
     snapprof__arm_t *a = NULL;
     ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &pool,
-                                    &w.target, SIGNO, INTERVAL_NS, 0, &a));
-    /* Without its page the perf arm never changes its period (by design):
-     * nothing to test then. */
-    if (a->page == NULL) {
+                                    &w.target, SIGNO, INTERVAL_NS, flags, &a));
+    /* Not asked for, it is not mapped, and its periods change all the
+     * same (threads armed as they start). */
+    if (flags & SNAPPROF__ARM_NO_PAGE)
+        ASSERT_NULL(a->page);
+    /* A page that could not be mapped leaves the period as made (by
+     * design): nothing to test then. */
+    else if (a->page == NULL) {
         printf("skipped: the perf event's page could not be mapped\n");
         exit(TEST_SKIP);
     }
@@ -176,6 +181,11 @@ static void collect(run_t *r)
     snapprof__capture_pool_destroy(&pool);
 }
 
+static void collect(run_t *r)
+{
+    collect_flags(r, 0);
+}
+
 /* The period changes every CHANGE_EVERY overflows, again and again: each
  * run of equal periods (as the handler left them) is at most CHANGE_EVERY
  * long, and 600 captures see at least 4 changes. Each period the handler
@@ -184,10 +194,10 @@ static void collect(run_t *r)
  * the arm, is left out of both checks: how it is drawn may differ). A
  * trigger that changed its period once and never again passed
  * trigger_perf_forced and every other test: nothing watched the draws. */
-static void test_period_keeps_changing(void)
+static void check_keeps_changing(unsigned flags)
 {
     static run_t r;
-    collect(&r);
+    collect_flags(&r, flags);
     uint64_t prev = r.first_ns;
     size_t run = 0, changes = 0, longest = 0;
     uint64_t drawn[SLOTS];
@@ -221,6 +231,20 @@ static void test_period_keeps_changing(void)
         TEST_FAIL("the periods drawn do not come in pairs that add up to %u ns", 2 * INTERVAL_NS);
 }
 
+static void test_period_keeps_changing(void)
+{
+    check_keeps_changing(0);
+}
+
+/* An arm made without its page, as a thread armed as it starts is
+ * (SNAPPROF__ARM_NO_PAGE with SNAPPROF__ARM_FIRST_SPREAD): its periods
+ * change as a mapped one's do. (A missing page used to mean a period
+ * kept for good, which for a spread arm is its short first one.) */
+static void test_period_keeps_changing_no_page(void)
+{
+    check_keeps_changing(SNAPPROF__ARM_NO_PAGE | SNAPPROF__ARM_FIRST_SPREAD);
+}
+
 /* Every capture weighs the period in force when it fired: the first the
  * period the arm was made with, each later one the period the handler
  * left before it. A capture weighed by the nominal interval instead
@@ -251,6 +275,7 @@ int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"period_keeps_changing", test_period_keeps_changing},
+        {"period_keeps_changing_no_page", test_period_keeps_changing_no_page},
         {"weight_is_period_in_force", test_weight_is_period_in_force},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

@@ -19,7 +19,8 @@ snapprof_set_case_properties(EXE trigger CASES deep_stacks_two_threads
   PROPERTIES LABELS accuracy RUN_SERIAL TRUE TIMEOUT 600)
 # The perf trigger's periods, on an arm the test makes itself: they keep
 # changing, and each capture weighs the one in force (tests
-# trigger_period_period_keeps_changing, trigger_period_weight_is_period_in_force).
+# trigger_period_period_keeps_changing, _keeps_changing_no_page,
+# trigger_period_weight_is_period_in_force).
 snapprof_add_test_cases(EXE trigger_period SOURCES test_trigger_period.c)
 # A trigger's capture of a thread whose sp cannot be read counts
 # sp_out_of_range (tests trigger_sp_out_of_range_perf, _timer).

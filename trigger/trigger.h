@@ -139,13 +139,22 @@ extern const snapprof__trigger_ops_t snapprof__trigger_cpu_timer;
 enum {
     /* Keep a word that changes whenever the thread is scheduled in
      * (snapprof__trigger_sched_seq()), where the trigger has one: the perf
-     * event's mapped page (which every perf arm maps now, for its count). */
+     * event's mapped page (which every perf arm maps, for its count, but
+     * one made with SNAPPROF__ARM_NO_PAGE). */
     SNAPPROF__ARM_SCHED_SEQ = 1u << 0,
     /* The perf event's first period uniform in (0, interval], its sample
      * weighing the interval (draw_first() in trigger_perf_event.c), for
      * threads armed as they start (snapprof_params_t.short_threads).
      * Without it the first period is drawn as the others. */
-    SNAPPROF__ARM_FIRST_SPREAD = 1u << 1
+    SNAPPROF__ARM_FIRST_SPREAD = 1u << 1,
+    /* No mapped page for the perf event: its count is not read at the
+     * end (the thread's own clock at its exit stands in) and there is no
+     * schedule word (not with SNAPPROF__ARM_SCHED_SEQ). For threads armed
+     * as they start, most of which end before their first sample: the
+     * unmap at a thread's end flushes the page from every CPU that runs
+     * the process (an IPI each), 30-40 % of the arming's cost to a 0.4 ms
+     * thread on these VMs. Its periods still change (an ioctl). */
+    SNAPPROF__ARM_NO_PAGE = 1u << 2
 };
 
 /* The ops of a CPU-clock trigger kind, or NULL (AUTO, HANDSHAKE). */

@@ -232,6 +232,13 @@ static int perf_create(snapprof__arm_t *arm, int signo, uint64_t period_ns)
      * is only counted as lost by the kernel). Without it the thread's
      * periods stay as first drawn, its final count is not read, and wall
      * mode reads the thread's clock instead of the lock word. */
+    if (arm->flags & SNAPPROF__ARM_NO_PAGE) {
+        /* Not asked for (trigger.h): the periods change all the same. */
+        arm->page = NULL;
+        if (arm->first_ns)
+            arm->first_period_ns = arm->first_ns;
+        return 0;
+    }
     void *page = snapprof__fault(SNAPPROF__FAULT_MMAP)
                      ? MAP_FAILED
                      : mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
