@@ -254,6 +254,11 @@ static void print_process(const proc_summary_t *s, int several)
                 "snapprof: %s  --python: this Python's frame layout unknown, native frames "
                 "only\n",
                 in);
+    if (st->python_read_errno != 0)
+        fprintf(stderr,
+                "snapprof: %s  --python: process_vm_readv on our own memory was refused (%s: a "
+                "seccomp filter?), native frames only\n",
+                in, strerror((int)st->python_read_errno));
     if (st->wall_proc_errno != 0)
         fprintf(stderr,
                 "snapprof: %s  /proc/self/task/TID/syscall could not be read (%s); blocked "

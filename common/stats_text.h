@@ -113,7 +113,8 @@
     XX(U64, heap_stack_lookups)                                                                    \
     XX(U64, python_learned_full)                                                                   \
     XX(U64, drain_budget_stops)                                                                    \
-    XX(U64, drain_max_cpu_ns)
+    XX(U64, drain_max_cpu_ns)                                                                      \
+    XX(U64, python_read_errno)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

@@ -95,6 +95,10 @@ int snapprof__python_enable(void);
  * native frames only", ...). Any thread, after snapprof__python_enable(). */
 const char *snapprof__python_status(void);
 
+/* When an interpreter was found but process_vm_readv() on our own memory
+ * was refused (seccomp): its errno; else 0. */
+int snapprof__python_read_errno(void);
+
 /* When an interpreter was found but its layout is unknown: its version
  * (Py_Version, 0x030c00f0 for 3.12.0) or 1 when it has none; else 0. */
 uint32_t snapprof__python_layout_unknown(void);

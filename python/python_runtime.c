@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <elfutils/libdw.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <libelf.h>
 #include <link.h>
@@ -26,8 +27,9 @@
 
 snapprof__py_state_t snapprof__py;
 
-static int tried;   /* snapprof__python_enable() ran */
-static int unknown; /* an interpreter whose layout the table does not know */
+static int tried;      /* snapprof__python_enable() ran */
+static int unknown;    /* an interpreter whose layout the table does not know */
+static int read_errno; /* process_vm_readv on our memory refused: its errno */
 static char status[160] = "not looked for";
 
 /* ------------------------------------------------------------------------ */
@@ -490,6 +492,7 @@ int snapprof__python_enable(void)
     uintptr_t probe = 0;
     atomic_store_explicit(&snapprof__py.pid, getpid(), memory_order_relaxed);
     if (snapprof__py_read((uintptr_t)runtime, &probe, sizeof probe) < 0) {
+        read_errno = errno ? errno : EPERM;
         snprintf(status, sizeof status, "Python %s: process_vm_readv refused, native frames only",
                  l->name);
         return 0;
@@ -511,6 +514,11 @@ int snapprof__python_enable(void)
 const char *snapprof__python_status(void)
 {
     return status;
+}
+
+int snapprof__python_read_errno(void)
+{
+    return read_errno;
 }
 
 uint32_t snapprof__python_layout_unknown(void)

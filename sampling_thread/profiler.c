@@ -125,6 +125,7 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
     if (known.python) {
         p->python = snapprof__python_enable();
         p->stats.python_layout_unknown = (uint64_t)snapprof__python_layout_unknown();
+        p->stats.python_read_errno = (uint64_t)snapprof__python_read_errno();
         if (p->python)
             p->py_frames = calloc(known.max_frames, sizeof *p->py_frames);
     }

@@ -33,6 +33,16 @@ set_tests_properties(python_frames_shares python_frames_heldout PROPERTIES
 # test beside it on the 2 CPUs can delay (CI runs 14 and 20: 73.8 % and
 # 93.4 % whole, where alone it gives 99.1-99.97 %). Alone, but in every suite.
 set_tests_properties(python_frames_churn PROPERTIES RUN_SERIAL TRUE)
+# Under a seccomp filter that refuses process_vm_readv (python_frames_refused):
+# the static launcher of the record_seccomp tests (preload.cmake), which
+# sanitizer builds do not make.
+if(NOT SNAPPROF_SANITIZE)
+  add_test(NAME python_frames_refused
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/check_python.py
+                   $<TARGET_FILE:snapprof_cli> refused ${python_build})
+  set_tests_properties(python_frames_refused PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+    LABELS preload ENVIRONMENT "SNAPPROF_TEST_SECCOMP_EXEC=$<TARGET_FILE:seccomp_exec>")
+endif()
 # A C thread that runs native code and then calls back into Python
 # (python_frames_callback*): its library, loaded by ctypes.
 add_library(python_callback_lib MODULE test_python_callback_lib.c)

@@ -612,6 +612,14 @@ typedef struct snapprof_stats {
     uint64_t drain_budget_stops;
     uint64_t drain_max_cpu_ns;
     /* -- end of the drain budget block -- */
+    /* -- Added in 0.7.0 (issue 29, Python frames under seccomp) -- */
+    /* When Python frames were asked for and the interpreter was found, but
+     * process_vm_readv() on the profiler's own memory, which every read of
+     * its frames goes through, was refused (a seccomp filter: Docker's
+     * default profile without CAP_SYS_PTRACE; common/seccomp.h): the
+     * errno, EPERM, and the profile has native frames only; else 0. */
+    uint64_t python_read_errno;
+    /* -- end of the Python seccomp block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */

@@ -20,6 +20,9 @@ usage: check_python.py SNAPPROF_CLI MODE [plain|sanitized]
   callback_refresh  the same as with a libpython that may be unloaded: Python
              frames after the next refresh
   unknown    an interpreter version the layout table lacks: native only
+  refused    under a seccomp filter that fails process_vm_readv with EPERM
+             (tests/seccomp_exec.c): native frames only, and the summary
+             says why
   off        without --python nothing of Python's is in the profile
   wall       --wall: threads waiting in time.sleep, a lock and a socket recv
              show the Python function that waits
@@ -281,6 +284,32 @@ def unknown(cli, tmp):
     native_only(prof)
 
 
+def refused(cli, tmp):
+    """Python frames are read with process_vm_readv, which a seccomp filter
+    may refuse (Docker's default profile does, without CAP_SYS_PTRACE): the
+    profile is then native, and the summary says so (it said nothing)."""
+    launcher = os.environ.get("SNAPPROF_TEST_SECCOMP_EXEC", "")
+    if not os.access(launcher, os.X_OK):
+        skip("no seccomp_exec launcher (SNAPPROF_TEST_SECCOMP_EXEC)")
+    out = os.path.join(tmp, "p.pb.gz")
+    script = os.path.join(HERE, "recursion.py")
+    # Through a shell: record runs only programs the preload can load into,
+    # and the launcher is static; it installs the filter and execs python.
+    cmd = [cli, "record", "-F", "500", "-o", out, "--python", "--", "/bin/sh", "-c",
+           f"exec {launcher} errno process_vm_readv {PY} {script} 0.5 50"]
+    e = dict(os.environ)
+    e.pop("SNAPPROF_PYTHON", None)
+    r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=600)
+    print(r.stderr[-3000:])
+    if r.returncode != 0:
+        fail(f"{cmd} exited {r.returncode}")
+    want = ("--python: process_vm_readv on our own memory was refused (Operation not permitted: "
+            "a seccomp filter?), native frames only")
+    if r.stderr.count(want) != 1:
+        fail(f"the summary does not say once: {want}")
+    native_only(out)
+
+
 def native_only(prof):
     if "[python]" in mappings(prof):
         fail("a [python] mapping in a profile that should have native frames only")
@@ -425,7 +454,7 @@ def main():
          "churn": lambda: recursion(cli, tmp, depth=30, calls=40, whole_min=0.95),
          "young": lambda: young(cli, tmp),
          "faulthandler": lambda: faulthandler(cli, tmp), "altstack": lambda: altstack(cli, tmp),
-         "unknown": lambda: unknown(cli, tmp),
+         "unknown": lambda: unknown(cli, tmp), "refused": lambda: refused(cli, tmp),
          "callback": lambda: callback(cli, tmp, False),
          "callback_refresh": lambda: callback(cli, tmp, True),
          "off": lambda: off(cli, tmp), "wall": lambda: wall(cli, tmp),
