@@ -24,6 +24,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* snapprof_params_t.short_threads unless SNAPPROF_SHORT_THREADS says: one
+ * thread in 4 that starts under the preload arms itself then. 1 halves the
+ * spread of a short-thread program's share at 2-3 times the threads' cost
+ * (bench/bench_churn.sh). */
+#define SHORT_THREADS_DEFAULT 4u
+
 /* The running profile of this process: under the preload lock. */
 static snapprof__preload_profile_t g;
 /* g.cfg.arm_demand, for the helper thread's loop without the lock. */
@@ -269,9 +275,13 @@ static int start_locked(const snapprof__preload_config_t *cfg, unsigned flags, c
     params.python = python && strcmp(python, "1") == 0;
     /* Threads armed as they start, one in N (snapprof.h, short_threads),
      * or sampled by a process-wide timer until armed ("timer":
-     * unarmed_timer); off unless asked for. */
+     * unarmed_timer). One in SHORT_THREADS_DEFAULT unless told: a
+     * thread-per-task program's threads are in its profile, at 2-30 us of
+     * CPU time a thread (README, "Short-lived threads"). */
+    params.short_threads = SHORT_THREADS_DEFAULT;
     const char *shorts = getenv("SNAPPROF_SHORT_THREADS");
     if (shorts && strcmp(shorts, "timer") == 0) {
+        params.short_threads = 0;
         params.unarmed_timer = 1;
     } else if (shorts && *shorts) {
         char *end;

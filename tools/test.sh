@@ -24,7 +24,7 @@ run_suite() { # dir, extra cmake args..., then -- ctest args...
   (cd "$dir" && ctest --output-on-failure -j"$jobs" "${ctest_args[@]}")
 }
 
-# "slow": record_fds_budget_5000_wall and record_accuracy_short_threads_share,
+# "slow": record_fds_budget_5000_wall,
 # run by hand (tests/preload.cmake says why).
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE slow
 if [ "${1:-}" = "--sanitizers" ]; then

@@ -1121,10 +1121,11 @@ typedef struct snapprof_params {
      * threads of a thread-per-task program are in the profile as their
      * clocks say, where otherwise a thread that ends before the next tick
      * is never sampled and all its CPU time is "[kernel and unsampled]".
-     * The cost is one trigger's arming and teardown per armed thread
-     * (100-150 us on a nested VM; a program of 0.4 ms threads made 31 %
-     * fewer threads a second with 1, 18 % fewer with 4). 0 (the default):
-     * none (SNAPPROF_SHORT_THREADS=N in the preload library). */
+     * The cost is one trigger's arming and teardown per armed thread (the
+     * perf event's: 9 system calls, 20-50 us of the thread's CPU time on a
+     * nested VM; README, "Short-lived threads"). 0 (the default): none.
+     * The preload library and `snapprof record` use 4 unless
+     * SNAPPROF_SHORT_THREADS=N says otherwise (since 0.7.0). */
     unsigned short_threads;
     /* Added in 0.7.0 (read only when size covers it). Heap sampling
      * (<snapprof/heap.h>): the mean number of bytes allocated between two
