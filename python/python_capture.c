@@ -78,20 +78,21 @@ static int in_chunks(walk_t *w, uintptr_t f)
 #define CODE_SPAN_MAX SNAPPROF__PY_CODE_SPAN_MAX
 
 /* Code objects closer than this (the end of one span to the start of the
- * next) are read as one remote range, the bytes between them copied into
- * a sink. process_vm_readv pins and copies each remote iovec on its own:
- * about 0.5 us an iovec on the machine measured, even two on one page,
- * against about 0.1 us a KiB copied. Code objects made together lie
- * together (3.11's are 216-byte pymalloc blocks, 224 apart in a pool), so
- * a batch of 64 is a few ranges instead of 64. */
+ * next) are read as one remote range, the bytes between them copied too.
+ * process_vm_readv pins and copies each remote iovec on its own (about
+ * 0.2 us an iovec on the machine measured) against about 0.06 us a KiB
+ * copied. Code objects made together lie together (3.11's are 216-byte
+ * pymalloc blocks, 224 apart in a pool), so a batch of 64 is a few ranges
+ * instead of 64. */
 #define CODE_GAP_MAX 1024
+
+_Static_assert(SNAPPROF__PY_CODE_STAGE >= SNAPPROF__PY_CODE_BATCH * SNAPPROF__PY_CODE_SPAN_MAX,
+               "a batch's spans without gaps must fit the stage");
 
 void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
 {
-    static uint8_t sink[CODE_GAP_MAX]; /* written, never read: shared is fine */
     const uintptr_t *codes = s->codes;
-    uint8_t(*f)[CODE_SPAN_MAX] = s->fields;
-    uint8_t *ok = s->ok, *order = s->order;
+    uint8_t *stage = s->stage, *ok = s->ok, *order = s->order;
     size_t *end = s->end;
     struct iovec *local = s->local, *remote = s->remote;
     for (size_t k = 0; k < n; k++) { /* insertion sort: n <= BATCH */
@@ -102,41 +103,44 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
         }
         order[j] = (uint8_t)k;
     }
-    size_t nl = 0, nr = 0, total = 0;
+    /* The ranges land one after the other in stage, through a single
+     * local iovec: the kernel copies into each local iovec on its own
+     * (about 0.1 us apiece measured), so one per code object and one per
+     * gap (129 for 64 code objects) cost more than the pins. A gap is
+     * merged only while the spans still to come fit behind it. */
+    size_t nr = 0, total = 0;
     uintptr_t cur = 0; /* the end of the last remote range */
     for (size_t j = 0; j < n; j++) {
         size_t k = order[j];
         uintptr_t a = codes[k] + off;
-        if (nr > 0 && a >= cur && a - cur <= CODE_GAP_MAX) {
-            if (a > cur) {
-                local[nl++] = (struct iovec){sink, a - cur};
-                total += a - cur;
-            }
+        if (nr > 0 && a >= cur && a - cur <= CODE_GAP_MAX &&
+            total + (a - cur) + (n - j) * span <= SNAPPROF__PY_CODE_STAGE) {
+            total += a - cur;
             remote[nr - 1].iov_len += a + span - cur;
         } else {
             remote[nr++] = (struct iovec){(void *)a, span};
         }
-        local[nl++] = (struct iovec){f[k], span};
         total += span;
         end[k] = total;
         cur = a + span;
     }
+    local[0] = (struct iovec){stage, total};
     pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
-    ssize_t got =
-        snapprof__process_vm_readv(pid, local, (unsigned long)nl, remote, (unsigned long)nr);
+    ssize_t got = snapprof__process_vm_readv(pid, local, 1, remote, (unsigned long)nr);
     size_t nmiss = 0;
     for (size_t k = 0; k < n; k++) {
         ok[k] = got > 0 && end[k] <= (size_t)got;
         if (!ok[k]) {
-            local[nmiss] = (struct iovec){f[k], span};
+            local[nmiss] = (struct iovec){stage + end[k] - span, span}; /* its place */
             remote[nmiss] = (struct iovec){(void *)(codes[k] + off), span};
             order[nmiss++] = (uint8_t)k;
         }
     }
     if (nmiss == 0 || (got >= 0 && (size_t)got == total))
         return;
-    /* A partial read stops at the first iovec that failed: the code
-     * objects read whole are those before it. */
+    /* A partial read stops at the first remote byte that could not be
+     * read: the code objects read whole are those before it. Each one
+     * left is read again into its own place in stage. */
     got =
         snapprof__process_vm_readv(pid, local, (unsigned long)nmiss, remote, (unsigned long)nmiss);
     size_t whole = got <= 0 ? 0 : (size_t)got / span;
@@ -168,7 +172,7 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         int32_t firstlineno;
         if (!s->ok[k])
             return i;
-        const uint8_t *f = s->fields[k];
+        const uint8_t *f = snapprof__py_code_fields(s, k, span);
         memcpy(&type, f, sizeof type);
         memcpy(&size, f + (l->code_size - l->code_type), sizeof size);
         memcpy(&firstlineno, f + (l->code_firstlineno - l->code_type), sizeof firstlineno);

@@ -1,9 +1,10 @@
 /* python/python_capture.c's checked read of code objects
  * (snapprof__py_read_codes) on our own memory, no interpreter needed: code
- * objects close together are read as merged ranges with the bytes between
- * them dropped, and a range that runs into memory that cannot be read
- * loses only what cannot be read. And the handler's lookup of a thread
- * state (snapprof__py_tstate_find) against a fake _PyRuntime. */
+ * objects close together are read as merged ranges into one staging
+ * buffer, no more of them merged than fits it, and a range that runs into
+ * memory that cannot be read loses only what cannot be read. And the
+ * handler's lookup of a thread state (snapprof__py_tstate_find) against a
+ * fake _PyRuntime. */
 #include "python/python_internal.h"
 #include "stack_copier/stack_copier.h"
 #include "test.h"
@@ -51,9 +52,49 @@ static void test_merged_ranges(void)
     snapprof__py_read_codes(&s, n, OFF, SPAN);
     for (size_t k = 0; k < n; k++) {
         ASSERT_EQ(s.ok[k], 1);
-        ASSERT(memcmp(s.fields[k], (const void *)(s.codes[k] + OFF), SPAN) == 0);
+        ASSERT(memcmp(snapprof__py_code_fields(&s, k, SPAN), (const void *)(s.codes[k] + OFF),
+                      SPAN) == 0);
     }
     munmap(m, 3 * (size_t)page);
+}
+
+/* A full batch of code objects 1000 bytes apart: merged with their gaps
+ * they would take 63 KiB, four times the stage, so the read must start new
+ * ranges (gaps not copied) once the spans still to come would not fit
+ * behind another gap; every one is read whole and lands where
+ * snapprof__py_code_fields() says, and no byte is written past the stage
+ * (the guard after it keeps its pattern). Catches a merge that ignores the
+ * stage's size (a write past it, into the next capture's memory) or
+ * offsets that drift when gaps are merged for some code objects and not
+ * for others. */
+static void test_stage_bounds_merging(void)
+{
+    enum { STRIDE = 1000 };
+    size_t len = (size_t)SNAPPROF__PY_CODE_BATCH * STRIDE + 4096;
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(m != MAP_FAILED);
+    for (size_t i = 0; i < len; i++)
+        m[i] = (uint8_t)(i * 7 + i / 4096);
+    atomic_store(&snapprof__py.pid, getpid());
+    static struct {
+        snapprof__py_scratch_t s;
+        uint8_t guard[256];
+    } g;
+    memset(&g, 0, sizeof g);
+    memset(g.guard, 0xa5, sizeof g.guard);
+    size_t n = SNAPPROF__PY_CODE_BATCH;
+    for (size_t k = 0; k < n; k++) /* met innermost first: not in address order */
+        g.s.codes[k] = (uintptr_t)m + 64 + STRIDE * ((k * 37) % n);
+    snapprof__py_read_codes(&g.s, n, OFF, SPAN);
+    for (size_t k = 0; k < n; k++) {
+        ASSERT_EQ(g.s.ok[k], 1);
+        ASSERT(g.s.end[k] <= sizeof g.s.stage);
+        ASSERT(memcmp(snapprof__py_code_fields(&g.s, k, SPAN), (const void *)(g.s.codes[k] + OFF),
+                      SPAN) == 0);
+    }
+    for (size_t i = 0; i < sizeof g.guard; i++)
+        ASSERT_EQ(g.guard[i], 0xa5);
+    munmap(m, len);
 }
 
 /* A code pointer whose span runs into the unreadable page, merged with a
@@ -76,8 +117,8 @@ static void test_hole_loses_only_unreadable(void)
     ASSERT_EQ(s.ok[0], 1);
     ASSERT_EQ(s.ok[1], 0);
     ASSERT_EQ(s.ok[2], 1);
-    ASSERT(memcmp(s.fields[0], (const void *)(far + OFF), SPAN) == 0);
-    ASSERT(memcmp(s.fields[2], (const void *)(before + OFF), SPAN) == 0);
+    ASSERT(memcmp(snapprof__py_code_fields(&s, 0, SPAN), (const void *)(far + OFF), SPAN) == 0);
+    ASSERT(memcmp(snapprof__py_code_fields(&s, 2, SPAN), (const void *)(before + OFF), SPAN) == 0);
     /* Inside the hole itself, and a null one: nothing read, no fault. */
     s.codes[0] = (uintptr_t)m + (uintptr_t)page + 64;
     s.codes[1] = 0;
@@ -250,6 +291,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"merged_ranges", test_merged_ranges},
         {"hole_loses_only_unreadable", test_hole_loses_only_unreadable},
+        {"stage_bounds_merging", test_stage_bounds_merging},
         {"native_mark_until_refresh", test_native_mark_until_refresh},
         {"native_mark_new_holder", test_native_mark_new_holder},
         {"learned_full_counted", test_learned_full_counted},
