@@ -69,6 +69,9 @@ typedef struct snapprof__py_scratch {
         uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
     } chunks[SNAPPROF__PY_CHUNKS_MAX];
     uintptr_t codes[SNAPPROF__PY_CODE_BATCH]; /* a batch's distinct code objects */
+    /* Where each of codes is: 1 + its index, by a hash of its address
+     * (python_capture.c, find_code()); 0 for a free slot. */
+    uint8_t code_index[2 * SNAPPROF__PY_CODE_BATCH];
     /* snapprof__py_read_codes(): what it read, codes[k]'s span ending at
      * stage + end[k], whether whole, and its system call's vectors. */
     uint8_t stage[SNAPPROF__PY_CODE_STAGE];

@@ -131,12 +131,20 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
  * at each refresh) was full. Any thread. */
 uint64_t snapprof__py_learned_full_take(void);
 
-/* Called by the splice once per batch to name frames
- * (python_symbols.c): the pc of the Python frame for rec, in the
- * "[python]" pseudo module, or 0 when its code object cannot be read;
- * *reused is set when the code object at that address is no longer the
- * one captured. Sampling side. */
+/* Called by the splice once per frame to name it (python_symbols.c): the
+ * pc of the Python frame for rec, in the "[python]" pseudo module, or 0
+ * when its code object cannot be read; *reused is set when the code object
+ * at that address is no longer the one captured. Sampling side, with
+ * snapprof__py_names_lock() held. */
 uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused);
+
+/* The lock of the names (python_symbols.c; the pprof writer's
+ * symbolization takes it too), held across one splice's calls of
+ * snapprof__py_frame_pc(): once a capture, not once a frame (a lock and
+ * an unlock a frame were a third of the splice's time at 50 deep). Not
+ * recursive. Sampling side. */
+void snapprof__py_names_lock(void);
+void snapprof__py_names_unlock(void);
 
 /* The "[python]" pseudo module, made by the first call. Sampling side. */
 const snapprof_module_t *snapprof__py_module(void);

@@ -286,6 +286,98 @@ static void test_learned_full_counted(void)
     ASSERT_EQ(find(base, 0), 0);                                 /* forgotten */
 }
 
+/* A fake thread of 300 interpreter frames for the handler's walk
+ * (snapprof__python_capture, plain loads inside chunks, and
+ * snapprof__python_capture_blocked, every read checked): the inner 150 in
+ * the current data-stack chunk, the outer 150 in the one before it, 200
+ * distinct code objects met in an order unrelated to their addresses (the
+ * outer 200 frames two by two on a pair of code objects, as a mutual
+ * recursion), so the walk reads four batches of code objects. Each frame must come back with
+ * its own code object's first line, names check and instruction offset,
+ * and its entry mark. Catches a walk that loses its place at the chunk
+ * boundary, a code object's index in its batch that points at another's
+ * fields (find_code, a batch started afresh), and a sort of the batch
+ * that mixes up the ranges read. */
+enum { WALK_FRAMES = 300, WALK_CODES = 200, FRAME_STRIDE = 80, CODE_BYTES = 256 };
+static _Alignas(64) uint8_t walk_codes[WALK_CODES][CODE_BYTES];
+static _Alignas(64) uint8_t walk_chunks[2][24 + 150 * FRAME_STRIDE + 64];
+static _Alignas(64) uint8_t walk_cframe[64];
+static uint8_t walk_type[64];
+static snapprof__py_capture_t walk_cap;
+
+static void put(uint8_t *base, size_t off, uintptr_t v)
+{
+    memcpy(base + off, &v, sizeof v);
+}
+
+static size_t walk_code_of(size_t i)
+{
+    return i < 100 ? i : 100 + (i - 100) / 4 * 2 + i % 2; /* then a, b, a, b, c, d, ... */
+}
+
+static void test_walk_batches_two_chunks(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    ASSERT(l->frame_size <= FRAME_STRIDE && l->chunk_data == 24);
+    snapprof__py.code_type = (uintptr_t)walk_type;
+    memset(walk_codes, 0, sizeof walk_codes);
+    memset(walk_chunks, 0, sizeof walk_chunks);
+    for (size_t c = 0; c < WALK_CODES; c++) {
+        uint8_t *code = walk_codes[(c * 37) % WALK_CODES]; /* addresses shuffled */
+        put(code, l->code_type, (uintptr_t)walk_type);
+        put(code, l->code_size, 100);
+        int32_t line = 1000 + (int32_t)c;
+        memcpy(code + l->code_firstlineno, &line, sizeof line);
+        put(code, l->code_filename, 0x5000);
+        put(code, l->code_qualname, 0x10000 + 16 * c);
+    }
+    /* Frame i: chunk 1 (current) holds i < 150, innermost highest; chunk
+     * 0 the rest. */
+    uint8_t *frame[WALK_FRAMES];
+    for (size_t i = 0; i < WALK_FRAMES; i++) {
+        size_t in = i < 150 ? 149 - i : 299 - i; /* position from the chunk's data */
+        frame[i] = walk_chunks[i < 150 ? 1 : 0] + l->chunk_data + in * FRAME_STRIDE;
+    }
+    for (size_t i = 0; i < WALK_FRAMES; i++) {
+        uintptr_t code = (uintptr_t)walk_codes[(walk_code_of(i) * 37) % WALK_CODES];
+        put(frame[i], l->frame_code, code);
+        put(frame[i], l->frame_previous, i + 1 < WALK_FRAMES ? (uintptr_t)frame[i + 1] : 0);
+        put(frame[i], l->frame_prev_instr, code + l->code_code + 2 * (i % 40));
+        frame[i][l->frame_is_entry] = i == 120 || i == WALK_FRAMES - 1;
+    }
+    put(walk_chunks[0], l->chunk_previous, 0);
+    put(walk_chunks[0], l->chunk_size, sizeof walk_chunks[0]);
+    put(walk_chunks[0], 16, 150 * FRAME_STRIDE / sizeof(uintptr_t)); /* top, in words */
+    put(walk_chunks[1], l->chunk_previous, (uintptr_t)walk_chunks[0]);
+    put(walk_chunks[1], l->chunk_size, sizeof walk_chunks[1]);
+    put(walk_cframe, l->cframe_current_frame, (uintptr_t)frame[0]);
+    pid_t me = snapprof__gettid_cached();
+    uintptr_t ts = fake_state(l, 0, me);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)frame[0] + FRAME_STRIDE);
+    set_holder(l, ts);
+    for (int blocked = 0; blocked <= 1; blocked++) {
+        memset(&walk_cap, 0xee, sizeof walk_cap);
+        if (blocked)
+            snapprof__python_capture_blocked(&walk_cap, me);
+        else
+            snapprof__python_capture(&walk_cap);
+        ASSERT_EQ(walk_cap.status, 0);
+        ASSERT_EQ(walk_cap.count, WALK_FRAMES);
+        for (size_t i = 0; i < WALK_FRAMES; i++) {
+            const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
+            size_t c = walk_code_of(i);
+            uintptr_t code = (uintptr_t)walk_codes[(c * 37) % WALK_CODES];
+            ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, code);
+            ASSERT_EQ((r->code & SNAPPROF__PY_REC_ENTRY) != 0, i == 120 || i == WALK_FRAMES - 1);
+            ASSERT_EQ(r->instr, (int32_t)(i % 40));
+            ASSERT_EQ(r->firstlineno, 1000 + (int32_t)c);
+            ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * c, 100));
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -296,6 +388,7 @@ int main(int argc, char **argv)
         {"native_mark_new_holder", test_native_mark_new_holder},
         {"learned_full_counted", test_learned_full_counted},
         {"own_key_without_gil", test_own_key_without_gil},
+        {"walk_batches_two_chunks", test_walk_batches_two_chunks},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
