@@ -50,6 +50,10 @@ typedef struct snapprof__py_frame_rec {
 /* What is read of one code object: its fields from code_type to the end of
  * code_qualname, in one piece (128 bytes in 3.11). */
 #define SNAPPROF__PY_CODE_SPAN_MAX 128
+/* Where a batch's code objects are copied to, merged ranges and the bytes
+ * between them (python_capture.c, CODE_GAP_MAX): room for a batch of
+ * 64 spans with gaps, since a batch is merged only as far as it fits. */
+#define SNAPPROF__PY_CODE_STAGE (16 * 1024)
 /* Data-stack chunks the walk keeps the used part of. */
 #define SNAPPROF__PY_CHUNKS_MAX 64
 
@@ -65,13 +69,16 @@ typedef struct snapprof__py_scratch {
         uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */
     } chunks[SNAPPROF__PY_CHUNKS_MAX];
     uintptr_t codes[SNAPPROF__PY_CODE_BATCH]; /* a batch's distinct code objects */
-    /* snapprof__py_read_codes(): what it read of codes[k], whether whole,
-     * and its system call's vectors. */
-    uint8_t fields[SNAPPROF__PY_CODE_BATCH][SNAPPROF__PY_CODE_SPAN_MAX];
+    /* Where each of codes is: 1 + its index, by a hash of its address
+     * (python_capture.c, find_code()); 0 for a free slot. */
+    uint8_t code_index[2 * SNAPPROF__PY_CODE_BATCH];
+    /* snapprof__py_read_codes(): what it read, codes[k]'s span ending at
+     * stage + end[k], whether whole, and its system call's vectors. */
+    uint8_t stage[SNAPPROF__PY_CODE_STAGE];
     uint8_t ok[SNAPPROF__PY_CODE_BATCH];
     uint8_t order[SNAPPROF__PY_CODE_BATCH];
     size_t end[SNAPPROF__PY_CODE_BATCH];
-    struct iovec local[2 * SNAPPROF__PY_CODE_BATCH], remote[SNAPPROF__PY_CODE_BATCH];
+    struct iovec local[SNAPPROF__PY_CODE_BATCH], remote[SNAPPROF__PY_CODE_BATCH];
 } snapprof__py_scratch_t;
 
 /* The Python part of a capture slot's extra area (after the labels). */

@@ -91,14 +91,24 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
 
 /* Reads span (<= SNAPPROF__PY_CODE_SPAN_MAX) bytes at s->codes[k] + off for
  * k < n (<= SNAPPROF__PY_CODE_BATCH, codes in the order the walk met them)
- * into s->fields[k], with one process_vm_readv over the codes sorted by
- * address and merged into ranges, then, if that read stopped short (a
- * range ran into memory that cannot be read, or a code pointer was
- * garbage), one more with an iovec per code object not yet read, in codes'
- * order (a partial read keeps those before the first that failed). Sets
- * s->ok[k] to 1 for each code object read whole, else 0. Uses no more of
- * the stack than its locals' few words. Async-signal-safe. */
+ * into s->stage (snapprof__py_code_fields() says where), with one
+ * process_vm_readv over the codes sorted by address and merged into
+ * ranges, copied one after the other through one local iovec, then, if
+ * that read stopped short (a range ran into memory that cannot be read, or
+ * a code pointer was garbage), one more with an iovec per code object not
+ * yet read, in codes' order (a partial read keeps those before the first
+ * that failed). Sets s->ok[k] to 1 for each code object read whole, else
+ * 0. Uses no more of the stack than its locals' few words.
+ * Async-signal-safe. */
 void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
+
+/* What snapprof__py_read_codes(s, n, off, span) read of s->codes[k]: span
+ * bytes, valid when s->ok[k]. Async-signal-safe. */
+static inline const uint8_t *snapprof__py_code_fields(const snapprof__py_scratch_t *s, size_t k,
+                                                      size_t span)
+{
+    return s->stage + s->end[k] - span;
+}
 
 /* The PyThreadState of thread tid, or 0: its first ts_size bytes are read
  * checked into tsb (size bytes) and its native_thread_id is tid. Looks in
@@ -121,12 +131,20 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
  * at each refresh) was full. Any thread. */
 uint64_t snapprof__py_learned_full_take(void);
 
-/* Called by the splice once per batch to name frames
- * (python_symbols.c): the pc of the Python frame for rec, in the
- * "[python]" pseudo module, or 0 when its code object cannot be read;
- * *reused is set when the code object at that address is no longer the
- * one captured. Sampling side. */
+/* Called by the splice once per frame to name it (python_symbols.c): the
+ * pc of the Python frame for rec, in the "[python]" pseudo module, or 0
+ * when its code object cannot be read; *reused is set when the code object
+ * at that address is no longer the one captured. Sampling side, with
+ * snapprof__py_names_lock() held. */
 uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused);
+
+/* The lock of the names (python_symbols.c; the pprof writer's
+ * symbolization takes it too), held across one splice's calls of
+ * snapprof__py_frame_pc(): once a capture, not once a frame (a lock and
+ * an unlock a frame were a third of the splice's time at 50 deep). Not
+ * recursive. Sampling side. */
+void snapprof__py_names_lock(void);
+void snapprof__py_names_unlock(void);
 
 /* The "[python]" pseudo module, made by the first call. Sampling side. */
 const snapprof_module_t *snapprof__py_module(void);

@@ -15,6 +15,8 @@ size_t snapprof__python_splice(const snapprof__py_capture_t *cap, const snapprof
         st->truncated++;
     if (cap->status & SNAPPROF__PY_BROKEN)
         st->broken++;
+    if (m != NULL && count > 0)
+        snapprof__py_names_lock();
     for (size_t i = 0; i < n && o < max; i++) {
         if (m == NULL || next >= count || in[i].kind != SNAPPROF_FRAME_NATIVE ||
             !snapprof__python_is_eval_pc(in[i].pc)) {
@@ -36,6 +38,8 @@ size_t snapprof__python_splice(const snapprof__py_capture_t *cap, const snapprof
             }
         }
     }
+    if (m != NULL && count > 0)
+        snapprof__py_names_unlock();
     /* Runs left over: the native walk ended first (or missed an evaluation
      * loop frame). They are not placed: a Python frame under the wrong C
      * caller would be a made-up stack. */

@@ -450,13 +450,22 @@ static int line_of(const code_entry_t *e, int32_t instr)
     return line;
 }
 
+void snapprof__py_names_lock(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+void snapprof__py_names_unlock(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
 uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused)
 {
     *reused = 0;
-    if (snapprof__py_module() == NULL)
+    if (module == NULL) /* made by snapprof__py_module(), outside the lock */
         return 0;
     uintptr_t code = rec->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS;
-    pthread_mutex_lock(&lock);
     uintptr_t pc = 0;
     code_entry_t *e = NULL;
     if (codes_cap > 0) {
@@ -499,6 +508,5 @@ uintptr_t snapprof__py_frame_pc(const snapprof__py_frame_rec_t *rec, int *reused
     e->last_instr = rec->instr;
     e->last_pc = pc;
 out:
-    pthread_mutex_unlock(&lock);
     return pc;
 }

@@ -1,9 +1,10 @@
 /* python/python_capture.c's checked read of code objects
  * (snapprof__py_read_codes) on our own memory, no interpreter needed: code
- * objects close together are read as merged ranges with the bytes between
- * them dropped, and a range that runs into memory that cannot be read
- * loses only what cannot be read. And the handler's lookup of a thread
- * state (snapprof__py_tstate_find) against a fake _PyRuntime. */
+ * objects close together are read as merged ranges into one staging
+ * buffer, no more of them merged than fits it, and a range that runs into
+ * memory that cannot be read loses only what cannot be read. And the
+ * handler's lookup of a thread state (snapprof__py_tstate_find) against a
+ * fake _PyRuntime. */
 #include "python/python_internal.h"
 #include "stack_copier/stack_copier.h"
 #include "test.h"
@@ -51,9 +52,49 @@ static void test_merged_ranges(void)
     snapprof__py_read_codes(&s, n, OFF, SPAN);
     for (size_t k = 0; k < n; k++) {
         ASSERT_EQ(s.ok[k], 1);
-        ASSERT(memcmp(s.fields[k], (const void *)(s.codes[k] + OFF), SPAN) == 0);
+        ASSERT(memcmp(snapprof__py_code_fields(&s, k, SPAN), (const void *)(s.codes[k] + OFF),
+                      SPAN) == 0);
     }
     munmap(m, 3 * (size_t)page);
+}
+
+/* A full batch of code objects 1000 bytes apart: merged with their gaps
+ * they would take 63 KiB, four times the stage, so the read must start new
+ * ranges (gaps not copied) once the spans still to come would not fit
+ * behind another gap; every one is read whole and lands where
+ * snapprof__py_code_fields() says, and no byte is written past the stage
+ * (the guard after it keeps its pattern). Catches a merge that ignores the
+ * stage's size (a write past it, into the next capture's memory) or
+ * offsets that drift when gaps are merged for some code objects and not
+ * for others. */
+static void test_stage_bounds_merging(void)
+{
+    enum { STRIDE = 1000 };
+    size_t len = (size_t)SNAPPROF__PY_CODE_BATCH * STRIDE + 4096;
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(m != MAP_FAILED);
+    for (size_t i = 0; i < len; i++)
+        m[i] = (uint8_t)(i * 7 + i / 4096);
+    atomic_store(&snapprof__py.pid, getpid());
+    static struct {
+        snapprof__py_scratch_t s;
+        uint8_t guard[256];
+    } g;
+    memset(&g, 0, sizeof g);
+    memset(g.guard, 0xa5, sizeof g.guard);
+    size_t n = SNAPPROF__PY_CODE_BATCH;
+    for (size_t k = 0; k < n; k++) /* met innermost first: not in address order */
+        g.s.codes[k] = (uintptr_t)m + 64 + STRIDE * ((k * 37) % n);
+    snapprof__py_read_codes(&g.s, n, OFF, SPAN);
+    for (size_t k = 0; k < n; k++) {
+        ASSERT_EQ(g.s.ok[k], 1);
+        ASSERT(g.s.end[k] <= sizeof g.s.stage);
+        ASSERT(memcmp(snapprof__py_code_fields(&g.s, k, SPAN), (const void *)(g.s.codes[k] + OFF),
+                      SPAN) == 0);
+    }
+    for (size_t i = 0; i < sizeof g.guard; i++)
+        ASSERT_EQ(g.guard[i], 0xa5);
+    munmap(m, len);
 }
 
 /* A code pointer whose span runs into the unreadable page, merged with a
@@ -76,8 +117,8 @@ static void test_hole_loses_only_unreadable(void)
     ASSERT_EQ(s.ok[0], 1);
     ASSERT_EQ(s.ok[1], 0);
     ASSERT_EQ(s.ok[2], 1);
-    ASSERT(memcmp(s.fields[0], (const void *)(far + OFF), SPAN) == 0);
-    ASSERT(memcmp(s.fields[2], (const void *)(before + OFF), SPAN) == 0);
+    ASSERT(memcmp(snapprof__py_code_fields(&s, 0, SPAN), (const void *)(far + OFF), SPAN) == 0);
+    ASSERT(memcmp(snapprof__py_code_fields(&s, 2, SPAN), (const void *)(before + OFF), SPAN) == 0);
     /* Inside the hole itself, and a null one: nothing read, no fault. */
     s.codes[0] = (uintptr_t)m + (uintptr_t)page + 64;
     s.codes[1] = 0;
@@ -245,15 +286,109 @@ static void test_learned_full_counted(void)
     ASSERT_EQ(find(base, 0), 0);                                 /* forgotten */
 }
 
+/* A fake thread of 300 interpreter frames for the handler's walk
+ * (snapprof__python_capture, plain loads inside chunks, and
+ * snapprof__python_capture_blocked, every read checked): the inner 150 in
+ * the current data-stack chunk, the outer 150 in the one before it, 200
+ * distinct code objects met in an order unrelated to their addresses (the
+ * outer 200 frames two by two on a pair of code objects, as a mutual
+ * recursion), so the walk reads four batches of code objects. Each frame must come back with
+ * its own code object's first line, names check and instruction offset,
+ * and its entry mark. Catches a walk that loses its place at the chunk
+ * boundary, a code object's index in its batch that points at another's
+ * fields (find_code, a batch started afresh), and a sort of the batch
+ * that mixes up the ranges read. */
+enum { WALK_FRAMES = 300, WALK_CODES = 200, FRAME_STRIDE = 80, CODE_BYTES = 256 };
+static _Alignas(64) uint8_t walk_codes[WALK_CODES][CODE_BYTES];
+static _Alignas(64) uint8_t walk_chunks[2][24 + 150 * FRAME_STRIDE + 64];
+static _Alignas(64) uint8_t walk_cframe[64];
+static uint8_t walk_type[64];
+static snapprof__py_capture_t walk_cap;
+
+static void put(uint8_t *base, size_t off, uintptr_t v)
+{
+    memcpy(base + off, &v, sizeof v);
+}
+
+static size_t walk_code_of(size_t i)
+{
+    return i < 100 ? i : 100 + (i - 100) / 4 * 2 + i % 2; /* then a, b, a, b, c, d, ... */
+}
+
+static void test_walk_batches_two_chunks(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    ASSERT(l->frame_size <= FRAME_STRIDE && l->chunk_data == 24);
+    snapprof__py.code_type = (uintptr_t)walk_type;
+    memset(walk_codes, 0, sizeof walk_codes);
+    memset(walk_chunks, 0, sizeof walk_chunks);
+    for (size_t c = 0; c < WALK_CODES; c++) {
+        uint8_t *code = walk_codes[(c * 37) % WALK_CODES]; /* addresses shuffled */
+        put(code, l->code_type, (uintptr_t)walk_type);
+        put(code, l->code_size, 100);
+        int32_t line = 1000 + (int32_t)c;
+        memcpy(code + l->code_firstlineno, &line, sizeof line);
+        put(code, l->code_filename, 0x5000);
+        put(code, l->code_qualname, 0x10000 + 16 * c);
+    }
+    /* Frame i: chunk 1 (current) holds i < 150, innermost highest; chunk
+     * 0 the rest. */
+    uint8_t *frame[WALK_FRAMES];
+    for (size_t i = 0; i < WALK_FRAMES; i++) {
+        size_t in = i < 150 ? 149 - i : 299 - i; /* position from the chunk's data */
+        frame[i] = walk_chunks[i < 150 ? 1 : 0] + l->chunk_data + in * FRAME_STRIDE;
+    }
+    for (size_t i = 0; i < WALK_FRAMES; i++) {
+        uintptr_t code = (uintptr_t)walk_codes[(walk_code_of(i) * 37) % WALK_CODES];
+        put(frame[i], l->frame_code, code);
+        put(frame[i], l->frame_previous, i + 1 < WALK_FRAMES ? (uintptr_t)frame[i + 1] : 0);
+        put(frame[i], l->frame_prev_instr, code + l->code_code + 2 * (i % 40));
+        frame[i][l->frame_is_entry] = i == 120 || i == WALK_FRAMES - 1;
+    }
+    put(walk_chunks[0], l->chunk_previous, 0);
+    put(walk_chunks[0], l->chunk_size, sizeof walk_chunks[0]);
+    put(walk_chunks[0], 16, 150 * FRAME_STRIDE / sizeof(uintptr_t)); /* top, in words */
+    put(walk_chunks[1], l->chunk_previous, (uintptr_t)walk_chunks[0]);
+    put(walk_chunks[1], l->chunk_size, sizeof walk_chunks[1]);
+    put(walk_cframe, l->cframe_current_frame, (uintptr_t)frame[0]);
+    pid_t me = snapprof__gettid_cached();
+    uintptr_t ts = fake_state(l, 0, me);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)frame[0] + FRAME_STRIDE);
+    set_holder(l, ts);
+    for (int blocked = 0; blocked <= 1; blocked++) {
+        memset(&walk_cap, 0xee, sizeof walk_cap);
+        if (blocked)
+            snapprof__python_capture_blocked(&walk_cap, me);
+        else
+            snapprof__python_capture(&walk_cap);
+        ASSERT_EQ(walk_cap.status, 0);
+        ASSERT_EQ(walk_cap.count, WALK_FRAMES);
+        for (size_t i = 0; i < WALK_FRAMES; i++) {
+            const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
+            size_t c = walk_code_of(i);
+            uintptr_t code = (uintptr_t)walk_codes[(c * 37) % WALK_CODES];
+            ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, code);
+            ASSERT_EQ((r->code & SNAPPROF__PY_REC_ENTRY) != 0, i == 120 || i == WALK_FRAMES - 1);
+            ASSERT_EQ(r->instr, (int32_t)(i % 40));
+            ASSERT_EQ(r->firstlineno, 1000 + (int32_t)c);
+            ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * c, 100));
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
         {"merged_ranges", test_merged_ranges},
         {"hole_loses_only_unreadable", test_hole_loses_only_unreadable},
+        {"stage_bounds_merging", test_stage_bounds_merging},
         {"native_mark_until_refresh", test_native_mark_until_refresh},
         {"native_mark_new_holder", test_native_mark_new_holder},
         {"learned_full_counted", test_learned_full_counted},
         {"own_key_without_gil", test_own_key_without_gil},
+        {"walk_batches_two_chunks", test_walk_batches_two_chunks},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
