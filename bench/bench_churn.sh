@@ -12,7 +12,7 @@
 #
 # snapprof runs with SNAPPROF_SHORT_THREADS=N (one in N threads armed as
 # they start; snapprof_params_t.short_threads): N from the environment,
-# else 4.
+# else 1, the preload's default.
 #
 # Run it under nice (the runs themselves are not reniced one by one).
 #
@@ -69,7 +69,7 @@ for hz in 100 1000; do
   for r in $(seq "$rounds"); do
     "$prog" "$threads" 4 400 > "$work/none.$hz.$r" 2>&1
     rates[none.$hz]+="$(rate "$work/none.$hz.$r") "
-    SNAPPROF_SHORT_THREADS=${SNAPPROF_SHORT_THREADS:-4} "$cli" record -F "$hz" -o "$work/s.$hz.$r.pb.gz" -- "$prog" "$threads" 4 400 > "$work/snap.$hz.$r" 2>&1
+    SNAPPROF_SHORT_THREADS=${SNAPPROF_SHORT_THREADS:-1} "$cli" record -F "$hz" -o "$work/s.$hz.$r.pb.gz" -- "$prog" "$threads" 4 400 > "$work/snap.$hz.$r" 2>&1
     rates[snapprof.$hz]+="$(rate "$work/snap.$hz.$r") "
     share[snapprof.$hz]+="$(pprof_share "$work/s.$hz.$r.pb.gz" "" cpu) "
     samples[snapprof.$hz]+="$(pprof_samples "$work/s.$hz.$r.pb.gz" "") "
