@@ -7,6 +7,7 @@
 
 #include "stack_copier/stack_copier.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 /* ------------------------------------------------------------------------ */
@@ -229,6 +230,14 @@ int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
     *cpu_now_out = cpu_now;
     if (cpu_now > t->cpu_last)
         t->cpu_last = cpu_now;
+    /* Armed as it started without its perf event's page (trigger.h,
+     * SNAPPROF__ARM_NO_PAGE), it outlived the first tick: mapped now, so
+     * that the event outlives a close of its fd, as every other arm's. */
+    if (t->arm) {
+        int rc = snapprof__trigger_map_page(t->arm);
+        if (rc < 0 && rc != -EBADF)
+            p->stats.mmap_failed++;
+    }
     if (t->arm && atomic_load_explicit(&t->arm->first_stuck, memory_order_relaxed)) {
         /* Its perf event could not leave its short first period (the
          * program closed or replaced the fd before the first signal): a

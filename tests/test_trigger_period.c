@@ -245,6 +245,56 @@ static void test_period_keeps_changing_no_page(void)
     check_keeps_changing(SNAPPROF__ARM_NO_PAGE | SNAPPROF__ARM_FIRST_SPREAD);
 }
 
+/* An arm made without its page (a thread armed as it starts) gets one
+ * from the sampling side once the thread outlives the first tick
+ * (snapprof__trigger_map_page()), once; from then on the program may
+ * close the event's fd, as a daemon that closes every fd does, and the
+ * event keeps firing, kept alive by its page. Without that mapping it
+ * died with its fd: 0 captures after the close (checked by leaving the
+ * call out). */
+static void test_no_page_mapped_later(void)
+{
+    tu_need_perf_event();
+    ASSERT_OK(snapprof__stack_copier_install(SIGNO));
+    static snapprof__capture_pool_t pool;
+    memset(&pool, 0, sizeof pool);
+    ASSERT_OK(snapprof__capture_pool_init(&pool, SLOTS, 4096, sizeof(noted_t), NULL));
+    static const snapprof__capture_delegate_t delegate = {.on_capture = note_period};
+    pool.delegate = &delegate;
+    static worker_t w;
+    memset(&w, 0, sizeof w);
+    tu_start_thread(&w.th, worker_main, &w, &w.ready);
+    snapprof__arm_t *a = NULL;
+    ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &pool,
+                                    &w.target, SIGNO, INTERVAL_NS,
+                                    SNAPPROF__ARM_NO_PAGE | SNAPPROF__ARM_FIRST_SPREAD, &a));
+    ASSERT_NULL(a->page);
+    ASSERT_OK(snapprof__trigger_map_page(a));
+    if (a->page == NULL) {
+        printf("skipped: the perf event's page could not be mapped\n");
+        exit(TEST_SKIP);
+    }
+    const volatile void *page = a->page;
+    ASSERT_OK(snapprof__trigger_map_page(a)); /* once: nothing more */
+    ASSERT_PTR_EQ(a->page, page);
+    ASSERT_EQ(close(a->fd), 0); /* the program's close */
+    atomic_store_explicit(&g_arm, a, memory_order_release);
+    atomic_store(&w.go, 1);
+    /* 100 captures are 10 ms of the worker's CPU; wall time only bounds a
+     * run that gets none. */
+    uint64_t deadline = tu_mono_ns() + 60000000000u;
+    while (atomic_load(&pool.full) < 100 && tu_mono_ns() < deadline)
+        usleep(2000);
+    unsigned got = (unsigned)atomic_load(&pool.full);
+    snapprof__trigger_disarm(a, NULL);
+    atomic_store(&w.stop, 1);
+    pthread_join(w.th, NULL);
+    printf("%u captures after the program closed the event's fd\n", got);
+    ASSERT_GE(got, 100);
+    atomic_store(&g_arm, NULL);
+    snapprof__capture_pool_destroy(&pool);
+}
+
 /* Every capture weighs the period in force when it fired: the first the
  * period the arm was made with, each later one the period the handler
  * left before it. A capture weighed by the nominal interval instead
@@ -276,6 +326,7 @@ int main(int argc, char **argv)
     static const test_case_t cases[] = {
         {"period_keeps_changing", test_period_keeps_changing},
         {"period_keeps_changing_no_page", test_period_keeps_changing_no_page},
+        {"no_page_mapped_later", test_no_page_mapped_later},
         {"weight_is_period_in_force", test_weight_is_period_in_force},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

@@ -147,13 +147,16 @@ enum {
      * threads armed as they start (snapprof_params_t.short_threads).
      * Without it the first period is drawn as the others. */
     SNAPPROF__ARM_FIRST_SPREAD = 1u << 1,
-    /* No mapped page for the perf event: its count is not read at the
-     * end (the thread's own clock at its exit stands in) and there is no
-     * schedule word (not with SNAPPROF__ARM_SCHED_SEQ). For threads armed
-     * as they start, most of which end before their first sample: the
-     * unmap at a thread's end flushes the page from every CPU that runs
-     * the process (an IPI each), 30-40 % of the arming's cost to a 0.4 ms
-     * thread on these VMs. Its periods still change (an ioctl). */
+    /* No mapped page for the perf event until the sampling side maps it
+     * (snapprof__trigger_map_page(), at the first tick the thread is still
+     * there): meanwhile its count is not read at the end (the thread's own
+     * clock at its exit stands in), the event dies with its fd if the
+     * program closes it, and there is no schedule word (not with
+     * SNAPPROF__ARM_SCHED_SEQ). For threads armed as they start, most of
+     * which end before that tick: the unmap at a thread's end flushes the
+     * TLB of every CPU that runs the process (an IPI each), 30-40 % of the
+     * arming's cost to a 0.4 ms thread on these VMs. Its periods change
+     * all the same (an ioctl). */
     SNAPPROF__ARM_NO_PAGE = 1u << 2
 };
 
@@ -176,6 +179,16 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
  * such word (not a perf event, not asked for, or its mmap failed).
  * Sampling side. */
 int snapprof__trigger_sched_seq(const snapprof__arm_t *arm, uint32_t *seq);
+
+/* Maps the page of an arm's perf event made with SNAPPROF__ARM_NO_PAGE,
+ * for a thread that outlived the sampler's first tick: from then on its
+ * event is kept alive by the page if the program closes the fd, and its
+ * count is read at its end, as a mapped arm's are. Tried once (the flag is
+ * cleared). Returns 0 (mapped, or nothing to do), -EBADF when the fd is no
+ * longer ours, or mmap's -errno. Sampling side, while nothing else
+ * disarms the arm (the profiler's lock): the handler never reads the
+ * page. */
+int snapprof__trigger_map_page(snapprof__arm_t *arm);
 
 /* Whether arm's perf event fd was closed or replaced by the program (it
  * asks the kernel: one ioctl). 0 for an arm without an fd. Sampling side. */

@@ -347,6 +347,26 @@ static void perf_destroy(snapprof__arm_t *arm)
     arm->page = NULL;
 }
 
+int snapprof__trigger_map_page(snapprof__arm_t *arm)
+{
+    if (arm->ops != &snapprof__trigger_perf_event || !(arm->flags & SNAPPROF__ARM_NO_PAGE))
+        return 0;
+    arm->flags &= ~(unsigned)SNAPPROF__ARM_NO_PAGE;
+    if (arm->fd < 0 || arm->page)
+        return 0;
+    /* An fd the program closed or replaced is not mapped: that would be
+     * its file. */
+    if (atomic_load_explicit(&arm->fd_lost, memory_order_relaxed) || !is_ours(arm))
+        return -EBADF;
+    if (snapprof__fault(SNAPPROF__FAULT_MMAP))
+        return -ENOMEM;
+    void *page = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, arm->fd, 0);
+    if (page == MAP_FAILED)
+        return -errno;
+    arm->page = page;
+    return 0;
+}
+
 int snapprof__trigger_fd_lost(snapprof__arm_t *arm)
 {
     if (arm->ops != &snapprof__trigger_perf_event || arm->fd < 0)
