@@ -39,9 +39,10 @@
  *                      the threads it makes later; "syscall",
  *                      syscall(SYS_seccomp) with TSYNC, every thread), then
  *                      allocates (a heap profile samples on the allocating
- *                      thread) and runs as "threads MS" does; "strict" instead starts a
- *                      thread that enters strict mode (prctl), writes a line
- *                      and ends with SYS_exit, then runs as "threads MS" */
+ *                      thread) and runs as "threads MS" does; "strict"
+ *                      instead starts a thread that burns, enters strict
+ *                      mode (prctl), burns on, writes a line and ends with
+ *                      SYS_exit, then runs as "threads MS" */
 #include <dlfcn.h>
 #include <errno.h>
 #include <linux/audit.h>
