@@ -4,6 +4,8 @@
 
 #include "common/proc_files.h"
 
+#include <snapprof/snapprof.h>
+
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
@@ -20,6 +22,11 @@
 /* 1: a filter would kill the process for the call; never made. Sticky: a
  * thread under a stricter filter than the last one checked keeps it. */
 static _Atomic unsigned char g_killed[SNAPPROF__SECCOMP_CALL_COUNT];
+
+/* snapprof_seccomp_changing() calls not yet ended by
+ * snapprof_seccomp_changed(): while nonzero, neither call is made (a
+ * filter is being installed and nothing has looked at it yet). */
+static atomic_uint g_changing;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static long g_seen_mode = -1, g_seen_filters = -1; /* what the last check saw */
@@ -109,22 +116,28 @@ static int survives(snapprof__seccomp_call_t call)
     return 0;
 }
 
-void snapprof__seccomp_check(void)
+/* The check; force: probe even when the status lines look as the last
+ * check saw them, which they may for a new filter: another thread's
+ * filter of the same count was the one seen, or the kernel has no
+ * Seccomp_filters line. Returns 0, or the negative errno of the status
+ * read. */
+static int check(int force)
 {
     char text[4096];
     int saved = errno;
-    if (snapprof__proc_task_read((pid_t)syscall(SYS_gettid), "status", text, sizeof text) <= 0) {
+    ssize_t got = snapprof__proc_task_read((pid_t)syscall(SYS_gettid), "status", text, sizeof text);
+    if (got <= 0) {
         errno = saved;
-        return; /* no /proc: the calls are made, as before */
+        return got < 0 ? (int)got : -ENODATA; /* no /proc: the calls are made, as before */
     }
     long mode = status_field(text, "Seccomp:");
     long filters = status_field(text, "Seccomp_filters:");
     if (mode <= 0) {
         errno = saved;
-        return; /* no filter (or a kernel without seccomp) */
+        return 0; /* no filter (or a kernel without seccomp) */
     }
     pthread_mutex_lock(&g_lock);
-    if (mode != g_seen_mode || filters != g_seen_filters) {
+    if (force || mode != g_seen_mode || filters != g_seen_filters) {
         for (int c = 0; c < SNAPPROF__SECCOMP_CALL_COUNT; c++)
             if (!atomic_load_explicit(&g_killed[c], memory_order_relaxed) &&
                 (mode != 2 || !survives((snapprof__seccomp_call_t)c)))
@@ -134,13 +147,45 @@ void snapprof__seccomp_check(void)
     }
     pthread_mutex_unlock(&g_lock);
     errno = saved;
+    return 0;
+}
+
+void snapprof__seccomp_check(void)
+{
+    check(0);
+}
+
+SNAPPROF_API int snapprof_seccomp_changing(void)
+{
+    atomic_fetch_add_explicit(&g_changing, 1, memory_order_seq_cst);
+    return 0;
+}
+
+SNAPPROF_API int snapprof_seccomp_changed(void)
+{
+    /* Probed while the calls are still held back: the marks are set
+     * before they are allowed again. Forced: at most one child per call
+     * not yet marked, a millisecond or so, and programs install filters
+     * once or twice. */
+    int rc = check(1);
+    unsigned n = atomic_load_explicit(&g_changing, memory_order_relaxed);
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(
+                        &g_changing, &n, n - 1, memory_order_seq_cst, memory_order_relaxed))
+        ;
+    if (rc < 0)
+        return rc;
+    int never = 0;
+    for (int c = 0; c < SNAPPROF__SECCOMP_CALL_COUNT; c++)
+        never += atomic_load_explicit(&g_killed[c], memory_order_acquire);
+    return never;
 }
 
 /* Async-signal-safe. */
 int snapprof__seccomp_allowed(snapprof__seccomp_call_t call)
 {
     return (unsigned)call >= SNAPPROF__SECCOMP_CALL_COUNT ||
-           !atomic_load_explicit(&g_killed[call], memory_order_acquire);
+           (!atomic_load_explicit(&g_killed[call], memory_order_acquire) &&
+            atomic_load_explicit(&g_changing, memory_order_seq_cst) == 0);
 }
 
 /* Async-signal-safe. */

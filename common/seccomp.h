@@ -21,6 +21,15 @@
  * mode (1) every call is marked. Without /proc the calls are made, as
  * before.
  *
+ * A filter the program installs after a profiler was made is checked by
+ * snapprof_seccomp_changed() (public, <snapprof/snapprof.h>), which the
+ * program or the preload's prctl() and syscall() interposers call on the
+ * installing thread; snapprof_seccomp_changing() before the install holds
+ * both calls back (snapprof__seccomp_allowed() answers 0) until then, so
+ * that none is made under a filter not yet looked at. Only a call that
+ * had passed snapprof__seccomp_allowed() already, and is made in the
+ * nanoseconds after, can still meet the new filter unchecked.
+ *
  * The child is made by a raw clone() with no exit signal, so that no
  * atfork handler of the program runs and no SIGCHLD reaches it (a program
  * that reaps every child with waitpid(-1) does not see it: only __WALL
@@ -47,12 +56,14 @@ typedef enum snapprof__seccomp_call {
  * thread's Seccomp or Seccomp_filters lines changed since the last look.
  * Not async-signal-safe (reads /proc, makes a child process); any thread;
  * serialised by a lock. Called when a profiler is made and when its
- * sampling thread starts. */
+ * sampling thread starts; snapprof_seccomp_changed() checks again
+ * whatever the lines say. */
 void snapprof__seccomp_check(void);
 
 /* 1 when the call may be made: no filter, the filter lets it through or
  * fails it with an errno, or nothing was checked yet; 0 when a filter
- * would kill the process for it. Async-signal-safe: one atomic load. */
+ * would kill the process for it, or while a filter is being installed
+ * (snapprof_seccomp_changing()). Async-signal-safe: two atomic loads. */
 int snapprof__seccomp_allowed(snapprof__seccomp_call_t call);
 
 /* process_vm_readv(2) as a raw system call, but -1 with errno EPERM and no

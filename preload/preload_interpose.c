@@ -5,7 +5,10 @@
  * and _exit/_Exit (programs such as dash end that way, past exit handlers:
  * the profile is written first), pthread_exit (the helper learns that the
  * program's first thread ends, after which the program can end with its
- * last other thread). sigaction and signal are in preload_signals.c,
+ * last other thread), prctl(PR_SET_SECCOMP) and syscall(SYS_seccomp) (a
+ * seccomp filter the program installs while it is profiled is checked
+ * before the profiler makes a call it could kill the process for).
+ * sigaction and signal are in preload_signals.c,
  * pipe2 (libunwind's pipe goes to our fd numbers) and the credential calls
  * in preload_held.c. */
 #include "preload/preload.h"
@@ -13,8 +16,12 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -147,4 +154,116 @@ SNAPPROF_PRELOAD_EXPORT void pthread_exit(void *retval)
     syscall(SYS_exit, 0);
     for (;;)
         ;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Seccomp filters                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Around the program's install of a seccomp filter, as a host that links
+ * snapprof makes the calls (snapprof.h, "Seccomp filters the program
+ * installs"): nothing of ours made meanwhile, then the calling thread's
+ * filter checked in a child before anything is made again. prctl() and
+ * syscall() are called from the program's ordinary code, where the check
+ * may run (it takes only its own lock, allocates nothing, and its child
+ * makes raw system calls only); the program's locks are not ours.
+ *
+ * Strict mode (SECCOMP_MODE_STRICT) leaves the calling thread read, write,
+ * exit and sigreturn: it could not read /proc to be checked, and a
+ * sample's signal handler on it (futex, gettid) would kill the process.
+ * So the sampling signal is blocked on it first (the profiler then finds
+ * it blocking, and its handshake times out and backs off) and the calls
+ * are held back for good: strict mode is the calling thread's alone, but
+ * its heap captures and any thread it made would read from it. Should
+ * the install fail, both are undone.
+ *
+ * install() runs the real call in between; mode is SECCOMP_MODE_FILTER or
+ * SECCOMP_MODE_STRICT. errno is the real call's. */
+static long seccomp_install(long mode, long (*install)(const long *), const long *args)
+{
+    int signo = 0;
+    sigset_t set, old;
+    snapprof_seccomp_changing();
+    if (mode == SECCOMP_MODE_STRICT && (signo = snapprof__preload_threads_signo()) > 0) {
+        sigemptyset(&set);
+        sigaddset(&set, signo);
+        pthread_sigmask(SIG_BLOCK, &set, &old);
+    }
+    long rc = install(args);
+    if (mode == SECCOMP_MODE_STRICT && rc == 0)
+        return rc; /* nothing but read and write from here: held back for good */
+    int saved = errno;
+    if (signo > 0)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    snapprof_seccomp_changed();
+    errno = saved;
+    return rc;
+}
+
+static long install_by_prctl(const long *a)
+{
+    snapprof__preload_prctl_fn fn = snapprof__preload_real_prctl();
+    if (!fn) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return fn(PR_SET_SECCOMP, a[0], a[1], a[2], a[3]);
+}
+
+static long install_by_syscall(const long *a)
+{
+    snapprof__preload_syscall_fn fn = snapprof__preload_real_syscall();
+    if (!fn) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return fn(SYS_seccomp, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* Every other option passes straight through: one compare. The arguments
+ * are read as the four unsigned longs the kernel takes (glibc's own
+ * prctl() reads them the same way, whatever the caller passed). */
+SNAPPROF_PRELOAD_EXPORT int prctl(int option, ...)
+{
+    va_list ap;
+    va_start(ap, option);
+    long a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = (long)va_arg(ap, unsigned long);
+    va_end(ap);
+    if (option == PR_SET_SECCOMP)
+        return (int)seccomp_install(a[0], install_by_prctl, a);
+    snapprof__preload_prctl_fn fn = snapprof__preload_real_prctl();
+    if (!fn) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return fn(option, a[0], a[1], a[2], a[3]);
+}
+
+/* libseccomp's seccomp_load() installs its filter through this. Every
+ * other call passes straight through, after one compare: the library's own
+ * system calls come this way too, signal handlers' included, so nothing
+ * here may do more (the real syscall() was resolved by the constructor).
+ * The arguments are read as six longs, as glibc's syscall() passes them
+ * to the kernel. The seccomp() operations that install nothing
+ * (SECCOMP_GET_ACTION_AVAIL, _GET_NOTIF_SIZES) pass through too. */
+SNAPPROF_PRELOAD_EXPORT long syscall(long nr, ...)
+{
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_seccomp && (a[0] == SECCOMP_SET_MODE_STRICT || a[0] == SECCOMP_SET_MODE_FILTER))
+        return seccomp_install(a[0] == SECCOMP_SET_MODE_STRICT ? SECCOMP_MODE_STRICT
+                                                               : SECCOMP_MODE_FILTER,
+                               install_by_syscall, a);
+    snapprof__preload_syscall_fn fn = snapprof__preload_real_syscall();
+    if (!fn) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return fn(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

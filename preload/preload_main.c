@@ -27,6 +27,10 @@ static int config_from_env(snapprof__preload_config_t *cfg)
 __attribute__((constructor)) static void preload_init(void)
 {
     snapprof__preload_signals_init();
+    /* Resolved now, in no signal handler and no child of a raw clone():
+     * every syscall() of the library's goes through ours. */
+    snapprof__preload_real_syscall();
+    snapprof__preload_real_prctl();
     atexit(on_exit_);
     pthread_atfork(NULL, NULL, snapprof__preload_atfork_child);
     static snapprof__preload_config_t cfg; /* a few pages: not on the stack */

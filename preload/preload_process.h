@@ -109,6 +109,18 @@ int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_
 typedef int (*snapprof__preload_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void);
 
+/* The real syscall() and prctl() (libc's), behind our interposed ones
+ * (preload_interpose.c), which every system call the library makes
+ * through syscall() passes, signal handlers' and the seccomp probe's
+ * child's included. Found with dlsym() on the first call, as sigaction()
+ * is; the constructor makes it (preload_main.c), so that no later call
+ * resolves; then one atomic load, async-signal-safe. NULL when there is
+ * no next definition. */
+typedef long (*snapprof__preload_syscall_fn)(long, ...);
+snapprof__preload_syscall_fn snapprof__preload_real_syscall(void);
+typedef int (*snapprof__preload_prctl_fn)(int, ...);
+snapprof__preload_prctl_fn snapprof__preload_real_prctl(void);
+
 /* snprintf for paths: returns 0, or -1 when the result did not fit (then
  * out holds a cut, still terminated, string that must not be used). */
 int snapprof__preload_path_fmt(char *out, size_t size, const char *fmt, ...)
@@ -287,6 +299,8 @@ void snapprof__preload_threads_init(void);
 /* At start, under the preload lock: the registry adds threads to p from
  * now on, scans with signo, and its counts start at 0. */
 void snapprof__preload_threads_begin(snapprof_profiler_t *p, int signo);
+/* The running profile's sampling signal, else 0. Takes the preload lock. */
+int snapprof__preload_threads_signo(void);
 /* At stop, or a start that failed, under the preload lock: every thread
  * leaves the profile (whose profiler is still alive) and the registry adds
  * none any more; with free_entries, its memory is given back. */

@@ -1,4 +1,5 @@
-/* The real sigaction() behind our interposed one (preload_process.h).
+/* The real sigaction(), syscall() and prctl() behind our interposed ones
+ * (preload_process.h).
  *
  * Its own file because it is built without the sanitizers'
  * instrumentation (preload/CMakeLists.txt), as the files that call it are:
@@ -19,4 +20,27 @@ snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void)
         __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
     }
     return fn;
+}
+
+/* The next definition of name, found once. */
+static void *next_fn(void **slot, const char *name)
+{
+    void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        fn = dlsym(RTLD_NEXT, name);
+        __atomic_store_n(slot, fn, __ATOMIC_RELEASE);
+    }
+    return fn;
+}
+
+snapprof__preload_syscall_fn snapprof__preload_real_syscall(void)
+{
+    static void *real;
+    return (snapprof__preload_syscall_fn)next_fn(&real, "syscall");
+}
+
+snapprof__preload_prctl_fn snapprof__preload_real_prctl(void)
+{
+    static void *real;
+    return (snapprof__preload_prctl_fn)next_fn(&real, "prctl");
 }

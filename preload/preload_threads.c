@@ -141,6 +141,14 @@ void snapprof__preload_threads_begin(snapprof_profiler_t *p, int signo)
     atomic_store(&g_threads_skipped, 0);
 }
 
+int snapprof__preload_threads_signo(void)
+{
+    snapprof__preload_lock();
+    int signo = g_reg.profiler ? g_reg.signo : 0;
+    snapprof__preload_unlock();
+    return signo;
+}
+
 void snapprof__preload_threads_end(int free_entries)
 {
     while (g_reg.n_reg > 0)

@@ -33,6 +33,7 @@ INTERPOSED_LIBC = [
     "_Exit", "_exit", "fork", "pthread_create", "pthread_exit", "pthread_setname_np",
     "sigaction", "signal", "pipe2", "initgroups", "setgroups", "setuid", "setgid",
     "seteuid", "setegid", "setreuid", "setregid", "setresuid", "setresgid",
+    "prctl", "syscall",
 ]
 
 ALLOWED = {

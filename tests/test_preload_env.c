@@ -292,6 +292,7 @@ static void test_exports(void)
                                           "fork",
                                           "initgroups",
                                           "pipe2",
+                                          "prctl",
                                           "pthread_create",
                                           "pthread_exit",
                                           "pthread_setname_np",
@@ -305,7 +306,8 @@ static void test_exports(void)
                                           "setreuid",
                                           "setuid",
                                           "sigaction",
-                                          "signal"};
+                                          "signal",
+                                          "syscall"};
     int n = 0;
     for (char *sym = strtok(text, " "); sym; sym = strtok(NULL, " ")) {
         int ok = 0;

@@ -32,9 +32,22 @@
  *   sleepers MS        three threads wait in nanosleep, a pipe read and
  *                      pthread_cond_timedwait (working 300 us between
  *                      waits) for MS ms; prints how many waits a signal
- *                      ended early */
+ *                      ended early
+ *   seccomp HOW MS     once running, installs a seccomp filter that kills
+ *                      the process for perf_event_open and process_vm_readv
+ *                      (HOW: "prctl", PR_SET_SECCOMP on the main thread and
+ *                      the threads it makes later; "syscall",
+ *                      syscall(SYS_seccomp) with TSYNC, every thread), then
+ *                      allocates (a heap profile samples on the allocating
+ *                      thread) and runs as "threads MS" does; "strict"
+ *                      instead starts a thread that burns, enters strict
+ *                      mode (prctl), burns on, writes a line and ends with
+ *                      SYS_exit, then runs as "threads MS" */
 #include <dlfcn.h>
 #include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,7 +55,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +78,7 @@ HOT(hot_fork_parent)
 HOT(hot_spin)
 HOT(hot_thread_fork_child)
 HOT(hot_after_main_exit)
+HOT(hot_strict)
 
 static uint64_t g_ms = 300;
 
@@ -510,6 +527,77 @@ static int mode_sleepers(uint64_t ms)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* seccomp                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Burns (armed by the profiler meanwhile), enters strict mode, after
+ * which only read, write, exit and sigreturn are allowed, and burns on: a
+ * sample's signal handler on this thread would be killed for its system
+ * calls. The line goes out with write(), the thread ends with the exit
+ * system call (pthread_exit would make others). */
+static void *strict_thread(void *arg)
+{
+    (void)arg;
+    hot_strict(g_ms / 3);
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0) {
+        perror("prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT)");
+        exit(3);
+    }
+    hot_strict(g_ms);
+    static const char line[] = "strict thread ran\n";
+    if (write(1, line, sizeof line - 1) < 0)
+        syscall(SYS_exit, 4);
+    syscall(SYS_exit, 0);
+    return NULL;
+}
+
+static int mode_seccomp(const char *how, uint64_t ms)
+{
+    /* Running for a while first: the profiler has armed this thread and
+     * read memory before the filter comes. */
+    tp_burn_sampled(hot_a, ms / 3, 2);
+    if (!strcmp(how, "strict")) {
+        g_ms = ms;
+        pthread_t t;
+        if (pthread_create(&t, NULL, strict_thread, NULL) != 0)
+            return 2;
+        pthread_join(t, NULL);
+        return mode_threads(ms);
+    }
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_perf_event_open, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        perror("prctl(PR_SET_NO_NEW_PRIVS)");
+        return 3;
+    }
+    long rc = !strcmp(how, "prctl")
+                  ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)
+                  : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+    if (rc != 0) {
+        perror("seccomp filter");
+        return 3;
+    }
+    /* With --heap, the samples of these are taken on this thread, which
+     * the filter holds in either case. */
+    for (int i = 0; i < 2000; i++) {
+        char *volatile p = malloc(4096 + (size_t)i);
+        if (p)
+            p[0] = 1;
+        free(p);
+    }
+    return mode_threads(ms);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -538,11 +626,13 @@ int main(int argc, char **argv)
         return mode_sleepers(ms);
     if (!strcmp(mode, "exit") && argc > 2)
         return atoi(argv[2]);
+    if (!strcmp(mode, "seccomp") && argc > 3)
+        return mode_seccomp(argv[2], ms);
     fprintf(
         stderr,
         "usage: %s "
         "threads|burn|forkexec|fork_thread|fork_thread_exit|main_exit|fork_in_loader|spin|rmdir|"
-        "sigurg|sleepers|exit "
+        "sigurg|sleepers|exit|seccomp "
         "...\n",
         argv[0]);
     return 2;

@@ -52,10 +52,62 @@ static void trap_perf_event_open(void)
     run("trap", "perf_event_open");
 }
 
+/* A program that installs the killing filter itself once it runs (the
+ * preload's prctl() and syscall() interposers check it on the installing
+ * thread), then starts threads and allocates, sampled with --heap on the
+ * allocating thread, which the filter holds (prog: "seccomp HOW"). Before
+ * the interposers, both died of SIGSYS: the heap capture's
+ * process_vm_readv on the main thread, or the next thread's arming. In
+ * strict mode the thread that entered it died of SIGKILL in the sample
+ * handler's next system call, and the sampling thread waited for its
+ * capture for ever. */
+static void installed(const char *how)
+{
+    pl_skip_if_sanitized();
+    pl_setup("rec-seccomp-installed");
+    const char *out = pl_path(pl_dir, "s.pb.gz");
+    int st;
+    char *text = pl_run(&st,
+                        "cd %s && %s record -F 1000 --heap-interval 4096 -o s.pb.gz -- %s "
+                        "seccomp %s 300",
+                        pl_dir, SNAPPROF_CLI, PRELOAD_PROG, how);
+    printf("%s\n", text);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(text, "SIGSYS") == NULL);
+    ASSERT_CONTAINS(text, "exited with status 0");
+    ASSERT_CONTAINS(text, "profile written to ");
+    if (tu_perf_event_allowed())
+        ASSERT_CONTAINS(text, "trigger perf was refused (Operation not permitted)");
+    if (!strcmp(how, "strict"))
+        ASSERT_CONTAINS(text, "strict thread ran");
+    pl_require_fn(out, "", "hot_worker_one", 1);
+    pl_require_fn(out, "", "hot_main_thread", 1);
+    free(text);
+    unlink(out);
+}
+
+static void installed_prctl(void)
+{
+    installed("prctl");
+}
+
+static void installed_syscall(void)
+{
+    installed("syscall");
+}
+
+static void installed_strict(void)
+{
+    installed("strict");
+}
+
 static const test_case_t cases[] = {
     {"kill_both", kill_both},
     {"kill_process_vm_readv", kill_process_vm_readv},
     {"trap_perf_event_open", trap_perf_event_open},
+    {"installed_prctl", installed_prctl},
+    {"installed_syscall", installed_syscall},
+    {"installed_strict", installed_strict},
 };
 
 int main(int argc, char **argv)

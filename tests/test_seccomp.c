@@ -15,7 +15,9 @@
 
 #include <errno.h>
 #include <linux/seccomp.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -141,6 +143,106 @@ static void no_filter(void)
     ASSERT_EQ(dst[2], 3);
 }
 
+/* Threads started after the filter: each adds itself to the profiler and
+ * burns until the profile has 30 more samples. */
+static snapprof_profiler_t *g_later_profiler;
+
+__attribute__((noinline)) void seccomp_later_thread_hot(void)
+{
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(g_later_profiler, &st));
+    tu_burn_until(g_later_profiler, samples_of, st.samples + 30);
+}
+
+static void *later_thread(void *arg)
+{
+    (void)arg;
+    snapprof_thread_t *t;
+    ASSERT_OK(snapprof_thread_register(&t));
+    ASSERT_OK(snapprof_profiler_add_thread(g_later_profiler, t));
+    seccomp_later_thread_hot();
+    ASSERT_OK(snapprof_profiler_remove_thread(g_later_profiler, t));
+    snapprof_thread_release(t);
+    return NULL;
+}
+
+/* A filter the program installs itself while a profiler runs with the perf
+ * trigger (and the sampling thread reads with process_vm_readv as it
+ * unwinds), on every thread (TSYNC), told to snapprof through the public
+ * API: the process lives on, the threads it starts afterwards get the CPU
+ * timer, reads are refused, and the profile is written. Without the two
+ * calls, the first new thread's perf_event_open (or the next read) killed
+ * the process with SIGSYS. */
+static void installed_later_api(void)
+{
+    tu_need_perf_event();
+    char *dir = tu_make_tmpdir("seccomp-later");
+    char *path = tu_path(dir, "later.pb.gz");
+    snapprof_thread_t *self;
+    ASSERT_OK(snapprof_thread_register(&self));
+    snapprof_params_t params = tu_params(1000000u);
+    params.trigger = SNAPPROF_TRIGGER_PERF_EVENT;
+    snapprof_profiler_t *p;
+    ASSERT_OK(snapprof_profiler_create(&params, &self, 1, &p));
+    snapprof_builder_t *b;
+    ASSERT_OK(snapprof_pprof_builder_create(path, &b));
+    ASSERT_OK(snapprof_profiler_add_builder(p, b));
+    ASSERT_OK(snapprof_profiler_start(p));
+    tu_burn_until(p, samples_of, 50);
+
+    ASSERT_OK(snapprof_seccomp_changing());
+    tu_seccomp_install(__NR_perf_event_open, __NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS);
+    ASSERT_EQ(snapprof_seccomp_changed(), 2);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
+
+    /* The reads the sampler, heap captures and Python frames make. */
+    uint8_t src[64] = {1, 2, 3}, dst[64];
+    ASSERT_EQ(snapprof__copy_readable(dst, (uintptr_t)src, sizeof src), -1);
+    g_later_profiler = p;
+    for (int i = 0; i < 2; i++) {
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, later_thread, NULL), 0);
+        ASSERT_EQ(pthread_join(th, NULL), 0);
+    }
+    tu_burn_until(p, samples_of, 150);
+    ASSERT_OK(snapprof_profiler_stop(p));
+    snapprof_stats_t st;
+    ASSERT_OK(snapprof_profiler_get_stats(p, &st));
+    printf("samples %" PRIu64 ", perf %" PRIu64 ", timer %" PRIu64 "; fallback errno %d\n",
+           st.samples, st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT],
+           st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], st.trigger_fallback_errno);
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_PERF_EVENT], 1); /* armed before */
+    ASSERT_UEQ(st.threads_by_trigger[SNAPPROF_TRIGGER_CPU_TIMER], 2);
+    ASSERT_EQ(st.trigger_fallback_errno, EPERM);
+    snapprof_profiler_destroy(p);
+    snapprof_thread_release(self);
+    ASSERT(tu_top_value(path, "", "seccomp_later_thread_hot", TU_TOP_CUM, 0, 1) > 0);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
+/* The API with no filter: nothing to give up, and the calls held back by
+ * snapprof_seccomp_changing() are made again after
+ * snapprof_seccomp_changed(); a changed() with no changing() before it
+ * ends nothing. */
+static void api_no_filter(void)
+{
+    ASSERT_OK(snapprof_seccomp_changing());
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
+    ASSERT_OK(snapprof_seccomp_changing()); /* nested */
+    ASSERT_EQ(snapprof_seccomp_changed(), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 0);
+    ASSERT_EQ(snapprof_seccomp_changed(), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PERF_EVENT_OPEN), 1);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
+    ASSERT_EQ(snapprof_seccomp_changed(), 0);
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
+}
+
 static const test_case_t cases[] = {
     {"kill_perf_event_open", kill_perf_event_open},
     {"kill_process_vm_readv", kill_process_vm_readv},
@@ -148,6 +250,8 @@ static const test_case_t cases[] = {
     {"errno_filter_calls_made", errno_filter_calls_made},
     {"trap_filter_handler_untouched", trap_filter_handler_untouched},
     {"no_filter", no_filter},
+    {"installed_later_api", installed_later_api},
+    {"api_no_filter", api_no_filter},
 };
 
 int main(int argc, char **argv)

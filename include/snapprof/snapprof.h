@@ -14,7 +14,8 @@
  * It reads top to bottom: version and errors, forward typedefs, the shared
  * value types (modules, frames, symbols; samples and statistics), then one
  * section per object: threads, unwinders, builders; then labels, app
- * frames, zones, counters and instants; and profilers last.
+ * frames, zones, counters and instants; seccomp filters the program
+ * installs; and profilers last.
  *
  * Conventions (as in libuv):
  *   - Functions return int: 0 (or a non-negative count) on success, a
@@ -1043,6 +1044,66 @@ typedef struct snapprof_event {
     double value;      /* counters: the value set; else 0 */
     uintptr_t address; /* functions: the function's address; else 0 */
 } snapprof_event_t;
+
+/* ------------------------------------------------------------------------ */
+/* Seccomp filters the program installs                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The profiler makes two system calls that hardened programs often filter:
+ * perf_event_open (the perf trigger arms each thread with it) and
+ * process_vm_readv (checked reads of the process's own memory: stacks, heap
+ * captures, Python frames, CFI). A filter that would kill the process for
+ * one of them (SIGSYS, as systemd's SystemCallFilter= does) and is in place
+ * when a profiler is made is found then, and the call is never made. A
+ * filter the program installs later, while profilers run, is found only
+ * when the program says so, by these two calls around its install:
+ *
+ *     snapprof_seccomp_changing();
+ *     rc = seccomp_load(ctx);  (or prctl(PR_SET_SECCOMP), seccomp(2))
+ *     snapprof_seccomp_changed();
+ *
+ * The preload library (`snapprof record`, LD_PRELOAD) makes them itself
+ * around every prctl(PR_SET_SECCOMP, ...) and syscall(SYS_seccomp, ...)
+ * the program makes through the C library, libseccomp's seccomp_load()
+ * included. A filter installed by a system call made without the C
+ * library (a raw syscall instruction, Go's runtime, a statically linked
+ * libseccomp) is seen by nothing but these calls: without them, the next
+ * perf_event_open (a new thread armed) or process_vm_readv (the sampling
+ * thread's next read) kills the process. */
+
+/* Call before installing a seccomp filter: until the matching
+ * snapprof_seccomp_changed(), no thread makes either call, as if both
+ * were refused with EPERM (a thread armed meanwhile gets the CPU timer for
+ * good, a read takes its refused path; the sampling thread goes on), so
+ * that no call is made under a filter nothing has looked at yet. Calls may
+ * nest and come from several threads; each is ended by one
+ * snapprof_seccomp_changed(). Strict mode (SECCOMP_MODE_STRICT): leave it
+ * unended, since a thread in strict mode cannot even read /proc, and
+ * neither call is made again; release that thread's token first
+ * (snapprof_thread_release(): a sample's signal handler makes system calls
+ * that strict mode kills the process for). Returns 0. Any thread, not from
+ * a signal handler. Added in 0.7.0. */
+SNAPPROF_API int snapprof_seccomp_changing(void);
+
+/* Call after installing a seccomp filter, on the thread that installed it
+ * (without SECCOMP_FILTER_FLAG_TSYNC a filter holds that thread and the
+ * threads it makes later, not the others), whether the install succeeded
+ * or not: finds out, in a child process of the calling thread as when a
+ * profiler is made, which of the two calls the thread's filters would kill
+ * the process for, and never makes those again (process-wide, for the life
+ * of the process); then ends one snapprof_seccomp_changing(), if any. A
+ * filter that fails a call with an errno is no danger: that call goes on
+ * being made. Without snapprof_seccomp_changing() first, the profiler's
+ * threads may make a call the new filter kills for between the install and
+ * this call. Takes about a millisecond under a filter (one child process
+ * per call not yet given up), a read of /proc without one. Returns the
+ * number of the two calls never made from now on (0, 1 or 2); or a
+ * negative errno from reading /proc/self/task/TID/status (-ENOENT: no
+ * /proc; then nothing is known and the calls are made, as when a profiler
+ * is made without /proc; the snapprof_seccomp_changing() is ended all the
+ * same). Any thread but one in strict mode, not from a signal handler.
+ * Added in 0.7.0. */
+SNAPPROF_API int snapprof_seccomp_changed(void);
 
 /* ------------------------------------------------------------------------ */
 /* Profilers                                                                */
