@@ -55,9 +55,10 @@ typedef enum snapprof__seccomp_call {
  * filter would kill the process for, once per filter: again only when the
  * thread's Seccomp or Seccomp_filters lines changed since the last look.
  * Not async-signal-safe (reads /proc, makes a child process); any thread;
- * serialised by a lock. Called when a profiler is made and when its
- * sampling thread starts; snapprof_seccomp_changed() checks again
- * whatever the lines say. */
+ * serialised by a lock. Called when a profiler is made, on the caller's
+ * thread (not when its sampling thread starts: that raced the program's
+ * first open(), record_fds_same_numbers); snapprof_seccomp_changed()
+ * checks again whatever the lines say. */
 void snapprof__seccomp_check(void);
 
 /* 1 when the call may be made: no filter, the filter lets it through or

@@ -121,21 +121,30 @@ static int by_seq(const void *a, const void *b)
 /* Arms a burning worker's perf trigger at INTERVAL_NS with flags
  * (snapprof__trigger_arm()) and collects CAPTURES captures or more, in the
  * order they were taken. */
-static void collect_flags(run_t *r, unsigned flags)
+/* The test's pool (its delegate notes periods) and worker, the worker
+ * started (its signal blocked until go) and armed with flags. */
+static snapprof__capture_pool_t g_pool;
+static worker_t g_w;
+
+static snapprof__arm_t *arm_worker(unsigned flags)
 {
     tu_need_perf_event();
     ASSERT_OK(snapprof__stack_copier_install(SIGNO));
-    static snapprof__capture_pool_t pool;
-    memset(&pool, 0, sizeof pool);
-    ASSERT_OK(snapprof__capture_pool_init(&pool, SLOTS, 4096, sizeof(noted_t), NULL));
+    memset(&g_pool, 0, sizeof g_pool);
+    ASSERT_OK(snapprof__capture_pool_init(&g_pool, SLOTS, 4096, sizeof(noted_t), NULL));
     static const snapprof__capture_delegate_t delegate = {.on_capture = note_period};
-    pool.delegate = &delegate;
-    static worker_t w;
-    memset(&w, 0, sizeof w);
-    tu_start_thread(&w.th, worker_main, &w, &w.ready);
+    g_pool.delegate = &delegate;
+    memset(&g_w, 0, sizeof g_w);
+    tu_start_thread(&g_w.th, worker_main, &g_w, &g_w.ready);
     snapprof__arm_t *a = NULL;
-    ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &pool,
-                                    &w.target, SIGNO, INTERVAL_NS, flags, &a));
+    ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &g_pool,
+                                    &g_w.target, SIGNO, INTERVAL_NS, flags, &a));
+    return a;
+}
+
+static void collect_flags(run_t *r, unsigned flags)
+{
+    snapprof__arm_t *a = arm_worker(flags);
     /* Not asked for, it is not mapped, and its periods change all the
      * same (threads armed as they start). */
     if (flags & SNAPPROF__ARM_NO_PAGE)
@@ -148,24 +157,24 @@ static void collect_flags(run_t *r, unsigned flags)
     }
     r->first_ns = a->cur_period_ns;
     atomic_store_explicit(&g_arm, a, memory_order_release);
-    atomic_store(&w.go, 1);
+    atomic_store(&g_w.go, 1);
     /* Bounded by wall time only as a last resort; the count is what
      * matters (60 ms of the worker's CPU). */
     uint64_t deadline = tu_mono_ns() + 120000000000u;
-    while (atomic_load(&pool.full) < CAPTURES && tu_mono_ns() < deadline)
+    while (atomic_load(&g_pool.full) < CAPTURES && tu_mono_ns() < deadline)
         usleep(2000);
     snapprof__trigger_disarm(a, NULL);
-    atomic_store(&w.stop, 1);
-    pthread_join(w.th, NULL);
+    atomic_store(&g_w.stop, 1);
+    pthread_join(g_w.th, NULL);
     printf("%u captures, %llu fired, %llu dropped; first period %llu ns\n",
-           (unsigned)atomic_load(&pool.full), (unsigned long long)atomic_load(&w.target.fired),
-           (unsigned long long)atomic_load(&pool.dropped), (unsigned long long)r->first_ns);
-    ASSERT_GE(atomic_load(&pool.full), CAPTURES);
-    ASSERT_UEQ(atomic_load(&pool.dropped), 0);
+           (unsigned)atomic_load(&g_pool.full), (unsigned long long)atomic_load(&g_w.target.fired),
+           (unsigned long long)atomic_load(&g_pool.dropped), (unsigned long long)r->first_ns);
+    ASSERT_GE(atomic_load(&g_pool.full), CAPTURES);
+    ASSERT_UEQ(atomic_load(&g_pool.dropped), 0);
     /* Every capture's weight and note, in the order they were taken. */
     size_t n = 0;
-    for (size_t i = 0; i < pool.slot_count; i++) {
-        snapprof__capture_slot_t *s = &pool.slots[i];
+    for (size_t i = 0; i < g_pool.slot_count; i++) {
+        snapprof__capture_slot_t *s = &g_pool.slots[i];
         if (atomic_load_explicit(&s->state, memory_order_acquire) != SNAPPROF__SLOT_FULL)
             continue;
         ASSERT_EQ(s->fail, -1);
@@ -178,7 +187,7 @@ static void collect_flags(run_t *r, unsigned flags)
         ASSERT_UEQ(r->c[i].noted.seq, i); /* none missing */
     r->n = n;
     atomic_store(&g_arm, NULL);
-    snapprof__capture_pool_destroy(&pool);
+    snapprof__capture_pool_destroy(&g_pool);
 }
 
 static void collect(run_t *r)
@@ -254,20 +263,7 @@ static void test_period_keeps_changing_no_page(void)
  * call out). */
 static void test_no_page_mapped_later(void)
 {
-    tu_need_perf_event();
-    ASSERT_OK(snapprof__stack_copier_install(SIGNO));
-    static snapprof__capture_pool_t pool;
-    memset(&pool, 0, sizeof pool);
-    ASSERT_OK(snapprof__capture_pool_init(&pool, SLOTS, 4096, sizeof(noted_t), NULL));
-    static const snapprof__capture_delegate_t delegate = {.on_capture = note_period};
-    pool.delegate = &delegate;
-    static worker_t w;
-    memset(&w, 0, sizeof w);
-    tu_start_thread(&w.th, worker_main, &w, &w.ready);
-    snapprof__arm_t *a = NULL;
-    ASSERT_OK(snapprof__trigger_arm(snapprof__trigger_ops(SNAPPROF_TRIGGER_PERF_EVENT), &pool,
-                                    &w.target, SIGNO, INTERVAL_NS,
-                                    SNAPPROF__ARM_NO_PAGE | SNAPPROF__ARM_FIRST_SPREAD, &a));
+    snapprof__arm_t *a = arm_worker(SNAPPROF__ARM_NO_PAGE | SNAPPROF__ARM_FIRST_SPREAD);
     ASSERT_NULL(a->page);
     ASSERT_OK(snapprof__trigger_map_page(a));
     if (a->page == NULL) {
@@ -279,20 +275,20 @@ static void test_no_page_mapped_later(void)
     ASSERT_PTR_EQ(a->page, page);
     ASSERT_EQ(close(a->fd), 0); /* the program's close */
     atomic_store_explicit(&g_arm, a, memory_order_release);
-    atomic_store(&w.go, 1);
+    atomic_store(&g_w.go, 1);
     /* 100 captures are 10 ms of the worker's CPU; wall time only bounds a
      * run that gets none. */
     uint64_t deadline = tu_mono_ns() + 60000000000u;
-    while (atomic_load(&pool.full) < 100 && tu_mono_ns() < deadline)
+    while (atomic_load(&g_pool.full) < 100 && tu_mono_ns() < deadline)
         usleep(2000);
-    unsigned got = (unsigned)atomic_load(&pool.full);
+    unsigned got = (unsigned)atomic_load(&g_pool.full);
     snapprof__trigger_disarm(a, NULL);
-    atomic_store(&w.stop, 1);
-    pthread_join(w.th, NULL);
+    atomic_store(&g_w.stop, 1);
+    pthread_join(g_w.th, NULL);
     printf("%u captures after the program closed the event's fd\n", got);
     ASSERT_GE(got, 100);
     atomic_store(&g_arm, NULL);
-    snapprof__capture_pool_destroy(&pool);
+    snapprof__capture_pool_destroy(&g_pool);
 }
 
 /* Every capture weighs the period in force when it fired: the first the
