@@ -9,6 +9,8 @@
 #include "test_preload_util.h"
 #include "test_util.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,18 +33,30 @@ static void survived(int st, char *text, const char *out, int perf_refused)
     unlink(out);
 }
 
-static void run(const char *action, const char *calls)
+/* `snapprof record -F 1000 -o s.pb.gz ARGS` (fmt) in a directory of its
+ * own (tag), skipped in sanitizer builds as the other record tests: its
+ * output, with the status in *st and the profile's path in *out. */
+static char *record_in(const char *tag, int *st, const char **out, const char *fmt, ...)
 {
     pl_skip_if_sanitized();
-    pl_setup("rec-seccomp");
-    const char *out = pl_path(pl_dir, "s.pb.gz");
+    pl_setup(tag);
+    *out = pl_path(pl_dir, "s.pb.gz");
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return pl_run(st, "cd %s && %s record -F 1000 -o s.pb.gz %s", pl_dir, SNAPPROF_CLI, args);
+}
+
+static void run(const char *action, const char *calls)
+{
+    const char *out;
     int st;
     /* Through a shell: record runs only programs the preload can load into,
      * and the launcher is static. */
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 -o s.pb.gz -- /bin/sh -c 'exec %s %s %s %s "
-                        "threads 300'",
-                        pl_dir, SNAPPROF_CLI, SECCOMP_EXEC, action, calls, PRELOAD_PROG);
+    char *text = record_in("rec-seccomp", &st, &out, "-- /bin/sh -c 'exec %s %s %s %s threads 300'",
+                           SECCOMP_EXEC, action, calls, PRELOAD_PROG);
     survived(st, text, out, strstr(calls, "perf_event_open") != NULL);
 }
 
@@ -72,14 +86,10 @@ static void trap_perf_event_open(void)
  * capture for ever. */
 static void installed(const char *how)
 {
-    pl_skip_if_sanitized();
-    pl_setup("rec-seccomp-installed");
-    const char *out = pl_path(pl_dir, "s.pb.gz");
+    const char *out;
     int st;
-    char *text = pl_run(&st,
-                        "cd %s && %s record -F 1000 --heap-interval 4096 -o s.pb.gz -- %s "
-                        "seccomp %s 300",
-                        pl_dir, SNAPPROF_CLI, PRELOAD_PROG, how);
+    char *text = record_in("rec-seccomp-installed", &st, &out,
+                           "--heap-interval 4096 -- %s seccomp %s 300", PRELOAD_PROG, how);
     ASSERT_CONTAINS(text, "exited with status 0");
     if (!strcmp(how, "strict"))
         ASSERT_CONTAINS(text, "strict thread ran");
