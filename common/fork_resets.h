@@ -21,6 +21,7 @@ typedef enum snapprof__fork_lock {
     SNAPPROF__FORK_JIT_PERF_MAP,       /* jit_perf_map.c: the perf map reader */
     SNAPPROF__FORK_JIT_RETIRE,         /* jit_regions.c: retired snapshots */
     SNAPPROF__FORK_JIT_READERS,        /* jit_regions.c: readers counted in an epoch */
+    SNAPPROF__FORK_FD_PRIVATE,         /* fd_private.c: the private fd table's thread */
     SNAPPROF__FORK_LOCK_COUNT
 } snapprof__fork_lock_t;
 

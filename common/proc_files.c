@@ -1,5 +1,7 @@
 /* Readers of the small /proc files about our own threads and memory (see
- * proc_files.h): no malloc, no stdio, one transient O_CLOEXEC fd each. */
+ * proc_files.h): no malloc, no stdio, one transient O_CLOEXEC fd each, in
+ * a table of its own where it can be (fd_private.h). */
+#include "common/fd_private.h"
 #include "common/hex.h"
 #include "common/proc_files.h"
 
@@ -32,22 +34,46 @@ static int task_path(char *path, size_t size, pid_t tid, const char *name)
     return 0;
 }
 
-/* Reads a whole small file into buf (NUL-terminated) with one read().
- * Returns the length (> 0) or a negative errno. */
-static ssize_t read_small(const char *path, char *buf, size_t size)
+typedef struct small_read {
+    const char *path;
+    char *buf;
+    size_t size;
+    ssize_t got;
+} small_read_t;
+
+/* Reads a whole small file into buf (NUL-terminated) with one read():
+ * r->got is the length (> 0) or a negative errno. */
+static int read_small_here(void *arg)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = read(fd, buf, size - 1);
+    small_read_t *r = arg;
+    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        r->got = -errno;
+        return 0;
+    }
+    ssize_t n = read(fd, r->buf, r->size - 1);
     int err = errno;
     close(fd);
-    if (n < 0)
-        return -err;
-    if (n == 0)
-        return -ENODATA;
-    buf[n] = '\0';
-    return n;
+    if (n > 0)
+        r->buf[n] = '\0';
+    r->got = n > 0 ? n : n == 0 ? -ENODATA : -err;
+    return 0;
+}
+
+/* read_small_here() on the thread with an fd table of its own
+ * (fd_private.h): its fd never takes one of the program's numbers. The
+ * preload library's own copy of this file (its helper thread's reads: a
+ * look a second) cannot reach that thread, an internal of libsnapprof.so,
+ * and reads on the caller. */
+static ssize_t read_small(const char *path, char *buf, size_t size)
+{
+    small_read_t r = {.path = path, .buf = buf, .size = size};
+#ifdef SNAPPROF_PROC_FILES_CALLER_TABLE
+    read_small_here(&r);
+#else
+    snapprof__fd_private_run(read_small_here, &r);
+#endif
+    return r.got;
 }
 
 ssize_t snapprof__proc_task_read(pid_t tid, const char *name, char *buf, size_t size)

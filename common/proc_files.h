@@ -2,17 +2,17 @@
  * /proc/self/task/TID/{status,stat,comm,schedstat} read whole in one go,
  * and /proc/self/maps line by line. Internal.
  *
- * Usable wherever they are called today, including a thread that is just
- * starting under the preload library, where malloc may not be called yet:
- * no malloc, no stdio, no locks; the caller supplies every buffer (the
- * maps iterator's is inside its state). Each file is opened with
- * open(O_RDONLY | O_CLOEXEC), so it takes the lowest free fd, the one the
- * kernel gives, for the few system calls of its read, and is closed
- * before the call returns: none of the fd budget of common/fds.h, which
- * is for the files kept open (stack_copier_proc.c caches the syscall and
- * schedstat files it re-reads every tick; those are not read here).
- * What they call (open, read, close) is async-signal-safe, though no
- * signal handler calls them. */
+ * No malloc, no stdio; the caller supplies every buffer (the maps
+ * iterator's is inside its state). A whole-file read opens its file on
+ * the thread with an fd table of its own (common/fd_private.h: a lock and
+ * a hand-off; made at the first read, which pthread_create()s it), so its
+ * fd never takes one of the program's numbers, and is closed before the
+ * call returns; where there is no such thread, on the caller, as the
+ * lowest free number for a few system calls. The maps iterator keeps its
+ * fd across calls, on the caller's table. None of this is the fd budget
+ * of common/fds.h, which is for the files kept open (stack_copier_proc.c
+ * caches the syscall and schedstat files it re-reads every tick; those
+ * are not read here). No signal handler calls them. */
 #ifndef SNAPPROF_COMMON_PROC_FILES_H
 #define SNAPPROF_COMMON_PROC_FILES_H
 

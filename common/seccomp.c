@@ -29,6 +29,8 @@ static _Atomic unsigned char g_killed[SNAPPROF__SECCOMP_CALL_COUNT];
 static atomic_uint g_changing;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Set once the first check has read its status (snapprof__seccomp_checked()). */
+static atomic_int g_checked;
 static long g_seen_mode = -1, g_seen_filters = -1; /* what the last check saw */
 
 /* How long a child may take before its call counts as one that never
@@ -72,6 +74,9 @@ static void child_call(snapprof__seccomp_call_t call)
         syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1UL, &remote, 1UL, 0UL);
         break;
     }
+    case SNAPPROF__SECCOMP_CLOSE_RANGE:
+        syscall(SYS_close_range, 0U, ~0U, 2U /* CLOSE_RANGE_UNSHARE */);
+        break;
     default:
         break;
     }
@@ -126,6 +131,7 @@ static int check(int force)
     char text[4096];
     int saved = errno;
     ssize_t got = snapprof__proc_task_read((pid_t)syscall(SYS_gettid), "status", text, sizeof text);
+    atomic_store(&g_checked, 1);
     if (got <= 0) {
         errno = saved;
         return got < 0 ? (int)got : -ENODATA; /* no /proc: the calls are made, as before */
@@ -148,6 +154,11 @@ static int check(int force)
     pthread_mutex_unlock(&g_lock);
     errno = saved;
     return 0;
+}
+
+int snapprof__seccomp_checked(void)
+{
+    return atomic_load(&g_checked);
 }
 
 void snapprof__seccomp_check(void)

@@ -48,6 +48,7 @@
 typedef enum snapprof__seccomp_call {
     SNAPPROF__SECCOMP_PERF_EVENT_OPEN = 0,
     SNAPPROF__SECCOMP_PROCESS_VM_READV,
+    SNAPPROF__SECCOMP_CLOSE_RANGE, /* fd_private.h: a thread's own fd table */
     SNAPPROF__SECCOMP_CALL_COUNT
 } snapprof__seccomp_call_t;
 
@@ -60,6 +61,12 @@ typedef enum snapprof__seccomp_call {
  * first open(), record_fds_same_numbers); snapprof_seccomp_changed()
  * checks again whatever the lines say. */
 void snapprof__seccomp_check(void);
+
+/* 1 once a check has looked at the process's filter (or found it could
+ * not): snapprof__seccomp_allowed() answers for the filter from then on;
+ * before, it answers 1 for every call. common/fd_private.c makes its
+ * thread only then (the check's own /proc read runs on the caller). */
+int snapprof__seccomp_checked(void);
 
 /* 1 when the call may be made: no filter, the filter lets it through or
  * fails it with an errno, or nothing was checked yet; 0 when a filter

@@ -114,7 +114,9 @@
     XX(U64, python_learned_full)                                                                   \
     XX(U64, drain_budget_stops)                                                                    \
     XX(U64, drain_max_cpu_ns)                                                                      \
-    XX(U64, python_read_errno)
+    XX(U64, python_read_errno)                                                                     \
+    XX(U64, fds_private_errno)                                                                     \
+    XX(U64, fds_private_inline)
 
 /* The groups `snapprof stats` prints the counters in, assigned by key
  * prefix in stats_text.c (g_groups): snapprof__stats_group(i) is the name

@@ -55,11 +55,12 @@ void snapprof__deliver_so_far(snapprof_profiler_t *p)
  * a stretch reports its own (a counter added to the table later is a count
  * unless named here). */
 static const char *const k_levels[] = {
-    "copy_bytes_max", "pause_p50_ns",       "pause_p99_ns",
-    "pause_max_ns",   "roundtrip_p50_ns",   "roundtrip_p99_ns",
-    "unwind_p50_ns",  "unwind_p99_ns",      "unwind_frames_max",
-    "unwind_max_ns",  "cfi_tables",         "cfi_table_bytes",
-    "fds_held_max",   "large_buffer_bytes", "large_buffer_bytes_max",
+    "copy_bytes_max",    "pause_p50_ns",       "pause_p99_ns",
+    "pause_max_ns",      "roundtrip_p50_ns",   "roundtrip_p99_ns",
+    "unwind_p50_ns",     "unwind_p99_ns",      "unwind_frames_max",
+    "unwind_max_ns",     "cfi_tables",         "cfi_table_bytes",
+    "fds_held_max",      "large_buffer_bytes", "large_buffer_bytes_max",
+    "fds_private_errno",
 };
 
 static int is_level(const char *name)

@@ -7,6 +7,7 @@
 #include "sampling_thread/profiler_defaults.h"
 
 #include "common/fault.h"
+#include "common/fd_private.h"
 #include "common/fds.h"
 #include "common/hash.h"
 #include "common/seccomp.h"
@@ -105,6 +106,9 @@ int snapprof_profiler_create(const snapprof_params_t *params, snapprof_thread_t 
         rc = snapprof__params_check(&known);
     if (rc != 0)
         return rc;
+    /* What the thread that opens our files for a moment allocates
+     * (common/fd_private.h) is never the program's. */
+    snapprof__fd_private_set_thread_hook(snapprof__heap_mute_thread);
     /* Before any perf_event_open or process_vm_readv of this profiler's:
      * which of them a seccomp filter would kill the process for. */
     snapprof__seccomp_check();

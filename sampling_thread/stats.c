@@ -3,6 +3,7 @@
  * a caller's struct whatever the size of the header it was built with. */
 #include "sampling_thread/profiler_internal.h"
 
+#include "common/fd_private.h"
 #include "common/fds.h"
 #include "heap/heap_sampler.h"
 #include "unwinder/unwinder_internal.h"
@@ -38,6 +39,8 @@ void snapprof__snapshot_stats(const snapprof_profiler_t *p, snapprof_stats_t *ou
                                      &out->cfi_table_build_ns);
     out->fds_lost = snapprof__fds_lost();
     out->fds_held_max = snapprof__fds_held_max();
+    out->fds_private_errno = (uint64_t)snapprof__fd_private_errno();
+    out->fds_private_inline = snapprof__fd_private_inline_calls();
     if (p->ptimer_on) {
         out->unarmed_timer_samples = atomic_load(&p->ptimer.captured);
         out->unarmed_timer_passed = atomic_load(&p->ptimer.passed);

@@ -5,3 +5,6 @@ snapprof_add_test_cases(EXE faults SOURCES test_faults.c test_profile_builder_ut
 # (common/seccomp.h): found out in a child, never made on the program's
 # threads.
 snapprof_add_test_cases(EXE seccomp SOURCES test_seccomp.c)
+# The thread with an fd table of its own (common/fd_private.h): a file the
+# library opens for a moment never takes one of the program's numbers.
+snapprof_add_test_cases(EXE fd_private SOURCES test_fd_private.c)

@@ -10,6 +10,8 @@
 #include "test.h"
 #include "test_util.h"
 
+#include "common/fd_private.h"
+#include "common/proc_files.h"
 #include "common/seccomp.h"
 #include "stack_copier/stack_copier.h"
 
@@ -243,6 +245,23 @@ static void api_no_filter(void)
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_PROCESS_VM_READV), 1);
 }
 
+/* close_range kills (common/fd_private.h): the thread with an fd table
+ * of its own is never made; the library's moment files are opened on the
+ * caller, as before, and the stats say why and how often. */
+static void kill_close_range(void)
+{
+    tu_seccomp_install(__NR_close_range, -1, SECCOMP_RET_KILL_PROCESS);
+    snapprof_stats_t st = profile_self();
+    ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_CLOSE_RANGE), 0);
+    ASSERT_GE(st.samples, 50);
+    char buf[64];
+    ASSERT_GT(snapprof__proc_task_read(getpid(), "stat", buf, sizeof buf), 0);
+    ASSERT_EQ(snapprof__fd_private_errno(), EPERM);
+    ASSERT_GT(snapprof__fd_private_inline_calls(), 0);
+    printf("fds_private_errno %d, %" PRIu64 " reads on the caller\n", snapprof__fd_private_errno(),
+           snapprof__fd_private_inline_calls());
+}
+
 static const test_case_t cases[] = {
     {"kill_perf_event_open", kill_perf_event_open},
     {"kill_process_vm_readv", kill_process_vm_readv},
@@ -252,6 +271,7 @@ static const test_case_t cases[] = {
     {"no_filter", no_filter},
     {"installed_later_api", installed_later_api},
     {"api_no_filter", api_no_filter},
+    {"kill_close_range", kill_close_range},
 };
 
 int main(int argc, char **argv)

@@ -13,6 +13,8 @@
 #include "module_cache/module_cache.h"
 #include "module_cache/symbols_dwarf.h"
 
+#include "common/fd_private.h"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <errno.h>
@@ -359,27 +361,45 @@ static int compile_fde(snapprof__cfi_table_t *t, size_t i)
 /* Tables                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Opens path's ELF file, mapped, with no descriptor kept, if its build-id
- * is build_id (or either is unknown). */
-static Elf *open_object(const char *path, const char *build_id)
+typedef struct object_open {
+    const char *path, *build_id;
+    Elf *elf;
+} object_open_t;
+
+/* Opens o->path's ELF file, mapped, with no descriptor kept, into o->elf
+ * if its build-id is o->build_id (or either is unknown). */
+static int open_object_here(void *arg)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    object_open_t *o = arg;
+    int fd = open(o->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return NULL;
+        return 0;
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
     if (elf && elf_kind(elf) == ELF_K_ELF) {
         char hex[2 * 64 + 1];
         snapprof__elf_build_id(elf, hex, sizeof hex);
-        if (!build_id || !build_id[0] || strcmp(hex, build_id) == 0) {
+        if (!o->build_id || !o->build_id[0] || strcmp(hex, o->build_id) == 0) {
             elf_cntl(elf, ELF_C_FDDONE);
             close(fd);
-            return elf;
+            o->elf = elf;
+            return 0;
         }
     }
     if (elf)
         elf_end(elf);
     close(fd);
-    return NULL;
+    return 0;
+}
+
+/* open_object_here() on the thread with an fd table of its own
+ * (common/fd_private.h): the sampling thread meets a module for the first
+ * time while the program runs, and the moment of the file's fd must not
+ * take one of the program's numbers. The mapping outlives the fd. */
+static Elf *open_object(const char *path, const char *build_id)
+{
+    object_open_t o = {.path = path, .build_id = build_id};
+    snapprof__fd_private_run(open_object_here, &o);
+    return o.elf;
 }
 
 void snapprof__cfi_table_destroy(snapprof__cfi_table_t *t)

@@ -621,6 +621,19 @@ typedef struct snapprof_stats {
      * errno, EPERM, and the profile has native frames only; else 0. */
     uint64_t python_read_errno;
     /* -- end of the Python seccomp block -- */
+    /* -- Added in 0.7.0 (the program's fd numbers): -- */
+    /* Files the library opens for a moment (a /proc read, an ELF file
+     * mapped to compile its CFI) are opened on a thread of its own with an
+     * fd table of its own, so that they never take one of the program's fd
+     * numbers. 0 while that works; else the errno that kept the thread from
+     * its own table (ENOSYS: a kernel before 5.9, no close_range; EPERM:
+     * refused, or a seccomp filter would kill the process for it), and
+     * such files are opened on the calling thread, each holding the lowest
+     * free number for a few system calls, as before 0.7.0. Process-wide. */
+    uint64_t fds_private_errno;
+    /* How many such opens ran on the calling thread so. Process-wide. */
+    uint64_t fds_private_inline;
+    /* -- end of the fd numbers block -- */
 } snapprof_stats_t;
 
 /* ------------------------------------------------------------------------ */
