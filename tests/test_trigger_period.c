@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -317,6 +318,39 @@ static void test_weight_is_period_in_force(void)
     ASSERT_LE(nominal * 2, r.n);
 }
 
+static void *disarm_main(void *arg)
+{
+    snapprof__trigger_disarm(arg, NULL);
+    return NULL;
+}
+
+/* A thread that ends inside the handler (a seccomp filter that kills the
+ * thread for a call the handler makes) leaves its arm BUSY for good; the
+ * disarm waited for it for ever, and so the stop that disarmed it. Here
+ * the arm is made BUSY as the handler would, and the thread ends. */
+static void test_disarm_thread_ended_busy(void)
+{
+    snapprof__arm_t *a = arm_worker(0);
+    uint32_t expected = SNAPPROF__ARM_ARMED;
+    ASSERT(atomic_compare_exchange_strong(&a->state, &expected, SNAPPROF__ARM_BUSY));
+    uint64_t before = snapprof__trigger_died_busy();
+    atomic_store(&g_w.stop, 1);
+    atomic_store(&g_w.go, 1);
+    pthread_join(g_w.th, NULL);
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, disarm_main, a));
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    int rc = pthread_timedjoin_np(th, NULL, &until);
+    if (rc != 0)
+        TEST_FAIL("the disarm still waits after 60 s for a thread that has ended (%d)", rc);
+    printf("disarmed; arms found BUSY with their thread gone: %llu\n",
+           (unsigned long long)(snapprof__trigger_died_busy() - before));
+    ASSERT_UEQ(snapprof__trigger_died_busy() - before, 1);
+    snapprof__capture_pool_destroy(&g_pool);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -324,6 +358,7 @@ int main(int argc, char **argv)
         {"period_keeps_changing_no_page", test_period_keeps_changing_no_page},
         {"no_page_mapped_later", test_no_page_mapped_later},
         {"weight_is_period_in_force", test_weight_is_period_in_force},
+        {"disarm_thread_ended_busy", test_disarm_thread_ended_busy},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -196,8 +196,14 @@ int snapprof__trigger_fd_lost(snapprof__arm_t *arm);
 
 /* Disarms: waits for a capture in progress, stops the kernel object and
  * frees the arm. Reads the trigger's final CPU count into *cpu_ns first
- * (left as it is when it cannot be read). Sampling side. */
+ * (left as it is when it cannot be read). A capture whose thread is gone
+ * (it ended inside the handler) is not waited for: counted in
+ * snapprof__trigger_died_busy(). Sampling side. */
 void snapprof__trigger_disarm(snapprof__arm_t *arm, uint64_t *cpu_ns);
+
+/* Since the process started: arms a disarm found BUSY with their thread
+ * gone. */
+uint64_t snapprof__trigger_died_busy(void);
 
 /* The signal hook (snapprof__signal_hook_fn) that dispatches a trigger's
  * signal to its arm. RUNS IN THE SIGNAL HANDLER. Async-signal-safe. */

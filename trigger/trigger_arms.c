@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* At most this many threads armed at once; more fall back to the handshake. */
@@ -34,6 +35,8 @@
 #define TIMER_TAG 0x534e5054u /* "SNPT" */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Arms found BUSY for good by a disarm: their thread ended in the handler. */
+static _Atomic uint64_t g_died_busy;
 /* Both tables are mapped once and never unmapped, so the handler can read
  * them whatever the sampling side is doing. */
 static snapprof__arm_t *_Atomic g_arms;
@@ -296,15 +299,41 @@ int snapprof__trigger_arm(const snapprof__trigger_ops_t *ops, snapprof__capture_
     return 0;
 }
 
+/* 1 when the thread tid of this process is gone for good: a capture it
+ * had begun will never end. */
+static int thread_gone(pid_t tid)
+{
+    return tid > 0 && syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
+}
+
+uint64_t snapprof__trigger_died_busy(void)
+{
+    return atomic_load_explicit(&g_died_busy, memory_order_relaxed);
+}
+
 void snapprof__trigger_disarm(snapprof__arm_t *a, uint64_t *cpu_ns)
 {
     /* Wait out a capture in progress: bounded work on the target thread,
-     * though that thread may be descheduled in the middle of it. */
+     * though that thread may be descheduled in the middle of it. A thread
+     * that ended inside the handler (a seccomp filter that kills the thread
+     * for a call the handler makes) leaves the arm BUSY for good: once the
+     * thread is gone, nothing is waited for (the stop that disarmed it
+     * hung for ever). Only the thread's end is taken for that, never a
+     * timeout: a live thread's capture still runs. */
     for (unsigned spins = 0;; spins++) {
         uint32_t expected = SNAPPROF__ARM_ARMED;
         if (atomic_compare_exchange_weak_explicit(&a->state, &expected, SNAPPROF__ARM_OFF,
                                                   memory_order_acquire, memory_order_relaxed))
             break;
+        if (spins >= 64 && spins % 16 == 0 && a->target && thread_gone(a->target->tid)) {
+            expected = SNAPPROF__ARM_BUSY;
+            if (atomic_compare_exchange_strong_explicit(&a->state, &expected, SNAPPROF__ARM_OFF,
+                                                        memory_order_acquire,
+                                                        memory_order_relaxed)) {
+                atomic_fetch_add_explicit(&g_died_busy, 1, memory_order_relaxed);
+                break;
+            }
+        }
         if (spins < 64) {
             sched_yield();
         } else {
