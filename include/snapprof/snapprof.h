@@ -1198,8 +1198,8 @@ typedef struct snapprof_params {
      * The cost is one trigger's arming and teardown per armed thread (the
      * perf event's: 9 system calls, 20-50 us of the thread's CPU time on a
      * nested VM; README, "Short-lived threads"). 0 (the default): none.
-     * The preload library and `snapprof record` take it from
-     * SNAPPROF_SHORT_THREADS=N (0 unless told). */
+     * The preload library and `snapprof record` use 1 unless
+     * SNAPPROF_SHORT_THREADS=N says otherwise (since 0.7.0). */
     unsigned short_threads;
     /* Added in 0.7.0 (read only when size covers it). Heap sampling
      * (<snapprof/heap.h>): the mean number of bytes allocated between two
