@@ -172,6 +172,26 @@ SNAPPROF_API int snapprof_seccomp_changing(void)
     return 0;
 }
 
+/* Ends one snapprof_seccomp_changing(), if any: takes one off g_changing
+ * unless it is 0 (a changed() with no changing() before it ends nothing:
+ * seccomp_api_no_filter). A compare-and-swap loop because the test and
+ * the decrement must be one atomic step. atomic_fetch_sub() after a load
+ * that saw a nonzero count is not: two threads that both saw 1 would both
+ * subtract, and the count would wrap to UINT_MAX, holding both calls back
+ * for the life of the process. Nor is atomic_fetch_sub() undone by an
+ * atomic_fetch_add() when it found 0: in between the count is UINT_MAX,
+ * and a changing() on another thread then takes it to 0, letting the
+ * calls through, until the undo, while that thread installs its filter. A
+ * failed exchange reloads n, so the loop ends at 0 or after one
+ * decrement. */
+static void end_one_changing(void)
+{
+    unsigned n = atomic_load_explicit(&g_changing, memory_order_relaxed);
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(
+                        &g_changing, &n, n - 1, memory_order_seq_cst, memory_order_relaxed))
+        ;
+}
+
 SNAPPROF_API int snapprof_seccomp_changed(void)
 {
     /* Probed while the calls are still held back: the marks are set
@@ -179,10 +199,7 @@ SNAPPROF_API int snapprof_seccomp_changed(void)
      * not yet marked, a millisecond or so, and programs install filters
      * once or twice. */
     int rc = check(1);
-    unsigned n = atomic_load_explicit(&g_changing, memory_order_relaxed);
-    while (n > 0 && !atomic_compare_exchange_weak_explicit(
-                        &g_changing, &n, n - 1, memory_order_seq_cst, memory_order_relaxed))
-        ;
+    end_one_changing();
     if (rc < 0)
         return rc;
     int never = 0;

@@ -31,7 +31,6 @@
 #include "preload/preload.h"
 #include "preload/preload_process.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <grp.h>
 #include <fcntl.h>
@@ -309,22 +308,12 @@ static void before_setid(void)
     snapprof__preload_unlock();
 }
 
-static void *next_fn(void **slot, const char *name)
-{
-    void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = dlsym(RTLD_NEXT, name);
-        __atomic_store_n(slot, f, __ATOMIC_RELEASE);
-    }
-    return f;
-}
-
 /* int NAME(ARGS): holds the files, then calls libc's. */
 #define SETID(name, params, args)                                                                  \
     SNAPPROF_PRELOAD_EXPORT int name params                                                        \
     {                                                                                              \
         static void *slot;                                                                         \
-        int(*fn) params = (int(*) params)next_fn(&slot, #name);                                    \
+        int(*fn) params = (int(*) params)snapprof__preload_next_fn(&slot, #name);                  \
         if (!fn) {                                                                                 \
             errno = ENOSYS;                                                                        \
             return -1;                                                                             \

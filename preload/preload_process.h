@@ -97,6 +97,15 @@ static inline pid_t gettid_(void)
 int snapprof__preload_real_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                           void *(*start)(void *), void *arg);
 
+/* The next definition of name after ours (dlsym(RTLD_NEXT, name)), looked
+ * up on the first call and kept in *slot, a static void * of the caller's,
+ * one per name; later calls are one atomic load. NULL when there is none
+ * (looked up again at the next call). The lookup takes the loader's lock
+ * and may allocate: a first call must not be made in a signal handler.
+ * Defined in preload_real.c, which the sanitizers do not instrument, as
+ * the real_* lookups below that use it must not be. */
+void *snapprof__preload_next_fn(void **slot, const char *name);
+
 /* The real sigaction() (the next definition after ours: libc's), for the
  * signal code (preload_signals.c) and the crash handler (preload_crash.c),
  * which both keep the program's view apart from the real dispositions.

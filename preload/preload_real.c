@@ -1,4 +1,5 @@
-/* The real sigaction(), syscall() and prctl() behind our interposed ones
+/* The real sigaction(), syscall() and prctl() behind our interposed ones,
+ * and the lookup of the next definition of a symbol that finds them
  * (preload_process.h).
  *
  * Its own file because it is built without the sanitizers'
@@ -11,19 +12,7 @@
 
 #include <dlfcn.h>
 
-snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void)
-{
-    static snapprof__preload_sigaction_fn real;
-    snapprof__preload_sigaction_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        fn = (snapprof__preload_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
-    }
-    return fn;
-}
-
-/* The next definition of name, found once. */
-static void *next_fn(void **slot, const char *name)
+void *snapprof__preload_next_fn(void **slot, const char *name)
 {
     void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!fn) {
@@ -33,14 +22,20 @@ static void *next_fn(void **slot, const char *name)
     return fn;
 }
 
+snapprof__preload_sigaction_fn snapprof__preload_real_sigaction(void)
+{
+    static void *real;
+    return (snapprof__preload_sigaction_fn)snapprof__preload_next_fn(&real, "sigaction");
+}
+
 snapprof__preload_syscall_fn snapprof__preload_real_syscall(void)
 {
     static void *real;
-    return (snapprof__preload_syscall_fn)next_fn(&real, "syscall");
+    return (snapprof__preload_syscall_fn)snapprof__preload_next_fn(&real, "syscall");
 }
 
 snapprof__preload_prctl_fn snapprof__preload_real_prctl(void)
 {
     static void *real;
-    return (snapprof__preload_prctl_fn)next_fn(&real, "prctl");
+    return (snapprof__preload_prctl_fn)snapprof__preload_next_fn(&real, "prctl");
 }

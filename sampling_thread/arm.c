@@ -72,6 +72,7 @@ void snapprof__arm_target(snapprof_profiler_t *p, snapprof__target_t *t)
                     p->stats.mmap_failed++;
                 t->trigger = k;
                 t->arm_gen = t->arm->gen;
+                t->page_to_map = (flags & SNAPPROF__ARM_NO_PAGE) != 0;
                 t->kernel_cpu_prev = 0; /* kernel_share: from its first capture */
                 /* Its first sample weighs first_odds intervals
                  * (snapprof__drain_some()). */
@@ -232,8 +233,10 @@ int snapprof__check_armed(snapprof_profiler_t *p, snapprof__target_t *t, uint64_
         t->cpu_last = cpu_now;
     /* Armed as it started without its perf event's page (trigger.h,
      * SNAPPROF__ARM_NO_PAGE), it outlived the first tick: mapped now, so
-     * that the event outlives a close of its fd, as every other arm's. */
-    if (t->arm) {
+     * that the event outlives a close of its fd, as every other arm's.
+     * Tried once per arm (the call would do nothing after its first). */
+    if (t->arm && t->page_to_map) {
+        t->page_to_map = 0;
         int rc = snapprof__trigger_map_page(t->arm);
         if (rc < 0 && rc != -EBADF)
             p->stats.mmap_failed++;

@@ -88,6 +88,12 @@ typedef struct snapprof__target {
     int armed_at_start;
     snapprof__arm_t *arm;
     uint32_t arm_gen;
+    /* Its arm was made with SNAPPROF__ARM_NO_PAGE and the sampling thread
+     * has not yet tried to map its page (snapprof__check_armed()): set by
+     * snapprof__arm_target() at each arming, cleared at the first try,
+     * whatever its outcome, so that the try is made once per arm and not
+     * at every tick. */
+    int page_to_map;
     snapprof__capture_target_t cap;
     /* While it waits to be armed, with the profile's process-wide timer
      * (params.unarmed_timer): where that timer's captures of it go

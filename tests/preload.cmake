@@ -172,8 +172,8 @@ add_dependencies(crash preload_crash_prog)
 
 # The fd tests: the program's own alarm ends a hang (exit 142) well before
 # this; the budget cases start 2000 threads each run, three runs a case.
-snapprof_set_case_properties(EXE record CASES fds_closeall fds_dup2 fds_dup2_wall
-  PROPERTIES TIMEOUT 150)
+snapprof_set_case_properties(EXE record CASES fds_closeall fds_closeall_short_threads fds_dup2
+  fds_dup2_wall PROPERTIES TIMEOUT 150)
 snapprof_set_case_properties(EXE record CASES fds_budget_cpu fds_budget_wall
   fds_budget_5000_cpu fds_budget_5000_wall PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
 # 5000 threads sampled in wall mode: 22 s a run on a quiet machine, 138 s
