@@ -28,7 +28,12 @@
  * thread that starts under the preload arms itself then. bench_churn.sh,
  * 4000 threads of 0.4 ms: 91-95 % of the profile on their function at
  * 1 kHz, 0.92-0.95 of the threads a second with no profiler; one in 4 costs
- * less (0.95-1.10) but its shares spread twice as wide (76-99 %). */
+ * less (0.95-1.10) but its shares spread twice as wide (76-99 %). It was
+ * off for a while: record_fds_budget_cpu and _5000_cpu had each failed once
+ * in about seven full runs with it (the program's last open() one number
+ * higher), from the sampling thread's files opened for a moment, now
+ * opened where they take none of the program's numbers
+ * (common/fd_private.h): 50 of 50 runs of the two since, beside a load. */
 #define SHORT_THREADS_DEFAULT 1u
 
 /* The running profile of this process: under the preload lock. */
