@@ -27,8 +27,8 @@
  * (two system calls): a program's open in another thread then gets the
  * next number instead, and the low one at its next open. The program's
  * set of fds is the same. Files opened only for a moment are opened where
- * they take none of the program's numbers (fd_private.h). Raising RLIMIT_NOFILE is not ours to do (the
- * program's children inherit it). */
+ * they take none of the program's numbers (fd_private.h). Raising
+ * RLIMIT_NOFILE is not ours to do (the program's children inherit it). */
 #ifndef SNAPPROF_COMMON_FDS_H
 #define SNAPPROF_COMMON_FDS_H
 
