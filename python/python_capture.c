@@ -274,6 +274,21 @@ void snapprof__python_names_taken(uint32_t *kick)
     atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
 }
 
+/* What the calling thread's last capture read its current frame and chunk
+ * header at (tstate->cframe, tstate->datastack_chunk): the next capture
+ * reads there again in the system call that reads the thread state
+ * (snapprof__py_rider_t) and uses what it read only when the thread state
+ * names the same addresses. A Python thread's cframe and chunk change only
+ * when it enters or leaves a C-level call of the evaluation loop or a
+ * chunk fills, so most samples save a system call (issue 29). Any two
+ * values are safe: the reads are checked, and a guess that does not match
+ * is not used (a nested capture, a heap sample's interrupted by the
+ * profiling signal, may leave one word of another's). Async-signal-safe:
+ * lock-free atomics, the thread's own. */
+static __thread struct {
+    _Atomic uintptr_t cframe, chunk;
+} guess __attribute__((tls_model("initial-exec")));
+
 /* The walk of thread tid's frames into cap. stopped: tid is the calling
  * thread, stopped in its handler, so frames inside its data-stack chunks
  * can be read with plain loads; else (a blocked thread read from the
@@ -288,8 +303,28 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
+    /* The current frame and the current chunk's header ride on the read of
+     * the thread state, at the addresses this thread's last sample found
+     * (guess): used only when the thread state names the same ones, else
+     * read again where it says. Its own thread only (stopped). */
+    uintptr_t frame = 0, hdr[3] = {0, 0, 0};
+    uintptr_t g_cframe = 0, g_chunk = 0;
+    snapprof__py_rider_t rider = {.local = cap->scratch.local, .remote = cap->scratch.remote};
+    if (stopped) {
+        g_cframe = atomic_load_explicit(&guess.cframe, memory_order_relaxed);
+        g_chunk = atomic_load_explicit(&guess.chunk, memory_order_relaxed);
+    }
+    if (g_cframe != 0) {
+        rider.local[1] = (struct iovec){&frame, sizeof frame};
+        rider.remote[1] =
+            (struct iovec){(void *)(g_cframe + l->cframe_current_frame), sizeof frame};
+        rider.local[2] = (struct iovec){hdr, sizeof hdr};
+        rider.remote[2] = (struct iovec){(void *)g_chunk, sizeof hdr};
+        rider.n = g_chunk ? 3 : 2;
+    }
+    size_t want = sizeof frame + (g_chunk ? sizeof hdr : 0); /* what the rider reads whole */
     uint8_t tsb[512];
-    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped) == 0) {
+    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped, &rider) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }
@@ -297,18 +332,28 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     memcpy(&cframe, tsb + l->ts_cframe, sizeof cframe);
     memcpy(&chunk, tsb + l->ts_datastack_chunk, sizeof chunk);
     memcpy(&top, tsb + l->ts_datastack_top, sizeof top);
-    /* The current frame and the current chunk's header in one read. */
-    uintptr_t frame = 0, hdr[3] = {0, 0, 0};
     if (cframe == 0 || (cframe & 7) || (chunk & 7)) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
-    struct iovec local[2] = {{&frame, sizeof frame}, {hdr, sizeof hdr}};
-    struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
-                              {(void *)chunk, sizeof hdr}};
-    ssize_t got =
-        snapprof__process_vm_readv(atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
-                                   local, chunk ? 2UL : 1UL, remote, chunk ? 2UL : 1UL);
+    ssize_t got;
+    if (rider.n > 1 && rider.got == want && cframe == g_cframe && chunk == g_chunk) {
+        got = (ssize_t)want; /* the guess was right: both read with the thread state */
+    } else {
+        /* The current frame and the current chunk's header in one read. */
+        frame = 0;
+        memset(hdr, 0, sizeof hdr);
+        struct iovec local[2] = {{&frame, sizeof frame}, {hdr, sizeof hdr}};
+        struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
+                                  {(void *)chunk, sizeof hdr}};
+        got = snapprof__process_vm_readv(
+            atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed), local, chunk ? 2UL : 1UL,
+            remote, chunk ? 2UL : 1UL);
+        if (stopped && got == (ssize_t)(sizeof frame + (chunk ? sizeof hdr : 0))) {
+            atomic_store_explicit(&guess.cframe, cframe, memory_order_relaxed);
+            atomic_store_explicit(&guess.chunk, chunk, memory_order_relaxed);
+        }
+    }
     if (got < (ssize_t)sizeof frame) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;
