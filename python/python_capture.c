@@ -89,7 +89,7 @@ static int in_chunks(walk_t *w, uintptr_t f)
 _Static_assert(SNAPPROF__PY_CODE_STAGE >= SNAPPROF__PY_CODE_BATCH * SNAPPROF__PY_CODE_SPAN_MAX,
                "a batch's spans without gaps must fit the stage");
 
-void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
+size_t snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
 {
     const uintptr_t *codes = s->codes;
     uint8_t *stage = s->stage, *ok = s->ok, *order = s->order;
@@ -148,8 +148,8 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
             order[nmiss++] = (uint8_t)k;
         }
     }
-    if (nmiss == 0 || (got >= 0 && (size_t)got == total))
-        return;
+    if (nmiss == 0)
+        return nr;
     /* A partial read stops at the first remote byte that could not be
      * read: the code objects read whole are those before it. Each one
      * left is read again into its own place in stage. */
@@ -158,17 +158,91 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
     size_t whole = got <= 0 ? 0 : (size_t)got / span;
     for (size_t i = 0; i < whole && i < nmiss; i++)
         ok[order[i]] = 1;
+    return 0;
+}
+
+/* Whether the span at s->codes[k] + off of every k < n lies inside one of
+ * the ranges r[0, nr), which a read brought whole, one after the other,
+ * into s->stage: then sets s->end[k] and s->ok[k] as
+ * snapprof__py_read_codes() would have (the same bytes, read by a checked
+ * read of the same addresses). Async-signal-safe. */
+static int codes_covered(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span,
+                         const struct iovec *r, size_t nr)
+{
+    for (size_t k = 0; k < n; k++) {
+        uintptr_t a = s->codes[k] + off;
+        size_t at = 0, i = 0;
+        for (; i < nr; i++) {
+            uintptr_t lo = (uintptr_t)r[i].iov_base;
+            if (a >= lo && a - lo <= r[i].iov_len && r[i].iov_len - (a - lo) >= span) {
+                at += a - lo;
+                break;
+            }
+            at += r[i].iov_len;
+        }
+        if (i == nr)
+            return 0;
+        s->end[k] = at + span;
+        s->ok[k] = 1;
+    }
+    return 1;
+}
+
+#define GUESS_RANGES 8
+
+/* What the calling thread's last capture read: its current frame word and
+ * chunk header at (tstate->cframe, tstate->datastack_chunk), and the
+ * ranges of its first batch of code objects (when they were 1 to
+ * GUESS_RANGES ranges read whole; nranges 0 else). The next capture reads
+ * there again in the system call that reads the thread state
+ * (snapprof__py_rider_t), and uses what it read only where it is what it
+ * would have read: the frame word and header when the thread state names
+ * the same two addresses, the ranges when every code object of its first
+ * batch lies inside them (codes_covered()). A Python thread's cframe and
+ * chunk change only when it enters or leaves a C-level call of the
+ * evaluation loop or a chunk fills, and a thread that runs the same code
+ * meets the same code objects: most samples make one system call instead
+ * of three (issue 29). Any values are safe: every read is checked, a
+ * range's length is bounded by the stage, and a guess is judged by the
+ * capture's own copy of it (a nested capture, a heap sample's interrupted
+ * by the profiling signal, may leave a mix of two). Async-signal-safe:
+ * lock-free atomics, the thread's own. */
+static __thread struct {
+    _Atomic uintptr_t cframe, chunk;
+    _Atomic uint32_t nranges;
+    _Atomic uint16_t len[GUESS_RANGES];
+    _Atomic uintptr_t lo[GUESS_RANGES];
+} guess __attribute__((tls_model("initial-exec")));
+
+_Static_assert(SNAPPROF__PY_CODE_STAGE <= UINT16_MAX, "a range's length fits guess.len");
+_Static_assert(SNAPPROF__PY_CODE_BATCH >= 3 + GUESS_RANGES, "the riders fit the scratch's iovecs");
+
+/* Remembers the ranges s->remote[0, nr) of a capture's first batch
+ * (nr 0: none) for the thread's next capture. Async-signal-safe. */
+static void guess_ranges(const snapprof__py_scratch_t *s, size_t nr)
+{
+    if (nr > GUESS_RANGES)
+        nr = 0;
+    atomic_store_explicit(&guess.nranges, 0, memory_order_relaxed);
+    for (size_t i = 0; i < nr; i++) {
+        atomic_store_explicit(&guess.lo[i], (uintptr_t)s->remote[i].iov_base, memory_order_relaxed);
+        atomic_store_explicit(&guess.len[i], (uint16_t)s->remote[i].iov_len, memory_order_relaxed);
+    }
+    atomic_store_explicit(&guess.nranges, (uint32_t)nr, memory_order_relaxed);
 }
 
 /* Fills the code fields of cap->frames[from, to) with checked reads of
- * cap->scratch.codes[0, ncodes), the distinct code objects among them
- * (snapprof__py_read_codes).
+ * cap->scratch.codes[0, ncodes), the distinct code objects among them:
+ * from the ranges g[0, ng) when they hold them all (read with the thread
+ * state, codes_covered()), else by snapprof__py_read_codes(), whose
+ * ranges are remembered for the thread's next capture when learn.
  * On entry each of those frames holds, until it is filled, the index of
  * its code object in codes in instr and its prev_instr in names. A frame
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, size_t ncodes)
+                            uint32_t from, uint32_t to, size_t ncodes, const struct iovec *g,
+                            size_t ng, int learn)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
@@ -176,7 +250,11 @@ static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture
         l->code_filename + 3 * sizeof(uintptr_t) > l->code_type + span)
         return from; /* not a layout this reader knows how to batch */
     snapprof__py_scratch_t *s = &cap->scratch;
-    snapprof__py_read_codes(s, ncodes, l->code_type, span);
+    if (ng == 0 || !codes_covered(s, ncodes, l->code_type, span, g, ng)) {
+        size_t nr = snapprof__py_read_codes(s, ncodes, l->code_type, span);
+        if (learn)
+            guess_ranges(s, nr);
+    }
     for (uint32_t i = from; i < to; i++) {
         size_t k = (size_t)cap->frames[i].instr;
         uintptr_t type, names[3];
@@ -274,21 +352,6 @@ void snapprof__python_names_taken(uint32_t *kick)
     atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
 }
 
-/* What the calling thread's last capture read its current frame and chunk
- * header at (tstate->cframe, tstate->datastack_chunk): the next capture
- * reads there again in the system call that reads the thread state
- * (snapprof__py_rider_t) and uses what it read only when the thread state
- * names the same addresses. A Python thread's cframe and chunk change only
- * when it enters or leaves a C-level call of the evaluation loop or a
- * chunk fills, so most samples save a system call (issue 29). Any two
- * values are safe: the reads are checked, and a guess that does not match
- * is not used (a nested capture, a heap sample's interrupted by the
- * profiling signal, may leave one word of another's). Async-signal-safe:
- * lock-free atomics, the thread's own. */
-static __thread struct {
-    _Atomic uintptr_t cframe, chunk;
-} guess __attribute__((tls_model("initial-exec")));
-
 /* The walk of thread tid's frames into cap. stopped: tid is the calling
  * thread, stopped in its handler, so frames inside its data-stack chunks
  * can be read with plain loads; else (a blocked thread read from the
@@ -303,26 +366,47 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
-    /* The current frame and the current chunk's header ride on the read of
-     * the thread state, at the addresses this thread's last sample found
-     * (guess): used only when the thread state names the same ones, else
-     * read again where it says. Its own thread only (stopped). */
+    /* The current frame word, the current chunk's header and the code
+     * objects' ranges ride on the read of the thread state, at the
+     * addresses this thread's last sample found (guess): used only where
+     * they are what the capture would read, else read again where the
+     * thread state says. Its own thread only (stopped). */
     uintptr_t frame = 0, hdr[3] = {0, 0, 0};
     uintptr_t g_cframe = 0, g_chunk = 0;
-    snapprof__py_rider_t rider = {.local = cap->scratch.local, .remote = cap->scratch.remote};
+    snapprof__py_scratch_t *s = &cap->scratch;
+    snapprof__py_rider_t rider = {.local = s->local, .remote = s->remote};
     if (stopped) {
         g_cframe = atomic_load_explicit(&guess.cframe, memory_order_relaxed);
         g_chunk = atomic_load_explicit(&guess.chunk, memory_order_relaxed);
     }
+    size_t want = sizeof frame + (g_chunk ? sizeof hdr : 0); /* the frame word and header */
+    size_t g_total = 0, ng = 0; /* the code ranges: their bytes, how many */
+    const struct iovec *g = NULL;
     if (g_cframe != 0) {
         rider.local[1] = (struct iovec){&frame, sizeof frame};
         rider.remote[1] =
             (struct iovec){(void *)(g_cframe + l->cframe_current_frame), sizeof frame};
         rider.local[2] = (struct iovec){hdr, sizeof hdr};
         rider.remote[2] = (struct iovec){(void *)g_chunk, sizeof hdr};
-        rider.n = g_chunk ? 3 : 2;
+        rider.nlocal = rider.nremote = g_chunk ? 3 : 2;
+        size_t nr = atomic_load_explicit(&guess.nranges, memory_order_relaxed);
+        struct iovec *r = rider.remote + rider.nremote;
+        for (; ng < nr && ng < GUESS_RANGES; ng++) {
+            uintptr_t lo = atomic_load_explicit(&guess.lo[ng], memory_order_relaxed);
+            size_t len = atomic_load_explicit(&guess.len[ng], memory_order_relaxed);
+            if (len == 0 || len > sizeof s->stage - g_total)
+                break;
+            r[ng] = (struct iovec){(void *)lo, len};
+            g_total += len;
+        }
+        if (ng == nr && ng > 0) {
+            rider.local[rider.nlocal++] = (struct iovec){s->stage, g_total};
+            rider.nremote += ng;
+            g = r;
+        } else {
+            ng = 0;
+        }
     }
-    size_t want = sizeof frame + (g_chunk ? sizeof hdr : 0); /* what the rider reads whole */
     uint8_t tsb[512];
     if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped, &rider) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
@@ -337,7 +421,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         return;
     }
     ssize_t got;
-    if (rider.n > 1 && rider.got == want && cframe == g_cframe && chunk == g_chunk) {
+    if (rider.nremote > 1 && rider.got >= want && cframe == g_cframe && chunk == g_chunk) {
         got = (ssize_t)want; /* the guess was right: both read with the thread state */
     } else {
         /* The current frame and the current chunk's header in one read. */
@@ -358,6 +442,8 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
+    if (ng > 0 && rider.got != want + g_total)
+        ng = 0; /* the code ranges were not all read */
     walk_t w = {.l = l, .s = &cap->scratch, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
     if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
@@ -405,7 +491,8 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         size_t slot = 0; /* set by find_code() when not found */
         size_t k = find_code(&cap->scratch, ncodes, code, &slot);
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+            uint32_t ok = check_codes(l, cap, checked, n, ncodes, g, ng, stopped && checked == 0);
+            ng = 0; /* the stage holds this batch now */
             unnamed = unnamed || any_unnamed(cap, checked, ok);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
@@ -438,7 +525,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+        uint32_t ok = check_codes(l, cap, checked, n, ncodes, g, ng, stopped && checked == 0);
         unnamed = unnamed || any_unnamed(cap, checked, ok);
         if (ok < n) {
             n = ok;

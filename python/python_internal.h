@@ -99,9 +99,11 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
  * a code pointer was garbage), one more with an iovec per code object not
  * yet read, in codes' order (a partial read keeps those before the first
  * that failed). Sets s->ok[k] to 1 for each code object read whole, else
- * 0. Uses no more of the stack than its locals' few words.
+ * 0. Returns the number of ranges when the first read brought them all
+ * (they are in s->remote[0, that), for the thread's next capture to read
+ * again), else 0. Uses no more of the stack than its locals' few words.
  * Async-signal-safe. */
-void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
+size_t snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
 
 /* What snapprof__py_read_codes(s, n, off, span) read of s->codes[k]: span
  * bytes, valid when s->ok[k]. Async-signal-safe. */
@@ -112,17 +114,18 @@ static inline const uint8_t *snapprof__py_code_fields(const snapprof__py_scratch
 }
 
 /* Reads that ride on the read of a thread state (snapprof__py_tstate_find):
- * the same process_vm_readv reads remote[i] into local[i] for 0 < i < n,
- * after the thread state's own bytes, which take local[0] and remote[0]
- * (written by the lookup). One system call for several ranges: the
- * handler guesses, from the thread's last sample, what it will read next
- * (python_capture.c). got: set by the lookup to how many bytes of
- * ranges 1 to n - 1 the read of the thread state it returned brought (a
- * partial read stops at the first range that cannot be read), 0 when it
- * returned none. */
+ * the same process_vm_readv reads remote[1, nremote) into local[1,
+ * nlocal) (filled in order, as the system call does: the counts may
+ * differ), after the thread state's own bytes, which take local[0] and
+ * remote[0] (written by the lookup). One system call for several ranges:
+ * the handler guesses, from the thread's last sample, what it will read
+ * next (python_capture.c). got: set by the lookup to how many bytes past
+ * the thread state the read of the thread state it returned brought (a
+ * partial read stops at the first remote range that cannot be read), 0
+ * when it returned none. */
 typedef struct snapprof__py_rider {
     struct iovec *local, *remote;
-    unsigned long n;
+    unsigned long nlocal, nremote;
     size_t got;
 } snapprof__py_rider_t;
 

@@ -96,12 +96,12 @@ static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid,
         rider->got = 0;
     if (ts == 0 || (ts & 7))
         return 0;
-    if (rider && rider->n > 1) {
+    if (rider && rider->nremote > 1) {
         rider->local[0] = (struct iovec){tsb, l->ts_size};
         rider->remote[0] = (struct iovec){(void *)ts, l->ts_size};
         pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
-        ssize_t got =
-            snapprof__process_vm_readv(pid, rider->local, rider->n, rider->remote, rider->n);
+        ssize_t got = snapprof__process_vm_readv(pid, rider->local, rider->nlocal, rider->remote,
+                                                 rider->nremote);
         if (got < (ssize_t)l->ts_size)
             return 0;
         more = (size_t)got - l->ts_size;

@@ -49,7 +49,12 @@ static void test_merged_ranges(void)
     for (int i = 10; i >= 0; i--)
         s.codes[n++] = (uintptr_t)m + 64 + 224 * (uintptr_t)i;
     s.codes[n++] = (uintptr_t)m + 2 * (uintptr_t)page + 512;
-    snapprof__py_read_codes(&s, n, OFF, SPAN);
+    /* The dense eleven in one range, the far one in another: two ranges,
+     * in s.remote, for the thread's next capture. */
+    ASSERT_EQ(snapprof__py_read_codes(&s, n, OFF, SPAN), 2);
+    ASSERT_EQ((uintptr_t)s.remote[0].iov_base, (uintptr_t)m + 64 + OFF);
+    ASSERT_EQ(s.remote[0].iov_len, 224 * 10 + SPAN);
+    ASSERT_EQ((uintptr_t)s.remote[1].iov_base, (uintptr_t)m + 2 * (uintptr_t)page + 512 + OFF);
     for (size_t k = 0; k < n; k++) {
         ASSERT_EQ(s.ok[k], 1);
         ASSERT(memcmp(snapprof__py_code_fields(&s, k, SPAN), (const void *)(s.codes[k] + OFF),
@@ -113,7 +118,7 @@ static void test_hole_loses_only_unreadable(void)
     s.codes[0] = far;
     s.codes[1] = bad;
     s.codes[2] = before;
-    snapprof__py_read_codes(&s, 3, OFF, SPAN);
+    ASSERT_EQ(snapprof__py_read_codes(&s, 3, OFF, SPAN), 0); /* not all read: no ranges */
     ASSERT_EQ(s.ok[0], 1);
     ASSERT_EQ(s.ok[1], 0);
     ASSERT_EQ(s.ok[2], 1);
@@ -473,7 +478,7 @@ static void test_rider_partial(void)
     uint8_t *m = three_pages(); /* the middle page not readable */
     uint64_t a = 0, b = 0;
     struct iovec local[3], remote[3];
-    snapprof__py_rider_t rider = {.local = local, .remote = remote, .n = 3};
+    snapprof__py_rider_t rider = {.local = local, .remote = remote, .nlocal = 3, .nremote = 3};
     local[1] = (struct iovec){&a, sizeof a};
     remote[1] = (struct iovec){m + 16, sizeof a};
     local[2] = (struct iovec){&b, sizeof b};
@@ -497,6 +502,116 @@ static void test_rider_partial(void)
     munmap(m, 3 * (size_t)page);
 }
 
+/* A short fake thread: frames 0 to n - 1 in the current chunk
+ * (walk_chunks[1]), frame i running code[i], whose fields are its own:
+ * first line line[i], qualname 0x10000 + 16 * i. Every frame its own
+ * instruction 2 * i. */
+static void small_walk(const snapprof__py_layout_t *l, uint8_t *const *code, const int32_t *line,
+                       size_t n)
+{
+    memset(walk_chunks[1], 0, sizeof walk_chunks[1]);
+    for (size_t i = 0; i < n; i++) {
+        put(code[i], l->code_type, (uintptr_t)walk_type);
+        put(code[i], l->code_size, 100);
+        memcpy(code[i] + l->code_firstlineno, &line[i], sizeof line[i]);
+        put(code[i], l->code_filename, 0x5000);
+        put(code[i], l->code_qualname, 0x10000 + 16 * i);
+        uint8_t *f = walk_chunks[1] + l->chunk_data + (n - 1 - i) * FRAME_STRIDE;
+        walk_frame[i] = f;
+        put(f, l->frame_code, (uintptr_t)code[i]);
+        put(f, l->frame_prev_instr, (uintptr_t)code[i] + l->code_code + 2 * i);
+    }
+    for (size_t i = 0; i < n; i++)
+        put(walk_frame[i], l->frame_previous, i + 1 < n ? (uintptr_t)walk_frame[i + 1] : 0);
+    put(walk_chunks[1], l->chunk_previous, 0);
+    put(walk_chunks[1], l->chunk_size, sizeof walk_chunks[1]);
+    put(walk_cframe, l->cframe_current_frame, (uintptr_t)walk_frame[0]);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)walk_frame[0] + FRAME_STRIDE);
+}
+
+/* Captures the short fake thread and checks its n frames against code
+ * and line. */
+static void small_check(uint8_t *const *code, const int32_t *line, size_t n)
+{
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, 0);
+    ASSERT_EQ(walk_cap.count, n);
+    for (size_t i = 0; i < n; i++) {
+        const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
+        ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, (uintptr_t)code[i]);
+        ASSERT_EQ(r->instr, (int32_t)i);
+        ASSERT_EQ(r->firstlineno, line[i]);
+        ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * i, 100));
+    }
+}
+
+/* The code objects' fields are read with the thread state, in the ranges
+ * the thread's last capture read them in (when its first batch was at
+ * most 8 ranges read whole), and used when every code object lies inside
+ * them; else read as before. Here: the guess right (a code object's
+ * first line changed between captures: the capture must see the new one,
+ * the ranges are read afresh, never kept); a code object outside the
+ * ranges; and the last sample's ranges two, the first unmapped since
+ * (a freed arena), while every code object now lies in the second: the
+ * read stops short before it, so the thread state must still be found and
+ * the code objects read where they are, never taken from a range the read
+ * did not reach. Then a code object inside a guessed range
+ * that is no longer a code object (freed): the walk ends there, BROKEN.
+ * Catches a capture that takes code fields from ranges it did not read
+ * whole, or from the last sample, or that loses the thread for a stale
+ * guess. */
+static void test_walk_guess_codes(void)
+{
+    const snapprof__py_layout_t *l = walk_setup();
+    long page = sysconf(_SC_PAGESIZE);
+    enum { N = 6 };
+    uint8_t *three =
+        mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(three != MAP_FAILED);
+    memset(three, 0, 3 * (size_t)page);
+    uint8_t *code[N];
+    int32_t line[N];
+    for (size_t i = 0; i < N; i++) {
+        code[i] = walk_codes[i]; /* one range */
+        line[i] = 10 + (int32_t)i;
+    }
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N); /* the guess right */
+    line[3] = 77;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    code[2] = walk_codes[150]; /* outside the range */
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    /* Two ranges, code 2 alone on page 0 of three, the others on page 2;
+     * then page 0 unmapped, code 2 moved among the others and another's
+     * first line changed: the read of the guessed ranges stops at the
+     * first, before the second, which covers every code object now. */
+    for (size_t i = 0; i < N; i++)
+        code[i] = i == 2 ? three + 64 : three + 2 * page + 256 * i;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    ASSERT_EQ(munmap(three, (size_t)page), 0);
+    code[2] = three + 2 * page + 256 * 2;
+    line[4] = 99;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    /* Freed inside the range: its type word gone. */
+    put(code[4], l->code_type, 0);
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, SNAPPROF__PY_BROKEN);
+    ASSERT_EQ(walk_cap.count, 4);
+    munmap(three + page, 2 * (size_t)page);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -510,6 +625,7 @@ int main(int argc, char **argv)
         {"walk_batches_two_chunks", test_walk_batches_two_chunks},
         {"walk_guess_unreadable", test_walk_guess_unreadable},
         {"rider_partial", test_rider_partial},
+        {"walk_guess_codes", test_walk_guess_codes},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
