@@ -18,8 +18,9 @@
  *
  * Stack: the handler may run on a small alternate signal stack (CPython's
  * faulthandler gives one of SIGSTKSZ + AT_MINSIGSTKSZ bytes), so every
- * buffer of more than a few hundred bytes lives in the capture's scratch
- * (snapprof__py_scratch_t, in the capture slot), never on the stack. */
+ * buffer of more than a few hundred bytes lives in a scratch area
+ * (snapprof__py_scratch_t: one of a few shared ones, claimed for the
+ * capture, else the capture slot's own), never on the stack. */
 #include "python/python_internal.h"
 
 #include "common/seccomp.h"
@@ -232,7 +233,7 @@ static void guess_ranges(const snapprof__py_scratch_t *s, size_t nr)
 }
 
 /* Fills the code fields of cap->frames[from, to) with checked reads of
- * cap->scratch.codes[0, ncodes), the distinct code objects among them:
+ * s->codes[0, ncodes), the distinct code objects among them:
  * from the ranges g[0, ng) when they hold them all (read with the thread
  * state, codes_covered()), else by snapprof__py_read_codes(), whose
  * ranges are remembered for the thread's next capture when learn.
@@ -241,15 +242,14 @@ static void guess_ranges(const snapprof__py_scratch_t *s, size_t nr)
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, size_t ncodes, const struct iovec *g,
-                            size_t ng, int learn)
+                            snapprof__py_scratch_t *s, uint32_t from, uint32_t to, size_t ncodes,
+                            const struct iovec *g, size_t ng, int learn)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
         l->code_filename < l->code_type ||
         l->code_filename + 3 * sizeof(uintptr_t) > l->code_type + span)
         return from; /* not a layout this reader knows how to batch */
-    snapprof__py_scratch_t *s = &cap->scratch;
     if (ng == 0 || !codes_covered(s, ncodes, l->code_type, span, g, ng)) {
         size_t nr = snapprof__py_read_codes(s, ncodes, l->code_type, span);
         if (learn)
@@ -352,12 +352,13 @@ void snapprof__python_names_taken(uint32_t *kick)
     atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
 }
 
-/* The walk of thread tid's frames into cap. stopped: tid is the calling
+/* The walk of thread tid's frames into cap, s its working memory. stopped: tid is the calling
  * thread, stopped in its handler, so frames inside its data-stack chunks
  * can be read with plain loads; else (a blocked thread read from the
  * sampling thread, which may wake and pop a chunk meanwhile) every read is
  * checked. Async-signal-safe. */
-static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
+static void capture_in(snapprof__py_capture_t *cap, snapprof__py_scratch_t *s, pid_t tid,
+                       int stopped)
 {
     cap->count = 0;
     cap->status = 0;
@@ -373,7 +374,6 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
      * thread state says. Its own thread only (stopped). */
     uintptr_t frame = 0, hdr[3] = {0, 0, 0};
     uintptr_t g_cframe = 0, g_chunk = 0;
-    snapprof__py_scratch_t *s = &cap->scratch;
     snapprof__py_rider_t rider = {.local = s->local, .remote = s->remote};
     if (stopped) {
         g_cframe = atomic_load_explicit(&guess.cframe, memory_order_relaxed);
@@ -444,7 +444,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     if (ng > 0 && rider.got != want + g_total)
         ng = 0; /* the code ranges were not all read */
-    walk_t w = {.l = l, .s = &cap->scratch, .nchunks = 0, .next_chunk = 0};
+    walk_t w = {.l = l, .s = s, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
     if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
         top - chunk <= hdr[1]) {
@@ -456,9 +456,9 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
 
     /* The distinct code objects of the frames not yet checked,
      * [checked, n). */
-    uintptr_t *codes = cap->scratch.codes;
+    uintptr_t *codes = s->codes;
     size_t ncodes = 0;
-    memset(cap->scratch.code_index, 0, sizeof cap->scratch.code_index);
+    memset(s->code_index, 0, sizeof s->code_index);
     uint32_t n = 0, checked = 0;
     int unnamed = 0; /* a code object the sampling side has not named */
     /* Brent's cycle check: the frame at the last power of two steps. */
@@ -489,9 +489,10 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
             break;
         }
         size_t slot = 0; /* set by find_code() when not found */
-        size_t k = find_code(&cap->scratch, ncodes, code, &slot);
+        size_t k = find_code(s, ncodes, code, &slot);
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, ncodes, g, ng, stopped && checked == 0);
+            uint32_t ok =
+                check_codes(l, cap, s, checked, n, ncodes, g, ng, stopped && checked == 0);
             ng = 0; /* the stage holds this batch now */
             unnamed = unnamed || any_unnamed(cap, checked, ok);
             if (ok < n) {
@@ -501,13 +502,13 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
                 return;
             }
             checked = n;
-            memset(cap->scratch.code_index, 0, sizeof cap->scratch.code_index);
+            memset(s->code_index, 0, sizeof s->code_index);
             ncodes = 0;
-            k = find_code(&cap->scratch, ncodes, code, &slot);
+            k = find_code(s, ncodes, code, &slot);
         }
         if (k == ncodes) {
             codes[ncodes++] = code;
-            cap->scratch.code_index[slot] = (uint8_t)ncodes;
+            s->code_index[slot] = (uint8_t)ncodes;
         }
         snapprof__py_frame_rec_t *r = &cap->frames[n++];
         r->code = code | (fb[l->frame_is_entry] ? SNAPPROF__PY_REC_ENTRY : 0);
@@ -525,7 +526,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, ncodes, g, ng, stopped && checked == 0);
+        uint32_t ok = check_codes(l, cap, s, checked, n, ncodes, g, ng, stopped && checked == 0);
         unnamed = unnamed || any_unnamed(cap, checked, ok);
         if (ok < n) {
             n = ok;
@@ -534,6 +535,48 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     cap->count = n;
     ask_names(unnamed);
+}
+
+/* Scratch areas shared by every capture, each claimed by one at a time
+ * (busy, an atomic exchange): a capture's working memory (the stage the
+ * code objects' fields are read into, 12 KiB at 50 frames deep, and the
+ * walk's tables) is then memory the last capture used, in the cache,
+ * instead of its slot's own, which 200-odd other slots' captures have
+ * pushed out since it was last used (the pool hands out slots in turn
+ * between drains: 11 MiB at 1 kHz). Cold, the code objects' read took
+ * 2.5-3 us more a sample at 50 deep (medians of the handler's Python
+ * part, 7.0 against 4.5 us, python_cost.py, issue 29). A capture that
+ * finds every one taken (more threads in their handlers at once, a
+ * capture nested in another on the same thread) uses its slot's own
+ * scratch, as before. After a fork in the middle of another thread's
+ * capture the child never gets that one back: it has the others and the
+ * slots'. */
+#define SCRATCH_SHARED 4
+static snapprof__py_scratch_t shared_scratch[SCRATCH_SHARED];
+static _Atomic int shared_busy[SCRATCH_SHARED];
+
+snapprof__py_scratch_t *snapprof__py_scratch_claim(void)
+{
+    for (int i = 0; i < SCRATCH_SHARED; i++)
+        if (atomic_load_explicit(&shared_busy[i], memory_order_relaxed) == 0 &&
+            atomic_exchange_explicit(&shared_busy[i], 1, memory_order_acquire) == 0)
+            return &shared_scratch[i];
+    return NULL;
+}
+
+void snapprof__py_scratch_release(snapprof__py_scratch_t *s)
+{
+    atomic_store_explicit(&shared_busy[s - shared_scratch], 0, memory_order_release);
+}
+
+/* The walk of thread tid's frames into cap, in a shared scratch area if
+ * one is free, else in cap's own. Async-signal-safe: lock-free atomics. */
+static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
+{
+    snapprof__py_scratch_t *s = snapprof__py_scratch_claim();
+    capture_in(cap, s ? s : &cap->scratch, tid, stopped);
+    if (s)
+        snapprof__py_scratch_release(s);
 }
 
 void snapprof__python_capture(snapprof__py_capture_t *cap)

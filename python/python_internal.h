@@ -129,6 +129,13 @@ typedef struct snapprof__py_rider {
     size_t got;
 } snapprof__py_rider_t;
 
+/* Claims one of the few scratch areas captures share (python_capture.c
+ * says why), or returns NULL when every one is taken; the capture then
+ * uses its slot's own. Release it with snapprof__py_scratch_release().
+ * Async-signal-safe: lock-free atomics. */
+snapprof__py_scratch_t *snapprof__py_scratch_claim(void);
+void snapprof__py_scratch_release(snapprof__py_scratch_t *s);
+
 /* The PyThreadState of thread tid, or 0: its first ts_size bytes are read
  * checked into tsb (size bytes) and its native_thread_id is tid; rider,
  * when not NULL, rides on each read of a thread state (rider->got says

@@ -612,6 +612,34 @@ static void test_walk_guess_codes(void)
     munmap(three + page, 2 * (size_t)page);
 }
 
+/* Captures use one of a few shared scratch areas, each claimed by one
+ * capture at a time; with every one taken (more threads in their handlers
+ * at once, a nested capture) a capture uses its slot's own, and walks the
+ * same. Catches a claim that hands out an area in use (two captures
+ * writing one stage) and a capture that gives up, or misreads, when none
+ * is free. */
+static void test_scratch_all_taken(void)
+{
+    walk_setup();
+    snapprof__py_scratch_t *taken[16];
+    size_t n = 0;
+    while (n < 16 && (taken[n] = snapprof__py_scratch_claim()) != NULL)
+        n++;
+    ASSERT(n >= 1 && n < 16);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            ASSERT(taken[i] != taken[j]);
+    walk_check(0);
+    walk_check(1);
+    snapprof__py_scratch_release(taken[n - 1]);
+    walk_check(0);
+    ASSERT(snapprof__py_scratch_claim() == taken[n - 1]); /* given back by the capture */
+    for (size_t i = 0; i < n; i++)
+        snapprof__py_scratch_release(taken[i]);
+    walk_check(0);
+    walk_check(1);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case_t cases[] = {
@@ -626,6 +654,7 @@ int main(int argc, char **argv)
         {"walk_guess_unreadable", test_walk_guess_unreadable},
         {"rider_partial", test_rider_partial},
         {"walk_guess_codes", test_walk_guess_codes},
+        {"scratch_all_taken", test_scratch_all_taken},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
