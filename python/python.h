@@ -60,10 +60,12 @@ typedef struct snapprof__py_frame_rec {
 /* The walk's working memory, in the capture slot beside its result rather
  * than on the handler's stack: the handler may run on a small alternate
  * signal stack (CPython's faulthandler gives the main thread SIGSTKSZ +
- * AT_MINSIGSTKSZ bytes, shared with the kernel's signal frame). Each
- * capture has its own (the signal handler, a heap sample's capture on the
- * same thread and wall mode's blocked-thread walk never share one). Not
- * part of the result: the drain never reads it. */
+ * AT_MINSIGSTKSZ bytes, shared with the kernel's signal frame). A capture
+ * claims one of a few that captures share (in the cache from the last
+ * capture: python_capture.c) and uses its slot's own only when all are
+ * taken; two captures never use one at once (the signal handler, a heap
+ * sample's capture on the same thread and wall mode's blocked-thread walk
+ * included). Not part of the result: the drain never reads it. */
 typedef struct snapprof__py_scratch {
     struct {
         uintptr_t lo, hi; /* the used part of one chunk: frames lie in [lo, hi) */

@@ -18,8 +18,9 @@
  *
  * Stack: the handler may run on a small alternate signal stack (CPython's
  * faulthandler gives one of SIGSTKSZ + AT_MINSIGSTKSZ bytes), so every
- * buffer of more than a few hundred bytes lives in the capture's scratch
- * (snapprof__py_scratch_t, in the capture slot), never on the stack. */
+ * buffer of more than a few hundred bytes lives in a scratch area
+ * (snapprof__py_scratch_t: one of a few shared ones, claimed for the
+ * capture, else the capture slot's own), never on the stack. */
 #include "python/python_internal.h"
 
 #include "common/seccomp.h"
@@ -89,7 +90,7 @@ static int in_chunks(walk_t *w, uintptr_t f)
 _Static_assert(SNAPPROF__PY_CODE_STAGE >= SNAPPROF__PY_CODE_BATCH * SNAPPROF__PY_CODE_SPAN_MAX,
                "a batch's spans without gaps must fit the stage");
 
-void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
+size_t snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span)
 {
     const uintptr_t *codes = s->codes;
     uint8_t *stage = s->stage, *ok = s->ok, *order = s->order;
@@ -148,8 +149,8 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
             order[nmiss++] = (uint8_t)k;
         }
     }
-    if (nmiss == 0 || (got >= 0 && (size_t)got == total))
-        return;
+    if (nmiss == 0)
+        return nr;
     /* A partial read stops at the first remote byte that could not be
      * read: the code objects read whole are those before it. Each one
      * left is read again into its own place in stage. */
@@ -158,25 +159,102 @@ void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, si
     size_t whole = got <= 0 ? 0 : (size_t)got / span;
     for (size_t i = 0; i < whole && i < nmiss; i++)
         ok[order[i]] = 1;
+    return 0;
+}
+
+/* Whether the span at s->codes[k] + off of every k < n lies inside one of
+ * the ranges r[0, nr), which a read brought whole, one after the other,
+ * into s->stage: then sets s->end[k] and s->ok[k] as
+ * snapprof__py_read_codes() would have (the same bytes, read by a checked
+ * read of the same addresses). Async-signal-safe. */
+static int codes_covered(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span,
+                         const struct iovec *r, size_t nr)
+{
+    for (size_t k = 0; k < n; k++) {
+        uintptr_t a = s->codes[k] + off;
+        size_t at = 0, i = 0;
+        for (; i < nr; i++) {
+            uintptr_t lo = (uintptr_t)r[i].iov_base;
+            if (a >= lo && a - lo <= r[i].iov_len && r[i].iov_len - (a - lo) >= span) {
+                at += a - lo;
+                break;
+            }
+            at += r[i].iov_len;
+        }
+        if (i == nr)
+            return 0;
+        s->end[k] = at + span;
+        s->ok[k] = 1;
+    }
+    return 1;
+}
+
+#define GUESS_RANGES 8
+
+/* What the calling thread's last capture read: its current frame word and
+ * chunk header at (tstate->cframe, tstate->datastack_chunk), and the
+ * ranges of its first batch of code objects (when they were 1 to
+ * GUESS_RANGES ranges read whole; nranges 0 else). The next capture reads
+ * there again in the system call that reads the thread state
+ * (snapprof__py_rider_t), and uses what it read only where it is what it
+ * would have read: the frame word and header when the thread state names
+ * the same two addresses, the ranges when every code object of its first
+ * batch lies inside them (codes_covered()). A Python thread's cframe and
+ * chunk change only when it enters or leaves a C-level call of the
+ * evaluation loop or a chunk fills, and a thread that runs the same code
+ * meets the same code objects: most samples make one system call instead
+ * of three (issue 29). Any values are safe: every read is checked, a
+ * range's length is bounded by the stage, and a guess is judged by the
+ * capture's own copy of it (a nested capture, a heap sample's interrupted
+ * by the profiling signal, may leave a mix of two). Async-signal-safe:
+ * lock-free atomics, the thread's own. */
+static __thread struct {
+    _Atomic uintptr_t cframe, chunk;
+    _Atomic uint32_t nranges;
+    _Atomic uint16_t len[GUESS_RANGES];
+    _Atomic uintptr_t lo[GUESS_RANGES];
+} guess __attribute__((tls_model("initial-exec")));
+
+_Static_assert(SNAPPROF__PY_CODE_STAGE <= UINT16_MAX, "a range's length fits guess.len");
+_Static_assert(SNAPPROF__PY_CODE_BATCH >= 3 + GUESS_RANGES, "the riders fit the scratch's iovecs");
+
+/* Remembers the ranges s->remote[0, nr) of a capture's first batch
+ * (nr 0: none) for the thread's next capture. Async-signal-safe. */
+static void guess_ranges(const snapprof__py_scratch_t *s, size_t nr)
+{
+    if (nr > GUESS_RANGES)
+        nr = 0;
+    atomic_store_explicit(&guess.nranges, 0, memory_order_relaxed);
+    for (size_t i = 0; i < nr; i++) {
+        atomic_store_explicit(&guess.lo[i], (uintptr_t)s->remote[i].iov_base, memory_order_relaxed);
+        atomic_store_explicit(&guess.len[i], (uint16_t)s->remote[i].iov_len, memory_order_relaxed);
+    }
+    atomic_store_explicit(&guess.nranges, (uint32_t)nr, memory_order_relaxed);
 }
 
 /* Fills the code fields of cap->frames[from, to) with checked reads of
- * cap->scratch.codes[0, ncodes), the distinct code objects among them
- * (snapprof__py_read_codes).
+ * s->codes[0, ncodes), the distinct code objects among them:
+ * from the ranges g[0, ng) when they hold them all (read with the thread
+ * state, codes_covered()), else by snapprof__py_read_codes(), whose
+ * ranges are remembered for the thread's next capture when learn.
  * On entry each of those frames holds, until it is filled, the index of
  * its code object in codes in instr and its prev_instr in names. A frame
  * whose code object cannot be read or is not a code object ends the walk
  * there: returns the new count. Async-signal-safe. */
 static uint32_t check_codes(const snapprof__py_layout_t *l, snapprof__py_capture_t *cap,
-                            uint32_t from, uint32_t to, size_t ncodes)
+                            snapprof__py_scratch_t *s, uint32_t from, uint32_t to, size_t ncodes,
+                            const struct iovec *g, size_t ng, int learn)
 {
     size_t span = l->code_qualname + sizeof(uintptr_t) - l->code_type;
     if (span > CODE_SPAN_MAX || l->code_size < l->code_type || l->code_firstlineno < l->code_type ||
         l->code_filename < l->code_type ||
         l->code_filename + 3 * sizeof(uintptr_t) > l->code_type + span)
         return from; /* not a layout this reader knows how to batch */
-    snapprof__py_scratch_t *s = &cap->scratch;
-    snapprof__py_read_codes(s, ncodes, l->code_type, span);
+    if (ng == 0 || !codes_covered(s, ncodes, l->code_type, span, g, ng)) {
+        size_t nr = snapprof__py_read_codes(s, ncodes, l->code_type, span);
+        if (learn)
+            guess_ranges(s, nr);
+    }
     for (uint32_t i = from; i < to; i++) {
         size_t k = (size_t)cap->frames[i].instr;
         uintptr_t type, names[3];
@@ -274,12 +352,13 @@ void snapprof__python_names_taken(uint32_t *kick)
     atomic_store_explicit(&snapprof__py_names_wanted, 0, memory_order_relaxed);
 }
 
-/* The walk of thread tid's frames into cap. stopped: tid is the calling
+/* The walk of thread tid's frames into cap, s its working memory. stopped: tid is the calling
  * thread, stopped in its handler, so frames inside its data-stack chunks
  * can be read with plain loads; else (a blocked thread read from the
  * sampling thread, which may wake and pop a chunk meanwhile) every read is
  * checked. Async-signal-safe. */
-static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
+static void capture_in(snapprof__py_capture_t *cap, snapprof__py_scratch_t *s, pid_t tid,
+                       int stopped)
 {
     cap->count = 0;
     cap->status = 0;
@@ -288,8 +367,48 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         return;
     }
     const snapprof__py_layout_t *l = snapprof__py.layout;
+    /* The current frame word, the current chunk's header and the code
+     * objects' ranges ride on the read of the thread state, at the
+     * addresses this thread's last sample found (guess): used only where
+     * they are what the capture would read, else read again where the
+     * thread state says. Its own thread only (stopped). */
+    uintptr_t frame = 0, hdr[3] = {0, 0, 0};
+    uintptr_t g_cframe = 0, g_chunk = 0;
+    snapprof__py_rider_t rider = {.local = s->local, .remote = s->remote};
+    if (stopped) {
+        g_cframe = atomic_load_explicit(&guess.cframe, memory_order_relaxed);
+        g_chunk = atomic_load_explicit(&guess.chunk, memory_order_relaxed);
+    }
+    size_t want = sizeof frame + (g_chunk ? sizeof hdr : 0); /* the frame word and header */
+    size_t g_total = 0, ng = 0; /* the code ranges: their bytes, how many */
+    const struct iovec *g = NULL;
+    if (g_cframe != 0) {
+        rider.local[1] = (struct iovec){&frame, sizeof frame};
+        rider.remote[1] =
+            (struct iovec){(void *)(g_cframe + l->cframe_current_frame), sizeof frame};
+        rider.local[2] = (struct iovec){hdr, sizeof hdr};
+        rider.remote[2] = (struct iovec){(void *)g_chunk, sizeof hdr};
+        rider.nlocal = rider.nremote = g_chunk ? 3 : 2;
+        size_t nr = atomic_load_explicit(&guess.nranges, memory_order_relaxed);
+        struct iovec *r = rider.remote + rider.nremote;
+        for (; ng < nr && ng < GUESS_RANGES; ng++) {
+            uintptr_t lo = atomic_load_explicit(&guess.lo[ng], memory_order_relaxed);
+            size_t len = atomic_load_explicit(&guess.len[ng], memory_order_relaxed);
+            if (len == 0 || len > sizeof s->stage - g_total)
+                break;
+            r[ng] = (struct iovec){(void *)lo, len};
+            g_total += len;
+        }
+        if (ng == nr && ng > 0) {
+            rider.local[rider.nlocal++] = (struct iovec){s->stage, g_total};
+            rider.nremote += ng;
+            g = r;
+        } else {
+            ng = 0;
+        }
+    }
     uint8_t tsb[512];
-    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped) == 0) {
+    if (snapprof__py_tstate_find(tid, tsb, sizeof tsb, stopped, &rider) == 0) {
         cap->status = SNAPPROF__PY_NO_STATE;
         return;
     }
@@ -297,23 +416,35 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     memcpy(&cframe, tsb + l->ts_cframe, sizeof cframe);
     memcpy(&chunk, tsb + l->ts_datastack_chunk, sizeof chunk);
     memcpy(&top, tsb + l->ts_datastack_top, sizeof top);
-    /* The current frame and the current chunk's header in one read. */
-    uintptr_t frame = 0, hdr[3] = {0, 0, 0};
     if (cframe == 0 || (cframe & 7) || (chunk & 7)) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
-    struct iovec local[2] = {{&frame, sizeof frame}, {hdr, sizeof hdr}};
-    struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
-                              {(void *)chunk, sizeof hdr}};
-    ssize_t got =
-        snapprof__process_vm_readv(atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed),
-                                   local, chunk ? 2UL : 1UL, remote, chunk ? 2UL : 1UL);
+    ssize_t got;
+    if (rider.nremote > 1 && rider.got >= want && cframe == g_cframe && chunk == g_chunk) {
+        got = (ssize_t)want; /* the guess was right: both read with the thread state */
+    } else {
+        /* The current frame and the current chunk's header in one read. */
+        frame = 0;
+        memset(hdr, 0, sizeof hdr);
+        struct iovec local[2] = {{&frame, sizeof frame}, {hdr, sizeof hdr}};
+        struct iovec remote[2] = {{(void *)(cframe + l->cframe_current_frame), sizeof frame},
+                                  {(void *)chunk, sizeof hdr}};
+        got = snapprof__process_vm_readv(
+            atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed), local, chunk ? 2UL : 1UL,
+            remote, chunk ? 2UL : 1UL);
+        if (stopped && got == (ssize_t)(sizeof frame + (chunk ? sizeof hdr : 0))) {
+            atomic_store_explicit(&guess.cframe, cframe, memory_order_relaxed);
+            atomic_store_explicit(&guess.chunk, chunk, memory_order_relaxed);
+        }
+    }
     if (got < (ssize_t)sizeof frame) {
         cap->status = SNAPPROF__PY_BROKEN;
         return;
     }
-    walk_t w = {.l = l, .s = &cap->scratch, .nchunks = 0, .next_chunk = 0};
+    if (ng > 0 && rider.got != want + g_total)
+        ng = 0; /* the code ranges were not all read */
+    walk_t w = {.l = l, .s = s, .nchunks = 0, .next_chunk = 0};
     /* The current chunk: used up to the thread's datastack_top. */
     if (got == (ssize_t)(sizeof frame + sizeof hdr) && top >= chunk + l->chunk_data &&
         top - chunk <= hdr[1]) {
@@ -325,9 +456,9 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
 
     /* The distinct code objects of the frames not yet checked,
      * [checked, n). */
-    uintptr_t *codes = cap->scratch.codes;
+    uintptr_t *codes = s->codes;
     size_t ncodes = 0;
-    memset(cap->scratch.code_index, 0, sizeof cap->scratch.code_index);
+    memset(s->code_index, 0, sizeof s->code_index);
     uint32_t n = 0, checked = 0;
     int unnamed = 0; /* a code object the sampling side has not named */
     /* Brent's cycle check: the frame at the last power of two steps. */
@@ -358,9 +489,11 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
             break;
         }
         size_t slot = 0; /* set by find_code() when not found */
-        size_t k = find_code(&cap->scratch, ncodes, code, &slot);
+        size_t k = find_code(s, ncodes, code, &slot);
         if (k == BATCH) { /* a full batch: check it, start the next */
-            uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+            uint32_t ok =
+                check_codes(l, cap, s, checked, n, ncodes, g, ng, stopped && checked == 0);
+            ng = 0; /* the stage holds this batch now */
             unnamed = unnamed || any_unnamed(cap, checked, ok);
             if (ok < n) {
                 cap->status |= SNAPPROF__PY_BROKEN;
@@ -369,13 +502,13 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
                 return;
             }
             checked = n;
-            memset(cap->scratch.code_index, 0, sizeof cap->scratch.code_index);
+            memset(s->code_index, 0, sizeof s->code_index);
             ncodes = 0;
-            k = find_code(&cap->scratch, ncodes, code, &slot);
+            k = find_code(s, ncodes, code, &slot);
         }
         if (k == ncodes) {
             codes[ncodes++] = code;
-            cap->scratch.code_index[slot] = (uint8_t)ncodes;
+            s->code_index[slot] = (uint8_t)ncodes;
         }
         snapprof__py_frame_rec_t *r = &cap->frames[n++];
         r->code = code | (fb[l->frame_is_entry] ? SNAPPROF__PY_REC_ENTRY : 0);
@@ -393,7 +526,7 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
         frame = previous;
     }
     if (checked < n) {
-        uint32_t ok = check_codes(l, cap, checked, n, ncodes);
+        uint32_t ok = check_codes(l, cap, s, checked, n, ncodes, g, ng, stopped && checked == 0);
         unnamed = unnamed || any_unnamed(cap, checked, ok);
         if (ok < n) {
             n = ok;
@@ -402,6 +535,48 @@ static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
     }
     cap->count = n;
     ask_names(unnamed);
+}
+
+/* Scratch areas shared by every capture, each claimed by one at a time
+ * (busy, an atomic exchange): a capture's working memory (the stage the
+ * code objects' fields are read into, 12 KiB at 50 frames deep, and the
+ * walk's tables) is then memory the last capture used, in the cache,
+ * instead of its slot's own, which 200-odd other slots' captures have
+ * pushed out since it was last used (the pool hands out slots in turn
+ * between drains: 11 MiB at 1 kHz). Cold, the code objects' read took
+ * 2.5-3 us more a sample at 50 deep (medians of the handler's Python
+ * part, 7.0 against 4.5 us, python_cost.py, issue 29). A capture that
+ * finds every one taken (more threads in their handlers at once, a
+ * capture nested in another on the same thread) uses its slot's own
+ * scratch, as before. After a fork in the middle of another thread's
+ * capture the child never gets that one back: it has the others and the
+ * slots'. */
+#define SCRATCH_SHARED 4
+static snapprof__py_scratch_t shared_scratch[SCRATCH_SHARED];
+static _Atomic int shared_busy[SCRATCH_SHARED];
+
+snapprof__py_scratch_t *snapprof__py_scratch_claim(void)
+{
+    for (int i = 0; i < SCRATCH_SHARED; i++)
+        if (atomic_load_explicit(&shared_busy[i], memory_order_relaxed) == 0 &&
+            atomic_exchange_explicit(&shared_busy[i], 1, memory_order_acquire) == 0)
+            return &shared_scratch[i];
+    return NULL;
+}
+
+void snapprof__py_scratch_release(snapprof__py_scratch_t *s)
+{
+    atomic_store_explicit(&shared_busy[s - shared_scratch], 0, memory_order_release);
+}
+
+/* The walk of thread tid's frames into cap, in a shared scratch area if
+ * one is free, else in cap's own. Async-signal-safe: lock-free atomics. */
+static void capture(snapprof__py_capture_t *cap, pid_t tid, int stopped)
+{
+    snapprof__py_scratch_t *s = snapprof__py_scratch_claim();
+    capture_in(cap, s ? s : &cap->scratch, tid, stopped);
+    if (s)
+        snapprof__py_scratch_release(s);
 }
 
 void snapprof__python_capture(snapprof__py_capture_t *cap)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 /* The interpreter found by snapprof__python_enable(); written once before
  * ready is set (release), read by the handler after it sees ready. */
@@ -98,9 +99,11 @@ int snapprof__py_read(uintptr_t addr, void *dst, size_t n);
  * a code pointer was garbage), one more with an iovec per code object not
  * yet read, in codes' order (a partial read keeps those before the first
  * that failed). Sets s->ok[k] to 1 for each code object read whole, else
- * 0. Uses no more of the stack than its locals' few words.
+ * 0. Returns the number of ranges when the first read brought them all
+ * (they are in s->remote[0, that), for the thread's next capture to read
+ * again), else 0. Uses no more of the stack than its locals' few words.
  * Async-signal-safe. */
-void snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
+size_t snapprof__py_read_codes(snapprof__py_scratch_t *s, size_t n, size_t off, size_t span);
 
 /* What snapprof__py_read_codes(s, n, off, span) read of s->codes[k]: span
  * bytes, valid when s->ok[k]. Async-signal-safe. */
@@ -110,8 +113,33 @@ static inline const uint8_t *snapprof__py_code_fields(const snapprof__py_scratch
     return s->stage + s->end[k] - span;
 }
 
+/* Reads that ride on the read of a thread state (snapprof__py_tstate_find):
+ * the same process_vm_readv reads remote[1, nremote) into local[1,
+ * nlocal) (filled in order, as the system call does: the counts may
+ * differ), after the thread state's own bytes, which take local[0] and
+ * remote[0] (written by the lookup). One system call for several ranges:
+ * the handler guesses, from the thread's last sample, what it will read
+ * next (python_capture.c). got: set by the lookup to how many bytes past
+ * the thread state the read of the thread state it returned brought (a
+ * partial read stops at the first remote range that cannot be read), 0
+ * when it returned none. */
+typedef struct snapprof__py_rider {
+    struct iovec *local, *remote;
+    unsigned long nlocal, nremote;
+    size_t got;
+} snapprof__py_rider_t;
+
+/* Claims one of the few scratch areas captures share (python_capture.c
+ * says why), or returns NULL when every one is taken; the capture then
+ * uses its slot's own. Release it with snapprof__py_scratch_release().
+ * Async-signal-safe: lock-free atomics. */
+snapprof__py_scratch_t *snapprof__py_scratch_claim(void);
+void snapprof__py_scratch_release(snapprof__py_scratch_t *s);
+
 /* The PyThreadState of thread tid, or 0: its first ts_size bytes are read
- * checked into tsb (size bytes) and its native_thread_id is tid. Looks in
+ * checked into tsb (size bytes) and its native_thread_id is tid; rider,
+ * when not NULL, rides on each read of a thread state (rider->got says
+ * what the last one, that of the thread state returned, brought). Looks in
  * the table the last refresh published, then among the states learned
  * since, then (self) at the calling thread's own thread-specific thread
  * state (_PyRuntime.gilstate.autoTSSkey, which it has whether or not it
@@ -124,7 +152,8 @@ static inline const uint8_t *snapprof__py_code_fields(const snapprof__py_scratch
  * the next refresh or a new GIL holder) is used and set. RUNS IN THE
  * SIGNAL HANDLER: atomics and process_vm_readv only, no locks.
  * Async-signal-safe. */
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self);
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self,
+                                   snapprof__py_rider_t *rider);
 
 /* How many times since the last call a thread state found at the GIL
  * could not be remembered because the learned table (256 slots, emptied

@@ -85,14 +85,35 @@ static const struct {
 } tables[] = {{threads, PY_THREADS_MAX}, {learned, PY_LEARNED_MAX}};
 
 /* Whether ts is readable and names thread tid; its first ts_size bytes
- * land in tsb. Async-signal-safe. */
-static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid, uint8_t *tsb)
+ * land in tsb, and rider (may be NULL) is read in the same system call.
+ * Async-signal-safe. */
+static int names_thread(const snapprof__py_layout_t *l, uintptr_t ts, pid_t tid, uint8_t *tsb,
+                        snapprof__py_rider_t *rider)
 {
     unsigned long native;
-    if (ts == 0 || (ts & 7) || snapprof__py_read(ts, tsb, l->ts_size) < 0)
+    size_t more = 0; /* bytes of the riders read */
+    if (rider)
+        rider->got = 0;
+    if (ts == 0 || (ts & 7))
         return 0;
+    if (rider && rider->nremote > 1) {
+        rider->local[0] = (struct iovec){tsb, l->ts_size};
+        rider->remote[0] = (struct iovec){(void *)ts, l->ts_size};
+        pid_t pid = atomic_load_explicit(&snapprof__py.pid, memory_order_relaxed);
+        ssize_t got = snapprof__process_vm_readv(pid, rider->local, rider->nlocal, rider->remote,
+                                                 rider->nremote);
+        if (got < (ssize_t)l->ts_size)
+            return 0;
+        more = (size_t)got - l->ts_size;
+    } else if (snapprof__py_read(ts, tsb, l->ts_size) < 0) {
+        return 0;
+    }
     memcpy(&native, tsb + l->ts_native_thread_id, sizeof native);
-    return native == (unsigned long)tid;
+    if (native != (unsigned long)tid)
+        return 0;
+    if (rider)
+        rider->got = more;
+    return 1;
 }
 
 static _Atomic uint64_t learned_full; /* learn() found no free slot */
@@ -184,9 +205,12 @@ static uintptr_t own_tstate(const snapprof__py_layout_t *l)
     return (uintptr_t)pthread_getspecific(tss.key);
 }
 
-uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self)
+uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int self,
+                                   snapprof__py_rider_t *rider)
 {
     const snapprof__py_layout_t *l = snapprof__py.layout;
+    if (rider)
+        rider->got = 0;
     if (l->ts_size > size)
         return 0;
     uint32_t gen = atomic_load_explicit(&refresh_gen, memory_order_acquire);
@@ -206,7 +230,7 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
             for (size_t i = 0; i < tables[k].n; i++)
                 if (atomic_load_explicit(&t[i].tid, memory_order_acquire) == tid) {
                     ts = atomic_load_explicit(&t[i].tstate, memory_order_acquire);
-                    if (names_thread(l, ts, tid, tsb))
+                    if (names_thread(l, ts, tid, tsb, rider))
                         return ts;
                     break;
                 }
@@ -215,7 +239,7 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
          * (a checked read): from another thread (wall mode's blocked
          * threads) only the holder can be looked at. */
         ts = self ? own_tstate(l) : 0;
-        if (ts != 0 && names_thread(l, ts, tid, tsb)) {
+        if (ts != 0 && names_thread(l, ts, tid, tsb, rider)) {
             tls_mark.gen = 0;
             learn(tid, ts);
             return ts;
@@ -225,7 +249,7 @@ uintptr_t snapprof__py_tstate_find(pid_t tid, uint8_t *tsb, size_t size, int sel
     }
     /* A thread that runs Python code holds the GIL: the interpreter's
      * current thread state is then its own. */
-    if (!names_thread(l, ts, tid, tsb)) {
+    if (!names_thread(l, ts, tid, tsb, rider)) {
         if (self) {
             tls_mark.gen = gen;
             tls_mark.holder = ts;

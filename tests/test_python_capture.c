@@ -49,7 +49,12 @@ static void test_merged_ranges(void)
     for (int i = 10; i >= 0; i--)
         s.codes[n++] = (uintptr_t)m + 64 + 224 * (uintptr_t)i;
     s.codes[n++] = (uintptr_t)m + 2 * (uintptr_t)page + 512;
-    snapprof__py_read_codes(&s, n, OFF, SPAN);
+    /* The dense eleven in one range, the far one in another: two ranges,
+     * in s.remote, for the thread's next capture. */
+    ASSERT_EQ(snapprof__py_read_codes(&s, n, OFF, SPAN), 2);
+    ASSERT_EQ((uintptr_t)s.remote[0].iov_base, (uintptr_t)m + 64 + OFF);
+    ASSERT_EQ(s.remote[0].iov_len, 224 * 10 + SPAN);
+    ASSERT_EQ((uintptr_t)s.remote[1].iov_base, (uintptr_t)m + 2 * (uintptr_t)page + 512 + OFF);
     for (size_t k = 0; k < n; k++) {
         ASSERT_EQ(s.ok[k], 1);
         ASSERT(memcmp(snapprof__py_code_fields(&s, k, SPAN), (const void *)(s.codes[k] + OFF),
@@ -113,7 +118,7 @@ static void test_hole_loses_only_unreadable(void)
     s.codes[0] = far;
     s.codes[1] = bad;
     s.codes[2] = before;
-    snapprof__py_read_codes(&s, 3, OFF, SPAN);
+    ASSERT_EQ(snapprof__py_read_codes(&s, 3, OFF, SPAN), 0); /* not all read: no ranges */
     ASSERT_EQ(s.ok[0], 1);
     ASSERT_EQ(s.ok[1], 0);
     ASSERT_EQ(s.ok[2], 1);
@@ -168,7 +173,7 @@ static void set_holder(const snapprof__py_layout_t *l, uintptr_t ts)
 static uintptr_t find(pid_t tid, int self)
 {
     uint8_t tsb[512];
-    return snapprof__py_tstate_find(tid, tsb, sizeof tsb, self);
+    return snapprof__py_tstate_find(tid, tsb, sizeof tsb, self, NULL);
 }
 
 /* The calling thread, found in neither table and not holding the GIL, is
@@ -315,7 +320,11 @@ static size_t walk_code_of(size_t i)
     return i < 100 ? i : 100 + (i - 100) / 4 * 2 + i % 2; /* then a, b, a, b, c, d, ... */
 }
 
-static void test_walk_batches_two_chunks(void)
+static uint8_t *walk_frame[WALK_FRAMES];
+
+/* Builds the fake thread above (thread state 0, naming the caller, which
+ * holds the GIL). */
+static const snapprof__py_layout_t *walk_setup(void)
 {
     const snapprof__py_layout_t *l = fake_python(1);
     ASSERT(l->frame_size <= FRAME_STRIDE && l->chunk_data == 24);
@@ -333,7 +342,7 @@ static void test_walk_batches_two_chunks(void)
     }
     /* Frame i: chunk 1 (current) holds i < 150, innermost highest; chunk
      * 0 the rest. */
-    uint8_t *frame[WALK_FRAMES];
+    uint8_t **frame = walk_frame;
     for (size_t i = 0; i < WALK_FRAMES; i++) {
         size_t in = i < 150 ? 149 - i : 299 - i; /* position from the chunk's data */
         frame[i] = walk_chunks[i < 150 ? 1 : 0] + l->chunk_data + in * FRAME_STRIDE;
@@ -357,25 +366,278 @@ static void test_walk_batches_two_chunks(void)
     put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
     put(fake_states[0], l->ts_datastack_top, (uintptr_t)frame[0] + FRAME_STRIDE);
     set_holder(l, ts);
-    for (int blocked = 0; blocked <= 1; blocked++) {
-        memset(&walk_cap, 0xee, sizeof walk_cap);
-        if (blocked)
-            snapprof__python_capture_blocked(&walk_cap, me);
-        else
-            snapprof__python_capture(&walk_cap);
-        ASSERT_EQ(walk_cap.status, 0);
-        ASSERT_EQ(walk_cap.count, WALK_FRAMES);
-        for (size_t i = 0; i < WALK_FRAMES; i++) {
-            const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
-            size_t c = walk_code_of(i);
-            uintptr_t code = (uintptr_t)walk_codes[(c * 37) % WALK_CODES];
-            ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, code);
-            ASSERT_EQ((r->code & SNAPPROF__PY_REC_ENTRY) != 0, i == 120 || i == WALK_FRAMES - 1);
-            ASSERT_EQ(r->instr, (int32_t)(i % 40));
-            ASSERT_EQ(r->firstlineno, 1000 + (int32_t)c);
-            ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * c, 100));
-        }
+    return l;
+}
+
+/* Captures the fake thread (blocked: as wall mode's walk of a blocked
+ * thread) and checks every frame. */
+static void walk_check(int blocked)
+{
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    if (blocked)
+        snapprof__python_capture_blocked(&walk_cap, snapprof__gettid_cached());
+    else
+        snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, 0);
+    ASSERT_EQ(walk_cap.count, WALK_FRAMES);
+    for (size_t i = 0; i < WALK_FRAMES; i++) {
+        const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
+        size_t c = walk_code_of(i);
+        uintptr_t code = (uintptr_t)walk_codes[(c * 37) % WALK_CODES];
+        ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, code);
+        ASSERT_EQ((r->code & SNAPPROF__PY_REC_ENTRY) != 0, i == 120 || i == WALK_FRAMES - 1);
+        ASSERT_EQ(r->instr, (int32_t)(i % 40));
+        ASSERT_EQ(r->firstlineno, 1000 + (int32_t)c);
+        ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * c, 100));
     }
+}
+
+static void test_walk_batches_two_chunks(void)
+{
+    walk_setup();
+    for (int blocked = 0; blocked <= 1; blocked++)
+        walk_check(blocked);
+}
+
+/* One page of its own, mapped readable, for a cframe or a chunk header the
+ * test unmaps later. */
+static uint8_t *own_page(void)
+{
+    uint8_t *m = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(m != MAP_FAILED);
+    memset(m, 0, (size_t)sysconf(_SC_PAGESIZE));
+    return m;
+}
+
+/* The handler reads the current frame word and the chunk header at the
+ * addresses the thread's last sample found, in the system call that reads
+ * the thread state (one read of three ranges). Here the last sample's
+ * cframe, then its chunk, were unmapped since (a C-level evaluation call
+ * returned, a chunk was freed), so one of the ranges cannot be read: the
+ * thread state must still be found and the frames read where it now says.
+ * Then the guess right (two captures with the same state) and the thread
+ * state naming the guess that cannot be read (the walk ends, counted,
+ * no fault). Catches a lookup that takes a short read of the riders for a
+ * thread state that cannot be read (no Python frames until the next
+ * sample that misses the guess), or a walk that uses the riders' words
+ * from a read that stopped before them. */
+static void test_walk_guess_unreadable(void)
+{
+    const snapprof__py_layout_t *l = walk_setup();
+    long page = sysconf(_SC_PAGESIZE);
+    walk_check(0);
+    walk_check(0); /* the guess right */
+    /* A cframe that is gone. */
+    uint8_t *cf = own_page();
+    put(cf, l->cframe_current_frame, (uintptr_t)walk_frame[0]);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)cf);
+    walk_check(0);
+    ASSERT_EQ(munmap(cf, (size_t)page), 0);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    walk_check(0);
+    /* A chunk that is gone: an empty chunk of its own page, then the one
+     * that holds the frames. */
+    uint8_t *ch = own_page();
+    put(ch, l->chunk_previous, (uintptr_t)walk_chunks[1]);
+    put(ch, l->chunk_size, (uintptr_t)page);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)ch);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)ch + l->chunk_data);
+    walk_check(0);
+    ASSERT_EQ(munmap(ch, (size_t)page), 0);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)walk_frame[0] + FRAME_STRIDE);
+    walk_check(0);
+    walk_check(1);
+    /* The thread state names a cframe that cannot be read, the guess too:
+     * no frames, BROKEN. */
+    cf = own_page();
+    put(cf, l->cframe_current_frame, (uintptr_t)walk_frame[0]);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)cf);
+    walk_check(0);
+    ASSERT_EQ(munmap(cf, (size_t)page), 0);
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, SNAPPROF__PY_BROKEN);
+    ASSERT_EQ(walk_cap.count, 0);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    walk_check(0);
+}
+
+/* snapprof__py_tstate_find() with riders: a rider that cannot be read (the
+ * second of two) costs only itself and those after it, never the thread
+ * state; got counts what was read. Catches a lookup that demands the
+ * whole read (a stale guess would hide the thread). */
+static void test_rider_partial(void)
+{
+    const snapprof__py_layout_t *l = fake_python(1);
+    long page = sysconf(_SC_PAGESIZE);
+    pid_t me = snapprof__gettid_cached();
+    uintptr_t mine = fake_state(l, 0, me);
+    set_holder(l, mine);
+    uint8_t *m = three_pages(); /* the middle page not readable */
+    uint64_t a = 0, b = 0;
+    struct iovec local[3], remote[3];
+    snapprof__py_rider_t rider = {.local = local, .remote = remote, .nlocal = 3, .nremote = 3};
+    local[1] = (struct iovec){&a, sizeof a};
+    remote[1] = (struct iovec){m + 16, sizeof a};
+    local[2] = (struct iovec){&b, sizeof b};
+    remote[2] = (struct iovec){m + page + 16, sizeof b};
+    uint8_t tsb[512];
+    ASSERT_EQ(snapprof__py_tstate_find(me, tsb, sizeof tsb, 1, &rider), mine);
+    ASSERT_EQ(rider.got, sizeof a);
+    ASSERT(memcmp(&a, m + 16, sizeof a) == 0);
+    remote[1] = (struct iovec){m + page, sizeof a}; /* the first one bad */
+    remote[2] = (struct iovec){m + 2 * page, sizeof b};
+    ASSERT_EQ(snapprof__py_tstate_find(me, tsb, sizeof tsb, 1, &rider), mine);
+    ASSERT_EQ(rider.got, 0);
+    remote[1] = (struct iovec){m + 8, sizeof a}; /* both good */
+    ASSERT_EQ(snapprof__py_tstate_find(me, tsb, sizeof tsb, 1, &rider), mine);
+    ASSERT_EQ(rider.got, sizeof a + sizeof b);
+    ASSERT(memcmp(&b, m + 2 * page, sizeof b) == 0);
+    set_holder(l, fake_state(l, 1, me + 1)); /* no thread state: got 0 */
+    snapprof__python_refresh(1);
+    ASSERT_EQ(snapprof__py_tstate_find(me, tsb, sizeof tsb, 1, &rider), 0);
+    ASSERT_EQ(rider.got, 0);
+    munmap(m, 3 * (size_t)page);
+}
+
+/* A short fake thread: frames 0 to n - 1 in the current chunk
+ * (walk_chunks[1]), frame i running code[i], whose fields are its own:
+ * first line line[i], qualname 0x10000 + 16 * i. Every frame its own
+ * instruction 2 * i. */
+static void small_walk(const snapprof__py_layout_t *l, uint8_t *const *code, const int32_t *line,
+                       size_t n)
+{
+    memset(walk_chunks[1], 0, sizeof walk_chunks[1]);
+    for (size_t i = 0; i < n; i++) {
+        put(code[i], l->code_type, (uintptr_t)walk_type);
+        put(code[i], l->code_size, 100);
+        memcpy(code[i] + l->code_firstlineno, &line[i], sizeof line[i]);
+        put(code[i], l->code_filename, 0x5000);
+        put(code[i], l->code_qualname, 0x10000 + 16 * i);
+        uint8_t *f = walk_chunks[1] + l->chunk_data + (n - 1 - i) * FRAME_STRIDE;
+        walk_frame[i] = f;
+        put(f, l->frame_code, (uintptr_t)code[i]);
+        put(f, l->frame_prev_instr, (uintptr_t)code[i] + l->code_code + 2 * i);
+    }
+    for (size_t i = 0; i < n; i++)
+        put(walk_frame[i], l->frame_previous, i + 1 < n ? (uintptr_t)walk_frame[i + 1] : 0);
+    put(walk_chunks[1], l->chunk_previous, 0);
+    put(walk_chunks[1], l->chunk_size, sizeof walk_chunks[1]);
+    put(walk_cframe, l->cframe_current_frame, (uintptr_t)walk_frame[0]);
+    put(fake_states[0], l->ts_cframe, (uintptr_t)walk_cframe);
+    put(fake_states[0], l->ts_datastack_chunk, (uintptr_t)walk_chunks[1]);
+    put(fake_states[0], l->ts_datastack_top, (uintptr_t)walk_frame[0] + FRAME_STRIDE);
+}
+
+/* Captures the short fake thread and checks its n frames against code
+ * and line. */
+static void small_check(uint8_t *const *code, const int32_t *line, size_t n)
+{
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, 0);
+    ASSERT_EQ(walk_cap.count, n);
+    for (size_t i = 0; i < n; i++) {
+        const snapprof__py_frame_rec_t *r = &walk_cap.frames[i];
+        ASSERT_EQ(r->code & ~(uintptr_t)SNAPPROF__PY_REC_FLAGS, (uintptr_t)code[i]);
+        ASSERT_EQ(r->instr, (int32_t)i);
+        ASSERT_EQ(r->firstlineno, line[i]);
+        ASSERT_EQ(r->names, snapprof__py_names_check(0x5000, 0x10000 + 16 * i, 100));
+    }
+}
+
+/* The code objects' fields are read with the thread state, in the ranges
+ * the thread's last capture read them in (when its first batch was at
+ * most 8 ranges read whole), and used when every code object lies inside
+ * them; else read as before. Here: the guess right (a code object's
+ * first line changed between captures: the capture must see the new one,
+ * the ranges are read afresh, never kept); a code object outside the
+ * ranges; and the last sample's ranges two, the first unmapped since
+ * (a freed arena), while every code object now lies in the second: the
+ * read stops short before it, so the thread state must still be found and
+ * the code objects read where they are, never taken from a range the read
+ * did not reach. Then a code object inside a guessed range
+ * that is no longer a code object (freed): the walk ends there, BROKEN.
+ * Catches a capture that takes code fields from ranges it did not read
+ * whole, or from the last sample, or that loses the thread for a stale
+ * guess. */
+static void test_walk_guess_codes(void)
+{
+    const snapprof__py_layout_t *l = walk_setup();
+    long page = sysconf(_SC_PAGESIZE);
+    enum { N = 6 };
+    uint8_t *three =
+        mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(three != MAP_FAILED);
+    memset(three, 0, 3 * (size_t)page);
+    uint8_t *code[N];
+    int32_t line[N];
+    for (size_t i = 0; i < N; i++) {
+        code[i] = walk_codes[i]; /* one range */
+        line[i] = 10 + (int32_t)i;
+    }
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N); /* the guess right */
+    line[3] = 77;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    code[2] = walk_codes[150]; /* outside the range */
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    /* Two ranges, code 2 alone on page 0 of three, the others on page 2;
+     * then page 0 unmapped, code 2 moved among the others and another's
+     * first line changed: the read of the guessed ranges stops at the
+     * first, before the second, which covers every code object now. */
+    for (size_t i = 0; i < N; i++)
+        code[i] = i == 2 ? three + 64 : three + 2 * page + 256 * i;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    ASSERT_EQ(munmap(three, (size_t)page), 0);
+    code[2] = three + 2 * page + 256 * 2;
+    line[4] = 99;
+    small_walk(l, code, line, N);
+    small_check(code, line, N);
+    small_check(code, line, N);
+    /* Freed inside the range: its type word gone. */
+    put(code[4], l->code_type, 0);
+    memset(&walk_cap, 0xee, sizeof walk_cap);
+    snapprof__python_capture(&walk_cap);
+    ASSERT_EQ(walk_cap.status, SNAPPROF__PY_BROKEN);
+    ASSERT_EQ(walk_cap.count, 4);
+    munmap(three + page, 2 * (size_t)page);
+}
+
+/* Captures use one of a few shared scratch areas, each claimed by one
+ * capture at a time; with every one taken (more threads in their handlers
+ * at once, a nested capture) a capture uses its slot's own, and walks the
+ * same. Catches a claim that hands out an area in use (two captures
+ * writing one stage) and a capture that gives up, or misreads, when none
+ * is free. */
+static void test_scratch_all_taken(void)
+{
+    walk_setup();
+    snapprof__py_scratch_t *taken[16];
+    size_t n = 0;
+    while (n < 16 && (taken[n] = snapprof__py_scratch_claim()) != NULL)
+        n++;
+    ASSERT(n >= 1 && n < 16);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            ASSERT(taken[i] != taken[j]);
+    walk_check(0);
+    walk_check(1);
+    snapprof__py_scratch_release(taken[n - 1]);
+    walk_check(0);
+    ASSERT(snapprof__py_scratch_claim() == taken[n - 1]); /* given back by the capture */
+    for (size_t i = 0; i < n; i++)
+        snapprof__py_scratch_release(taken[i]);
+    walk_check(0);
+    walk_check(1);
 }
 
 int main(int argc, char **argv)
@@ -389,6 +651,10 @@ int main(int argc, char **argv)
         {"learned_full_counted", test_learned_full_counted},
         {"own_key_without_gil", test_own_key_without_gil},
         {"walk_batches_two_chunks", test_walk_batches_two_chunks},
+        {"walk_guess_unreadable", test_walk_guess_unreadable},
+        {"rider_partial", test_rider_partial},
+        {"walk_guess_codes", test_walk_guess_codes},
+        {"scratch_all_taken", test_scratch_all_taken},
     };
     return test_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
