@@ -3,11 +3,11 @@
 #include "common/fd_private.h"
 
 #include "common/fork_resets.h"
+#include "common/own_thread.h"
 #include "common/seccomp.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -120,25 +120,12 @@ static void start_worker(void)
 {
     g_state = WORKER_STARTING;
     g_pid = getpid();
-    /* It takes no signals: never stopped by our handshake or the
-     * program's, never sampled. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_t th;
-    int rc = pthread_create(&th, &attr, worker_main, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = snapprof__own_thread_start(worker_main, NULL, 256 * 1024, "snapprof-fds");
     if (rc != 0) {
         atomic_store(&g_errno, rc);
         g_state = WORKER_FAILED;
         return;
     }
-    pthread_setname_np(th, "snapprof-fds");
     while (g_state == WORKER_STARTING)
         pthread_cond_wait(&g_answered, &g_lock);
 }

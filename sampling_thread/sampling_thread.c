@@ -2,6 +2,7 @@
  * profiler is due, samples it, skips (never bursts) ticks it missed. */
 #include "sampling_thread/profiler_internal.h"
 
+#include "common/own_thread.h"
 #include "heap/heap_sampler.h"
 #include "stack_copier/stack_copier.h"
 
@@ -309,19 +310,9 @@ int snapprof__sampler_activate(snapprof_profiler_t *p)
     if (!g_thread_running) {
         /* The sampling thread takes no signals: it must never be stopped by
          * our own handshake or anyone else's. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t th;
-        int rc = pthread_create(&th, &attr, sampler_main, NULL);
-        pthread_attr_destroy(&attr);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int rc = snapprof__own_thread_start(sampler_main, NULL, 0, "snapprof");
         if (rc != 0)
             return -rc;
-        pthread_setname_np(th, "snapprof");
         g_thread_running = 1;
     }
     p->next_active = g_active;
