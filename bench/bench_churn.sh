@@ -12,7 +12,7 @@
 #
 # snapprof runs with SNAPPROF_SHORT_THREADS=N (one in N threads armed as
 # they start; snapprof_params_t.short_threads): N from the environment,
-# else 1, the preload's default.
+# else 1 (the preload's default is 0).
 #
 # Run it under nice (the runs themselves are not reniced one by one).
 #

@@ -43,6 +43,8 @@ static _Atomic uint64_t g_inline;
 static void (*_Atomic g_hook)(void);
 
 static __thread int tls_is_worker;
+/* Off by default (fd_private.h): the work runs on the caller. */
+static _Atomic int g_enabled;
 
 /* The fork() child has no worker (only the forking thread comes along);
  * g_lock may have been held by a thread that did not. Counted, as
@@ -132,7 +134,7 @@ static void start_worker(void)
 
 int snapprof__fd_private_run(snapprof__fd_private_fn fn, void *arg)
 {
-    if (tls_is_worker)
+    if (tls_is_worker || !atomic_load_explicit(&g_enabled, memory_order_relaxed))
         return fn(arg);
     /* A process made without fork() (vfork(), posix_spawn(), clone()):
      * the worker is not here, and no thread may be made. */
@@ -161,6 +163,11 @@ int snapprof__fd_private_run(snapprof__fd_private_fn fn, void *arg)
     pthread_cond_broadcast(&g_answered);
     pthread_mutex_unlock(&g_lock);
     return r.result;
+}
+
+void snapprof__fd_private_set_enabled(int on)
+{
+    atomic_store(&g_enabled, on != 0);
 }
 
 void snapprof__fd_private_set_thread_hook(void (*hook)(void))

@@ -33,7 +33,16 @@
  * way (vfork(), posix_spawn(), a raw clone()) the work runs on the caller.
  *
  * Not async-signal-safe. Callers are serialised; the work runs on one
- * thread, one call at a time. */
+ * thread, one call at a time.
+ *
+ * OFF BY DEFAULT (snapprof__fd_private_set_enabled()): with it on, wall
+ * mode with --wall-blocked proc under a load stalled the sampling thread
+ * for 0.5-1 s in 6 of 40 runs of `record --wall -- fds_prog dup2` (0 of 40
+ * with it off, same build, same load; record_fds_dup2_wall failed once in
+ * CI that way): each of its per-tick /proc reads became a hand-off to
+ * another thread, which a loaded machine schedules late. Until the
+ * frequent reads are kept off it (or cached, as the syscall and schedstat
+ * files are), every call runs on its caller, as before. */
 #ifndef SNAPPROF_COMMON_FD_PRIVATE_H
 #define SNAPPROF_COMMON_FD_PRIVATE_H
 
@@ -44,6 +53,10 @@ typedef int (*snapprof__fd_private_fn)(void *arg);
 /* Runs fn(arg) on the thread with an fd table of its own (on the caller
  * where there is none) and returns what fn returned. */
 int snapprof__fd_private_run(snapprof__fd_private_fn fn, void *arg);
+
+/* Turns the thread on (1) or off (0, the default: every call runs on
+ * its caller). Any thread, any time. */
+void snapprof__fd_private_set_enabled(int on);
 
 /* Called on that thread before its next piece of work (once per hook
  * set): a higher layer's per-thread set-up (the heap sampler's: what the

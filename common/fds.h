@@ -26,8 +26,9 @@
  * What remains: the moment between the kernel's low number and its close
  * (two system calls): a program's open in another thread then gets the
  * next number instead, and the low one at its next open. The program's
- * set of fds is the same. Files opened only for a moment are opened where
- * they take none of the program's numbers (fd_private.h). Raising
+ * set of fds is the same. Files opened only for a moment can be opened
+ * where they take none of the program's numbers (fd_private.h, off by
+ * default). Raising
  * RLIMIT_NOFILE is not ours to do (the program's children inherit it). */
 #ifndef SNAPPROF_COMMON_FDS_H
 #define SNAPPROF_COMMON_FDS_H

@@ -1,4 +1,5 @@
-/* The thread with an fd table of its own (common/fd_private.h): a file the
+/* The thread with an fd table of its own (common/fd_private.h, off by
+ * default, turned on by each case): a file the
  * library opens for a moment must not take one of the program's fd
  * numbers. record_fds_budget_5000_cpu showed it: under `snapprof record`
  * the program's last open() got 906 where it gets 905 alone, about once in
@@ -65,7 +66,8 @@ static void *caller(void *arg)
  * it gets the next one: checked by running the same work inline. */
 static void program_numbers_kept(void)
 {
-    snapprof__seccomp_check(); /* as a profiler's creation does first */
+    snapprof__fd_private_set_enabled(1); /* off by default (fd_private.h) */
+    snapprof__seccomp_check();           /* as a profiler's creation does first */
     sem_init(&g_held, 0, 0);
     sem_init(&g_opened, 0, 0);
     int expect = lowest_free();
@@ -100,6 +102,7 @@ static void program_numbers_kept(void)
 /* /proc reads through it give what a read on the caller gives. */
 static void proc_read(void)
 {
+    snapprof__fd_private_set_enabled(1);
     snapprof__seccomp_check();
     char buf[512];
     ssize_t n = snapprof__proc_task_read(getpid(), "stat", buf, sizeof buf);
@@ -125,6 +128,7 @@ static int outer(void *arg)
 
 static void nested(void)
 {
+    snapprof__fd_private_set_enabled(1);
     snapprof__seccomp_check();
     int v = 4;
     ASSERT_EQ(snapprof__fd_private_run(outer, &v), 50);
@@ -150,6 +154,7 @@ static void *many_calls(void *arg)
 /* Callers on several threads at once are served one at a time, each once. */
 static void concurrent(void)
 {
+    snapprof__fd_private_set_enabled(1);
     snapprof__seccomp_check();
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
@@ -167,6 +172,7 @@ static void fork_child(void)
     printf("skipped: TSan starts no thread in the child of a multi-threaded fork()\n");
     exit(TEST_SKIP);
 #endif
+    snapprof__fd_private_set_enabled(1);
     snapprof__seccomp_check();
     char buf[512];
     ASSERT_GT(snapprof__proc_task_read(getpid(), "stat", buf, sizeof buf), 0);

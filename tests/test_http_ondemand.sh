@@ -137,9 +137,9 @@ flight_quiet)
   # server's at 0.1 CPU, bench_continuous.sh's --flight row).
   start -F 19 --flight 1m
   # From the program's second CPU-second: the first drains meet the
-  # program's modules and compile each one's CFI once, a file each opened
-  # on the thread with a table of its own (common/fd_private.h), a hand-off
-  # and so a wake-up of the sampling thread each. Not what recurs.
+  # program's modules and compile each one's CFI once (with
+  # common/fd_private.h on, a file each opened by a hand-off to another
+  # thread, so a wake-up of the sampling thread each). Not what recurs.
   c0=$(cpu_ticks)
   for _ in $(seq 600); do
     [ $(($(cpu_ticks) - c0)) -ge "$tck" ] && break

@@ -1042,11 +1042,11 @@ static void test_fds_same_numbers_wall(void)
 }
 
 /* CPU mode keeps fds only to arm a thread, 46 perf events here, mostly
- * before the program's opens; the files it opens for a moment (a /proc
- * read, a module's ELF file) take none of the program's numbers
- * (common/fd_private.h): no slack. With threads armed as they start, the
- * sampling thread's such opens at the program's last open() gave it one
- * number more, about one full run in seven, until they were moved there. */
+ * before the program's opens: no slack. The files it opens for a moment (a
+ * handshake thread's /proc stat at each tick, a module's ELF file) can
+ * meet the program's last open(): with threads armed as they start, one
+ * full run in about seven did (common/fd_private.h moves them out of the
+ * program's table; off by default). */
 static void test_fds_budget_cpu(void)
 {
     run_budget(2000, "-F 100", 0);

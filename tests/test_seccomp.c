@@ -250,6 +250,7 @@ static void api_no_filter(void)
  * caller, as before, and the stats say why and how often. */
 static void kill_close_range(void)
 {
+    snapprof__fd_private_set_enabled(1); /* off by default */
     tu_seccomp_install(__NR_close_range, -1, SECCOMP_RET_KILL_PROCESS);
     snapprof_stats_t st = profile_self();
     ASSERT_EQ(snapprof__seccomp_allowed(SNAPPROF__SECCOMP_CLOSE_RANGE), 0);

@@ -623,9 +623,10 @@ typedef struct snapprof_stats {
     /* -- end of the Python seccomp block -- */
     /* -- Added in 0.7.0 (the program's fd numbers): -- */
     /* Files the library opens for a moment (a /proc read, an ELF file
-     * mapped to compile its CFI) are opened on a thread of its own with an
-     * fd table of its own, so that they never take one of the program's fd
-     * numbers. 0 while that works; else the errno that kept the thread from
+     * mapped to compile its CFI) can be opened on a thread of its own with
+     * an fd table of its own, so that they never take one of the program's
+     * fd numbers (off by default for now: README, "The program's fds").
+     * 0 while that works or is off; else the errno that kept the thread from
      * its own table (ENOSYS: a kernel before 5.9, no close_range; EPERM:
      * refused, or a seccomp filter would kill the process for it), and
      * such files are opened on the calling thread, each holding the lowest
@@ -1198,8 +1199,8 @@ typedef struct snapprof_params {
      * The cost is one trigger's arming and teardown per armed thread (the
      * perf event's: 9 system calls, 20-50 us of the thread's CPU time on a
      * nested VM; README, "Short-lived threads"). 0 (the default): none.
-     * The preload library and `snapprof record` use 1 unless
-     * SNAPPROF_SHORT_THREADS=N says otherwise (since 0.7.0). */
+     * The preload library and `snapprof record` take it from
+     * SNAPPROF_SHORT_THREADS=N (0 unless told). */
     unsigned short_threads;
     /* Added in 0.7.0 (read only when size covers it). Heap sampling
      * (<snapprof/heap.h>): the mean number of bytes allocated between two
